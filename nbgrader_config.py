@@ -1,0 +1,27 @@
+"""nbgrader configuration: this repository is an nbgrader course directory.
+
+Instructors: see book/instructors.md. Solutions (with hidden tests) live in
+``solutions/<chapter>/exercise.ipynb``; ``nbgrader generate_assignment <chapter>``
+writes the student version to ``release/<chapter>/``, and ``make release``
+copies it into ``book/<chapter>/`` where the book and learners read it.
+(nbgrader replaces its whole release folder, so it must not write into book/
+directly, where the lessons live.)
+"""
+c = get_config()  # noqa: F821  (provided by nbgrader)
+
+c.CourseDirectory.root = "."
+c.CourseDirectory.source_directory = "solutions"
+c.CourseDirectory.release_directory = "release"
+c.CourseDirectory.submitted_directory = "submitted"
+c.CourseDirectory.autograded_directory = "autograded"
+c.CourseDirectory.feedback_directory = "feedback"
+c.CourseDirectory.db_url = "sqlite:///gradebook.db"
+c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", "*.py"]
+
+# Grading: a cell that loops forever is stopped and the run goes on.
+c.Execute.timeout = 60
+c.Execute.interrupt_on_timeout = True
+c.Execute.execute_retries = 0
+# Hidden tests are visible in solutions/ and stripped from the student version.
+c.ClearHiddenTests.enforce_metadata = True
+c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}

@@ -1,0 +1,10 @@
+"""tformer_ref: the course's reference Transformer, and the checks that grade its exercises.
+
+Import what you need from the submodules, e.g. ``from tformer_ref.attention import MultiHeadAttention``.
+"""
+from .attention import MultiHeadAttention, scaled_dot_product_attention
+from .device import get_device, seed_everything
+from .heads import merge_heads, split_heads
+from .masks import causal_mask, padding_mask
+
+__version__ = "0.1.0"
