@@ -54,8 +54,6 @@ def build(source: Path) -> nbformat.NotebookNode:
         cell.metadata = meta
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None
-        cell.pop("id", None)
-    nbformat.validator.normalize(nb)
     return nb
 
 

@@ -232,6 +232,10 @@ def probe_eval_determinism(title: str, module: torch.nn.Module, inputs: tuple, s
 # "Did you implement it, or call it?"
 
 
+def _is_reference(path: str) -> bool:
+    return path.startswith(_PACKAGE_DIR) and not path.startswith(_CHECKS_DIR) and path not in _ALLOWED_FILES
+
+
 @contextlib.contextmanager
 def _record_calls():
     """Record PyTorch functions called (through any alias) and tformer_ref code entered."""
@@ -245,7 +249,9 @@ def _record_calls():
     def _profile(frame, event, arg):
         if event == "call":
             path = frame.f_code.co_filename
-            if path.startswith(_PACKAGE_DIR) and not path.startswith(_CHECKS_DIR) and path not in _ALLOWED_FILES:
+            caller = frame.f_back.f_code.co_filename if frame.f_back else ""
+            # Only entries into the package from outside it: its own internal calls are not the learner's.
+            if _is_reference(path) and not _is_reference(caller):
                 called.add(f"tformer_ref.{frame.f_code.co_name}")
 
     old = sys.getprofile()

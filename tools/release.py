@@ -1,0 +1,71 @@
+"""Generate the student version of every exercise with the real nbgrader CLI.
+
+``nbgrader generate_assignment`` strips solutions and hidden tests from
+``solutions/<chapter>/exercise.ipynb``. It runs in a temporary copy of the
+course (it replaces its whole output folder and writes a gradebook), and the
+student notebook is copied to ``book/<chapter>/exercise.ipynb``, where the book
+and learners read it. tests/test_notebook_files.py fails when a committed
+student version differs from what this produces.
+
+Usage: python tools/release.py [--check] [chapter ...]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def venv_env() -> dict:
+    """The environment with this interpreter's bin/ first on PATH (nbgrader calls `alembic` by name)."""
+    env = dict(os.environ)
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    return env
+
+
+def chapters() -> list[str]:
+    return sorted(p.parent.name for p in (ROOT / "solutions").glob("*/exercise.ipynb"))
+
+
+def generate(chapter: str, workdir: Path) -> Path:
+    """Run nbgrader generate_assignment for ``chapter`` in ``workdir``; return the student notebook."""
+    shutil.copy(ROOT / "nbgrader_config.py", workdir)
+    src = workdir / "solutions" / chapter
+    src.mkdir(parents=True, exist_ok=True)
+    shutil.copy(ROOT / "solutions" / chapter / "exercise.ipynb", src)
+    subprocess.run(
+        [sys.executable, "-m", "nbgrader", "generate_assignment", chapter, "--force", "--log-level=ERROR"],
+        cwd=workdir, env=venv_env(), check=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    return workdir / "release" / chapter / "exercise.ipynb"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="only report student versions that are out of date")
+    parser.add_argument("chapter", nargs="*", help="chapters to release (default: all)")
+    args = parser.parse_args(argv)
+    stale = []
+    for chapter in args.chapter or chapters():
+        with tempfile.TemporaryDirectory() as tmp:
+            text = generate(chapter, Path(tmp)).read_text()
+        target = ROOT / "book" / chapter / "exercise.ipynb"
+        if target.exists() and target.read_text() == text:
+            continue
+        stale.append(target.relative_to(ROOT))
+        if not args.check:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text)
+    for path in stale:
+        print(f"{'out of date' if args.check else 'written'}: {path}")
+    return 1 if (args.check and stale) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
