@@ -168,12 +168,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def launch(nproc: int, args: list[str], timeout: float = 120, cwd: str | Path | None = None) -> subprocess.CompletedProcess:
+def launch(nproc: int, args: list[str], timeout: float = 120, cwd: str | Path | None = None,
+           env: dict | None = None) -> subprocess.CompletedProcess:
     """Start ``nproc`` processes of this module with torchrun, on 127.0.0.1 only; wait at most ``timeout`` s.
 
+    ``env`` adds to (or overrides) this process's environment, e.g. ``{"TFORMER_DEVICE": "cuda"}``.
     Raises ``subprocess.TimeoutExpired`` when they hang (e.g. a rank waiting for a peer that died).
     """
-    env = dict(os.environ)
+    env = {**os.environ, **(env or {})}
     env.setdefault("OMP_NUM_THREADS", "1")  # nproc processes share the cores
     env.setdefault("GLOO_SOCKET_IFNAME", "lo")
     root = str(Path(__file__).resolve().parent.parent)
