@@ -76,12 +76,13 @@ def make_token_data(n: int = 64, seq_len: int = 12, vocab: int = 16, pad_id: int
 def lm_loss_sum(model: nn.Module, tokens: torch.Tensor, pad_id: int = 0) -> tuple[torch.Tensor, int]:
     """Next-token loss of ``tokens`` [B, S]: (sum over real target tokens (scalar tensor), their count).
 
-    The loss is computed in float32 even under autocast (cross-entropy of
+    The loss is computed in (at least) float32 even under autocast (cross-entropy of
     low-precision logits loses accuracy); padding targets are ignored.
     """
     logits = model(tokens[:, :-1])  # [B, S-1, V]
     targets = tokens[:, 1:]  # [B, S-1]
-    loss_sum = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), ignore_index=pad_id, reduction="sum")
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # fp16/bf16 -> fp32; fp64 stays
+    loss_sum = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=pad_id, reduction="sum")
     return loss_sum, count_targets(tokens, pad_id)
 
 
