@@ -98,3 +98,20 @@ def test_bad_input():
     with pytest.raises(ValueError, match="no target tokens"):
         train_accumulated(model, [torch.zeros(2, 5, dtype=torch.long, device=get_device())], opt, lm_loss_sum,
                           count_tokens=count_targets)
+
+
+def test_the_course_decoder_only_model_accumulates_like_the_big_batch():
+    """The same equivalence on chapter 5's DecoderOnlyLM (dropout off: both runs must see the same network)."""
+    from tformer_ref.model import DecoderOnlyLM
+
+    def make():
+        torch.manual_seed(0)
+        return DecoderOnlyLM(vocab=16, d_model=32, n_heads=4, n_layers=2, d_ff=64, dropout=0.0, max_len=16).to(get_device())
+
+    batch = _data(12, min_len=3, seed=7)
+    big, acc = make(), make()
+    opt_b, opt_a = (torch.optim.SGD(m.parameters(), lr=0.3) for m in (big, acc))
+    for _ in range(2):
+        train_big_batch(big, batch, opt_b, lm_loss_sum)
+        train_accumulated(acc, batch.chunk(3), opt_a, lm_loss_sum, count_tokens=count_targets)
+    torch.testing.assert_close(_params(acc), _params(big), atol=1e-5, rtol=1e-5)

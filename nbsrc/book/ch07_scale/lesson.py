@@ -63,6 +63,7 @@ from tformer_ref.accumulation import train_accumulated, train_big_batch
 from tformer_ref.amp import amp_dtype, autocast, make_grad_scaler, optimizer_step, saved_activation_bytes
 from tformer_ref.attention import scaled_dot_product_attention
 from tformer_ref.device import get_device, seed_everything
+from tformer_ref.model import DecoderOnlyLM
 from tformer_ref.toy_lm import TinyCausalLM, count_targets, lm_loss_sum, make_token_data
 
 device = get_device()  # CUDA when available; set TFORMER_DEVICE=cpu to override
@@ -94,10 +95,12 @@ def median_ms(fn, repeats=5):
 
 
 # %% [markdown]
-# The model for this chapter is deliberately small: `TinyCausalLM` (in `tformer_ref/toy_lm.py`)
-# is an embedding, one pre-LN causal self-attention block built from the course's
-# `MultiHeadAttention`, and an output layer. The data are token sequences of varying length,
-# padded with token 0 at the end; the task is to predict each next token.
+# Two models serve this chapter: chapter 5's `DecoderOnlyLM` where we measure, and a
+# deliberately tiny one, `TinyCausalLM` (in `tformer_ref/toy_lm.py`: an embedding, one pre-LN
+# causal self-attention block built from the course's `MultiHeadAttention`, an output layer),
+# where we compare training runs number for number and start processes. The data are token
+# sequences of varying length, padded with token 0 at the end; the task is to predict each
+# next token.
 
 # %%
 tokens = make_token_data(n=4, seq_len=12, seed=0)  # [4, 12], padded with 0
@@ -154,8 +157,9 @@ print("weights:", model.head.weight.dtype, "| logits (a Linear):", logits.dtype,
 assert model.head.weight.dtype == torch.float32 and logits.dtype == dtype and loss.dtype == torch.float32
 
 # %% [markdown]
-# **What it saves here.** We measure a larger `TinyCausalLM` (`d_model = 256`, 128 tokens,
-# batch 16) forward + backward, in float32 and under autocast. Memory: the bytes autograd
+# **What it saves here.** We measure the course's decoder-only model from chapter 5,
+# `DecoderOnlyLM` (2 layers, 4 heads, `d_model = 256`, `d_ff = 1024`, fused attention), on a
+# batch of 16 sequences of 128 tokens, forward + backward, in float32 and under autocast. Memory: the bytes autograd
 # keeps for the backward pass (the activations, which is what grows with batch and
 # sequence), counted by `saved_activation_bytes` with a hook on every saved tensor; the
 # weights are not counted. Time: the median of 5 runs. On a GPU the peak allocated memory
@@ -163,7 +167,8 @@ assert model.head.weight.dtype == torch.float32 and logits.dtype == dtype and lo
 
 # %%
 seed_everything(0)
-big_model = TinyCausalLM(vocab=512, d_model=256, n_heads=4, max_len=129).to(device)
+big_model = DecoderOnlyLM(vocab=512, d_model=256, n_heads=4, n_layers=2, d_ff=1024, dropout=0.0,
+                          max_len=128).to(device)
 big_batch = make_token_data(16, 129, vocab=512, min_len=100, seed=2).to(device)
 
 
@@ -201,11 +206,11 @@ print(f"memory ratio {half_mib / fp32_mib:.2f}, speed-up {fp32_ms / half_ms:.2f}
 # a speed-up, for that reason.)
 #
 # Mixed precision still trains. Fifty steps of bfloat16 autocast on the CPU (or float16 with
-# a scaler on a GPU), on the small model:
+# a scaler on a GPU), on a small `DecoderOnlyLM`:
 
 # %%
 seed_everything(0)
-model = TinyCausalLM().to(device)
+model = DecoderOnlyLM(vocab=16, d_model=32, n_heads=4, n_layers=2, d_ff=64, dropout=0.0, max_len=16).to(device)
 data = make_token_data(32, 12, seed=3).to(device)
 optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
 scaler = make_grad_scaler(device)  # enabled for float16 only; a pass-through for bfloat16
