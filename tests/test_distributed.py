@@ -29,6 +29,8 @@ def test_two_gloo_processes_equal_one_process_on_the_full_batch(tmp_path):
     proc = D.launch(2, [*args, "--out", str(out)], timeout=240)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert proc.stdout.count("gloo cpu") == 8  # 2 ranks x 4 steps
+    # no_sync on the first of each step's 2 micro-batches: one all-reduce (one bucket) per step, not two
+    assert proc.stdout.count("gradient all-reduces: 4 in 4 steps of 2 micro-batches") == 2
     got = torch.load(out)
     assert got["world_size"] == 2 and got["backend"] == "gloo"
     ref = D.reference_run(D.parse_args(args), world_size=2)

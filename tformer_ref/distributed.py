@@ -30,6 +30,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
@@ -112,6 +113,12 @@ def _count(batch):
     return count_targets(batch, PAD)
 
 
+def _counting_allreduce(state: dict, bucket):
+    """DDP's default gradient all-reduce (averaging), counted: shows what no_sync saves."""
+    state["n"] += 1
+    return default_hooks.allreduce_hook(None, bucket)
+
+
 def train(cfg) -> dict | None:
     """The body every process runs under torchrun. Returns rank 0's results (None elsewhere)."""
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -125,6 +132,8 @@ def train(cfg) -> dict | None:
     try:
         model = make_model(cfg).to(device)
         ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+        reduces = {"n": 0}
+        ddp.register_comm_hook(reduces, _counting_allreduce)
         optimizer = torch.optim.SGD(ddp.parameters(), lr=cfg.lr)
         scheduler = make_scheduler(optimizer)
         dtype = amp_dtype(device) if cfg.amp else None
@@ -137,6 +146,9 @@ def train(cfg) -> dict | None:
                                      scheduler=scheduler, scaler=scaler, amp_dtype=dtype)
             losses.append(loss)
             print(f"[rank {rank}/{world} {backend} {device}] step {step}: samples {seen} loss {loss:.4f}", flush=True)
+        # With no_sync on all but the last micro-batch: one all-reduce per bucket per optimizer step.
+        print(f"[rank {rank}] gradient all-reduces: {reduces['n']} in {cfg.steps} steps of {cfg.accum} micro-batches",
+              flush=True)
         result = None
         if rank == 0:
             result = {"state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()},

@@ -431,6 +431,8 @@ with tempfile.TemporaryDirectory() as tmp:
     print(proc.stdout)
     assert proc.returncode == 0, proc.stderr[-3000:]
     ddp_result = torch.load(out_file)
+# no_sync on the first micro-batch of each step: one gradient all-reduce per step, not one per micro-batch
+assert proc.stdout.count("gradient all-reduces: 4 in 4 steps of 2 micro-batches") == 2
 print(f"2 processes, {ddp_result['backend']}: {seconds:.1f} s including starting them")
 
 single = ddp_demo.reference_run(ddp_demo.parse_args(args), world_size=2)
@@ -442,7 +444,10 @@ assert diff < 1e-6
 # Each rank read different samples at every step (their lists never overlap), each printed
 # the loss of its own half, and yet both ended with parameters equal, to float32 rounding,
 # to one process training on the union of their batches with the same schedule. That is the
-# data-parallel contract. (The losses the ranks print differ: each sees only its half.)
+# data-parallel contract. (The losses the ranks print differ: each sees only its half.) The
+# script counts DDP's gradient all-reduces with a communication hook: 4 in 4 steps of 2
+# micro-batches, because the first micro-batch of each step ran under `no_sync()`; without
+# it there would be 8, each sending every gradient.
 #
 # ## 7.5 DistributedSampler and set_epoch
 #
