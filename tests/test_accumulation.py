@@ -7,6 +7,16 @@ from tformer_ref.device import get_device
 from tformer_ref.toy_lm import TinyCausalLM, count_targets, lm_loss_sum, make_token_data
 
 
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """These models are tiny: a second intra-op thread costs more than it saves, and on a shared
+    2-core machine waiting for it made single tests take over a minute."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def _model():
     torch.manual_seed(0)
     return TinyCausalLM().to(get_device())

@@ -356,6 +356,43 @@ def test_checks_write_nothing_to_stderr(capfd):
     assert capfd.readouterr().err == ""
 
 
+@pytest.mark.parametrize("fn,kind", [(accum_right, "accumulation_step"), (accum_right_one_backward, "accumulation_step"),
+                                     (amp_right, "amp_step"), (amp_right_manual_clip, "amp_step")])
+def test_written_by_hand_accepts_own_code(fn, kind, capsys):
+    ch07.check_written_by_hand(fn, kind)
+    assert f"✓ {kind}: written by hand" in capsys.readouterr().out
+
+
+def accum_delegates(model, micro_batches, optimizer, scheduler, loss_fn):
+    from tformer_ref.accumulation import train_accumulated
+
+    train_accumulated(model, micro_batches, optimizer, loss_fn, scheduler=scheduler,
+                      count_tokens=lambda b: int((b[:, 1:] != PAD).sum()))
+
+
+def amp_delegates(model, batch, loss_fn, optimizer, scaler, max_norm):
+    from tformer_ref.amp import optimizer_step
+
+    kind = next(model.parameters()).device.type
+    optimizer.zero_grad()
+    with torch.autocast(kind, dtype=_dtype_for(kind)):
+        loss = loss_fn(model, batch)
+    scaler.scale(loss).backward()
+    optimizer_step(optimizer, model.parameters(), scaler, max_norm)
+    return loss
+
+
+@pytest.mark.parametrize("fn,kind,name", [
+    (accum_delegates, "accumulation_step", "tformer_ref.accumulation.train_accumulated"),
+    (amp_delegates, "amp_step", "tformer_ref.amp.optimizer_step"),
+    (ch07._accum_reference, "accumulation_step", "the check's own reference"),
+])
+def test_written_by_hand_rejects_delegation(fn, kind, name):
+    ch07.check_accumulation_step(accum_delegates)  # it is right: only the hidden test catches it
+    with pytest.raises(CheckFailure, match=f"your code calls {name}"):
+        ch07.check_written_by_hand(fn, kind)
+
+
 def test_checks_restore_the_thread_count():
     threads = torch.get_num_threads()
     ch07.check_accumulation_step(accum_right)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import functools
 import math
+import sys
+import warnings
 
 import torch
 from torch.utils.data import Dataset
@@ -333,9 +335,12 @@ class IndexDataset(Dataset):
 
 def _read(make_loader, n, rank, world, epoch, batch_size):
     """The sample indices ``make_loader`` yields, in order, and the batch sizes."""
-    loader = make_loader(IndexDataset(n), rank, world, epoch, batch_size)
+    with warnings.catch_warnings():  # a warning on stderr would make nbgrader zero the cell
+        warnings.simplefilter("ignore")
+        loader = make_loader(IndexDataset(n), rank, world, epoch, batch_size)
+        batches = list(loader)
     order, sizes = [], []
-    for batch in loader:
+    for batch in batches:
         if isinstance(batch, (list, tuple)) and len(batch) == 1:
             batch = batch[0]
         if not isinstance(batch, torch.Tensor):
@@ -398,3 +403,52 @@ def check_make_loader(make_loader, world_sizes=(2, 4), n: int = 24, batch_size: 
                         f"epoch {where}. DistributedSampler seeds its shuffle with seed + epoch, and the epoch only "
                         "changes when you call sampler.set_epoch(epoch) before iterating.", S_SAMPLER)
     passed(title, f"ranks split each epoch's samples, reshuffled every epoch (world sizes {list(world_sizes)})")
+
+
+# --------------------------------------------------------------------------- written by hand?
+
+def _entered_code(fn, args) -> set:
+    """The code objects Python enters while ``fn(*args)`` runs."""
+    entered = set()
+
+    def profile(frame, event, arg):
+        if event == "call":
+            entered.add(frame.f_code)
+
+    old = sys.getprofile()
+    sys.setprofile(profile)
+    try:
+        _run(fn, args)
+    finally:
+        sys.setprofile(old)
+    return entered
+
+
+def _forbidden_code() -> dict:
+    from .. import accumulation, amp
+    fns = {"tformer_ref.accumulation.train_accumulated": accumulation.train_accumulated,
+           "tformer_ref.accumulation.train_big_batch": accumulation.train_big_batch,
+           "tformer_ref.amp.optimizer_step": amp.optimizer_step,
+           "the check's own reference": _accum_reference}
+    codes = {f.__code__: name for name, f in fns.items()}
+    codes[_amp_reference.__code__] = "the check's own reference"
+    return codes
+
+
+@_one_thread
+def check_written_by_hand(fn, kind: str) -> None:
+    """Hidden test: ``fn`` (an ``accumulation_step`` or ``amp_step``) does not call the reference's training code."""
+    __tracebackhide__ = True
+    if kind == "accumulation_step":
+        model, plan, optimizer, scheduler = _accum_cases()[1].make()
+        args = (model, plan[0], optimizer, scheduler, _loss_fn)
+    elif kind == "amp_step":
+        model, batches, optimizer, scaler, max_norm, loss_fn = _amp_case(1, False, 0.05)()
+        args = (model, batches[0], loss_fn, optimizer, scaler, max_norm)
+    else:
+        raise ValueError(f"kind must be 'accumulation_step' or 'amp_step', got {kind!r}")
+    forbidden = _forbidden_code()
+    used = sorted({forbidden[c] for c in _entered_code(fn, args) if c in forbidden})
+    if used:
+        fail(kind, f"your code calls {', '.join(used)}: the exercise is to write the step yourself.")
+    passed(kind, "written by hand, no reference shortcut")

@@ -17,7 +17,8 @@
 # then run the check cell below it. A check trains a tiny model with your code, compares the
 # parameters it ends with against the course's reference, and when they differ tells you *which*
 # mistake it looks like and which lesson section explains it. Do not edit the check cells: they are
-# restored before grading, and some grading cases are hidden.
+# restored before grading, and some grading cases are hidden. Write the steps yourself: a hidden
+# test fails code that calls the course's own training functions.
 #
 # **Grade yourself** at any time, from the course folder:
 # `python -m tformer_ref.grade book/ch07_scale/exercise.ipynb`
@@ -74,6 +75,7 @@ def accumulation_step(model, micro_batches, optimizer, scheduler, loss_fn):
 ch07.check_accumulation_step(accumulation_step)
 ### BEGIN HIDDEN TESTS
 ch07.check_accumulation_step(accumulation_step, hidden=True)
+ch07.check_written_by_hand(accumulation_step, "accumulation_step")
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -111,6 +113,9 @@ def amp_step(model, batch, loss_fn, optimizer, scaler, max_norm):
 
 # %% nbgrader="test:test_amp_step:4"
 ch07.check_amp_step(amp_step)
+### BEGIN HIDDEN TESTS
+ch07.check_written_by_hand(amp_step, "amp_step")
+### END HIDDEN TESTS
 
 # %% [markdown]
 # ## 3. The loader of one DDP process (3 points)
