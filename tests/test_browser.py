@@ -54,6 +54,18 @@ def _name(relpath: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "-", relpath.removesuffix(".html").removeprefix("book/")).strip("-")
 
 
+def test_the_network_is_closed(site):
+    """The browser of these tests cannot reach a CDN, and the tests notice a page that tries."""
+    driver = open_page(site, "book/intro.html")
+    result = driver.execute_async_script(
+        "const done = arguments[arguments.length - 1];"
+        "fetch('https://cdn.jsdelivr.net/npm/mathjax@3/es5/tex-mml-chtml.js', {mode: 'no-cors'})"
+        ".then(() => done('reached'), (e) => done('blocked: ' + e))")
+    assert result.startswith("blocked"), result
+    assert outside_requests(requested_urls(driver)) == ["https://cdn.jsdelivr.net/npm/mathjax@3/es5/tex-mml-chtml.js"]
+    console_errors(driver)  # the blocked fetch's error is expected here
+
+
 def check_page(site, relpath: str) -> list[str]:
     """What is wrong with one page: JavaScript errors, requests that leave the machine, images that did
     not load, maths not typeset."""
