@@ -40,8 +40,9 @@ def require_chromium() -> tuple[str, str]:
         import selenium  # noqa: F401
     except ImportError:
         pytest.skip("browser tests need the Python package selenium (pip install -r requirements.txt)")
-    browser = os.environ.get("CHROMIUM") or _which(CHROMIUM_NAMES)
-    driver = os.environ.get("CHROMEDRIVER") or _which(("chromedriver",))
+    # CHROMIUM / CHROMEDRIVER name other binaries than the ones on PATH.
+    browser = _which([os.environ["CHROMIUM"]] if os.environ.get("CHROMIUM") else CHROMIUM_NAMES)
+    driver = _which([os.environ["CHROMEDRIVER"]] if os.environ.get("CHROMEDRIVER") else ("chromedriver",))
     if not browser or not driver:
         pytest.skip("browser tests need Chromium and its driver: apt-get install chromium chromium-driver "
                     f"(found browser={browser}, chromedriver={driver})")

@@ -11,7 +11,7 @@ import re
 import pytest
 
 from book import HTML, SCREENSHOTS, build_book, has_maths, has_widget_state, notebook_pages, pages
-from browser import chromium, console_errors, outside_requests, requested_urls, serve_directory, wait_for
+from browser import chromium, console_errors, require_chromium, outside_requests, requested_urls, serve_directory, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -26,6 +26,7 @@ MathJax.startup.promise.then(() => done("typeset"), (e) => done("error: " + e));
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
     """(base URL of the served book, a Chromium with the network closed)."""
+    require_chromium()  # skip before spending time on the build
     proc = build_book()
     assert proc.returncode == 0, f"jupyter-book build failed:\n{proc.stdout[-8000:]}"
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
