@@ -5,7 +5,9 @@ The build runs once per session (tests/book.py) and tests/test_browser.py reuses
 from __future__ import annotations
 
 import hashlib
+import html
 import re
+import sys
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
@@ -107,6 +109,23 @@ def test_pages_that_show_widgets_carry_their_saved_state(built):
             shown += 1
             assert has_widget_state(page), f"{page.relative_to(HTML)} shows widgets but has no saved widget state"
     assert shown, "no page shows a widget: the lessons' explorers are missing from the book"
+
+
+@pytest.mark.slow
+def test_pitfall_index_lists_every_diagnosis_the_checks_name(built):
+    """book/pitfalls.md's generated table covers every chapter's named pitfalls (tools/pitfall_index.py)."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        from pitfall_index import collect_pitfalls
+    finally:
+        sys.path.remove(str(ROOT / "tools"))
+    found = collect_pitfalls()
+    assert found, "no check module names a pitfall"
+    text = html.unescape(re.sub(r"<[^>]+>", "", (HTML / "book" / "pitfalls.html").read_text(encoding="utf-8")))
+    text = text.replace("\u2019", "'").replace("\u2018", "'")  # Sphinx's smart quotes
+    for module, pitfall in found:
+        assert pitfall.name in text, f"{module}: '{pitfall.name}' is missing from the pitfall index"
+        assert f"§{pitfall.section.number} {pitfall.section.title}" in text, pitfall.section
 
 
 def _content_images(page: Path):

@@ -69,7 +69,13 @@ def _always_outdated(app, env, added, changed, removed):
     return sorted(getattr(env, "tformer_pitfall_docs", set()) - set(removed))
 
 
+def _merge(app, env, docnames, other):
+    # Parallel reads: gather the pages that use the directive from every worker.
+    env.tformer_pitfall_docs = getattr(env, "tformer_pitfall_docs", set()) | getattr(other, "tformer_pitfall_docs", set())
+
+
 def setup(app):
     app.add_directive("pitfall-index", PitfallIndex)
     app.connect("env-get-outdated", _always_outdated)
+    app.connect("env-merge-info", _merge)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
