@@ -39,7 +39,7 @@ def require_chromium() -> tuple[str, str]:
     try:
         import selenium  # noqa: F401
     except ImportError:
-        pytest.skip("browser tests need the Python package selenium (pip install -r requirements.txt)")
+        pytest.skip("browser tests need the Python package selenium (pip install selenium==4.51.0)")
     # CHROMIUM / CHROMEDRIVER name other binaries than the ones on PATH.
     browser = _which([os.environ["CHROMIUM"]] if os.environ.get("CHROMIUM") else CHROMIUM_NAMES)
     driver = _which([os.environ["CHROMEDRIVER"]] if os.environ.get("CHROMEDRIVER") else ("chromedriver",))
