@@ -1,8 +1,8 @@
 """The built book in a real browser (headless Chromium), with the network closed.
 
 Every page of ``_build/html`` is served on localhost and opened; pages are discovered from the
-build, so new chapters are covered without changing this file. Screenshots of the landing page,
-of each lesson (with its first widget) and of each exercise are written to _build/screenshots/.
+build, so new chapters are covered without changing this file. A screenshot of the top of every
+page, and of the first widget of every page with widgets, is written to _build/screenshots/.
 """
 from __future__ import annotations
 
@@ -88,6 +88,11 @@ def check_page(site, relpath: str) -> list[str]:
     if outside:
         problems.append(f"tried to reach the network: {outside}")
     problems += [f"console: {e}" for e in console_errors(driver)]
+    screenshot(driver, _name(relpath))
+    display = driver.find_elements("css selector", "mjx-container[display='true']")
+    if display:
+        driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", display[0])
+        screenshot(driver, _name(relpath) + "-maths")
     return [f"{relpath}: {p}" for p in problems]
 
 
