@@ -528,7 +528,7 @@ for i, s in enumerate(seq_lens):
 assert mem["plain"][-1] / mem["plain"][-2] > 3.5 and mem["fused"][-1] / mem["fused"][-2] < 2.5
 assert mem["plain"][-1] >= B6 * H6 * seq_lens[-1] ** 2 * 4 / 2**20
 
-# %%
+# %% mystnb={"figure": {"caption": "Plain attention keeps one score-sized tensor for backward, so its memory grows as S squared; the fused kernel's grows as S. Both take time roughly quadratic in S.", "name": "fig-ch07-fused-vs-plain"}, "image": {"alt": "Two log-log panels against sequence length 128 to 2048: left, memory kept for backward, the plain line on the dotted score-tensor line with slope 2 and the fused line far below with slope 1; right, forward plus backward milliseconds, both rising, fused below plain."}}
 fig, (ax_mem, ax_time) = plt.subplots(1, 2, figsize=(10, 3.6))
 for name, style in (("plain", "o-"), ("fused", "s-")):
     ax_mem.plot(seq_lens, mem[name], style, label=f"{name} attention")
