@@ -29,6 +29,40 @@ S_DDP = Section(CHAPTER, "7.4", "DistributedDataParallel is data parallel")
 S_SAMPLER = Section(CHAPTER, "7.5", "DistributedSampler and set_epoch")
 PAD = 0
 
+# Diagnosed from behaviour (the autocast state seen inside loss_fn, the samples each rank reads)
+# rather than by matching a wrong variant's output; listed here so the book's pitfall index has them.
+NO_AUTOCAST = Pitfall(
+    "forward not under autocast",
+    "Wrap the forward in torch.amp.autocast(device_type, dtype=...). The seed's torch.cuda.amp.autocast is "
+    "deprecated and does nothing for a CPU model.", S_AMP, None)
+WRONG_AUTOCAST_DTYPE = Pitfall(
+    "wrong autocast dtype",
+    "The course uses bfloat16 on a CPU (float32's range, no scaler needed) and float16 with a GradScaler on CUDA.",
+    S_AMP, None)
+NO_SAMPLER = Pitfall(
+    "no DistributedSampler",
+    "Every rank reads the whole dataset, so the processes compute the same gradients and DDP buys nothing. Pass "
+    "sampler=DistributedSampler(dataset, num_replicas=world_size, rank=rank) to the DataLoader (and no "
+    "shuffle=True: the sampler shuffles).", S_SAMPLER, None)
+RANKS_OVERLAP = Pitfall(
+    "ranks overlap",
+    "Several ranks read the same samples in one epoch. Every rank must shuffle with the same seed (the "
+    "DistributedSampler's default) and then take its own share.", S_SAMPLER, None)
+NO_SHUFFLE = Pitfall(
+    "no shuffling",
+    "Every epoch reads the samples in the same, sorted order. Use DistributedSampler(..., shuffle=True) (its "
+    "default) and sampler.set_epoch(epoch).", S_SAMPLER, None)
+NO_SET_EPOCH = Pitfall(
+    "no set_epoch",
+    "The order is shuffled but the same in every epoch. DistributedSampler seeds its shuffle with seed + epoch, and "
+    "the epoch only changes when you call sampler.set_epoch(epoch) before iterating.", S_SAMPLER, None)
+BEHAVIOUR_PITFALLS = [NO_AUTOCAST, WRONG_AUTOCAST_DTYPE, NO_SAMPLER, RANKS_OVERLAP, NO_SHUFFLE, NO_SET_EPOCH]
+
+
+def _named(title: str, pitfall: Pitfall, detail: str) -> None:
+    __tracebackhide__ = True
+    fail(title, f"this looks like the pitfall '{pitfall.name}'. {detail} {pitfall.explanation}", pitfall.section)
+
 
 def _one_thread(check):
     """Run a check with one intra-op thread: its models are tiny, and on a shared 2-core machine
@@ -306,13 +340,10 @@ def check_amp_step(amp_step) -> None:
              else "your step never called loss_fn(model, batch).")
     enabled, dtype = loss_fn.states[0]
     if not enabled:
-        fail(title, f"this looks like the pitfall 'forward not under autocast'. loss_fn ran without {device_type} "
-                    f"autocast. Wrap the forward in torch.amp.autocast('{device_type}', dtype={want}); note that "
-                    "the seed's torch.cuda.amp.autocast is deprecated and does nothing for a CPU model.", S_AMP)
+        _named(title, NO_AUTOCAST, f"loss_fn ran without {device_type} autocast; here that is "
+                                   f"torch.amp.autocast('{device_type}', dtype={want}).")
     if dtype != want:
-        fail(title, f"this looks like the pitfall 'wrong autocast dtype'. The forward ran under autocast in {dtype}; "
-                    f"the course uses {want} on {device_type} (bfloat16 on CPU, float16 with a GradScaler on CUDA).",
-             S_AMP)
+        _named(title, WRONG_AUTOCAST_DTYPE, f"The forward ran under autocast in {dtype}, not {want}.")
     pitfalls = [Pitfall(p.name, p.explanation, p.section, _simulate_amp(p.impl)) for p in AMP_PITFALLS]
     compare_to_reference(title, _amp_cases(), _simulate_amp(amp_step), _simulate_amp(_amp_reference), pitfalls,
                          atol=1e-6, rtol=1e-5)
@@ -371,10 +402,7 @@ def check_make_loader(make_loader, world_sizes=(2, 4), n: int = 24, batch_size: 
         where = f"(world_size={world}, {n} samples)"
         first = seen[0, 0]
         if len(first) == n and all(sorted(seen[r, 0]) == list(range(n)) for r in range(world)):
-            fail(title, f"this looks like the pitfall 'no DistributedSampler': every rank reads the whole dataset "
-                        f"{where}, so the {world} processes compute the same gradients and DDP buys nothing. "
-                        "Pass sampler=DistributedSampler(dataset, num_replicas=world_size, rank=rank) to the "
-                        "DataLoader (and no shuffle=True: the sampler shuffles).", S_SAMPLER)
+            _named(title, NO_SAMPLER, f"Each of the {world} ranks read all {n} samples in epoch 0 {where}.")
         for epoch in range(3):
             ranks = [seen[r, epoch] for r in range(world)]
             together = [i for order in ranks for i in order]
@@ -382,10 +410,8 @@ def check_make_loader(make_loader, world_sizes=(2, 4), n: int = 24, batch_size: 
             # DistributedSampler pads with repeats (or drops, with drop_last) up to world_size - 1 samples
             # so that every rank gets as many: more overlap than that means the ranks disagree.
             if len(together) - distinct >= world:
-                fail(title, f"this looks like the pitfall 'ranks overlap': in epoch {epoch} {where} "
-                            f"{len(together) - distinct} samples are read by several ranks. Every rank must shuffle "
-                            "with the same seed (the DistributedSampler's default) and then take its own share.",
-                     S_SAMPLER)
+                _named(title, RANKS_OVERLAP, f"In epoch {epoch} {where} {len(together) - distinct} samples were "
+                                             "read by more than one rank.")
             if distinct <= n - world:
                 fail(title, f"in epoch {epoch} {where} the ranks together read only {distinct} of the {n} "
                             "samples: each epoch must cover the dataset.", S_SAMPLER)
@@ -395,13 +421,9 @@ def check_make_loader(make_loader, world_sizes=(2, 4), n: int = 24, batch_size: 
                         "be seeded (DistributedSampler(..., seed=...) does it), or the ranks disagree on it.",
                  S_SAMPLER)
         if first == sorted(first) and seen[0, 1] == first:
-            fail(title, f"this looks like the pitfall 'no shuffling': every epoch reads the samples in the same, "
-                        f"sorted order {where}. Use DistributedSampler(..., shuffle=True) (its default) and "
-                        "sampler.set_epoch(epoch).", S_SAMPLER)
+            _named(title, NO_SHUFFLE, f"Rank 0 read {first} in epochs 0 and 1 {where}.")
         if seen[0, 1] == first and seen[0, 2] == first:
-            fail(title, f"this looks like the pitfall 'no set_epoch': the order is shuffled but the same in every "
-                        f"epoch {where}. DistributedSampler seeds its shuffle with seed + epoch, and the epoch only "
-                        "changes when you call sampler.set_epoch(epoch) before iterating.", S_SAMPLER)
+            _named(title, NO_SET_EPOCH, f"Rank 0 read {first} in epochs 0, 1 and 2 {where}.")
     passed(title, f"ranks split each epoch's samples, reshuffled every epoch (world sizes {list(world_sizes)})")
 
 
