@@ -204,6 +204,8 @@ def test_masked_attention_by_hand_rejects_sdpa():
     (masked_ignores_mask, ch03.causal_mask, ch03.padding_mask, "causality"),
     (masked_min_then_zero, ch03.causal_mask, lambda t, p: (t == p)[:, None, None, :], "pad invariance"),
     (masked_fill_zero, ch03.causal_mask, ch03.padding_mask, "causality"),
+    # [B, 1, S] with B == H == 2: runs, but each sequence is masked with the other one's padding.
+    (masked_min_then_zero, ch03.causal_mask, lambda t, p: (t != p).unsqueeze(1), "at padded positions"),
 ])
 def test_probes_reject(attn, causal, pad, diagnosis):
     with pytest.raises(CheckFailure, match=diagnosis):

@@ -326,4 +326,15 @@ def check_mask_probes(masked_attention_fn, causal_mask_fn, padding_mask_fn) -> N
     if not torch.all(diff[real] < 1e-5):
         fail(title, "pad invariance: appending padding tokens changed the outputs of real tokens. Padded keys "
                     "must get zero weight: check the padding mask's shape [B, 1, 1, S] and its polarity.", S_PROBES)
+    # What sits at padded positions must not matter either. With a mask on the wrong axis and B == H,
+    # a sequence is masked with another sequence's padding and reads this garbage.
+    pads = (longer == 0)[:, None, :, None]  # [B, 1, S, 1]
+    garbage = [x.masked_fill(pads, 7.0) for x in (kk, vv)]
+    other = out(qq, *garbage, long_mask)
+    diff = (other - long).abs().amax(dim=(1, 3))
+    if not torch.all(diff[longer != 0] < 1e-5):
+        fail(title, "pad invariance: changing the keys and values at padded positions changed the outputs of "
+                    "real tokens, so some query attends to padding. Check that the padding mask has shape "
+                    "[B, 1, 1, S] (a [B, 1, S] mask puts the batch on the heads axis, and when B == H it "
+                    "silently masks each sequence with another one's padding) and that True means attend.", S_PROBES)
     passed(title, "the past ignores the future, and padding changes no real token")
