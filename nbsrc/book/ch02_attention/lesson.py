@@ -27,6 +27,7 @@
 
 # %%
 import math
+import warnings
 
 import ipywidgets as widgets
 import matplotlib.pyplot as plt
@@ -133,7 +134,7 @@ def softmax_jacobian_norm(s: torch.Tensor) -> torch.Tensor:
     return jac.flatten(1).norm(dim=-1)
 
 
-stds = [0.25, 0.5, 1, 2, 4, 8, math.sqrt(64), 16, math.sqrt(512), 32]
+stds = [0.25, 0.5, 1, 2, 4, 8, 16, math.sqrt(512), 32]
 base = torch.randn(2000, 16, device=device)
 jac_norms = [softmax_jacobian_norm(base * s).median().item() for s in stds]
 max_weights = [(base * s).softmax(-1).amax(-1).mean().item() for s in stds]
@@ -278,7 +279,10 @@ with_dropout = MultiHeadAttention(8, 2, dropout=0.5).double().train()
 print("double, tiny, dropout on:", torch.autograd.gradcheck(with_dropout, (x_small,), raise_exception=False))
 in_float32 = MultiHeadAttention(8, 2).eval()
 x32 = x_small.detach().float().requires_grad_()
-print("float32, tiny, eval:     ", torch.autograd.gradcheck(in_float32, (x32,), raise_exception=False))
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    print("float32, tiny, eval:     ", torch.autograd.gradcheck(in_float32, (x32,), raise_exception=False))
+print("gradcheck warned:", str(caught[0].message).split(".")[0])
 
 # %% [markdown]
 # The right call: tiny shapes, everything in double precision, dropout off.
