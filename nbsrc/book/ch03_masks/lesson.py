@@ -90,8 +90,8 @@ q, k, v = (torch.randn(3, H, 5, Dh, device=device) for _ in range(3))
 scores = q @ k.transpose(-2, -1) / math.sqrt(Dh)
 silent = scores.masked_fill(~wrong_mask, -1e4).softmax(-1)  # runs!
 right = scores.masked_fill(~pad_mask, -1e4).softmax(-1)
-print("sequence 2, head 1, query 0 — wrong mask:", silent[2, 1, 0].round(decimals=2).tolist())
-print("sequence 2, head 1, query 0 — right mask:", right[2, 1, 0].round(decimals=2).tolist())
+print("sequence 2, head 1, query 0 — wrong mask:", [round(p, 2) for p in silent[2, 1, 0].tolist()])
+print("sequence 2, head 1, query 0 — right mask:", [round(p, 2) for p in right[2, 1, 0].tolist()])
 assert not torch.allclose(silent, right)
 try:  # the package refuses a mask that is not 4-dimensional, whatever the sizes
     scaled_dot_product_attention(q, k, v, wrong_mask)
@@ -181,7 +181,7 @@ with torch.no_grad():
     reference = ours(xs, mask=keep)
     confused, confused_w = theirs(xs, xs, xs, attn_mask=keep[0, 0])  # a keep-mask where it wants ignore
     converted, _ = theirs(xs, xs, xs, attn_mask=to_ignore_mask(keep)[0, 0])
-print("nn.MultiheadAttention given the keep-mask, weights of query 0:", confused_w[0, 0].round(decimals=2).tolist())
+print("nn.MultiheadAttention given the keep-mask, weights of query 0:", [round(p, 2) for p in confused_w[0, 0].tolist()])
 assert torch.allclose(converted, reference, atol=1e-5)
 assert not torch.allclose(confused[:, :3], reference[:, :3], atol=1e-3)
 
@@ -243,15 +243,16 @@ except RuntimeError as exc:
 # %%
 row = torch.tensor([[1.0, 2.0, 3.0]])
 nothing = torch.tensor([[False, False, False]])
-print("all masked, -inf fill:   ", row.masked_fill(~nothing, float("-inf")).softmax(-1).tolist())
-print("all masked, finite fill: ", row.masked_fill(~nothing, masked_fill_value(row.dtype)).softmax(-1).tolist())
+print("all masked, -inf fill:   ", row.masked_fill(~nothing, float("-inf")).softmax(-1))
+print("all masked, finite fill: ", row.masked_fill(~nothing, masked_fill_value(row.dtype)).softmax(-1))
 assert torch.isnan(row.masked_fill(~nothing, float("-inf")).softmax(-1)).all()
 
 # %% [markdown]
 # A finite fill gives a uniform row instead — finite, but it averages the padding. The reference
 # fills with the dtype's own minimum, `torch.finfo(dtype).min`, which fits every dtype, and then sets the
 # weights of a query with no key to zero. `nn.MultiheadAttention` returns NaN for a fully padded sequence
-# (with its default `need_weights=True`); the reference returns zeros, in every precision:
+# (with its default `need_weights=True`); the reference gives it zero attention, so its output is just the
+# output projection's bias — finite, in every precision:
 
 # %%
 fully_padded = torch.tensor([[3, 4, 0], [0, 0, 0]], device=device)
@@ -259,9 +260,10 @@ x2 = torch.randn(2, 3, 8, device=device)
 with torch.no_grad():
     torch_out, _ = theirs(x2, x2, x2, key_padding_mask=fully_padded == PAD)
     ours_out = ours(x2, mask=padding_mask(fully_padded, PAD))
-print("nn.MultiheadAttention, sequence 1:", torch_out[1, 0, :4].tolist())
-print("tformer_ref,           sequence 1:", ours_out[1, 0, :4].tolist())
+print("nn.MultiheadAttention, sequence 1, token 0:", torch_out[1, 0, :4])
+print("tformer_ref,           sequence 1, token 0:", ours_out[1, 0, :4])
 assert torch.isnan(torch_out[1]).all() and torch.isfinite(ours_out).all()
+assert torch.allclose(ours_out[1], ours.out_proj.bias.expand(3, 8))
 for dtype in (torch.float16, torch.bfloat16):
     qh = torch.randn(2, 2, 3, 4, dtype=dtype)
     out_h, w_h = scaled_dot_product_attention(qh, qh, qh, padding_mask(fully_padded.cpu(), PAD))
