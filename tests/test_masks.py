@@ -89,6 +89,9 @@ def test_fully_masked_rows_give_zeros_not_nan(dtype):
     assert torch.isfinite(out).all() and torch.isfinite(weights).all()
     assert torch.all(out[0, :, 1] == 0) and torch.all(weights[0, :, 1] == 0)
     torch.testing.assert_close(weights[0, :, 0].float().sum(-1), torch.ones(2), atol=1e-2, rtol=0)
+    # PyTorch's SDPA (torch >= 2.5) also returns zeros for a query with no key left.
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, attn_mask=keep), atol=tol, rtol=tol)
     # With -inf as the fill, the same row is 0/0 = NaN.
     scores = (q @ k.transpose(-2, -1)).float().masked_fill(~keep, float("-inf"))
     assert torch.isnan(scores.softmax(-1)[0, :, 1]).all()
