@@ -89,7 +89,7 @@ ch03.check_padding_mask(padding_mask)
 
 # %% nbgrader="solution:masked_attention"
 def masked_attention(q, k, v, mask):
-    """q [B, H, Sq, Dh], k and v [B, H, Sk, Dh], mask bool -> [B, H, Sq, Sk] (True = attend)
+    """q [B, H, Sq, Dh], k and v [B, H, Sk, Dh], mask bool broadcastable to [B, H, Sq, Sk] (True = attend)
     -> (out [B, H, Sq, Dh], weights [B, H, Sq, Sk])."""
     ### BEGIN SOLUTION
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # [B, H, Sq, Sk]
