@@ -156,7 +156,7 @@ plt.show()
 assert jac_norms[stds.index(1)] > 100 * jac_norms[stds.index(math.sqrt(512))]  # vanishing, not exploding
 
 # %% [markdown]
-# What about the seed's "gradients exploded, training became NaN"? Exploding gradients in a Transformer
+# What about the seed's "halfway through training the gradients exploded"? Exploding gradients in a Transformer
 # have other usual suspects (a too large learning rate without warm-up, Post-LN in deep stacks,
 # chapter 4 and 6); missing scaling makes training *stall*, with near one-hot attention at
 # initialisation. And the "2–3 % accuracy" figure has no source: it is not in the paper.
@@ -269,8 +269,8 @@ except RuntimeError as exc:
 #
 # **3. Dropout and precision.** With dropout active every call draws a new mask, so $f(x+\varepsilon)$ and
 # $f(x-\varepsilon)$ are different functions and the check fails for the wrong reason; the module must be
-# in `eval()` mode. And in float32, $\varepsilon = 10^{-6}$ is below the rounding error of the outputs,
-# so even a correct module fails:
+# in `eval()` mode. And in float32 a step of $\varepsilon = 10^{-6}$ is only a few rounding steps of
+# the outputs, so the finite differences are mostly rounding noise and even a correct module fails:
 
 # %%
 seed_everything(0)
