@@ -175,3 +175,16 @@ def test_checks_write_nothing_to_stderr(capfd):
     with pytest.raises(CheckFailure):
         ch02.check_attention_entropy(lambda w: -(w * torch.log(w)).sum(-1))
     assert capfd.readouterr().err == ""
+
+
+def test_sections_match_the_lesson_headings():
+    """A failure points learners to '§N.k Title': every Section must be a real heading of the lesson."""
+    from pathlib import Path
+
+    from tformer_ref.checks.core import Section
+
+    lesson = (Path(__file__).resolve().parent.parent / "nbsrc" / "book" / ch02.CHAPTER / "lesson.py").read_text()
+    sections = [s for s in vars(ch02).values() if isinstance(s, Section) and s.chapter == ch02.CHAPTER]
+    assert len(sections) >= 5
+    for section in sections:
+        assert f"# ## {section.number} {section.title}\n" in lesson, section

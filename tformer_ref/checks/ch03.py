@@ -13,7 +13,7 @@ from ..attention import scaled_dot_product_attention
 from ..device import get_device
 from ..masks import causal_mask, padding_mask
 from .core import Case, Pitfall, Section, _run, _Raised, check_not_delegated, compare_to_reference, fail, passed
-from .ch02 import _pair
+from .ch02 import S_SATURATION, _pair
 
 CHAPTER = "ch03_masks"
 S_PADDING = Section(CHAPTER, "3.1", "Padding masks")
@@ -162,8 +162,7 @@ MASKED_PITFALLS = [
             "Your output is what attention gives without any mask: the mask argument is not used.", S_PADDING,
             lambda q, k, v, m: _masked(q, k, v, torch.ones_like(m))),
     Pitfall("no scaling",
-            "Your scores are not divided by √d_k (chapter 2).", Section("ch02_attention", "2.3",
-                                                                    "Saturation and vanishing gradients"),
+            "Your scores are not divided by √d_k (chapter 2).", S_SATURATION,
             lambda q, k, v, m: _masked(q, k, v, m, scale=False)),
 ]
 
