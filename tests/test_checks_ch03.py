@@ -160,6 +160,11 @@ def masked_ignores_mask(q, k, v, mask):
     return weights @ v, weights
 
 
+def masked_no_scaling(q, k, v, mask):  # chapter 2's bug, back again
+    weights = (q @ k.transpose(-2, -1)).masked_fill(~mask, torch.finfo(q.dtype).min).softmax(-1)
+    return weights @ v, weights
+
+
 def masked_calls_sdpa(q, k, v, mask):
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask), masked_min_then_zero(q, k, v, mask)[1]
 
@@ -170,6 +175,7 @@ def masked_calls_sdpa(q, k, v, mask):
     (masked_minus_inf, "NaN on fully masked rows"),
     (masked_fill_zero, "masked with 0 instead of a large negative number"),
     (masked_ignores_mask, "mask ignored"),
+    (masked_no_scaling, "'no scaling'"),
 ])
 def test_masked_attention_rejects_wrong_implementations(fn, diagnosis):
     with pytest.raises(CheckFailure, match=diagnosis):
