@@ -14,7 +14,7 @@ import torch.nn as nn
 from ..device import get_device
 from ..positions import sinusoidal_encoding
 from . import _blocks
-from ._blocks import Parts, compare_with_roles, find_parts, norm_orders, randn, randomise_norms, sublayer
+from ._blocks import Parts, single_threaded, compare_with_roles, find_parts, norm_orders, randn, randomise_norms, sublayer
 from .core import Case, CheckFailure, Pitfall, Section, _run, check_not_delegated, compare_to_reference, fail, passed
 
 CHAPTER = "ch05_model"
@@ -99,6 +99,7 @@ def _as_float32(fn):
     return run
 
 
+@single_threaded
 def check_sinusoidal_encoding(fn) -> None:
     """``fn(n_positions, d_model) -> [n_positions, d_model]``, the table of Vaswani et al. §3.5."""
     __tracebackhide__ = True
@@ -123,6 +124,7 @@ def _frequencies_grow(learner) -> bool:
     return isinstance(got, torch.Tensor) and got.shape == want.shape and torch.allclose(got[1], want[1], atol=1e-2)
 
 
+@single_threaded
 def check_by_hand(title: str, fn, args: tuple) -> None:
     """Hidden test: ``fn(*args)`` runs without calling the reference package."""
     __tracebackhide__ = True
@@ -179,6 +181,7 @@ EMBED_PITFALLS = [
 ]
 
 
+@single_threaded
 def check_embed(fn) -> None:
     """``fn(tokens [B, S] long, table nn.Embedding(V, D), pe [max_len, D]) -> [B, S, D]``:
     ``table(tokens) · √D + pe[:S]``."""
@@ -299,6 +302,7 @@ def _probe(cls):
     return module
 
 
+@single_threaded
 def check_decoder_block(cls) -> None:
     """``cls(d_model, n_heads, d_ff, dropout)``, ``forward(x [B, St, D], memory [B, Ss, D], src_mask=None)
     -> [B, St, D]``: Post-LN, causal self-attention, cross-attention to ``memory``, feed-forward."""
@@ -308,6 +312,7 @@ def check_decoder_block(cls) -> None:
                        DECODER_PITFALLS, _decoder_roles())
 
 
+@single_threaded
 def check_decoder_behaviour(cls) -> None:
     """Probes any right decoder block passes: the future never changes the past, the output reads the
     memory, masked source positions are invisible, eval mode is deterministic."""
@@ -345,6 +350,7 @@ def check_decoder_behaviour(cls) -> None:
     passed(title, "causal, reads the memory, ignores source padding, deterministic in eval mode")
 
 
+@single_threaded
 def check_decoder_by_hand(cls) -> None:
     """Hidden test: the learner wired the block, not PyTorch's TransformerDecoderLayer or the reference's."""
     __tracebackhide__ = True
