@@ -21,7 +21,7 @@ CHAPTER = "ch05_model"
 S_ORDER = Section(CHAPTER, "5.1", "Attention ignores order")
 S_SINUSOID = Section(CHAPTER, "5.2", "Sinusoidal positional encoding")
 S_LEARNED = Section(CHAPTER, "5.3", "Learned positions and max_length")
-S_EXTRAPOLATE = Section(CHAPTER, "5.4", "What extrapolates means")
+S_EXTRAPOLATE = Section(CHAPTER, "5.4", 'What "extrapolates" means')
 S_EMBED = Section(CHAPTER, "5.5", "Embeddings scaled by sqrt(d_model)")
 S_DECODER = Section(CHAPTER, "5.6", "Encoder, decoder and cross-attention")
 S_COUNT = Section(CHAPTER, "5.7", "The seed's model, counted")
@@ -61,6 +61,11 @@ def _per_column_table(n, d):
     return pe.float()
 
 
+_GROWING = Pitfall("wrong frequencies (positions multiplied by 10000^(2i/D))",
+        "Your frequencies grow with i instead of shrinking: divide the position by 10000^(2i/D) "
+        "(div_term = exp(-2i·ln(10000)/D), note the minus sign).",
+        S_SINUSOID, lambda n, d: _table(n, d, exponent=lambda i, d: 10000.0 ** (2 * i / d)))
+
 SINUSOID_PITFALLS = [
     Pitfall("sin and cos swapped",
             "Your even columns hold cosines and the odd ones sines. The paper's table is PE[pos, 2i] = "
@@ -70,10 +75,7 @@ SINUSOID_PITFALLS = [
             "Your pair i turns at 1/10000^(i/D): the exponent must be 2i/D (the column index of the sine), "
             "so that the wavelengths run from 2π up to 10000·2π over the D/2 pairs; with i/D they stop at "
             "about 100·2π.", S_SINUSOID, lambda n, d: _table(n, d, exponent=lambda i, d: 10000.0 ** (-i / d))),
-    _GROWING := Pitfall("wrong frequencies (positions multiplied by 10000^(2i/D))",
-            "Your frequencies grow with i instead of shrinking: divide the position by 10000^(2i/D) "
-            "(div_term = exp(-2i·ln(10000)/D), note the minus sign).",
-            S_SINUSOID, lambda n, d: _table(n, d, exponent=lambda i, d: 10000.0 ** (2 * i / d))),
+    _GROWING,
     Pitfall("wrong frequencies (one exponent per column)",
             "You gave every column j its own frequency 1/10000^(j/D). A sine and its cosine share one "
             "frequency: columns 2i and 2i+1 both use 10000^(2i/D). Sharing it is what makes PE[pos+k] a "
