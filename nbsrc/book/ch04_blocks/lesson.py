@@ -37,7 +37,6 @@ import torch.nn.functional as F
 from tformer_ref.attention import MultiHeadAttention
 from tformer_ref.blocks import EncoderBlock, FeedForward
 from tformer_ref.device import get_device, seed_everything
-from tformer_ref.masks import padding_mask
 from tformer_ref.model import Transformer, count_parameters, xavier_init_
 
 seed_everything(0)

@@ -29,7 +29,6 @@ import math
 import matplotlib.pyplot as plt
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 from tformer_ref.device import get_device, seed_everything
 from tformer_ref.masks import causal_mask, padding_mask
