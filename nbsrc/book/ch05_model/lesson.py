@@ -312,7 +312,10 @@ assert 6 * (4 * (512**2 + 512) - (3 * 64**2 + 512**2 + 512)) == 4_654_080
 # *ignore*, ours True = *attend*). One design choice has to be stated: `nn.Transformer` ends both
 # stacks with a LayerNorm, for Post-LN too. The paper's Post-LN has no final norm (every block already
 # ends with one), and neither does ours by default (`final_norm=None` means "only for Pre-LN"); for the
-# comparison we build ours with `final_norm=True`.
+# comparison we build ours with `final_norm=True`. One more trap: run the comparison with autograd on.
+# Under `torch.no_grad()` in eval mode, `nn.TransformerEncoder` takes a "fast path" through nested
+# tensors that returns zeros at padded source positions (with a warning), where ours returns ordinary
+# vectors; both are ignored downstream, but an exact comparison would fail there.
 
 # %%
 torch.manual_seed(1)
