@@ -86,7 +86,7 @@ print("softmax over the wrong axis is off by", (wrong_axis - torch_out).abs().ma
 #
 # Dividing by $\sqrt{d_k}$ brings the standard deviation back to 1 whatever the head size. Measured:
 
-# %%
+# %% mystnb={"figure": {"caption": "The variance of q·k grows like d_k; dividing by √d_k brings it back to 1. Measured on random unit-variance vectors.", "name": "fig-ch02-variance"}, "image": {"alt": "Log-log plot: measured variance of q·k follows the dashed line d_k; the scaled variance stays flat at 1."}}
 dims = [4, 16, 64, 256, 1024]
 n_pairs = 4000
 measured, measured_scaled = [], []
@@ -126,7 +126,7 @@ plt.show()
 # the softmax Jacobian for a typical row (median over rows: the mean is dominated by the rare rows whose
 # two largest scores happen to tie).
 
-# %%
+# %% mystnb={"figure": {"caption": "Larger scores saturate softmax: its Jacobian (left) shrinks by orders of magnitude and the largest weight (right) approaches 1. Unscaled scores at d_k = 512 sit deep in that region: gradients vanish.", "name": "fig-ch02-saturation"}, "image": {"alt": "Left: median Jacobian norm of softmax falling steeply as the score standard deviation grows, with markers at 1 and √512. Right: mean largest attention weight rising towards 1."}}
 def softmax_jacobian_norm(s: torch.Tensor) -> torch.Tensor:
     """s [N, S] scores -> [N], the Frobenius norm of d softmax(s) / d s for every row."""
     p = s.softmax(dim=-1)
@@ -201,7 +201,7 @@ display(widgets.interactive(show_entropy, factor=slider))
 # of $\sqrt{512} \approx 22.6$ is what forgetting the scaling does to a head of size 512; $1/\sqrt{8}$ is
 # what dividing by $\sqrt{d_\text{model}}$ does with 8 heads (§2.5).
 
-# %%
+# %% mystnb={"figure": {"caption": "Attention entropy against the factor on the scores, and the weights with √d_model scaling, the right √d_k scaling and no scaling.", "name": "fig-ch02-entropy"}, "image": {"alt": "Left: mean entropy falling from ln S towards 0 as the factor grows. Right: three heat maps of attention weights, from nearly uniform to nearly one-hot."}}
 factors = torch.logspace(-1.5, math.log10(32), 40).tolist()
 entropies = [attention_entropy((unit_scores * f).softmax(-1)).mean().item() for f in factors]
 fig, axes = plt.subplots(1, 4, figsize=(13, 3))

@@ -369,7 +369,7 @@ display(widgets.interactive(
 # Without a running kernel, here are three settings: padding only, causal and padding, and a sequence of
 # length 0 (every row fully masked: zero weights, no NaN).
 
-# %%
+# %% mystnb={"figure": {"caption": "Masks (left, white = may attend) and the attention weights they give (right): padding only, padding with the causal mask, and a sequence of length 0 whose rows are all masked and get zero weights.", "name": "fig-ch03-masks"}, "image": {"alt": "Three rows of two images: a padding mask and its weights; a combined padding and causal mask and its triangular weights; an all-masked sequence with all-zero weights."}}
 fig, axes = plt.subplots(3, 2, figsize=(7, 9.5))
 explore_masks(5, 3, False, 0, ax_pair=axes[0])
 explore_masks(5, 3, True, 0, ax_pair=axes[1])

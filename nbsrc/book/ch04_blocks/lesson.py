@@ -266,7 +266,7 @@ assert zeros_paper == 0.0 and 0.05 < zeros_seed < 0.15
 # encoder–decoder at initialisation, one batch of random tokens, and the norm of the gradient of each
 # decoder layer's feed-forward weight $W_2$ (their Figure 3 plots such per-layer gradient norms).
 
-# %%
+# %% mystnb={"figure": {"caption": "Gradient norm of each decoder layer's feed-forward weight at initialisation: Post-LN grows towards the output, Pre-LN stays level (the qualitative result of Xiong et al. 2020).", "name": "fig-ch04-postln-preln"}, "image": {"alt": "Line plot over six decoder layers: the Post-LN curve rises several-fold from layer 1 to layer 6, the Pre-LN curve stays nearly flat."}}
 def ffn_grad_norms(norm_first, seed=0):
     torch.manual_seed(seed)
     model = Transformer(100, 100, d_model=64, n_heads=4, n_layers=6, d_ff=256, dropout=0.0,

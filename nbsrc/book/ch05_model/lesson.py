@@ -75,7 +75,7 @@ print("encoder(permuted x) == permuted encoder(x): order is invisible without po
 # across a row, the fast pairs tell nearby positions apart and the slow pairs say roughly *where* in
 # a long sequence we are, like the hands of a clock.
 
-# %%
+# %% mystnb={"figure": {"caption": "The sinusoidal positional encoding for 100 positions and D = 64: low dimensions oscillate fast, high dimensions slowly.", "name": "fig-ch05-sinusoidal"}, "image": {"alt": "Heat map with positions on the horizontal axis and dimensions on the vertical axis: fast stripes at the bottom, slowly varying bands at the top."}}
 pe = sinusoidal_encoding(100, 64)  # [100, 64]
 fig, ax = plt.subplots(figsize=(7, 3.5))
 im = ax.imshow(pe.T, aspect="auto", cmap="RdBu", vmin=-1, vmax=1)
