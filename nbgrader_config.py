@@ -25,3 +25,22 @@ c.Execute.execute_retries = 0
 # Hidden tests are visible in solutions/ and stripped from the student version.
 c.ClearHiddenTests.enforce_metadata = True
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
+
+# Guards against hostile notebooks (book/instructors.md): tformer_ref.grading.GuardedExecute replaces
+# nbgrader's Execute. It survives a kernel crash or a loop that ignores interrupts (later cells score 0,
+# the next learner is graded), caps each cell's output, and zeroes a test cell whose checks did not
+# print a success line signed with the grader's key. Without tformer_ref importable here, plain
+# nbgrader grades as usual, without these guards.
+import importlib.util  # noqa: E402
+
+if importlib.util.find_spec("tformer_ref") is not None:  # found without importing it (and torch)
+    c.Autograde.autograde_preprocessors = [
+        "tformer_ref.grading.GuardedExecute",
+        "nbgrader.preprocessors.IgnorePattern",
+        "nbconvert.preprocessors.ClearMetadataPreprocessor",
+        "nbgrader.preprocessors.LimitOutput",
+        "nbgrader.preprocessors.SaveAutoGrades",
+        "nbgrader.preprocessors.AssignLatePenalties",
+        "nbgrader.preprocessors.CheckCellMetadata",
+    ]
+    c.GuardedExecute.max_output_chars = 100_000
