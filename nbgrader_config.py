@@ -22,6 +22,8 @@ c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedb
 c.Execute.timeout = 60
 c.Execute.interrupt_on_timeout = True
 c.Execute.execute_retries = 0
+# A deleted check cell is put back from the gradebook and run (nbgrader's default leaves it ungraded).
+c.OverwriteCells.add_missing_cells = True
 # Hidden tests are visible in solutions/ and stripped from the student version.
 c.ClearHiddenTests.enforce_metadata = True
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}

@@ -8,7 +8,7 @@ costs exactly its own points.
 The class is graded once per test session by ``graded_class()`` through the instructor command
 (``python -m tformer_ref.grade --course ... --submissions ...``), which runs the real nbgrader
 autograde, generate_feedback and export. The per-cell timeout is lowered to 10 s for speed
-(``--timeout 10``; the course's nbgrader_config.py says 60).
+(``--timeout 20``; the course's nbgrader_config.py says 60).
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ CHAPTER = "ch01_shapes"
 FULL = {"test_split_heads": 2, "test_merge_heads": 2, "test_mha_matches_reference": 4,
         "test_mha_behaviour": 2, "test_mha_written_by_hand": 2}
 MHA = ("test_mha_matches_reference", "test_mha_behaviour", "test_mha_written_by_hand")
-TIMEOUT = 10
+TIMEOUT = 20
 
 MHA_STANDALONE = '''
 class MultiHeadAttention(nn.Module):

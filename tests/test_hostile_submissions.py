@@ -4,6 +4,7 @@ Two layers. The fixture learners of tests/hostile.py go through the real nbgrade
 autograde run, shared with tests/test_instructor_workflow.py). The in-process tests below
 exercise each integrity guard of tformer_ref.checks.core on its own, quickly.
 """
+import html
 import re
 import sys
 
@@ -30,7 +31,7 @@ def test_each_learner_scores_exactly_what_it_earned(learner):
     _, _, expected, diagnosis = LEARNERS[learner]
     assert table[learner]["cells"] == expected
     page = (out / "feedback" / learner / "exercise.html").read_text()
-    assert diagnosis in page.replace("&#39;", "'").replace("&quot;", '"'), diagnosis
+    assert diagnosis in html.unescape(re.sub(r"<[^>]+>", "", page)), diagnosis
 
 
 @pytest.mark.slow
@@ -158,3 +159,16 @@ def test_expected_receipts_count_the_check_calls_of_a_cell():
     assert expected_receipts("ch01.check_split_heads(split_heads)\n### BEGIN HIDDEN TESTS\n"
                              "ch01.check_by_hand('s', split_heads, (x, 2))\n### END HIDDEN TESTS") == 2
     assert expected_receipts("# Hidden test: ch01.check_x(y) is in a comment\nprint(1)") == 0
+
+
+def test_a_reference_function_patched_before_it_was_sealed_is_found_from_its_source():
+    """The seal of a module records it as first seen; its functions are also compared with the file."""
+    from tformer_ref import heads
+
+    original = heads.merge_heads.__code__
+    try:
+        heads.merge_heads.__code__ = (lambda x: x).__code__
+        assert core._disk_problems(heads) == ["tformer_ref.heads.merge_heads is not the function in heads.py"]
+    finally:
+        heads.merge_heads.__code__ = original
+    assert core._disk_problems(heads) == []

@@ -10,7 +10,7 @@ import sqlite3
 import pytest
 
 from course import nbgrader
-from hostile import CHAPTER, LEARNERS, graded_class
+from hostile import CHAPTER, LEARNERS, TIMEOUT, graded_class
 
 pytestmark = pytest.mark.slow
 
@@ -45,11 +45,11 @@ def test_gradebook_is_consistent(graded):
     db = sqlite3.connect(course / "gradebook.db")
     try:
         grades = db.execute(
-            "SELECT student.id, grade_cell.name, grade.auto_score, grade.needs_manual_grade "
+            "SELECT student.id, base_cell.name, grade.auto_score, grade.needs_manual_grade "
             "FROM grade JOIN submitted_notebook ON grade.notebook_id = submitted_notebook.id "
             "JOIN submitted_assignment ON submitted_notebook.assignment_id = submitted_assignment.id "
             "JOIN student ON submitted_assignment.student_id = student.id "
-            "JOIN grade_cell ON grade.cell_id = grade_cell.id").fetchall()
+            "JOIN base_cell ON grade.cell_id = base_cell.id").fetchall()
         submissions = db.execute("SELECT COUNT(*) FROM submitted_assignment").fetchone()[0]
     finally:
         db.close()
@@ -65,7 +65,7 @@ def test_running_autograde_again_changes_nothing(graded):
     nbgrader(course, "autograde", CHAPTER)  # already graded: nbgrader skips, the gradebook is untouched
     assert (course / "gradebook.db").read_bytes() == before
     # Forced regrading of one learner gives the same scores.
-    nbgrader(course, "autograde", CHAPTER, "--force", "--student=scale_d_model", "--Execute.timeout=10")
+    nbgrader(course, "autograde", CHAPTER, "--force", "--student=scale_d_model", f"--Execute.timeout={TIMEOUT}")
     from hostile import LEARNERS as L
     from tformer_ref.grade import read_scores
 
@@ -76,7 +76,7 @@ def test_running_autograde_again_changes_nothing(graded):
 
 def test_whole_class_grades_within_budget(graded):
     """DESIGN §6: one learner's chapter submission autogrades in about 20 s (2-core CPU, loaded machine: 3x slack).
-    The class includes two deliberate 10 s timeouts."""
+    The class includes two deliberate timeouts of TIMEOUT seconds."""
     _, _, _, seconds = graded
     print(f"class of {len(LEARNERS)} graded in {seconds:.0f} s")
     assert seconds < 60 * len(LEARNERS)

@@ -213,15 +213,16 @@ def grade_notebook(notebook: Path, *, chapter: str | None = None, timeout: int |
         else:
             pristine = _pristine_student_version(notebook, root, chapter) or notebook
             nbformat.write(_visible_source(pristine), src / f"{NOTEBOOK}.ipynb")
-        nbgrader(course, root, "generate_assignment", chapter, "--force", "--log-level=ERROR")
         handed_in = course / "submitted" / STUDENT / chapter
         handed_in.mkdir(parents=True)
         shutil.copy(notebook, handed_in / f"{NOTEBOOK}.ipynb")
-        args = ["autograde", chapter, "--force"] + ([f"--Execute.timeout={timeout}"] if timeout else [])
-        proc = nbgrader(course, root, *args, check=False)
+        # generate_assignment (records the source's cells and points) then autograde, in one nbgrader
+        # process: starting Python, nbgrader and PyTorch is most of the time a learner waits.
+        proc = subprocess.run([sys.executable, "-c", _ONE_PROCESS, chapter, STUDENT, str(timeout or 0)], cwd=course,
+                              env=_env(root), text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         autograded = course / "autograded" / STUDENT / chapter / f"{NOTEBOOK}.ipynb"
-        if not autograded.is_file():
-            raise GradeError(f"nbgrader autograde could not grade {notebook}:\n{proc.stdout[-4000:]}")
+        if proc.returncode != 0 or not autograded.is_file():
+            raise GradeError(f"nbgrader could not grade {notebook}:\n{proc.stdout[-4000:]}")
         why = diagnoses(autograded)
         scores = read_scores(course, chapter)[STUDENT]
     result = Result(chapter, hidden)
@@ -231,6 +232,26 @@ def grade_notebook(notebook: Path, *, chapter: str | None = None, timeout: int |
     result.cells.sort(key=lambda c: order.get(c.grade_id, len(order)))
     result.seconds = time.perf_counter() - started
     return result
+
+
+_ONE_PROCESS = """
+import sys
+from nbgrader.apps import NbGraderAPI
+from nbgrader.coursedir import CourseDirectory
+from traitlets.config.loader import PyFileConfigLoader
+
+chapter, student, timeout = sys.argv[1], sys.argv[2], int(sys.argv[3])
+config = PyFileConfigLoader("nbgrader_config.py", path=".").load_config()
+if timeout:
+    config.Execute.timeout = timeout
+config.CourseDirectory.root = "."
+api = NbGraderAPI(coursedir=CourseDirectory(config=config), config=config)
+for step in (lambda: api.generate_assignment(chapter, force=True), lambda: api.autograde(chapter, student, force=True)):
+    result = step()
+    if not result["success"]:
+        print(result.get("log", ""), result.get("error", ""))
+        sys.exit(1)
+"""
 
 
 def _ordered_ids(path: Path) -> list[str]:
