@@ -12,6 +12,7 @@ import torch
 from ..attention import scaled_dot_product_attention
 from ..device import get_device
 from .core import Case, Pitfall, Section, check_not_delegated, compare_to_reference
+from .core import seal
 
 CHAPTER = "ch02_attention"
 S_STEPS = Section(CHAPTER, "2.1", "Attention step by step")
@@ -158,3 +159,6 @@ def check_attention_entropy(entropy_fn) -> None:
     __tracebackhide__ = True
     compare_to_reference("attention_entropy", _entropy_cases(), entropy_fn, _entropy, ENTROPY_PITFALLS,
                          atol=1e-5, rtol=1e-4)
+
+
+seal(__name__)

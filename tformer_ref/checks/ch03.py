@@ -13,6 +13,7 @@ from ..attention import scaled_dot_product_attention
 from ..device import get_device
 from ..masks import causal_mask, padding_mask
 from .core import Case, Pitfall, Section, _run, _Raised, check_not_delegated, compare_to_reference, fail, passed
+from .core import seal
 from .ch02 import S_SATURATION, _pair
 
 CHAPTER = "ch03_masks"
@@ -337,3 +338,6 @@ def check_mask_probes(masked_attention_fn, causal_mask_fn, padding_mask_fn) -> N
                     "[B, 1, 1, S] (a [B, 1, S] mask puts the batch on the heads axis, and when B == H it "
                     "silently masks each sequence with another one's padding) and that True means attend.", S_PROBES)
     passed(title, "the past ignores the future, and padding changes no real token")
+
+
+seal(__name__)

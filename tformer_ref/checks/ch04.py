@@ -15,6 +15,7 @@ from ..device import get_device
 from . import _blocks
 from ._blocks import Parts, single_threaded, compare_with_roles, find_parts, norm_orders, randn, randomise_norms, sublayer
 from .core import Case, Pitfall, Section, compare_to_reference, fail, passed, probe_eval_determinism
+from .core import seal
 
 CHAPTER = "ch04_blocks"
 S_RESIDUAL = Section(CHAPTER, "4.1", "Residual connections")
@@ -318,3 +319,6 @@ def check_block_by_hand(cls) -> None:
     __tracebackhide__ = True
     torch.manual_seed(0)
     _blocks.check_block_not_delegated("EncoderBlock", _build("EncoderBlock", cls, (16, 4, 32, 0.1, False)))
+
+
+seal(__name__)

@@ -16,6 +16,7 @@ from ..positions import sinusoidal_encoding
 from . import _blocks
 from ._blocks import Parts, single_threaded, compare_with_roles, find_parts, norm_orders, randn, randomise_norms, sublayer
 from .core import Case, CheckFailure, Pitfall, Section, _run, check_not_delegated, compare_to_reference, fail, passed
+from .core import seal
 
 CHAPTER = "ch05_model"
 S_ORDER = Section(CHAPTER, "5.1", "Attention ignores order")
@@ -358,3 +359,6 @@ def check_decoder_by_hand(cls) -> None:
     __tracebackhide__ = True
     torch.manual_seed(0)
     _blocks.check_block_not_delegated("DecoderBlock", _build(cls, (16, 4, 40, 0.1)))
+
+
+seal(__name__)

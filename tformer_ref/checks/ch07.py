@@ -20,6 +20,7 @@ from torch.utils.data import Dataset
 from ..device import get_device
 from ..toy_lm import TinyCausalLM, count_targets, lm_loss_sum, make_token_data
 from .core import Case, Pitfall, Section, _Raised, _run, compare_to_reference, fail, passed
+from .core import seal
 
 CHAPTER = "ch07_scale"
 S_AMP = Section(CHAPTER, "7.1", "Mixed precision with torch.amp")
@@ -474,3 +475,6 @@ def check_written_by_hand(fn, kind: str) -> None:
     if used:
         fail(kind, f"your code calls {', '.join(used)}: the exercise is to write the step yourself.")
     passed(kind, "written by hand, no reference shortcut")
+
+
+seal(__name__)
