@@ -21,8 +21,9 @@ book: env
 	$(BIN)/jupyter-book build . --warningiserror --nitpick --keep-going
 	@echo "Open _build/html/index.html"
 
+# Two workers (the machines have 2 cores); tests that share the built book run on one of them.
 test: env
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2 --dist loadgroup --durations=25
 
 # The quick part: the package, its checks and the notebook files, without executing notebooks.
 test-fast: env

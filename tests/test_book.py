@@ -31,6 +31,10 @@ def test_vendored_browser_code_is_the_pinned_release():
         assert hashlib.sha256((VENDOR / name).read_bytes()).hexdigest() == digest, f"_vendor/{name} was modified"
 
 
+# The book is built once per worker process, so under pytest-xdist all its users share one worker.
+pytestmark = pytest.mark.xdist_group("book")
+
+
 @pytest.fixture(scope="module")
 def built():
     proc = build_book()

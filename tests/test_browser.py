@@ -13,7 +13,8 @@ import pytest
 from book import HTML, SCREENSHOTS, build_book, has_maths, has_widget_state, notebook_pages, pages
 from browser import chromium, console_errors, require_chromium, outside_requests, requested_urls, serve_directory, wait_for
 
-pytestmark = pytest.mark.slow
+# xdist_group: the book is built once per worker process, so all its users share one worker.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("book")]
 
 # Resolves once the page's MathJax has typeset it (or at once where the page has no MathJax).
 MATHJAX_DONE = """
