@@ -46,3 +46,9 @@ def pytest_collection_modifyitems(config, items):
     elif not torch.cuda.is_available():
         for item in gpu_items:
             item.add_marker(pytest.mark.skip(reason="needs CUDA (torch.cuda.is_available() is False); run `make test-gpu` on a GPU machine"))
+
+
+def pytest_generate_tests(metafunc):
+    """One grading test per buggy learner of a chapter (tests/course.py, GradedChapter)."""
+    if "buggy_student" in metafunc.fixturenames:
+        metafunc.parametrize("buggy_student", sorted(metafunc.cls.buggy))

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import nbformat
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTION_BLOCK = re.compile(r"^[ \t]*### BEGIN SOLUTION\n(.*?)^[ \t]*### END SOLUTION\n?", re.S | re.M)
@@ -91,3 +92,64 @@ def feedback_text(course: Path, chapter: str, student: str) -> str:
     """The learner's feedback page as plain text (tags dropped, entities decoded)."""
     page = (course / "feedback" / student / chapter / "exercise.html").read_text()
     return html.unescape(re.sub(r"<[^>]+>", "", page))
+
+
+class GradedChapter:
+    """Base of every chapter's grading test (tests/test_grading_chNN.py): subclass it as ``TestGrading``
+    and give the data below. One real ``nbgrader autograde`` run grades a small class: the solution,
+    the untouched student version, right answers written differently, and one buggy submission per
+    diagnosis; then ``generate_feedback`` writes each learner's page.
+    """
+
+    chapter: str
+    full: dict[str, int]  # grade_id of every test cell -> its points
+    # learner -> (answer cells replaced, test cells that must score 0, text(s) the feedback must contain)
+    buggy: dict[str, tuple[dict[str, str], tuple[str, ...], str | tuple[str, ...]]]
+    right_variants: dict[str, dict[str, str]] = {}  # learner -> answer cells replaced by right code
+    hidden_marker: str  # text that only the hidden tests contain
+    hidden_student: str  # a learner whose autograded notebook must show the hidden tests
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def graded(cls, tmp_path_factory):
+        self = cls
+        course = make_course(tmp_path_factory.mktemp(self.chapter), self.chapter)
+        student_nb = released(course, self.chapter)
+        right = solution_sources(self.chapter)
+        submit(course, self.chapter, "solution", filled(student_nb, right))
+        submit(course, self.chapter, "untouched", student_nb)
+        for student, answers in self.right_variants.items():
+            submit(course, self.chapter, student, filled(student_nb, {**right, **answers}))
+        for student, (answers, _, _) in self.buggy.items():
+            submit(course, self.chapter, student, filled(student_nb, {**right, **answers}))
+        autograde(course, self.chapter)
+        nbgrader(course, "generate_feedback", self.chapter, "--force")
+        return course, scores(course, self.chapter)
+
+    def test_solution_scores_full_marks(self, graded):
+        _, got = graded
+        assert got["solution"] == self.full
+
+    def test_right_answers_written_differently_score_full_marks(self, graded):
+        _, got = graded
+        for student in self.right_variants:
+            assert got[student] == self.full, student
+
+    def test_untouched_student_version_scores_zero(self, graded):
+        _, got = graded
+        assert got["untouched"] == {cell: 0 for cell in self.full}
+
+    def test_buggy_submission_loses_exactly_its_cells(self, graded, buggy_student):
+        course, got = graded
+        _, broken, diagnoses = self.buggy[buggy_student]
+        assert got[buggy_student] == {cell: (0 if cell in broken else pts) for cell, pts in self.full.items()}
+        text = feedback_text(course, self.chapter, buggy_student)
+        for diagnosis in (diagnoses,) if isinstance(diagnoses, str) else diagnoses:
+            assert diagnosis in text
+
+    def test_hidden_tests_are_not_in_the_student_version_but_are_graded(self, graded):
+        course, _ = graded
+        released_text = (course / "release" / self.chapter / "exercise.ipynb").read_text()
+        assert self.hidden_marker not in released_text and "BEGIN HIDDEN TESTS" not in released_text
+        graded_nb = course / "autograded" / self.hidden_student / self.chapter / "exercise.ipynb"
+        assert self.hidden_marker in graded_nb.read_text()

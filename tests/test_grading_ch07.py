@@ -6,7 +6,7 @@ must score exactly what it deserves, and the feedback must name the pitfall.
 """
 import pytest
 
-from course import autograde, feedback_text, filled, make_course, nbgrader, released, scores, solution_sources, submit
+from course import GradedChapter
 
 CHAPTER = "ch07_scale"
 FULL = {"test_accumulation_step": 4, "test_amp_step": 4, "test_make_loader": 3}
@@ -78,45 +78,9 @@ BUGGY = {
 }
 
 
-@pytest.fixture(scope="module")
-def graded(tmp_path_factory):
-    course = make_course(tmp_path_factory.mktemp("ch07"), CHAPTER)
-    student_nb = released(course, CHAPTER)
-    right = solution_sources(CHAPTER)
-    submit(course, CHAPTER, "solution", filled(student_nb, right))
-    submit(course, CHAPTER, "untouched", student_nb)
-    for student, (answers, _, _) in BUGGY.items():
-        submit(course, CHAPTER, student, filled(student_nb, {**right, **answers}))
-    autograde(course, CHAPTER)
-    nbgrader(course, "generate_feedback", CHAPTER, "--force")
-    return course, scores(course, CHAPTER)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(CHAPTER)]  # one autograde run per chapter, on one worker
 
 
-pytestmark = pytest.mark.slow
-
-
-def test_solution_scores_full_marks(graded):
-    _, got = graded
-    assert got["solution"] == FULL
-
-
-def test_untouched_student_version_scores_zero(graded):
-    _, got = graded
-    assert got["untouched"] == {cell: 0 for cell in FULL}
-
-
-@pytest.mark.parametrize("student", sorted(BUGGY))
-def test_buggy_submission_loses_exactly_its_cells(graded, student):
-    course, got = graded
-    _, broken, diagnoses = BUGGY[student]
-    assert got[student] == {cell: (0 if cell in broken else pts) for cell, pts in FULL.items()}
-    text = feedback_text(course, CHAPTER, student)
-    for diagnosis in diagnoses:
-        assert diagnosis in text
-
-
-def test_hidden_tests_are_not_in_the_student_version_but_are_graded(graded):
-    course, _ = graded
-    text = (course / "release" / CHAPTER / "exercise.ipynb").read_text()
-    assert "hidden=True" not in text and "BEGIN HIDDEN TESTS" not in text
-    assert "hidden=True" in (course / "autograded" / "solution" / CHAPTER / "exercise.ipynb").read_text()
+class TestGrading(GradedChapter):
+    chapter, full, buggy = CHAPTER, FULL, BUGGY
+    hidden_marker, hidden_student = 'hidden=True', 'solution'

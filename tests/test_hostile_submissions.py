@@ -25,6 +25,7 @@ def split_right(x, h):
 # --------------------------------------------------------------------------- through the real nbgrader CLI
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("hostile_class")  # graded_class() runs once per worker
 @pytest.mark.parametrize("learner", sorted(LEARNERS))
 def test_each_learner_scores_exactly_what_it_earned(learner):
     course, out, table, _ = graded_class()
@@ -35,6 +36,7 @@ def test_each_learner_scores_exactly_what_it_earned(learner):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("hostile_class")  # graded_class() runs once per worker
 def test_enormous_output_is_capped_in_the_graded_notebook():
     course, _, _, _ = graded_class()
     nb = course / "autograded" / "output_and_warnings" / CHAPTER / "exercise.ipynb"
@@ -42,6 +44,7 @@ def test_enormous_output_is_capped_in_the_graded_notebook():
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("hostile_class")  # graded_class() runs once per worker
 def test_a_warning_in_an_answer_cell_does_not_zero_the_test_cell():
     course, _, _, _ = graded_class()
     import json

@@ -12,7 +12,7 @@ import pytest
 from course import nbgrader
 from hostile import CHAPTER, LEARNERS, TIMEOUT, graded_class
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("hostile_class")]  # graded_class() runs once per worker
 
 
 @pytest.fixture(scope="module")
