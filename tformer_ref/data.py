@@ -7,7 +7,7 @@
 
 It needs a real encoder–decoder: the output reorders the input (year last, day first), turns a
 month number into a name, drops leading zeros, and both sides change length from one example to
-the next (source 8–17 characters, target 10–17), so dynamic padding and length bucketing matter.
+the next (source 8–18 characters, target 10–17), so dynamic padding and length bucketing matter.
 Everything is generated from a seed: no download. Held-out examples use *dates* never seen in
 training, in any style.
 
@@ -34,7 +34,7 @@ STYLES = (
     lambda d: f"{d.day}.{d.month}.{d.year}",                # 3.3.2021
     lambda d: d.strftime("%Y%m%d"),                         # 20210303
     lambda d: f"{MONTHS[d.month - 1][:3]} {d.day}, {d.year}",   # Mar 3, 2021
-    lambda d: f"{d.day} {MONTHS[d.month - 1][:3].upper()} {d.year % 100:02d}",  # 3 MAR 21 (years 1950-2049)
+    lambda d: f"{d.day} {MONTHS[d.month - 1][:3].upper()} {d.year}",  # 3 MAR 2021
     lambda d: f"{MONTHS[d.month - 1].lower()} {d.day} {d.year}",  # march 3 2021
 )
 
@@ -45,10 +45,9 @@ def render_target(date: dt.date) -> str:
 
 
 def all_dates(first_year: int = 1950, last_year: int = 2049) -> list[dt.date]:
-    """Every day from 1 January ``first_year`` to 31 December ``last_year`` (the two-digit-year style
-    is unambiguous only within one century, so the range must span at most 100 years)."""
-    if last_year - first_year >= 100:
-        raise ValueError(f"the year range must span at most 100 years, got {first_year}..{last_year}")
+    """Every day from 1 January ``first_year`` to 31 December ``last_year``."""
+    if last_year < first_year:
+        raise ValueError(f"last_year must be >= first_year, got {first_year}..{last_year}")
     start, end = dt.date(first_year, 1, 1), dt.date(last_year, 12, 31)
     return [start + dt.timedelta(days=i) for i in range((end - start).days + 1)]
 
