@@ -253,9 +253,11 @@ def _mha_cases():
 
 def _build(cls, d_model, n_heads, dtype):
     __tracebackhide__ = True
-    torch.manual_seed(0)
     try:
-        module = cls(d_model, n_heads)
+        # Seeded, without disturbing the random state of the learner's notebook.
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            module = cls(d_model, n_heads)
     except Exception as exc:
         fail("MultiHeadAttention", f"MultiHeadAttention({d_model}, {n_heads}) raised {type(exc).__name__}: {exc}")
     if not isinstance(module, torch.nn.Module):

@@ -1,0 +1,1 @@
+"""Benchmarks: each reports ratios against a peer measured in the same run (`make bench`)."""

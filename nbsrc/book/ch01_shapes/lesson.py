@@ -1,0 +1,920 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Chapter 1 — Shapes and heads
+#
+# Multi-head attention is a handful of matrix products. Almost every bug in a
+# first implementation is a bug of **shapes and axes**: a `view` that reads memory
+# in the wrong order, an `einsum` whose letters name the wrong axes, a projection
+# that gives each head less than it should see. Such bugs rarely crash: the output
+# has the right shape and the model even trains, a little worse.
+#
+# In this chapter you will:
+#
+# - follow one batch through multi-head attention and write down every shape;
+# - split a tensor into heads and merge it back, and see why `view`, `transpose`,
+#   `reshape` and `.contiguous()` appear where they do;
+# - compute attention scores with `matmul` and with `einsum`, and break `einsum` the
+#   way one of the seed write-ups does;
+# - count parameters and FLOPs, and re-measure how heads affect speed and memory;
+# - explore one head's attention map, then hunt four bugs in the seed's code.
+#
+# **The seed claims this chapter checks.** The course grew out of two beginners'
+# write-ups of an 8-head, 2-layer Transformer. This chapter checks the following claims of theirs:
+#
+# | claim | verdict | section |
+# |---|---|---|
+# | split `[B, S, D]` → `[B, S, H, Dh]` → `[B, H, S, Dh]`; call `.contiguous()` after `transpose` | right | 1.2, 1.3 |
+# | "einsum is concise but easy to get the axis order wrong" | right — and the other seed's `SelfAttention` does exactly that | 1.4, 1.10 |
+# | one `Linear(head_dim, head_dim)` shared by all heads | a different, much smaller model | 1.5 |
+# | with $d_k = 512$ the dot products have standard deviation $\sqrt{512} \approx 22.6$ | right, but a head's $d_k$ is $D_h$, not $D$ | 1.6 |
+# | multi-head attention costs $O(n^2 d / h)$, so more heads are faster | wrong: $O(n^2 d)$ for any $h$ | 1.7 |
+# | heads 1/8/16 use 1200/1800/2500 MB and run at 85/78/65 it/s | no set-up given; re-measured here | 1.8 |
+#
+# Everything runs on the CPU in well under a minute, and unchanged on a GPU.
+
+# %%
+# %matplotlib inline
+import math
+import statistics
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.flop_counter import FlopCounterMode
+
+from tformer_ref.attention import MultiHeadAttention
+from tformer_ref.checks.ch01 import check_multi_head_attention, check_multi_head_attention_behaviour
+from tformer_ref.checks.core import CheckFailure
+from tformer_ref.device import get_device, seed_everything
+from tformer_ref.heads import merge_heads, split_heads
+from tformer_ref.plotting import attention_heatmaps, heads_cost_figure
+from tformer_ref.widgets import head_explorer
+
+device = get_device()  # CUDA when available; set TFORMER_DEVICE=cpu to override
+seed_everything(0)
+# This lesson only inspects forward values; §1.8 switches gradients back on to time backward passes.
+torch.set_grad_enabled(False)
+print(f"device: {device}, torch {torch.__version__}")
+
+# %% [markdown]
+# ## 1.1 From [B, S, D] to heads
+#
+# The letters used throughout the course:
+#
+# | letter | meaning | the seed's example |
+# |---|---|---|
+# | B | batch size: sequences processed together | 32 |
+# | S | sequence length (Sq for queries and Sk for keys when they differ) | 64 |
+# | D | model width, `d_model` | 512 |
+# | H | number of heads | 8 |
+# | Dh | size of one head, $D_h = D / H$ (the paper's $d_k$) | 64 |
+#
+# A multi-head self-attention layer takes `x` of shape `[B, S, D]` and returns the same
+# shape. On the way, every head gets its own `Dh`-dimensional query, key and value for
+# every token:
+#
+# ```text
+# x                                [B, S, D]
+# q = x Wqᵀ + bq                   [B, S, D]        (same for k and v)
+# q.view(B, S, H, Dh)              [B, S, H, Dh]    cut each token's D features into H slices
+# .transpose(1, 2)                 [B, H, S, Dh]    heads in front: one [S, Dh] matrix per (batch, head)
+# scores = q @ kᵀ / √Dh            [B, H, S, S]     one S×S score matrix per head
+# weights = softmax(scores, -1)    [B, H, S, S]     each row sums to 1
+# out = weights @ v                [B, H, S, Dh]
+# out.transpose(1, 2)              [B, S, H, Dh]
+# .reshape(B, S, D)                [B, S, D]        heads side by side again
+# y = out Woᵀ + bo                 [B, S, D]
+# ```
+#
+# Let us walk this path by hand with tiny sizes, using the weights of the course's
+# reference `MultiHeadAttention`, and assert every shape on the way.
+
+# %%
+B, S, D, H = 2, 5, 12, 3
+Dh = D // H
+
+seed_everything(0)
+mha = MultiHeadAttention(D, H).to(device).eval()
+x = torch.randn(B, S, D, device=device)
+assert x.shape == (B, S, D)
+
+q, k, v = mha.q_proj(x), mha.k_proj(x), mha.v_proj(x)
+assert q.shape == k.shape == v.shape == (B, S, D)
+
+q4, k4, v4 = (t.view(B, S, H, Dh) for t in (q, k, v))
+assert q4.shape == (B, S, H, Dh)
+
+qh, kh, vh = (t.transpose(1, 2) for t in (q4, k4, v4))
+assert qh.shape == (B, H, S, Dh)
+
+scores = qh @ kh.transpose(-2, -1) / math.sqrt(Dh)
+assert scores.shape == (B, H, S, S)
+
+weights = scores.softmax(dim=-1)
+assert weights.shape == (B, H, S, S)
+
+out_h = weights @ vh
+assert out_h.shape == (B, H, S, Dh)
+
+merged = out_h.transpose(1, 2).reshape(B, S, D)
+assert merged.shape == (B, S, D)
+
+y = mha.out_proj(merged)
+assert y.shape == (B, S, D)
+
+# The walk by hand is exactly what the reference module computes.
+assert torch.allclose(y, mha(x), atol=1e-6)
+print("x", tuple(x.shape), "-> q", tuple(q4.shape), "->", tuple(qh.shape),
+      "-> scores", tuple(scores.shape), "-> out", tuple(out_h.shape), "-> y", tuple(y.shape))
+
+# %% [markdown]
+# ## 1.2 Splitting into heads
+#
+# **How a tensor sits in memory.** A contiguous `[B, S, D]` tensor stores, for each
+# token, its `D` features one after the other; then the next token. Its *strides*
+# say how many elements to skip to move one step along each axis: `(S·D, D, 1)`.
+#
+# **`view` vs `reshape`.** `view` never copies: it only gives the same memory new
+# strides, and raises an error when that is impossible. `reshape` returns a view when
+# it can and silently copies when it cannot. Neither of them moves numbers between
+# positions in the flat order of memory, and that is the point to remember: **the
+# shape you ask for is read off memory in order.**
+#
+# - `view(B, S, H, Dh)` cuts each token's `D` features into `H` consecutive slices of
+#   `Dh`. Head `h` gets features `h·Dh … (h+1)·Dh − 1` of every token: correct.
+# - `transpose(1, 2)` then swaps the S and H axes by swapping their strides: no copy,
+#   the same numbers, now indexed `[b, h, s, :]`.
+# - `view(B, H, S, Dh)` straight away has the right *shape* but reads memory as if
+#   the first `S·Dh` numbers belonged to head 0, which are the first `S/H` tokens' features.
+#
+# Small integers make this visible: one sequence of 3 tokens, `D = 4`, 2 heads.
+
+# %%
+x_small = torch.arange(3 * 4, dtype=torch.float32, device=device).view(1, 3, 4)  # [B=1, S=3, D=4]
+print("x_small [1, 3, 4], token s holds features 4s … 4s+3:\n", x_small[0])
+print("strides:", x_small.stride())
+
+right = x_small.view(1, 3, 2, 2).transpose(1, 2)   # [B, S, H, Dh] -> [B, H, S, Dh]
+wrong = x_small.view(1, 2, 3, 2)                   # straight to [B, H, S, Dh]
+assert right.shape == wrong.shape == (1, 2, 3, 2)
+print("head 0, right split (first two features of each token):\n", right[0, 0])
+print("head 0, viewed straight to [B, H, S, Dh] (tokens cut in half and re-glued):\n", wrong[0, 0])
+
+# Same shape, different numbers: the straight view mixes tokens into heads.
+assert not torch.equal(right, wrong)
+# reshape is no cure: it reads memory in the same order as view.
+assert torch.equal(x_small.reshape(1, 2, 3, 2), wrong)
+# view and transpose copy nothing: all three share one block of memory.
+assert right.data_ptr() == wrong.data_ptr() == x_small.data_ptr()
+
+# %% [markdown]
+# The correct split is what the reference `tformer_ref.heads.split_heads` does.
+# Check it on the random `x` of §1.1, and check the meaning of a head: head `h` is
+# the slice `x[..., h·Dh:(h+1)·Dh]` of every token.
+
+# %%
+heads = split_heads(x, H)                              # [B, H, S, Dh]
+assert heads.shape == (B, H, S, Dh)
+assert torch.equal(heads, x.view(B, S, H, Dh).transpose(1, 2))
+for h in range(H):
+    assert torch.equal(heads[:, h], x[..., h * Dh:(h + 1) * Dh])
+assert not torch.equal(heads, x.view(B, H, S, Dh))     # the straight view is wrong here too
+print("split_heads:", tuple(x.shape), "->", tuple(heads.shape), "strides", heads.stride())
+
+# %% [markdown]
+# ## 1.3 Merging heads back
+#
+# After attention, each head's output is `[B, H, S, Dh]` and we need `[B, S, D]` again:
+# transpose back to `[B, S, H, Dh]`, then glue the heads side by side.
+#
+# The attention output `weights @ v` is a fresh tensor, contiguous in the
+# `[B, H, S, Dh]` order. Its transpose is **not contiguous**: walking it in
+# `[B, S, H, Dh]` order jumps around memory. `view` needs memory it can walk with
+# fixed strides, so it refuses to glue the last two axes.
+
+# %%
+back = out_h.transpose(1, 2)                           # [B, S, H, Dh], a view of out_h
+assert back.shape == (B, S, H, Dh)
+print("out_h contiguous:", out_h.is_contiguous(), "| after transpose:", back.is_contiguous(),
+      "| strides", back.stride())
+assert out_h.is_contiguous() and not back.is_contiguous()
+
+raised = False
+try:
+    back.view(B, S, D)
+except RuntimeError as err:
+    raised = True
+    print("RuntimeError:", err)
+assert raised, "view on a non-contiguous tensor should have raised"
+
+# Two fixes that give the same tensor: copy into the new order first, or let reshape copy.
+via_contiguous = back.contiguous().view(B, S, D)
+via_reshape = back.reshape(B, S, D)
+assert torch.equal(via_contiguous, via_reshape)
+assert torch.equal(via_reshape, merge_heads(out_h))
+assert via_reshape.data_ptr() != out_h.data_ptr()     # here reshape had to copy
+
+# %% [markdown]
+# The seed's `transpose(1, 2).contiguous().view(...)` is therefore right. The
+# reference `merge_heads` uses `reshape`, which copies only when it must.
+#
+# Merging must undo splitting exactly. And skipping the transpose, reshaping
+# `[B, H, S, Dh]` straight to `[B, S, D]`, again gives the right shape and the wrong
+# numbers: it glues rows of *different tokens* of one head into one "token".
+
+# %%
+fresh = split_heads(x, H).contiguous()                 # [B, H, S, Dh], laid out like an attention output
+assert torch.equal(merge_heads(fresh), x)              # merge ∘ split == identity
+assert torch.equal(merge_heads(split_heads(x, H)), x)
+
+no_transpose = fresh.reshape(B, S, D)                  # right shape ...
+assert no_transpose.shape == x.shape
+assert not torch.equal(no_transpose, x)                # ... wrong numbers
+# Its first "token" is tokens 0, 1 and 2 of head 0, glued together:
+assert torch.equal(no_transpose[:, 0], fresh[:, 0, :3].reshape(B, 3 * Dh))
+print("merge(split(x)) == x; reshape without transpose differs by up to",
+      f"{(no_transpose - x).abs().max().item():.2f}")
+
+# %% [markdown]
+# ## 1.4 einsum and matmul
+#
+# `torch.einsum` names every axis with a letter; letters that appear in the inputs
+# but not in the output are summed over. On `[B, H, S, Dh]` tensors the scores are
+# `'bhqd,bhkd->bhqk'`: for every batch `b` and head `h`, sum over the feature `d`,
+# for every query position `q` and key position `k`. That is exactly
+# `q @ k.transpose(-2, -1)`.
+
+# %%
+s_matmul = qh @ kh.transpose(-2, -1)                   # [B, H, S, S]
+s_einsum = torch.einsum("bhqd,bhkd->bhqk", qh, kh)     # [B, H, S, S]
+assert s_matmul.shape == s_einsum.shape == (B, H, S, S)
+assert torch.allclose(s_matmul, s_einsum, atol=1e-6)
+
+# %% [markdown]
+# **The letters are names, not meanings.** `einsum` does not know that you *meant*
+# `h` to be the heads; it takes the axes in the order the tensor has them. The seed's
+# `SelfAttention` (§1.10) applies this very string to tensors still laid out as
+# `[B, S, H, Dh]` (it never transposes). Then `b` = batch, `h` = **sequence**, `q` and
+# `k` = **heads**, `d` = head features. The "scores" are `[B, S, H, H]`: for each token,
+# how much each of its heads attends to its *other heads*. No token ever looks at
+# another token.
+#
+# The shape looks plausible, and after the second einsum and the final reshape the
+# layer even returns `[B, S, D]`. A probe exposes it: change token 0 and check the
+# outputs at the other positions.
+
+# %%
+def seed_einsum_attention(q, k, v):
+    """The seed's two einsums, applied to q [B, Sq, H, Dh], k and v [B, Sk, H, Dh] (BUGGY).
+
+    Returns [B, Sq, H, Dh]; its "attention" runs across the heads of one token.
+    """
+    energy = torch.einsum("bhqd,bhkd->bhqk", q, k) / math.sqrt(q.size(-1))   # [B, S, H, H] !
+    return torch.einsum("bhql,bhlv->bhqv", energy.softmax(dim=3), v)
+
+
+def correct_attention(q, k, v):
+    """q [B, Sq, H, Dh], k and v [B, Sk, H, Dh] -> [B, Sq, H, Dh], attending across positions."""
+    qh, kh, vh = (t.transpose(1, 2) for t in (q, k, v))                      # [B, H, S, Dh]
+    w = (qh @ kh.transpose(-2, -1) / math.sqrt(q.size(-1))).softmax(dim=-1)  # [B, H, Sq, Sk]
+    return (w @ vh).transpose(1, 2)
+
+
+def layer(x_in, attention):
+    """Project x_in [B, S, D] with mha's weights, attend in the [B, S, H, Dh] layout, project back."""
+    b, s, _ = x_in.shape
+    q, k, v = (proj(x_in).view(b, s, H, Dh) for proj in (mha.q_proj, mha.k_proj, mha.v_proj))
+    return mha.out_proj(attention(q, k, v).reshape(b, s, D))
+
+
+assert torch.einsum("bhqd,bhkd->bhqk", q4, k4).shape == (B, S, H, H)   # not [B, H, S, S]
+
+x_changed = x.clone()
+x_changed[:, 0] = torch.randn(B, D, device=device)                     # a different token 0
+change = {}
+for name, attention in (("seed einsum", seed_einsum_attention), ("correct", correct_attention)):
+    before, after = layer(x, attention), layer(x_changed, attention)   # [B, S, D] each
+    assert before.shape == after.shape == (B, S, D)
+    change[name] = (after - before)[:, 1:].abs().amax(dim=-1)          # [B, S-1]: change at positions 1..
+    print(f"{name:12s}: largest change at positions 1..{S - 1} = {change[name].max().item():.2e}")
+
+# With the seed's einsum, positions 1.. do not notice token 0 at all: tokens never mix.
+assert (change["seed einsum"] < 1e-6).all()
+# Real attention: every other position's output depends on token 0.
+assert (change["correct"] > 1e-3).all()
+# The reference agrees with the correct version.
+assert torch.allclose(layer(x, correct_attention), mha(x), atol=1e-6)
+
+# %% [markdown]
+# In cross-attention the queries come from one sequence and the keys from another,
+# so `Sq ≠ Sk`. The seed's einsum then reads the two different lengths as the same
+# letter `h` and fails (it only "works" by accident when the lengths match).
+
+# %%
+memory = torch.randn(B, 7, H, Dh, device=device)       # keys/values from a 7-token sequence
+raised = False
+try:
+    seed_einsum_attention(q4, memory, memory)          # q4: [B, 5, H, Dh]
+except RuntimeError as err:
+    raised = True
+    print("RuntimeError:", err)
+assert raised
+assert correct_attention(q4, memory, memory).shape == (B, S, H, Dh)
+
+# %% [markdown]
+# `einsum` is fine when the letters name the axes as they really are. On the
+# untransposed `[B, S, H, Dh]` layout the scores are `'bqhd,bkhd->bhqk'`, and the
+# weighted sum can even land straight back in `[B, S, H, Dh]` with
+# `'bhqk,bkhd->bqhd'`: no transpose needed at all.
+
+# %%
+s_labelled = torch.einsum("bqhd,bkhd->bhqk", q4, k4)   # q4, k4: [B, S, H, Dh]
+assert s_labelled.shape == (B, H, S, S)
+assert torch.allclose(s_labelled, s_matmul, atol=1e-6)
+
+w_labelled = (s_labelled / math.sqrt(Dh)).softmax(dim=-1)
+out_labelled = torch.einsum("bhqk,bkhd->bqhd", w_labelled, v4)   # [B, S, H, Dh]
+assert torch.allclose(out_labelled.reshape(B, S, D), merged, atol=1e-6)
+
+# %% [markdown]
+# **Softmax over the keys.** Row `i` of a head's `[Sq, Sk]` weight matrix is query
+# `i`'s distribution over the keys, so the softmax runs over the last axis (`dim=-1`;
+# the seed's `dim=3` on a 4-D tensor is the same). `dim=-2` makes each *key's* column
+# sum to 1 instead, and the rows do not.
+
+# %%
+rows_ok = scores.softmax(dim=-1)                       # [B, H, S, S]
+cols = scores.softmax(dim=-2)
+assert torch.allclose(rows_ok.sum(dim=-1), torch.ones(B, H, S, device=device))
+assert not torch.allclose(cols.sum(dim=-1), torch.ones(B, H, S, device=device))
+print("row sums with dim=-2:", cols[0, 0].sum(dim=-1))
+
+# %% [markdown]
+# ## 1.5 Per-head projections
+#
+# In the paper {cite}`vaswani2017attention`, head $i$ has its own projections
+# $W_i^Q, W_i^K, W_i^V \in \mathbb{R}^{D \times D_h}$ of the **whole** `D`-dimensional
+# input. Stacking the H matrices side by side gives one `D × D` matrix, which is why
+# a single `Linear(D, D)` followed by a split is the standard implementation: rows
+# `h·Dh … (h+1)·Dh − 1` of its weight are head `h`'s own projection.
+
+# %%
+W, b = mha.q_proj.weight, mha.q_proj.bias              # [D, D], [D]
+q_heads = split_heads(mha.q_proj(x), H)                # [B, H, S, Dh]
+for h in range(H):
+    rows = slice(h * Dh, (h + 1) * Dh)
+    q_h = F.linear(x, W[rows], b[rows])                # head h alone: [B, S, D] -> [B, S, Dh]
+    assert q_h.shape == (B, S, Dh)
+    assert torch.allclose(q_h, q_heads[:, h], atol=1e-6)
+print(f"Linear({D}, {D}) == {H} separate Linear({D}, {Dh}) projections, one per head")
+
+# %% [markdown]
+# The seed's `SelfAttention` instead cuts `x` into heads *first* and applies one
+# `Linear(Dh, Dh)` to every slice. Head `h` then sees only features `h·Dh … (h+1)·Dh − 1`
+# of each token, and all heads share the same matrix. As a `D × D` matrix, that is
+# a block-diagonal one with H identical blocks:
+
+# %%
+shared = nn.Linear(Dh, Dh, bias=False).to(device)      # the seed's: one [Dh, Dh] weight for all heads
+q_seed = shared(x.view(B, S, H, Dh))                   # [B, S, H, Dh]
+as_big = torch.block_diag(*[shared.weight] * H)        # [D, D], zero outside the diagonal blocks
+assert torch.allclose(F.linear(x, as_big).view(B, S, H, Dh), q_seed, atol=1e-6)
+print("non-zero entries of the equivalent D×D matrix:", int((as_big != 0).sum()), "of", D * D)
+
+# %% [markdown]
+# So it is a different and much smaller model, not another way of writing the same
+# one. At the seed's size, `D = 512`, `H = 8`: its three `Linear(64, 64)` have no bias,
+# its output `Linear(512, 512)` has one.
+#
+# $$\underbrace{3 \cdot 64^2}_{\text{q, k, v shared}} + \underbrace{512^2 + 512}_{\text{output projection}} = 274{,}944
+# \qquad\text{vs}\qquad
+# \underbrace{4\,(512^2 + 512)}_{\text{per-head q, k, v, out}} = 1{,}050{,}624$$
+
+# %%
+d, h = 512, 8
+seed_layers = [nn.Linear(d // h, d // h, bias=False) for _ in range(3)] + [nn.Linear(d, d)]
+seed_count = sum(p.numel() for layer_ in seed_layers for p in layer_.parameters())
+ref_count = sum(p.numel() for p in MultiHeadAttention(d, h).parameters())
+assert seed_count == 3 * (d // h) ** 2 + d * d + d == 274_944
+assert ref_count == 4 * (d * d + d) == 1_050_624
+print(f"seed's shared projections: {seed_count:,} parameters; per-head projections: {ref_count:,}")
+
+# %% [markdown]
+# **Checking against PyTorch.** `torch.nn.MultiheadAttention` computes the same thing.
+# It packs the three input projections into one `in_proj_weight` of shape `[3D, D]`
+# (rows: q, then k, then v) and `in_proj_bias` `[3D]`. Two traps: it defaults to
+# `batch_first=False` (it would read our `[B, S, D]` as `[S, B, D]` and attend across
+# the batch), and it averages the attention weights over the heads unless told
+# `average_attn_weights=False`.
+
+# %%
+seed_everything(1)
+ours = MultiHeadAttention(D, H).to(device).eval()
+theirs = nn.MultiheadAttention(D, H, batch_first=True).to(device).eval()
+theirs.in_proj_weight.copy_(torch.cat([ours.q_proj.weight, ours.k_proj.weight, ours.v_proj.weight]))  # [3D, D]
+theirs.in_proj_bias.copy_(torch.cat([ours.q_proj.bias, ours.k_proj.bias, ours.v_proj.bias]))        # [3D]
+theirs.out_proj.weight.copy_(ours.out_proj.weight)
+theirs.out_proj.bias.copy_(ours.out_proj.bias)
+
+x_kv = torch.randn(B, 7, D, device=device)             # a second sequence, for cross-attention
+for xq, xkv in ((x, x), (x, x_kv)):
+    y_ours, w_ours = ours(xq, xkv, xkv, return_weights=True)                          # [B, Sq, D], [B, H, Sq, Sk]
+    y_theirs, w_theirs = theirs(xq, xkv, xkv, need_weights=True, average_attn_weights=False)
+    assert y_ours.shape == y_theirs.shape == (B, S, D)
+    assert w_ours.shape == w_theirs.shape == (B, H, S, xkv.size(1))
+    assert torch.allclose(y_ours, y_theirs, atol=1e-5)
+    assert torch.allclose(w_ours, w_theirs, atol=1e-5)
+print("tformer_ref MultiHeadAttention == nn.MultiheadAttention(batch_first=True), self- and cross-attention")
+
+# %% [markdown]
+# ## 1.6 Scaling by the head size
+#
+# Chapter 2 is all about the scale; here is the one fact this chapter needs. If the
+# entries of `q` and `k` have mean 0 and variance 1, the dot product
+# $q \cdot k = \sum_{j=1}^{D_h} q_j k_j$ is a sum of $D_h$ independent terms of
+# variance 1, so $\operatorname{var}(q \cdot k) = D_h$ and its standard deviation is
+# $\sqrt{D_h}$. Dividing by $\sqrt{D_h}$ brings the scores back to variance 1.
+#
+# The vectors being dotted belong to **one head**: their length is $D_h$, not $D$.
+# The seed is right that $\sqrt{512} \approx 22.6$, but in its 8-head model a head's
+# $d_k$ is $64$; dividing by $\sqrt{D} = \sqrt{512}$ makes the scores $\sqrt{H} \approx 2.8$
+# times too small, and the attention too flat.
+
+# %%
+n_samples = 20_000
+print(" Dh   var(q·k)  var(q·k/√Dh)  var(q·k/√D) with D = 8·Dh")
+for dh in (16, 64, 256):
+    qs = torch.randn(n_samples, dh, device=device)      # [n_samples, Dh], unit-variance entries
+    ks = torch.randn(n_samples, dh, device=device)
+    dots = (qs * ks).sum(dim=-1)                        # [n_samples]
+    var = dots.var().item()
+    var_head = (dots / math.sqrt(dh)).var().item()
+    var_model = (dots / math.sqrt(8 * dh)).var().item()
+    print(f"{dh:4d} {var:9.1f} {var_head:12.3f} {var_model:12.3f}")
+    assert abs(var / dh - 1) < 0.10        # var(q·k) = Dh, within 10 %
+    assert abs(var_head - 1) < 0.10        # scaled by √Dh: variance 1
+    assert abs(var_model * 8 - 1) < 0.10   # scaled by √D: variance 1/H
+
+# %% [markdown]
+# ## 1.7 Cost: O(n²·d) whatever the number of heads
+#
+# One of the seeds says: splitting $d$ into $h$ heads makes attention cost
+# $O(n^2 d / h)$, "so with parallelism it is faster". The first half is true **per
+# head**. But there are $h$ heads, and running them in parallel does not make their
+# work disappear.
+#
+# Count the floating-point operations (a multiply and an add per term) for a batch of
+# $B$ sequences of length $n = S$. Per head, $QK^\top$ multiplies an $n \times D_h$
+# matrix by a $D_h \times n$ one: $2 n^2 D_h$ FLOPs; the weighted sum $AV$ is another
+# $2 n^2 D_h$. Over $H$ heads, since $H \cdot D_h = D$:
+#
+# $$\text{FLOPs}_{QK^\top + AV} = B \cdot H \cdot 4 n^2 D_h = 4 B n^2 D,$$
+#
+# the same for every $H$: $O(n^2 d)$, as in Table 1 of the paper
+# {cite}`vaswani2017attention`. The four projections add $4 \cdot 2 B n D^2 = 8 B n D^2$,
+# which do not depend on $H$ either. What *does* grow with $H$ is the score tensor: the
+# plain implementation stores $B \cdot H \cdot n^2$ scores (and as many weights).
+#
+# PyTorch can count the FLOPs of what actually runs: `FlopCounterMode` records every
+# matrix product. The projections are `addmm`, the attention products `bmm`.
+
+# %%
+Bc, n, d = 1, 256, 512
+x_cost = torch.randn(Bc, n, d, device=device)
+print("  H    Dh   QKᵀ+AV FLOPs   projection FLOPs   scores [B,H,n,n] (MiB)")
+attention_flops = {}
+for h in (1, 2, 4, 8, 16):
+    module = MultiHeadAttention(d, h).to(device).eval()
+    with FlopCounterMode(display=False) as counter:
+        module(x_cost)
+    counts = {str(op): c for op, c in counter.get_flop_counts()["Global"].items()}
+    attention_flops[h] = counts["aten.bmm"]
+    score_mib = Bc * h * n * n * 4 / 2**20
+    print(f"{h:3d} {d // h:5d} {counts['aten.bmm']:14,d} {counts['aten.addmm']:18,d} {score_mib:14.2f}")
+    assert counts["aten.bmm"] == h * Bc * 4 * n * n * (d // h) == 4 * Bc * n * n * d
+    assert counts["aten.addmm"] == 8 * Bc * n * d * d
+
+assert len(set(attention_flops.values())) == 1         # the same for every number of heads
+print(f"attention's share of the FLOPs at n={n}, d={d}: {n / (n + 2 * d):.0%} (= n / (n + 2d))")
+
+# %% [markdown]
+# Heads are there for *quality*: each head can attend to a different position for a
+# different reason {cite}`vaswani2017attention`. They are not a speed-up.
+#
+# Note also the share: $4Bn^2D$ against $8BnD^2$ makes attention proper
+# $\frac{n}{n + 2D}$ of the layer's matrix FLOPs. Only when $n$ is comparable to $D$
+# or larger does the $n^2$ term dominate.
+
+# %% [markdown]
+# ## 1.8 Heads, memory and speed, re-measured
+#
+# The seed reports, for `B = 32, S = 64, d = 512`, without saying on what hardware,
+# for which model, in which precision or how memory was measured:
+#
+# | heads | memory (MB) | speed (it/s) |
+# |---|---|---|
+# | 1 | 1200 | 85 |
+# | 8 | 1800 | 78 |
+# | 16 | 2500 | 65 |
+#
+# We cannot check those numbers, so we measure what we can, on the machine running
+# this notebook: one `tformer_ref` `MultiHeadAttention` layer (plain matmul–softmax–matmul
+# path, float32), forward + backward on `[32, 64, 512]`, median of 5 timed runs after
+# a warm-up, the three head counts taking turns so that a slow moment of the machine
+# hits all of them. For memory we compute the part that grows with `H`, the score
+# tensor `[B, H, S, S]` of float32: $B \cdot H \cdot S^2 \cdot 4$ bytes (1 MiB = $2^{20}$
+# bytes). On a GPU the notebook also reports the peak memory PyTorch allocated.
+
+# %%
+def synchronize():
+    """Wait for queued GPU work, so that the timer measures the work and not only its launch."""
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def forward_backward_seconds(module, x_in):
+    """Seconds for one forward + backward pass of module on x_in [B, S, D]."""
+    module.zero_grad(set_to_none=True)
+    synchronize()
+    start = time.perf_counter()
+    module(x_in).sum().backward()
+    synchronize()
+    return time.perf_counter() - start
+
+
+B8, S8, D8 = 32, 64, 512
+head_counts = (1, 8, 16)
+seed_everything(0)
+x8 = torch.randn(B8, S8, D8, device=device)                         # [B, S, D]
+modules = {h: MultiHeadAttention(D8, h).to(device).train() for h in head_counts}
+times = {h: [] for h in head_counts}
+with torch.enable_grad():
+    for h in head_counts:                                # warm-up: first calls pay for allocations
+        forward_backward_seconds(modules[h], x8)
+    for _ in range(5):                                   # round robin, so that a slow moment hits every H
+        for h in head_counts:
+            times[h].append(forward_backward_seconds(modules[h], x8))
+ms_per_iter = [1000 * statistics.median(times[h]) for h in head_counts]
+
+score_mib, peak_mib = [], []
+for h in head_counts:
+    _, w = modules[h](x8, return_weights=True)          # [B, H, S, S]: the score-sized tensor the plain path builds
+    score_bytes = B8 * h * S8 * S8 * 4
+    assert w.shape == (B8, h, S8, S8)
+    assert w.numel() * w.element_size() == score_bytes
+    score_mib.append(score_bytes / 2**20)
+    if device.type == "cuda":                            # a GPU can also report what was really allocated
+        torch.cuda.reset_peak_memory_stats()
+        with torch.enable_grad():
+            modules[h](x8).sum().backward()
+        peak_mib.append(torch.cuda.max_memory_allocated() / 2**20)
+
+assert score_mib == [0.5, 4.0, 8.0]                    # grows linearly with H: B·H·S²·4 bytes
+activation_mib = B8 * S8 * D8 * 4 / 2**20               # one [B, S, D] float32 tensor: x, q, k, v, ...
+print(f"one [B, S, D] activation: {activation_mib:.0f} MiB (does not depend on H)")
+print(" heads   ms/iter   it/s   scores (MiB)" + ("   peak CUDA (MiB)" if peak_mib else ""))
+for i, h in enumerate(head_counts):
+    extra = f"   {peak_mib[i]:15.1f}" if peak_mib else ""
+    print(f"{h:6d} {ms_per_iter[i]:9.1f} {1000 / ms_per_iter[i]:6.1f} {score_mib[i]:13.1f}{extra}")
+
+# %%
+heads_cost_figure(head_counts, ms_per_iter, score_mib,
+                  title=f"One attention layer, B={B8}, S={S8}, D={D8}, forward+backward on {device.type}")
+
+# %% [markdown]
+# **What drives these numbers.**
+#
+# - **FLOPs do not depend on H** (§1.7). At `S = 64, D = 512` attention proper is only
+#   $\frac{64}{64 + 1024} \approx 6\,\%$ of the layer's matrix FLOPs: the four `D × D`
+#   projections dominate, and they are the same for every `H`. So the time per
+#   iteration changes little with `H`. On a CPU the differences are of the order of
+#   the noise between runs: run the cell again and the points may swap places.
+#   (That is why the notebook does not assert timings.)
+# - **More heads means more, smaller matrix products.** With `H = 16` each head's
+#   `[S, Dh] @ [Dh, S]` has `Dh = 32`: B·H = 512 small products instead of 32 larger
+#   ones, which use the hardware less efficiently. The softmax and the element-wise
+#   work on the `[B, H, S, S]` scores grow with `H` too. This is where a real slowdown
+#   with more heads comes from. It can weigh more on a GPU, where the projections are
+#   cheap and the memory traffic of the `[B, H, S, S]` tensors counts relatively more.
+# - **Memory that grows with H is the scores**: 0.5 → 4 → 8 MiB here, next to 4 MiB for
+#   *each* `[B, S, D]` activation (x, q, k, v, the merged output, …) and 4 MiB of
+#   weights. At `S = 64` it is a small part; it grows as $H \cdot S^2$, so for long
+#   sequences it dominates. Fused attention kernels (`F.scaled_dot_product_attention`
+#   with a flash or memory-efficient backend, chapter 7) never materialise it.
+#
+# The seed's absolute figures (1.2–2.5 GB) must include much more than one layer — a
+# whole model, optimizer state, the CUDA context and the allocator's cache — and their
+# trend cannot be separated from that set-up. What holds in general: more heads cost no
+# extra FLOPs, a little extra time from smaller kernels, and `B·H·S²` extra memory in
+# the plain implementation.
+
+# %% [markdown]
+# ## 1.9 Explore: one head's attention map
+#
+# Each head produces one `[S, S]` matrix of weights per sequence: row `i` says how query
+# `i` spreads its attention over the keys. Let us look at the maps of a small layer
+# (`D = 16`, `H = 4`) on a ten-word sentence. The words get random embeddings (one per
+# distinct word); there are no position encodings yet (chapter 5).
+#
+# The layer is untrained, so its patterns mean nothing yet. An untrained layer also
+# attends almost uniformly; to make the differences between heads visible we scale
+# its query weights up by 4, as training typically sharpens them.
+
+# %%
+tokens = "the cat sat on the mat because it was warm".split()
+vocab = {word: i for i, word in enumerate(sorted(set(tokens)))}
+ids = torch.tensor([[vocab[t] for t in tokens]], device=device)   # [1, S]
+
+seed_everything(0)
+D9, H9 = 16, 4
+embed = nn.Embedding(len(vocab), D9).to(device)
+small = MultiHeadAttention(D9, H9).to(device).eval()
+small.q_proj.weight.mul_(4.0)
+x9 = embed(ids)                                        # [1, S, D]
+y9, attn = small(x9, return_weights=True)              # [1, S, D], [1, H, S, S]
+
+S9 = len(tokens)
+assert y9.shape == (1, S9, D9)
+assert attn.shape == (1, H9, S9, S9)
+assert torch.allclose(attn.sum(dim=-1), torch.ones(1, H9, S9, device=device), atol=1e-6)   # each row sums to 1
+# Without positions, the two "the" (positions 0 and 4) are indistinguishable:
+# identical query rows, identical key columns, in every head.
+assert torch.allclose(attn[0, :, 0], attn[0, :, 4], atol=1e-6)
+assert torch.allclose(attn[0, :, :, 0], attn[0, :, :, 4], atol=1e-6)
+
+# %% [markdown]
+# Move the slider to pick a head. (The pictures are rendered in advance and the slider
+# is linked to them in the browser, so this also works in the web version of the book,
+# without a running kernel.)
+
+# %%
+head_explorer(attn[0], tokens)
+
+# %% [markdown]
+# The same four maps side by side, on one colour scale:
+
+# %%
+attention_heatmaps(attn[0], tokens, title="Attention weights of an untrained 4-head layer (rows: queries)")
+
+# %% [markdown]
+# Things to notice: each row is a probability distribution over the ten keys; the
+# heads differ from each other because each has its own projections (§1.5); and the
+# two rows for "the", like its two columns, are identical in every head. Attention by
+# itself does not know word order.
+
+# %% [markdown]
+# ## 1.10 Bug hunt: the seed's SelfAttention
+#
+# Here is the `SelfAttention` class from the second seed, copied as it is (its
+# comments translated). **It is buggy.** It runs, and for self-attention it returns a
+# tensor of the right shape. Before reading on, look for four bugs, using what this
+# chapter has shown.
+
+# %%
+class SelfAttention(nn.Module):
+    """THE SEED'S CODE, BUGGY: kept as is for the bug hunt. Do not use."""
+
+    def __init__(self, embed_size, heads):
+        super(SelfAttention, self).__init__()
+        self.embed_size = embed_size
+        self.heads = heads
+        self.head_dim = embed_size // heads
+
+        assert (self.head_dim * heads == embed_size), "Embed size needs to be div by heads"
+
+        # linear maps producing Q, K, V
+        self.values = nn.Linear(self.head_dim, self.head_dim, bias=False)
+        self.keys = nn.Linear(self.head_dim, self.head_dim, bias=False)
+        self.queries = nn.Linear(self.head_dim, self.head_dim, bias=False)
+
+        # output projection
+        self.fc_out = nn.Linear(heads * self.head_dim, embed_size)
+
+    def forward(self, values, keys, query, mask):
+        N = query.shape[0]
+        value_len, key_len, query_len = values.shape[1], keys.shape[1], query.shape[1]
+
+        # split into heads
+        values = values.reshape(N, value_len, self.heads, self.head_dim)
+        keys = keys.reshape(N, key_len, self.heads, self.head_dim)
+        query = query.reshape(N, query_len, self.heads, self.head_dim)
+
+        # linear maps
+        values = self.values(values)
+        keys = self.keys(keys)
+        query = self.queries(query)
+
+        # attention scores
+        # einsum: b=batch, h=heads, q=query_len, k=key_len, d=head_dim
+        energy = torch.einsum("bhqd, bhkd -> bhqk", [query, keys])
+
+        # scaling
+        energy = energy / (self.embed_size ** (1/2))
+
+        # optional mask
+        if mask is not None:
+            energy = energy.masked_fill(mask == 0, float("-1e20"))
+
+        # softmax gives the attention weights
+        attention = torch.softmax(energy, dim=3)
+
+        # weighted sum
+        out = torch.einsum("bhql, bhlv -> bhqv", [attention, values])
+
+        # concatenate the heads
+        out = out.reshape(N, query_len, self.heads * self.head_dim)
+
+        return self.fc_out(out)
+
+
+seed_everything(0)
+buggy = SelfAttention(D, H).to(device).eval()
+y_buggy = buggy(x, x, x, None)
+assert y_buggy.shape == (B, S, D)                      # the shape gives nothing away
+print("seed's SelfAttention:", tuple(x.shape), "->", tuple(y_buggy.shape))
+
+# %% [markdown]
+# **Bug 1 — the einsum attends across heads, not tokens (§1.4).** `values`, `keys` and
+# `query` are `[N, L, H, Dh]` when the einsum reads them as `bhqd`: `h` is the sequence,
+# `q` and `k` are heads. Probe: change token 0; nothing else changes. And with a
+# different key length (as in the decoder's encoder–decoder attention), it fails.
+
+# %%
+y_changed = buggy(x_changed, x_changed, x_changed, None)
+assert torch.allclose(y_buggy[:, 1:], y_changed[:, 1:], atol=1e-6)   # tokens never mix
+print("largest change at positions 1..:", f"{(y_buggy - y_changed)[:, 1:].abs().max().item():.1e}")
+
+encoder_out = torch.randn(B, 7, D, device=device)      # keys/values of length 7, queries of length 5
+raised = False
+try:
+    buggy(encoder_out, encoder_out, x, None)
+except RuntimeError as err:
+    raised = True
+    print("cross-attention, RuntimeError:", err)
+assert raised
+
+# %% [markdown]
+# **Bug 2 — one `Linear(head_dim, head_dim)` shared by all heads (§1.5).** Each head sees
+# only its own slice of the embedding, through the same matrix as every other head.
+# The course's exercise check recognises this by the parameter shapes and says so:
+
+# %%
+assert sum(p.numel() for p in SelfAttention(512, 8).parameters()) == 274_944
+assert sum(p.numel() for p in MultiHeadAttention(512, 8).parameters()) == 1_050_624
+try:
+    check_multi_head_attention(SelfAttention)
+except CheckFailure as failure:
+    print(failure)
+else:
+    raise AssertionError("the check should have rejected the seed's SelfAttention")
+
+# %% [markdown]
+# **Bug 3 — divided by `embed_size ** (1/2)` instead of `head_dim ** 0.5` (§1.6).**
+# The scores come out $\sqrt{H}$ times too small. At the seed's size:
+
+# %%
+qs = torch.randn(n_samples, 64, device=device)        # [n_samples, Dh = 64]: one head at the seed's size
+ks = torch.randn(n_samples, 64, device=device)
+std_right = ((qs * ks).sum(-1) / math.sqrt(64)).std().item()
+std_seed = ((qs * ks).sum(-1) / math.sqrt(512)).std().item()
+print(f"score std: {std_right:.2f} with √head_dim, {std_seed:.2f} with √embed_size "
+      f"(ratio {std_right / std_seed:.2f} = √8)")
+assert abs(std_right - 1) < 0.05                       # unit scale, as intended
+assert abs(std_seed * math.sqrt(8) - 1) < 0.05         # √8 ≈ 2.8 times too small
+
+# %% [markdown]
+# **Bug 4 — the mask value −1e20 overflows float16.** The largest float16 is 65504.
+# Under mixed precision (chapter 7) the seed's `masked_fill` refuses the value outright,
+# and −1e20 converted to float16 is −∞; a row whose keys are all masked then holds only
+# −∞, and its softmax is NaN. The safe fill is the most negative *finite* value of the
+# dtype, `torch.finfo(dtype).min` (chapter 3 goes further).
+
+# %%
+assert torch.isinf(torch.tensor(-1e20).half())
+print("torch.tensor(-1e20).half() =", torch.tensor(-1e20).half().item())
+
+scores16 = torch.zeros(1, 4, dtype=torch.float16, device=device)   # one query, four keys
+all_masked = torch.zeros(1, 4, dtype=torch.bool, device=device)    # False = may not attend
+raised = False
+try:
+    scores16.masked_fill(all_masked == 0, float("-1e20"))
+except RuntimeError as err:
+    raised = True
+    print("masked_fill(..., -1e20) in float16, RuntimeError:", err)
+assert raised
+
+inf_row = scores16.masked_fill(all_masked == 0, float("-inf")).float().softmax(dim=-1)
+safe_row = scores16.masked_fill(all_masked == 0, torch.finfo(torch.float16).min).float().softmax(dim=-1)
+assert torch.isnan(inf_row).all() and not torch.isnan(safe_row).any()
+print("fully masked row: with -inf", inf_row.tolist(), "| with finfo.min", safe_row.tolist())
+
+# %% [markdown]
+# (A fifth problem follows from bug 1: the energies are `[N, L, H, H]`, so a padding mask
+# of shape `[N, 1, 1, L]` lines up with the key *heads* axis, and fails unless `L == H`.)
+#
+# **The corrected version.** Project the whole input first, then split; label the
+# einsum axes as they really are; divide by $\sqrt{D_h}$; fill with a finite value. We
+# also put the arguments in PyTorch's order `(query, key, value, mask)`, with a
+# boolean mask where True means "may attend" (chapter 3).
+
+# %%
+class FixedSelfAttention(nn.Module):
+    """The seed's SelfAttention with its four bugs fixed.
+
+    forward(query [N, Lq, D], keys [N, Lk, D], values [N, Lk, D], mask=None) -> [N, Lq, D];
+    mask: bool, True = may attend, broadcastable to [N, H, Lq, Lk].
+    """
+
+    def __init__(self, embed_size, heads):
+        super().__init__()
+        assert embed_size % heads == 0, "embed_size must be divisible by heads"
+        self.embed_size, self.heads, self.head_dim = embed_size, heads, embed_size // heads
+        # Fix 2: each projection sees the whole embedding; Linear(D, D) = H per-head D -> Dh maps.
+        self.queries = nn.Linear(embed_size, embed_size)
+        self.keys = nn.Linear(embed_size, embed_size)
+        self.values = nn.Linear(embed_size, embed_size)
+        self.fc_out = nn.Linear(embed_size, embed_size)
+
+    def forward(self, query, keys, values, mask=None):
+        N, query_len, key_len = query.shape[0], query.shape[1], keys.shape[1]
+        # Project first, then split: [N, L, D] -> [N, L, H, Dh].
+        q = self.queries(query).reshape(N, query_len, self.heads, self.head_dim)
+        k = self.keys(keys).reshape(N, key_len, self.heads, self.head_dim)
+        v = self.values(values).reshape(N, key_len, self.heads, self.head_dim)
+        # Fix 1: the letters name the axes of [N, L, H, Dh] as they are; scores are [N, H, Lq, Lk].
+        energy = torch.einsum("nqhd,nkhd->nhqk", q, k)
+        energy = energy / math.sqrt(self.head_dim)     # Fix 3: the size of the vectors being dotted
+        if mask is not None:
+            # Fix 4: the most negative finite value, safe in float16 too.
+            energy = energy.masked_fill(mask == 0, torch.finfo(energy.dtype).min)
+        attention = energy.softmax(dim=-1)             # over the keys
+        out = torch.einsum("nhqk,nkhd->nqhd", attention, v).reshape(N, query_len, self.embed_size)
+        return self.fc_out(out)
+
+
+seed_everything(0)
+fixed = FixedSelfAttention(D, H).to(device).eval()
+reference = MultiHeadAttention(D, H).to(device).eval()
+for mine, ref in ((fixed.queries, reference.q_proj), (fixed.keys, reference.k_proj),
+                  (fixed.values, reference.v_proj), (fixed.fc_out, reference.out_proj)):
+    ref.weight.copy_(mine.weight)
+    ref.bias.copy_(mine.bias)
+
+pad = torch.ones(B, 1, 1, 7, dtype=torch.bool, device=device)   # [B, 1, 1, Sk]: True = real token
+pad[1, ..., 5:] = False                                          # sequence 1 has two padding tokens
+assert torch.allclose(fixed(x, x, x), reference(x), atol=1e-5)                                   # self-attention
+assert torch.allclose(fixed(x, encoder_out, encoder_out, pad), reference(x, encoder_out, encoder_out, pad),
+                      atol=1e-5)                                                                  # cross, padded
+y_fixed = fixed(x, x, x)
+assert not torch.allclose(fixed(x_changed, x_changed, x_changed)[:, 1:], y_fixed[:, 1:], atol=1e-3)  # tokens mix
+print("FixedSelfAttention == tformer_ref MultiHeadAttention (self- and cross-attention, with padding)")
+
+# %% [markdown]
+# And the exercise's checks accept it, including the behaviour probes (tokens mix, batch
+# entries stay apart, eval mode is deterministic):
+
+# %%
+check_multi_head_attention(FixedSelfAttention)
+check_multi_head_attention_behaviour(FixedSelfAttention)
+
+# %% [markdown]
+# ## 1.11 Recap
+#
+# - Shapes: `[B, S, D]` → `view` → `[B, S, H, Dh]` → `transpose(1, 2)` → `[B, H, S, Dh]`
+#   → scores `[B, H, Sq, Sk]` → `[B, H, Sq, Dh]` → `transpose(1, 2)` → `reshape` → `[B, S, D]`.
+#   Write the shape next to every line.
+# - `view` and `reshape` read memory in order: view to `[B, S, H, Dh]` first, then
+#   transpose. Viewing straight to `[B, H, S, Dh]` gives the right shape and wrong numbers.
+# - After `transpose` a tensor is not contiguous: use `.contiguous().view(...)` or
+#   `.reshape(...)` to merge. Merging must undo splitting exactly; skipping the transpose
+#   glues different tokens together.
+# - `einsum` letters are names for axes *in the order the tensor has them*. On
+#   `[B, H, S, Dh]` use `'bhqd,bhkd->bhqk'`; on `[B, S, H, Dh]` use `'bqhd,bkhd->bhqk'`.
+#   The wrong labels can attend across heads: probe that changing one token changes
+#   the others' outputs. Softmax over the last (key) axis.
+# - `Linear(D, D)` is H per-head `D → Dh` projections side by side. One shared
+#   `Linear(Dh, Dh)` is a different model (274,944 vs 1,050,624 parameters at 512/8).
+#   `nn.MultiheadAttention` packs q, k, v into `in_proj_weight` `[3D, D]`; use `batch_first=True`.
+# - Divide the scores by $\sqrt{D_h}$, the size of a head, not $\sqrt{D}$.
+# - Cost is $O(n^2 d)$ for any number of heads; heads are for quality. The plain
+#   implementation's score memory grows as $B \cdot H \cdot n^2$.
+# - Mask with a finite value (`torch.finfo(dtype).min`), not −1e20 or −1e9, which overflow
+#   float16.
+#
+# **Now practise:** open [the chapter 1 exercise](exercise.ipynb) in this folder. You will
+# write `split_heads`, `merge_heads` and a `MultiHeadAttention`; its check cells tell you
+# which of this chapter's pitfalls you hit and send you back to the right section.

@@ -1,0 +1,126 @@
+"""Chapter 4 graded with the real nbgrader CLI: generate -> autograde -> feedback.
+
+One autograde run grades the solution, the untouched student version and one buggy
+submission per diagnosed pitfall; each must score exactly what it deserves, and the
+feedback must name the pitfall.
+"""
+import pytest
+
+from course import autograde, feedback_text, filled, make_course, nbgrader, released, scores, solution_sources, submit
+
+CHAPTER = "ch04_blocks"
+FULL = {"test_feed_forward": 2, "test_post_ln": 4, "test_pre_ln": 3, "test_dropout_placement": 2,
+        "test_block_behaviour": 2, "test_block_by_hand": 1}
+
+BLOCK_TEMPLATE = '''
+class EncoderBlock(nn.Module):
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
+        super().__init__()
+        self.norm_first = norm_first
+        self.attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
+        self.ff = FeedForward(d_model, d_ff, dropout)
+        self.ln1, self.ln2 = {norm}(d_model), {norm}(d_model)
+        self.drop = nn.Dropout(dropout)
+
+    def sub(self, x, f, norm):
+        if self.norm_first:
+            return {pre}
+        return {post}
+
+    def forward(self, x, mask=None):
+        x = self.sub(x, lambda h: self.attn(h, h, h, mask=mask), self.ln1)
+        return self.sub(x, self.ff, self.ln2)
+'''
+PRE, POST = "x + self.drop(f(norm(x)))", "norm(x + self.drop(f(x)))"
+
+
+def block(norm="nn.LayerNorm", pre=PRE, post=POST, prelude=""):
+    return prelude + BLOCK_TEMPLATE.format(norm=norm, pre=pre, post=post)
+
+
+BATCHNORM = '''
+class BN(nn.BatchNorm1d):
+    def forward(self, x):
+        return super().forward(x.transpose(1, 2)).transpose(1, 2)
+'''
+FF_NO_RELU = '''
+class FeedForward(nn.Module):
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.linear1, self.linear2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+
+    def forward(self, x):
+        return self.linear2(self.linear1(x))
+'''
+WRAPS_REFERENCE = '''
+from tformer_ref.blocks import EncoderBlock as _Ref
+
+class EncoderBlock(nn.Module):
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
+        super().__init__()
+        self.inner = _Ref(d_model, n_heads, d_ff, dropout, norm_first)
+
+    def forward(self, x, mask=None):
+        return self.inner(x, mask)
+'''
+BLOCK_CELLS = ("test_post_ln", "test_pre_ln", "test_dropout_placement")
+
+# student -> (answer cells replaced, cells that must score 0, text the feedback must contain)
+BUGGY = {
+    "missing_residual": ({"encoder_block": block(pre="self.drop(f(norm(x)))", post="norm(self.drop(f(x)))")},
+                         BLOCK_CELLS, "missing residual"),
+    "norm_on_sublayer": ({"encoder_block": block(pre="x + norm(self.drop(f(x)))", post="x + norm(self.drop(f(x)))")},
+                         BLOCK_CELLS, "LayerNorm in the wrong place"),
+    "seed_dropout": ({"encoder_block": block(post="self.drop(norm(x + f(x)))")}, ("test_dropout_placement",),
+                     "dropout after the norm (the seed's block)"),
+    "batchnorm": ({"encoder_block": block(norm="BN", prelude=BATCHNORM)}, (*BLOCK_CELLS, "test_block_behaviour"),
+                  "BatchNorm instead of LayerNorm"),
+    "ff_no_relu": ({"feed_forward": FF_NO_RELU}, ("test_feed_forward", "test_post_ln", "test_pre_ln"),
+                   "no activation between the two Linear layers"),
+    "wraps_reference": ({"encoder_block": WRAPS_REFERENCE}, ("test_block_by_hand",),
+                        "contains tformer_ref.blocks.EncoderBlock"),
+}
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    course = make_course(tmp_path_factory.mktemp("ch04"), CHAPTER)
+    student_nb = released(course, CHAPTER)
+    right = solution_sources(CHAPTER)
+    submit(course, CHAPTER, "solution", filled(student_nb, right))
+    submit(course, CHAPTER, "untouched", student_nb)
+    submit(course, CHAPTER, "written_differently", filled(student_nb, {**right, "encoder_block": block()}))
+    for student, (answers, _, _) in BUGGY.items():
+        submit(course, CHAPTER, student, filled(student_nb, {**right, **answers}))
+    autograde(course, CHAPTER)
+    nbgrader(course, "generate_feedback", CHAPTER, "--force")
+    return course, scores(course, CHAPTER)
+
+
+pytestmark = pytest.mark.slow
+
+
+def test_solution_scores_full_marks(graded):
+    _, got = graded
+    assert got["solution"] == FULL
+    assert got["written_differently"] == FULL
+
+
+def test_untouched_student_version_scores_zero(graded):
+    _, got = graded
+    assert got["untouched"] == {cell: 0 for cell in FULL}
+
+
+@pytest.mark.parametrize("student", sorted(BUGGY))
+def test_buggy_submission_loses_exactly_its_cells(graded, student):
+    course, got = graded
+    _, broken, diagnosis = BUGGY[student]
+    assert got[student] == {cell: (0 if cell in broken else pts) for cell, pts in FULL.items()}
+    assert diagnosis in feedback_text(course, CHAPTER, student)
+
+
+def test_hidden_tests_are_not_in_the_student_version_but_are_graded(graded):
+    course, _ = graded
+    text = (course / "release" / CHAPTER / "exercise.ipynb").read_text()
+    assert "check_block_by_hand" not in text and "BEGIN HIDDEN TESTS" not in text
+    assert "check_block_by_hand" in (course / "autograded" / "wraps_reference" / CHAPTER / "exercise.ipynb").read_text()

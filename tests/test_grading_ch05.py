@@ -1,0 +1,118 @@
+"""Chapter 5 graded with the real nbgrader CLI: generate -> autograde -> feedback.
+
+One autograde run grades the solution, the untouched student version and one buggy
+submission per diagnosed pitfall; each must score exactly what it deserves, and the
+feedback must name the pitfall.
+"""
+import pytest
+
+from course import autograde, feedback_text, filled, make_course, nbgrader, released, scores, solution_sources, submit
+
+CHAPTER = "ch05_model"
+FULL = {"test_sinusoidal": 3, "test_embed": 2, "test_decoder_block": 4, "test_decoder_behaviour": 2,
+        "test_decoder_by_hand": 1}
+
+PE_TEMPLATE = '''
+def sinusoidal_encoding(n_positions, d_model):
+    position = torch.arange(n_positions, dtype=torch.float).unsqueeze(1)
+    div_term = torch.exp(torch.arange(0, d_model, {step}).float() * (-math.log(10000.0) / d_model))
+    pe = torch.zeros(n_positions, d_model)
+    pe[:, 0::2] = torch.{even}(position * div_term)
+    pe[:, 1::2] = torch.{odd}(position * div_term)
+    return pe
+'''
+PE_SWAPPED = PE_TEMPLATE.format(step=2, even="cos", odd="sin")
+PE_WRONG_FREQUENCIES = PE_TEMPLATE.format(step=2, even="sin", odd="cos").replace(
+    "torch.arange(0, d_model, 2)", "torch.arange(0, d_model // 2)")
+PE_REFERENCE = '''
+def sinusoidal_encoding(n_positions, d_model):
+    from tformer_ref.positions import sinusoidal_encoding as ref
+    return ref(n_positions, d_model)
+'''
+EMBED_NO_SCALE = '''
+def embed(tokens, table, pe):
+    return table(tokens) + pe[: tokens.size(1)]
+'''
+DECODER_TEMPLATE = '''
+class DecoderBlock(nn.Module):
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1):
+        super().__init__()
+        self.masked_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
+        self.enc_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
+        self.ff = nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(), nn.Linear(d_ff, d_model))
+        self.norms = nn.ModuleList(nn.LayerNorm(d_model) for _ in range(3))
+        self.p = dropout
+
+    def forward(self, x, memory, src_mask=None):
+        s = x.size(1)
+        causal = {causal}
+        drop = lambda t: F.dropout(t, self.p, self.training)
+        x = self.norms[0](x + drop(self.masked_attn(x, x, x, mask=causal)))
+        x = self.norms[1](x + drop(self.enc_attn(x, {kv}, mask=src_mask)))
+        return self.norms[2](x + drop(self.ff(x)))
+'''
+CAUSAL = "torch.ones(s, s, dtype=torch.bool, device=x.device).tril()[None, None]"
+DECODER_RIGHT = DECODER_TEMPLATE.format(causal=CAUSAL, kv="memory, memory")
+DECODER_NO_CAUSAL = DECODER_TEMPLATE.format(causal="None", kv="memory, memory")
+DECODER_CROSS_FROM_DECODER = DECODER_TEMPLATE.format(causal=CAUSAL, kv="x, x")
+DECODER_CELLS = ("test_decoder_block", "test_decoder_behaviour")
+
+# student -> (answer cells replaced, cells that must score 0, text the feedback must contain)
+BUGGY = {
+    "sin_cos_swapped": ({"sinusoidal_encoding": PE_SWAPPED}, ("test_sinusoidal",), "sin and cos swapped"),
+    "wrong_frequencies": ({"sinusoidal_encoding": PE_WRONG_FREQUENCIES}, ("test_sinusoidal",),
+                          "wrong frequencies (exponent i/D, not 2i/D)"),
+    "reference_table": ({"sinusoidal_encoding": PE_REFERENCE}, ("test_sinusoidal",),
+                        "calls tformer_ref.sinusoidal_encoding"),
+    "no_scale": ({"embed": EMBED_NO_SCALE}, ("test_embed",), "missing √d_model embedding scale"),
+    "no_causal_mask": ({"decoder_block": DECODER_NO_CAUSAL}, DECODER_CELLS,
+                       "decoder self-attention without the causal mask"),
+    "cross_from_decoder": ({"decoder_block": DECODER_CROSS_FROM_DECODER}, DECODER_CELLS,
+                           "cross-attention taking keys/values from the decoder"),
+}
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    course = make_course(tmp_path_factory.mktemp("ch05"), CHAPTER)
+    student_nb = released(course, CHAPTER)
+    right = solution_sources(CHAPTER)
+    submit(course, CHAPTER, "solution", filled(student_nb, right))
+    submit(course, CHAPTER, "untouched", student_nb)
+    submit(course, CHAPTER, "written_differently", filled(student_nb, {
+        **right, "sinusoidal_encoding": PE_TEMPLATE.format(step=2, even="sin", odd="cos"),
+        "decoder_block": DECODER_RIGHT}))
+    for student, (answers, _, _) in BUGGY.items():
+        submit(course, CHAPTER, student, filled(student_nb, {**right, **answers}))
+    autograde(course, CHAPTER)
+    nbgrader(course, "generate_feedback", CHAPTER, "--force")
+    return course, scores(course, CHAPTER)
+
+
+pytestmark = pytest.mark.slow
+
+
+def test_solution_scores_full_marks(graded):
+    _, got = graded
+    assert got["solution"] == FULL
+    assert got["written_differently"] == FULL
+
+
+def test_untouched_student_version_scores_zero(graded):
+    _, got = graded
+    assert got["untouched"] == {cell: 0 for cell in FULL}
+
+
+@pytest.mark.parametrize("student", sorted(BUGGY))
+def test_buggy_submission_loses_exactly_its_cells(graded, student):
+    course, got = graded
+    _, broken, diagnosis = BUGGY[student]
+    assert got[student] == {cell: (0 if cell in broken else pts) for cell, pts in FULL.items()}
+    assert diagnosis in feedback_text(course, CHAPTER, student)
+
+
+def test_hidden_tests_are_not_in_the_student_version_but_are_graded(graded):
+    course, _ = graded
+    text = (course / "release" / CHAPTER / "exercise.ipynb").read_text()
+    assert "check_decoder_by_hand" not in text and "BEGIN HIDDEN TESTS" not in text
+    assert "check_by_hand" in (course / "autograded" / "reference_table" / CHAPTER / "exercise.ipynb").read_text()

@@ -1,0 +1,106 @@
+"""Positional information: the paper's sinusoids, or a learned table.
+
+Attention by itself does not know the order of the tokens (permute the inputs
+and the outputs are permuted the same way), so position is added to the token
+embeddings. Shape letters: B batch, S sequence length, D = d_model.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+
+
+def sinusoidal_encoding(n_positions: int, d_model: int, base: float = 10000.0,
+                        dtype: torch.dtype = torch.float32, device=None) -> torch.Tensor:
+    """The table of Vaswani et al. 2017, §3.5, shape [n_positions, D]:
+
+    ``PE[pos, 2i] = sin(pos / base^(2i/D))`` and ``PE[pos, 2i+1] = cos(pos / base^(2i/D))``.
+
+    Pair i is a rotation at angular frequency ``base^(-2i/D)``: wavelengths grow
+    geometrically from 2π (i = 0, changes every position) to about 2π·base
+    (the last pairs, almost constant over thousands of positions).
+    """
+    if not isinstance(n_positions, int) or not isinstance(d_model, int):
+        raise TypeError(f"n_positions and d_model must be ints, got {type(n_positions).__name__} "
+                        f"and {type(d_model).__name__}")
+    if n_positions < 0 or d_model <= 0 or d_model % 2:
+        raise ValueError(f"need n_positions >= 0 and an even d_model > 0 (sin/cos pairs), "
+                         f"got n_positions={n_positions}, d_model={d_model}")
+    position = torch.arange(n_positions, dtype=torch.float64, device=device)[:, None]  # [N, 1]
+    # Computed in float64: at large positions the float32 angle loses the fast pairs' phase.
+    inv_freq = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float64, device=device) * (-math.log(base) / d_model))
+    angle = position * inv_freq  # [N, D/2]
+    pe = torch.empty(n_positions, d_model, dtype=torch.float64, device=device)
+    pe[:, 0::2] = torch.sin(angle)
+    pe[:, 1::2] = torch.cos(angle)
+    return pe.to(dtype)
+
+
+class SinusoidalPositionalEncoding(nn.Module):
+    """Adds the fixed sinusoidal table to its input: x [B, S, D] -> x + PE[:S].
+
+    The table is a *buffer*: it moves with ``.to(device)`` but it is not a
+    parameter (the optimizer never sees it) and it is not saved in the state
+    dict (it is a function of D, so it is rebuilt, never loaded). Positions past
+    ``max_len`` are computed on the fly: the formula has a value for every
+    position. That a model *trained* on short sequences then works on longer
+    ones is a different claim, and mostly false (Press et al. 2022).
+    """
+
+    def __init__(self, d_model: int, max_len: int = 512):
+        super().__init__()
+        self.d_model, self.max_len = d_model, max_len
+        self.register_buffer("pe", sinusoidal_encoding(max_len, d_model), persistent=False)
+
+    def table(self, length: int) -> torch.Tensor:
+        """PE[:length], [length, D], on the buffer's device."""
+        if length <= self.pe.size(0):
+            return self.pe[:length]
+        return sinusoidal_encoding(length, self.d_model, device=self.pe.device)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x [B, S, D] -> [B, S, D]."""
+        _check_input(x, self.d_model)
+        return x + self.table(x.size(1)).to(x.dtype)
+
+
+class LearnedPositionalEmbedding(nn.Module):
+    """Adds a learned vector per position (BERT, GPT-2): x [B, S, D] -> x + P[:S].
+
+    The table has ``max_len`` rows and nothing beyond: a longer input raises a
+    ValueError (an ``nn.Embedding`` would raise an IndexError, or an obscure
+    device-side assert on CUDA).
+    """
+
+    def __init__(self, max_len: int, d_model: int):
+        super().__init__()
+        self.d_model, self.max_len = d_model, max_len
+        self.embedding = nn.Embedding(max_len, d_model)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x [B, S, D] -> [B, S, D]; needs S <= max_len."""
+        _check_input(x, self.d_model)
+        length = x.size(1)
+        if length > self.max_len:
+            raise ValueError(f"sequence length {length} is past max_len={self.max_len}: a learned position "
+                             f"table has rows 0..{self.max_len - 1} only. Build the model with a larger max_len, "
+                             "or cut the input")
+        return x + self.embedding.weight[:length].to(x.dtype)
+
+
+def _check_input(x, d_model: int) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"expected a tensor [B, S, {d_model}], got {type(x).__name__}")
+    if x.dim() != 3 or x.size(-1) != d_model:
+        raise ValueError(f"expected a tensor [B, S, D={d_model}], got shape {tuple(x.shape)}")
+
+
+def make_positions(kind: str, d_model: int, max_len: int) -> nn.Module:
+    """``"sinusoidal"`` or ``"learned"``."""
+    if kind == "sinusoidal":
+        return SinusoidalPositionalEncoding(d_model, max_len)
+    if kind == "learned":
+        return LearnedPositionalEmbedding(max_len, d_model)
+    raise ValueError(f"positions must be 'sinusoidal' or 'learned', got {kind!r}")
