@@ -7,7 +7,7 @@
 
 It needs a real encoder–decoder: the output reorders the input (year last, day first), turns a
 month number into a name, drops leading zeros, and both sides change length from one example to
-the next (source 8–18 characters, target 10–17), so dynamic padding and length bucketing matter.
+the next (source 8–17 characters, target 10–17), so dynamic padding and length bucketing matter.
 Everything is generated from a seed: no download. Held-out examples use *dates* never seen in
 training, in any style.
 

@@ -25,7 +25,7 @@
 # | choice | value | why |
 # |---|---|---|
 # | heads, layers | 8, 2 (encoder and decoder) | the seeds' model |
-# | `d_model`, `d_ff` | 64, 256 | the seed's 512 would need ~60× the compute per step; 64 is the smallest width whose 8 heads still get 8 dimensions each, and is plenty for a 53-character task. `d_ff = 4·d_model` as in the paper |
+# | `d_model`, `d_ff` | 64, 256 | the seed's 512 would need ~60× the compute per step; 64 is the smallest width whose 8 heads still get 8 dimensions each, and is plenty for a 55-character vocabulary. `d_ff = 4·d_model` as in the paper |
 # | dropout | 0 | the data are unlimited and noise-free and held-out dates are new dates: there is nothing to over-fit, and dropout would only slow learning down |
 # | data | 20 000 training dates, 500 held-out for the stopping test, 2 000 more for the final score | enough distinct dates that the model must learn the rule; the sets are disjoint |
 # | batches | 64, bucketed by length, dynamic padding | §6.6: almost no padding |

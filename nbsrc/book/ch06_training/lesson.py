@@ -63,7 +63,7 @@ torch.set_num_threads(1)  # tiny tensors: a second thread only waits for the fir
 #
 # We need a task that is generated locally (no download), quick to learn on a CPU, and still a real
 # *translation*: the output must depend on the whole input, in a different order, with different
-# lengths on both sides. Dates do all that. The source is a date in one of six styles, the target
+# lengths on both sides. Dates do all that. The source is a date in one of seven styles, the target
 # always the same spelled-out style:
 
 # %%
