@@ -151,12 +151,14 @@ for i in wrong[:5]:
 # %%
 def cross_attention(model, src, out):
     """Weights [H, St, Ss] of the last decoder layer's cross-attention when reading ``out`` [1, St]."""
-    captured = []
+    captured, busy = [], []
     module = model.decoder.layers[-1].cross_attn
 
     def hook(mod, args, kwargs, output):
-        if not captured:
-            captured.append(mod(*args, **{**kwargs, "return_weights": True})[1])
+        if busy or captured:  # the call below runs this hook again
+            return
+        busy.append(True)
+        captured.append(mod(*args, **{**kwargs, "return_weights": True})[1])
 
     handle = module.register_forward_hook(hook, with_kwargs=True)
     try:
