@@ -178,12 +178,12 @@ else:
 # %% [markdown]
 # Here it crashes, which is the lucky case. Two silent variants train without a complaint: shifting
 # the wrong way (input `tgt[:, 1:]`, labels `tgt[:, :-1]`) and not shifting the labels at all. Let us
-# train all three for the same 80 steps (far from converged) and measure the training loss and, on
+# train all three for the same 60 steps (far from converged) and measure the training loss and, on
 # held-out dates, how often the model predicts the *next* character from the ones before it, which is
 # all that decoding asks of it:
 
 # %%
-def run_shift(shift, steps=80):
+def run_shift(shift, steps=60):
     model = make_model()
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
     losses = []
@@ -248,7 +248,7 @@ print(f"padding is {pad_share:.0%} of the label positions; loss with padding {co
 # then scored on held-out dates by the fraction of characters greedy decoding gets right:
 
 # %%
-def run_padding(count_padding, steps=80):
+def run_padding(count_padding, steps=60):
     model = make_model()
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
     reported = []
@@ -318,10 +318,10 @@ except ZeroDivisionError as exc:
 # can push it into a bad region it never leaves. Three runs, same model, same batches, Adam with
 # the paper's betas: a constant 1e-2 from step 0, a constant 1e-3, and the Noam schedule *peaking
 # at 1e-2* after 60 warm-up steps. Each run is scored by the fraction of held-out characters that
-# greedy decoding gets right at their position (exact match needs more than 200 steps).
+# greedy decoding gets right at their position (exact match needs many more steps).
 
 # %%
-def run_lr(lr=None, warmup=None, steps=200, post_ln=True):
+def run_lr(lr=None, warmup=None, steps=150, post_ln=True):
     model = make_model(norm_first=not post_ln)
     if warmup is None:
         opt = torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.98), eps=1e-9)
