@@ -482,7 +482,7 @@ speedup = best["pad to 32"] / best["dynamic + bucketing"]
 print(f"speed-up {speedup:.1f}x")
 pad_share = {k: 1 - real / total for k, (real, total) in shares.items()}
 assert pad_share["dynamic + bucketing"] < pad_share["pad to 32"] / 3
-assert speedup > 1.3
+assert speedup > 1.1  # a timing: the margin allows for a busy machine (measured 1.4x to 2x)
 
 # %% [markdown]
 # Bucketing by source length leaves a few percent of padding (a little more on the target side,
