@@ -7,7 +7,7 @@ export PYTHONPATH := $(CURDIR)
 export PYTHONUNBUFFERED := 1
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
-.PHONY: env book test test-fast bench notebooks release clean
+.PHONY: env book test test-fast test-gpu bench notebooks release clean
 
 env: $(VENV)/.installed
 
@@ -27,6 +27,15 @@ test: env
 # The quick part: the package, its checks and the notebook files, without executing notebooks.
 test-fast: env
 	$(BIN)/python -m pytest -m "not slow" tests
+
+# On a GPU machine: the CUDA-only tests (fp16 + GradScaler, NCCL, flash/efficient SDPA), the package and
+# check tests, and every lesson and solution notebook, all with the device forced to CUDA.
+# Fails at once, saying why, where there is no CUDA GPU.
+GPU_NOTEBOOKS = $(wildcard book/*/lesson.ipynb solutions/*/exercise.ipynb)
+test-gpu: env
+	$(BIN)/python tools/require_gpu.py
+	TFORMER_REQUIRE_GPU=1 TFORMER_DEVICE=cuda $(BIN)/python -m pytest -m "gpu or not slow" --durations=15 tests
+	TFORMER_REQUIRE_GPU=1 TFORMER_DEVICE=cuda $(BIN)/python -m pytest --nbval-lax -p no:cacheprovider --durations=0 $(GPU_NOTEBOOKS)
 
 bench: env
 	$(BIN)/python -m bench

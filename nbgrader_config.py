@@ -22,6 +22,27 @@ c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedb
 c.Execute.timeout = 60
 c.Execute.interrupt_on_timeout = True
 c.Execute.execute_retries = 0
+# A deleted check cell is put back from the gradebook and run (nbgrader's default leaves it ungraded).
+c.OverwriteCells.add_missing_cells = True
 # Hidden tests are visible in solutions/ and stripped from the student version.
 c.ClearHiddenTests.enforce_metadata = True
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
+
+# Guards against hostile notebooks (book/instructors.md): tformer_ref.grading.GuardedExecute replaces
+# nbgrader's Execute. It survives a kernel crash or a loop that ignores interrupts (later cells score 0,
+# the next learner is graded), caps each cell's output, and zeroes a test cell whose checks did not
+# print a success line signed with the grader's key. Without tformer_ref importable here, plain
+# nbgrader grades as usual, without these guards.
+import importlib.util  # noqa: E402
+
+if importlib.util.find_spec("tformer_ref") is not None:  # found without importing it (and torch)
+    c.Autograde.autograde_preprocessors = [
+        "tformer_ref.grading.GuardedExecute",
+        "nbgrader.preprocessors.IgnorePattern",
+        "nbconvert.preprocessors.ClearMetadataPreprocessor",
+        "nbgrader.preprocessors.LimitOutput",
+        "nbgrader.preprocessors.SaveAutoGrades",
+        "nbgrader.preprocessors.AssignLatePenalties",
+        "nbgrader.preprocessors.CheckCellMetadata",
+    ]
+    c.GuardedExecute.max_output_chars = 100_000

@@ -16,3 +16,33 @@ os.environ.setdefault("PYTHONPATH", str(ROOT))
 def _seed():
     torch.manual_seed(0)
     yield
+
+
+# --------------------------------------------------------------------------- GPU tests
+# `make test` (the CPU suite) does not select tests marked `gpu`. `make test-gpu` sets
+# TFORMER_REQUIRE_GPU=1: gpu tests are selected, and a machine without CUDA is a hard
+# failure rather than a row of skips that would look like success.
+REQUIRE_GPU = os.environ.get("TFORMER_REQUIRE_GPU", "") == "1"
+
+
+def pytest_sessionstart(session):
+    if REQUIRE_GPU and not torch.cuda.is_available():
+        pytest.exit(
+            "TFORMER_REQUIRE_GPU=1 (make test-gpu) but torch.cuda.is_available() is False "
+            f"(torch {torch.__version__}): no CUDA GPU here, so the GPU suite cannot run. "
+            "Run `make test` for the CPU suite.",
+            returncode=3,
+        )
+
+
+def pytest_collection_modifyitems(config, items):
+    gpu_items = [item for item in items if "gpu" in item.keywords]
+    if not gpu_items or REQUIRE_GPU:
+        return
+    if not config.option.markexpr:
+        # The default run: gpu tests belong to `make test-gpu`.
+        config.hook.pytest_deselected(items=gpu_items)
+        items[:] = [item for item in items if "gpu" not in item.keywords]
+    elif not torch.cuda.is_available():
+        for item in gpu_items:
+            item.add_marker(pytest.mark.skip(reason="needs CUDA (torch.cuda.is_available() is False); run `make test-gpu` on a GPU machine"))

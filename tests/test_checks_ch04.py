@@ -356,3 +356,16 @@ def test_checks_write_nothing_to_stderr(capfd):
     with pytest.raises(CheckFailure):
         ch04.check_block_behaviour(WrongBatchNorm)
     assert capfd.readouterr().err == ""
+
+
+def test_sections_named_by_the_checks_exist_in_the_lesson():
+    """A failure sends the learner to '§N.k Title': that heading must exist in the lesson."""
+    from pathlib import Path
+
+    from tformer_ref.checks.core import Section
+
+    lesson = (Path(__file__).resolve().parent.parent / "nbsrc" / "book" / "ch04_blocks" / "lesson.py").read_text()
+    sections = [v for v in vars(ch04).values() if isinstance(v, Section)]
+    assert len(sections) == 7
+    for section in sections:
+        assert f"# ## {section.number} {section.title}\n" in lesson, section

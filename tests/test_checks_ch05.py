@@ -313,3 +313,17 @@ def test_checks_write_nothing_to_stderr(capfd):
     with pytest.raises(CheckFailure):
         ch05.check_sinusoidal_encoding(pe_swapped)
     assert capfd.readouterr().err == ""
+
+
+def test_sections_named_by_the_checks_exist_in_the_lessons():
+    """A failure sends the learner to '§N.k Title': that heading must exist in the lesson it names."""
+    from pathlib import Path
+
+    from tformer_ref.checks.core import Section
+
+    root = Path(__file__).resolve().parent.parent / "nbsrc" / "book"
+    sections = [v for v in vars(ch05).values() if isinstance(v, Section)]
+    assert len(sections) == 11
+    for section in sections:
+        lesson = (root / section.chapter / "lesson.py").read_text()
+        assert f"# ## {section.number} {section.title}\n" in lesson, section

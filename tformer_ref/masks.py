@@ -34,12 +34,111 @@ def validate_mask(mask: torch.Tensor, batch: int, n_heads: int, q_len: int, k_le
 
 
 def padding_mask(tokens: torch.Tensor, pad_id: int) -> torch.Tensor:
-    """Token ids [B, S] -> keep-mask [B, 1, 1, S]: True where the key is a real token."""
+    """Token ids [B, S] -> keep-mask [B, 1, 1, S]: True where the key is a real token.
+
+    The two singleton axes are the heads and the queries: every head of every
+    query ignores the same padded keys. (A [B, 1, S] mask would line its batch
+    axis up with the heads axis of the [B, H, Sq, Sk] scores.)
+    """
+    if not isinstance(tokens, torch.Tensor):
+        raise TypeError(f"tokens must be a tensor of token ids [B, S], got {type(tokens).__name__}")
     if tokens.dim() != 2:
         raise ValueError(f"tokens must have shape [B, S], got {tuple(tokens.shape)}")
     return (tokens != pad_id)[:, None, None, :]
 
 
 def causal_mask(size: int, device=None) -> torch.Tensor:
-    """[1, 1, S, S] keep-mask, lower triangular: query i may attend to keys 0..i."""
+    """[1, 1, S, S] keep-mask, lower triangular: query i may attend to keys 0..i.
+
+    ``triu`` would be the opposite: every query would see only itself and the future.
+    """
+    if int(size) != size or size < 1:
+        raise ValueError(f"size must be a positive int, got {size!r}")
     return torch.ones(size, size, dtype=torch.bool, device=device).tril()[None, None]
+
+
+def _expect_bool(mask, name: str = "mask") -> None:
+    if not isinstance(mask, torch.Tensor):
+        raise TypeError(f"{name} must be a bool torch.Tensor, got {type(mask).__name__}")
+    if mask.dtype != torch.bool:
+        raise TypeError(f"{name} must be a bool tensor, got dtype {mask.dtype}")
+
+
+def combine_masks(*masks: torch.Tensor) -> torch.Tensor:
+    """Logical AND of keep-masks: a key is attended only where *every* mask allows it.
+
+    A padding mask [B, 1, 1, Sk] and a causal mask [1, 1, Sq, Sk] combine into
+    [B, 1, Sq, Sk]. ``None`` entries are skipped; with no mask left, returns None.
+    """
+    kept = [m for m in masks if m is not None]
+    if not kept:
+        return None
+    for i, m in enumerate(kept):
+        _expect_bool(m, f"mask {i}")
+        if m.dim() != 4:
+            raise ValueError(f"mask {i} must have 4 dims [B or 1, H or 1, Sq or 1, Sk], got shape {tuple(m.shape)}")
+    try:
+        shape = torch.broadcast_shapes(*(m.shape for m in kept))
+    except RuntimeError:
+        raise ValueError(f"masks must broadcast together, got shapes {[tuple(m.shape) for m in kept]}") from None
+    out = kept[0].expand(shape)
+    for m in kept[1:]:
+        out = out & m
+    return out
+
+
+def to_ignore_mask(keep: torch.Tensor) -> torch.Tensor:
+    """Keep-mask (True = attend, SDPA's convention) -> ignore-mask (True = masked out),
+    the convention of ``nn.MultiheadAttention``'s ``key_padding_mask`` and boolean ``attn_mask``.
+    Same shape."""
+    _expect_bool(keep, "keep")
+    return ~keep
+
+
+def from_ignore_mask(ignore: torch.Tensor) -> torch.Tensor:
+    """Ignore-mask (True = masked out, ``nn.MultiheadAttention``) -> keep-mask (True = attend). Same shape."""
+    _expect_bool(ignore, "ignore")
+    return ~ignore
+
+
+def to_mha_masks(keep: torch.Tensor, n_heads: int):
+    """A keep-mask [B or 1, H or 1, Sq, Sk] -> ``attn_mask`` for ``nn.MultiheadAttention``.
+
+    ``nn.MultiheadAttention`` wants an ignore-mask shaped [Sq, Sk] (same for the
+    whole batch) or [B*H, Sq, Sk] (batch-major: row ``b*H + h``). Returns the
+    [Sq, Sk] form when the mask does not depend on batch or head, else [B*H, Sq, Sk].
+    """
+    _expect_bool(keep, "keep")
+    if keep.dim() != 4 or keep.size(1) not in (1, n_heads):
+        raise ValueError(f"keep must have shape [B or 1, H={n_heads} or 1, Sq, Sk], got {tuple(keep.shape)}")
+    ignore = ~keep
+    if keep.size(0) == 1 and keep.size(1) == 1:
+        return ignore[0, 0]
+    b, _, sq, sk = ignore.shape
+    return ignore.expand(b, n_heads, sq, sk).reshape(b * n_heads, sq, sk)
+
+
+def to_additive_mask(keep: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Keep-mask -> float mask *added* to the scores: 0 where attended, the most negative
+    finite value of ``dtype`` where masked. Same shape.
+
+    A finite fill, not -inf: a fully masked row then stays finite (softmax gives a
+    uniform row, not NaN), and it never overflows the way -1e9 does in float16.
+    """
+    _expect_bool(keep, "keep")
+    if not dtype.is_floating_point:
+        raise TypeError(f"dtype must be a floating point dtype, got {dtype}")
+    return torch.zeros(keep.shape, dtype=dtype, device=keep.device).masked_fill(~keep, torch.finfo(dtype).min)
+
+
+def from_additive_mask(additive: torch.Tensor) -> torch.Tensor:
+    """Float mask added to the scores -> keep-mask. Same shape.
+
+    True where the entry is above -1e4: any value at or below it (-1e4, -1e9, the
+    dtype's minimum, -inf) makes exp() of the score exactly 0 in every float dtype,
+    while small negative biases (such as ALiBi's) still count as attended.
+    """
+    if not isinstance(additive, torch.Tensor) or not additive.is_floating_point():
+        got = additive.dtype if isinstance(additive, torch.Tensor) else type(additive).__name__
+        raise TypeError(f"additive must be a floating point tensor, got {got}")
+    return additive > -1e4

@@ -177,20 +177,20 @@ class DecoderOnlyLM(nn.Module):
         if tie_embeddings not in (False, True):
             raise ValueError(f"tie_embeddings must be False or True, got {tie_embeddings!r}")
         self.d_model, self.pad_id = d_model, pad_id
-        self.embed = nn.Embedding(vocab, d_model)
+        self.tok_embed = nn.Embedding(vocab, d_model)
         self.pos = make_positions(positions, d_model, max_len)
         self.dropout = nn.Dropout(dropout)
         self.blocks = Encoder(d_model, n_heads, n_layers, d_ff, dropout, norm_first, final_norm, fused)
         self.lm_head = nn.Linear(d_model, vocab)
         xavier_init_(self)
         if tie_embeddings:
-            self.lm_head.weight = self.embed.weight
+            self.lm_head.weight = self.tok_embed.weight
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         """tokens [B, S] -> logits [B, S, vocab]."""
         _check_tokens(tokens, "tokens")
         mask = padding_mask(tokens, self.pad_id) & causal_mask(tokens.size(1), device=tokens.device)
-        x = self.dropout(self.pos(self.embed(tokens) * math.sqrt(self.d_model)))
+        x = self.dropout(self.pos(self.tok_embed(tokens) * math.sqrt(self.d_model)))
         return self.lm_head(self.blocks(x, mask))
 
 

@@ -5,6 +5,8 @@ Used as the oracle: with the same weights, ``nn.TransformerEncoderLayer``,
 ReLU) compute what :mod:`tformer_ref.blocks` and :mod:`tformer_ref.model` compute.
 PyTorch's masks mean the opposite of ours (True = ignore), and ``nn.Transformer``
 always ends both stacks with a LayerNorm: build ours with ``final_norm=True``.
+Compare with autograd enabled: under ``torch.no_grad()`` in eval mode PyTorch's
+encoder takes a nested-tensor fast path that outputs zeros at padded positions.
 """
 from __future__ import annotations
 

@@ -48,7 +48,8 @@ def build(source: Path) -> nbformat.NotebookNode:
     nb.metadata = {"kernelspec": KERNELSPEC, "language_info": {"name": "python"}}
     for cell in nb.cells:
         tag = cell.metadata.get("nbgrader")
-        meta = {k: v for k, v in cell.metadata.items() if k in ("tags",)}
+        # mystnb: figure caption and alt text of the cell's image output (CONTRIBUTING.md, "Figures").
+        meta = {k: v for k, v in cell.metadata.items() if k in ("tags", "mystnb")}
         if isinstance(tag, str):
             meta["nbgrader"] = nbgrader_metadata(tag)
         cell.metadata = meta

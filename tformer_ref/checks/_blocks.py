@@ -13,6 +13,7 @@ A wrong wiring is named by recomputing the known wrong wirings the same way.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
@@ -139,6 +140,16 @@ def single_thread():
         yield
     finally:
         torch.set_num_threads(before)
+
+
+def single_threaded(check: Callable) -> Callable:
+    """Decorator: run a whole check on one thread (see :func:`single_thread`)."""
+    @functools.wraps(check)
+    def run(*args, **kwargs):
+        __tracebackhide__ = True
+        with single_thread():
+            return check(*args, **kwargs)
+    return run
 
 
 def _matches_all(theirs, cases, fn, role, same) -> bool:

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from ..device import get_device
 from ..heads import merge_heads, split_heads
-from .core import (Case, Pitfall, Section, check_not_delegated, compare_to_reference, fail, passed,
+from .core import (Case, Pitfall, Section, check_not_delegated, compare_to_reference, fail, passed, seal,
                    probe_batch_independence, probe_eval_determinism, probe_token_mixing)
 
 CHAPTER = "ch01_shapes"
@@ -328,3 +328,6 @@ def check_by_hand(title: str, fn, args: tuple) -> None:
     """Hidden test: ``fn(*args)`` runs without calling the reference package."""
     __tracebackhide__ = True
     check_not_delegated(title, lambda: fn(*args), forbidden=["tformer_ref"])
+
+
+seal(__name__)

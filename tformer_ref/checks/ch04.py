@@ -13,7 +13,7 @@ import torch.nn as nn
 
 from ..device import get_device
 from . import _blocks
-from ._blocks import Parts, compare_with_roles, find_parts, norm_orders, randn, randomise_norms, sublayer
+from ._blocks import Parts, single_threaded, compare_with_roles, find_parts, norm_orders, randn, randomise_norms, sublayer
 from .core import Case, Pitfall, Section, compare_to_reference, fail, passed, probe_eval_determinism
 
 CHAPTER = "ch04_blocks"
@@ -88,6 +88,7 @@ FF_PITFALLS = [
 ]
 
 
+@single_threaded
 def check_feed_forward(cls) -> None:
     """``cls(d_model, d_ff)``: an nn.Module mapping x [..., D] to [..., D] (Linear, ReLU, Linear)."""
     __tracebackhide__ = True
@@ -188,6 +189,7 @@ def _probe_parts(cls):
     encoder_parts(module, 16, 40)
 
 
+@single_threaded
 def check_encoder_block(cls, norm_first: bool = False) -> None:
     """``cls(d_model, n_heads, d_ff, dropout, norm_first)``, ``forward(x [B, S, D], mask=None) -> [B, S, D]``,
     compared in eval mode with the Post-LN (``norm_first=False``) or Pre-LN wiring of its own parts."""
@@ -233,6 +235,7 @@ DROPOUT_PITFALLS = [
 ]
 
 
+@single_threaded
 def check_dropout_placement(cls) -> None:
     """Dropout sits on each sublayer's output, before the residual add.
 
@@ -262,6 +265,7 @@ def _batch_dependence(title):
     fail(title, _blocks.batchnorm_pitfall(S_NORM), S_NORM)
 
 
+@single_threaded
 def check_block_behaviour(cls) -> None:
     """Properties any right block has: each sequence normalised on its own (no BatchNorm), padding
     invariance, batch of one, the same output in train and eval mode at dropout 0, determinism in eval."""
@@ -308,6 +312,7 @@ def check_block_behaviour(cls) -> None:
     passed(title, "normalises each token on its own, ignores padding, same in train and eval mode at dropout 0")
 
 
+@single_threaded
 def check_block_by_hand(cls) -> None:
     """Hidden test: the learner wired the block, not PyTorch's TransformerEncoderLayer or the reference's."""
     __tracebackhide__ = True

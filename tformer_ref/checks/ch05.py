@@ -14,14 +14,14 @@ import torch.nn as nn
 from ..device import get_device
 from ..positions import sinusoidal_encoding
 from . import _blocks
-from ._blocks import Parts, compare_with_roles, find_parts, norm_orders, randn, randomise_norms, sublayer
+from ._blocks import Parts, single_threaded, compare_with_roles, find_parts, norm_orders, randn, randomise_norms, sublayer
 from .core import Case, CheckFailure, Pitfall, Section, _run, check_not_delegated, compare_to_reference, fail, passed
 
 CHAPTER = "ch05_model"
 S_ORDER = Section(CHAPTER, "5.1", "Attention ignores order")
 S_SINUSOID = Section(CHAPTER, "5.2", "Sinusoidal positional encoding")
 S_LEARNED = Section(CHAPTER, "5.3", "Learned positions and max_length")
-S_EXTRAPOLATE = Section(CHAPTER, "5.4", "What extrapolates means")
+S_EXTRAPOLATE = Section(CHAPTER, "5.4", 'What "extrapolates" means')
 S_EMBED = Section(CHAPTER, "5.5", "Embeddings scaled by sqrt(d_model)")
 S_DECODER = Section(CHAPTER, "5.6", "Encoder, decoder and cross-attention")
 S_COUNT = Section(CHAPTER, "5.7", "The seed's model, counted")
@@ -61,6 +61,11 @@ def _per_column_table(n, d):
     return pe.float()
 
 
+_GROWING = Pitfall("wrong frequencies (positions multiplied by 10000^(2i/D))",
+        "Your frequencies grow with i instead of shrinking: divide the position by 10000^(2i/D) "
+        "(div_term = exp(-2i·ln(10000)/D), note the minus sign).",
+        S_SINUSOID, lambda n, d: _table(n, d, exponent=lambda i, d: 10000.0 ** (2 * i / d)))
+
 SINUSOID_PITFALLS = [
     Pitfall("sin and cos swapped",
             "Your even columns hold cosines and the odd ones sines. The paper's table is PE[pos, 2i] = "
@@ -70,10 +75,7 @@ SINUSOID_PITFALLS = [
             "Your pair i turns at 1/10000^(i/D): the exponent must be 2i/D (the column index of the sine), "
             "so that the wavelengths run from 2π up to 10000·2π over the D/2 pairs; with i/D they stop at "
             "about 100·2π.", S_SINUSOID, lambda n, d: _table(n, d, exponent=lambda i, d: 10000.0 ** (-i / d))),
-    _GROWING := Pitfall("wrong frequencies (positions multiplied by 10000^(2i/D))",
-            "Your frequencies grow with i instead of shrinking: divide the position by 10000^(2i/D) "
-            "(div_term = exp(-2i·ln(10000)/D), note the minus sign).",
-            S_SINUSOID, lambda n, d: _table(n, d, exponent=lambda i, d: 10000.0 ** (2 * i / d))),
+    _GROWING,
     Pitfall("wrong frequencies (one exponent per column)",
             "You gave every column j its own frequency 1/10000^(j/D). A sine and its cosine share one "
             "frequency: columns 2i and 2i+1 both use 10000^(2i/D). Sharing it is what makes PE[pos+k] a "
@@ -99,6 +101,7 @@ def _as_float32(fn):
     return run
 
 
+@single_threaded
 def check_sinusoidal_encoding(fn) -> None:
     """``fn(n_positions, d_model) -> [n_positions, d_model]``, the table of Vaswani et al. §3.5."""
     __tracebackhide__ = True
@@ -123,6 +126,7 @@ def _frequencies_grow(learner) -> bool:
     return isinstance(got, torch.Tensor) and got.shape == want.shape and torch.allclose(got[1], want[1], atol=1e-2)
 
 
+@single_threaded
 def check_by_hand(title: str, fn, args: tuple) -> None:
     """Hidden test: ``fn(*args)`` runs without calling the reference package."""
     __tracebackhide__ = True
@@ -179,6 +183,7 @@ EMBED_PITFALLS = [
 ]
 
 
+@single_threaded
 def check_embed(fn) -> None:
     """``fn(tokens [B, S] long, table nn.Embedding(V, D), pe [max_len, D]) -> [B, S, D]``:
     ``table(tokens) · √D + pe[:S]``."""
@@ -299,6 +304,7 @@ def _probe(cls):
     return module
 
 
+@single_threaded
 def check_decoder_block(cls) -> None:
     """``cls(d_model, n_heads, d_ff, dropout)``, ``forward(x [B, St, D], memory [B, Ss, D], src_mask=None)
     -> [B, St, D]``: Post-LN, causal self-attention, cross-attention to ``memory``, feed-forward."""
@@ -308,6 +314,7 @@ def check_decoder_block(cls) -> None:
                        DECODER_PITFALLS, _decoder_roles())
 
 
+@single_threaded
 def check_decoder_behaviour(cls) -> None:
     """Probes any right decoder block passes: the future never changes the past, the output reads the
     memory, masked source positions are invisible, eval mode is deterministic."""
@@ -345,6 +352,7 @@ def check_decoder_behaviour(cls) -> None:
     passed(title, "causal, reads the memory, ignores source padding, deterministic in eval mode")
 
 
+@single_threaded
 def check_decoder_by_hand(cls) -> None:
     """Hidden test: the learner wired the block, not PyTorch's TransformerDecoderLayer or the reference's."""
     __tracebackhide__ = True

@@ -9,12 +9,27 @@ the case, the shapes, the largest difference and where it is.
 A check prints one line on success and raises :class:`CheckFailure` (an
 ``AssertionError``, so nbgrader marks the cell failed) on failure. It never
 writes to stderr: nbgrader gives a test cell zero points when it does.
+
+Grading guards (see book/instructors.md, "Hostile submissions"): learner code
+runs in the same Python process as the checks, so before every check and every
+success line the check machinery verifies it has not been patched
+(:func:`verify_integrity`), and while grading each success line carries a
+receipt signed with a key only the grader knows, which
+``tformer_ref.grading.GuardedExecute`` verifies outside the kernel. Neither
+makes the kernel a sandbox; they stop the easy ways to fake a pass.
 """
 from __future__ import annotations
 
+import ast
+import builtins
 import contextlib
+import hashlib
+import hmac
+import inspect
+import io
 import os
 import sys
+import types
 import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
@@ -24,7 +39,8 @@ import torch
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _CHECKS_DIR = os.path.dirname(os.path.abspath(__file__))
 # Reference code a learner may call freely inside an exercise (it teaches nothing the exercise asks for).
-_ALLOWED_FILES = {os.path.join(_PACKAGE_DIR, "device.py")}
+# Immutable on purpose: integrity checks compare module globals by identity, which cannot see a set mutated in place.
+_ALLOWED_FILES = frozenset({os.path.join(_PACKAGE_DIR, "device.py")})
 
 
 class CheckFailure(AssertionError):
@@ -81,18 +97,57 @@ def fail(title: str, message: str, section: Section | None = None) -> None:
     raise CheckFailure(text)
 
 
+# ---------------------------------------------------------------------------
+# Receipts: while grading, a success line is signed with a key the grader put in the
+# kernel's environment. The grader (tformer_ref.grading) counts the valid receipts of each
+# test cell outside the kernel, so a test cell whose checks were skipped, replaced or
+# silenced scores zero even though it raised nothing.
+
+GRADING_KEY_ENV = "TFORMER_REF_GRADING_KEY"
+RECEIPT_PATTERN = r"^(✓ .*?)  \[grader receipt (\d+):([0-9a-f]{16})\]$"
+
+
+def receipt_mac(key: str, number: int, line: str) -> str:
+    """The 16 hex digits that sign success line ``line``, the ``number``-th of the kernel."""
+    return hmac.new(key.encode(), f"{number}|{line}".encode(), hashlib.sha256).hexdigest()[:16]
+
+
+def _make_signer() -> Callable[[str], str]:
+    # Read once and removed from os.environ, so code that runs later does not find it there.
+    key = os.environ.pop(GRADING_KEY_ENV, "")
+    count = [0]
+
+    def sign(line: str) -> str:
+        if not key:
+            return line
+        count[0] += 1
+        return f"{line}  [grader receipt {count[0]}:{receipt_mac(key, count[0], line)}]"
+
+    return sign
+
+
+_sign = _make_signer()
+
+
 def passed(title: str, detail: str) -> None:
-    print(f"✓ {title}: {detail}")
+    """Print the success line of a check (signed while grading), after verifying nothing was patched."""
+    __tracebackhide__ = True
+    verify_integrity()
+    print(_sign(f"✓ {title}: {detail}"))
+
+
+@contextlib.contextmanager
+def _quiet():
+    """Run learner code without letting it reach stderr: nbgrader zeroes a test cell that writes there,
+    even when the answer is right. Warnings are ignored and stderr writes discarded."""
+    with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
+        warnings.simplefilter("ignore")
+        yield
 
 
 def _run(fn: Callable, args: tuple) -> Any:
-    """Call ``fn``; an exception becomes a value so that variants can be compared on it too.
-
-    Warnings are recorded rather than printed: a warning reaching stderr would
-    make nbgrader give the cell zero even when the answer is right.
-    """
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    """Call ``fn``; an exception becomes a value so that variants can be compared on it too."""
+    with _quiet():
         try:
             return fn(*args)
         except CheckFailure:
@@ -101,12 +156,195 @@ def _run(fn: Callable, args: tuple) -> Any:
             return _Raised(exc)
 
 
+# ---------------------------------------------------------------------------
+# Integrity: learner code shares the kernel with the checks. Every check first verifies
+# that no tformer_ref module, no function the verdict depends on and no IPython hook was
+# changed. This stops patching, not a learner who studies this file to defeat it
+# (see book/instructors.md for what really isolates).
+
+_MISSING = object()
+_SEALS: dict[str, "_Seal"] = {}
+# Functions a verdict depends on, captured when this module is imported (before learner code runs).
+_WATCHED = {
+    "torch.allclose": (lambda: torch.allclose, torch.allclose),
+    "torch.equal": (lambda: torch.equal, torch.equal),
+    "torch.isnan": (lambda: torch.isnan, torch.isnan),
+    "torch.Tensor.__torch_function__": (lambda: vars(torch.Tensor).get("__torch_function__"),
+                                        vars(torch.Tensor).get("__torch_function__")),
+    "torch.Tensor.allclose": (lambda: vars(torch.Tensor).get("allclose", _MISSING),
+                              vars(torch.Tensor).get("allclose", _MISSING)),
+    **{f"builtins.{n}": (lambda n=n: getattr(builtins, n), getattr(builtins, n))
+       for n in ("isinstance", "print", "len", "all", "any", "zip", "type", "getattr", "hasattr", "__import__")},
+    "sys.setprofile": (lambda: sys.setprofile, sys.setprofile),
+}
+_SHELL_METHODS = ("run_cell", "run_cell_async", "run_ast_nodes", "run_code", "transform_cell", "showtraceback",
+                  "_showtraceback", "should_run_async", "custom_exceptions", "CustomTB")
+
+
+def _shell_state() -> dict | None:
+    """The IPython hooks that decide what a cell runs and whether its error counts."""
+    ipython = sys.modules.get("IPython")
+    shell = getattr(ipython, "get_ipython", lambda: None)() if ipython else None
+    if shell is None:
+        return None
+    state = {m: vars(shell).get(m, _MISSING) for m in _SHELL_METHODS}
+    for name in ("ast_transformers", "input_transformers_post", "input_transformers_cleanup"):
+        state[name] = tuple(getattr(shell, name, ()))
+    return state
+
+
+def _disk_problems(module: types.ModuleType) -> list[str]:
+    """Functions of ``module`` whose code differs from its source file (patched before or while importing)."""
+    path = getattr(module, "__file__", None)
+    if not path or not path.endswith(".py"):
+        return []
+    try:
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+        code = compile(tree, path, "exec", dont_inherit=True)
+    except (OSError, SyntaxError, ValueError):
+        return [f"{module.__name__} cannot be read back from {path}"]
+    codes: dict[str, types.CodeType] = {}
+
+    def walk(c: types.CodeType) -> None:
+        for const in c.co_consts:
+            if isinstance(const, types.CodeType):
+                codes.setdefault(const.co_qualname, const)
+                walk(const)
+
+    walk(code)
+    problems = []
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            fn = getattr(module, node.name, _MISSING)
+            try:
+                fn = inspect.unwrap(fn)  # decorators must use functools.wraps
+            except ValueError:
+                pass
+            if fn is _MISSING:
+                changed = True
+            elif not isinstance(fn, types.FunctionType):
+                changed = not callable(fn)  # e.g. a torch.jit function: not comparable, not flagged
+            elif fn.__code__.co_filename == path:
+                changed = fn.__code__ != codes.get(node.name)
+            else:  # code from elsewhere: a notebook's function, or a library decorator without functools.wraps
+                changed = (fn.__module__ in ("__main__", None, module.__name__)  # swapped code claims this module
+                           or fn.__code__.co_filename.startswith("<"))
+            if changed:
+                problems.append(f"{module.__name__}.{node.name} is not the function in {os.path.basename(path)}")
+    return problems
+
+
+class _Seal:
+    """A module's globals, functions and methods as they were when first seen, for identity comparison."""
+
+    def __init__(self, module: types.ModuleType):
+        self.module, self.name = module, module.__name__
+        self.values = {k: v for k, v in vars(module).items() if not k.startswith("__")}
+        self.functions = {k: (v, v.__code__, v.__defaults__, v.__kwdefaults__)
+                          for k, v in self.values.items() if isinstance(v, types.FunctionType)}
+        self.methods = {(k, m): f for k, cls in self.values.items()
+                        if isinstance(cls, type) and cls.__module__ == self.name
+                        for m, f in vars(cls).items() if isinstance(f, types.FunctionType)}
+        self.problems = _disk_problems(module)
+
+    def compare(self) -> list[str]:
+        out = list(self.problems)
+        if sys.modules.get(self.name) is not self.module:
+            out.append(f"sys.modules['{self.name}'] was replaced")
+        now = vars(self.module)
+        out += [f"{self.name}.{k} was replaced" for k, v in self.values.items() if now.get(k, _MISSING) is not v]
+        out += [f"{self.name}.{k} was modified in place" for k, (fn, code, d, kd) in self.functions.items()
+                if (fn.__code__, fn.__defaults__, fn.__kwdefaults__) != (code, d, kd)
+                or fn.__code__ is not code]
+        out += [f"{self.name}.{k}.{m} was replaced" for (k, m), f in self.methods.items()
+                if vars(self.values[k]).get(m, _MISSING) is not f]
+        return out
+
+
+def seal(name: str) -> None:
+    """Record module ``name`` as it is now; :func:`verify_integrity` then reports any change to it.
+    Check modules call ``seal(__name__)`` as their last line; modules that do not are sealed when
+    first seen by :func:`verify_integrity`, still compared with their source file."""
+    if name not in _SEALS and sys.modules.get(name) is not None:
+        _SEALS[name] = _Seal(sys.modules[name])
+
+
+def _ipython_problems() -> list[str]:
+    """IPython hooks changed since this module was imported (the setup cell), and transformers that are
+    not IPython's own (a transformer can rewrite the test cells before they run)."""
+    now = _shell_state()
+    if now is None or _SHELL_AT_IMPORT is None:
+        return []
+    out = [f"the IPython shell's {name} was changed" for name, value in now.items()
+           if value is not _SHELL_AT_IMPORT.get(name, _MISSING)
+           and not (isinstance(value, tuple) and value == _SHELL_AT_IMPORT.get(name))]
+    for fn in now["ast_transformers"] + now["input_transformers_post"] + now["input_transformers_cleanup"]:
+        if not getattr(fn, "__module__", "").startswith(("IPython.", "ipykernel.")):
+            out.append(f"an IPython transformer from {getattr(fn, '__module__', '?')} was registered")
+    return out
+
+
+_SHELL_AT_IMPORT = _shell_state()
+
+
+def _main_problems() -> list[str]:
+    """A global of the notebook named like a check module (``ch01``, ``core``) must be that module."""
+    namespaces = [vars(sys.modules.get("__main__", types.ModuleType("__main__")))]
+    ipython = sys.modules.get("IPython")
+    shell = getattr(ipython, "get_ipython", lambda: None)() if ipython else None
+    if shell is not None:
+        namespaces.append(shell.user_ns)
+    out = []
+    for (name, seal_), ns in [(item, ns) for item in _SEALS.items() for ns in namespaces]:
+        if not name.startswith(__package__ + "."):
+            continue
+        short = name.rsplit(".", 1)[1]
+        value = ns.get(short, _MISSING)
+        if value is _MISSING or value is seal_.module:
+            continue
+        try:
+            looks_like_checks = isinstance(value, types.ModuleType) or any(n.startswith("check_") for n in dir(value))
+        except Exception:
+            looks_like_checks = True
+        if looks_like_checks:
+            out.append(f"the notebook's '{short}' is not {name}")
+    return out
+
+
+def integrity_problems() -> list[str]:
+    """Everything that was changed in the check machinery since it was imported; empty when intact."""
+    for name, module in list(sys.modules.items()):
+        if (name == "tformer_ref" or name.startswith("tformer_ref.")) and name not in _SEALS and module is not None:
+            if not getattr(getattr(module, "__spec__", None), "_initializing", False):
+                seal(name)
+    problems = [p for s in list(_SEALS.values()) for p in s.compare()]
+    problems += [f"{name} was replaced" for name, (now, then) in _WATCHED.items() if now() is not then]
+    problems += _ipython_problems() + _main_problems()
+    return list(dict.fromkeys(problems))
+
+
+def verify_integrity() -> None:
+    """Raise :class:`CheckFailure` when the check machinery was patched (no check can be trusted then)."""
+    __tracebackhide__ = True
+    problems = integrity_problems()
+    if problems:
+        shown = "; ".join(problems[:4]) + (f"; and {len(problems) - 4} more" if len(problems) > 4 else "")
+        raise CheckFailure(
+            f"grading integrity: the course's check code was changed while your notebook ran ({shown}). "
+            "No check can be trusted after that, so every check from here on fails. Remove the code that "
+            "patches tformer_ref, torch or IPython, restart the kernel and run all cells again.")
+
+
 def describe_difference(got: Any, want: torch.Tensor, atol: float, rtol: float) -> str | None:
     """None when ``got`` equals ``want`` within tolerance, else a sentence saying how it differs."""
     if isinstance(got, _Raised):
         return f"your code raised {got!r}"
     if not isinstance(got, torch.Tensor):
         return f"expected a tensor of shape {list(want.shape)}, got {type(got).__name__}"
+    if type(got) not in (torch.Tensor, torch.nn.Parameter):
+        # A subclass can override __torch_function__ and make any comparison say "equal".
+        return f"expected a plain torch.Tensor, got the tensor subclass {type(got).__name__}"
     if got.shape != want.shape:
         return f"expected shape {list(want.shape)}, got {list(got.shape)}"
     if got.dtype != want.dtype:
@@ -146,6 +384,7 @@ def compare_to_reference(
 ) -> None:
     """Run ``learner`` and ``reference`` on every case; on a mismatch, name the pitfall that explains it."""
     __tracebackhide__ = True
+    verify_integrity()
     ours = [_run(reference, case.make()) for case in cases]
     for case, want in zip(cases, ours):
         if isinstance(want, _Raised):  # a broken case is the course's bug, not the learner's
@@ -178,11 +417,11 @@ def compare_to_reference(
 def probe_token_mixing(title: str, fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, section: Section) -> None:
     """Changing token j must change the output at some other position i: attention mixes tokens."""
     __tracebackhide__ = True
-    base = fn(x.clone()).detach()
     changed = x.clone()
     j = x.size(1) - 1
     changed[:, j] = changed[:, j] + 1.0
-    out = fn(changed).detach()
+    with _quiet():
+        base, out = fn(x.clone()).detach(), fn(changed).detach()
     others = [i for i in range(x.size(1)) if i != j]
     if torch.allclose(out[:, others], base[:, others], atol=1e-6):
         fail(
@@ -199,10 +438,10 @@ def probe_batch_independence(title: str, fn: Callable[[torch.Tensor], torch.Tens
     __tracebackhide__ = True
     if x.size(0) < 2:
         raise ValueError("probe_batch_independence needs a batch of at least 2")
-    base = fn(x.clone()).detach()
     changed = x.clone()
     changed[1:] = changed[1:] + 1.0
-    out = fn(changed).detach()
+    with _quiet():
+        base, out = fn(x.clone()).detach(), fn(changed).detach()
     if not torch.allclose(out[0], base[0], atol=1e-6):
         fail(
             title,
@@ -217,7 +456,7 @@ def probe_eval_determinism(title: str, module: torch.nn.Module, inputs: tuple, s
     """In eval mode two identical calls must give identical outputs (dropout off)."""
     __tracebackhide__ = True
     module.eval()
-    with torch.no_grad():
+    with torch.no_grad(), _quiet():
         a, b = module(*inputs), module(*inputs)
     if not torch.equal(a, b):
         fail(
@@ -259,6 +498,8 @@ def _record_calls():
     try:
         with _Mode():
             yield called
+        if sys.getprofile() is not _profile:  # the learner's code switched the recorder off
+            called.add("<sys.setprofile>")
     finally:
         sys.setprofile(old)
 
@@ -268,6 +509,7 @@ def check_not_delegated(title: str, run: Callable[[], Any], forbidden: Sequence[
     ``"tformer_ref"`` for any reference code), or when ``module`` contains a
     reference or built-in attention module."""
     __tracebackhide__ = True
+    verify_integrity()
     if module is not None:
         for name, sub in module.named_modules():
             kind = type(sub)
@@ -275,10 +517,14 @@ def check_not_delegated(title: str, run: Callable[[], Any], forbidden: Sequence[
                 fail(title, f"your module contains {kind.__module__}.{kind.__name__} (at '{name or 'self'}'): "
                             "the exercise is to write it yourself, not to wrap the reference or PyTorch's own.")
     with _record_calls() as called:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+        with _quiet():
             run()
+    if "<sys.setprofile>" in called:
+        fail(title, "your code changed sys.setprofile while it was being checked, which hides what it calls.")
     used = sorted(c for c in called if c in forbidden or ("tformer_ref" in forbidden and c.startswith("tformer_ref.")))
     if used:
         fail(title, f"your code calls {', '.join(used)}: the exercise is to write that computation yourself.")
     passed(title, "written by hand, no built-in or reference shortcut")
+
+
+seal(__name__)

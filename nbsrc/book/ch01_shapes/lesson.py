@@ -591,7 +591,7 @@ for i, h in enumerate(head_counts):
     extra = f"   {peak_mib[i]:15.1f}" if peak_mib else ""
     print(f"{h:6d} {ms_per_iter[i]:9.1f} {1000 / ms_per_iter[i]:6.1f} {score_mib[i]:13.1f}{extra}")
 
-# %%
+# %% mystnb={"figure": {"caption": "Time per forward+backward step and size of the attention-score tensor for 1, 8 and 16 heads, measured on this machine.", "name": "fig-ch01-heads-cost"}, "image": {"alt": "Two panels: left, milliseconds per iteration against the number of heads; right, megabytes of attention scores growing linearly with the number of heads."}}
 heads_cost_figure(head_counts, ms_per_iter, score_mib,
                   title=f"One attention layer, B={B8}, S={S8}, D={D8}, forward+backward on {device.type}")
 
@@ -667,7 +667,7 @@ head_explorer(attn[0], tokens)
 # %% [markdown]
 # The same four maps side by side, on one colour scale:
 
-# %%
+# %% mystnb={"figure": {"caption": "Attention weights of the four heads of an untrained layer, on one colour scale.", "name": "fig-ch01-heatmaps"}, "image": {"alt": "Four heat maps, one per head: queries in rows, keys in columns."}}
 attention_heatmaps(attn[0], tokens, title="Attention weights of an untrained 4-head layer (rows: queries)")
 
 # %% [markdown]

@@ -1,0 +1,309 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Chapter 2 — Scaled dot-product attention
+#
+# $$\operatorname{Attention}(Q, K, V) = \operatorname{softmax}\!\left(\frac{QK^\top}{\sqrt{d_k}}\right) V$$
+#
+# Both seed write-ups quote this formula, and both say something about the $\sqrt{d_k}$. This chapter
+# measures what they claim:
+#
+# * "Without the scaling, gradients *exploded*" and "the scaling improves accuracy by 2–3 %". The
+#   first is backwards: an unscaled softmax saturates and its gradients **vanish** (§2.3); the paper
+#   {cite}`vaswani2017attention` (§3.2.1, footnote 4) gives the variance argument (§2.2) and no
+#   accuracy figure.
+# * One seed divides by `embed_size ** 0.5` — that is $\sqrt{d_\text{model}}$, not $\sqrt{d_k}$ (§2.5).
+# * One seed checks its gradients with `gradcheck(MultiHeadAttention(), torch.randn(32, 64, 512, dtype=torch.double))`.
+#   That call cannot work, for three separate reasons (§2.6).
+#
+# Shape letters: B batch, H heads, Sq and Sk query and key lengths, Dh = $d_k$ the size of one head,
+# D = $d_\text{model}$ = H·Dh.
+
+# %%
+import math
+import warnings
+
+import ipywidgets as widgets
+import matplotlib.pyplot as plt
+import torch
+import torch.nn.functional as F
+from IPython.display import display
+
+from tformer_ref.attention import MultiHeadAttention, scaled_dot_product_attention
+from tformer_ref.device import get_device, seed_everything
+
+seed_everything(0)
+device = get_device()
+print("device:", device)
+
+# %% [markdown]
+# ## 2.1 Attention step by step
+#
+# One query asks "which keys look like me?": the dot product $q \cdot k_j$ scores every key $j$; softmax
+# turns the scores of one query into weights that are positive and sum to 1; the output is the
+# weighted average of the values. For all heads and queries at once, with `q` of shape `[B, H, Sq, Dh]`
+# and `k`, `v` of shape `[B, H, Sk, Dh]`:
+
+# %%
+B, H, Sq, Sk, Dh = 2, 4, 5, 7, 16
+q = torch.randn(B, H, Sq, Dh, device=device)
+k = torch.randn(B, H, Sk, Dh, device=device)
+v = torch.randn(B, H, Sk, Dh, device=device)
+
+scores = q @ k.transpose(-2, -1) / math.sqrt(Dh)  # [B, H, Sq, Sk]: contract over Dh
+weights = scores.softmax(dim=-1)  # over the keys: each query's row sums to 1
+out = weights @ v  # [B, H, Sq, Dh]
+
+print("scores", tuple(scores.shape), "-> weights", tuple(weights.shape), "-> out", tuple(out.shape))
+assert torch.allclose(weights.sum(dim=-1), torch.ones(B, H, Sq, device=device))
+
+# %% [markdown]
+# Softmax runs over the **last** axis, the keys. Over `dim=-2` it would make each *key's* column sum to
+# 1, which means nothing: a query's weights would no longer be a distribution. PyTorch's fused
+# `F.scaled_dot_product_attention` and the course's reference compute the same thing:
+
+# %%
+torch_out = F.scaled_dot_product_attention(q, k, v)
+ref_out, ref_weights = scaled_dot_product_attention(q, k, v)
+assert torch.allclose(out, torch_out, atol=1e-5) and torch.allclose(out, ref_out, atol=1e-6)
+wrong_axis = scores.softmax(dim=-2) @ v
+print("largest difference from PyTorch:", (out - torch_out).abs().max().item())
+print("softmax over the wrong axis is off by", (wrong_axis - torch_out).abs().max().item())
+
+# %% [markdown]
+# ## 2.2 Why the scores grow with d_k
+#
+# Take $q$ and $k$ with independent entries of mean 0 and variance 1. Then
+# $q \cdot k = \sum_{i=1}^{d_k} q_i k_i$ is a sum of $d_k$ independent terms of variance 1, so
+#
+# $$\operatorname{var}(q \cdot k) = d_k, \qquad \operatorname{std}(q\cdot k) = \sqrt{d_k}.$$
+#
+# Dividing by $\sqrt{d_k}$ brings the standard deviation back to 1 whatever the head size. Measured:
+
+# %% mystnb={"figure": {"caption": "The variance of q·k grows like d_k; dividing by √d_k brings it back to 1. Measured on random unit-variance vectors.", "name": "fig-ch02-variance"}, "image": {"alt": "Log-log plot: measured variance of q·k follows the dashed line d_k; the scaled variance stays flat at 1."}}
+dims = [4, 16, 64, 256, 1024]
+n_pairs = 4000
+measured, measured_scaled = [], []
+for d_k in dims:
+    a, b = torch.randn(n_pairs, d_k, device=device), torch.randn(n_pairs, d_k, device=device)
+    dots = (a * b).sum(dim=-1)
+    measured.append(dots.var().item())
+    measured_scaled.append((dots / math.sqrt(d_k)).var().item())
+for d_k, var, var_s in zip(dims, measured, measured_scaled):
+    print(f"d_k={d_k:5d}  var(q·k)={var:8.1f} (predicted {d_k})  var(q·k/√d_k)={var_s:.2f}")
+    assert abs(var / d_k - 1) < 0.15 and abs(var_s - 1) < 0.15
+
+fig, ax = plt.subplots(figsize=(5, 3.2))
+ax.loglog(dims, dims, "k--", label="predicted: d_k")
+ax.loglog(dims, measured, "o", label="measured var(q·k)")
+ax.loglog(dims, measured_scaled, "s", label="measured var(q·k / √d_k)")
+ax.set_xlabel("d_k")
+ax.set_ylabel("variance")
+ax.legend()
+plt.tight_layout()
+plt.show()
+
+# %% [markdown]
+# The seed's example is right on this point: at $d_k = 512$ the unscaled scores have standard deviation
+# $\sqrt{512} \approx 22.6$. What it gets wrong is what that does to training.
+
+# %% [markdown]
+# ## 2.3 Saturation and vanishing gradients
+#
+# Softmax of scores with a standard deviation of 22 puts almost all the weight on one key. At that point
+# softmax is *flat*: its Jacobian $\partial p_i / \partial s_j = p_i(\delta_{ij} - p_j)$ is nearly 0 when one
+# $p$ is nearly 1 and the others nearly 0. Small changes to the scores change nothing, so almost no gradient
+# flows back to the queries and keys. The gradient **vanishes**; it does not explode.
+#
+# Below, rows of 16 scores with standard deviation `std` (1 is what scaling gives; √512 ≈ 22.6 is an
+# unscaled head of size 512). For each we measure the largest weight (mean over rows) and the size of
+# the softmax Jacobian for a typical row (median over rows: the mean is dominated by the rare rows whose
+# two largest scores happen to tie).
+
+# %% mystnb={"figure": {"caption": "Larger scores saturate softmax: its Jacobian (left) shrinks by orders of magnitude and the largest weight (right) approaches 1. Unscaled scores at d_k = 512 sit deep in that region: gradients vanish.", "name": "fig-ch02-saturation"}, "image": {"alt": "Left: median Jacobian norm of softmax falling steeply as the score standard deviation grows, with markers at 1 and √512. Right: mean largest attention weight rising towards 1."}}
+def softmax_jacobian_norm(s: torch.Tensor) -> torch.Tensor:
+    """s [N, S] scores -> [N], the Frobenius norm of d softmax(s) / d s for every row."""
+    p = s.softmax(dim=-1)
+    jac = torch.diag_embed(p) - p[:, :, None] * p[:, None, :]  # [N, S, S]
+    return jac.flatten(1).norm(dim=-1)
+
+
+stds = [0.25, 0.5, 1, 2, 4, 8, 16, math.sqrt(512), 32]
+base = torch.randn(2000, 16, device=device)
+jac_norms = [softmax_jacobian_norm(base * s).median().item() for s in stds]
+max_weights = [(base * s).softmax(-1).amax(-1).mean().item() for s in stds]
+for s, j, m in zip(stds, jac_norms, max_weights):
+    print(f"std={s:6.2f}  mean largest weight={m:.3f}  median |Jacobian|={j:.2e}")
+
+fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.2))
+ax1.loglog(stds, jac_norms, "o-")
+ax1.axvline(1, color="g", ls=":", label="scaled (std 1)")
+ax1.axvline(math.sqrt(512), color="r", ls=":", label="unscaled, d_k = 512")
+ax1.set_xlabel("standard deviation of the scores")
+ax1.set_ylabel("median |d softmax / d scores|")
+ax1.legend()
+ax2.semilogx(stds, max_weights, "o-")
+ax2.set_xlabel("standard deviation of the scores")
+ax2.set_ylabel("mean largest weight")
+plt.tight_layout()
+plt.show()
+assert jac_norms[stds.index(1)] > 100 * jac_norms[stds.index(math.sqrt(512))]  # vanishing, not exploding
+
+# %% [markdown]
+# What about the seed's "halfway through training the gradients exploded"? Exploding gradients in a Transformer
+# have other usual suspects (a too large learning rate without warm-up, Post-LN in deep stacks,
+# chapter 4 and 6); missing scaling makes training *stall*, with near one-hot attention at
+# initialisation. And the "2–3 % accuracy" figure has no source: it is not in the paper.
+
+# %% [markdown]
+# ## 2.4 Entropy: how peaked is attention
+#
+# The entropy of a query's weights, $-\sum_j w_j \ln w_j$, measures how spread they are: $\ln S_k$ for a
+# uniform row, 0 for a one-hot row (with $0 \ln 0 = 0$: `torch.xlogy(w, w)` handles it, while
+# `w * w.log()` gives `0 · (−inf) = NaN`). Multiply the scaled scores by a factor and watch it.
+
+# %%
+def attention_entropy(weights: torch.Tensor) -> torch.Tensor:
+    """weights [..., Sq, Sk] -> entropy of every row [..., Sq], in nats."""
+    return -torch.xlogy(weights, weights).sum(dim=-1)
+
+
+S = 12
+q1 = torch.randn(1, 1, S, 64, device=device)
+k1 = torch.randn(1, 1, S, 64, device=device)
+unit_scores = q1 @ k1.transpose(-2, -1) / math.sqrt(64)  # std about 1
+
+
+def show_entropy(factor: float = 1.0):
+    w = (unit_scores * factor).softmax(-1)[0, 0].cpu()
+    ent = attention_entropy(w).mean().item()
+    fig, ax = plt.subplots(figsize=(4, 3.4))
+    ax.imshow(w, vmin=0, vmax=1, cmap="viridis")
+    ax.set_title(f"scores × {factor:.2f}: mean entropy {ent:.2f} (uniform: {math.log(S):.2f})")
+    ax.set_xlabel("key")
+    ax.set_ylabel("query")
+    plt.tight_layout()
+    plt.show()
+
+
+slider = widgets.FloatLogSlider(value=1.0, base=10, min=-1, max=math.log10(math.sqrt(512)), step=0.05,
+                                description="factor")
+display(widgets.interactive(show_entropy, factor=slider))
+
+# %% [markdown]
+# Without a running kernel the slider does not move; here are the curve and three of its settings. A factor
+# of $\sqrt{512} \approx 22.6$ is what forgetting the scaling does to a head of size 512; $1/\sqrt{8}$ is
+# what dividing by $\sqrt{d_\text{model}}$ does with 8 heads (§2.5).
+
+# %% mystnb={"figure": {"caption": "Attention entropy against the factor on the scores, and the weights with √d_model scaling, the right √d_k scaling and no scaling.", "name": "fig-ch02-entropy"}, "image": {"alt": "Left: mean entropy falling from ln S towards 0 as the factor grows. Right: three heat maps of attention weights, from nearly uniform to nearly one-hot."}}
+factors = torch.logspace(-1.5, math.log10(32), 40).tolist()
+entropies = [attention_entropy((unit_scores * f).softmax(-1)).mean().item() for f in factors]
+fig, axes = plt.subplots(1, 4, figsize=(13, 3))
+axes[0].semilogx(factors, entropies)
+axes[0].axhline(math.log(S), color="k", ls="--", label="uniform, ln S")
+axes[0].set_xlabel("factor on the scaled scores")
+axes[0].set_ylabel("mean entropy (nats)")
+axes[0].legend()
+for ax, (f, name) in zip(axes[1:], [(1 / math.sqrt(8), "÷√d_model (H=8)"), (1.0, "÷√d_k"), (math.sqrt(512), "no scaling")]):
+    w = (unit_scores * f).softmax(-1)[0, 0].cpu()
+    ax.imshow(w, vmin=0, vmax=1, cmap="viridis")
+    ax.set_title(f"{name}: H = {attention_entropy(w).mean().item():.2f}")
+    ax.set_xticks([])
+    ax.set_yticks([])
+plt.tight_layout()
+plt.show()
+assert entropies[0] > entropies[-1] and entropies[-1] < 0.5
+
+# %% [markdown]
+# ## 2.5 Scaling by √d_model is a bug
+#
+# In multi-head attention each head dots vectors of size $D_h = d_\text{model} / H$, so $d_k = D_h$. One
+# seed divides by `self.embed_size ** (1/2)`, that is $\sqrt{d_\text{model}} = \sqrt{H}\sqrt{D_h}$: the
+# logits come out $\sqrt{H}$ times too small and attention starts too flat — close to a plain average. It
+# runs and trains (the model can learn larger weights to compensate), which is why the bug survives; but it
+# is not the model of the paper, and the checks of chapter 1 name it.
+
+# %%
+d_model, n_heads = 512, 8
+d_head = d_model // n_heads
+qh = torch.randn(1, n_heads, 32, d_head, device=device)
+kh = torch.randn(1, n_heads, 32, d_head, device=device)
+raw = qh @ kh.transpose(-2, -1)
+for name, divisor in [("÷√d_head", math.sqrt(d_head)), ("÷√d_model", math.sqrt(d_model)), ("none", 1.0)]:
+    s = raw / divisor
+    ent = attention_entropy(s.softmax(-1)).mean().item()
+    print(f"{name:10s} std of logits {s.std().item():5.2f}   mean entropy {ent:.2f} (uniform {math.log(32):.2f})")
+ratio = (raw / math.sqrt(d_head)).std() / (raw / math.sqrt(d_model)).std()
+assert abs(ratio.item() - math.sqrt(n_heads)) < 1e-3  # exactly √H times smaller
+
+# %% [markdown]
+# ## 2.6 Gradcheck done right
+#
+# `torch.autograd.gradcheck` compares the gradients autograd computes with finite differences
+# $(f(x+\varepsilon) - f(x-\varepsilon)) / 2\varepsilon$, one input entry at a time. The seed calls it as
+# `gradcheck(MultiHeadAttention(), torch.randn(32, 64, 512, requires_grad=True, dtype=torch.double))`.
+# Three things are wrong with that.
+#
+# **1. The dtypes do not match.** The module's weights are float32; the input is float64. The first
+# matmul refuses:
+
+# %%
+mha32 = MultiHeadAttention(16, 4)
+x64 = torch.randn(2, 3, 16, dtype=torch.double, requires_grad=True)
+try:
+    torch.autograd.gradcheck(mha32, (x64,))
+    raise AssertionError("expected a dtype error")
+except RuntimeError as exc:
+    print("RuntimeError:", str(exc).splitlines()[0])
+
+# %% [markdown]
+# **2. The size.** Finite differences need two forward passes *per input entry*: 32 × 64 × 512 ≈ 1.05
+# million entries, so two million forward passes of the whole module, and an analytical Jacobian of
+# 10¹² entries. It never finishes. (We do not run it.) A gradient check needs tiny shapes.
+#
+# **3. Dropout and precision.** With dropout active every call draws a new mask, so $f(x+\varepsilon)$ and
+# $f(x-\varepsilon)$ are different functions and the check fails for the wrong reason; the module must be
+# in `eval()` mode. And in float32 a step of $\varepsilon = 10^{-6}$ is only a few rounding steps of
+# the outputs, so the finite differences are mostly rounding noise and even a correct module fails:
+
+# %%
+seed_everything(0)
+x_small = torch.randn(2, 3, 8, dtype=torch.double, requires_grad=True)
+with_dropout = MultiHeadAttention(8, 2, dropout=0.5).double().train()
+print("double, tiny, dropout on:", torch.autograd.gradcheck(with_dropout, (x_small,), raise_exception=False))
+in_float32 = MultiHeadAttention(8, 2).eval()
+x32 = x_small.detach().float().requires_grad_()
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    print("float32, tiny, eval:     ", torch.autograd.gradcheck(in_float32, (x32,), raise_exception=False))
+print("gradcheck warned:", str(caught[0].message).split(".")[0])
+
+# %% [markdown]
+# The right call: tiny shapes, everything in double precision, dropout off.
+
+# %%
+module = MultiHeadAttention(8, 2, dropout=0.5).double().eval()
+ok = torch.autograd.gradcheck(module, (x_small,), eps=1e-6, atol=1e-4)
+print("double, tiny, eval:      ", ok)
+assert ok
+assert not torch.autograd.gradcheck(with_dropout, (x_small,), raise_exception=False)
+
+# %% [markdown]
+# ## 2.7 Recap
+#
+# * Attention is `softmax(q kᵀ / √d_k) v`, softmax over the **keys** (the last axis); `F.scaled_dot_product_attention`
+#   computes the same thing.
+# * $\operatorname{var}(q\cdot k) = d_k$ for unit-variance entries (measured above); dividing by $\sqrt{d_k}$
+#   keeps the logits at standard deviation 1.
+# * Without it softmax saturates: near one-hot rows and **vanishing** gradients — not exploding ones, and no
+#   "2–3 % accuracy" figure comes from the paper.
+# * $d_k$ is the head size. Dividing by $\sqrt{d_\text{model}}$ makes attention $\sqrt{H}$ times too flat.
+# * `gradcheck` wants tiny shapes, double precision throughout, and `eval()` mode.
+#
+# Next: the exercise ([exercise.ipynb](exercise.ipynb)), then masks in chapter 3.

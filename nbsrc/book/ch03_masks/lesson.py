@@ -1,0 +1,394 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Chapter 3 — Masks
+#
+# A mask says which keys a query may look at. Transformers need two: a **padding mask**, so that no
+# query attends to the filler tokens that make sequences of a batch the same length, and a **causal
+# mask**, so that a decoder cannot read the future it is asked to predict. The seed's snippet is
+#
+# ```python
+# mask = (x != 0).unsqueeze(1).unsqueeze(2)        # [32, 1, 1, 64]
+# scores = scores.masked_fill(mask == 0, -1e9)
+# ```
+#
+# and a causal mask `torch.tril(torch.ones(T, T))`. That is correct, with four caveats this chapter
+# demonstrates: the pad id is hard-coded to 0 (§3.1); PyTorch's own APIs disagree about what `True` means
+# (§3.4); `-1e9` does not exist in float16 (§3.5); and a mask with one axis too few still "works" when
+# the batch size equals the number of heads — with wrong values (§3.1). Then two probes that catch any
+# masking bug by behaviour (§3.6), and an explorer to play with (§3.7).
+#
+# **Convention of this course** (and of `F.scaled_dot_product_attention`): a bool mask, **True = may
+# attend**, broadcastable to the scores `[B, H, Sq, Sk]`.
+
+# %%
+import math
+
+import ipywidgets as widgets
+import matplotlib.pyplot as plt
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from IPython.display import display
+
+from tformer_ref.attention import MultiHeadAttention, masked_fill_value, scaled_dot_product_attention
+from tformer_ref.device import get_device, seed_everything
+from tformer_ref.masks import (causal_mask, combine_masks, from_ignore_mask, padding_mask, to_additive_mask,
+                               to_ignore_mask, to_mha_masks)
+
+seed_everything(0)
+device = get_device()
+print("device:", device)
+
+# %% [markdown]
+# ## 3.1 Padding masks
+#
+# Three sentences of lengths 3, 5 and 1, padded to 5 with the pad id 0:
+
+# %%
+PAD = 0
+tokens = torch.tensor([[5, 6, 7, 0, 0],
+                       [1, 2, 3, 4, 9],
+                       [8, 0, 0, 0, 0]], device=device)
+pad_mask = padding_mask(tokens, pad_id=PAD)  # [B, 1, 1, S]
+print(tuple(pad_mask.shape))
+print(pad_mask[:, 0, 0].int())
+
+# %% [markdown]
+# Why `[B, 1, 1, S]`? The scores are `[B, H, Sq, Sk]` and the mask is about *keys*, so it lives on the
+# last axis; it is the same for every head and every query, so those axes are 1 and broadcasting copies
+# it. Broadcasting aligns shapes **from the right**, and this is where a mask with one axis too few
+# goes wrong. `(tokens != 0).unsqueeze(1)` is `[B, 1, S]`; against `[B, H, Sq, Sk]` it is read as
+# `[1, B, 1, S]` — its batch axis sits on the **heads** axis. With 3 sequences and 2 heads, PyTorch
+# refuses:
+
+# %%
+H, Dh = 2, 4
+q, k, v = (torch.randn(3, H, 5, Dh, device=device) for _ in range(3))
+scores = q @ k.transpose(-2, -1) / math.sqrt(Dh)
+wrong_mask = (tokens != PAD).unsqueeze(1)  # [B, 1, S]
+try:
+    scores.masked_fill(~wrong_mask, -1e4)
+    raise AssertionError("expected a broadcasting error")
+except RuntimeError as exc:
+    print("RuntimeError:", exc)
+
+# %% [markdown]
+# With 3 heads — **B == H** — the shapes fit and nothing complains. Head *h* of every sequence is masked
+# with sequence *h*'s padding: sequence 1 (no padding) has heads that ignore its real tokens 1..4, and
+# sequence 2 has heads that read its padding.
+
+# %%
+H = 3
+q, k, v = (torch.randn(3, H, 5, Dh, device=device) for _ in range(3))
+scores = q @ k.transpose(-2, -1) / math.sqrt(Dh)
+silent = scores.masked_fill(~wrong_mask, -1e4).softmax(-1)  # runs!
+right = scores.masked_fill(~pad_mask, -1e4).softmax(-1)
+print("sequence 2, head 1, query 0 — wrong mask:", [round(p, 2) for p in silent[2, 1, 0].tolist()])
+print("sequence 2, head 1, query 0 — right mask:", [round(p, 2) for p in right[2, 1, 0].tolist()])
+assert not torch.allclose(silent, right)
+try:  # the package refuses a mask that is not 4-dimensional, whatever the sizes
+    scaled_dot_product_attention(q, k, v, wrong_mask)
+except ValueError as exc:
+    print("tformer_ref:", str(exc).split(";")[0])
+
+# %% [markdown]
+# Exercise checks therefore always include a case with B == H. The other caveat of the seed's snippet:
+# `x != 0` assumes the pad id is 0. Tokenizers choose their own (often 1, or the last id); pass it in.
+
+# %%
+other_tokens = torch.tensor([[0, 3, 1, 1]], device=device)  # pad id 1; 0 is a real token here
+print("pad_id=1:    ", padding_mask(other_tokens, pad_id=1)[0, 0, 0].int().tolist())
+print("seed's x != 0:", (other_tokens != 0)[0].int().tolist())
+
+# %% [markdown]
+# ## 3.2 The causal mask
+#
+# Query *i* may attend to keys 0..*i*. As a keep-mask that is the lower triangle, **`tril`**:
+
+# %%
+S = 5
+causal = causal_mask(S, device=device)  # [1, 1, S, S]
+print("tril (query i sees keys 0..i):")
+print(causal[0, 0].int())
+print("triu (query i sees keys i..S-1, the future!):")
+print(torch.ones(S, S, dtype=torch.int64).triu())
+
+# %% [markdown]
+# `triu` is its mirror image: the first query sees everything and the last only itself — the model
+# could read the word it must predict. `triu(diagonal=1)` is something else again: the *ignore*-mask of
+# the causal pattern (True above the diagonal), which is what `nn.MultiheadAttention` wants (§3.4).
+# The attention weights with the causal mask have zeros above the diagonal:
+
+# %%
+x = torch.randn(1, 1, S, 8, device=device)
+_, w = scaled_dot_product_attention(x, x, x, causal)
+print(w[0, 0].round(decimals=2))
+assert torch.all(w[0, 0].triu(1) == 0)
+
+# %% [markdown]
+# ## 3.3 Combining masks
+#
+# A decoder needs both masks: a query may attend to a key only if the key is real **and** not in the
+# future. With keep-masks that is a logical AND, and broadcasting does the shapes:
+# `[B, 1, 1, S] & [1, 1, S, S] -> [B, 1, S, S]`.
+
+# %%
+both = combine_masks(pad_mask, causal)  # the same as pad_mask & causal
+assert torch.equal(both, pad_mask & causal)
+print(tuple(both.shape))
+print("sequence 0 (length 3):")
+print(both[0, 0].int())
+
+# %% [markdown]
+# Look at rows 3 and 4 of sequence 0: they are padded *queries*, and they still attend (to the real
+# keys). That is fine — their outputs are ignored by the loss. Which means that a padded query that can
+# see **no** key at all is possible (left padding, or a sequence that is all padding), and §3.5 shows what
+# it does to softmax.
+
+# %% [markdown]
+# ## 3.4 Three conventions for one mask
+#
+# PyTorch has three ways to say "do not attend", and two of them are each other's opposite:
+#
+# | API | bool mask means | float mask |
+# |---|---|---|
+# | `F.scaled_dot_product_attention(attn_mask=)` | **True = attend** | added to the scores |
+# | `nn.MultiheadAttention(key_padding_mask=, attn_mask=)` | **True = ignore** | added to the scores |
+# | `nn.Transformer*` (`src_key_padding_mask`, `mask`) | True = ignore | added to the scores |
+#
+# In code: the same keep-mask gives the right answer with SDPA, and the *opposite* masking with
+# `nn.MultiheadAttention`.
+
+# %%
+torch.manual_seed(0)
+ours = MultiHeadAttention(8, 2).eval().to(device)
+theirs = nn.MultiheadAttention(8, 2, batch_first=True).eval().to(device)
+with torch.no_grad():  # the same weights in both (nn.MultiheadAttention packs q, k, v together)
+    theirs.in_proj_weight.copy_(torch.cat([ours.q_proj.weight, ours.k_proj.weight, ours.v_proj.weight]))
+    theirs.in_proj_bias.copy_(torch.cat([ours.q_proj.bias, ours.k_proj.bias, ours.v_proj.bias]))
+    theirs.out_proj.load_state_dict(ours.out_proj.state_dict())
+
+xs = torch.randn(1, 4, 8, device=device)
+keep = causal_mask(4, device=device)
+with torch.no_grad():
+    reference = ours(xs, mask=keep)
+    confused, confused_w = theirs(xs, xs, xs, attn_mask=keep[0, 0])  # a keep-mask where it wants ignore
+    converted, _ = theirs(xs, xs, xs, attn_mask=to_ignore_mask(keep)[0, 0])
+print("nn.MultiheadAttention given the keep-mask, weights of query 0:", [round(p, 2) for p in confused_w[0, 0].tolist()])
+assert torch.allclose(converted, reference, atol=1e-5)
+assert not torch.allclose(confused[:, :3], reference[:, :3], atol=1e-3)
+
+# %% [markdown]
+# Query 0 attends to keys 1..3 — the future — and not to itself. The conversion is a `~`, which
+# `to_ignore_mask` / `from_ignore_mask` spell out. For a mask that differs per sequence, `nn.MultiheadAttention`
+# takes either `key_padding_mask` `[B, S]` (True = pad) or an `attn_mask` of shape `[B·H, Sq, Sk]`
+# (`to_mha_masks`):
+
+# %%
+x3 = torch.randn(3, 5, 8, device=device)
+with torch.no_grad():
+    ref3 = ours(x3, mask=both)
+    via_kpm, _ = theirs(x3, x3, x3, key_padding_mask=to_ignore_mask(pad_mask)[:, 0, 0],
+                        attn_mask=to_ignore_mask(causal)[0, 0], need_weights=False)
+    via_attn_mask, _ = theirs(x3, x3, x3, attn_mask=to_mha_masks(both, n_heads=2), need_weights=False)
+assert torch.allclose(via_kpm, ref3, atol=1e-5) and torch.allclose(via_attn_mask, ref3, atol=1e-5)
+assert torch.equal(from_ignore_mask(to_ignore_mask(both)), both)
+print("keep-mask -> ignore-masks: nn.MultiheadAttention agrees with the reference")
+
+# %% [markdown]
+# The third convention: a **float** mask is *added* to the scores, so it must hold 0 where attended and a
+# very negative number elsewhere (`to_additive_mask`). The seed's `torch.tril(torch.ones(T, T))` is a
+# float 1/0 tensor: passed as it is, it adds 1 to the allowed scores and 0 to the future — it masks
+# nothing.
+
+# %%
+qs = torch.randn(1, 1, 4, 8, device=device)
+float_tril = torch.tril(torch.ones(4, 4, device=device))
+leaky = F.scaled_dot_product_attention(qs, qs, qs, attn_mask=float_tril)
+proper = F.scaled_dot_product_attention(qs, qs, qs, attn_mask=to_additive_mask(keep, qs.dtype))
+assert torch.allclose(proper, F.scaled_dot_product_attention(qs, qs, qs, attn_mask=keep), atol=1e-6)
+assert torch.allclose(proper, scaled_dot_product_attention(qs, qs, qs, keep)[0], atol=1e-6)
+print("float 1/0 mask differs from the causal result by", (leaky - proper).abs().max().item())
+print("additive mask:\n", to_additive_mask(keep, torch.float16)[0, 0])
+
+# %% [markdown]
+# ## 3.5 Fill values, half precision and NaN
+#
+# A masked score must become so negative that `exp()` of it is 0. The seeds use `-1e9` and `-1e20`. In
+# float32 (largest value about 3.4·10³⁸) that works. Float16's range ends at ±65504:
+
+# %%
+for dtype in (torch.float16, torch.bfloat16, torch.float32):
+    print(f"{str(dtype):15s} largest {torch.finfo(dtype).max:10.4g}   -1e9 becomes {torch.tensor(-1e9, dtype=dtype).item():.4g}")
+half_scores = torch.randn(4, dtype=torch.float16)
+try:
+    half_scores.masked_fill(torch.tensor([False, False, True, True]), -1e9)
+    raise AssertionError("expected an overflow error")
+except RuntimeError as exc:
+    print("masked_fill(-1e9) in float16:", exc)
+
+# %% [markdown]
+# `masked_fill` refuses; written another way (`torch.where`, an additive mask built in float16) the
+# `-1e9` silently becomes `-inf`. And `-inf` is only harmless while a row keeps at least one real key:
+# when *every* key of a query is masked, softmax computes `exp(-inf) / Σ exp(-inf) = 0 / 0 = NaN`, and the
+# NaN spreads through everything downstream (the next layer mixes it into every token).
+
+# %%
+row = torch.tensor([[1.0, 2.0, 3.0]])
+nothing = torch.tensor([[False, False, False]])
+print("all masked, -inf fill:   ", row.masked_fill(~nothing, float("-inf")).softmax(-1))
+print("all masked, finite fill: ", row.masked_fill(~nothing, masked_fill_value(row.dtype)).softmax(-1))
+assert torch.isnan(row.masked_fill(~nothing, float("-inf")).softmax(-1)).all()
+
+# %% [markdown]
+# A finite fill gives a uniform row instead — finite, but it averages the padding. The reference
+# fills with the dtype's own minimum, `torch.finfo(dtype).min`, which fits every dtype, and then sets the
+# weights of a query with no key to zero. `nn.MultiheadAttention` returns NaN for a fully padded sequence
+# (with its default `need_weights=True`); the reference gives it zero attention, so its output is just the
+# output projection's bias — finite, in every precision:
+
+# %%
+fully_padded = torch.tensor([[3, 4, 0], [0, 0, 0]], device=device)
+x2 = torch.randn(2, 3, 8, device=device)
+with torch.no_grad():
+    torch_out, _ = theirs(x2, x2, x2, key_padding_mask=fully_padded == PAD)
+    ours_out = ours(x2, mask=padding_mask(fully_padded, PAD))
+print("nn.MultiheadAttention, sequence 1, token 0:", torch_out[1, 0, :4])
+print("tformer_ref,           sequence 1, token 0:", ours_out[1, 0, :4])
+assert torch.isnan(torch_out[1]).all() and torch.isfinite(ours_out).all()
+assert torch.allclose(ours_out[1], ours.out_proj.bias.expand(3, 8))
+for dtype in (torch.float16, torch.bfloat16):
+    qh = torch.randn(2, 2, 3, 4, dtype=dtype)
+    out_h, w_h = scaled_dot_product_attention(qh, qh, qh, padding_mask(fully_padded.cpu(), PAD))
+    assert torch.isfinite(out_h).all() and torch.all(w_h[1] == 0)
+print("float16 and bfloat16: finite, and zero weights for the fully padded sequence")
+
+# %% [markdown]
+# ## 3.6 Probes: causality and pad invariance
+#
+# Two properties any correct masking has, whatever the code, which make good tests:
+#
+# * **Causality.** Change the tokens after position *t*: the outputs at positions 0..*t* must not move.
+# * **Pad invariance.** Append more padding, or change what sits at padded positions: the outputs of the
+#   real tokens must not move.
+
+# %%
+def causality_probe(module, mask, t=3, S=6):
+    x = torch.randn(2, S, 8, device=device)
+    changed = x.clone()
+    changed[:, t + 1:] = torch.randn_like(changed[:, t + 1:])
+    with torch.no_grad():
+        return (module(x, mask=mask) - module(changed, mask=mask))[:, : t + 1].abs().max().item()
+
+
+tril6 = causal_mask(6, device=device)
+triu6 = torch.ones(1, 1, 6, 6, dtype=torch.bool, device=device).triu()
+print(f"tril: the past moved by {causality_probe(ours, tril6):.1e}")
+print(f"triu: the past moved by {causality_probe(ours, triu6):.1e}")
+assert causality_probe(ours, tril6) < 1e-6 and causality_probe(ours, triu6) > 1e-3
+
+# %%
+def pad_probe(module, make_mask):
+    short = torch.tensor([[4, 5, 6, 0], [7, 8, 9, 3]], device=device)
+    long = torch.cat([short, torch.full((2, 3), PAD, device=device)], dim=1)
+    x = torch.randn(2, 7, 8, device=device)
+    garbage = x.masked_fill((long == PAD)[..., None], 5.0)  # different content at padded positions
+    with torch.no_grad():
+        a = module(x[:, :4], mask=make_mask(short))
+        b = module(x, mask=make_mask(long))[:, :4]
+        c = module(garbage, mask=make_mask(long))[:, :4]
+    real = short != PAD
+    return max((a - b)[real].abs().max().item(), (a - c)[real].abs().max().item())
+
+
+def wrong_axis(t):
+    """[B, 1, S] placed as [1, B, 1, S]: with B == H == 2 it runs."""
+    return (t != PAD)[None, :, None, :]
+
+
+print(f"padding mask [B, 1, 1, S]: real tokens moved by {pad_probe(ours, lambda t: padding_mask(t, PAD)):.1e}")
+print(f"mask on the heads axis:   real tokens moved by {pad_probe(ours, wrong_axis):.1e}")
+assert pad_probe(ours, lambda t: padding_mask(t, PAD)) < 1e-5 and pad_probe(ours, wrong_axis) > 1e-3
+
+# %% [markdown]
+# (The wrong-axis mask is written out as `[1, B, 1, S]` because the package refuses 3-dimensional masks;
+# it is exactly what a `[B, 1, S]` mask broadcasts to.) The exercise's checks run these probes on your
+# functions.
+
+# %% [markdown]
+# ## 3.7 Mask explorer
+#
+# Choose the length of each of two sequences (padded to 8), whether the mask is causal, and which
+# sequence to look at: left, the combined keep-mask (white = attend); right, the attention weights of one
+# head. Padded query rows still attend; a fully masked row is all zero.
+
+# %%
+explorer_q = torch.randn(2, 1, 8, 16, device=device)
+explorer_k = torch.randn(2, 1, 8, 16, device=device)
+
+
+def explore_masks(len_a=5, len_b=3, causal_on=True, sequence=0, ax_pair=None):
+    lengths = torch.tensor([len_a, len_b], device=device)
+    ids = torch.where(torch.arange(8, device=device) < lengths[:, None], 1, PAD)  # 1 = some real token
+    mask = padding_mask(ids, PAD)
+    if causal_on:
+        mask = combine_masks(mask, causal_mask(8, device=device))
+    _, weights = scaled_dot_product_attention(explorer_q, explorer_k, explorer_k, mask)
+    show = ax_pair is None
+    if show:
+        _, ax_pair = plt.subplots(1, 2, figsize=(8, 3.6))
+    ax_pair[0].imshow(mask.expand(2, 1, 8, 8)[sequence, 0].cpu(), cmap="gray", vmin=0, vmax=1)
+    ax_pair[0].set_title(f"mask, sequence {sequence} (length {(len_a, len_b)[sequence]})")
+    ax_pair[1].imshow(weights[sequence, 0].cpu(), cmap="viridis", vmin=0, vmax=1)
+    ax_pair[1].set_title("attention weights")
+    for ax in ax_pair:
+        ax.set_xlabel("key")
+        ax.set_ylabel("query")
+    if show:
+        plt.tight_layout()
+        plt.show()
+
+
+display(widgets.interactive(
+    explore_masks,
+    len_a=widgets.IntSlider(value=5, min=0, max=8, description="length A"),
+    len_b=widgets.IntSlider(value=3, min=0, max=8, description="length B"),
+    causal_on=widgets.Checkbox(value=True, description="causal"),
+    sequence=widgets.Dropdown(options=[("A", 0), ("B", 1)], value=0, description="show"),
+    ax_pair=widgets.fixed(None),
+))
+
+# %% [markdown]
+# Without a running kernel, here are three settings: padding only, causal and padding, and a sequence of
+# length 0 (every row fully masked: zero weights, no NaN).
+
+# %% mystnb={"figure": {"caption": "Masks (left, white = may attend) and the attention weights they give (right): padding only, padding with the causal mask, and a sequence of length 0 whose rows are all masked and get zero weights.", "name": "fig-ch03-masks"}, "image": {"alt": "Three rows of two images: a padding mask and its weights; a combined padding and causal mask and its triangular weights; an all-masked sequence with all-zero weights."}}
+fig, axes = plt.subplots(3, 2, figsize=(7, 9.5))
+explore_masks(5, 3, False, 0, ax_pair=axes[0])
+explore_masks(5, 3, True, 0, ax_pair=axes[1])
+explore_masks(5, 0, True, 1, ax_pair=axes[2])
+plt.tight_layout()
+plt.show()
+
+# %% [markdown]
+# ## 3.8 Recap
+#
+# * Padding mask: `(tokens != pad_id)[:, None, None, :]`, shape `[B, 1, 1, S]`, with the pad id passed in.
+#   A `[B, 1, S]` mask puts the batch on the heads axis: an error when B ≠ H, silently wrong when B == H.
+# * Causal mask: `tril` (query *i* sees keys 0..*i*). `triu` shows it the future; `triu(1)` is the
+#   ignore-form of the causal mask.
+# * Combine keep-masks with `&`; broadcasting gives `[B, 1, S, S]`.
+# * `F.scaled_dot_product_attention`: True = attend. `nn.MultiheadAttention` and `nn.Transformer`: True =
+#   ignore. A float mask is *added*: a 1/0 mask masks nothing.
+# * `-1e9` overflows float16; `-inf` turns a fully masked row into NaN. Fill with `torch.finfo(dtype).min`
+#   and give rows with no key zero weight.
+# * Test masking by behaviour: the causality probe and the pad-invariance probe.
+#
+# Next: the exercise ([exercise.ipynb](exercise.ipynb)).

@@ -1,0 +1,401 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Chapter 4 — Blocks
+#
+# Attention (chapters 1–3) is one sublayer. A Transformer *block* wraps it, and a feed-forward network,
+# in three more pieces: a residual connection, a LayerNorm and dropout. This chapter builds the block
+# and checks what the seed write-ups say about it:
+#
+# * the seed's `TransformerBlock` computes `x = self.dropout(self.norm1(attention + query))`: the
+#   residual and the norm are in the paper's places, **dropout is not** (§4.4);
+# * "LayerNorm, not BatchNorm, because the sequence length varies": true, but the stronger reasons are
+#   padding, batches of one and the train/eval switch (§4.3);
+# * "residual connections help gradients flow": true, and we show what goes wrong without them (§4.1);
+# * the Xavier loop `for p in model.parameters(): if p.dim() > 1: xavier_uniform_(p)`: fine for the
+#   Linear layers, but it also re-initialises the embedding tables (§4.6).
+#
+# We also compare the paper's Post-LN block with the Pre-LN block almost every model since uses
+# (Xiong et al. 2020), and see what weight tying really shares (§4.7).
+#
+# Shape letters: B batch, S sequence length, D = d_model, H heads, F = d_ff.
+
+# %%
+import math
+
+import matplotlib.pyplot as plt
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from tformer_ref.attention import MultiHeadAttention
+from tformer_ref.blocks import EncoderBlock, FeedForward
+from tformer_ref.device import get_device, seed_everything
+from tformer_ref.model import Transformer, count_parameters, xavier_init_
+
+seed_everything(0)
+device = get_device()
+print("device:", device)
+
+# %% [markdown]
+# ## 4.1 Residual connections
+#
+# A residual connection adds a sublayer's input back to its output: `x + Sublayer(x)`. The sublayer then
+# only has to learn a *correction* to its input, and the input (and its gradient) always has a direct
+# path through the block.
+#
+# What happens without it? Stack six attention sublayers, each followed by a LayerNorm, once with and
+# once without the residual, and measure how alike the 50 tokens' vectors become (mean cosine
+# similarity between different tokens; 0 = unrelated, 1 = identical). Each attention output is an
+# average of value vectors, and averages of averages converge: without the residual the tokens become
+# indistinguishable within a few layers (the "rank collapse" of pure attention).
+
+# %%
+torch.manual_seed(0)
+D, LAYERS = 64, 6
+attns = nn.ModuleList(MultiHeadAttention(D, 4) for _ in range(LAYERS)).to(device)
+norms = nn.ModuleList(nn.LayerNorm(D) for _ in range(LAYERS)).to(device)
+xavier_init_(attns)
+x = torch.randn(1, 50, D, device=device)
+
+
+def token_similarity(h):
+    """Mean cosine similarity between different tokens of h [1, S, D]."""
+    sim = F.cosine_similarity(h[0, :, None], h[0, None], dim=-1)
+    return sim[~torch.eye(h.size(1), dtype=torch.bool, device=h.device)].mean().item()
+
+
+similarity = {}
+with torch.no_grad():
+    for residual in (False, True):
+        h, row = x, []
+        for attn, norm in zip(attns, norms):
+            h = norm(h + attn(h)) if residual else norm(attn(h))
+            row.append(token_similarity(h))
+        similarity[residual] = row
+        print(f"residual={residual!s:5}: similarity after each layer", [round(s, 3) for s in row])
+
+assert similarity[False][-1] > 0.99  # without residuals the tokens have collapsed to one vector
+assert similarity[True][-1] < 0.8  # with them, they are still told apart
+
+# %% [markdown]
+# Without residuals the six layers have turned 50 different tokens into one vector: nothing the
+# following layers compute can tell the positions apart any more. With residuals the tokens keep their
+# identity. The same identity path carries the gradient backwards, which is the seed's point about
+# vanishing gradients. (In a full block the feed-forward sublayer slows the collapse further.)
+#
+# ## 4.2 The feed-forward sublayer
+#
+# The second sublayer is a two-layer MLP applied to every position on its own
+# (Vaswani et al. §3.3): $\mathrm{FFN}(x) = \max(0,\ xW_1 + b_1)W_2 + b_2$, with an inner width
+# $F = 4D$ (2048 for D = 512). The seed's `forward_expansion = 4` is that factor.
+
+# %%
+ff = FeedForward(512, 4 * 512).to(device).eval()
+x = torch.randn(2, 7, 512, device=device)
+with torch.no_grad():
+    whole = ff(x)
+    one_position = ff(x[:, 3:4])  # position 3 alone
+assert torch.allclose(whole[:, 3:4], one_position, atol=1e-5)  # position-wise: no token mixing here
+
+ff_params = count_parameters(ff)
+attn_params = count_parameters(MultiHeadAttention(512, 8))
+assert ff_params == 2 * 512 * 2048 + 2048 + 512 == 2_099_712
+assert attn_params == 4 * (512 * 512 + 512) == 1_050_624
+print(f"feed-forward: {ff_params:,} parameters; attention: {attn_params:,}")
+
+# %% [markdown]
+# Attention is where tokens exchange information; the feed-forward is where each token is processed, and it
+# holds two thirds of an encoder block's parameters.
+#
+# ## 4.3 LayerNorm, not BatchNorm
+#
+# Both normalise to zero mean and unit variance, then apply a learned scale and shift. They differ in
+# *what they average over*:
+#
+# * **BatchNorm** normalises each feature using statistics over the batch (and the positions), and in
+#   eval mode switches to running averages collected during training;
+# * **LayerNorm** normalises each token over its own D features: no other token, no other sequence, and
+#   the same computation in train and eval mode.
+#
+# The seed says BatchNorm is unstable "because the sequence length varies". Here is what that means in
+# practice, in three measurable failures. We use `BatchNorm1d(D)` on [B, D, S] (its layout), against
+# `LayerNorm(D)`.
+
+# %%
+torch.manual_seed(0)
+D = 16
+batch_norm = nn.BatchNorm1d(D).to(device)
+layer_norm = nn.LayerNorm(D).to(device)
+
+
+def bn(x):
+    """BatchNorm1d wants [B, D, S]: statistics per feature over the batch and the positions."""
+    return batch_norm(x.transpose(1, 2)).transpose(1, 2)
+
+
+sentence = torch.randn(1, 4, D, device=device) + 2.0  # one real sentence of 4 tokens
+short_batch = torch.cat([sentence, torch.randn(1, 4, D, device=device) + 2.0])
+# The same sentence in a batch padded to length 12 for a longer neighbour: 8 pad vectors (zeros).
+padded = torch.cat([sentence, torch.zeros(1, 8, D, device=device)], dim=1)
+long_batch = torch.cat([padded, torch.randn(1, 12, D, device=device) + 2.0])
+
+batch_norm.train()
+bn_short, bn_long = bn(short_batch)[0], bn(long_batch)[0, :4]
+ln_short, ln_long = layer_norm(short_batch)[0], layer_norm(long_batch)[0, :4]
+bn_change = (bn_short - bn_long).abs().max().item()
+ln_change = (ln_short - ln_long).abs().max().item()
+print(f"(1) same sentence, different padding: BatchNorm output moves by {bn_change:.3f}, LayerNorm by {ln_change:.1e}")
+assert bn_change > 0.1 and ln_change < 1e-6
+
+# %% [markdown]
+# **(1) Padding pollutes the batch statistics.** The pad vectors enter BatchNorm's mean and variance, so
+# the *same sentence* is normalised differently depending on how much padding its neighbours forced on
+# the batch. Masking the attention does not help: the norm does not see the mask.
+
+# %%
+try:
+    batch_norm(torch.randn(1, D, 1, device=device))  # one sequence of one token, in train mode
+    raised = None
+except ValueError as exc:
+    raised = str(exc)
+print("(2) batch of one token, train mode:", raised)
+assert raised is not None and "more than 1 value per channel" in raised
+with torch.no_grad():
+    one = layer_norm(torch.randn(1, 1, D, device=device))
+print("    LayerNorm on the same input: fine, shape", tuple(one.shape))
+
+# %% [markdown]
+# **(2) Batch size 1.** Generating text, a decoder sees one sequence growing one token at a time: there
+# is no batch to take statistics over. BatchNorm refuses outright in train mode, and with few values
+# its statistics are noise. LayerNorm needs nothing but the token itself.
+
+# %%
+with torch.no_grad():
+    for _ in range(20):  # a short "training": running averages drift towards the batches seen
+        bn(torch.randn(8, 10, D, device=device) * 3 + 1)
+    test = torch.randn(2, 5, D, device=device)
+    batch_norm.train()
+    bn_train = bn(test)
+    batch_norm.eval()
+    bn_eval = bn(test)
+    layer_norm.train()
+    ln_train = layer_norm(test)
+    layer_norm.eval()
+    ln_eval = layer_norm(test)
+bn_gap, ln_gap = (bn_train - bn_eval).abs().max().item(), (ln_train - ln_eval).abs().max().item()
+print(f"(3) train vs eval mode on the same input: BatchNorm differs by {bn_gap:.3f}, LayerNorm by {ln_gap:.1e}")
+assert bn_gap > 0.1 and ln_gap == 0.0
+
+# %% [markdown]
+# **(3) Train/eval mismatch.** In eval mode BatchNorm uses the running averages of the training batches,
+# which need not match the data it now sees (the seed's "good in training, unstable at inference"
+# is this). LayerNorm computes the same thing in both modes.
+#
+# ## 4.4 Where dropout goes
+#
+# The paper (§5.4): "We apply dropout to the output of each sub-layer, before it is added to the
+# sub-layer input and normalized." So a Post-LN sublayer is
+#
+# $$x \leftarrow \mathrm{LayerNorm}\big(x + \mathrm{Dropout}(\mathrm{Sublayer}(x))\big).$$
+#
+# The seed's block writes `x = self.dropout(self.norm1(attention + query))`: dropout *after* the norm.
+# That drops features of the whole residual stream, the input included, and the next block receives a
+# vector with holes in it. One way to see where dropout sits, whatever the code looks like: set
+# `p = 1` in train mode. Every dropped path is then exactly zero. In the paper's block both sublayers
+# vanish and what is left is `norm2(norm1(x))`; in the seed's block *everything* vanishes.
+
+# %%
+class SeedBlock(EncoderBlock):
+    """The seed's placement: Dropout(LayerNorm(x + Sublayer(x)))."""
+
+    def forward(self, x, mask=None):
+        x = self.dropout1(self.norm1(x + self.self_attn(x, x, x, mask=mask)))
+        return self.dropout2(self.norm2(x + self.ff(x)))
+
+
+torch.manual_seed(0)
+paper = EncoderBlock(16, 4, 64, dropout=1.0).to(device).train()
+seed_block = SeedBlock(16, 4, 64, dropout=1.0).to(device).train()
+seed_block.load_state_dict(paper.state_dict())
+x = torch.randn(2, 5, 16, device=device)
+with torch.no_grad():
+    assert torch.allclose(paper(x), paper.norm2(paper.norm1(x)), atol=1e-6)
+    assert torch.count_nonzero(seed_block(x)) == 0
+print("p = 1: the paper's block returns norm2(norm1(x)); the seed's block returns all zeros")
+
+# %% [markdown]
+# With the usual `p = 0.1` the difference is a matter of degree, and just as visible: the seed's block
+# outputs exact zeros in about 10 % of the features of every token, the paper's block none.
+
+# %%
+paper.dropout1.p = paper.dropout2.p = seed_block.dropout1.p = seed_block.dropout2.p = 0.1
+x = torch.randn(8, 20, 16, device=device)
+with torch.no_grad():
+    zeros_paper = (paper(x) == 0).float().mean().item()
+    zeros_seed = (seed_block(x) == 0).float().mean().item()
+print(f"share of exact zeros in the output: paper {zeros_paper:.1%}, seed {zeros_seed:.1%}")
+assert zeros_paper == 0.0 and 0.05 < zeros_seed < 0.15
+
+# %% [markdown]
+# In eval mode dropout is the identity, so the two blocks agree there: a bug that no inference test
+# can see. (The exercise's checks use the `p = 1` probe for that reason.)
+#
+# ## 4.5 Post-LN and Pre-LN
+#
+# Where does the LayerNorm go? Two arrangements are in use:
+#
+# | | one sublayer | after the last block |
+# |---|---|---|
+# | **Post-LN** (the paper) | $x \leftarrow \mathrm{LN}(x + \mathrm{Drop}(F(x)))$ | nothing needed: every block ends with a norm |
+# | **Pre-LN** (GPT-2 and most models since) | $x \leftarrow x + \mathrm{Drop}(F(\mathrm{LN}(x)))$ | one final LN: the residual stream is never normalised otherwise |
+#
+# `tformer_ref.blocks.EncoderBlock(..., norm_first=False)` is Post-LN, `norm_first=True` Pre-LN. With
+# the same weights both equal PyTorch's `nn.TransformerEncoderLayer(..., norm_first=...)` to 1e-5
+# (tests/test_blocks.py).
+#
+# Xiong et al. (2020) showed why Post-LN needs a learning-rate warm-up: at initialisation, the gradient
+# of the parameters *near the output* is large, and it shrinks layer by layer towards the input; in
+# Pre-LN the gradient norm is about the same in every layer. We can measure that: a 6-layer
+# encoder–decoder at initialisation, one batch of random tokens, and the norm of the gradient of each
+# decoder layer's feed-forward weight $W_2$ (their Figure 3 plots such per-layer gradient norms).
+
+# %% mystnb={"figure": {"caption": "Gradient norm of each decoder layer's feed-forward weight at initialisation: Post-LN grows towards the output, Pre-LN stays level (the qualitative result of Xiong et al. 2020).", "name": "fig-ch04-postln-preln"}, "image": {"alt": "Line plot over six decoder layers: the Post-LN curve rises several-fold from layer 1 to layer 6, the Pre-LN curve stays nearly flat."}}
+def ffn_grad_norms(norm_first, seed=0):
+    torch.manual_seed(seed)
+    model = Transformer(100, 100, d_model=64, n_heads=4, n_layers=6, d_ff=256, dropout=0.0,
+                        norm_first=norm_first).to(device)
+    g = torch.Generator().manual_seed(seed)
+    src = torch.randint(1, 100, (16, 20), generator=g).to(device)
+    tgt = torch.randint(1, 100, (16, 21), generator=g).to(device)
+    logits = model(src, tgt[:, :-1])
+    F.cross_entropy(logits.reshape(-1, 100), tgt[:, 1:].reshape(-1)).backward()
+    return [layer.ff.linear2.weight.grad.norm().item() for layer in model.decoder.layers]
+
+
+post, pre = ffn_grad_norms(False), ffn_grad_norms(True)
+layers = range(1, 7)
+fig, ax = plt.subplots(figsize=(6, 3.5))
+ax.plot(layers, post, "o-", label="Post-LN (the paper)")
+ax.plot(layers, pre, "s-", label="Pre-LN")
+ax.set_xlabel("decoder layer (1 = nearest the input)")
+ax.set_ylabel(r"$\|\nabla W_2\|$ at initialisation")
+ax.set_title("Gradient norm per layer at initialisation")
+ax.legend()
+plt.show()
+print("Post-LN:", [f"{g:.3f}" for g in post])
+print("Pre-LN: ", [f"{g:.3f}" for g in pre])
+assert post[-1] / post[0] > 5  # Post-LN: grows several-fold towards the output
+assert 0.4 < pre[-1] / pre[0] < 1.5 and max(pre) / min(pre) < 2.5  # Pre-LN: within a small factor
+
+# %% [markdown]
+# The qualitative result of Xiong et al. is reproduced: Post-LN's gradients grow about tenfold from
+# the bottom layer to the top one; Pre-LN's stay within a factor of two of each other (here drifting
+# slightly downwards). With a large learning rate from step one, the
+# top of a Post-LN model takes steps that are too big, which is why the paper needs warm-up (§5.3 of
+# the paper; chapter 6). Pre-LN trains without warm-up, although Liu et al. (2020) find that a
+# well-tuned Post-LN model can end slightly better: this is a trade-off, not a verdict.
+#
+# The course keeps the paper's Post-LN as the default, and `final_norm=None` means "a final LayerNorm
+# after the stack exactly when Pre-LN needs it". PyTorch's `nn.Transformer` always adds one, for both
+# arrangements: to compare with it, build ours with `final_norm=True` (chapter 5).
+#
+# ## 4.6 Xavier initialisation
+#
+# The seed initialises with
+# ```python
+# for p in model.parameters():
+#     if p.dim() > 1:
+#         nn.init.xavier_uniform_(p)
+# ```
+# Xavier (Glorot) uniform draws a weight of shape [fan_out, fan_in] from
+# $U(-a, a)$ with $a = \sqrt{6/(\text{fan\_in} + \text{fan\_out})}$, so that the variance of the
+# activations (forward) and of the gradients (backward) stays about the same from layer to layer.
+# For the Linear layers that is what we want; PyTorch's default for `nn.Linear` is smaller
+# (a uniform bound of $1/\sqrt{\text{fan\_in}}$).
+#
+# But `p.dim() > 1` is also true of the embedding tables [V, D]. Xavier gives them a spread that depends
+# on the vocabulary size, which has nothing to do with how embeddings are used: with V = 10 000 and
+# D = 512 the entries get a standard deviation of about 0.014, so even after the paper's √D scale
+# (chapter 5) a token's embedding is less than half the size of the positional encoding added to it. The course's `xavier_init_` uses Xavier for Linear weights, zero biases, and $N(0, 1/D)$ for
+# embeddings, so that `embedding · √D` has unit-size entries.
+
+# %%
+V, D = 10_000, 512
+table = torch.empty(V, D)
+nn.init.xavier_uniform_(table)
+seed_scale = (table * math.sqrt(D)).std().item()
+ours = nn.Embedding(V, D)
+xavier_init_(ours)
+our_scale = (ours.weight * math.sqrt(D)).std().item()
+pe_scale = math.sqrt(0.5)  # std of sin/cos values over many positions
+print(f"entries of embedding·√D: seed's loop {seed_scale:.2f}, course's init {our_scale:.2f}; "
+      f"positional encoding {pe_scale:.2f}")
+assert seed_scale < 0.4 and abs(our_scale - 1.0) < 0.05
+
+linear = nn.Linear(512, 2048)
+bound = math.sqrt(6 / (512 + 2048))
+default_max = linear.weight.abs().max().item()
+xavier_init_(linear)
+print(f"Linear(512, 2048): default init max |w| = {default_max:.4f}, Xavier bound = {bound:.4f}")
+assert linear.weight.abs().max().item() <= bound
+
+# %% [markdown]
+# ## 4.7 Weight tying
+#
+# The paper shares one matrix between the target embedding [V, D] and the output projection
+# (the `Linear(D, V)` before the softmax, whose weight is also [V, D]); with one vocabulary for both
+# languages, the source embedding too (§3.4). *Sharing* means one `nn.Parameter` object used in two
+# places, not two equal copies:
+
+# %%
+model = Transformer(1000, 1000, d_model=64, n_heads=4, n_layers=1, d_ff=128, tie_embeddings=True).to(device)
+untied = Transformer(1000, 1000, d_model=64, n_heads=4, n_layers=1, d_ff=128).to(device)
+assert model.generator.weight is model.tgt_embed.weight  # one object
+saved = count_parameters(untied) - count_parameters(model)
+print(f"tying saves {saved:,} parameters = V·D = {1000 * 64:,}")
+assert saved == 1000 * 64
+
+# A copy is not a tie: after one optimiser step the two matrices differ.
+copy = Transformer(1000, 1000, d_model=64, n_heads=4, n_layers=1, d_ff=128).to(device)
+copy.generator.weight = nn.Parameter(copy.tgt_embed.weight.detach().clone())  # equal values, two objects
+for m in (model, copy):
+    opt = torch.optim.SGD(m.parameters(), lr=0.5)
+    src = torch.randint(1, 1000, (2, 6), device=device)
+    m(src, src).logsumexp(-1).mean().backward()
+    opt.step()
+assert torch.equal(model.generator.weight, model.tgt_embed.weight)
+assert not torch.equal(copy.generator.weight, copy.tgt_embed.weight)
+print("tied: still one matrix after a step; copied: two different matrices")
+
+# %% [markdown]
+# `parameters()` yields a shared Parameter once, so the optimizer updates it once, with the sum of the
+# gradients from both uses. Tie *after* initialising (as `tformer_ref.model.Transformer` does): an
+# initialisation loop that runs afterwards re-initialises the shared matrix as whichever module it
+# visits last, and the seed's Xavier loop would give it the embedding scale problem of §4.6.
+#
+# ## 4.8 Recap
+#
+# * A block is two sublayers (self-attention, feed-forward), each wrapped in a **residual**
+#   connection, a **LayerNorm** and **dropout**. Without residuals, stacked attention collapses all
+#   tokens to one vector within a few layers.
+# * The feed-forward is a per-position MLP with $F = 4D$; it holds two thirds of a block's parameters.
+# * **LayerNorm**, not BatchNorm: BatchNorm's statistics are polluted by padding, undefined for a batch
+#   of one, and different between train and eval mode.
+# * **Dropout** goes on each sublayer's output *before* the residual add,
+#   $\mathrm{LN}(x + \mathrm{Drop}(F(x)))$; the seed's $\mathrm{Drop}(\mathrm{LN}(x + F(x)))$ drops the
+#   residual stream itself, invisibly in eval mode.
+# * **Post-LN vs Pre-LN**: at initialisation Post-LN's gradients grow towards the output layers (hence
+#   warm-up); Pre-LN's stay within a small factor, and Pre-LN needs a final LayerNorm.
+# * **Xavier** for the Linear layers; not for embeddings (the seed's loop hits those too).
+# * **Weight tying** shares one Parameter object, after initialisation; a copy is not a tie.
+#
+# Next, chapter 5 adds positions and assembles the whole model. The exercise
+# ([exercise.ipynb](exercise.ipynb)) has you build the block and its checks name each of these
+# pitfalls.

@@ -1,0 +1,376 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Chapter 5 — Positions and the whole model
+#
+# Chapter 4 built the blocks. This chapter gives them positions, stacks them into an encoder and a
+# decoder joined by cross-attention, and builds the seed's model: 8 heads, 2 layers, d_model = 512.
+# Along the way we check the seeds' claims:
+#
+# * "the sinusoidal encoding gives every position a unique code **and extrapolates to sequences longer
+#   than those seen in training**": the first half is right; the second is what the paper calls a hope
+#   ("may allow the model to extrapolate"), and it mostly fails in practice (§5.4);
+# * the seed's `Encoder` uses a learned `nn.Embedding(max_length, embed_size)` for positions: fine,
+#   until a sequence is longer than `max_length` (§5.3);
+# * the seed adds `word_embedding(x) + position_embedding(positions)` without the paper's √d_model
+#   scale (§5.5).
+#
+# Shape letters: B batch, S sequence length (Ss source, St target), D = d_model, H heads, V vocabulary.
+
+# %%
+import math
+
+import matplotlib.pyplot as plt
+import torch
+import torch.nn as nn
+
+from tformer_ref.device import get_device, seed_everything
+from tformer_ref.masks import causal_mask, padding_mask
+from tformer_ref.model import (Decoder, DecoderOnlyLM, Encoder, Transformer, count_parameters,
+                               decoder_only_parameter_count, transformer_parameter_count)
+from tformer_ref.positions import LearnedPositionalEmbedding, SinusoidalPositionalEncoding, sinusoidal_encoding
+from tformer_ref.torch_compat import stacks_to_torch
+
+seed_everything(0)
+device = get_device()
+print("device:", device)
+
+# %% [markdown]
+# ## 5.1 Attention ignores order
+#
+# Self-attention compares every token with every other one, by content. Nothing in it knows which
+# token came first: permute the input tokens and the outputs are permuted the same way
+# ("permutation equivariance"). "dog bites man" and "man bites dog" would get the same set of vectors.
+
+# %%
+torch.manual_seed(0)
+encoder = Encoder(d_model=32, n_heads=4, n_layers=2, d_ff=64).to(device).eval()
+x = torch.randn(1, 6, 32, device=device)
+perm = torch.tensor([3, 0, 5, 1, 4, 2], device=device)
+with torch.no_grad():
+    out, out_of_permuted = encoder(x), encoder(x[:, perm])
+assert torch.allclose(out[:, perm], out_of_permuted, atol=1e-5)
+print("encoder(permuted x) == permuted encoder(x): order is invisible without positions")
+
+# %% [markdown]
+# So position has to be put into the input: each token's vector gets a position-dependent vector
+# added to it before the first block.
+#
+# ## 5.2 Sinusoidal positional encoding
+#
+# The paper (§3.5) adds a fixed table:
+#
+# $$PE_{(pos,\,2i)} = \sin\!\left(\frac{pos}{10000^{2i/D}}\right),\qquad
+#   PE_{(pos,\,2i+1)} = \cos\!\left(\frac{pos}{10000^{2i/D}}\right).$$
+#
+# Each pair of columns $(2i, 2i+1)$ is a point turning on a circle as the position grows, at angular
+# frequency $\omega_i = 10000^{-2i/D}$: the first pair turns by one radian per position (wavelength
+# $2\pi$), the last ones so slowly that their wavelength is about $2\pi \cdot 10000$ positions. Read
+# across a row, the fast pairs tell nearby positions apart and the slow pairs say roughly *where* in
+# a long sequence we are, like the hands of a clock.
+
+# %% mystnb={"figure": {"caption": "The sinusoidal positional encoding for 100 positions and D = 64: low dimensions oscillate fast, high dimensions slowly.", "name": "fig-ch05-sinusoidal"}, "image": {"alt": "Heat map with positions on the horizontal axis and dimensions on the vertical axis: fast stripes at the bottom, slowly varying bands at the top."}}
+pe = sinusoidal_encoding(100, 64)  # [100, 64]
+fig, ax = plt.subplots(figsize=(7, 3.5))
+im = ax.imshow(pe.T, aspect="auto", cmap="RdBu", vmin=-1, vmax=1)
+ax.set_xlabel("position")
+ax.set_ylabel("dimension")
+ax.set_title("Sinusoidal positional encoding, D = 64")
+fig.colorbar(im, ax=ax)
+plt.show()
+
+wavelengths = 2 * math.pi * 10000 ** (torch.arange(0, 64, 2) / 64)
+print(f"wavelengths of the 32 pairs: from {wavelengths[0]:.2f} to {wavelengths[-1]:,.0f} positions")
+assert torch.allclose(pe[0, 0::2], torch.zeros(32)) and torch.allclose(pe[0, 1::2], torch.ones(32))
+
+# %% [markdown]
+# Row 0 is `[0, 1, 0, 1, ...]` (sin 0, cos 0). The top rows of the heatmap (fast pairs) alternate
+# quickly; the bottom ones are almost constant over 100 positions.
+#
+# Because a sine and its cosine share a frequency, moving $k$ positions is the *same rotation* for every
+# starting position: $PE_{pos+k} = PE_{pos}\,R_k$ with a block-diagonal rotation $R_k$ that does not
+# depend on $pos$. That is why the paper hoped the model could learn to attend by *relative* position.
+# A consequence: the dot product of two encodings depends only on their distance.
+
+# %%
+def rotation(k, d_model):
+    """[D, D] block-diagonal R_k with PE[pos + k] = PE[pos] @ R_k: pair i turned by the angle k·ω_i."""
+    omega = 10000 ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+    r = torch.zeros(d_model, d_model, dtype=torch.float64)
+    c, s = torch.cos(k * omega), torch.sin(k * omega)
+    r[0::2, 0::2], r[0::2, 1::2] = torch.diag(c), torch.diag(-s)
+    r[1::2, 0::2], r[1::2, 1::2] = torch.diag(s), torch.diag(c)
+    return r
+
+
+pe64 = sinusoidal_encoding(100, 64, dtype=torch.float64)
+k = 7
+assert torch.allclose(pe64[k:], pe64[:-k] @ rotation(k, 64), atol=1e-9)  # one matrix for every position
+dots = pe64 @ pe64.T
+assert torch.allclose(dots[10, 17], dots[50, 57]) and torch.allclose(dots[10, 17], dots[80, 87])
+print(f"PE[10]·PE[17] = {dots[10, 17]:.4f} = PE[50]·PE[57] = {dots[50, 57]:.4f}: only the distance matters")
+
+# %% [markdown]
+# The table is a **buffer** of `SinusoidalPositionalEncoding`: it moves with `.to(device)` but it is not a
+# parameter, so the optimizer never changes it (and, being a function of D, it is not saved either).
+
+# %%
+module = SinusoidalPositionalEncoding(64, max_len=100)
+assert list(module.parameters()) == [] and dict(module.named_buffers())["pe"].shape == (100, 64)
+print("parameters:", len(list(module.parameters())), "| buffers:", [n for n, _ in module.named_buffers()])
+
+# %% [markdown]
+# ## 5.3 Learned positions and max_length
+#
+# The seed's encoder learns its positions instead: `nn.Embedding(max_length, embed_size)`, one
+# trained vector per position, as BERT and GPT-2 do. That table has `max_length` rows and nothing
+# after them, so a longer sequence fails. With a bare `nn.Embedding` the error is an obscure
+# `IndexError` (on a GPU, a device-side assert that can take the whole process down):
+
+# %%
+max_length = 8
+seed_positions = nn.Embedding(max_length, 16)
+try:
+    seed_positions(torch.arange(0, 10))  # a sequence of 10 tokens
+    message = None
+except IndexError as exc:
+    message = str(exc)
+print("the seed's table, 10 positions:", message)
+assert message is not None
+
+learned = LearnedPositionalEmbedding(max_len=8, d_model=16)
+try:
+    learned(torch.zeros(1, 10, 16))
+    message = None
+except ValueError as exc:
+    message = str(exc)
+print("tformer_ref's table:", message)
+assert "past max_len=8" in message
+
+# %% [markdown]
+# `tformer_ref` checks the length first and says what to do. Either way, a learned table cannot say
+# anything about positions it never trained: their rows do not exist.
+#
+# ## 5.4 What "extrapolates" means
+#
+# The seed: sinusoids "can extrapolate to sequences longer than in training". Two different things hide
+# in that sentence:
+#
+# 1. **The formula has a value at every position.** True: `SinusoidalPositionalEncoding` computes rows
+#    past its precomputed `max_len` on the fly, and nothing crashes.
+# 2. **A model trained on short sequences works on longer ones.** That is an empirical claim about the
+#    trained model, and mostly false. The paper only says the sinusoids "may allow" it (§3.5), and
+#    found learned and sinusoidal positions "nearly identical" on its task. Press et al. (2022)
+#    measured it: a sinusoidal language model's perplexity degrades quickly once the input is longer
+#    than the training length (their ALiBi was designed to fix this).
+#
+# Why would it fail? Past the training length the encodings are not just new positions, they are
+# *new kinds of vectors*: the slow pairs reach angles never seen in training. Count, for positions
+# 64..255 of a model trained on lengths up to 64, the dimensions whose values go more than 0.1 outside
+# the range that dimension took during training:
+
+# %%
+train_len, d_model = 64, 64
+module = SinusoidalPositionalEncoding(d_model, max_len=train_len)
+long_input = torch.zeros(1, 4 * train_len, d_model)
+table = module(long_input)[0]  # [256, 64]: rows past max_len computed on the fly, no error
+seen, unseen = table[:train_len], table[train_len:]
+outside = (unseen < seen.min(0).values - 0.1) | (unseen > seen.max(0).values + 0.1)  # [192, 64]
+dims_outside = outside.any(0).nonzero().flatten().tolist()
+print(f"{len(dims_outside)} of {d_model} dimensions leave their training range: dims {dims_outside}")
+assert table.shape == (256, 64) and len(dims_outside) >= 16 and min(dims_outside) >= 16
+
+# %% [markdown]
+# The fast pairs have gone round their circle many times during training, so nothing is new there.
+# The slow ones have not: at a new length they move into a region of input space the trained weights
+# were never fitted to, and nothing guarantees sensible outputs. So: sinusoids *compute* everywhere,
+# learned tables do not; neither makes a trained model *work* beyond its training length. (Rotary
+# embeddings and ALiBi are the usual remedies; they are beyond this course.)
+#
+# ## 5.5 Embeddings scaled by sqrt(d_model)
+#
+# The paper multiplies the token embeddings by $\sqrt{D}$ before adding the positions (§3.4); the
+# seed does not. Why it matters is a matter of sizes. With embeddings initialised at $N(0, 1/D)$
+# (the usual choice, and the course's), a token's vector has length about 1; a sinusoidal row has
+# length $\sqrt{D/2}$ (16 for D = 512). Unscaled, the positions drown the tokens.
+
+# %%
+D, V = 512, 1000
+table = nn.Embedding(V, D)
+nn.init.normal_(table.weight, std=D ** -0.5)
+tokens = torch.randint(0, V, (4, 50))
+pe512 = sinusoidal_encoding(50, D)
+token_len = table(tokens).norm(dim=-1).mean().item()
+scaled_len = (table(tokens) * math.sqrt(D)).norm(dim=-1).mean().item()
+position_len = pe512.norm(dim=-1).mean().item()
+print(f"length of a token embedding: {token_len:.2f} unscaled, {scaled_len:.1f} scaled by √D; "
+      f"of a positional encoding: {position_len:.1f}")
+assert token_len < 0.1 * position_len and 1.0 < scaled_len / position_len < 2.0
+
+# %% [markdown]
+# Scaled, the token carries a bit more weight than its position, as it should. `Transformer.embed` does
+# `Dropout(table(tokens) · √D + PE)`: dropout on the sum, as in §5.4 of the paper.
+#
+# ## 5.6 Encoder, decoder and cross-attention
+#
+# The **encoder** is a stack of encoder blocks (chapter 4) over the embedded source; its output, one
+# vector per source token, is called the *memory*. The **decoder** block has three sublayers:
+#
+# 1. **masked self-attention** over the target so far, with the causal mask (position i sees 0..i);
+# 2. **cross-attention**: queries from the decoder, **keys and values from the memory**, masked with
+#    the source padding mask. This is the only place where the target reads the source;
+# 3. the feed-forward.
+#
+# `tformer_ref.model.Transformer` builds the masks itself from `pad_id`: `encode(src)` returns the
+# memory and the source mask, `decode(tgt_in, memory, src_mask)` the logits.
+
+# %%
+torch.manual_seed(0)
+small = Transformer(src_vocab=20, tgt_vocab=24, d_model=32, n_heads=4, n_layers=2, d_ff=64).to(device).eval()
+src = torch.tensor([[5, 6, 7, 8, 0, 0], [3, 4, 9, 9, 9, 2]], device=device)  # 0 = padding
+tgt_in = torch.tensor([[1, 11, 12, 13], [1, 14, 15, 0]], device=device)
+with torch.no_grad():
+    memory, src_mask = small.encode(src)
+    logits = small.decode(tgt_in, memory, src_mask)
+    # The first decoder layer's cross-attention weights [B, H, St, Ss]:
+    x = small.embed(tgt_in, small.tgt_embed, small.tgt_pos)
+    layer = small.decoder.layers[0]
+    h = layer.norm1(x + layer.self_attn(x, mask=padding_mask(tgt_in, 0) & causal_mask(4, device=device)))
+    _, cross_weights = layer.cross_attn(h, memory, memory, mask=src_mask, return_weights=True)
+print("memory", tuple(memory.shape), "| src_mask", tuple(src_mask.shape), "| logits", tuple(logits.shape))
+print("cross-attention weights", tuple(cross_weights.shape), "| weight on the source padding:",
+      cross_weights[0, :, :, 4:].abs().max().item())
+assert logits.shape == (2, 4, 24) and cross_weights.shape == (2, 4, 4, 6)
+assert cross_weights[0, :, :, 4:].abs().max() == 0  # padding of source 0 gets no attention
+
+# %% [markdown]
+# Two probes any right encoder–decoder passes. Changing a *later* target token must not change the
+# earlier positions' logits (causality), and adding more source padding must change nothing.
+
+# %%
+with torch.no_grad():
+    base = small(src, tgt_in)
+    later = tgt_in.clone()
+    later[:, 3] = 5
+    assert torch.allclose(small(src, later)[:, :3], base[:, :3], atol=1e-5)
+    more_padding = torch.cat([src, torch.zeros(2, 3, dtype=torch.long, device=device)], dim=1)
+    assert torch.allclose(small(more_padding, tgt_in), base, atol=1e-5)
+print("causal: the future never changes the past; source padding is invisible")
+
+# %% [markdown]
+# ## 5.7 The seed's model, counted
+#
+# The seeds' model: 8 heads, 2 encoder and 2 decoder layers, d_model = 512, d_ff = 4·512 = 2048. They
+# give no vocabulary, so we take 10 000 tokens on each side. Counting by hand, per piece:
+#
+# | piece | formula | D = 512, F = 2048 |
+# |---|---|---|
+# | attention (4 Linear(D, D) with biases) | $4(D^2 + D)$ | 1,050,624 |
+# | feed-forward | $2DF + F + D$ | 2,099,712 |
+# | LayerNorm | $2D$ | 1,024 |
+# | encoder layer | attention + FF + 2 LN | 3,152,384 |
+# | decoder layer | 2 attention + FF + 3 LN | 4,204,032 |
+# | embeddings, source and target | $2VD$ | 10,240,000 |
+# | output projection | $VD + V$ | 5,130,000 |
+#
+# Sinusoidal positions add nothing (a buffer); a learned table would add `max_len·D` per side.
+
+# %%
+seed_model = Transformer(10_000, 10_000, d_model=512, n_heads=8, n_layers=2, d_ff=2048)
+attn, ff, ln = 4 * (512**2 + 512), 2 * 512 * 2048 + 2048 + 512, 2 * 512
+by_hand = 2 * 10_000 * 512 + 2 * (attn + ff + 2 * ln) + 2 * (2 * attn + ff + 3 * ln) + 10_000 * 512 + 10_000
+counted = count_parameters(seed_model)
+print(f"counted {counted:,} = by hand {by_hand:,} = formula {transformer_parameter_count(10_000, 10_000):,}")
+assert counted == by_hand == transformer_parameter_count(10_000, 10_000) == 30_082_832
+
+one_head = Transformer(10_000, 10_000, d_model=512, n_heads=1, n_layers=2, d_ff=2048)
+assert count_parameters(one_head) == counted
+print("with 1 head instead of 8: the same count; heads are slices of the same projections")
+tied = transformer_parameter_count(10_000, 10_000, tie_embeddings="all")
+print(f"with all three matrices tied (one shared vocabulary, the paper's §3.4): {tied:,}")
+del seed_model, one_head
+
+# %% [markdown]
+# The number of heads does not appear in any formula (chapter 1): 8 heads of 64 dimensions are one
+# `Linear(512, 512)` per role, cut into slices. The seed's own `SelfAttention`, with one
+# `Linear(head_dim, head_dim)` shared by all heads, has $3 \cdot 64^2 + 512^2 + 512 = 274{,}944$
+# parameters instead of 1,050,624: across the model's six attention sublayers (2 in the encoder, 4 in
+# the decoder) that is 4,654,080 parameters fewer, and a different, weaker model.
+
+# %%
+assert 6 * (4 * (512**2 + 512) - (3 * 64**2 + 512**2 + 512)) == 4_654_080
+
+# %% [markdown]
+# **Equal to PyTorch's own.** With the weights copied across, our encoder and decoder stacks compute
+# what `nn.Transformer(batch_first=True)` computes, given the same masks (PyTorch's masks say True =
+# *ignore*, ours True = *attend*). One design choice has to be stated: `nn.Transformer` ends both
+# stacks with a LayerNorm, for Post-LN too. The paper's Post-LN has no final norm (every block already
+# ends with one), and neither does ours by default (`final_norm=None` means "only for Pre-LN"); for the
+# comparison we build ours with `final_norm=True`. One more trap: run the comparison with autograd on.
+# Under `torch.no_grad()` in eval mode, `nn.TransformerEncoder` takes a "fast path" through nested
+# tensors that returns zeros at padded source positions (with a warning), where ours returns ordinary
+# vectors; both are ignored downstream, but an exact comparison would fail there.
+
+# %%
+torch.manual_seed(1)
+enc = Encoder(32, 4, 2, 64, final_norm=True).to(device).eval()
+dec = Decoder(32, 4, 2, 64, final_norm=True).to(device).eval()
+theirs = stacks_to_torch(enc, dec)
+src_tokens = torch.tensor([[5, 6, 7, 0], [1, 2, 3, 4]], device=device)
+tgt_tokens = torch.tensor([[1, 4, 5], [1, 7, 0]], device=device)
+src_x, tgt_x = torch.randn(2, 4, 32, device=device), torch.randn(2, 3, 32, device=device)
+src_keep, tgt_keep = padding_mask(src_tokens, 0), padding_mask(tgt_tokens, 0) & causal_mask(3, device=device)
+ours = dec(tgt_x, enc(src_x, src_keep), tgt_keep, src_keep)
+pytorch = theirs(src_x, tgt_x, tgt_mask=~causal_mask(3, device=device)[0, 0], src_key_padding_mask=src_tokens == 0,
+                 tgt_key_padding_mask=tgt_tokens == 0, memory_key_padding_mask=src_tokens == 0)
+difference = (ours - pytorch).abs().max().item()
+print(f"largest difference from nn.Transformer: {difference:.1e}")
+assert difference < 1e-5
+
+# %% [markdown]
+# ## 5.8 A decoder-only model
+#
+# GPT-style language models drop the encoder and the cross-attention: a stack of self-attention
+# blocks with the causal mask, reading and predicting one sequence. Such a block is exactly chapter 4's
+# encoder block given the causal mask. `tformer_ref.model.DecoderOnlyLM(vocab, d_model, n_heads,
+# n_layers, d_ff, dropout, max_len, pad_id, ...)` maps tokens [B, S] to next-token logits [B, S, V].
+
+# %%
+torch.manual_seed(0)
+lm = DecoderOnlyLM(vocab=50, d_model=32, n_heads=4, n_layers=2, d_ff=64, max_len=16, positions="learned",
+                   tie_embeddings=True).to(device).eval()
+tokens = torch.tensor([[3, 4, 5, 6, 7], [8, 9, 10, 0, 0]], device=device)
+with torch.no_grad():
+    logits = lm(tokens)
+    changed = tokens.clone()
+    changed[:, 3:] = 11
+    assert torch.allclose(lm(changed)[:, :3], logits[:, :3], atol=1e-5)
+formula = decoder_only_parameter_count(50, 32, 2, 64, 16, positions="learned", tie_embeddings=True)
+print("logits", tuple(logits.shape), f"| {count_parameters(lm):,} parameters = formula {formula:,}")
+assert logits.shape == (2, 5, 50) and count_parameters(lm) == formula
+
+# %% [markdown]
+# ## 5.9 Recap
+#
+# * Attention is **permutation-equivariant**: without positions, order is invisible.
+# * **Sinusoidal** encoding: pair i turns at frequency $10000^{-2i/D}$, sin in even columns, cos in odd
+#   ones; shifting by k is one rotation for every position, and the table is a buffer, not a parameter.
+# * **Learned** positions have `max_len` rows and nothing more: a longer input is an error (a clear one
+#   in `tformer_ref`).
+# * "Extrapolates": sinusoids *compute* at any position; a trained model does not thereby *work* at
+#   lengths it never saw (Press et al. 2022): the slow dimensions leave the range seen in training.
+# * Multiply token embeddings by **√d_model**, then add positions; dropout on the sum.
+# * **Cross-attention**: queries from the decoder, keys and values from the encoder's memory, with the
+#   source padding mask; decoder self-attention is always **causal**.
+# * The seed's model (8 heads, 2+2 layers, D = 512, F = 2048, V = 10 000) has **30,082,832**
+#   parameters; heads change nothing in the count. It equals `nn.Transformer` given `final_norm=True`.
+# * A **decoder-only** model is a causal stack of encoder blocks.
+#
+# The exercise ([exercise.ipynb](exercise.ipynb)) has you write the sinusoidal table, the embedding
+# step and the decoder block. Chapter 6 trains this model.

@@ -1,0 +1,579 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Chapter 7 — Mixed precision, accumulation and DDP
+#
+# The model of the previous chapters trains on one CPU in a minute. Real models do not fit
+# that budget, and three techniques stretch it: **mixed precision** (do most arithmetic in
+# 16 bits), **gradient accumulation** (a big batch built from several small ones) and
+# **DistributedDataParallel** (several processes, each on its own slice of the data). Each
+# is a few lines, and each has a way to be silently wrong: the model still trains, just not
+# the way you think.
+#
+# In this chapter you will:
+#
+# - run a model under `torch.amp` autocast (bfloat16 on a CPU, float16 with a `GradScaler`
+#   on a GPU) and measure what it saves here;
+# - see why a `GradScaler` needs `unscale_` before clipping;
+# - prove, with numbers, that accumulated micro-batches give the big batch's gradient, and
+#   what to divide by when the micro-batches hold different numbers of tokens;
+# - start two real processes with `torchrun`, train with DDP, and check that they end with
+#   the same parameters as one process on the whole batch;
+# - measure fused attention against the plain $O(n^2)$ scores as the sequence grows.
+#
+# **The seed claims this chapter checks.** One seed write-up ends with "performance
+# experience": mixed precision, gradient accumulation and "model parallelism".
+#
+# | claim or code | verdict | section |
+# |---|---|---|
+# | `from torch.cuda.amp import autocast, GradScaler`; `with autocast():` | works on CUDA but deprecated; does nothing on a CPU. Use `torch.amp.autocast(device_type, dtype)` | 7.1 |
+# | "FP16 for most computation, FP32 only where needed" | right; autocast decides per operation, and the weights stay float32 | 7.1 |
+# | `scaler.scale(loss).backward(); scaler.step(optimizer); scaler.update()` | right, but clipping (which the seed does elsewhere, at 1.0) must come after `scaler.unscale_` | 7.2 |
+# | accumulation: `loss = loss / accumulation_steps`, step every k batches | right only when every micro-batch holds as many tokens; no scheduler step shown | 7.3 |
+# | DDP listed under "model parallel: split the model across cards" | wrong: DDP is *data* parallel, every process holds the whole model | 7.4 |
+# | DDP loop: no `DistributedSampler`, no `zero_grad` | every rank reads the whole dataset; gradients pile up | 7.4, 7.5 |
+#
+# Everything runs on the CPU in under a minute, and unchanged on a GPU.
+
+# %%
+# %matplotlib inline
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import torch
+import torch.nn.functional as F
+
+from tformer_ref import distributed as ddp_demo
+from tformer_ref.accumulation import train_accumulated, train_big_batch
+from tformer_ref.amp import amp_dtype, autocast, make_grad_scaler, optimizer_step, saved_activation_bytes
+from tformer_ref.attention import scaled_dot_product_attention
+from tformer_ref.device import get_device, seed_everything
+from tformer_ref.model import DecoderOnlyLM
+from tformer_ref.toy_lm import TinyCausalLM, count_targets, lm_loss_sum, make_token_data
+
+device = get_device()  # CUDA when available; set TFORMER_DEVICE=cpu to override
+seed_everything(0)
+# This chapter's CPU work is many small operations, for which waking a second thread costs more
+# than it saves (and on a shared machine it waits for a free core): one thread is faster here.
+# Every comparison below runs both sides on the same setting.
+torch.set_num_threads(1)
+print(f"device: {device}, torch {torch.__version__}, {torch.get_num_threads()} CPU threads")
+
+
+def synchronize():
+    """Wait for queued GPU work, so that a timer measures the work and not only its launch."""
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def median_ms(fn, repeats=5):
+    """Median wall time of fn() in milliseconds, after one warm-up call."""
+    fn()
+    times = []
+    for _ in range(repeats):
+        synchronize()
+        start = time.perf_counter()
+        fn()
+        synchronize()
+        times.append(1000 * (time.perf_counter() - start))
+    return statistics.median(times)
+
+
+# %% [markdown]
+# Two models serve this chapter: chapter 5's `DecoderOnlyLM` where we measure, and a
+# deliberately tiny one, `TinyCausalLM` (in `tformer_ref/toy_lm.py`: an embedding, one pre-LN
+# causal self-attention block built from the course's `MultiHeadAttention`, an output layer),
+# where we compare training runs number for number and start processes. The data are token
+# sequences of varying length, padded with token 0 at the end; the task is to predict each
+# next token.
+
+# %%
+tokens = make_token_data(n=4, seq_len=12, seed=0)  # [4, 12], padded with 0
+print(tokens)
+print("real next-token targets per sequence:", (tokens[:, 1:] != 0).sum(1).tolist())
+
+# %% [markdown]
+# ## 7.1 Mixed precision with torch.amp
+#
+# Two 16-bit formats exist, and they fail differently:
+
+# %%
+print(" dtype        max          smallest normal   eps (step after 1.0)")
+for dt in (torch.float32, torch.float16, torch.bfloat16):
+    fi = torch.finfo(dt)
+    print(f" {str(dt):15s} {fi.max:10.3g}   {fi.tiny:10.3g}        {fi.eps:.3g}")
+
+tiny_grad, big_logit = torch.tensor(1e-8), torch.tensor(70000.0)
+print("1e-8 in float16:", tiny_grad.half().item(), "  in bfloat16:", tiny_grad.bfloat16().item())
+print("70000 in float16:", big_logit.half().item(), "  -1e9 in float16:", torch.tensor(-1e9).half().item())
+assert tiny_grad.half() == 0 and big_logit.half().isinf() and torch.tensor(-1e9).half().isinf()
+assert tiny_grad.bfloat16() > 0 and big_logit.bfloat16().isfinite()
+
+# %% [markdown]
+# **float16** has a narrow range: gradients below about $6\cdot10^{-8}$ become 0 and values
+# past 65504 become infinite (so does the classic mask value −1e9: the course's masks fill
+# with `torch.finfo(dtype).min` instead, chapter 3). **bfloat16** keeps float32's range with
+# fewer digits: nothing underflows, so it needs no loss scaling. GPUs have fast float16
+# (and, since Ampere, bfloat16); recent x86 CPUs have fast bfloat16 instructions (AVX-512
+# BF16, AMX). The course therefore uses **bfloat16 on a CPU and float16 + `GradScaler` on
+# CUDA** (`tformer_ref.amp.amp_dtype`).
+#
+# The seed writes `from torch.cuda.amp import autocast` and `with autocast():`. That API is
+# deprecated, and it only ever affects CUDA operations: on a CPU it silently does nothing.
+# The current API names the device: `torch.amp.autocast(device_type, dtype=...)`.
+#
+# Autocast does not convert the model. The weights stay float32 (the "master weights" the
+# optimizer updates); inside the `with` block, each operation picks its precision from a
+# per-device list: matrix products (`Linear`, `matmul`) run in 16 bits, operations that need
+# range or accuracy run in float32. Which ones differs by device: on CUDA softmax,
+# log-softmax, layer norm and the losses; on the CPU the losses (softmax stays bfloat16
+# there). That is one reason `lm_loss_sum` casts the logits to float32 itself.
+
+# %%
+seed_everything(0)
+model = TinyCausalLM().to(device)
+batch = make_token_data(8, 12, seed=1).to(device)
+dtype = amp_dtype(device)
+with torch.amp.autocast(device.type, dtype=dtype):
+    logits = model(batch[:, :-1])  # [8, 11, V]
+    loss = F.cross_entropy(logits.flatten(0, 1), batch[:, 1:].flatten(), ignore_index=0)
+print(f"autocast dtype on {device.type}: {dtype}")
+print("weights:", model.head.weight.dtype, "| logits (a Linear):", logits.dtype, "| cross_entropy:", loss.dtype)
+assert model.head.weight.dtype == torch.float32 and logits.dtype == dtype and loss.dtype == torch.float32
+
+# %% [markdown]
+# **What it saves here.** We measure the course's decoder-only model from chapter 5,
+# `DecoderOnlyLM` (2 layers, 4 heads, `d_model = 256`, `d_ff = 1024`, fused attention), on a
+# batch of 16 sequences of 128 tokens, forward + backward, in float32 and under autocast. Memory: the bytes autograd
+# keeps for the backward pass (the activations, which is what grows with batch and
+# sequence), counted by `saved_activation_bytes` with a hook on every saved tensor; the
+# weights are not counted. Time: the median of 5 runs. On a GPU the peak allocated memory
+# is reported too.
+
+# %%
+seed_everything(0)
+big_model = DecoderOnlyLM(vocab=512, d_model=256, n_heads=4, n_layers=2, d_ff=1024, dropout=0.0,
+                          max_len=128).to(device)
+big_batch = make_token_data(16, 129, vocab=512, min_len=100, seed=2).to(device)
+
+
+def fwd_bwd(dt):
+    big_model.zero_grad(set_to_none=True)
+    with autocast(device, dt, enabled=dt is not None):
+        loss_sum, n = lm_loss_sum(big_model, big_batch)
+    (loss_sum / n).backward()
+
+
+rows = {}
+for name, dt in [("float32", None), (str(amp_dtype(device)).replace("torch.", ""), amp_dtype(device))]:
+    with autocast(device, dt, enabled=dt is not None):
+        _, saved = saved_activation_bytes(lm_loss_sum, big_model, big_batch, exclude=big_model.parameters())
+    peak = None
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+        fwd_bwd(dt)
+        peak = torch.cuda.max_memory_allocated() / 2**20
+    rows[name] = (saved / 2**20, median_ms(lambda: fwd_bwd(dt)), peak)
+print(f"{'':10s} saved activations (MiB)   fwd+bwd (ms)" + ("   peak CUDA (MiB)" if device.type == "cuda" else ""))
+for name, (mib, ms, peak) in rows.items():
+    print(f"{name:10s} {mib:20.1f} {ms:17.1f}" + (f" {peak:17.1f}" if peak is not None else ""))
+(fp32_mib, fp32_ms, _), (half_mib, half_ms, _) = rows.values()
+assert half_mib < 0.75 * fp32_mib  # the activations really are kept in 16 bits
+print(f"memory ratio {half_mib / fp32_mib:.2f}, speed-up {fp32_ms / half_ms:.2f}x")
+
+# %% [markdown]
+# The activations shrink to a little over half (the float32 parts, such as the loss and the
+# layer norms' statistics, stay). The speed depends entirely on the hardware: on a CPU with
+# native bfloat16 instructions autocast can be faster; on one without them the conversions
+# cost more than they save and it is *slower*. On a recent GPU, float16 tensor cores make
+# large matrix products several times faster. Measure on your machine before you believe a
+# speed claim, the seed's "significantly faster" included. (This notebook does not assert
+# a speed-up, for that reason.)
+#
+# Mixed precision still trains. Fifty steps of bfloat16 autocast on the CPU (or float16 with
+# a scaler on a GPU), on a small `DecoderOnlyLM`:
+
+# %%
+seed_everything(0)
+model = DecoderOnlyLM(vocab=16, d_model=32, n_heads=4, n_layers=2, d_ff=64, dropout=0.0, max_len=16).to(device)
+data = make_token_data(32, 12, seed=3).to(device)
+optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+scaler = make_grad_scaler(device)  # enabled for float16 only; a pass-through for bfloat16
+losses = []
+for step in range(50):
+    optimizer.zero_grad()
+    with autocast(device):
+        loss_sum, n = lm_loss_sum(model, data)
+    loss = loss_sum / n
+    scaler.scale(loss).backward()
+    optimizer_step(optimizer, model.parameters(), scaler, max_norm=1.0)
+    losses.append(loss.item())
+print(f"scaler enabled: {scaler.is_enabled()}; loss {losses[0]:.3f} -> {losses[-1]:.3f}")
+assert all(torch.isfinite(torch.tensor(losses))) and losses[-1] < 0.5 * losses[0]
+
+# %% [markdown]
+# ## 7.2 GradScaler, unscale_ and clipping
+#
+# With float16, small gradients underflow to zero. The `GradScaler` multiplies the loss by a
+# large factor $s$ (65536 to start) before `backward`, so every gradient is $s$ times larger
+# and stays representable; before the optimizer uses them they must be divided by $s$ again.
+# `scaler.step(optimizer)` does that division (if it was not done yet), *checks for inf/NaN*
+# and skips the step when it finds one (the scale was too large), and `scaler.update()` then
+# halves $s$ (and doubles it again after 2000 good steps).
+#
+# Clipping is where the order matters. `clip_grad_norm_(params, 1.0)` on gradients that are
+# still multiplied by $s$ clips them at $1/s$ of what you asked for. So:
+#
+# ```python
+# scaler.scale(loss).backward()
+# scaler.unscale_(optimizer)                    # gradients are true-sized again
+# torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+# scaler.step(optimizer)                        # does not unscale twice; skips inf/NaN steps
+# scaler.update()
+# ```
+#
+# The GradScaler works on a CPU too (`torch.amp.GradScaler("cpu")`), which lets us show the
+# pitfall here, with a float32 model and a scale of 1024:
+
+# %%
+def one_step(unscale_first, poison=False):
+    """One SGD step of a small Linear with an enabled GradScaler; returns (update norm, scale after, stepped)."""
+    seed_everything(0)
+    layer = torch.nn.Linear(8, 4).to(device)
+    before = torch.cat([p.detach().flatten() for p in layer.parameters()])
+    opt = torch.optim.SGD(layer.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler(device.type, init_scale=1024.0)
+    loss = layer(torch.randn(16, 8, device=device)).pow(2).mean() * (float("inf") if poison else 1.0)
+    scaler.scale(loss).backward()
+    if unscale_first:
+        scaler.unscale_(opt)
+    torch.nn.utils.clip_grad_norm_(layer.parameters(), max_norm=0.5)
+    scaler.step(opt)
+    scaler.update()
+    after = torch.cat([p.detach().flatten() for p in layer.parameters()])
+    return (after - before).norm().item(), scaler.get_scale(), not torch.equal(after, before)
+
+
+right, _, _ = one_step(unscale_first=True)
+wrong, _, _ = one_step(unscale_first=False)
+print(f"update norm, unscale_ then clip: {right:.4f}  (lr 0.1 x clipped norm 0.5 = 0.05)")
+print(f"update norm, clip then unscale:  {wrong:.6f}  ({right / wrong:.0f}x too small)")
+assert abs(right - 0.05) < 1e-4 and wrong < right / 500
+_, scale_after, stepped = one_step(unscale_first=True, poison=True)
+print(f"an inf gradient: step taken? {stepped}; scale 1024 -> {scale_after:.0f}")
+assert not stepped and scale_after == 512
+
+# %% [markdown]
+# `tformer_ref.amp.optimizer_step` packages this order and reports whether the step was
+# taken: a learning-rate scheduler should only advance when it was. (The seed's Noam class,
+# chapter 6, calls `optimizer.step()` itself; under AMP that bypasses the scaler, which is one
+# more reason to keep the schedule separate from the optimizer.)
+#
+# ## 7.3 Gradient accumulation
+#
+# `backward` *adds* into `.grad` until something zeroes it. So k micro-batches, each followed
+# by `backward`, leave the sum of their gradients; one optimizer step then uses a batch k
+# times larger than fits in memory. The seed's version:
+#
+# ```python
+# for i, batch in enumerate(train_loader):
+#     with autocast():
+#         ...
+#         loss = loss / accumulation_steps
+#     scaler.scale(loss).backward()
+#     if (i + 1) % accumulation_steps == 0:
+#         scaler.step(optimizer); scaler.update(); optimizer.zero_grad()
+# ```
+#
+# Is it the big batch? The big batch's loss is the mean over **all its target tokens**,
+# $\frac{1}{N}\sum_{t} \ell_t$. Micro-batch $i$ holds $n_i$ tokens and its mean loss is
+# $\frac{1}{n_i}\sum_{t \in i}\ell_t$. Dividing by k gives
+# $\frac{1}{k}\sum_i \frac{1}{n_i}\sum_{t\in i}\ell_t$, which equals the big batch only when
+# every $n_i = N/k$. With padding, micro-batches hold different numbers of real tokens, and
+# the right weight is $\frac{1}{N}$ for every token: divide each micro-batch's **summed** loss
+# by the step's total token count $N$ (counted before the first backward). Let us check both,
+# on gradients, first with sequences that all have the full length:
+
+# %%
+def grads_of(model):
+    return torch.cat([p.grad.flatten() for p in model.parameters()])
+
+
+def fresh_model():
+    seed_everything(0)
+    return TinyCausalLM().to(device)
+
+
+def big_batch_grads(batch):
+    model = fresh_model()
+    loss_sum, n = lm_loss_sum(model, batch)
+    (loss_sum / n).backward()
+    return grads_of(model)
+
+
+def accumulated_grads(batch, k, by_tokens):
+    model = fresh_model()
+    frozen = torch.optim.SGD(model.parameters(), lr=0.0)  # a no-op step: the gradients stay to compare
+    train_accumulated(model, batch.chunk(k), frozen, lm_loss_sum, count_tokens=count_targets if by_tokens else None)
+    return grads_of(model)
+
+
+equal = make_token_data(16, 12, min_len=12, seed=4).to(device)   # every sequence full length
+varied = make_token_data(16, 12, min_len=3, seed=4).to(device)   # lengths 3..12
+print("tokens per micro-batch, equal: ", [count_targets(m) for m in equal.chunk(4)])
+print("tokens per micro-batch, varied:", [count_targets(m) for m in varied.chunk(4)])
+for name, batch in [("equal", equal), ("varied", varied)]:
+    want = big_batch_grads(batch)
+    for by_tokens in (False, True):
+        diff = (accumulated_grads(batch, 4, by_tokens) - want).abs().max().item()
+        how = "sum / N_total" if by_tokens else "mean / k     "
+        print(f"{name:6s} lengths, k=4, {how}: max |grad - big-batch grad| = {diff:.2e}")
+
+assert torch.allclose(accumulated_grads(equal, 4, False), big_batch_grads(equal), atol=1e-6)
+assert torch.allclose(accumulated_grads(varied, 4, True), big_batch_grads(varied), atol=1e-6)
+assert not torch.allclose(accumulated_grads(varied, 4, False), big_batch_grads(varied), atol=1e-4)
+
+# %% [markdown]
+# With equal lengths both agree with the big batch to float32 rounding (about $10^{-8}$).
+# With varied lengths only the token-normalised version does; dividing by k gives the
+# tokens of short micro-batches more weight than those of long ones.
+#
+# Three more things make a whole step right:
+#
+# - **zero once per optimizer step**, not per micro-batch (that keeps only the last one);
+# - **step the scheduler once per optimizer step**: a schedule counts updates; stepping it
+#   per micro-batch ends a warm-up k times too early;
+# - **under AMP, unscale before clipping**, once, after the last micro-batch.
+#
+# `tformer_ref.accumulation.train_accumulated` does all of it. Four optimizer steps with
+# momentum, clipping and a warm-up schedule, accumulated over 4 micro-batches, against the
+# same four steps on the whole batch:
+
+# %%
+def params_of(model):
+    return torch.cat([p.detach().flatten() for p in model.parameters()])
+
+
+warmup = lambda step: min(1.0, (step + 1) / 3)  # noqa: E731
+big, acc = fresh_model(), fresh_model()
+opt_big, opt_acc = (torch.optim.SGD(m.parameters(), lr=0.5, momentum=0.9) for m in (big, acc))
+sch_big, sch_acc = (torch.optim.lr_scheduler.LambdaLR(o, warmup) for o in (opt_big, opt_acc))
+for step in range(4):
+    batch = make_token_data(16, 12, min_len=3, seed=10 + step).to(device)
+    loss_big = train_big_batch(big, batch, opt_big, lm_loss_sum, sch_big, max_norm=1.0)
+    loss_acc = train_accumulated(acc, batch.chunk(4), opt_acc, lm_loss_sum, count_tokens=count_targets,
+                                 scheduler=sch_acc, max_norm=1.0)
+    print(f"step {step}: loss big batch {loss_big:.5f}, accumulated {loss_acc:.5f}, lr now {sch_acc.get_last_lr()[0]:.3f}")
+diff = (params_of(acc) - params_of(big)).abs().max().item()
+print(f"after 4 steps: max |parameter difference| = {diff:.2e}")
+assert diff < 1e-5 and sch_acc.last_epoch == sch_big.last_epoch == 4
+
+# %% [markdown]
+# ## 7.4 DistributedDataParallel is data parallel
+#
+# The seed files DDP under "model parallelism: split the model across several cards". That is
+# a different technique. The two:
+#
+# | | data parallel (DDP) | model parallel (tensor / pipeline) |
+# |---|---|---|
+# | each process holds | the **whole** model | a part of it (some layers, or a slice of each matrix) |
+# | each process reads | **its own slice of every batch** | the same batch |
+# | processes exchange | gradients, once per backward (an all-reduce that averages them) | activations, at every layer boundary |
+# | it helps when | the model fits one device and you want more throughput | the model does not fit one device |
+#
+# DDP's promise: after the all-reduce every process holds the same averaged gradient, takes
+# the same step, and the replicas stay identical, so training on W processes with batch b
+# each is training on one batch of W·b. Three details make that promise true:
+#
+# - **Each process must read different data**: a `DistributedSampler` (§7.5). The seed has
+#   none, so every rank reads the whole dataset, and the all-reduce averages W identical
+#   gradients: W times the work for nothing. (Its loop also never calls `zero_grad`.)
+# - **The loss normalisation must match the big batch.** DDP *averages* gradients across W
+#   processes. With token normalisation each process divides its summed loss by the global
+#   token count (one `all_reduce` of an integer) and multiplies by W, which the averaging
+#   undoes.
+# - **Accumulation under DDP**: every `backward` of a DDP model all-reduces. With k
+#   micro-batches, wrap the first k−1 backwards in `with model.no_sync():`, so the
+#   accumulated gradients are reduced once, on the last one.
+#
+# The backend: **gloo** for CPU processes, **NCCL** for GPUs (one process per GPU).
+# `tformer_ref/distributed.py` is a complete training script for `torchrun`, which starts the
+# processes and gives each its `RANK`, `WORLD_SIZE` and the address to meet at. We run it for
+# real: 2 processes, 4 optimizer steps of 2 micro-batches of 4 sequences per process, on
+# 127.0.0.1 only (`launch` runs the command below with a timeout). Rank 0 saves its final
+# parameters; then one process trains on exactly the batches the two ranks read together.
+
+# %%
+args = ["--steps", "4", "--micro-batch", "4", "--accum", "2", "--n-data", "48"]
+print("python -m torch.distributed.run --nproc_per_node=2 --master_addr=127.0.0.1 --master_port=<free> "
+      "-m tformer_ref.distributed " + " ".join(args))
+with tempfile.TemporaryDirectory() as tmp:
+    out_file = Path(tmp) / "final.pt"
+    start = time.perf_counter()
+    # Two processes on one GPU would compete for it: on CUDA they run on the CPU with gloo here.
+    proc = ddp_demo.launch(2, [*args, "--out", str(out_file)], timeout=180, env={"TFORMER_DEVICE": "cpu"})
+    seconds = time.perf_counter() - start
+    print(proc.stdout)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ddp_result = torch.load(out_file)
+# no_sync on the first micro-batch of each step: one gradient all-reduce per step, not one per micro-batch
+assert proc.stdout.count("gradient all-reduces: 4 in 4 steps of 2 micro-batches") == 2
+print(f"2 processes, {ddp_result['backend']}: {seconds:.1f} s including starting them")
+
+single = ddp_demo.reference_run(ddp_demo.parse_args(args), world_size=2)
+diff = max((ddp_result["state_dict"][k] - v).abs().max().item() for k, v in single["state_dict"].items())
+print(f"max |DDP parameters - single-process parameters| = {diff:.2e}")
+assert diff < 1e-6
+
+# %% [markdown]
+# Each rank read different samples at every step (their lists never overlap), each printed
+# the loss of its own half, and yet both ended with parameters equal, to float32 rounding,
+# to one process training on the union of their batches with the same schedule. That is the
+# data-parallel contract. (The losses the ranks print differ: each sees only its half.) The
+# script counts DDP's gradient all-reduces with a communication hook: 4 in 4 steps of 2
+# micro-batches, because the first micro-batch of each step ran under `no_sync()`; without
+# it there would be 8, each sending every gradient.
+#
+# ## 7.5 DistributedSampler and set_epoch
+#
+# `DistributedSampler(dataset, num_replicas=W, rank=r)` shuffles the indices with a seed
+# every rank shares, pads the list to a multiple of W (or drops the tail with
+# `drop_last=True`), and gives rank r every W-th index starting at r. The shuffle's seed is
+# `seed + epoch`, and the epoch only changes when you call `sampler.set_epoch(epoch)` before
+# iterating. No process group is needed to try it:
+
+# %%
+from torch.utils.data import DataLoader, DistributedSampler  # noqa: E402
+
+samples = list(range(12))
+
+
+def order_read(rank, epoch, *, sampler=True, set_epoch=True):
+    if not sampler:
+        g = torch.Generator().manual_seed(0)  # a seeded shuffle, no sharding: what the seed's loop amounts to
+        return [int(i) for i in DataLoader(samples, batch_size=12, shuffle=True, generator=g).__iter__().__next__()]
+    s = DistributedSampler(samples, num_replicas=2, rank=rank, shuffle=True, seed=0)
+    if set_epoch:
+        s.set_epoch(epoch)
+    return list(s)
+
+
+for title, kwargs in [("DistributedSampler + set_epoch", {}), ("no set_epoch", {"set_epoch": False}),
+                      ("no DistributedSampler", {"sampler": False})]:
+    print(title)
+    for epoch in range(2):
+        print(f"  epoch {epoch}: rank 0 reads {order_read(0, epoch, **kwargs)}, rank 1 reads {order_read(1, epoch, **kwargs)}")
+
+r0, r1 = order_read(0, 0), order_read(1, 0)
+assert sorted(r0 + r1) == samples  # together the ranks read each sample once per epoch
+assert order_read(0, 0) != order_read(0, 1)  # set_epoch: a new order every epoch
+assert order_read(0, 0, set_epoch=False) == order_read(0, 1, set_epoch=False)  # without it: the same order
+assert sorted(order_read(0, 0, sampler=False)) == samples  # without a sampler: rank 0 reads everything
+
+# %% [markdown]
+# Without `set_epoch` every epoch repeats epoch 0's order (SGD sees the same sequence of
+# batches again and again); without a `DistributedSampler` every rank reads everything. Do
+# not also pass `shuffle=True` to the `DataLoader`: the sampler shuffles, and PyTorch refuses
+# both. A sharded evaluation loop needs care too: the padding repeats a few samples, so exact
+# metrics use `drop_last=False` and count each sample once.
+#
+# ## 7.6 Fused attention against the O(n²) scores
+#
+# Plain attention builds the score matrix `[B, H, S, S]`, softmaxes it into weights of the
+# same size, and keeps the weights for the backward pass: memory grows as $S^2$.
+# `F.scaled_dot_product_attention` dispatches to fused kernels (FlashAttention and the
+# memory-efficient kernel on GPUs, a flash-style kernel on CPUs) that walk over key blocks
+# with a running softmax and never store the whole matrix; the backward recomputes what it
+# needs. The FLOPs are the same $O(S^2 D)$; the memory is $O(S \cdot D)$.
+#
+# We measure one attention call, `B = 1, H = 4, Dh = 32`, as the sequence grows: the bytes
+# kept for backward (as in §7.1), and the forward + backward time.
+
+# %%
+seq_lens = [128, 256, 512, 1024, 2048]
+B6, H6, DH6 = 1, 4, 32
+mem = {"plain": [], "fused": []}
+ms = {"plain": [], "fused": []}
+for s in seq_lens:
+    seed_everything(0)
+    q, k, v = (torch.randn(B6, H6, s, DH6, device=device, requires_grad=True) for _ in range(3))
+    runs = {"plain": lambda: scaled_dot_product_attention(q, k, v)[0],
+            "fused": lambda: F.scaled_dot_product_attention(q, k, v)}
+    for name, fn in runs.items():
+        out, saved = saved_activation_bytes(fn, exclude=(q, k, v))
+        mem[name].append(saved / 2**20)
+        ms[name].append(median_ms(lambda: fn().sum().backward(), repeats=3))
+print("     S   scores [B,H,S,S] (MiB)   kept for backward (MiB)      fwd+bwd (ms)")
+print("                                    plain      fused          plain   fused")
+for i, s in enumerate(seq_lens):
+    scores_mib = B6 * H6 * s * s * 4 / 2**20
+    print(f"{s:6d} {scores_mib:16.2f} {mem['plain'][i]:17.2f} {mem['fused'][i]:10.3f} {ms['plain'][i]:14.1f} {ms['fused'][i]:7.1f}")
+
+# Doubling S: the plain path's memory grows ~4x (S²), the fused one's ~2x (S).
+assert mem["plain"][-1] / mem["plain"][-2] > 3.5 and mem["fused"][-1] / mem["fused"][-2] < 2.5
+assert mem["plain"][-1] >= B6 * H6 * seq_lens[-1] ** 2 * 4 / 2**20
+
+# %% mystnb={"figure": {"caption": "Plain attention keeps one score-sized tensor for backward, so its memory grows as S squared; the fused kernel's grows as S. Both take time roughly quadratic in S.", "name": "fig-ch07-fused-vs-plain"}, "image": {"alt": "Two log-log panels against sequence length 128 to 2048: left, memory kept for backward, the plain line on the dotted score-tensor line with slope 2 and the fused line far below with slope 1; right, forward plus backward milliseconds, both rising, fused below plain."}}
+fig, (ax_mem, ax_time) = plt.subplots(1, 2, figsize=(10, 3.6))
+for name, style in (("plain", "o-"), ("fused", "s-")):
+    ax_mem.plot(seq_lens, mem[name], style, label=f"{name} attention")
+    ax_time.plot(seq_lens, ms[name], style, label=f"{name} attention")
+ax_mem.plot(seq_lens, [B6 * H6 * s * s * 4 / 2**20 for s in seq_lens], "k:", label="one [B,H,S,S] fp32 tensor")
+for ax, ylabel in ((ax_mem, "MiB kept for backward"), (ax_time, "forward + backward (ms)")):
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("sequence length S")
+    ax.set_ylabel(ylabel)
+    ax.grid(True, which="both", alpha=0.3)
+ax_mem.legend(fontsize=8)
+fig.suptitle(f"Attention, B={B6}, H={H6}, Dh={DH6}, float32, on {device.type}")
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# On a log–log plot a slope of 2 is quadratic and a slope of 1 is linear. What the plain
+# path keeps besides q, k and v is exactly one score-sized tensor, the softmax weights that
+# the backward needs: it lies on the dotted line. The fused kernel keeps the output and one
+# log-sum-exp per row: linear in S, 64 times less at S = 2048 here. Both times grow
+# roughly quadratically (the work is $O(S^2)$ either way); the fused kernel is usually
+# faster because it does not write the big matrix to memory and read it back. The reference
+# `MultiHeadAttention(..., fused=True)` uses this kernel; the lessons use the plain path
+# because it shows the weights.
+#
+# ## 7.7 Recap
+#
+# - `torch.amp.autocast(device_type, dtype=...)`, not `torch.cuda.amp` (deprecated, and a
+#   no-op on a CPU). bfloat16 on CPUs (float32's range, no scaler), float16 on GPUs with a
+#   `torch.amp.GradScaler`. Weights stay float32; activations shrink to about half. Whether
+#   it is faster depends on the hardware: measure.
+# - With a scaler: `scale(loss).backward()` → `unscale_` → clip → `scaler.step` →
+#   `scaler.update`. Clipping before `unscale_` clips at `max_norm / scale`. `scaler.step`
+#   skips steps with inf/NaN gradients; step the scheduler only when the optimizer stepped.
+# - Accumulation equals the big batch when the micro-batch losses add up to the big batch's
+#   loss: divide each summed loss by the step's total token count (dividing the mean by k is
+#   right only for equal token counts). Zero once per step, step the scheduler once per step.
+# - DDP is data parallel: whole model everywhere, different data per rank, gradients averaged.
+#   `DistributedSampler` + `set_epoch(epoch)`; `no_sync()` on all but the last micro-batch;
+#   gloo on CPUs, NCCL on GPUs; started by `torchrun`. Two processes ended with the same
+#   parameters as one process on the whole batch.
+# - Fused attention (`F.scaled_dot_product_attention`) has the same FLOPs as the plain scores
+#   but memory linear in the sequence length instead of quadratic.
+#
+# **Now practise:** open [the chapter 7 exercise](exercise.ipynb) in this folder. You will
+# write an accumulation step, a mixed-precision step and a DDP loader; its check cells tell
+# you which of this chapter's pitfalls you hit and send you back to the right section.

@@ -1,0 +1,101 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Exercise 2 — Scaled dot-product attention
+#
+# You will write scaled dot-product attention itself, and a small tool to measure how peaked
+# attention is (its entropy). The lesson ([lesson.ipynb](lesson.ipynb)) explains every step.
+#
+# **How to work.** Replace each `# YOUR CODE HERE` / `raise NotImplementedError()` with your code,
+# then run the check cell below it. A check runs your code on several shapes and dtypes, compares it
+# with the course's reference, and when it disagrees tells you *which* mistake it looks like and which
+# lesson section explains it. Do not edit the check cells: they are restored before grading, and some
+# grading cases are hidden.
+#
+# **Grade yourself** at any time, from the course folder:
+# `python -m tformer_ref.grade book/ch02_attention/exercise.ipynb`
+#
+# Shape letters: B batch, H heads, Sq query length, Sk key length, Dh = d_k the size of one head.
+
+# %% nbgrader="locked:setup"
+import math
+
+import torch
+
+from tformer_ref.checks import ch02
+from tformer_ref.device import get_device, seed_everything
+
+seed_everything(0)
+device = get_device()
+
+# %% [markdown]
+# ## 1. Attention (5 points)
+#
+# Write `attention(q, k, v)` for `q` of shape `[B, H, Sq, Dh]` and `k`, `v` of shape `[B, H, Sk, Dh]`.
+# It returns the pair `(out, weights)`:
+#
+# $$\text{weights} = \operatorname{softmax}\!\left(\frac{q k^\top}{\sqrt{d_k}}\right) \quad [B, H, S_q, S_k],
+# \qquad \text{out} = \text{weights}\; v \quad [B, H, S_q, D_h].$$
+#
+# Here $d_k$ is the size of the vectors being dotted, `Dh` (lesson §2.2, §2.5), and each query's
+# weights over the keys sum to 1 (lesson §2.1). No mask in this chapter. Write the computation
+# yourself: a hidden test fails a function that calls PyTorch's or the reference's attention.
+
+# %% nbgrader="solution:attention"
+def attention(q, k, v):
+    """q [B, H, Sq, Dh], k and v [B, H, Sk, Dh] -> (out [B, H, Sq, Dh], weights [B, H, Sq, Sk])."""
+    ### BEGIN SOLUTION
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # [B, H, Sq, Sk]
+    weights = scores.softmax(dim=-1)
+    return weights @ v, weights
+    ### END SOLUTION
+
+
+# %% nbgrader="test:test_attention:4"
+ch02.check_attention(attention)
+
+# %% nbgrader="test:test_attention_by_hand:1"
+# Hidden test: your attention must be your own code, not PyTorch's or the reference's.
+### BEGIN HIDDEN TESTS
+ch02.check_attention_by_hand(attention)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## 2. Attention entropy (2 points)
+#
+# Write `attention_entropy(weights)`: for weights of shape `[..., Sq, Sk]` (each row a probability
+# distribution over the keys), return the entropy of every row, shape `[..., Sq]`, in nats:
+#
+# $$H = -\sum_{j} w_j \ln w_j, \qquad \text{with } 0 \ln 0 = 0.$$
+#
+# A uniform row over $S_k$ keys has entropy $\ln S_k$; a one-hot row has 0 (lesson §2.4). Careful:
+# weights can be exactly 0 (a causal mask makes many of them so).
+
+# %% nbgrader="solution:attention_entropy"
+def attention_entropy(weights):
+    """weights [..., Sq, Sk] -> entropy per query [..., Sq], in nats."""
+    ### BEGIN SOLUTION
+    return -torch.xlogy(weights, weights).sum(dim=-1)
+    ### END SOLUTION
+
+
+# %% nbgrader="test:test_attention_entropy:2"
+ch02.check_attention_entropy(attention_entropy)
+
+# %% [markdown]
+# ## Try it
+#
+# Unscaled scores of size `Dh = 64` give nearly one-hot rows; scaled ones do not. (Not graded.)
+
+# %%
+q, k, v = (torch.randn(1, 1, 6, 64, device=device) for _ in range(3))
+scaled_entropy = attention_entropy(attention(q, k, v)[1]).mean().item()
+unscaled_entropy = attention_entropy((q @ k.transpose(-2, -1)).softmax(-1)).mean().item()
+print(f"mean entropy, scaled: {scaled_entropy:.2f} nats; unscaled: {unscaled_entropy:.2f} nats; "
+      f"uniform would be ln 6 = {math.log(6):.2f}")

@@ -1,0 +1,150 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Exercise 7 — Mixed precision, accumulation and data-parallel loading
+#
+# Three pieces of a training loop that scales: a gradient-accumulation step that gives *exactly* the
+# big batch's update, one mixed-precision step with a `GradScaler`, and the data loader each DDP
+# process uses. The lesson ([lesson.ipynb](lesson.ipynb)) explains every step.
+#
+# **How to work.** Replace each `# YOUR CODE HERE` / `raise NotImplementedError()` with your code,
+# then run the check cell below it. A check trains a tiny model with your code, compares the
+# parameters it ends with against the course's reference, and when they differ tells you *which*
+# mistake it looks like and which lesson section explains it. Do not edit the check cells: they are
+# restored before grading, and some grading cases are hidden. Write the steps yourself: a hidden
+# test fails code that calls the course's own training functions.
+#
+# **Grade yourself** at any time, from the course folder:
+# `python -m tformer_ref.grade book/ch07_scale/exercise.ipynb`
+#
+# Everything runs on the CPU in seconds, and unchanged on a GPU.
+
+# %% nbgrader="locked:setup"
+import torch
+from torch.utils.data import DataLoader, DistributedSampler
+
+from tformer_ref.checks import ch07
+from tformer_ref.device import get_device, seed_everything
+
+seed_everything(0)
+device = get_device()
+PAD = 0  # the padding token id: targets equal to PAD are not counted
+
+
+def count_targets(batch):
+    """The number of real next-token targets in a token batch [b, S]: the targets are batch[:, 1:]."""
+    return int((batch[:, 1:] != PAD).sum())
+
+
+# %% [markdown]
+# ## 1. A gradient-accumulation step (4 points)
+#
+# `accumulation_step(model, micro_batches, optimizer, scheduler, loss_fn)` makes **one** optimizer
+# step from a list of micro-batches (token tensors `[b_i, S]`, padded with `PAD`), and must leave the
+# model exactly where one step on their concatenation would. `loss_fn(model, batch)` returns
+# `(loss_sum, n_tokens)`: the loss *summed* over the batch's real target tokens (a scalar tensor)
+# and how many there are (an int).
+#
+# The big batch's loss is the mean over all its target tokens. The micro-batches hold different
+# numbers of real tokens, so think about what to divide by (lesson §7.3). Zero the gradients and step
+# the scheduler the right number of times. `count_targets(batch)` above counts a batch's tokens
+# without running the model.
+
+# %% nbgrader="solution:accumulation_step"
+def accumulation_step(model, micro_batches, optimizer, scheduler, loss_fn):
+    """One optimizer step from ``micro_batches``, equal to one step on their concatenation."""
+    ### BEGIN SOLUTION
+    optimizer.zero_grad()
+    n_total = sum(count_targets(batch) for batch in micro_batches)
+    for batch in micro_batches:
+        loss_sum, _ = loss_fn(model, batch)
+        # The k terms add up to (sum of all token losses) / (all tokens): the big batch's mean.
+        (loss_sum / n_total).backward()
+    optimizer.step()
+    scheduler.step()
+    ### END SOLUTION
+
+
+# %% nbgrader="test:test_accumulation_step:4"
+ch07.check_accumulation_step(accumulation_step)
+### BEGIN HIDDEN TESTS
+ch07.check_accumulation_step(accumulation_step, hidden=True)
+ch07.check_written_by_hand(accumulation_step, "accumulation_step")
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## 2. One mixed-precision step (4 points)
+#
+# `amp_step(model, batch, loss_fn, optimizer, scaler, max_norm)` makes one training step in mixed
+# precision; here `loss_fn(model, batch)` returns the mean loss (a scalar tensor). `scaler` is a
+# `torch.amp.GradScaler` created for the model's device. Your step must:
+#
+# 1. zero the gradients;
+# 2. run the forward (`loss_fn`) under `torch.amp.autocast` for the model's device type, in
+#    `torch.bfloat16` on a CPU and `torch.float16` on CUDA (lesson §7.1: not the seed's deprecated
+#    `torch.cuda.amp`);
+# 3. backward through the scaler, clip the gradient norm to `max_norm`, step through the scaler and
+#    update it, in the right order (lesson §7.2);
+# 4. return the loss.
+
+# %% nbgrader="solution:amp_step"
+def amp_step(model, batch, loss_fn, optimizer, scaler, max_norm):
+    """One mixed-precision training step; returns the loss."""
+    ### BEGIN SOLUTION
+    device_type = next(model.parameters()).device.type
+    dtype = torch.float16 if device_type == "cuda" else torch.bfloat16
+    optimizer.zero_grad()
+    with torch.amp.autocast(device_type, dtype=dtype):
+        loss = loss_fn(model, batch)
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)  # the gradients are true-sized again: now clipping means what it says
+    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    scaler.step(optimizer)  # skipped when a gradient is inf/NaN
+    scaler.update()
+    return loss.detach()
+    ### END SOLUTION
+
+
+# %% nbgrader="test:test_amp_step:4"
+ch07.check_amp_step(amp_step)
+### BEGIN HIDDEN TESTS
+ch07.check_written_by_hand(amp_step, "amp_step")
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## 3. The loader of one DDP process (3 points)
+#
+# Under DDP every process runs the same script with its own `rank` (0 … `world_size` − 1). Write
+# `make_loader(dataset, rank, world_size, epoch, batch_size)`, the `DataLoader` that process `rank`
+# iterates in epoch `epoch`: each epoch the processes must split the dataset between them, in a
+# shuffled order that changes from one epoch to the next (lesson §7.5). You need no process group:
+# `DistributedSampler` takes `num_replicas` and `rank` as arguments.
+
+# %% nbgrader="solution:make_loader"
+def make_loader(dataset, rank, world_size, epoch, batch_size):
+    """The DataLoader process ``rank`` of ``world_size`` iterates in epoch ``epoch``."""
+    ### BEGIN SOLUTION
+    sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=0)
+    sampler.set_epoch(epoch)  # reseeds the shuffle: without it every epoch has the same order
+    return DataLoader(dataset, batch_size=batch_size, sampler=sampler)
+    ### END SOLUTION
+
+
+# %% nbgrader="test:test_make_loader:3"
+ch07.check_make_loader(make_loader)
+### BEGIN HIDDEN TESTS
+ch07.check_make_loader(make_loader, world_sizes=(3,), n=20, batch_size=4)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## Done?
+#
+# Run the self-grading command above. Then read the recap of the lesson once more: the lesson
+# runs your kind of loader in two real processes and shows that DDP with accumulation ends with
+# the same parameters as one process on the whole batch.

@@ -1,0 +1,102 @@
+"""Chapter 3 graded with the real nbgrader CLI: generate -> autograde -> feedback.
+
+One autograde run grades a small class: the solution, the untouched student version,
+and one buggy submission per diagnosed pitfall. Each must score exactly what it
+deserves, and the feedback must name the pitfall.
+"""
+import pytest
+
+from course import autograde, feedback_text, filled, make_course, nbgrader, released, scores, solution_sources, submit
+
+CHAPTER = "ch03_masks"
+FULL = {"test_causal_mask": 2, "test_padding_mask": 2, "test_masked_attention": 4, "test_masked_attention_half": 2,
+        "test_masked_attention_by_hand": 1, "test_mask_probes": 2}
+
+CAUSAL_TRIU = '''
+def causal_mask(size):
+    return torch.triu(torch.ones(size, size, device=device)).bool()[None, None]
+'''
+CAUSAL_IGNORE = '''
+def causal_mask(size):
+    return torch.ones(1, 1, size, size, dtype=torch.bool, device=device).triu(diagonal=1)
+'''
+PADDING_WRONG_AXIS = '''
+def padding_mask(tokens, pad_id):
+    return (tokens != pad_id).unsqueeze(1)
+'''
+MASKED = '''
+def masked_attention(q, k, v, mask):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    {body}
+    return weights @ v, weights
+'''
+AFTER_SOFTMAX = MASKED.format(body="weights = scores.softmax(-1).masked_fill(~mask, 0.0)")
+INVERTED = MASKED.format(body="weights = scores.masked_fill(mask, torch.finfo(scores.dtype).min).softmax(-1)")
+MINUS_INF = MASKED.format(body="weights = scores.masked_fill(mask == 0, float('-inf')).softmax(-1)")
+MINUS_1E9 = MASKED.format(body="weights = scores.masked_fill(mask == 0, -1e9).softmax(-1)")
+CALLS_SDPA = '''
+def masked_attention(q, k, v, mask):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    weights = scores.masked_fill(~mask, -1e4).softmax(-1)
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask), weights
+'''
+
+MASK_CELLS = ("test_masked_attention", "test_masked_attention_half")
+# student -> (answer cells replaced, cells that must score 0, text the feedback must contain)
+BUGGY = {
+    "causal_triu": ({"causal_mask": CAUSAL_TRIU}, ("test_causal_mask", "test_mask_probes"), "'triu instead of tril'"),
+    "causal_ignore_convention": ({"causal_mask": CAUSAL_IGNORE}, ("test_causal_mask", "test_mask_probes"),
+                                 "'mask inverted'"),
+    "padding_wrong_axis": ({"padding_mask": PADDING_WRONG_AXIS}, ("test_padding_mask", "test_mask_probes"),
+                           "'mask broadcast over the wrong axis'"),
+    "after_softmax": ({"masked_attention": AFTER_SOFTMAX}, (*MASK_CELLS, "test_mask_probes"),
+                      "'mask applied after softmax'"),
+    "inverted": ({"masked_attention": INVERTED}, (*MASK_CELLS, "test_mask_probes"), "'mask inverted'"),
+    "minus_inf": ({"masked_attention": MINUS_INF}, MASK_CELLS, "'NaN on fully masked rows'"),
+    "minus_1e9": ({"masked_attention": MINUS_1E9}, ("test_masked_attention_half",),
+                  "'fill value that overflows in half precision'"),
+    "calls_sdpa": ({"masked_attention": CALLS_SDPA}, ("test_masked_attention_by_hand",),
+                   "calls scaled_dot_product_attention"),
+}
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    course = make_course(tmp_path_factory.mktemp("ch03"), CHAPTER)
+    student_nb = released(course, CHAPTER)
+    right = solution_sources(CHAPTER)
+    submit(course, CHAPTER, "solution", filled(student_nb, right))
+    submit(course, CHAPTER, "untouched", student_nb)
+    for student, (answers, _, _) in BUGGY.items():
+        submit(course, CHAPTER, student, filled(student_nb, {**right, **answers}))
+    autograde(course, CHAPTER)
+    nbgrader(course, "generate_feedback", CHAPTER, "--force")
+    return course, scores(course, CHAPTER)
+
+
+pytestmark = pytest.mark.slow
+
+
+def test_solution_scores_full_marks(graded):
+    _, got = graded
+    assert got["solution"] == FULL
+
+
+def test_untouched_student_version_scores_zero(graded):
+    _, got = graded
+    assert got["untouched"] == {cell: 0 for cell in FULL}
+
+
+@pytest.mark.parametrize("student", sorted(BUGGY))
+def test_buggy_submission_loses_exactly_its_cells(graded, student):
+    course, got = graded
+    _, broken, diagnosis = BUGGY[student]
+    assert got[student] == {cell: (0 if cell in broken else pts) for cell, pts in FULL.items()}
+    assert diagnosis in feedback_text(course, CHAPTER, student)
+
+
+def test_hidden_tests_are_not_in_the_student_version_but_are_graded(graded):
+    course, _ = graded
+    text = (course / "release" / CHAPTER / "exercise.ipynb").read_text()
+    assert "check_masked_attention_by_hand" not in text and "BEGIN HIDDEN TESTS" not in text
+    assert "check_masked_attention_by_hand" in (course / "autograded" / "calls_sdpa" / CHAPTER / "exercise.ipynb").read_text()

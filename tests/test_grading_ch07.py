@@ -1,0 +1,122 @@
+"""Chapter 7 graded with the real nbgrader CLI: generate -> autograde -> feedback.
+
+One autograde run grades a small class: the solution, the untouched student
+version, and one buggy submission per diagnosed pitfall the issue names. Each
+must score exactly what it deserves, and the feedback must name the pitfall.
+"""
+import pytest
+
+from course import autograde, feedback_text, filled, make_course, nbgrader, released, scores, solution_sources, submit
+
+CHAPTER = "ch07_scale"
+FULL = {"test_accumulation_step": 4, "test_amp_step": 4, "test_make_loader": 3}
+
+ACCUM_TEMPLATE = '''
+def accumulation_step(model, micro_batches, optimizer, scheduler, loss_fn):
+{body}
+'''
+ACCUM_NOT_DIVIDED = ACCUM_TEMPLATE.format(body='''    optimizer.zero_grad()
+    for batch in micro_batches:
+        loss_sum, n = loss_fn(model, batch)
+        (loss_sum / n).backward()
+    optimizer.step()
+    scheduler.step()''')
+ACCUM_ZERO_EACH = ACCUM_TEMPLATE.format(body='''    n_total = sum(count_targets(b) for b in micro_batches)
+    for batch in micro_batches:
+        optimizer.zero_grad()
+        loss_sum, _ = loss_fn(model, batch)
+        (loss_sum / n_total).backward()
+    optimizer.step()
+    scheduler.step()''')
+ACCUM_SEED = ACCUM_TEMPLATE.format(body='''    accumulation_steps = len(micro_batches)
+    for i, batch in enumerate(micro_batches):
+        loss_sum, n = loss_fn(model, batch)
+        loss = loss_sum / n
+        loss = loss / accumulation_steps
+        loss.backward()
+        if (i + 1) % accumulation_steps == 0:
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad()''')
+AMP_CLIP_BEFORE_UNSCALE = '''
+def amp_step(model, batch, loss_fn, optimizer, scaler, max_norm):
+    kind = next(model.parameters()).device.type
+    optimizer.zero_grad()
+    with torch.autocast(kind, dtype=torch.float16 if kind == "cuda" else torch.bfloat16):
+        loss = loss_fn(model, batch)
+    scaler.scale(loss).backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    scaler.unscale_(optimizer)
+    scaler.step(optimizer)
+    scaler.update()
+    return loss
+'''
+LOADER_NO_SAMPLER = '''
+def make_loader(dataset, rank, world_size, epoch, batch_size):
+    return DataLoader(dataset, batch_size=batch_size, shuffle=True)
+'''
+LOADER_NO_SET_EPOCH = '''
+def make_loader(dataset, rank, world_size, epoch, batch_size):
+    sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank)
+    return DataLoader(dataset, batch_size=batch_size, sampler=sampler)
+'''
+
+# student -> (answer cells replaced, cells that must score 0, texts the feedback must contain).
+# The three cells are graded independently, so one learner can carry one bug per cell: fewer
+# notebooks keep the real autograde run short.
+BUGGY = {
+    "not_divided_clip_first_no_sampler": (
+        {"accumulation_step": ACCUM_NOT_DIVIDED, "amp_step": AMP_CLIP_BEFORE_UNSCALE, "make_loader": LOADER_NO_SAMPLER},
+        ("test_accumulation_step", "test_amp_step", "test_make_loader"),
+        ("loss not divided under accumulation", "clipping before unscale_", "no DistributedSampler")),
+    "zero_grad_each_no_set_epoch": (
+        {"accumulation_step": ACCUM_ZERO_EACH, "make_loader": LOADER_NO_SET_EPOCH},
+        ("test_accumulation_step", "test_make_loader"),
+        ("zero_grad every micro-step", "no set_epoch")),
+    "seed_divides_by_k": ({"accumulation_step": ACCUM_SEED}, ("test_accumulation_step",),
+                          ("divided by micro-batches, not by tokens",)),
+}
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    course = make_course(tmp_path_factory.mktemp("ch07"), CHAPTER)
+    student_nb = released(course, CHAPTER)
+    right = solution_sources(CHAPTER)
+    submit(course, CHAPTER, "solution", filled(student_nb, right))
+    submit(course, CHAPTER, "untouched", student_nb)
+    for student, (answers, _, _) in BUGGY.items():
+        submit(course, CHAPTER, student, filled(student_nb, {**right, **answers}))
+    autograde(course, CHAPTER)
+    nbgrader(course, "generate_feedback", CHAPTER, "--force")
+    return course, scores(course, CHAPTER)
+
+
+pytestmark = pytest.mark.slow
+
+
+def test_solution_scores_full_marks(graded):
+    _, got = graded
+    assert got["solution"] == FULL
+
+
+def test_untouched_student_version_scores_zero(graded):
+    _, got = graded
+    assert got["untouched"] == {cell: 0 for cell in FULL}
+
+
+@pytest.mark.parametrize("student", sorted(BUGGY))
+def test_buggy_submission_loses_exactly_its_cells(graded, student):
+    course, got = graded
+    _, broken, diagnoses = BUGGY[student]
+    assert got[student] == {cell: (0 if cell in broken else pts) for cell, pts in FULL.items()}
+    text = feedback_text(course, CHAPTER, student)
+    for diagnosis in diagnoses:
+        assert diagnosis in text
+
+
+def test_hidden_tests_are_not_in_the_student_version_but_are_graded(graded):
+    course, _ = graded
+    text = (course / "release" / CHAPTER / "exercise.ipynb").read_text()
+    assert "hidden=True" not in text and "BEGIN HIDDEN TESTS" not in text
+    assert "hidden=True" in (course / "autograded" / "solution" / CHAPTER / "exercise.ipynb").read_text()

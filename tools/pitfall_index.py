@@ -1,0 +1,81 @@
+"""Sphinx extension: the ``{pitfall-index}`` directive, a table of every diagnosis the checks can name.
+
+It reads the ``Pitfall`` objects of every ``tformer_ref.checks.chNN`` module, so a new chapter's
+checks appear in the book's pitfall index without any edit here. Each row gives the diagnosis,
+the lesson section that explains it (a link when that lesson is in the book) and the exercise.
+"""
+from __future__ import annotations
+
+import importlib
+import pkgutil
+
+from docutils import nodes
+from docutils.statemachine import StringList
+from sphinx.util.docutils import SphinxDirective
+
+
+def collect_pitfalls():
+    """[(module name, Pitfall)] for every chapter module, in chapter order, without duplicates."""
+    import tformer_ref.checks as checks
+    from tformer_ref.checks.core import Pitfall
+
+    found = []
+    for info in sorted(pkgutil.iter_modules(checks.__path__), key=lambda m: m.name):
+        if not info.name.startswith("ch"):
+            continue
+        module = importlib.import_module(f"tformer_ref.checks.{info.name}")
+        seen = set()
+        for value in vars(module).values():
+            items = value if isinstance(value, (list, tuple)) else [value]
+            for item in items:
+                if isinstance(item, Pitfall) and (item.name, item.section) not in seen:
+                    seen.add((item.name, item.section))
+                    found.append((info.name, item))
+    return found
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+class PitfallIndex(SphinxDirective):
+    has_content = False
+
+    def run(self):
+        # Re-read this page whenever the checks may have changed (see _always_outdated).
+        if not hasattr(self.env, "tformer_pitfall_docs"):
+            self.env.tformer_pitfall_docs = set()
+        self.env.tformer_pitfall_docs.add(self.env.docname)
+        docs = self.env.found_docs
+        here = self.env.docname.rsplit("/", 1)[0]
+        rows = ["| chapter | diagnosis (what the check says) | explained in | exercise |", "|---|---|---|---|"]
+        for module, pitfall in collect_pitfalls():
+            section = pitfall.section
+            lesson, exercise = f"book/{section.chapter}/lesson", f"book/{section.chapter}/exercise"
+            where = f"§{section.number} {_cell(section.title)}"
+            if lesson in docs:
+                where = f"{{doc}}`§{section.number} {_cell(section.title)} <{lesson.removeprefix(here + '/')}>`"
+            ex = f"{{doc}}`{section.chapter} <{exercise.removeprefix(here + '/')}>`" if exercise in docs else section.chapter
+            rows.append(f"| {module} | {_cell(pitfall.name)} | {where} | {ex} |")
+        if len(rows) == 2:
+            return [nodes.paragraph(text="No check names a pitfall yet.")]
+        container = nodes.container()
+        self.state.nested_parse(StringList(rows, source=self.env.docname), self.content_offset, container)
+        return container.children
+
+
+def _always_outdated(app, env, added, changed, removed):
+    # The table comes from Python modules, not from the page: rebuild it on every build (it is cheap).
+    return sorted(getattr(env, "tformer_pitfall_docs", set()) - set(removed))
+
+
+def _merge(app, env, docnames, other):
+    # Parallel reads: gather the pages that use the directive from every worker.
+    env.tformer_pitfall_docs = getattr(env, "tformer_pitfall_docs", set()) | getattr(other, "tformer_pitfall_docs", set())
+
+
+def setup(app):
+    app.add_directive("pitfall-index", PitfallIndex)
+    app.connect("env-get-outdated", _always_outdated)
+    app.connect("env-merge-info", _merge)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}
