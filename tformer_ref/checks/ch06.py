@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import math
+import types
 import warnings
 
 import torch
@@ -16,7 +17,7 @@ from torch.optim.lr_scheduler import LambdaLR
 
 from ..device import get_device
 from ..training import noam_lambda
-from .core import Case, CheckFailure, Pitfall, Section, check_not_delegated, compare_to_reference, fail, passed
+from .core import Case, CheckFailure, Pitfall, Section, check_not_delegated, compare_to_reference, fail, passed, seal
 
 CHAPTER = "ch06_training"
 S_TASK = Section(CHAPTER, "6.1", "The toy task")
@@ -297,16 +298,21 @@ def check_noam_lambda(noam_fn) -> None:
 
 # --------------------------------------------------------------------------- make_scheduler
 
-class _CountingSGD(torch.optim.SGD):
-    """SGD that counts its own step() calls, whoever makes them."""
+def _counting_sgd(params, lr):
+    """SGD whose step() calls are counted, whoever makes them (``opt.calls``).
 
-    def __init__(self, params, lr):
-        super().__init__(params, lr=lr)
-        self.calls = 0
+    The counter wraps the *instance's* step: a subclass would not do, since PyTorch replaces an
+    optimizer class's step with a profiling wrapper when the first instance is made."""
+    opt = torch.optim.SGD(params, lr=lr)
+    opt.calls = 0
+    inner = opt.step
 
-    def step(self, closure=None):
+    def step(self, *args, **kwargs):
         self.calls += 1
-        return super().step(closure)
+        return inner(*args, **kwargs)
+
+    opt.step = types.MethodType(step, opt)  # a bound method, as LambdaLR's own wrapper expects
+    return opt
 
 
 @_single_thread
@@ -317,7 +323,7 @@ def check_noam_scheduler(make_scheduler) -> None:
     title = "make_scheduler"
     d, w, n = 64, 5, 12
     weight = nn.Parameter(torch.ones(3, device=get_device()))
-    opt = _CountingSGD([weight], lr=1.0)
+    opt = _counting_sgd([weight], lr=1.0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
@@ -660,3 +666,6 @@ def check_greedy_by_hand(greedy_fn) -> None:
     # The model itself is reference code the learner is meant to call: profile only the learner's loop.
     check_not_delegated("greedy_decode", lambda: greedy_fn(model, src, 8, 1, 2, 0),
                         forbidden=["tformer_ref.greedy_decode", "tformer_ref.beam_search"])
+
+
+seal(__name__)
