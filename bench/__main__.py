@@ -5,9 +5,9 @@ from pathlib import Path
 
 import torch
 
-from . import attention
+from . import attention, training
 
-BENCHMARKS = [attention.run]
+BENCHMARKS = [attention.run, training.run]
 
 
 def main() -> int:

@@ -1,0 +1,146 @@
+"""Chapter 6 graded with the real nbgrader CLI: generate -> autograde -> feedback.
+
+One autograde run grades a small class: the solution, the untouched student version, and one
+buggy submission per diagnosed pitfall. Each must score exactly what it deserves, and the
+feedback must name the pitfall.
+"""
+import pytest
+
+from course import autograde, feedback_text, filled, make_course, nbgrader, released, scores, solution_sources, submit
+
+CHAPTER = "ch06_training"
+FULL = {"test_shift_targets": 2, "test_sequence_loss": 3, "test_noam_lambda": 2, "test_make_scheduler": 2,
+        "test_train_step": 3, "test_train_step_by_hand": 1, "test_greedy_decode": 3, "test_greedy_by_hand": 1}
+
+SHIFT_SEQ_FIRST = '''
+def shift_targets(tgt):
+    return tgt[:-1, :], tgt[1:, :]
+'''
+LOSS_COUNTS_PADDING = '''
+def sequence_loss(logits, labels, pad_id, label_smoothing):
+    return F.cross_entropy(logits.reshape(-1, logits.size(-1)), labels.reshape(-1), label_smoothing=label_smoothing)
+'''
+NOAM_SEED = '''
+def noam_lambda(step, d_model, warmup):
+    return d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
+
+
+def make_scheduler(optimizer, d_model, warmup):
+    return LambdaLR(optimizer, lambda step: noam_lambda(step, d_model, warmup))
+'''
+SCHEDULER_STEPS = '''
+def noam_lambda(step, d_model, warmup):
+    n = step + 1
+    return d_model ** -0.5 * min(n ** -0.5, n * warmup ** -1.5)
+
+
+class AdamWarmup:
+    def __init__(self, optimizer, d_model, warmup):
+        self.optimizer, self.d_model, self.warmup, self.step_num = optimizer, d_model, warmup, 0
+        for group in optimizer.param_groups:
+            group["lr"] = noam_lambda(0, d_model, warmup)
+
+    def step(self):
+        self.step_num += 1
+        for group in self.optimizer.param_groups:
+            group["lr"] = noam_lambda(self.step_num, self.d_model, self.warmup)
+        self.optimizer.step()
+
+
+def make_scheduler(optimizer, d_model, warmup):
+    return AdamWarmup(optimizer, d_model, warmup)
+'''
+CLIP_AFTER_STEP = '''
+def train_step(model, src, tgt, optimizer, scheduler, max_norm, pad_id, label_smoothing):
+    optimizer.zero_grad()
+    tgt_in, labels = shift_targets(tgt)
+    loss = sequence_loss(model(src, tgt_in), labels, pad_id, label_smoothing)
+    loss.backward()
+    optimizer.step()
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    scheduler.step()
+    return loss.item(), norm.item()
+'''
+GREEDY_TEMPLATE = '''
+def greedy_decode(model, src, max_len, bos_id, eos_id, pad_id):
+    model.eval()
+    with torch.no_grad():
+        memory, src_mask = model.encode(src)
+        out = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)
+        done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
+        for _ in range(max_len):
+            logits = model.decode(out, memory, src_mask, {mask})
+            nxt = logits[:, -1].argmax(-1).masked_fill(done, pad_id)
+            out = torch.cat([out, nxt[:, None]], dim=1)
+            done |= nxt == eos_id
+            {stop}
+    return out
+'''
+GREEDY_NO_STOP = GREEDY_TEMPLATE.format(mask="causal_mask(out.size(1), src.device)", stop="pass")
+GREEDY_NO_MASK = GREEDY_TEMPLATE.format(mask="None", stop="if done.all(): break")
+GREEDY_CALLS_REFERENCE = '''
+def greedy_decode(model, src, max_len, bos_id, eos_id, pad_id):
+    from tformer_ref.decoding import greedy_decode as reference
+    return reference(model, src, max_len, bos_id, eos_id, pad_id)
+'''
+
+# student -> (answer cells replaced, cells that must score 0, text the feedback must contain)
+BUGGY = {
+    "shift_seq_first": ({"shift_targets": SHIFT_SEQ_FIRST},
+                        ("test_shift_targets", "test_train_step", "test_train_step_by_hand"),
+                        "sequence-first slicing on batch-first data"),
+    "loss_counts_padding": ({"sequence_loss": LOSS_COUNTS_PADDING}, ("test_sequence_loss", "test_train_step"),
+                            "padding counted in the loss"),
+    "noam_seed": ({"noam": NOAM_SEED}, ("test_noam_lambda", "test_make_scheduler"),
+                  "Noam schedule divides by zero at step 0"),
+    "scheduler_steps": ({"noam": SCHEDULER_STEPS}, ("test_make_scheduler",), "scheduler steps the optimizer"),
+    "clip_after_step": ({"train_step": CLIP_AFTER_STEP}, ("test_train_step",), "clipping after the step"),
+    "greedy_no_stop": ({"greedy_decode": GREEDY_NO_STOP}, ("test_greedy_decode",),
+                       "greedy decoding does not stop at EOS"),
+    "greedy_no_mask": ({"greedy_decode": GREEDY_NO_MASK}, ("test_greedy_decode",),
+                       "greedy decoding without the causal mask"),
+    "greedy_calls_reference": ({"greedy_decode": GREEDY_CALLS_REFERENCE}, ("test_greedy_decode", "test_greedy_by_hand"),
+                               "calls tformer_ref.greedy_decode"),
+}
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    course = make_course(tmp_path_factory.mktemp("ch06"), CHAPTER)
+    student_nb = released(course, CHAPTER)
+    right = solution_sources(CHAPTER)
+    submit(course, CHAPTER, "solution", filled(student_nb, right))
+    submit(course, CHAPTER, "untouched", student_nb)
+    for student, (answers, _, _) in BUGGY.items():
+        submit(course, CHAPTER, student, filled(student_nb, {**right, **answers}))
+    autograde(course, CHAPTER)
+    nbgrader(course, "generate_feedback", CHAPTER, "--force")
+    return course, scores(course, CHAPTER)
+
+
+pytestmark = pytest.mark.slow
+
+
+def test_solution_scores_full_marks(graded):
+    _, got = graded
+    assert got["solution"] == FULL
+
+
+def test_untouched_student_version_scores_zero(graded):
+    _, got = graded
+    assert got["untouched"] == {cell: 0 for cell in FULL}
+
+
+@pytest.mark.parametrize("student", sorted(BUGGY))
+def test_buggy_submission_loses_exactly_its_cells(graded, student):
+    course, got = graded
+    _, broken, diagnosis = BUGGY[student]
+    assert got[student] == {cell: (0 if cell in broken else pts) for cell, pts in FULL.items()}
+    assert diagnosis in feedback_text(course, CHAPTER, student)
+
+
+def test_hidden_tests_are_not_in_the_student_version_but_are_graded(graded):
+    course, _ = graded
+    text = (course / "release" / CHAPTER / "exercise.ipynb").read_text()
+    assert "check_greedy_by_hand" not in text and "BEGIN HIDDEN TESTS" not in text
+    assert "check_greedy_by_hand" in (course / "autograded" / "greedy_calls_reference" / CHAPTER / "exercise.ipynb").read_text()
