@@ -6,7 +6,7 @@ feedback must name the pitfall.
 """
 import pytest
 
-from course import autograde, feedback_text, filled, make_course, nbgrader, released, scores, solution_sources, submit
+from course import GradedChapter
 
 CHAPTER = "ch06_training"
 FULL = {"test_shift_targets": 2, "test_sequence_loss": 3, "test_noam_lambda": 2, "test_make_scheduler": 2,
@@ -104,43 +104,9 @@ BUGGY = {
 }
 
 
-@pytest.fixture(scope="module")
-def graded(tmp_path_factory):
-    course = make_course(tmp_path_factory.mktemp("ch06"), CHAPTER)
-    student_nb = released(course, CHAPTER)
-    right = solution_sources(CHAPTER)
-    submit(course, CHAPTER, "solution", filled(student_nb, right))
-    submit(course, CHAPTER, "untouched", student_nb)
-    for student, (answers, _, _) in BUGGY.items():
-        submit(course, CHAPTER, student, filled(student_nb, {**right, **answers}))
-    autograde(course, CHAPTER)
-    nbgrader(course, "generate_feedback", CHAPTER, "--force")
-    return course, scores(course, CHAPTER)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(CHAPTER)]  # one autograde run per chapter, on one worker
 
 
-pytestmark = pytest.mark.slow
-
-
-def test_solution_scores_full_marks(graded):
-    _, got = graded
-    assert got["solution"] == FULL
-
-
-def test_untouched_student_version_scores_zero(graded):
-    _, got = graded
-    assert got["untouched"] == {cell: 0 for cell in FULL}
-
-
-@pytest.mark.parametrize("student", sorted(BUGGY))
-def test_buggy_submission_loses_exactly_its_cells(graded, student):
-    course, got = graded
-    _, broken, diagnosis = BUGGY[student]
-    assert got[student] == {cell: (0 if cell in broken else pts) for cell, pts in FULL.items()}
-    assert diagnosis in feedback_text(course, CHAPTER, student)
-
-
-def test_hidden_tests_are_not_in_the_student_version_but_are_graded(graded):
-    course, _ = graded
-    text = (course / "release" / CHAPTER / "exercise.ipynb").read_text()
-    assert "check_greedy_by_hand" not in text and "BEGIN HIDDEN TESTS" not in text
-    assert "check_greedy_by_hand" in (course / "autograded" / "greedy_calls_reference" / CHAPTER / "exercise.ipynb").read_text()
+class TestGrading(GradedChapter):
+    chapter, full, buggy = CHAPTER, FULL, BUGGY
+    hidden_marker, hidden_student = "check_greedy_by_hand", "greedy_calls_reference"
