@@ -97,7 +97,7 @@ print(f"{history.step[-1]} steps: {train_seconds:.1f} s of training "
       f"(+ {sum(eval_seconds):.1f} s for {len(eval_seconds)} evaluations); "
       f"99 % first reached after {history.time_to(0.99):.1f} s")
 
-# %%
+# %% mystnb={"figure": {"caption": "The capstone's training run: loss, held-out exact match (dotted line: 99 %), and the learning rate with the gradient norm.", "name": "fig-ch06-capstone-history"}, "image": {"alt": "Three panels: training loss falling on a log scale; held-out exact match rising past the 99 percent line; learning rate warming up then cooling down, with the gradient norm on a second axis."}}
 fig, axes = plt.subplots(1, 3, figsize=(12, 3))
 axes[0].plot(history.step, history.loss, lw=0.8)
 axes[0].set(xlabel="step", ylabel="training loss", yscale="log")
@@ -148,7 +148,7 @@ for i in wrong[:5]:
 # its weights (the fused kernel does not return them; `return_weights=True` takes the plain path,
 # which computes the same output).
 
-# %%
+# %% mystnb={"figure": {"caption": "Cross-attention of the trained model's last decoder layer, one map per head: each output character (rows) reads source characters (columns).", "name": "fig-ch06-capstone-attention"}, "image": {"alt": "Eight heat maps, one per head, with output characters as rows and source characters as columns; bright cells show which source characters each output character reads."}}
 def cross_attention(model, src, out):
     """Weights [H, St, Ss] of the last decoder layer's cross-attention when reading ``out`` [1, St]."""
     captured, busy = [], []

@@ -80,7 +80,7 @@ print(f"vocabulary: {len(vocab)} characters including PAD, BOS, EOS, UNK")
 #
 # Tokens are characters. A source is `text EOS`, a target `BOS text EOS`. Both vary in length:
 
-# %%
+# %% mystnb={"figure": {"caption": "Lengths of the source and target sequences of the toy task: they vary, which is what makes dynamic padding pay.", "name": "fig-ch06-lengths"}, "image": {"alt": "Histogram of sequence lengths in tokens for sources and targets, spread over about ten lengths."}}
 train_set, test_set = PairDataset(train_pairs, vocab), PairDataset(test_pairs, vocab)
 src_lengths = train_set.lengths()
 tgt_lengths = [len(t) for _, t in train_set]
@@ -182,7 +182,7 @@ else:
 # held-out dates, how often the model predicts the *next* character from the ones before it, which is
 # all that decoding asks of it:
 
-# %%
+# %% mystnb={"figure": {"caption": "Training loss with the right target shift and two wrong ones: the wrong ones reach a lower loss yet predict the next character far worse.", "name": "fig-ch06-shift"}, "image": {"alt": "Three loss curves on a log scale; the two wrong shifts fall below the right one, while the legend shows their next-character accuracy far lower."}}
 def run_shift(shift, steps=60):
     model = make_model()
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
@@ -247,7 +247,7 @@ print(f"padding is {pad_share:.0%} of the label positions; loss with padding {co
 # `padding="max_length"` would, and train once with padding counted and once without. Both runs are
 # then scored on held-out dates by the fraction of characters greedy decoding gets right:
 
-# %%
+# %% mystnb={"figure": {"caption": "Reported loss when padding is counted and when it is ignored: counting it makes the loss look better and the model worse.", "name": "fig-ch06-padding-loss"}, "image": {"alt": "Two loss curves on a log scale; the padding-counted curve sits lower, while its legend shows fewer characters right."}}
 def run_padding(count_padding, steps=60):
     model = make_model()
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
@@ -320,7 +320,7 @@ except ZeroDivisionError as exc:
 # at 1e-2* after 60 warm-up steps. Each run is scored by the fraction of held-out characters that
 # greedy decoding gets right at their position (exact match needs many more steps).
 
-# %%
+# %% mystnb={"figure": {"caption": "Constant learning rates against Noam warm-up: loss (left) and learning rate (right) per step.", "name": "fig-ch06-lr"}, "image": {"alt": "Left: three loss curves, the Noam warm-up curve lowest at the end. Right: two flat learning-rate lines and the Noam schedule rising then decaying."}}
 def run_lr(lr=None, warmup=None, steps=150, post_ln=True):
     model = make_model(norm_first=not post_ln)
     if warmup is None:
@@ -375,7 +375,7 @@ assert statistics.mean(h_noam.loss[-50:]) < statistics.mean(h_hot.loss[-50:])
 # second-moment estimate becomes huge and then shrinks every normal step to almost nothing for dozens
 # of steps. With clipping at 1.0 the bad batch counts as an ordinary one:
 
-# %%
+# %% mystnb={"figure": {"caption": "One bad batch at step 50: the gradient norm (left) and the loss (right), without clipping and clipped at 1.0.", "name": "fig-ch06-clipping"}, "image": {"alt": "Left: gradient norms on a log scale with a spike at step 50. Right: loss curves; after step 50 the unclipped run's loss jumps and stays higher than the clipped run's."}}
 def run_clip(max_norm, steps=120, spike_at=50, spike=1000.0):
     model = make_model()
     opt = torch.optim.Adam(model.parameters(), lr=3e-3, betas=(0.9, 0.98), eps=1e-9)
@@ -444,7 +444,7 @@ else:
 # 2-layer model at `d_model = 64`, with every batch padded to the model's 32 positions, and with
 # bucketed dynamic padding. The two are interleaved and each timed twice, keeping the faster run:
 
-# %%
+# %% mystnb={"figure": {"caption": "Time for 25 training batches padded to 32 positions and with dynamic padding plus length bucketing.", "name": "fig-ch06-dynamic-padding"}, "image": {"alt": "Horizontal bar chart: the dynamic padding bar is shorter than the pad-to-32 bar."}}
 def padded_tokens(batches):
     real = total = 0
     for src, tgt in batches:
@@ -519,7 +519,7 @@ else:
 # likely prefixes and can recover when the best first step leads nowhere. On the half-trained model
 # of §6.4 (the Noam run), on the held-out dates:
 
-# %%
+# %% mystnb={"figure": {"caption": "Log-probability of the greedy output against the beam-search output for 100 sources: points above the diagonal are where beam search found a more likely output.", "name": "fig-ch06-beam"}, "image": {"alt": "Scatter plot of beam-search log-probability against greedy log-probability, most points on or above the dotted diagonal."}}
 def sequence_logprob(model, src, out):
     """Log-probability of each decoded row (up to its EOS) under the model: what both searches maximise."""
     model.eval()
