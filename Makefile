@@ -7,7 +7,7 @@ export PYTHONPATH := $(CURDIR)
 export PYTHONUNBUFFERED := 1
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
-.PHONY: env book test test-fast test-gpu bench notebooks release clean
+.PHONY: env book test test-suite test-notebooks test-fast test-gpu bench notebooks release clean
 
 env: $(VENV)/.installed
 
@@ -21,9 +21,17 @@ book: env
 	$(BIN)/jupyter-book build . --warningiserror --nitpick --keep-going
 	@echo "Open _build/html/index.html"
 
-# Two workers (the machines have 2 cores); tests that share the built book run on one of them.
+# The suite in tests/ on two pytest-xdist workers (tests that share one built book or one graded class
+# run on the same worker), and beside it nbval over every lesson and solution notebook. nbval runs in
+# its own pytest: its cells are test items that must stay in one kernel, which xdist cannot promise.
 test: env
-	$(BIN)/python -m pytest -n 2 --dist loadgroup --durations=25
+	$(MAKE) --no-print-directory -j2 --output-sync=target test-suite test-notebooks
+
+test-suite: env
+	$(BIN)/python -m pytest -n 2 --dist loadgroup --durations=25 tests
+
+test-notebooks: env
+	$(BIN)/python -m pytest --durations=10 book solutions
 
 # The quick part: the package, its checks and the notebook files, without executing notebooks.
 test-fast: env

@@ -53,11 +53,3 @@ def pytest_generate_tests(metafunc):
     if "buggy_student" in metafunc.fixturenames:
         metafunc.parametrize("buggy_student", sorted(metafunc.cls.buggy))
 
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config, items):
-    """nbval makes each notebook cell a test item; under pytest-xdist all cells of a notebook must run
-    on one worker, in one kernel, in order. (Runs before xdist reads the groups.)"""
-    for item in items:
-        if item.path.suffix == ".ipynb":
-            item.add_marker(pytest.mark.xdist_group(item.path.stem + "@" + item.path.parent.name))
