@@ -8,6 +8,8 @@ opens its HTML.
 from __future__ import annotations
 
 import functools
+import json
+import os
 import re
 import subprocess
 import sys
@@ -22,12 +24,33 @@ SCREENSHOTS = BUILD / "screenshots"
 ASSET_DIRS = ("_static", "_sources", "_images", "_downloads")
 
 
-@functools.cache
-def build_book() -> subprocess.CompletedProcess:
-    """Run the build of `make book` once; later calls return the same result."""
+def _build() -> subprocess.CompletedProcess:
     jupyter_book = Path(sys.executable).parent / "jupyter-book"
     return subprocess.run([str(jupyter_book), "build", ".", "--warningiserror", "--nitpick", "--keep-going"],
                           cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=1200)
+
+
+@functools.cache
+def build_book() -> subprocess.CompletedProcess:
+    """Run the build of `make book` once per test run; later calls return the same result.
+
+    Under pytest-xdist every worker process may ask for it: a file lock lets the first build and
+    the others reuse its result (keyed by the run's id), so two builds never write `_build` at once.
+    """
+    run_id = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if not run_id:
+        return _build()
+    from filelock import FileLock  # a dependency of torch, pinned in requirements.txt
+
+    BUILD.mkdir(exist_ok=True)
+    marker = BUILD / f".built-{run_id}.json"
+    with FileLock(str(BUILD / ".build.lock")):
+        if marker.exists():
+            saved = json.loads(marker.read_text())
+            return subprocess.CompletedProcess(saved["args"], saved["returncode"], saved["stdout"])
+        proc = _build()
+        marker.write_text(json.dumps({"args": proc.args, "returncode": proc.returncode, "stdout": proc.stdout}))
+        return proc
 
 
 def pages() -> list[Path]:
