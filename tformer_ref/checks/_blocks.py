@@ -12,8 +12,6 @@ A wrong wiring is named by recomputing the known wrong wirings the same way.
 """
 from __future__ import annotations
 
-import contextlib
-import functools
 import itertools
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
@@ -23,7 +21,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..attention import MultiHeadAttention
-from .core import Case, Pitfall, Section, _run, _same, describe_difference, fail, passed
+from .core import Case, Pitfall, Section, _run, _same, describe_difference, fail, passed, single_thread, single_threaded
 
 
 def randn(*shape, seed, dtype=torch.float32, device=None):
@@ -128,28 +126,6 @@ def sublayer(style: str, x: torch.Tensor, f: Callable, norm: Callable, drop: Cal
     if style == "pre_dropout_on_sum":
         return drop(x + f(norm(x)))
     raise ValueError(f"unknown sublayer style {style!r}")
-
-
-@contextlib.contextmanager
-def single_thread():
-    """Tiny tensors gain nothing from intra-op threads, and on a busy machine the threads' spin-waits
-    make every small op ten times slower: run the many small comparisons on one thread."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
-def single_threaded(check: Callable) -> Callable:
-    """Decorator: run a whole check on one thread (see :func:`single_thread`)."""
-    @functools.wraps(check)
-    def run(*args, **kwargs):
-        __tracebackhide__ = True
-        with single_thread():
-            return check(*args, **kwargs)
-    return run
 
 
 def _matches_all(theirs, cases, fn, role, same) -> bool:

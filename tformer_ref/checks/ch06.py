@@ -5,7 +5,6 @@ near each are the known wrong variants a diagnosis can name.
 """
 from __future__ import annotations
 
-import functools
 import math
 import types
 import warnings
@@ -17,7 +16,7 @@ from torch.optim.lr_scheduler import LambdaLR
 
 from ..device import get_device
 from ..training import noam_lambda
-from .core import Case, CheckFailure, Pitfall, Section, check_not_delegated, compare_to_reference, fail, passed, seal
+from .core import Case, CheckFailure, Pitfall, Section, check_not_delegated, compare_to_reference, fail, passed, seal, single_threaded
 
 CHAPTER = "ch06_training"
 S_TASK = Section(CHAPTER, "6.1", "The toy task")
@@ -27,21 +26,6 @@ S_LR = Section(CHAPTER, "6.4", "Learning rate and warm-up")
 S_CLIP = Section(CHAPTER, "6.5", "Exploding gradients and clipping")
 S_PAD = Section(CHAPTER, "6.6", "Dynamic padding and bucketing")
 S_DECODE = Section(CHAPTER, "6.7", "Greedy and beam decoding")
-
-
-def _single_thread(check):
-    """Run a check on one CPU thread: its tensors are tiny, and on a busy machine extra threads only wait
-    for each other (ten times slower on 2 shared cores). The caller's setting is restored."""
-    @functools.wraps(check)
-    def run(*args, **kwargs):
-        __tracebackhide__ = True
-        threads = torch.get_num_threads()
-        torch.set_num_threads(1)
-        try:
-            return check(*args, **kwargs)
-        finally:
-            torch.set_num_threads(threads)
-    return run
 
 
 def _gen(seed: int) -> torch.Generator:
@@ -101,7 +85,7 @@ def _shift_cases():
     return [Case(f"tgt [B={b}, St={s}]", lambda b=b, s=s, i=i: (_tokens(b, s, seed=i),)) for i, (b, s) in enumerate(shapes)]
 
 
-@_single_thread
+@single_threaded
 def check_shift_targets(shift_fn) -> None:
     """``shift_fn(tgt [B, St]) -> (tgt_in [B, St-1], labels [B, St-1])``, batch-first."""
     __tracebackhide__ = True
@@ -185,7 +169,7 @@ def _loss_cases():
     return cases
 
 
-@_single_thread
+@single_threaded
 def check_sequence_loss(loss_fn) -> None:
     """``loss_fn(logits [B, St, V], labels [B, St], pad_id, label_smoothing) -> scalar tensor``."""
     __tracebackhide__ = True
@@ -273,7 +257,7 @@ def _noam_cases():
             for d, w in configs]
 
 
-@_single_thread
+@single_threaded
 def check_noam_lambda(noam_fn) -> None:
     """``noam_fn(step, d_model, warmup) -> float``: the LambdaLR multiplier for step 0, 1, ... (base lr 1.0)."""
     __tracebackhide__ = True
@@ -315,7 +299,7 @@ def _counting_sgd(params, lr):
     return opt
 
 
-@_single_thread
+@single_threaded
 def check_noam_scheduler(make_scheduler) -> None:
     """``make_scheduler(optimizer, d_model, warmup)`` returns a scheduler whose ``step()`` sets the Noam rate
     for the next update and does nothing else. The optimizer is created with lr=1.0."""
@@ -463,7 +447,7 @@ def _train_cases():
             Case("3 steps, pad_id=3, label_smoothing=0.1", lambda: (1, 3, 0.1))]
 
 
-@_single_thread
+@single_threaded
 def check_train_step(step_fn) -> None:
     """``step_fn(model, src, tgt, optimizer, scheduler, max_norm, pad_id, label_smoothing) -> (loss, grad_norm)``,
     the norm being the gradients' total norm before clipping."""
@@ -568,7 +552,7 @@ def _decode_inputs(eos_bias, b, seed):
     return model, src
 
 
-@_single_thread
+@single_threaded
 def check_greedy_decode(greedy_fn) -> None:
     """``greedy_fn(model, src [B, Ss], max_len, bos_id, eos_id, pad_id) -> [B, T]`` (BOS first, PAD after EOS),
     for a model like :class:`DecodingModel`."""
@@ -639,14 +623,14 @@ def check_greedy_decode(greedy_fn) -> None:
 
 # --------------------------------------------------------------------------- hidden tests
 
-@_single_thread
+@single_threaded
 def check_by_hand(title: str, fn, args: tuple, forbidden=("tformer_ref",)) -> None:
     """Hidden test: ``fn(*args)`` runs without calling ``forbidden`` (default: any reference code)."""
     __tracebackhide__ = True
     check_not_delegated(title, lambda: fn(*args), forbidden=list(forbidden))
 
 
-@_single_thread
+@single_threaded
 def check_train_step_by_hand(step_fn) -> None:
     """Hidden test: the learner's step, not the reference's train_step (calling the model is fine)."""
     __tracebackhide__ = True
@@ -658,7 +642,7 @@ def check_train_step_by_hand(step_fn) -> None:
                         forbidden=["tformer_ref.train_step", "tformer_ref.fit"])
 
 
-@_single_thread
+@single_threaded
 def check_greedy_by_hand(greedy_fn) -> None:
     """Hidden test: the learner's loop, not the reference's greedy_decode."""
     __tracebackhide__ = True

@@ -9,7 +9,6 @@ samples each rank gets in each epoch.
 """
 from __future__ import annotations
 
-import functools
 import math
 import sys
 import warnings
@@ -20,7 +19,7 @@ from torch.utils.data import Dataset
 from ..device import get_device
 from ..toy_lm import TinyCausalLM, count_targets, lm_loss_sum, make_token_data
 from .core import Case, Pitfall, Section, _Raised, _run, compare_to_reference, fail, passed
-from .core import seal
+from .core import seal, single_threaded
 
 CHAPTER = "ch07_scale"
 S_AMP = Section(CHAPTER, "7.1", "Mixed precision with torch.amp")
@@ -63,21 +62,6 @@ BEHAVIOUR_PITFALLS = [NO_AUTOCAST, WRONG_AUTOCAST_DTYPE, NO_SAMPLER, RANKS_OVERL
 def _named(title: str, pitfall: Pitfall, detail: str) -> None:
     __tracebackhide__ = True
     fail(title, f"this looks like the pitfall '{pitfall.name}'. {detail} {pitfall.explanation}", pitfall.section)
-
-
-def _one_thread(check):
-    """Run a check with one intra-op thread: its models are tiny, and on a shared 2-core machine
-    thread contention makes them tens of times slower. The learner's setting is restored after."""
-    @functools.wraps(check)
-    def wrapper(*args, **kwargs):
-        __tracebackhide__ = True
-        threads = torch.get_num_threads()
-        torch.set_num_threads(1)
-        try:
-            return check(*args, **kwargs)
-        finally:
-            torch.set_num_threads(threads)
-    return wrapper
 
 
 def _model(dtype=torch.float64, seed=0):
@@ -200,7 +184,7 @@ def _simulate_accum(fn):
     return run
 
 
-@_one_thread
+@single_threaded
 def check_accumulation_step(accumulation_step, hidden: bool = False) -> None:
     """``accumulation_step(model, micro_batches, optimizer, scheduler, loss_fn)``: one optimizer step from the
     list ``micro_batches`` (token tensors [b_i, S]) equal to one step on their concatenation, where
@@ -327,7 +311,7 @@ def _simulate_amp(fn):
     return run
 
 
-@_one_thread
+@single_threaded
 def check_amp_step(amp_step) -> None:
     """``amp_step(model, batch, loss_fn, optimizer, scaler, max_norm)``: one mixed-precision training step."""
     __tracebackhide__ = True
@@ -458,7 +442,7 @@ def _forbidden_code() -> dict:
     return codes
 
 
-@_one_thread
+@single_threaded
 def check_written_by_hand(fn, kind: str) -> None:
     """Hidden test: ``fn`` (an ``accumulation_step`` or ``amp_step``) does not call the reference's training code."""
     __tracebackhide__ = True

@@ -23,6 +23,7 @@ from __future__ import annotations
 import ast
 import builtins
 import contextlib
+import functools
 import hashlib
 import hmac
 import inspect
@@ -134,6 +135,28 @@ def passed(title: str, detail: str) -> None:
     __tracebackhide__ = True
     verify_integrity()
     print(_sign(f"✓ {title}: {detail}"))
+
+
+@contextlib.contextmanager
+def single_thread():
+    """Tiny tensors gain nothing from intra-op threads, and on a busy machine the threads' spin-waits
+    make every small op ten times slower: run the many small comparisons on one thread."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def single_threaded(check: Callable) -> Callable:
+    """Decorator: run a whole check on one thread (see :func:`single_thread`)."""
+    @functools.wraps(check)
+    def run(*args, **kwargs):
+        __tracebackhide__ = True
+        with single_thread():
+            return check(*args, **kwargs)
+    return run
 
 
 @contextlib.contextmanager
