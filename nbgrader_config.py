@@ -28,16 +28,18 @@ c.OverwriteCells.add_missing_cells = True
 c.ClearHiddenTests.enforce_metadata = True
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
 
-# Guards against hostile notebooks (book/instructors.md): tformer_ref.grading.GuardedExecute replaces
-# nbgrader's Execute. It survives a kernel crash or a loop that ignores interrupts (later cells score 0,
-# the next learner is graded), caps each cell's output, and zeroes a test cell whose checks did not
-# print a success line signed with the grader's key. Without tformer_ref importable here, plain
-# nbgrader grades as usual, without these guards.
+# Guards against hostile notebooks (book/instructors.md), from tformer_grading.guard:
+# GuardedExecute replaces nbgrader's Execute. It survives a kernel crash or a loop that ignores
+# interrupts (later cells score 0, the next learner is graded), caps each cell's output, and hands
+# the kernel a receipt key; VerifyReceipts then zeroes a test cell whose checks did not print a
+# success line signed with that key. Without tformer_grading importable here, plain nbgrader
+# grades as usual, without these guards.
 import importlib.util  # noqa: E402
 
-if importlib.util.find_spec("tformer_ref") is not None:  # found without importing it (and torch)
+if importlib.util.find_spec("tformer_grading") is not None:  # found without importing it (and torch)
     c.Autograde.autograde_preprocessors = [
-        "tformer_ref.grading.GuardedExecute",
+        "tformer_grading.guard.execute.GuardedExecute",
+        "tformer_grading.guard.verify.VerifyReceipts",
         "nbgrader.preprocessors.IgnorePattern",
         "nbconvert.preprocessors.ClearMetadataPreprocessor",
         "nbgrader.preprocessors.LimitOutput",

@@ -6,7 +6,10 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+# Helpers imported by bare name: the nbgrader round trip (grading/course.py, grading/hostile.py)
+# and the built book (book/book.py, book/browser.py).
+for _helpers in ("grading", "book"):
+    sys.path.insert(0, str(Path(__file__).resolve().parent / _helpers))
 # The tests and the notebooks they execute see the same package and the same environment's tools.
 os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
 os.environ.setdefault("PYTHONPATH", str(ROOT))
@@ -49,7 +52,7 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_generate_tests(metafunc):
-    """One grading test per buggy learner of a chapter (tests/course.py, GradedChapter)."""
+    """One grading test per buggy learner of a chapter (tests/grading/course.py, GradedChapter)."""
     if "buggy_student" in metafunc.fixturenames:
         metafunc.parametrize("buggy_student", sorted(metafunc.cls.buggy))
 

@@ -1,4 +1,7 @@
-"""tformer_ref: the course's reference Transformer, and the checks that grade its exercises.
+"""tformer_ref: the course's reference Transformer, what a learner studies and the lessons import.
+
+The checks that grade the exercises against it live beside it, in ``tformer_grading``
+(which imports this package; this package never imports it).
 
 Import what you need from the submodules, e.g. ``from tformer_ref.attention import MultiHeadAttention``.
 """

@@ -13,7 +13,7 @@ and a LayerNorm, in one of two arrangements:
 
 With the same weights these blocks equal ``nn.TransformerEncoderLayer`` and
 ``nn.TransformerDecoderLayer`` (``batch_first=True``, ReLU, same ``norm_first``);
-tests/test_blocks.py proves it.
+tests/reference/test_blocks.py proves it.
 """
 from __future__ import annotations
 

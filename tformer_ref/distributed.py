@@ -17,7 +17,7 @@ calls ``sampler.set_epoch(epoch)`` at every epoch (without it the shuffle is the
 same every epoch). With ``--accum k`` each rank accumulates k micro-batches per
 step under ``model.no_sync()``, normalised by the step's global token count, so
 the run ends with the same parameters as :func:`reference_run`, one process
-training on the whole batch (tests/test_distributed.py checks this).
+training on the whole batch (tests/reference/test_distributed.py checks this).
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Count, per chapter, the wrong and the right implementations the check banks test.
 
-Convention (CONTRIBUTING.md): in tests/test_checks_chNN.py, a test whose name contains ``reject``
+Convention (CONTRIBUTING.md): in tests/checks/test_checks_chNN.py, a test whose name contains ``reject``
 runs wrong implementations (one per parametrized case, each must be rejected with its diagnosis),
 and a test whose name contains ``accept`` runs right ones written differently (each must pass).
 Collected with pytest, so what is counted is what runs.
@@ -27,7 +27,7 @@ def collect(path: Path) -> list[str]:
 
 def counts() -> dict[str, dict[str, int]]:
     result = {}
-    for path in sorted((ROOT / "tests").glob("test_checks_ch[0-9][0-9].py")):
+    for path in sorted((ROOT / "tests" / "checks").glob("test_checks_ch[0-9][0-9].py")):
         chapter = re.search(r"ch\d\d", path.name).group(0)
         ids = collect(path)
         names = [i.split("::", 1)[1].split("[", 1)[0] for i in ids]

@@ -4,7 +4,7 @@ Notebooks are authored as jupytext "percent" scripts, which diff and review
 like code: ``nbsrc/book/ch01_shapes/lesson.py`` becomes
 ``book/ch01_shapes/lesson.ipynb`` and ``nbsrc/solutions/ch01_shapes/exercise.py``
 becomes ``solutions/ch01_shapes/exercise.ipynb`` (nbgrader's source notebook).
-The .ipynb files are committed without outputs; tests/test_notebook_files.py
+The .ipynb files are committed without outputs; tests/book/test_notebook_files.py
 fails when they drift from their sources.
 
 nbgrader cells are marked with a short tag in the cell header, expanded here

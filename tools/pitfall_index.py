@@ -1,6 +1,6 @@
 """Sphinx extension: the ``{pitfall-index}`` directive, a table of every diagnosis the checks can name.
 
-It reads the ``Pitfall`` objects of every ``tformer_ref.checks.chNN`` module, so a new chapter's
+It reads the ``Diagnosis`` objects (``Pitfall`` among them) of every ``tformer_grading.checks.chNN`` module, so a new chapter's
 checks appear in the book's pitfall index without any edit here. Each row gives the diagnosis,
 the lesson section that explains it (a link when that lesson is in the book) and the exercise.
 """
@@ -15,20 +15,20 @@ from sphinx.util.docutils import SphinxDirective
 
 
 def collect_pitfalls():
-    """[(module name, Pitfall)] for every chapter module, in chapter order, without duplicates."""
-    import tformer_ref.checks as checks
-    from tformer_ref.checks.core import Pitfall
+    """[(module name, Diagnosis)] for every chapter module, in chapter order, without duplicates."""
+    import tformer_grading.checks as checks
+    from tformer_grading.checks.diagnosis import Diagnosis
 
     found = []
     for info in sorted(pkgutil.iter_modules(checks.__path__), key=lambda m: m.name):
         if not info.name.startswith("ch"):
             continue
-        module = importlib.import_module(f"tformer_ref.checks.{info.name}")
+        module = importlib.import_module(f"tformer_grading.checks.{info.name}")
         seen = set()
         for value in vars(module).values():
             items = value if isinstance(value, (list, tuple)) else [value]
             for item in items:
-                if isinstance(item, Pitfall) and (item.name, item.section) not in seen:
+                if isinstance(item, Diagnosis) and (item.name, item.section) not in seen:
                     seen.add((item.name, item.section))
                     found.append((info.name, item))
     return found

@@ -4,7 +4,7 @@
 ``solutions/<chapter>/exercise.ipynb``. It runs in a temporary copy of the
 course (it replaces its whole output folder and writes a gradebook), and the
 student notebook is copied to ``book/<chapter>/exercise.ipynb``, where the book
-and learners read it. tests/test_notebook_files.py fails when a committed
+and learners read it. tests/book/test_notebook_files.py fails when a committed
 student version differs from what this produces.
 
 Usage: python tools/release.py [--check] [chapter ...]
@@ -12,25 +12,14 @@ Usage: python tools/release.py [--check] [chapter ...]
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from tformer_grading.course import chapters, nbgrader
+
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def venv_env() -> dict:
-    """The environment with this interpreter's bin/ first on PATH (nbgrader calls `alembic` by name)."""
-    env = dict(os.environ)
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    return env
-
-
-def chapters() -> list[str]:
-    return sorted(p.parent.name for p in (ROOT / "solutions").glob("*/exercise.ipynb"))
 
 
 def generate(chapter: str, workdir: Path) -> Path:
@@ -39,10 +28,7 @@ def generate(chapter: str, workdir: Path) -> Path:
     src = workdir / "solutions" / chapter
     src.mkdir(parents=True, exist_ok=True)
     shutil.copy(ROOT / "solutions" / chapter / "exercise.ipynb", src)
-    subprocess.run(
-        [sys.executable, "-m", "nbgrader", "generate_assignment", chapter, "--force", "--log-level=ERROR"],
-        cwd=workdir, env=venv_env(), check=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
+    nbgrader(workdir, None, "generate_assignment", chapter, "--force", "--log-level=ERROR")
     return workdir / "release" / chapter / "exercise.ipynb"
 
 
@@ -52,7 +38,7 @@ def main(argv=None) -> int:
     parser.add_argument("chapter", nargs="*", help="chapters to release (default: all)")
     args = parser.parse_args(argv)
     stale = []
-    for chapter in args.chapter or chapters():
+    for chapter in args.chapter or chapters(ROOT):
         with tempfile.TemporaryDirectory() as tmp:
             text = generate(chapter, Path(tmp)).read_text()
         target = ROOT / "book" / chapter / "exercise.ipynb"

@@ -57,8 +57,8 @@ import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
 from tformer_ref.attention import MultiHeadAttention
-from tformer_ref.checks.ch01 import check_multi_head_attention, check_multi_head_attention_behaviour
-from tformer_ref.checks.core import CheckFailure
+from tformer_grading.checks.ch01 import check_multi_head_attention, check_multi_head_attention_behaviour
+from tformer_grading.checks.diagnosis import CheckFailure
 from tformer_ref.device import get_device, seed_everything
 from tformer_ref.heads import merge_heads, split_heads
 from tformer_ref.plotting import attention_heatmaps, heads_cost_figure

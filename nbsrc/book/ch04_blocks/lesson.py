@@ -258,7 +258,7 @@ assert zeros_paper == 0.0 and 0.05 < zeros_seed < 0.15
 #
 # `tformer_ref.blocks.EncoderBlock(..., norm_first=False)` is Post-LN, `norm_first=True` Pre-LN. With
 # the same weights both equal PyTorch's `nn.TransformerEncoderLayer(..., norm_first=...)` to 1e-5
-# (tests/test_blocks.py).
+# (tests/reference/test_blocks.py).
 #
 # Xiong et al. (2020) showed why Post-LN needs a learning-rate warm-up: at initialisation, the gradient
 # of the parameters *near the output* is large, and it shrinks layer by layer towards the input; in

@@ -20,7 +20,7 @@
 # grading cases are hidden.
 #
 # **Grade yourself** at any time, from the course folder:
-# `python -m tformer_ref.grade book/ch01_shapes/exercise.ipynb`
+# `python -m tformer_grading book/ch01_shapes/exercise.ipynb`
 #
 # Shape letters: B batch, S sequence length, D = d_model, H heads, Dh = D // H.
 
@@ -30,7 +30,7 @@ import math
 import torch
 import torch.nn as nn
 
-from tformer_ref.checks import ch01
+from tformer_grading.checks import ch01
 from tformer_ref.device import get_device, seed_everything
 
 seed_everything(0)

@@ -19,7 +19,7 @@
 # grading cases are hidden.
 #
 # **Grade yourself** at any time, from the course folder:
-# `python -m tformer_ref.grade book/ch02_attention/exercise.ipynb`
+# `python -m tformer_grading book/ch02_attention/exercise.ipynb`
 #
 # Shape letters: B batch, H heads, Sq query length, Sk key length, Dh = d_k the size of one head.
 
@@ -28,7 +28,7 @@ import math
 
 import torch
 
-from tformer_ref.checks import ch02
+from tformer_grading.checks import ch02
 from tformer_ref.device import get_device, seed_everything
 
 seed_everything(0)

@@ -19,7 +19,7 @@
 # grading cases are hidden.
 #
 # **Grade yourself** at any time, from the course folder:
-# `python -m tformer_ref.grade book/ch03_masks/exercise.ipynb`
+# `python -m tformer_grading book/ch03_masks/exercise.ipynb`
 #
 # **Convention.** Every mask here is a `bool` tensor with **True = may attend** (the convention of
 # `F.scaled_dot_product_attention`; `nn.MultiheadAttention` uses the opposite, lesson §3.4), shaped so
@@ -30,7 +30,7 @@ import math
 
 import torch
 
-from tformer_ref.checks import ch03
+from tformer_grading.checks import ch03
 from tformer_ref.device import get_device, seed_everything
 
 seed_everything(0)

@@ -19,7 +19,7 @@
 # it. Do not edit the check cells: they are restored before grading, and some grading cases are hidden.
 #
 # **Grade yourself** at any time, from the course folder:
-# `python -m tformer_ref.grade book/ch04_blocks/exercise.ipynb`
+# `python -m tformer_grading book/ch04_blocks/exercise.ipynb`
 #
 # Shape letters: B batch, S sequence length, D = d_model, H heads, F = d_ff.
 
@@ -29,7 +29,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from tformer_ref.attention import MultiHeadAttention
-from tformer_ref.checks import ch04
+from tformer_grading.checks import ch04
 from tformer_ref.device import get_device, seed_everything
 
 seed_everything(0)

@@ -19,7 +19,7 @@
 # grading cases are hidden.
 #
 # **Grade yourself** at any time, from the course folder:
-# `python -m tformer_ref.grade book/ch05_model/exercise.ipynb`
+# `python -m tformer_grading book/ch05_model/exercise.ipynb`
 #
 # Shape letters: B batch, S sequence length (St target, Ss source), D = d_model, H heads, V vocabulary.
 
@@ -31,7 +31,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from tformer_ref.attention import MultiHeadAttention
-from tformer_ref.checks import ch05
+from tformer_grading.checks import ch05
 from tformer_ref.device import get_device, seed_everything
 
 seed_everything(0)

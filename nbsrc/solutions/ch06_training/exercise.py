@@ -21,7 +21,7 @@
 # grading cases are hidden.
 #
 # **Grade yourself** at any time, from the course folder:
-# `python -m tformer_ref.grade book/ch06_training/exercise.ipynb`
+# `python -m tformer_grading book/ch06_training/exercise.ipynb`
 #
 # Shape letters: B batch, Ss source length, St target length, V vocabulary. Every tensor is
 # batch-first. Token ids: PAD = 0 unless a `pad_id` is given, BOS = 1, EOS = 2.
@@ -34,7 +34,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.optim.lr_scheduler import LambdaLR
 
-from tformer_ref.checks import ch06
+from tformer_grading.checks import ch06
 from tformer_ref.device import get_device, seed_everything
 from tformer_ref.masks import causal_mask
 

@@ -21,7 +21,7 @@
 # test fails code that calls the course's own training functions.
 #
 # **Grade yourself** at any time, from the course folder:
-# `python -m tformer_ref.grade book/ch07_scale/exercise.ipynb`
+# `python -m tformer_grading book/ch07_scale/exercise.ipynb`
 #
 # Everything runs on the CPU in seconds, and unchanged on a GPU.
 
@@ -29,7 +29,7 @@
 import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
-from tformer_ref.checks import ch07
+from tformer_grading.checks import ch07
 from tformer_ref.device import get_device, seed_everything
 
 seed_everything(0)

@@ -1,0 +1,362 @@
+"""The chapter 1 checks, tested with banks of wrong implementations (each must be
+rejected with its named diagnosis) and right ones written differently (each accepted).
+
+Each wrong implementation records a bug a learner can make, why it happens, and
+what guards against it: the diagnosis the check must print.
+"""
+import math
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from tformer_grading.checks import CheckFailure, ch01
+
+# --------------------------------------------------------------------------- split_heads
+
+def split_right_reshape_permute(x, h):
+    b, s, d = x.shape
+    return x.reshape(b, s, h, d // h).permute(0, 2, 1, 3)
+
+
+def split_right_chunk_stack(x, h):
+    return torch.stack(x.chunk(h, dim=-1), dim=1)
+
+
+def split_right_unflatten(x, h):
+    return x.unflatten(-1, (h, -1)).transpose(1, 2).contiguous()
+
+
+def split_wrong_no_transpose(x, h):  # forgot to move the head axis
+    b, s, d = x.shape
+    return x.reshape(b, s, h, d // h)
+
+
+def split_wrong_view_straight(x, h):  # right shape, tokens mixed into heads
+    b, s, d = x.shape
+    return x.view(b, h, s, d // h)
+
+
+def split_wrong_interleaved(x, h):  # heads take every H-th feature
+    b, s, d = x.shape
+    return x.view(b, s, d // h, h).permute(0, 3, 1, 2)
+
+
+@pytest.mark.parametrize("fn", [split_right_reshape_permute, split_right_chunk_stack, split_right_unflatten])
+def test_split_heads_accepts_right_implementations(fn, capsys):
+    ch01.check_split_heads(fn)
+    assert "✓ split_heads" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("fn,diagnosis", [
+    (split_wrong_no_transpose, "view without transpose"),
+    (split_wrong_view_straight, "sequence and head axes confused"),
+    (split_wrong_interleaved, "heads interleaved"),
+    (lambda x, h: x, "matches none of the known pitfalls"),
+    (lambda x, h: None, "expected a tensor"),
+])
+def test_split_heads_rejects_wrong_implementations(fn, diagnosis):
+    with pytest.raises(CheckFailure, match=diagnosis):
+        ch01.check_split_heads(fn)
+
+
+def test_split_heads_failure_points_to_the_lesson():
+    with pytest.raises(CheckFailure) as info:
+        ch01.check_split_heads(split_wrong_view_straight)
+    assert "§1.2 'Splitting into heads' in book/ch01_shapes/lesson.ipynb" in str(info.value)
+
+
+# --------------------------------------------------------------------------- merge_heads
+
+def merge_right_cat(x):
+    return torch.cat(x.unbind(dim=1), dim=-1)
+
+
+def merge_right_permute_flatten(x):
+    return x.permute(0, 2, 1, 3).flatten(2)
+
+
+def merge_right_contiguous_view(x):
+    b, h, s, dh = x.shape
+    return x.transpose(1, 2).contiguous().view(b, s, h * dh)
+
+
+def merge_wrong_no_transpose(x):
+    b, h, s, dh = x.shape
+    return x.reshape(b, s, h * dh)
+
+
+def merge_wrong_order(x):
+    b, h, s, dh = x.shape
+    return x.permute(0, 2, 3, 1).reshape(b, s, h * dh)
+
+
+def merge_wrong_view(x):
+    b, h, s, dh = x.shape
+    return x.transpose(1, 2).view(b, s, h * dh)
+
+
+@pytest.mark.parametrize("fn", [merge_right_cat, merge_right_permute_flatten, merge_right_contiguous_view])
+def test_merge_heads_accepts_right_implementations(fn, capsys):
+    ch01.check_merge_heads(fn)
+    assert "✓ merge_heads" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("fn,diagnosis", [
+    (merge_wrong_no_transpose, "merged without transpose"),
+    (merge_wrong_order, "heads merged in the wrong order"),
+    (merge_wrong_view, "view on a non-contiguous tensor"),
+])
+def test_merge_heads_rejects_wrong_implementations(fn, diagnosis):
+    with pytest.raises(CheckFailure, match=diagnosis):
+        ch01.check_merge_heads(fn)
+
+
+# --------------------------------------------------------------------------- MultiHeadAttention
+
+class MHA(nn.Module):
+    """A right implementation, parameterised by the step each wrong variant changes."""
+
+    scale_by_d_model = False
+    softmax_dim = -1
+    bias = True
+
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.h = n_heads
+        self.wq, self.wk, self.wv, self.wo = (nn.Linear(d_model, d_model, bias=self.bias) for _ in range(4))
+
+    def split(self, x):
+        b, s, d = x.shape
+        return x.view(b, s, self.h, d // self.h).transpose(1, 2)
+
+    def merge(self, x):
+        b, h, s, dh = x.shape
+        return x.transpose(1, 2).reshape(b, s, h * dh)
+
+    def attend(self, q, k, v):
+        d = q.size(-1) * (self.h if self.scale_by_d_model else 1)
+        return (q @ k.transpose(-2, -1) / math.sqrt(d)).softmax(self.softmax_dim) @ v
+
+    def forward(self, query, key, value, mask=None):
+        q, k, v = self.split(self.wq(query)), self.split(self.wk(key)), self.split(self.wv(value))
+        return self.wo(self.merge(self.attend(q, k, v)))
+
+
+class RightNoBias(MHA):
+    bias = False
+
+
+class RightEinsum(MHA):
+    def attend(self, q, k, v):
+        w = torch.einsum("bhqd,bhkd->bhqk", q, k).div(q.size(-1) ** 0.5).softmax(-1)
+        return torch.einsum("bhqk,bhkd->bhqd", w, v)
+
+
+class RightFusedQKV(nn.Module):
+    """One Linear(D, 3D) for q, k, v; heads kept as [B, S, H, Dh] and contracted with einsum."""
+
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.h = n_heads
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.out = nn.Linear(d_model, d_model)
+
+    def forward(self, query, key, value, mask=None):
+        wq, wk, wv = self.qkv.weight.chunk(3)
+        bq, bk, bv = self.qkv.bias.chunk(3)
+        q = F.linear(query, wq, bq).unflatten(-1, (self.h, -1))  # [B, Sq, H, Dh]
+        k = F.linear(key, wk, bk).unflatten(-1, (self.h, -1))
+        v = F.linear(value, wv, bv).unflatten(-1, (self.h, -1))
+        w = torch.einsum("bqhd,bkhd->bhqk", q, k).div(math.sqrt(q.size(-1))).softmax(-1)
+        return self.out(torch.einsum("bhqk,bkhd->bqhd", w, v).flatten(2))
+
+
+class RightPerHeadLoop(MHA):
+    """Heads computed one at a time from slices of the projections, then concatenated."""
+
+    def forward(self, query, key, value, mask=None):
+        q, k, v = self.wq(query), self.wk(key), self.wv(value)
+        dh = q.size(-1) // self.h
+        outs = []
+        for i in range(self.h):
+            sl = slice(i * dh, (i + 1) * dh)
+            w = torch.softmax(q[..., sl] @ k[..., sl].transpose(1, 2) / dh ** 0.5, dim=-1)
+            outs.append(w @ v[..., sl])
+        return self.wo(torch.cat(outs, dim=-1))
+
+
+class WrongScaleDModel(MHA):
+    scale_by_d_model = True
+
+
+class WrongSoftmaxAxis(MHA):
+    softmax_dim = -2
+
+
+class WrongSplitStraight(MHA):
+    def split(self, x):
+        b, s, d = x.shape
+        return x.view(b, self.h, s, d // self.h)
+
+
+class WrongMergeNoTranspose(MHA):
+    def merge(self, x):
+        b, h, s, dh = x.shape
+        return x.reshape(b, s, h * dh)
+
+
+class WrongSeedEinsum(MHA):
+    """The seed's bug: the 'bhqd' einsum applied to [B, S, H, Dh] tensors."""
+
+    def forward(self, query, key, value, mask=None):
+        n, d = query.size(0), query.size(-1)
+        q = self.wq(query).reshape(n, query.size(1), self.h, d // self.h)
+        k = self.wk(key).reshape(n, key.size(1), self.h, d // self.h)
+        v = self.wv(value).reshape(n, value.size(1), self.h, d // self.h)
+        energy = torch.einsum("bhqd,bhkd->bhqk", q, k) / math.sqrt(d // self.h)
+        out = torch.einsum("bhql,bhlv->bhqv", energy.softmax(dim=3), v)
+        return self.wo(out.reshape(n, query.size(1), d))
+
+
+class WrongSharedPerHeadLinear(nn.Module):
+    """The seed's projections: one Linear(Dh, Dh) applied to every head's slice."""
+
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.h, dh = n_heads, d_model // n_heads
+        self.values, self.keys, self.queries = (nn.Linear(dh, dh, bias=False) for _ in range(3))
+        self.fc_out = nn.Linear(d_model, d_model)
+
+    def forward(self, query, key, value, mask=None):
+        n = query.size(0)
+        q = self.queries(query.reshape(n, query.size(1), self.h, -1)).transpose(1, 2)
+        k = self.keys(key.reshape(n, key.size(1), self.h, -1)).transpose(1, 2)
+        v = self.values(value.reshape(n, value.size(1), self.h, -1)).transpose(1, 2)
+        w = (q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))).softmax(-1)
+        return self.fc_out((w @ v).transpose(1, 2).reshape(n, query.size(1), -1))
+
+
+class WrongNoTokenMixing(MHA):
+    """Attends only to itself: every row of weights is one-hot on the diagonal."""
+
+    def attend(self, q, k, v):
+        return v
+
+
+class WrongBatchLeak(MHA):
+    """Softmax over the batch axis mixes sequences of the batch."""
+
+    def attend(self, q, k, v):
+        return (q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))).softmax(0) @ v
+
+
+class WrongDropoutInEval(MHA):
+    def attend(self, q, k, v):
+        w = (q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))).softmax(-1)
+        return F.dropout(w, 0.5, training=True) @ v
+
+
+class WrongCallsSDPA(MHA):
+    def attend(self, q, k, v):
+        from torch.nn.functional import scaled_dot_product_attention as sdpa  # an alias does not hide it
+        return sdpa(q, k, v)
+
+
+class WrongWrapsTorch(nn.Module):
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.mha = nn.MultiheadAttention(d_model, n_heads, batch_first=True)
+
+    def forward(self, query, key, value, mask=None):
+        return self.mha(query, key, value, need_weights=False)[0]
+
+
+class WrongWrapsReference(nn.Module):
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        from tformer_ref.attention import MultiHeadAttention
+
+        self.inner = MultiHeadAttention(d_model, n_heads)
+
+    def forward(self, query, key, value, mask=None):
+        return self.inner(query, key, value)
+
+
+RIGHT = [MHA, RightNoBias, RightEinsum, RightFusedQKV, RightPerHeadLoop]
+
+
+@pytest.mark.parametrize("cls", RIGHT)
+def test_mha_accepts_right_implementations(cls, capsys):
+    ch01.check_multi_head_attention(cls)
+    ch01.check_multi_head_attention_behaviour(cls)
+    ch01.check_multi_head_attention_by_hand(cls)
+    out = capsys.readouterr().out
+    assert out.count("✓ MultiHeadAttention") == 3
+
+
+@pytest.mark.parametrize("cls,diagnosis", [
+    (WrongScaleDModel, r"scaled by sqrt\(d_model\)"),
+    (WrongSoftmaxAxis, "softmax over the query axis"),
+    (WrongSplitStraight, "sequence and head axes confused"),
+    (WrongMergeNoTranspose, "merged without transpose"),
+    (WrongSeedEinsum, r"einsum over the wrong axes \(the seed's bug\)"),
+    (WrongSharedPerHeadLinear, "one Linear shared by all heads"),
+    (WrongNoTokenMixing, "matches none of the known pitfalls"),
+])
+def test_mha_rejects_wrong_implementations(cls, diagnosis):
+    with pytest.raises(CheckFailure, match=diagnosis):
+        ch01.check_multi_head_attention(cls)
+
+
+def test_shared_linear_diagnosis_gives_the_parameter_counts():
+    with pytest.raises(CheckFailure) as info:
+        ch01.check_multi_head_attention(WrongSharedPerHeadLinear)
+    message = str(info.value)
+    assert "320 parameters" in message and "4·(D²+D) = 1,088" in message and "§1.5 'Per-head projections'" in message
+
+
+@pytest.mark.parametrize("cls,diagnosis", [
+    (WrongSeedEinsum, "changed no other position's output"),
+    (WrongNoTokenMixing, "changed no other position's output"),
+    (WrongBatchLeak, "batch entries are leaking"),
+    (WrongDropoutInEval, "Dropout must be off in eval mode"),
+])
+def test_behaviour_probes_reject(cls, diagnosis):
+    with pytest.raises(CheckFailure, match=diagnosis):
+        ch01.check_multi_head_attention_behaviour(cls)
+
+
+@pytest.mark.parametrize("cls,diagnosis", [
+    (WrongCallsSDPA, "calls scaled_dot_product_attention"),
+    (WrongWrapsTorch, "contains torch.nn.modules.activation.MultiheadAttention"),
+    (WrongWrapsReference, "contains tformer_ref.attention.MultiHeadAttention"),
+])
+def test_by_hand_rejects_delegation(cls, diagnosis):
+    with pytest.raises(CheckFailure, match=diagnosis):
+        ch01.check_multi_head_attention_by_hand(cls)
+
+
+def test_by_hand_rejects_calling_reference_functions():
+    from tformer_ref import heads
+
+    with pytest.raises(CheckFailure, match="calls tformer_ref.split_heads"):
+        ch01.check_by_hand("split_heads", heads.split_heads, (torch.randn(2, 3, 8), 2))
+
+
+def test_constructor_errors_become_check_failures():
+    class Broken(nn.Module):
+        def __init__(self, d_model, n_heads):
+            raise NotImplementedError()
+
+    with pytest.raises(CheckFailure, match="raised NotImplementedError"):
+        ch01.check_multi_head_attention(Broken)
+
+
+def test_checks_write_nothing_to_stderr(capfd):
+    """nbgrader gives a test cell zero when it writes to stderr, even if it passes."""
+    ch01.check_multi_head_attention(MHA)
+    with pytest.raises(CheckFailure):
+        ch01.check_multi_head_attention(WrongScaleDModel)
+    assert capfd.readouterr().err == ""

@@ -1,0 +1,190 @@
+"""The chapter 2 checks, tested with banks of wrong implementations (each rejected with its named
+diagnosis) and right ones written differently (each accepted)."""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tformer_grading.checks import CheckFailure, ch02
+
+# --------------------------------------------------------------------------- attention: right ones
+
+
+def attention_matmul(q, k, v):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    weights = torch.softmax(scores, dim=-1)
+    return weights @ v, weights
+
+
+def attention_einsum_prescaled(q, k, v):
+    q = q * q.shape[-1] ** -0.5  # scaling q first is the same maths
+    weights = torch.einsum("bhqd,bhkd->bhqk", q, k).softmax(-1)
+    return torch.einsum("bhqk,bhkd->bhqd", weights, v), weights
+
+
+def attention_exp_by_hand(q, k, v):
+    scores = torch.matmul(q, k.mT) / q.size(-1) ** 0.5
+    scores = scores - scores.amax(dim=-1, keepdim=True)  # stable softmax written out
+    e = scores.exp()
+    weights = e / e.sum(dim=-1, keepdim=True)
+    return torch.matmul(weights, v), weights
+
+
+def attention_bmm(q, k, v):
+    b, h, sq, dh = q.shape
+    flat = lambda t: t.reshape(b * h, t.size(2), dh)  # noqa: E731
+    weights = torch.bmm(flat(q), flat(k).transpose(1, 2)).div(math.sqrt(dh)).softmax(-1)
+    return torch.bmm(weights, flat(v)).view(b, h, sq, dh), weights.view(b, h, sq, -1)
+
+
+@pytest.mark.parametrize("fn", [attention_matmul, attention_einsum_prescaled, attention_exp_by_hand, attention_bmm])
+def test_attention_accepts_right_implementations(fn, capsys):
+    ch02.check_attention(fn)
+    ch02.check_attention_by_hand(fn)
+    out = capsys.readouterr().out
+    assert "✓ attention (weights)" in out and "✓ attention (output)" in out and "written by hand" in out
+
+
+# --------------------------------------------------------------------------- attention: wrong ones
+
+def attention_no_scaling(q, k, v):  # forgot the 1/√d_k
+    w = (q @ k.transpose(-2, -1)).softmax(-1)
+    return w @ v, w
+
+
+def attention_sqrt_d_model(q, k, v):  # the seed's embed_size**0.5, with d_model = H * Dh
+    d_model = q.size(1) * q.size(-1)
+    w = (q @ k.transpose(-2, -1) / d_model ** 0.5).softmax(-1)
+    return w @ v, w
+
+
+def attention_divided_by_dk(q, k, v):  # forgot the square root
+    w = (q @ k.transpose(-2, -1) / q.size(-1)).softmax(-1)
+    return w @ v, w
+
+
+def attention_softmax_queries(q, k, v):  # dim=2 looks like "the sequence axis"
+    w = (q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))).softmax(dim=2)
+    return w @ v, w
+
+
+def attention_softmax_heads(q, k, v):  # dim=1, as one would for [B, S, S] scores
+    w = F.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)), dim=1)
+    return w @ v, w
+
+
+def attention_returns_only_output(q, k, v):
+    w = (q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))).softmax(-1)
+    return w @ v
+
+
+def attention_weights_first(q, k, v):  # the pair in the wrong order
+    out, w = attention_matmul(q, k, v)
+    return w, out
+
+
+def attention_no_transpose_of_v(q, k, v):  # weights @ k instead of weights @ v
+    w = (q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))).softmax(-1)
+    return w @ k, w
+
+
+def attention_calls_sdpa(q, k, v):
+    w = (q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))).softmax(-1)
+    return F.scaled_dot_product_attention(q, k, v), w
+
+
+def attention_calls_reference(q, k, v):
+    from tformer_ref.attention import scaled_dot_product_attention
+    return scaled_dot_product_attention(q, k, v)
+
+
+@pytest.mark.parametrize("fn,diagnosis", [
+    (attention_no_scaling, "'no scaling'"),
+    (attention_sqrt_d_model, r"'scaled by sqrt\(d_model\)'"),
+    (attention_divided_by_dk, r"'scaled by d_k instead of sqrt\(d_k\)'"),
+    (attention_softmax_queries, r"'softmax over the wrong axis \(queries\)'"),
+    (attention_softmax_heads, r"'softmax over the wrong axis \(heads\)'"),
+    (attention_returns_only_output, r"must return a pair \(out, weights\)"),
+    (attention_weights_first, "expected shape"),
+    (attention_no_transpose_of_v, r"attention \(output\).*matches none of the known pitfalls"),
+])
+def test_attention_rejects_wrong_implementations(fn, diagnosis):
+    with pytest.raises(CheckFailure, match=diagnosis):
+        ch02.check_attention(fn)
+
+
+def test_attention_failures_point_to_the_lesson():
+    with pytest.raises(CheckFailure) as info:
+        ch02.check_attention(attention_sqrt_d_model)
+    assert "§2.5 'Scaling by √d_model is a bug' in book/ch02_attention/lesson.ipynb" in str(info.value)
+
+
+@pytest.mark.parametrize("fn,diagnosis", [
+    (attention_calls_sdpa, "calls scaled_dot_product_attention"),
+    (attention_calls_reference, "calls tformer_ref.scaled_dot_product_attention"),
+])
+def test_attention_by_hand_rejects_delegation(fn, diagnosis):
+    with pytest.raises(CheckFailure, match=diagnosis):
+        ch02.check_attention_by_hand(fn)
+
+
+# --------------------------------------------------------------------------- entropy
+
+def entropy_xlogy(w):
+    return -torch.xlogy(w, w).sum(-1)
+
+
+def entropy_masked_log(w):
+    logs = torch.where(w > 0, w.log(), torch.zeros_like(w))
+    return -(w * logs).sum(dim=-1)
+
+
+def entropy_clamped(w):
+    return -(w * w.clamp_min(1e-30).log()).sum(-1)
+
+
+def entropy_nan_to_num(w):
+    return -(w * w.log()).nan_to_num(0.0).sum(-1)
+
+
+@pytest.mark.parametrize("fn", [entropy_xlogy, entropy_masked_log, entropy_clamped, entropy_nan_to_num])
+def test_entropy_accepts_right_implementations(fn, capsys):
+    ch02.check_attention_entropy(fn)
+    assert "✓ attention_entropy" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("fn,diagnosis", [
+    (lambda w: -(w * torch.log(w)).sum(-1), "0·log 0 gives NaN"),  # log(0) = -inf, 0 * -inf = NaN
+    (lambda w: -torch.xlogy(w, w).sum(-1) / math.log(2), "log base 2"),  # bits, not nats
+    (lambda w: -(w * w.clamp_min(1e-30).log2()).sum(-1), "log base 2"),
+    (lambda w: torch.xlogy(w, w).sum(-1), "missing minus sign"),
+    (lambda w: -torch.xlogy(w, w).sum(-2), "sum over the wrong axis"),  # summed over queries
+    (lambda w: -torch.xlogy(w, w).mean(-1), "mean instead of sum"),
+    (lambda w: -(w * (w + 1e-3).log()).sum(-1), "matches none of the known pitfalls"),  # eps too large
+])
+def test_entropy_rejects_wrong_implementations(fn, diagnosis):
+    with pytest.raises(CheckFailure, match=diagnosis):
+        ch02.check_attention_entropy(fn)
+
+
+def test_checks_write_nothing_to_stderr(capfd):
+    ch02.check_attention(attention_matmul)
+    with pytest.raises(CheckFailure):
+        ch02.check_attention(attention_no_scaling)
+    with pytest.raises(CheckFailure):
+        ch02.check_attention_entropy(lambda w: -(w * torch.log(w)).sum(-1))
+    assert capfd.readouterr().err == ""
+
+
+def test_sections_match_the_lesson_headings():
+    """A failure points learners to '§N.k Title': every Section must be a real heading of the lesson."""
+    from pathlib import Path
+
+    from tformer_grading.checks.diagnosis import Section
+
+    lesson = (Path(__file__).resolve().parents[2] / "nbsrc" / "book" / ch02.CHAPTER / "lesson.py").read_text()
+    sections = [s for s in vars(ch02).values() if isinstance(s, Section) and s.chapter == ch02.CHAPTER]
+    assert len(sections) >= 5
+    for section in sections:
+        assert f"# ## {section.number} {section.title}\n" in lesson, section

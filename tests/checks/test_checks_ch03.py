@@ -1,0 +1,239 @@
+"""The chapter 3 checks, tested with banks of wrong implementations (each rejected with its named
+diagnosis) and right ones written differently (each accepted)."""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tformer_grading.checks import CheckFailure, ch03
+
+# --------------------------------------------------------------------------- causal mask
+
+
+@pytest.mark.parametrize("fn", [
+    lambda s: torch.ones(s, s, dtype=torch.bool).tril()[None, None],
+    lambda s: torch.tril(torch.ones(s, s)).bool(),  # [S, S] broadcasts the same way: accepted
+    lambda s: (torch.arange(s)[:, None] >= torch.arange(s)[None, :]).view(1, 1, s, s),
+    lambda s: ~torch.ones(1, 1, s, s, dtype=torch.bool).triu(1),
+])
+def test_causal_mask_accepts_right_implementations(fn, capsys):
+    ch03.check_causal_mask(fn)
+    assert "✓ causal_mask" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("fn,diagnosis", [
+    (lambda s: torch.triu(torch.ones(s, s)).bool(), "triu instead of tril"),  # the future, not the past
+    (lambda s: torch.ones(s, s).triu(1).bool()[None, None], "mask inverted"),  # nn.MultiheadAttention's convention
+    (lambda s: (torch.arange(s)[:, None] < torch.arange(s)).view(1, 1, s, s), "mask inverted"),
+    (lambda s: torch.ones(s, s, dtype=torch.bool).tril(-1), "diagonal excluded"),
+    (lambda s: torch.tril(torch.ones(1, 1, s, s)), "float mask instead of bool"),  # the seed's tril(ones) as is
+])
+def test_causal_mask_rejects_wrong_implementations(fn, diagnosis):
+    with pytest.raises(CheckFailure, match=diagnosis):
+        ch03.check_causal_mask(fn)
+
+
+# --------------------------------------------------------------------------- padding mask
+
+@pytest.mark.parametrize("fn", [
+    lambda t, p: (t != p)[:, None, None, :],
+    lambda t, p: (t != p).unsqueeze(1).unsqueeze(2),  # the seed's form, with pad_id instead of 0
+    lambda t, p: t.ne(p).view(t.size(0), 1, 1, t.size(1)),
+    lambda t, p: ~(t == p).reshape(t.shape[0], 1, 1, -1),
+])
+def test_padding_mask_accepts_right_implementations(fn, capsys):
+    ch03.check_padding_mask(fn)
+    assert "✓ padding_mask" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("fn,diagnosis", [
+    (lambda t, p: (t != p).unsqueeze(1), "'mask broadcast over the wrong axis'"),  # [B, 1, S]
+    (lambda t, p: t != p, r"mask broadcast over the wrong axis \(\[B, S\]\)"),
+    (lambda t, p: (t != p)[:, None, :, None], "mask on the query axis"),
+    (lambda t, p: (t == p)[:, None, None, :], "mask inverted"),  # key_padding_mask's convention
+    (lambda t, p: (t != 0).unsqueeze(1).unsqueeze(2), "pad id hard-coded"),  # the seed's x != 0
+    (lambda t, p: (t != p).float()[:, None, None, :], "float mask instead of bool"),
+])
+def test_padding_mask_rejects_wrong_implementations(fn, diagnosis):
+    with pytest.raises(CheckFailure, match=diagnosis):
+        ch03.check_padding_mask(fn)
+
+
+def test_wrong_axis_diagnosis_explains_the_batch_equals_heads_trap():
+    with pytest.raises(CheckFailure) as info:
+        ch03.check_padding_mask(lambda t, p: (t != p).unsqueeze(1))
+    assert "B == H" in str(info.value) and "§3.1 'Padding masks'" in str(info.value)
+
+
+# --------------------------------------------------------------------------- masked attention: right ones
+
+def masked_min_then_zero(q, k, v, mask):  # the reference's semantics: zeros for fully masked rows
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+    weights = scores.softmax(-1).masked_fill(~mask.any(-1, keepdim=True), 0.0)
+    return weights @ v, weights
+
+
+def masked_min_uniform(q, k, v, mask):  # fully masked rows left uniform: accepted
+    scores = torch.einsum("bhqd,bhkd->bhqk", q, k) / q.shape[-1] ** 0.5
+    weights = torch.softmax(scores.masked_fill(mask.logical_not(), torch.finfo(q.dtype).min), dim=-1)
+    return torch.einsum("bhqk,bhkd->bhqd", weights, v), weights
+
+
+def masked_where_minus_1e4(q, k, v, mask):  # -1e4 fits float16 and exp(-1e4) is 0: fine
+    scores = q @ k.mT / math.sqrt(q.size(-1))
+    weights = torch.where(mask, scores, torch.tensor(-1e4, dtype=scores.dtype)).softmax(-1)
+    return weights @ v, weights
+
+
+def masked_inf_then_nan_to_num(q, k, v, mask):  # -inf, then NaN rows repaired: fine
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    weights = scores.masked_fill(~mask, float("-inf")).softmax(-1).nan_to_num(0.0)
+    return weights @ v, weights
+
+
+def masked_additive(q, k, v, mask):
+    bias = torch.zeros(mask.shape, dtype=q.dtype).masked_fill(~mask, torch.finfo(q.dtype).min)
+    weights = (q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)) + bias).softmax(-1)
+    return weights @ v, weights
+
+
+RIGHT_MASKED = [masked_min_then_zero, masked_min_uniform, masked_where_minus_1e4, masked_inf_then_nan_to_num,
+                masked_additive]
+
+
+@pytest.mark.parametrize("fn", RIGHT_MASKED)
+def test_masked_attention_accepts_right_implementations(fn, capsys):
+    ch03.check_masked_attention(fn)
+    ch03.check_masked_attention_half_precision(fn)
+    ch03.check_masked_attention_by_hand(fn)
+    ch03.check_mask_probes(fn, ch03.causal_mask, ch03.padding_mask)
+    out = capsys.readouterr().out
+    assert out.count("✓ masked_attention") == 5 and "✓ mask probes" in out
+
+
+# --------------------------------------------------------------------------- masked attention: wrong ones
+
+def _scores(q, k):
+    return q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+
+
+def masked_after_softmax(q, k, v, mask):  # zeroes weights after normalising: rows no longer sum to 1
+    weights = _scores(q, k).softmax(-1) * mask
+    return weights @ v, weights
+
+
+def masked_inverted(q, k, v, mask):  # treats True as "ignore"
+    weights = _scores(q, k).masked_fill(mask, torch.finfo(q.dtype).min).softmax(-1)
+    return weights @ v, weights
+
+
+def masked_minus_inf(q, k, v, mask):  # fully masked rows become NaN
+    weights = _scores(q, k).masked_fill(mask == 0, float("-inf")).softmax(-1)
+    return weights @ v, weights
+
+
+def masked_minus_1e9(q, k, v, mask):  # the seed: fine in float32, refused by float16's masked_fill
+    weights = _scores(q, k).masked_fill(mask == 0, -1e9).softmax(-1)
+    return weights @ v, weights
+
+
+def masked_minus_1e20(q, k, v, mask):  # the other seed
+    weights = F.softmax(_scores(q, k).masked_fill(mask == 0, float("-1e20")), dim=3)
+    return weights @ v, weights
+
+
+def masked_where_1e9(q, k, v, mask):  # torch.where quietly turns -1e9 into -inf in float16: NaN there only
+    scores = _scores(q, k)
+    weights = torch.where(mask, scores, torch.tensor(-1e9, dtype=scores.dtype)).softmax(-1)
+    return weights @ v, weights
+
+
+def masked_fill_zero(q, k, v, mask):  # exp(0) = 1: masked keys still count
+    weights = _scores(q, k).masked_fill(~mask, 0.0).softmax(-1)
+    return weights @ v, weights
+
+
+def masked_ignores_mask(q, k, v, mask):
+    weights = _scores(q, k).softmax(-1)
+    return weights @ v, weights
+
+
+def masked_no_scaling(q, k, v, mask):  # chapter 2's bug, back again
+    weights = (q @ k.transpose(-2, -1)).masked_fill(~mask, torch.finfo(q.dtype).min).softmax(-1)
+    return weights @ v, weights
+
+
+def masked_calls_sdpa(q, k, v, mask):
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask), masked_min_then_zero(q, k, v, mask)[1]
+
+
+@pytest.mark.parametrize("fn,diagnosis", [
+    (masked_after_softmax, "mask applied after softmax"),
+    (masked_inverted, "mask inverted"),
+    (masked_minus_inf, "NaN on fully masked rows"),
+    (masked_fill_zero, "masked with 0 instead of a large negative number"),
+    (masked_ignores_mask, "mask ignored"),
+    (masked_no_scaling, "'no scaling'"),
+])
+def test_masked_attention_rejects_wrong_implementations(fn, diagnosis):
+    with pytest.raises(CheckFailure, match=diagnosis):
+        ch03.check_masked_attention(fn)
+
+
+@pytest.mark.parametrize("fn", [masked_minus_1e9, masked_minus_1e20, masked_where_1e9])
+def test_overflowing_fill_passes_float32_and_fails_half_precision_by_name(fn, capsys):
+    ch03.check_masked_attention(fn)  # uniform fully masked rows are accepted in float32
+    with pytest.raises(CheckFailure, match="fill value that overflows in half precision"):
+        ch03.check_masked_attention_half_precision(fn)
+
+
+@pytest.mark.parametrize("fn,diagnosis", [
+    (masked_minus_inf, "NaN on fully masked rows"),
+    (masked_inverted, "mask inverted"),
+])
+def test_half_precision_check_names_other_pitfalls_too(fn, diagnosis):
+    with pytest.raises(CheckFailure, match=diagnosis):
+        ch03.check_masked_attention_half_precision(fn)
+
+
+def test_masked_attention_by_hand_rejects_sdpa():
+    with pytest.raises(CheckFailure, match="calls scaled_dot_product_attention"):
+        ch03.check_masked_attention_by_hand(masked_calls_sdpa)
+
+
+# --------------------------------------------------------------------------- probes
+
+@pytest.mark.parametrize("attn,causal,pad,diagnosis", [
+    (masked_min_then_zero, lambda s: torch.ones(s, s, dtype=torch.bool).triu(), ch03.padding_mask, "causality"),
+    (masked_ignores_mask, ch03.causal_mask, ch03.padding_mask, "causality"),
+    (masked_min_then_zero, ch03.causal_mask, lambda t, p: (t == p)[:, None, None, :], "pad invariance"),
+    (masked_fill_zero, ch03.causal_mask, ch03.padding_mask, "causality"),
+    # [B, 1, S] with B == H == 2: runs, but each sequence is masked with the other one's padding.
+    (masked_min_then_zero, ch03.causal_mask, lambda t, p: (t != p).unsqueeze(1), "at padded positions"),
+])
+def test_probes_reject(attn, causal, pad, diagnosis):
+    with pytest.raises(CheckFailure, match=diagnosis):
+        ch03.check_mask_probes(attn, causal, pad)
+
+
+def test_checks_write_nothing_to_stderr(capfd):
+    ch03.check_masked_attention(masked_min_then_zero)
+    for fn in (masked_minus_1e9, masked_minus_inf):
+        with pytest.raises(CheckFailure):
+            ch03.check_masked_attention_half_precision(fn)
+    assert capfd.readouterr().err == ""
+
+
+def test_sections_match_the_lesson_headings():
+    """A failure points learners to '§N.k Title': every Section must be a real heading of the lesson."""
+    from pathlib import Path
+
+    from tformer_grading.checks.diagnosis import Section
+
+    lesson = (Path(__file__).resolve().parents[2] / "nbsrc" / "book" / ch03.CHAPTER / "lesson.py").read_text()
+    sections = [s for s in vars(ch03).values() if isinstance(s, Section) and s.chapter == ch03.CHAPTER]
+    assert len(sections) >= 5
+    for section in sections:
+        assert f"# ## {section.number} {section.title}\n" in lesson, section

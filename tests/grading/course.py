@@ -1,0 +1,155 @@
+"""Drive the real nbgrader CLI on a temporary copy of the course.
+
+Used by the grading tests of every chapter: build a course folder, release an
+exercise, hand in notebooks as fixture learners, autograde, generate feedback,
+and read the scores from the real gradebook.
+"""
+from __future__ import annotations
+
+import copy
+import html
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SOLUTION_BLOCK = re.compile(r"^[ \t]*### BEGIN SOLUTION\n(.*?)^[ \t]*### END SOLUTION\n?", re.S | re.M)
+
+
+def nbgrader(course: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    """Run ``nbgrader ARGS`` in ``course``; fail the test with its output when it exits non-zero."""
+    proc = subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=course, text=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout)
+    assert proc.returncode == 0, f"nbgrader {' '.join(args)} failed:\n{proc.stdout[-5000:]}"
+    return proc
+
+
+def make_course(tmp: Path, chapter: str) -> Path:
+    """A fresh course folder holding ``chapter``'s source notebook, with the assignment released."""
+    course = tmp / "course"
+    (course / "solutions" / chapter).mkdir(parents=True)
+    shutil.copy(ROOT / "nbgrader_config.py", course)
+    shutil.copy(ROOT / "solutions" / chapter / "exercise.ipynb", course / "solutions" / chapter)
+    nbgrader(course, "db", "assignment", "add", chapter)
+    nbgrader(course, "generate_assignment", chapter, "--force")
+    return course
+
+
+def released(course: Path, chapter: str) -> nbformat.NotebookNode:
+    return nbformat.read(course / "release" / chapter / "exercise.ipynb", as_version=4)
+
+
+def solution_sources(chapter: str) -> dict[str, str]:
+    """grade_id -> the solution cell's code, as a learner who got it right would write it."""
+    nb = nbformat.read(ROOT / "solutions" / chapter / "exercise.ipynb", as_version=4)
+    out = {}
+    for cell in nb.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if meta.get("solution") and cell.cell_type == "code":
+            out[meta["grade_id"]] = SOLUTION_BLOCK.sub(lambda m: m.group(1), cell.source)
+    return out
+
+
+def filled(student_nb: nbformat.NotebookNode, answers: dict[str, str]) -> nbformat.NotebookNode:
+    """A copy of the student notebook with the answer cells named in ``answers`` replaced."""
+    nb = copy.deepcopy(student_nb)
+    for cell in nb.cells:
+        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if grade_id in answers:
+            cell.source = answers[grade_id]
+    return nb
+
+
+def submit(course: Path, chapter: str, student: str, nb: nbformat.NotebookNode) -> None:
+    folder = course / "submitted" / student / chapter
+    folder.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, folder / "exercise.ipynb")
+    (folder / "timestamp.txt").write_text("2026-11-29 10:00:00.000000 UTC")
+
+
+def autograde(course: Path, chapter: str, *extra: str) -> subprocess.CompletedProcess:
+    return nbgrader(course, "autograde", chapter, "--force", *extra)
+
+
+def scores(course: Path, chapter: str) -> dict[str, dict[str, float]]:
+    """student -> {grade_id: score} from the gradebook nbgrader wrote."""
+    from nbgrader.api import Gradebook
+
+    result = {}
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        for submission in gb.assignment_submissions(chapter):
+            grades = submission.notebooks[0].grades
+            result[submission.student.id] = {g.name: g.score for g in grades}
+    return result
+
+
+def feedback_text(course: Path, chapter: str, student: str) -> str:
+    """The learner's feedback page as plain text (tags dropped, entities decoded)."""
+    page = (course / "feedback" / student / chapter / "exercise.html").read_text()
+    return html.unescape(re.sub(r"<[^>]+>", "", page))
+
+
+class GradedChapter:
+    """Base of every chapter's grading test (tests/grading/test_grading_chNN.py): subclass it as ``TestGrading``
+    and give the data below. One real ``nbgrader autograde`` run grades a small class: the solution,
+    the untouched student version, right answers written differently, and one buggy submission per
+    diagnosis; then ``generate_feedback`` writes each learner's page.
+    """
+
+    chapter: str
+    full: dict[str, int]  # grade_id of every test cell -> its points
+    # learner -> (answer cells replaced, test cells that must score 0, text(s) the feedback must contain)
+    buggy: dict[str, tuple[dict[str, str], tuple[str, ...], str | tuple[str, ...]]]
+    right_variants: dict[str, dict[str, str]] = {}  # learner -> answer cells replaced by right code
+    hidden_marker: str  # text that only the hidden tests contain
+    hidden_student: str  # a learner whose autograded notebook must show the hidden tests
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def graded(cls, tmp_path_factory):
+        self = cls
+        course = make_course(tmp_path_factory.mktemp(self.chapter), self.chapter)
+        student_nb = released(course, self.chapter)
+        right = solution_sources(self.chapter)
+        submit(course, self.chapter, "solution", filled(student_nb, right))
+        submit(course, self.chapter, "untouched", student_nb)
+        for student, answers in self.right_variants.items():
+            submit(course, self.chapter, student, filled(student_nb, {**right, **answers}))
+        for student, (answers, _, _) in self.buggy.items():
+            submit(course, self.chapter, student, filled(student_nb, {**right, **answers}))
+        autograde(course, self.chapter)
+        nbgrader(course, "generate_feedback", self.chapter, "--force")
+        return course, scores(course, self.chapter)
+
+    def test_solution_scores_full_marks(self, graded):
+        _, got = graded
+        assert got["solution"] == self.full
+
+    def test_right_answers_written_differently_score_full_marks(self, graded):
+        _, got = graded
+        for student in self.right_variants:
+            assert got[student] == self.full, student
+
+    def test_untouched_student_version_scores_zero(self, graded):
+        _, got = graded
+        assert got["untouched"] == {cell: 0 for cell in self.full}
+
+    def test_buggy_submission_loses_exactly_its_cells(self, graded, buggy_student):
+        course, got = graded
+        _, broken, diagnoses = self.buggy[buggy_student]
+        assert got[buggy_student] == {cell: (0 if cell in broken else pts) for cell, pts in self.full.items()}
+        text = feedback_text(course, self.chapter, buggy_student)
+        for diagnosis in (diagnoses,) if isinstance(diagnoses, str) else diagnoses:
+            assert diagnosis in text
+
+    def test_hidden_tests_are_not_in_the_student_version_but_are_graded(self, graded):
+        course, _ = graded
+        released_text = (course / "release" / self.chapter / "exercise.ipynb").read_text()
+        assert self.hidden_marker not in released_text and "BEGIN HIDDEN TESTS" not in released_text
+        graded_nb = course / "autograded" / self.hidden_student / self.chapter / "exercise.ipynb"
+        assert self.hidden_marker in graded_nb.read_text()

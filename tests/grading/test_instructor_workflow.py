@@ -1,0 +1,82 @@
+"""The instructor workflow with the real nbgrader CLI on a temporary course.
+
+generate_assignment -> (hand-in of a small class) -> autograde -> generate_feedback -> export, driven by
+the instructor command ``python -m tformer_grading --course --assignment --submissions``. The class is
+the fixture learners of tests/grading/hostile.py (honest, buggy and hostile), graded in one run.
+"""
+import csv
+import sqlite3
+
+import pytest
+
+from course import nbgrader
+from hostile import CHAPTER, LEARNERS, TIMEOUT, graded_class
+
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("hostile_class")]  # graded_class() runs once per worker
+
+
+@pytest.fixture(scope="module")
+def graded():
+    return graded_class()
+
+
+def test_exported_grades_match_what_each_submission_deserves(graded):
+    course, out, table, _ = graded
+    with open(out / "grades.csv") as f:
+        rows = {row["student_id"]: row for row in csv.DictReader(f) if row["assignment"] == CHAPTER}
+    assert set(rows) == set(LEARNERS)
+    for learner, (_, _, expected, _) in LEARNERS.items():
+        assert float(rows[learner]["raw_score"]) == sum(expected.values()), learner
+        assert float(rows[learner]["max_score"]) == 12
+        assert table[learner]["cells"] == expected, learner
+
+
+def test_feedback_is_written_for_every_learner(graded):
+    _, out, _, _ = graded
+    for learner in LEARNERS:
+        page = out / "feedback" / learner / "exercise.html"
+        assert page.is_file(), learner
+        assert page.stat().st_size < 2_000_000, f"{learner}'s feedback is {page.stat().st_size:,} bytes"
+
+
+def test_gradebook_is_consistent(graded):
+    """Every learner has one submission with every grade cell scored; nothing dangling, nothing null."""
+    course, _, _, _ = graded
+    db = sqlite3.connect(course / "gradebook.db")
+    try:
+        grades = db.execute(
+            "SELECT student.id, base_cell.name, grade.auto_score, grade.needs_manual_grade "
+            "FROM grade JOIN submitted_notebook ON grade.notebook_id = submitted_notebook.id "
+            "JOIN submitted_assignment ON submitted_notebook.assignment_id = submitted_assignment.id "
+            "JOIN student ON submitted_assignment.student_id = student.id "
+            "JOIN base_cell ON grade.cell_id = base_cell.id").fetchall()
+        submissions = db.execute("SELECT COUNT(*) FROM submitted_assignment").fetchone()[0]
+    finally:
+        db.close()
+    assert submissions == len(LEARNERS)
+    assert len(grades) == 5 * len(LEARNERS)
+    assert all(score is not None and not manual for _, _, score, manual in grades), \
+        [g for g in grades if g[2] is None or g[3]]
+
+
+def test_running_autograde_again_changes_nothing(graded):
+    course, _, table, _ = graded
+    before = (course / "gradebook.db").read_bytes()
+    nbgrader(course, "autograde", CHAPTER)  # already graded: nbgrader skips, the gradebook is untouched
+    assert (course / "gradebook.db").read_bytes() == before
+    # Forced regrading of one learner gives the same scores.
+    nbgrader(course, "autograde", CHAPTER, "--force", "--student=scale_d_model", f"--Execute.timeout={TIMEOUT}")
+    from hostile import LEARNERS as L
+    from tformer_grading.course import read_scores
+
+    again = read_scores(course, CHAPTER)
+    assert {g: s for g, (s, _) in again["scale_d_model"].items()} == L["scale_d_model"][2]
+    assert {s: {g: v for g, (v, _) in c.items()} for s, c in again.items()} == {s: row["cells"] for s, row in table.items()}
+
+
+def test_whole_class_grades_within_budget(graded):
+    """DESIGN §6: one learner's chapter submission autogrades in about 20 s (2-core CPU, loaded machine: 3x slack).
+    The class includes two deliberate timeouts of TIMEOUT seconds."""
+    _, _, _, seconds = graded
+    print(f"class of {len(LEARNERS)} graded in {seconds:.0f} s")
+    assert seconds < 60 * len(LEARNERS)

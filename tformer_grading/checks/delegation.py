@@ -1,0 +1,117 @@
+"""Did the learner implement it, or call it? The hidden "written by hand" tests.
+
+One recorder (:func:`record_calls`) watches a learner's function run: the
+PyTorch functions it calls through any alias (a ``TorchFunctionMode``), the
+reference package's functions it enters from outside, and every code object it
+enters (``sys.setprofile``). A learner's code that switches the recorder off is
+itself reported.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import types
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+import torch
+
+import tformer_ref
+
+from .diagnosis import fail, passed, quiet, single_thread, verify_integrity
+
+REFERENCE_DIR = os.path.dirname(os.path.abspath(tformer_ref.__file__)) + os.sep
+# Reference code a learner may call freely inside an exercise (it teaches nothing the exercise
+# asks for). Immutable on purpose: the integrity seal compares module globals by identity.
+ALLOWED_FILES = frozenset({os.path.join(REFERENCE_DIR, "device.py")})
+
+
+def is_reference(path: str) -> bool:
+    return path.startswith(REFERENCE_DIR) and path not in ALLOWED_FILES
+
+
+@dataclass
+class Calls:
+    """What a run called: PyTorch function names, reference functions (``tformer_ref.<name>``),
+    the code objects entered, and whether the recorder was switched off."""
+
+    torch: set = field(default_factory=set)
+    reference: set = field(default_factory=set)
+    code: set = field(default_factory=set)
+    switched_off: bool = False
+
+
+@contextlib.contextmanager
+def record_calls():
+    """Record what the code run inside the ``with`` block calls (see :class:`Calls`)."""
+    calls = Calls()
+
+    class _Mode(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func, types=(), args=(), kwargs=None):
+            calls.torch.add(getattr(func, "__name__", str(func)))
+            return func(*args, **(kwargs or {}))
+
+    def _profile(frame, event, arg):
+        if event != "call":
+            return
+        calls.code.add(frame.f_code)
+        caller = frame.f_back.f_code.co_filename if frame.f_back else ""
+        # Only entries into the package from outside it: its own internal calls are not the
+        # learner's.
+        if is_reference(frame.f_code.co_filename) and not is_reference(caller):
+            calls.reference.add(f"tformer_ref.{frame.f_code.co_name}")
+
+    old = sys.getprofile()
+    sys.setprofile(_profile)
+    try:
+        with _Mode():
+            yield calls
+        calls.switched_off = sys.getprofile() is not _profile
+    finally:
+        sys.setprofile(old)
+
+
+def _contains_builtin(title: str, module: torch.nn.Module) -> None:
+    __tracebackhide__ = True
+    for name, sub in module.named_modules():
+        kind = type(sub)
+        if kind.__module__.startswith("tformer_ref") or kind is torch.nn.MultiheadAttention:
+            fail(title, f"your module contains {kind.__module__}.{kind.__name__} (at "
+                        f"'{name or 'self'}'): the exercise is to write it yourself, not to wrap "
+                        "the reference or PyTorch's own.")
+
+
+def check_not_delegated(title: str, run: Callable[[], Any], forbidden: Sequence[str] = (),
+                        module: torch.nn.Module | None = None,
+                        forbidden_code: Mapping[types.CodeType, str] | None = None) -> None:
+    """Fail when ``run()`` calls any of ``forbidden`` (PyTorch function names,
+    ``"tformer_ref.<name>"``, or ``"tformer_ref"`` for any reference code) or enters one of
+    ``forbidden_code`` (code object -> what to call it), or when ``module`` contains a reference
+    or built-in attention module."""
+    __tracebackhide__ = True
+    verify_integrity()
+    if module is not None:
+        _contains_builtin(title, module)
+    with record_calls() as calls, quiet():
+        run()
+    if calls.switched_off:
+        fail(title, "your code changed sys.setprofile while it was being checked, which hides "
+                    "what it calls.")
+    used = {c for c in calls.torch | calls.reference if c in forbidden}
+    if "tformer_ref" in forbidden:
+        used |= calls.reference
+    used |= {name for code, name in (forbidden_code or {}).items() if code in calls.code}
+    if used:
+        fail(title, f"your code calls {', '.join(sorted(used))}: the exercise is to write that "
+                    "computation yourself.")
+    passed(title, "written by hand, no built-in or reference shortcut")
+
+
+def check_by_hand(title: str, fn: Callable, args: tuple,
+                  forbidden: Sequence[str] = ("tformer_ref",)) -> None:
+    """Hidden test: ``fn(*args)`` runs without calling ``forbidden`` (default: any reference
+    code)."""
+    __tracebackhide__ = True
+    with single_thread():
+        check_not_delegated(title, lambda: fn(*args), forbidden=forbidden)

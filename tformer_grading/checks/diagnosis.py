@@ -1,0 +1,309 @@
+"""What every exercise check is built from: the check author's API.
+
+A check runs the learner's code on several :class:`Case` inputs, compares each
+output with the reference, and on a mismatch runs the known wrong variants
+(:class:`Pitfall`) on the same cases: when one of them reproduces the learner's
+output on every case, the failure names that pitfall and the lesson
+:class:`Section` that explains it. Otherwise it reports the case, the shapes,
+the largest difference and where it is.
+
+A check prints one line on success (:func:`passed`) and raises
+:class:`CheckFailure` (an ``AssertionError``, so nbgrader marks the cell failed)
+on failure. It never writes to stderr: nbgrader gives a test cell zero points
+when it does. Learner code is run through :func:`run`, which turns an exception
+into a value and keeps warnings and stderr out of the cell.
+
+The guards (``tformer_grading.guard``) touch this module in two places only:
+:func:`verify_integrity` before a check and :func:`passed` after it.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import io
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import torch
+
+from ..guard.integrity import integrity_problems
+from ..guard.receipts import sign
+
+
+class CheckFailure(AssertionError):
+    """A check found a mistake. The message says which, and where to read about it."""
+
+
+@dataclass(frozen=True)
+class Section:
+    """A place in the book: lesson ``chapter`` (its folder under ``book/``), section ``number``."""
+
+    chapter: str
+    number: str
+    title: str
+
+    def __str__(self) -> str:
+        return f"§{self.number} '{self.title}' in book/{self.chapter}/lesson.ipynb"
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """A mistake a check can name: what the learner reads, and where it is taught.
+
+    Checks that recognise a mistake from behaviour (a probe) use a Diagnosis; the
+    book's pitfall index lists every Diagnosis of every chapter.
+    """
+
+    name: str
+    explanation: str
+    section: Section
+
+    def fail(self, title: str, detail: str = "") -> None:
+        """Raise the failure that names this mistake; ``detail`` is what was observed."""
+        __tracebackhide__ = True
+        observed = f"{detail} " if detail else ""
+        fail(title, f"this looks like the pitfall '{self.name}'. {observed}{self.explanation}",
+             self.section)
+
+
+@dataclass(frozen=True)
+class Pitfall(Diagnosis):
+    """A Diagnosis with a wrong variant that reproduces it.
+
+    ``impl`` takes the same arguments as the reference; when it reproduces a
+    learner's outputs on every case, the check names this pitfall.
+    """
+
+    impl: Callable[..., Any] = None
+
+    def adapted(self, adapt: Callable[[Callable], Callable]) -> "Pitfall":
+        return Pitfall(self.name, self.explanation, self.section, adapt(self.impl))
+
+
+@dataclass(frozen=True)
+class Case:
+    """One input to try. ``make`` builds fresh arguments each call (learners may modify inputs
+    in place)."""
+
+    label: str
+    make: Callable[[], tuple]
+
+
+class Raised:
+    """The exception a call raised, kept as a value so variants can be compared on it too."""
+
+    def __init__(self, exc: BaseException):
+        self.exc = exc
+
+    def __repr__(self) -> str:
+        return f"{type(self.exc).__name__}: {self.exc}"
+
+
+def fail(title: str, message: str, section: Section | None = None) -> None:
+    """Raise a :class:`CheckFailure` formatted the same way everywhere."""
+    text = f"{title}: {message}"
+    if section is not None:
+        text += f"\n    Read {section}."
+    raise CheckFailure(text)
+
+
+def verify_integrity() -> None:
+    """Raise :class:`CheckFailure` when the check machinery was patched (no check can be
+    trusted then)."""
+    __tracebackhide__ = True
+    problems = integrity_problems()
+    if problems:
+        shown = "; ".join(problems[:4])
+        if len(problems) > 4:
+            shown += f"; and {len(problems) - 4} more"
+        raise CheckFailure(
+            f"grading integrity: the course's check code was changed while your notebook ran "
+            f"({shown}). No check can be trusted after that, so every check from here on fails. "
+            "Remove the code that patches tformer_ref, tformer_grading, torch or IPython, restart "
+            "the kernel and run all cells again.")
+
+
+def passed(title: str, detail: str) -> None:
+    """Print the success line of a check (signed while grading), after verifying nothing was
+    patched."""
+    __tracebackhide__ = True
+    verify_integrity()
+    print(sign(f"✓ {title}: {detail}"))
+
+
+# --------------------------------------------------------------------------- running learner code
+
+@contextlib.contextmanager
+def single_thread():
+    """Tiny tensors gain nothing from intra-op threads, and on a busy machine the threads'
+    spin-waits make every small op ten times slower: run the many small comparisons on one
+    thread."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def single_threaded(check: Callable) -> Callable:
+    """Decorator: run a whole check on one thread (see :func:`single_thread`)."""
+    @functools.wraps(check)
+    def run_check(*args, **kwargs):
+        __tracebackhide__ = True
+        with single_thread():
+            return check(*args, **kwargs)
+    return run_check
+
+
+@contextlib.contextmanager
+def quiet():
+    """Run learner code without letting it reach stderr: nbgrader zeroes a test cell that writes
+    there, even when the answer is right. Warnings are ignored and stderr writes discarded."""
+    with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
+        warnings.simplefilter("ignore")
+        yield
+
+
+def run(fn: Callable, args: tuple) -> Any:
+    """Call ``fn(*args)`` quietly; an exception becomes a :class:`Raised` value."""
+    with quiet():
+        try:
+            return fn(*args)
+        except CheckFailure:
+            raise
+        except Exception as exc:  # the learner's code may raise anything
+            return Raised(exc)
+
+
+# --------------------------------------------------------------------------- comparing outputs
+
+def describe_difference(got: Any, want: torch.Tensor, atol: float, rtol: float) -> str | None:
+    """None when ``got`` equals ``want`` within tolerance, else a sentence saying how it differs."""
+    if isinstance(got, Raised):
+        return f"your code raised {got!r}"
+    if not isinstance(got, torch.Tensor):
+        return f"expected a tensor of shape {list(want.shape)}, got {type(got).__name__}"
+    if type(got) not in (torch.Tensor, torch.nn.Parameter):
+        # A subclass can override __torch_function__ and make any comparison say "equal".
+        return f"expected a plain torch.Tensor, got the tensor subclass {type(got).__name__}"
+    if got.shape != want.shape:
+        return f"expected shape {list(want.shape)}, got {list(got.shape)}"
+    if got.dtype != want.dtype:
+        return f"expected dtype {want.dtype}, got {got.dtype}"
+    if got.device != want.device:
+        return f"expected a tensor on {want.device}, got one on {got.device}"
+    got_d, want_d = got.detach(), want.detach()
+    nan_got = torch.isnan(got_d)
+    if nan_got.any() and not torch.isnan(want_d).any():
+        where = tuple(nan_got.nonzero()[0].tolist())
+        return f"your output has NaN (first at index {where}) where the reference has none"
+    if torch.allclose(got_d, want_d, atol=atol, rtol=rtol, equal_nan=True):
+        return None
+    diff = (got_d.double() - want_d.double()).abs().nan_to_num(nan=float("inf"))
+    idx = tuple(int(i) for i in torch.unravel_index(diff.argmax(), diff.shape))
+    return (f"values differ: largest difference {diff.max().item():.3g} at index {idx} "
+            f"(yours {got_d[idx].item():.6g}, expected {want_d[idx].item():.6g})")
+
+
+def same(a: Any, b: Any, atol: float, rtol: float) -> bool:
+    """Two outputs agree: equal tensors, or the same kind of exception."""
+    if isinstance(a, Raised) or isinstance(b, Raised):
+        return isinstance(a, Raised) and isinstance(b, Raised) and type(a.exc) is type(b.exc)
+    return (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)
+            and describe_difference(a, b, atol, rtol) is None)
+
+
+def _identity(fn: Callable) -> Callable:
+    return fn
+
+
+def compare_to_reference(
+    title: str,
+    cases: Sequence[Case],
+    learner: Callable,
+    reference: Callable,
+    pitfalls: Sequence[Pitfall] = (),
+    atol: float = 1e-5,
+    rtol: float = 1e-4,
+    adapt: Callable[[Callable], Callable] = _identity,
+) -> None:
+    """Run ``learner`` and ``reference`` on every case; on a mismatch, name the pitfall that
+    explains it.
+
+    ``adapt`` wraps learner, reference and every pitfall alike (say, to keep one output of a
+    pair, or to call a module with weights the case supplies).
+    """
+    __tracebackhide__ = True
+    verify_integrity()
+    learner, reference = adapt(learner), adapt(reference)
+    ours = [run(reference, case.make()) for case in cases]
+    for case, want in zip(cases, ours):
+        if isinstance(want, Raised):  # a broken case is the course's bug, not the learner's
+            raise RuntimeError(f"reference failed on case {case.label}: {want!r}")
+    theirs = [run(learner, case.make()) for case in cases]
+    problems = [(case, msg) for case, got, want in zip(cases, theirs, ours)
+                if (msg := describe_difference(got, want, atol, rtol)) is not None]
+    if not problems:
+        passed(title, f"matches the reference on {len(cases)} cases")
+        return
+    for pitfall in pitfalls:
+        variant = [run(adapt(pitfall.impl), case.make()) for case in cases]
+        if all(same(g, v, atol, rtol) for g, v in zip(theirs, variant)):
+            pitfall.fail(title)
+    case, msg = problems[0]
+    fail(title, f"wrong on {len(problems)} of {len(cases)} cases. First: case {case.label}: "
+                f"{msg}. It matches none of the known pitfalls; compare your code with the "
+                "lesson step by step.")
+
+
+# --------------------------------------------------------------------------- behaviour probes
+# Properties any correct implementation has, whatever its code.
+
+def probe_token_mixing(title: str, fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor,
+                       section: Section) -> None:
+    """Changing token j must change the output at some other position i: attention mixes
+    tokens."""
+    __tracebackhide__ = True
+    changed = x.clone()
+    j = x.size(1) - 1
+    changed[:, j] = changed[:, j] + 1.0
+    with quiet():
+        base, out = fn(x.clone()).detach(), fn(changed).detach()
+    others = [i for i in range(x.size(1)) if i != j]
+    if torch.allclose(out[:, others], base[:, others], atol=1e-6):
+        fail(title, f"changing token {j} changed no other position's output, so tokens never "
+                    "exchange information. The scores must contract over the feature axis and range "
+                    "over key *positions*: check the axes of your matmul/einsum (the seed's einsum "
+                    "labels the sequence axis as heads).", section)
+
+
+def probe_batch_independence(title: str, fn: Callable[[torch.Tensor], torch.Tensor],
+                             x: torch.Tensor, section: Section) -> None:
+    """Changing batch entry 1 must leave batch entry 0's output unchanged."""
+    __tracebackhide__ = True
+    if x.size(0) < 2:
+        raise ValueError("probe_batch_independence needs a batch of at least 2")
+    changed = x.clone()
+    changed[1:] = changed[1:] + 1.0
+    with quiet():
+        base, out = fn(x.clone()).detach(), fn(changed).detach()
+    if not torch.allclose(out[0], base[0], atol=1e-6):
+        fail(title, "changing the other sequences of the batch changed the output for sequence "
+                    "0: batch entries are leaking into each other. Check that no reshape/view mixes the "
+                    "batch axis with the head or sequence axis, and that batch-first tensors go to "
+                    "modules built with batch_first=True.",
+             section)
+
+
+def probe_eval_determinism(title: str, module: torch.nn.Module, inputs: tuple,
+                           section: Section) -> None:
+    """In eval mode two identical calls must give identical outputs (dropout off)."""
+    __tracebackhide__ = True
+    module.eval()
+    with torch.no_grad(), quiet():
+        a, b = module(*inputs), module(*inputs)
+    if not torch.equal(a, b):
+        fail(title, "two calls in eval mode gave different outputs. Dropout must be off in eval "
+                    "mode: use nn.Dropout or pass `dropout_p if self.training else 0.0`.", section)

@@ -1,0 +1,63 @@
+"""Receipts: while grading, each success line a check prints is signed.
+
+The grader puts a fresh key in the kernel's environment (``GuardedExecute``);
+this module reads it once when the checks are imported and removes it from
+``os.environ``, so code that runs later does not find it there.
+``VerifyReceipts`` then counts, outside the kernel, the valid receipts of each
+test cell: a test cell whose checks were skipped, replaced or silenced scores
+zero even though it raised nothing.
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import re
+import secrets
+
+GRADING_KEY_ENV = "TFORMER_GRADING_KEY"
+RECEIPT_PATTERN = r"^(✓ .*?)  \[grader receipt (\d+):([0-9a-f]{16})\]$"
+_RECEIPT = re.compile(RECEIPT_PATTERN, re.M)
+_CHECK_CALL = re.compile(r"\bcheck_\w+\s*\(")
+
+
+def receipt_mac(key: str, number: int, line: str) -> str:
+    """The 16 hex digits that sign success line ``line``, the ``number``-th of the kernel."""
+    message = f"{number}|{line}".encode()
+    return hmac.new(key.encode(), message, hashlib.sha256).hexdigest()[:16]
+
+
+def _make_signer():
+    key = os.environ.pop(GRADING_KEY_ENV, "")
+    count = [0]
+
+    def sign(line: str) -> str:
+        """``line`` with its receipt appended while grading; unchanged otherwise."""
+        if not key:
+            return line
+        count[0] += 1
+        return f"{line}  [grader receipt {count[0]}:{receipt_mac(key, count[0], line)}]"
+
+    return sign
+
+
+sign = _make_signer()
+
+
+def expected_receipts(source: str) -> int:
+    """How many check calls a test cell's source makes (comments ignored): each must print a receipt."""
+    code = "\n".join(line.split("#", 1)[0] for line in source.splitlines())
+    return len(_CHECK_CALL.findall(code))
+
+
+def valid_receipts(text: str, key: str) -> list[int]:
+    """The numbers of the correctly signed success lines in ``text``."""
+    return [int(n) for line, n, mac in _RECEIPT.findall(text)
+            if secrets.compare_digest(mac, receipt_mac(key, int(n), line))]
+
+
+def receipt_lines(text: str) -> str:
+    """Every receipt line of ``text``, one per line (kept when an output cap cuts the rest)."""
+    if "[grader receipt" not in text:
+        return ""
+    return "".join(m.group(0) + "\n" for m in _RECEIPT.finditer(text))
