@@ -1,0 +1,88 @@
+"""Every place that sends a reader to '§N.k Title' names a heading that exists.
+
+Two kinds of pointer, one test: a check's ``Section`` (a failure tells the learner "Read §3.2
+'The causal mask' in book/ch03_masks/lesson.ipynb") and a reference docstring's "Taught in §3.2
+'The causal mask' (book/ch03_masks)." line (d2l's "Defined in"), which every public object of
+``tformer_ref`` carries. Bug this guards against: a lesson heading renamed or renumbered while the
+pointers to it keep the old one (four copies of this test once drifted apart, and chapters 1, 6
+and 7 had none).
+"""
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+import re
+from pathlib import Path
+
+import pytest
+
+import tformer_grading.checks as checks
+import tformer_ref
+from tformer_grading.checks.diagnosis import Diagnosis, Section
+
+LESSONS = Path(__file__).resolve().parents[2] / "nbsrc" / "book"
+POINTER = re.compile(r"(?:Taught|Used) in §(\d+\.\d+) '([^']+)' \(book/(ch\d\d_\w+)\)\.")
+
+
+def _check_modules():
+    names = [m.name for m in pkgutil.iter_modules(checks.__path__) if re.fullmatch(r"ch\d\d", m.name)]
+    return [importlib.import_module(f"tformer_grading.checks.{n}") for n in sorted(names)]
+
+
+def _sections_of(module) -> set[Section]:
+    found = set()
+    for value in vars(module).values():
+        for item in value if isinstance(value, (list, tuple)) else [value]:
+            if isinstance(item, Section):
+                found.add(item)
+            elif isinstance(item, Diagnosis):
+                found.add(item.section)
+    return found
+
+
+def _public_objects(module):
+    for name, value in vars(module).items():
+        if name.startswith("_") or not (inspect.isfunction(value) or inspect.isclass(value)):
+            continue
+        if getattr(value, "__module__", None) == module.__name__:
+            yield name, value
+
+
+def _reference_modules():
+    return [importlib.import_module(f"tformer_ref.{m.name}")
+            for m in pkgutil.iter_modules(tformer_ref.__path__)]
+
+
+def _pointers():
+    """(where it is written, Section) for every check Section and every reference docstring."""
+    out = []
+    for module in _check_modules():
+        out += [(module.__name__, s) for s in sorted(_sections_of(module), key=str)]
+    for module in _reference_modules():
+        for name, obj in _public_objects(module):
+            match = POINTER.search(inspect.getdoc(obj) or "")
+            where = f"{module.__name__}.{name}"
+            out.append((where, Section(match[3], match[1], match[2]) if match else None))
+    return out
+
+
+def _headings(chapter: str) -> set[str]:
+    text = "".join(p.read_text() for p in sorted((LESSONS / chapter).glob("*.py")))
+    return set(re.findall(r"^# ## (\d+\.\d+ .+)$", text, flags=re.M))
+
+
+@pytest.mark.parametrize("where, section", _pointers(), ids=lambda v: str(v) if isinstance(v, str) else "")
+def test_every_pointer_to_a_lesson_section_names_a_heading_that_exists(where, section):
+    assert section is not None, (
+        f"{where}: its docstring needs a line like \"Taught in §3.2 'The causal mask' "
+        "(book/ch03_masks).\" (or \"Used in ...\" for lesson support code)")
+    assert f"{section.number} {section.title}" in _headings(section.chapter), (
+        f"{where} points to §{section.number} '{section.title}' in {section.chapter}, which has "
+        f"no such heading")
+
+
+def test_every_chapter_with_an_exercise_has_checks_that_name_its_sections():
+    chapters = {p.parent.name for p in LESSONS.glob("*/lesson.py")}
+    named = {s.chapter for m in _check_modules() for s in _sections_of(m)}
+    assert chapters <= named, f"no check names a section of {sorted(chapters - named)}"
