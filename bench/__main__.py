@@ -3,15 +3,12 @@ import json
 import sys
 from pathlib import Path
 
-import torch
-
 from . import attention, training
 
 BENCHMARKS = [attention.run, training.run]
 
 
 def main() -> int:
-    torch.set_num_threads(torch.get_num_threads())
     results = [r for bench in BENCHMARKS for r in bench()]
     missed = []
     for r in results:

@@ -69,23 +69,28 @@ def render(nb: nbformat.NotebookNode) -> str:
     return nbformat.writes(nb, version=4) + "\n"
 
 
+def write_if_changed(target: Path, text: str, check: bool) -> bool:
+    """Write ``text`` to ``target`` if the file differs; with ``check``, only say so.
+
+    Prints a line for a file that differs and returns whether it does (tools/release.py
+    uses it too).
+    """
+    if target.exists() and target.read_text() == text:
+        return False
+    if not check:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+    print(f"{'out of date' if check else 'written'}: {target.relative_to(ROOT)}")
+    return True
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="only report notebooks that differ from their sources")
     args = parser.parse_args(argv)
-    stale = []
-    for source in sorted(SRC.rglob("*.py")):
-        target, text = target_of(source), render(build(source))
-        if target.exists() and target.read_text() == text:
-            continue
-        stale.append(target.relative_to(ROOT))
-        if not args.check:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(text)
-    verb = "out of date" if args.check else "written"
-    for path in stale:
-        print(f"{verb}: {path}")
-    return 1 if (args.check and stale) else 0
+    changed = [write_if_changed(target_of(source), render(build(source)), args.check)
+               for source in sorted(SRC.rglob("*.py"))]
+    return 1 if (args.check and any(changed)) else 0
 
 
 if __name__ == "__main__":

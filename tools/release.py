@@ -17,6 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from nbsync import write_if_changed  # tools/ is on sys.path: it holds this script
 from tformer_grading.course import chapters, nbgrader
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,20 +38,13 @@ def main(argv=None) -> int:
     parser.add_argument("--check", action="store_true", help="only report student versions that are out of date")
     parser.add_argument("chapter", nargs="*", help="chapters to release (default: all)")
     args = parser.parse_args(argv)
-    stale = []
+    changed = []
     for chapter in args.chapter or chapters(ROOT):
         with tempfile.TemporaryDirectory() as tmp:
             text = generate(chapter, Path(tmp)).read_text()
         target = ROOT / "book" / chapter / "exercise.ipynb"
-        if target.exists() and target.read_text() == text:
-            continue
-        stale.append(target.relative_to(ROOT))
-        if not args.check:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(text)
-    for path in stale:
-        print(f"{'out of date' if args.check else 'written'}: {path}")
-    return 1 if (args.check and stale) else 0
+        changed.append(write_if_changed(target, text, args.check))
+    return 1 if (args.check and any(changed)) else 0
 
 
 if __name__ == "__main__":

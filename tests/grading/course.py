@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import nbformat
 import pytest
@@ -94,6 +95,14 @@ def feedback_text(course: Path, chapter: str, student: str) -> str:
     return html.unescape(re.sub(r"<[^>]+>", "", page))
 
 
+class Buggy(NamedTuple):
+    """A buggy learner; the answer cells it does not name are the solution's."""
+
+    answers: dict[str, str]  # grade_id of an answer cell -> the learner's code for it
+    zero: tuple[str, ...]  # test cells that must score 0; the others keep their points
+    feedback: str | tuple[str, ...]  # what the learner's feedback page must contain
+
+
 class GradedChapter:
     """Base of every chapter's grading test (tests/grading/test_grading_chNN.py): subclass it as ``TestGrading``
     and give the data below. One real ``nbgrader autograde`` run grades a small class: the solution,
@@ -103,8 +112,7 @@ class GradedChapter:
 
     chapter: str
     full: dict[str, int]  # grade_id of every test cell -> its points
-    # learner -> (answer cells replaced, test cells that must score 0, text(s) the feedback must contain)
-    buggy: dict[str, tuple[dict[str, str], tuple[str, ...], str | tuple[str, ...]]]
+    buggy: dict[str, Buggy]  # one learner per diagnosis
     right_variants: dict[str, dict[str, str]] = {}  # learner -> answer cells replaced by right code
     hidden_marker: str  # text that only the hidden tests contain
     hidden_student: str  # a learner whose autograded notebook must show the hidden tests
@@ -120,8 +128,9 @@ class GradedChapter:
         submit(course, self.chapter, "untouched", student_nb)
         for student, answers in self.right_variants.items():
             submit(course, self.chapter, student, filled(student_nb, {**right, **answers}))
-        for student, (answers, _, _) in self.buggy.items():
-            submit(course, self.chapter, student, filled(student_nb, {**right, **answers}))
+        for student, learner in self.buggy.items():
+            nb = filled(student_nb, {**right, **learner.answers})
+            submit(course, self.chapter, student, nb)
         autograde(course, self.chapter)
         nbgrader(course, "generate_feedback", self.chapter, "--force")
         return course, scores(course, self.chapter)
@@ -141,10 +150,12 @@ class GradedChapter:
 
     def test_buggy_submission_loses_exactly_its_cells(self, graded, buggy_student):
         course, got = graded
-        _, broken, diagnoses = self.buggy[buggy_student]
-        assert got[buggy_student] == {cell: (0 if cell in broken else pts) for cell, pts in self.full.items()}
+        learner = self.buggy[buggy_student]
+        assert got[buggy_student] == {cell: (0 if cell in learner.zero else pts)
+                                      for cell, pts in self.full.items()}
         text = feedback_text(course, self.chapter, buggy_student)
-        for diagnosis in (diagnoses,) if isinstance(diagnoses, str) else diagnoses:
+        feedback = learner.feedback
+        for diagnosis in (feedback,) if isinstance(feedback, str) else feedback:
             assert diagnosis in text
 
     def test_hidden_tests_are_not_in_the_student_version_but_are_graded(self, graded):

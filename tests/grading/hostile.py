@@ -1,14 +1,15 @@
 """Hostile and broken chapter 1 submissions, and the class of fixture learners graded in one run.
 
-Each learner is (answer cells replaced, notebook edits, expected score per test cell, text the
-feedback must contain). The answer cells not replaced are the solution's. MHA_STANDALONE is a right
-MultiHeadAttention that does not call split_heads/merge_heads, so a sabotaged split or merge cell
-costs exactly its own points.
+Each learner is a ``Learner``: the answer cells it replaces (the others are the
+solution's), the points each test cell must get, what its feedback must contain, and any
+edits to the notebook itself. MHA_STANDALONE is a right MultiHeadAttention that does not
+call split_heads/merge_heads, so a sabotaged split or merge cell costs exactly its own
+points.
 
 The class is graded once per test session by ``graded_class()`` through the instructor command
 (``python -m tformer_grading --course ... --submissions ...``), which runs the real nbgrader
-autograde, generate_feedback and export. The per-cell timeout is lowered to 10 s for speed
-(``--timeout 20``; the course's nbgrader_config.py says 60).
+autograde, generate_feedback and export. The per-cell timeout is lowered to TIMEOUT
+seconds for speed (the course's nbgrader_config.py says 60).
 """
 from __future__ import annotations
 
@@ -17,11 +18,15 @@ import json
 import subprocess
 import sys
 import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 import nbformat
 
 from course import ROOT, filled, make_course, released, solution_sources
+from learners import MERGE_NO_TRANSPOSE, mha
 
 CHAPTER = "ch01_shapes"
 FULL = {"test_split_heads": 2, "test_merge_heads": 2, "test_mha_matches_reference": 4,
@@ -29,13 +34,7 @@ FULL = {"test_split_heads": 2, "test_merge_heads": 2, "test_mha_matches_referenc
 MHA = ("test_mha_matches_reference", "test_mha_behaviour", "test_mha_written_by_hand")
 TIMEOUT = 20
 
-MHA_STANDALONE = '''
-class MultiHeadAttention(nn.Module):
-    def __init__(self, d_model, n_heads):
-        super().__init__()
-        self.h = n_heads
-        self.q, self.k, self.v, self.o = (nn.Linear(d_model, d_model) for _ in range(4))
-
+MHA_STANDALONE = mha('''
     def forward(self, query, key, value, mask=None):
         b, sq, d = query.shape
         q = self.q(query).view(b, sq, self.h, -1).transpose(1, 2)
@@ -43,21 +42,12 @@ class MultiHeadAttention(nn.Module):
         v = self.v(value).view(b, value.size(1), self.h, -1).transpose(1, 2)
         w = (q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))).softmax(-1)
         return self.o((w @ v).transpose(1, 2).reshape(b, sq, d))
-'''
+''')
+MHA_SCALE_D_MODEL = MHA_STANDALONE.replace("math.sqrt(q.size(-1))", "math.sqrt(d)")
 SPLIT_NO_TRANSPOSE = '''
 def split_heads(x, n_heads):
     b, s, d = x.shape
     return x.view(b, s, n_heads, d // n_heads)
-'''
-MERGE_NO_TRANSPOSE = '''
-def merge_heads(x):
-    b, h, s, dh = x.shape
-    return x.reshape(b, s, h * dh)
-'''
-MERGE_RIGHT = '''
-def merge_heads(x):
-    b, h, s, dh = x.shape
-    return x.transpose(1, 2).reshape(b, s, h * dh)
 '''
 
 # An endless loop before the function is defined: the cell is interrupted after the timeout, the run goes on.
@@ -136,55 +126,86 @@ def _edit_cell(grade_id, source):
     return edit
 
 
-def _insert_first(source):
-    def edit(nb):
-        nb.cells.insert(0, nbformat.v4.new_code_cell(source))
-    return edit
+def _scores(*zero: str) -> dict[str, int]:
+    """Full points, except 0 for the test cells ``zero``."""
+    return {cell: 0 if cell in zero else pts for cell, pts in FULL.items()}
 
 
-def _scores(**zero_or_points):
-    return {cell: zero_or_points.get(cell, pts) for cell, pts in FULL.items()}
+ZERO = _scores(*FULL)
 
 
-ZERO = {cell: 0 for cell in FULL}
+class Learner(NamedTuple):
+    """A fixture learner; the answer cells it does not name are the solution's."""
 
-# learner -> (answers, edits, expected scores, feedback must contain)
+    answers: dict[str, str]  # grade_id of an answer cell -> the learner's code for it
+    scores: dict[str, int]  # grade_id of every test cell -> the points it must get
+    feedback: str  # what the learner's feedback page must contain
+    # Changes to the notebook itself (cells deleted or edited), after the answers.
+    edits: tuple[Callable[[nbformat.NotebookNode], None], ...] = ()
+
+
+# A patch in an answer cell zeroes the test cells after it; earlier cells keep their
+# points.
 LEARNERS = {
-    "solution": ({}, [], dict(FULL), "matches the reference"),
-    "scale_d_model": ({"multi_head_attention": MHA_STANDALONE.replace("math.sqrt(q.size(-1))", "math.sqrt(d)")}, [],
-                      _scores(test_mha_matches_reference=0), "scaled by sqrt(d_model)"),
-    "loop_and_crash": ({"split_heads": ENDLESS_LOOP, "multi_head_attention": KERNEL_CRASH}, [],
-                       _scores(test_split_heads=0, **{c: 0 for c in MHA}), "DeadKernelError"),
-    "stubborn_loop": ({"multi_head_attention": STUBBORN_LOOP}, [], _scores(**{c: 0 for c in MHA}), "did not stop when interrupted"),
-    "tampered_cells": ({"split_heads": SPLIT_NO_TRANSPOSE, "merge_heads": MERGE_NO_TRANSPOSE, "multi_head_attention": MHA_STANDALONE},
-                       [_delete_cell("test_split_heads"), _edit_cell("test_merge_heads", "print('all good')")],
-                       _scores(test_split_heads=0, test_merge_heads=0), "view without transpose"),
-    "patched_check": ({"split_heads": SPLIT_NO_TRANSPOSE, "multi_head_attention": MHA_STANDALONE}, [], dict(ZERO),
-                      "GradingIntegrityError"),
-    "patched_internals": ({"merge_heads": MERGE_NO_TRANSPOSE, "multi_head_attention": MHA_STANDALONE}, [],
-                          _scores(test_merge_heads=0, **{c: 0 for c in MHA}), "grading integrity"),
-    "fake_module": ({"split_heads": SPLIT_NO_TRANSPOSE, "multi_head_attention": MHA_STANDALONE}, [], dict(ZERO),
-                    "the notebook's 'ch01' is not tformer_grading.checks.ch01"),
-    "input_transformer": ({"merge_heads": MERGE_NO_TRANSPOSE, "multi_head_attention": MHA_STANDALONE}, [],
-                          _scores(test_merge_heads=0, **{c: 0 for c in MHA}), "GradingIntegrityError"),
-    "reference_and_exit": ({"split_heads": CALLS_REFERENCE, "merge_heads": SYSTEM_EXIT, "multi_head_attention": MHA_STANDALONE}, [],
-                           _scores(test_split_heads=0, test_merge_heads=0), "calls tformer_ref.split_heads"),
-    "output_and_warnings": ({"split_heads": ENORMOUS_OUTPUT, "merge_heads": WARNS}, [], dict(FULL),
-                            "characters of output dropped"),
+    "solution": Learner(
+        answers={},
+        scores=FULL,
+        feedback="matches the reference"),
+    "scale_d_model": Learner(
+        answers={"multi_head_attention": MHA_SCALE_D_MODEL},
+        scores=_scores("test_mha_matches_reference"),
+        feedback="scaled by sqrt(d_model)"),
+    "loop_and_crash": Learner(
+        answers={"split_heads": ENDLESS_LOOP, "multi_head_attention": KERNEL_CRASH},
+        scores=_scores("test_split_heads", *MHA),
+        feedback="DeadKernelError"),
+    "stubborn_loop": Learner(
+        answers={"multi_head_attention": STUBBORN_LOOP},
+        scores=_scores(*MHA),
+        feedback="did not stop when interrupted"),
+    "tampered_cells": Learner(
+        answers={"split_heads": SPLIT_NO_TRANSPOSE, "merge_heads": MERGE_NO_TRANSPOSE,
+                 "multi_head_attention": MHA_STANDALONE},
+        scores=_scores("test_split_heads", "test_merge_heads"),
+        feedback="view without transpose",
+        edits=(_delete_cell("test_split_heads"),
+               _edit_cell("test_merge_heads", "print('all good')"))),
+    "patched_check": Learner(
+        answers={"split_heads": PATCHED_CHECK, "multi_head_attention": MHA_STANDALONE},
+        scores=ZERO,
+        feedback="GradingIntegrityError"),
+    # split_heads passed before the patch (2 points kept); merge and all after it fail.
+    "patched_internals": Learner(
+        answers={"merge_heads": PATCHED_INTERNALS,
+                 "multi_head_attention": MHA_STANDALONE},
+        scores=_scores("test_merge_heads", *MHA),
+        feedback="grading integrity"),
+    "fake_module": Learner(
+        answers={"split_heads": FAKE_MODULE, "multi_head_attention": MHA_STANDALONE},
+        scores=ZERO,
+        feedback="the notebook's 'ch01' is not tformer_grading.checks.ch01"),
+    # split passed before the transformer; later test cells run `pass`: no receipt.
+    "input_transformer": Learner(
+        answers={"merge_heads": INPUT_TRANSFORMER,
+                 "multi_head_attention": MHA_STANDALONE},
+        scores=_scores("test_merge_heads", *MHA),
+        feedback="GradingIntegrityError"),
+    "reference_and_exit": Learner(
+        answers={"split_heads": CALLS_REFERENCE, "merge_heads": SYSTEM_EXIT,
+                 "multi_head_attention": MHA_STANDALONE},
+        scores=_scores("test_split_heads", "test_merge_heads"),
+        feedback="calls tformer_ref.split_heads"),
+    "output_and_warnings": Learner(
+        answers={"split_heads": ENORMOUS_OUTPUT, "merge_heads": WARNS},
+        scores=FULL,
+        feedback="characters of output dropped"),
 }
-# The patches live in answer cells: the cells before keep the points they earned.
-LEARNERS["patched_check"][0]["split_heads"] = PATCHED_CHECK
-LEARNERS["patched_internals"][0]["merge_heads"] = PATCHED_INTERNALS
-LEARNERS["fake_module"][0]["split_heads"] = FAKE_MODULE
-LEARNERS["input_transformer"][0]["merge_heads"] = INPUT_TRANSFORMER
-# patched_internals: split_heads passed before the patch (2 points kept); merge and everything after fail.
-# input_transformer: split passed before the transformer; later test cells run `pass` and print no receipt.
 
 
 def notebook_for(student_nb, learner: str):
-    answers, edits, _, _ = LEARNERS[learner]
-    nb = filled(student_nb, {**solution_sources(CHAPTER), **answers})
-    for edit in edits:
+    spec = LEARNERS[learner]
+    nb = filled(student_nb, {**solution_sources(CHAPTER), **spec.answers})
+    for edit in spec.edits:
         edit(nb)
     return nb
 
@@ -194,8 +215,6 @@ def graded_class() -> tuple[Path, Path, dict, float]:
     """Grade every fixture learner in one run of the instructor command.
 
     Returns (course, output folder, the command's JSON table, seconds)."""
-    import time
-
     tmp = Path(tempfile.mkdtemp(prefix="tformer-class-"))
     course = make_course(tmp, CHAPTER)
     student_nb = released(course, CHAPTER)

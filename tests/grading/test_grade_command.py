@@ -13,21 +13,10 @@ import nbformat
 import pytest
 
 from course import ROOT, filled, solution_sources
-from hostile import MERGE_NO_TRANSPOSE
+from learners import MERGE_NO_TRANSPOSE, MHA_CALLS_SDPA
 from tformer_grading import course, selfgrade
 
 CHAPTER = "ch01_shapes"
-MHA_CALLS_SDPA = '''
-class MultiHeadAttention(nn.Module):
-    def __init__(self, d_model, n_heads):
-        super().__init__()
-        self.h = n_heads
-        self.q, self.k, self.v, self.o = (nn.Linear(d_model, d_model) for _ in range(4))
-
-    def forward(self, query, key, value, mask=None):
-        q, k, v = split_heads(self.q(query), self.h), split_heads(self.k(key), self.h), split_heads(self.v(value), self.h)
-        return self.o(merge_heads(torch.nn.functional.scaled_dot_product_attention(q, k, v)))
-'''
 # merge_heads without transpose: its own cell and the MHA comparison fail; the behaviour probes still pass.
 # The MHA calls PyTorch's attention: only the hidden test sees it.
 EXPECTED_HIDDEN = {"test_split_heads": 2, "test_merge_heads": 0, "test_mha_matches_reference": 0,

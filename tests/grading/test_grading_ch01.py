@@ -6,12 +6,12 @@ what it deserves, and the feedback must name the pitfall.
 """
 import pytest
 
-from course import GradedChapter
+from course import Buggy, GradedChapter
+from learners import MHA_CALLS_SDPA, mha
 
 CHAPTER = "ch01_shapes"
 FULL = {"test_split_heads": 2, "test_merge_heads": 2, "test_mha_matches_reference": 4,
         "test_mha_behaviour": 2, "test_mha_written_by_hand": 2}
-MHA_CELLS = ("test_mha_matches_reference", "test_mha_behaviour", "test_mha_written_by_hand")
 
 SPLIT_VIEW_STRAIGHT = '''
 def split_heads(x, n_heads):
@@ -23,69 +23,69 @@ def merge_heads(x):
     b, h, s, dh = x.shape
     return x.permute(0, 2, 3, 1).reshape(b, s, h * dh)
 '''
-MHA_TEMPLATE = '''
-class MultiHeadAttention(nn.Module):
-    def __init__(self, d_model, n_heads):
-        super().__init__()
-        self.h = n_heads
-        self.q, self.k, self.v, self.o = (nn.Linear(d_model, d_model) for _ in range(4))
-
+MHA_SCALE_D_MODEL = mha('''
     def forward(self, query, key, value, mask=None):
-        q, k, v = split_heads(self.q(query), self.h), split_heads(self.k(key), self.h), split_heads(self.v(value), self.h)
-        {body}
+        q = split_heads(self.q(query), self.h)
+        k = split_heads(self.k(key), self.h)
+        v = split_heads(self.v(value), self.h)
+        out = (q @ k.transpose(-2, -1) / math.sqrt(query.size(-1))).softmax(-1) @ v
         return self.o(merge_heads(out))
-'''
-MHA_SCALE_D_MODEL = MHA_TEMPLATE.format(body="out = (q @ k.transpose(-2, -1) / math.sqrt(query.size(-1))).softmax(-1) @ v")
-MHA_CALLS_SDPA = MHA_TEMPLATE.format(body="out = torch.nn.functional.scaled_dot_product_attention(q, k, v)")
-MHA_SEED_EINSUM = '''
-class MultiHeadAttention(nn.Module):
-    def __init__(self, d_model, n_heads):
-        super().__init__()
-        self.h = n_heads
-        self.q, self.k, self.v, self.o = (nn.Linear(d_model, d_model) for _ in range(4))
-
+''')
+# The seed's einsums: letters for [B, H, S, Dh] over [B, S, H, Dh] tensors, so heads
+# attend to heads within each position.
+MHA_SEED_EINSUM = mha('''
     def forward(self, query, key, value, mask=None):
-        n, d = query.size(0), query.size(-1)
-        q = self.q(query).reshape(n, query.size(1), self.h, d // self.h)
-        k = self.k(key).reshape(n, key.size(1), self.h, d // self.h)
-        v = self.v(value).reshape(n, value.size(1), self.h, d // self.h)
-        energy = torch.einsum("bhqd,bhkd->bhqk", q, k) / math.sqrt(d // self.h)
-        out = torch.einsum("bhql,bhlv->bhqv", energy.softmax(dim=3), v)
-        return self.o(out.reshape(n, query.size(1), d))
-'''
+        b, s, d = query.shape
+        dh = d // self.h
+        q = self.q(query).view(b, s, self.h, dh)
+        k = self.k(key).view(b, key.size(1), self.h, dh)
+        v = self.v(value).view(b, value.size(1), self.h, dh)
+        weights = torch.einsum("bhqd,bhkd->bhqk", q, k).div(math.sqrt(dh)).softmax(-1)
+        return self.o(torch.einsum("bhqk,bhkd->bhqd", weights, v).reshape(b, s, d))
+''')
+# The seed's projections: one Linear(Dh, Dh) applied to every head's slice, so all heads
+# share its weights.
 MHA_SHARED_LINEAR = '''
 class MultiHeadAttention(nn.Module):
     def __init__(self, d_model, n_heads):
         super().__init__()
-        self.h, dh = n_heads, d_model // n_heads
-        self.values = nn.Linear(dh, dh, bias=False)
-        self.keys = nn.Linear(dh, dh, bias=False)
-        self.queries = nn.Linear(dh, dh, bias=False)
-        self.fc_out = nn.Linear(d_model, d_model)
+        self.h = n_heads
+        dh = d_model // n_heads
+        self.q, self.k, self.v = (nn.Linear(dh, dh, bias=False) for _ in range(3))
+        self.o = nn.Linear(d_model, d_model)
 
     def forward(self, query, key, value, mask=None):
-        n = query.size(0)
-        q = self.queries(query.reshape(n, query.size(1), self.h, -1)).transpose(1, 2)
-        k = self.keys(key.reshape(n, key.size(1), self.h, -1)).transpose(1, 2)
-        v = self.values(value.reshape(n, value.size(1), self.h, -1)).transpose(1, 2)
-        out = (q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))).softmax(-1) @ v
-        return self.fc_out(merge_heads(out))
+        q, k, v = (split_heads(x, self.h) for x in (query, key, value))
+        q, k, v = self.q(q), self.k(k), self.v(v)
+        out = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)), dim=-1) @ v
+        return self.o(merge_heads(out))
 '''
 
-# student -> (answer cells replaced, cells that must score 0, text the feedback must contain)
 BUGGY = {
-    "split_view_straight": ({"split_heads": SPLIT_VIEW_STRAIGHT}, ("test_split_heads", "test_mha_matches_reference"),
-                            "sequence and head axes confused"),
-    "merge_wrong_order": ({"merge_heads": MERGE_WRONG_ORDER}, ("test_merge_heads", "test_mha_matches_reference"),
-                          "heads merged in the wrong order"),
-    "seed_einsum": ({"multi_head_attention": MHA_SEED_EINSUM}, ("test_mha_matches_reference", "test_mha_behaviour"),
-                    "einsum over the wrong axes"),
-    "shared_linear": ({"multi_head_attention": MHA_SHARED_LINEAR}, ("test_mha_matches_reference",),
-                      "one Linear shared by all heads"),
-    "scale_d_model": ({"multi_head_attention": MHA_SCALE_D_MODEL}, ("test_mha_matches_reference",),
-                      "scaled by sqrt(d_model)"),
-    "calls_sdpa": ({"multi_head_attention": MHA_CALLS_SDPA}, ("test_mha_written_by_hand",),
-                   "calls scaled_dot_product_attention"),
+    "split_view_straight": Buggy(
+        answers={"split_heads": SPLIT_VIEW_STRAIGHT},
+        zero=("test_split_heads", "test_mha_matches_reference"),
+        feedback="sequence and head axes confused"),
+    "merge_wrong_order": Buggy(
+        answers={"merge_heads": MERGE_WRONG_ORDER},
+        zero=("test_merge_heads", "test_mha_matches_reference"),
+        feedback="heads merged in the wrong order"),
+    "seed_einsum": Buggy(
+        answers={"multi_head_attention": MHA_SEED_EINSUM},
+        zero=("test_mha_matches_reference", "test_mha_behaviour"),
+        feedback="einsum over the wrong axes"),
+    "shared_linear": Buggy(
+        answers={"multi_head_attention": MHA_SHARED_LINEAR},
+        zero=("test_mha_matches_reference",),
+        feedback="one Linear shared by all heads"),
+    "scale_d_model": Buggy(
+        answers={"multi_head_attention": MHA_SCALE_D_MODEL},
+        zero=("test_mha_matches_reference",),
+        feedback="scaled by sqrt(d_model)"),
+    "calls_sdpa": Buggy(
+        answers={"multi_head_attention": MHA_CALLS_SDPA},
+        zero=("test_mha_written_by_hand",),
+        feedback="calls scaled_dot_product_attention"),
 }
 
 

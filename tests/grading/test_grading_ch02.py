@@ -6,7 +6,7 @@ deserves, and the feedback must name the pitfall.
 """
 import pytest
 
-from course import GradedChapter
+from course import Buggy, GradedChapter
 
 CHAPTER = "ch02_attention"
 FULL = {"test_attention": 4, "test_attention_by_hand": 1, "test_attention_entropy": 2}
@@ -29,13 +29,27 @@ def attention_entropy(weights):
     return -(weights * weights.log()).sum(dim=-1)
 '''
 
-# student -> (answer cells replaced, cells that must score 0, text the feedback must contain)
 BUGGY = {
-    "no_scaling": ({"attention": NO_SCALING}, ("test_attention",), "'no scaling'"),
-    "sqrt_d_model": ({"attention": SQRT_D_MODEL}, ("test_attention",), "'scaled by sqrt(d_model)'"),
-    "softmax_queries": ({"attention": SOFTMAX_QUERIES}, ("test_attention",), "'softmax over the wrong axis (queries)'"),
-    "calls_sdpa": ({"attention": CALLS_SDPA}, ("test_attention_by_hand",), "calls scaled_dot_product_attention"),
-    "entropy_nan": ({"attention_entropy": ENTROPY_NAN}, ("test_attention_entropy",), "'0·log 0 gives NaN'"),
+    "no_scaling": Buggy(
+        answers={"attention": NO_SCALING},
+        zero=("test_attention",),
+        feedback="'no scaling'"),
+    "sqrt_d_model": Buggy(
+        answers={"attention": SQRT_D_MODEL},
+        zero=("test_attention",),
+        feedback="'scaled by sqrt(d_model)'"),
+    "softmax_queries": Buggy(
+        answers={"attention": SOFTMAX_QUERIES},
+        zero=("test_attention",),
+        feedback="'softmax over the wrong axis (queries)'"),
+    "calls_sdpa": Buggy(
+        answers={"attention": CALLS_SDPA},
+        zero=("test_attention_by_hand",),
+        feedback="calls scaled_dot_product_attention"),
+    "entropy_nan": Buggy(
+        answers={"attention_entropy": ENTROPY_NAN},
+        zero=("test_attention_entropy",),
+        feedback="'0·log 0 gives NaN'"),
 }
 
 

@@ -6,7 +6,7 @@ deserves, and the feedback must name the pitfall.
 """
 import pytest
 
-from course import GradedChapter
+from course import Buggy, GradedChapter
 
 CHAPTER = "ch03_masks"
 FULL = {"test_causal_mask": 2, "test_padding_mask": 2, "test_masked_attention": 4, "test_masked_attention_half": 2,
@@ -42,21 +42,39 @@ def masked_attention(q, k, v, mask):
 '''
 
 MASK_CELLS = ("test_masked_attention", "test_masked_attention_half")
-# student -> (answer cells replaced, cells that must score 0, text the feedback must contain)
 BUGGY = {
-    "causal_triu": ({"causal_mask": CAUSAL_TRIU}, ("test_causal_mask", "test_mask_probes"), "'triu instead of tril'"),
-    "causal_ignore_convention": ({"causal_mask": CAUSAL_IGNORE}, ("test_causal_mask", "test_mask_probes"),
-                                 "'mask inverted'"),
-    "padding_wrong_axis": ({"padding_mask": PADDING_WRONG_AXIS}, ("test_padding_mask", "test_mask_probes"),
-                           "'mask broadcast over the wrong axis'"),
-    "after_softmax": ({"masked_attention": AFTER_SOFTMAX}, (*MASK_CELLS, "test_mask_probes"),
-                      "'mask applied after softmax'"),
-    "inverted": ({"masked_attention": INVERTED}, (*MASK_CELLS, "test_mask_probes"), "'mask inverted'"),
-    "minus_inf": ({"masked_attention": MINUS_INF}, MASK_CELLS, "'NaN on fully masked rows'"),
-    "minus_1e9": ({"masked_attention": MINUS_1E9}, ("test_masked_attention_half",),
-                  "'fill value that overflows in half precision'"),
-    "calls_sdpa": ({"masked_attention": CALLS_SDPA}, ("test_masked_attention_by_hand",),
-                   "calls scaled_dot_product_attention"),
+    "causal_triu": Buggy(
+        answers={"causal_mask": CAUSAL_TRIU},
+        zero=("test_causal_mask", "test_mask_probes"),
+        feedback="'triu instead of tril'"),
+    "causal_ignore_convention": Buggy(
+        answers={"causal_mask": CAUSAL_IGNORE},
+        zero=("test_causal_mask", "test_mask_probes"),
+        feedback="'mask inverted'"),
+    "padding_wrong_axis": Buggy(
+        answers={"padding_mask": PADDING_WRONG_AXIS},
+        zero=("test_padding_mask", "test_mask_probes"),
+        feedback="'mask broadcast over the wrong axis'"),
+    "after_softmax": Buggy(
+        answers={"masked_attention": AFTER_SOFTMAX},
+        zero=(*MASK_CELLS, "test_mask_probes"),
+        feedback="'mask applied after softmax'"),
+    "inverted": Buggy(
+        answers={"masked_attention": INVERTED},
+        zero=(*MASK_CELLS, "test_mask_probes"),
+        feedback="'mask inverted'"),
+    "minus_inf": Buggy(
+        answers={"masked_attention": MINUS_INF},
+        zero=MASK_CELLS,
+        feedback="'NaN on fully masked rows'"),
+    "minus_1e9": Buggy(
+        answers={"masked_attention": MINUS_1E9},
+        zero=("test_masked_attention_half",),
+        feedback="'fill value that overflows in half precision'"),
+    "calls_sdpa": Buggy(
+        answers={"masked_attention": CALLS_SDPA},
+        zero=("test_masked_attention_by_hand",),
+        feedback="calls scaled_dot_product_attention"),
 }
 
 

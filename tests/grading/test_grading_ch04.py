@@ -6,7 +6,7 @@ feedback must name the pitfall.
 """
 import pytest
 
-from course import GradedChapter
+from course import Buggy, GradedChapter
 
 CHAPTER = "ch04_blocks"
 FULL = {"test_feed_forward": 2, "test_post_ln": 4, "test_pre_ln": 3, "test_dropout_placement": 2,
@@ -65,20 +65,33 @@ class EncoderBlock(nn.Module):
 '''
 BLOCK_CELLS = ("test_post_ln", "test_pre_ln", "test_dropout_placement")
 
-# student -> (answer cells replaced, cells that must score 0, text the feedback must contain)
 BUGGY = {
-    "missing_residual": ({"encoder_block": block(pre="self.drop(f(norm(x)))", post="norm(self.drop(f(x)))")},
-                         BLOCK_CELLS, "missing residual"),
-    "norm_on_sublayer": ({"encoder_block": block(pre="x + norm(self.drop(f(x)))", post="x + norm(self.drop(f(x)))")},
-                         BLOCK_CELLS, "LayerNorm in the wrong place"),
-    "seed_dropout": ({"encoder_block": block(post="self.drop(norm(x + f(x)))")}, ("test_dropout_placement",),
-                     "dropout after the norm (the seed's block)"),
-    "batchnorm": ({"encoder_block": block(norm="BN", prelude=BATCHNORM)}, (*BLOCK_CELLS, "test_block_behaviour"),
-                  "BatchNorm instead of LayerNorm"),
-    "ff_no_relu": ({"feed_forward": FF_NO_RELU}, ("test_feed_forward", "test_post_ln", "test_pre_ln"),
-                   "no activation between the two Linear layers"),
-    "wraps_reference": ({"encoder_block": WRAPS_REFERENCE}, ("test_block_by_hand",),
-                        "contains tformer_ref.blocks.EncoderBlock"),
+    "missing_residual": Buggy(
+        answers={"encoder_block": block(pre="self.drop(f(norm(x)))",
+                                        post="norm(self.drop(f(x)))")},
+        zero=BLOCK_CELLS,
+        feedback="missing residual"),
+    "norm_on_sublayer": Buggy(
+        answers={"encoder_block": block(pre="x + norm(self.drop(f(x)))",
+                                        post="x + norm(self.drop(f(x)))")},
+        zero=BLOCK_CELLS,
+        feedback="LayerNorm in the wrong place"),
+    "seed_dropout": Buggy(
+        answers={"encoder_block": block(post="self.drop(norm(x + f(x)))")},
+        zero=("test_dropout_placement",),
+        feedback="dropout after the norm (the seed's block)"),
+    "batchnorm": Buggy(
+        answers={"encoder_block": block(norm="BN", prelude=BATCHNORM)},
+        zero=(*BLOCK_CELLS, "test_block_behaviour"),
+        feedback="BatchNorm instead of LayerNorm"),
+    "ff_no_relu": Buggy(
+        answers={"feed_forward": FF_NO_RELU},
+        zero=("test_feed_forward", "test_post_ln", "test_pre_ln"),
+        feedback="no activation between the two Linear layers"),
+    "wraps_reference": Buggy(
+        answers={"encoder_block": WRAPS_REFERENCE},
+        zero=("test_block_by_hand",),
+        feedback="contains tformer_ref.blocks.EncoderBlock"),
 }
 
 

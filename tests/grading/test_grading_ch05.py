@@ -6,7 +6,7 @@ feedback must name the pitfall.
 """
 import pytest
 
-from course import GradedChapter
+from course import Buggy, GradedChapter
 
 CHAPTER = "ch05_model"
 FULL = {"test_sinusoidal": 3, "test_embed": 2, "test_decoder_block": 4, "test_decoder_behaviour": 2,
@@ -57,18 +57,31 @@ DECODER_NO_CAUSAL = DECODER_TEMPLATE.format(causal="None", kv="memory, memory")
 DECODER_CROSS_FROM_DECODER = DECODER_TEMPLATE.format(causal=CAUSAL, kv="x, x")
 DECODER_CELLS = ("test_decoder_block", "test_decoder_behaviour")
 
-# student -> (answer cells replaced, cells that must score 0, text the feedback must contain)
 BUGGY = {
-    "sin_cos_swapped": ({"sinusoidal_encoding": PE_SWAPPED}, ("test_sinusoidal",), "sin and cos swapped"),
-    "wrong_frequencies": ({"sinusoidal_encoding": PE_WRONG_FREQUENCIES}, ("test_sinusoidal",),
-                          "wrong frequencies (exponent i/D, not 2i/D)"),
-    "reference_table": ({"sinusoidal_encoding": PE_REFERENCE}, ("test_sinusoidal",),
-                        "calls tformer_ref.sinusoidal_encoding"),
-    "no_scale": ({"embed": EMBED_NO_SCALE}, ("test_embed",), "missing √d_model embedding scale"),
-    "no_causal_mask": ({"decoder_block": DECODER_NO_CAUSAL}, DECODER_CELLS,
-                       "decoder self-attention without the causal mask"),
-    "cross_from_decoder": ({"decoder_block": DECODER_CROSS_FROM_DECODER}, DECODER_CELLS,
-                           "cross-attention taking keys/values from the decoder"),
+    "sin_cos_swapped": Buggy(
+        answers={"sinusoidal_encoding": PE_SWAPPED},
+        zero=("test_sinusoidal",),
+        feedback="sin and cos swapped"),
+    "wrong_frequencies": Buggy(
+        answers={"sinusoidal_encoding": PE_WRONG_FREQUENCIES},
+        zero=("test_sinusoidal",),
+        feedback="wrong frequencies (exponent i/D, not 2i/D)"),
+    "reference_table": Buggy(
+        answers={"sinusoidal_encoding": PE_REFERENCE},
+        zero=("test_sinusoidal",),
+        feedback="calls tformer_ref.sinusoidal_encoding"),
+    "no_scale": Buggy(
+        answers={"embed": EMBED_NO_SCALE},
+        zero=("test_embed",),
+        feedback="missing √d_model embedding scale"),
+    "no_causal_mask": Buggy(
+        answers={"decoder_block": DECODER_NO_CAUSAL},
+        zero=DECODER_CELLS,
+        feedback="decoder self-attention without the causal mask"),
+    "cross_from_decoder": Buggy(
+        answers={"decoder_block": DECODER_CROSS_FROM_DECODER},
+        zero=DECODER_CELLS,
+        feedback="cross-attention taking keys/values from the decoder"),
 }
 
 

@@ -6,7 +6,7 @@ feedback must name the pitfall.
 """
 import pytest
 
-from course import GradedChapter
+from course import Buggy, GradedChapter
 
 CHAPTER = "ch06_training"
 FULL = {"test_shift_targets": 2, "test_sequence_loss": 3, "test_noam_lambda": 2, "test_make_scheduler": 2,
@@ -84,23 +84,39 @@ def greedy_decode(model, src, max_len, bos_id, eos_id, pad_id):
     return reference(model, src, max_len, bos_id, eos_id, pad_id)
 '''
 
-# student -> (answer cells replaced, cells that must score 0, text the feedback must contain)
 BUGGY = {
-    "shift_seq_first": ({"shift_targets": SHIFT_SEQ_FIRST},
-                        ("test_shift_targets", "test_train_step", "test_train_step_by_hand"),
-                        "sequence-first slicing on batch-first data"),
-    "loss_counts_padding": ({"sequence_loss": LOSS_COUNTS_PADDING}, ("test_sequence_loss", "test_train_step"),
-                            "padding counted in the loss"),
-    "noam_seed": ({"noam": NOAM_SEED}, ("test_noam_lambda", "test_make_scheduler"),
-                  "Noam schedule divides by zero at step 0"),
-    "scheduler_steps": ({"noam": SCHEDULER_STEPS}, ("test_make_scheduler",), "scheduler steps the optimizer"),
-    "clip_after_step": ({"train_step": CLIP_AFTER_STEP}, ("test_train_step",), "clipping after the step"),
-    "greedy_no_stop": ({"greedy_decode": GREEDY_NO_STOP}, ("test_greedy_decode",),
-                       "greedy decoding does not stop at EOS"),
-    "greedy_no_mask": ({"greedy_decode": GREEDY_NO_MASK}, ("test_greedy_decode",),
-                       "greedy decoding without the causal mask"),
-    "greedy_calls_reference": ({"greedy_decode": GREEDY_CALLS_REFERENCE}, ("test_greedy_decode", "test_greedy_by_hand"),
-                               "calls tformer_ref.greedy_decode"),
+    "shift_seq_first": Buggy(
+        answers={"shift_targets": SHIFT_SEQ_FIRST},
+        zero=("test_shift_targets", "test_train_step", "test_train_step_by_hand"),
+        feedback="sequence-first slicing on batch-first data"),
+    "loss_counts_padding": Buggy(
+        answers={"sequence_loss": LOSS_COUNTS_PADDING},
+        zero=("test_sequence_loss", "test_train_step"),
+        feedback="padding counted in the loss"),
+    "noam_seed": Buggy(
+        answers={"noam": NOAM_SEED},
+        zero=("test_noam_lambda", "test_make_scheduler"),
+        feedback="Noam schedule divides by zero at step 0"),
+    "scheduler_steps": Buggy(
+        answers={"noam": SCHEDULER_STEPS},
+        zero=("test_make_scheduler",),
+        feedback="scheduler steps the optimizer"),
+    "clip_after_step": Buggy(
+        answers={"train_step": CLIP_AFTER_STEP},
+        zero=("test_train_step",),
+        feedback="clipping after the step"),
+    "greedy_no_stop": Buggy(
+        answers={"greedy_decode": GREEDY_NO_STOP},
+        zero=("test_greedy_decode",),
+        feedback="greedy decoding does not stop at EOS"),
+    "greedy_no_mask": Buggy(
+        answers={"greedy_decode": GREEDY_NO_MASK},
+        zero=("test_greedy_decode",),
+        feedback="greedy decoding without the causal mask"),
+    "greedy_calls_reference": Buggy(
+        answers={"greedy_decode": GREEDY_CALLS_REFERENCE},
+        zero=("test_greedy_decode", "test_greedy_by_hand"),
+        feedback="calls tformer_ref.greedy_decode"),
 }
 
 

@@ -6,7 +6,7 @@ must score exactly what it deserves, and the feedback must name the pitfall.
 """
 import pytest
 
-from course import GradedChapter
+from course import Buggy, GradedChapter
 
 CHAPTER = "ch07_scale"
 FULL = {"test_accumulation_step": 4, "test_amp_step": 4, "test_make_loader": 3}
@@ -61,20 +61,25 @@ def make_loader(dataset, rank, world_size, epoch, batch_size):
     return DataLoader(dataset, batch_size=batch_size, sampler=sampler)
 '''
 
-# student -> (answer cells replaced, cells that must score 0, texts the feedback must contain).
 # The three cells are graded independently, so one learner can carry one bug per cell: fewer
 # notebooks keep the real autograde run short.
 BUGGY = {
-    "not_divided_clip_first_no_sampler": (
-        {"accumulation_step": ACCUM_NOT_DIVIDED, "amp_step": AMP_CLIP_BEFORE_UNSCALE, "make_loader": LOADER_NO_SAMPLER},
-        ("test_accumulation_step", "test_amp_step", "test_make_loader"),
-        ("loss not divided under accumulation", "clipping before unscale_", "no DistributedSampler")),
-    "zero_grad_each_no_set_epoch": (
-        {"accumulation_step": ACCUM_ZERO_EACH, "make_loader": LOADER_NO_SET_EPOCH},
-        ("test_accumulation_step", "test_make_loader"),
-        ("zero_grad every micro-step", "no set_epoch")),
-    "seed_divides_by_k": ({"accumulation_step": ACCUM_SEED}, ("test_accumulation_step",),
-                          ("divided by micro-batches, not by tokens",)),
+    "not_divided_clip_first_no_sampler": Buggy(
+        answers={"accumulation_step": ACCUM_NOT_DIVIDED,
+                 "amp_step": AMP_CLIP_BEFORE_UNSCALE,
+                 "make_loader": LOADER_NO_SAMPLER},
+        zero=("test_accumulation_step", "test_amp_step", "test_make_loader"),
+        feedback=("loss not divided under accumulation", "clipping before unscale_",
+                  "no DistributedSampler")),
+    "zero_grad_each_no_set_epoch": Buggy(
+        answers={"accumulation_step": ACCUM_ZERO_EACH,
+                 "make_loader": LOADER_NO_SET_EPOCH},
+        zero=("test_accumulation_step", "test_make_loader"),
+        feedback=("zero_grad every micro-step", "no set_epoch")),
+    "seed_divides_by_k": Buggy(
+        answers={"accumulation_step": ACCUM_SEED},
+        zero=("test_accumulation_step",),
+        feedback=("divided by micro-batches, not by tokens",)),
 }
 
 

@@ -30,10 +30,10 @@ def split_right(x, h):
 @pytest.mark.parametrize("learner", sorted(LEARNERS))
 def test_each_learner_scores_exactly_what_it_earned(learner):
     course, out, table, _ = graded_class()
-    _, _, expected, diagnosis = LEARNERS[learner]
-    assert table[learner]["cells"] == expected
+    spec = LEARNERS[learner]
+    assert table[learner]["cells"] == spec.scores
     page = (out / "feedback" / learner / "exercise.html").read_text()
-    assert diagnosis in html.unescape(re.sub(r"<[^>]+>", "", page)), diagnosis
+    assert spec.feedback in html.unescape(re.sub(r"<[^>]+>", "", page)), spec.feedback
 
 
 @pytest.mark.slow

@@ -11,6 +11,7 @@ import pytest
 
 from course import nbgrader
 from hostile import CHAPTER, LEARNERS, TIMEOUT, graded_class
+from tformer_grading.course import read_scores
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("hostile_class")]  # graded_class() runs once per worker
 
@@ -25,10 +26,10 @@ def test_exported_grades_match_what_each_submission_deserves(graded):
     with open(out / "grades.csv") as f:
         rows = {row["student_id"]: row for row in csv.DictReader(f) if row["assignment"] == CHAPTER}
     assert set(rows) == set(LEARNERS)
-    for learner, (_, _, expected, _) in LEARNERS.items():
-        assert float(rows[learner]["raw_score"]) == sum(expected.values()), learner
+    for learner, spec in LEARNERS.items():
+        assert float(rows[learner]["raw_score"]) == sum(spec.scores.values()), learner
         assert float(rows[learner]["max_score"]) == 12
-        assert table[learner]["cells"] == expected, learner
+        assert table[learner]["cells"] == spec.scores, learner
 
 
 def test_feedback_is_written_for_every_learner(graded):
@@ -66,11 +67,9 @@ def test_running_autograde_again_changes_nothing(graded):
     assert (course / "gradebook.db").read_bytes() == before
     # Forced regrading of one learner gives the same scores.
     nbgrader(course, "autograde", CHAPTER, "--force", "--student=scale_d_model", f"--Execute.timeout={TIMEOUT}")
-    from hostile import LEARNERS as L
-    from tformer_grading.course import read_scores
-
     again = read_scores(course, CHAPTER)
-    assert {g: s for g, (s, _) in again["scale_d_model"].items()} == L["scale_d_model"][2]
+    regraded = {g: s for g, (s, _) in again["scale_d_model"].items()}
+    assert regraded == LEARNERS["scale_d_model"].scores
     assert {s: {g: v for g, (v, _) in c.items()} for s, c in again.items()} == {s: row["cells"] for s, row in table.items()}
 
 
