@@ -75,7 +75,7 @@ def accumulation_step(model, micro_batches, optimizer, scheduler, loss_fn):
 ch07.check_accumulation_step(accumulation_step)
 ### BEGIN HIDDEN TESTS
 ch07.check_accumulation_step(accumulation_step, hidden=True)
-ch07.check_written_by_hand(accumulation_step, "accumulation_step")
+ch07.check_accumulation_by_hand(accumulation_step)
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -114,7 +114,7 @@ def amp_step(model, batch, loss_fn, optimizer, scaler, max_norm):
 # %% nbgrader="test:test_amp_step:4"
 ch07.check_amp_step(amp_step)
 ### BEGIN HIDDEN TESTS
-ch07.check_written_by_hand(amp_step, "amp_step")
+ch07.check_amp_by_hand(amp_step)
 ### END HIDDEN TESTS
 
 # %% [markdown]
