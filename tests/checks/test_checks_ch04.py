@@ -41,6 +41,18 @@ class FFClamp(nn.Module):
         return self.down(self.up(x).clamp(min=0))
 
 
+class FFMatmul(nn.Module):
+    """Right: the layers' weights used by hand, ReLU as a maximum with zero."""
+
+    def __init__(self, d_model, d_ff):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+
+    def forward(self, x):
+        h = x @ self.fc1.weight.T + self.fc1.bias
+        return torch.maximum(h, torch.zeros_like(h)) @ self.fc2.weight.T + self.fc2.bias
+
+
 class FFNoActivation(FF):  # forgot the ReLU
     def forward(self, x):
         return self.l2(self.l1(x))
@@ -60,7 +72,7 @@ class FFSquareMatrices(nn.Module):  # d_ff ignored: Linear(D, D) twice
         return self.l2(F.relu(self.l1(x)))
 
 
-@pytest.mark.parametrize("cls", [FF, FFSequential, FFClamp])
+@pytest.mark.parametrize("cls", [FF, FFSequential, FFClamp, FFMatmul])
 def test_feed_forward_accepts_right_implementations(cls, capsys):
     ch04.check_feed_forward(cls)
     assert "✓ FeedForward" in capsys.readouterr().out
@@ -140,6 +152,32 @@ class BlockOneDropout(Block):
         return self.norm2(x + self.drop1(self.ff(x)))
 
 
+class BlockReversed(nn.Module):
+    """Right: the feed-forward and its norm registered before the attention, the norms
+    in one ModuleList (the feed-forward's first), no biases in the attention nor in the
+    feed-forward's output layer, dropout through F.dropout."""
+
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
+        super().__init__()
+        self.pre = norm_first
+        self.expand = nn.Linear(d_model, d_ff)
+        self.contract = nn.Linear(d_ff, d_model, bias=False)
+        self.lns = nn.ModuleList([nn.LayerNorm(d_model), nn.LayerNorm(d_model)])
+        self.attention = MultiHeadAttention(d_model, n_heads, dropout, bias=False)
+        self.p = dropout
+
+    def forward(self, x, mask=None):
+        ln_ff, ln_attn = self.lns
+        drop = lambda t: F.dropout(t, self.p, self.training)  # noqa: E731
+        feed = lambda t: self.contract(F.relu(self.expand(t)))  # noqa: E731
+        if self.pre:
+            y = ln_attn(x)
+            x = x + drop(self.attention(y, y, y, mask=mask))
+            return x + drop(feed(ln_ff(x)))
+        x = ln_attn(x + drop(self.attention(x, x, x, mask=mask)))
+        return ln_ff(x + drop(feed(x)))
+
+
 class WrongNoResidual(Block):  # forgot "x +"
     def sub(self, x, f, norm, drop):
         return drop(f(norm(x))) if self.norm_first else norm(drop(f(x)))
@@ -149,6 +187,16 @@ class WrongNoResidualAroundFF(Block):  # residual only around attention
     def forward(self, x, mask=None):
         x = self.sub(x, lambda h: self.attn(h, h, h, mask=mask), self.norm1, self.drop1)
         return self.drop2(self.ff(self.norm2(x))) if self.norm_first else self.norm2(self.drop2(self.ff(x)))
+
+
+class WrongNoResidualAroundAttention(Block):  # attention output replaces the stream
+    def forward(self, x, mask=None):
+        if self.norm_first:
+            h = self.norm1(x)
+            x = self.drop1(self.attn(h, h, h, mask=mask))
+        else:
+            x = self.norm1(self.drop1(self.attn(x, x, x, mask=mask)))
+        return self.sub(x, self.ff, self.norm2, self.drop2)
 
 
 class WrongAlwaysPreLN(Block):  # norm_first ignored: always Pre-LN
@@ -174,11 +222,35 @@ class WrongNormedStream(Block):  # Pre-LN that overwrites the stream with its no
         return norm(x + drop(f(x)))
 
 
+class WrongNormThenAdd(Block):  # norm_first ignored: LN(x) + f(LN(x)) everywhere
+    def sub(self, x, f, norm, drop):
+        y = norm(x)
+        return y + drop(f(y))
+
+
 class WrongSeedDropout(Block):  # the seed's x = dropout(norm(attn + x))
     def sub(self, x, f, norm, drop):
         if self.norm_first:
             return x + drop(f(norm(x)))
         return drop(norm(x + f(x)))
+
+
+class WrongPreLNDropsTheNormedInput(Block):  # Pre-LN: dropout on LN(x), not on f(...)
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
+        super().__init__(d_model, n_heads, d_ff, dropout, norm_first)
+        self.ff = FF(d_model, d_ff)  # no hidden dropout in this one's feed-forward
+
+    def sub(self, x, f, norm, drop):
+        if self.norm_first:
+            return x + f(drop(norm(x)))
+        return norm(x + drop(f(x)))
+
+
+class WrongPreLNDropoutOnSum(Block):  # Pre-LN: dropout(x + f(LN(x))), residual dropped
+    def sub(self, x, f, norm, drop):
+        if self.norm_first:
+            return drop(x + f(norm(x)))
+        return norm(x + drop(f(x)))
 
 
 class WrongDropoutOnSum(Block):  # norm(dropout(x + f(x)))
@@ -191,6 +263,23 @@ class WrongDropoutOnSum(Block):  # norm(dropout(x + f(x)))
 class WrongNoDropout(Block):  # dropout argument never used on sublayer outputs
     def sub(self, x, f, norm, drop):
         return x + f(norm(x)) if self.norm_first else norm(x + f(x))
+
+
+class WrongDropoutOnlyInFF(nn.Module):  # the only dropout: the feed-forward's hidden one
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
+        super().__init__()
+        self.norm_first = norm_first
+        self.attn = MultiHeadAttention(d_model, n_heads)
+        self.ff = FF(d_model, d_ff, dropout)
+        self.n1, self.n2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+
+    def forward(self, x, mask=None):
+        if self.norm_first:
+            h = self.n1(x)
+            x = x + self.attn(h, h, h, mask=mask)
+            return x + self.ff(self.n2(x))
+        x = self.n1(x + self.attn(x, x, x, mask=mask))
+        return self.n2(x + self.ff(x))
 
 
 class TransposedBatchNorm(nn.BatchNorm1d):
@@ -218,7 +307,7 @@ class HandBatchNorm(nn.Module):
         return (x - mean) / torch.sqrt(var + 1e-5) * self.weight + self.bias
 
 
-class WrongHandBatchNorm(Block):
+class WrongHandBatchNorm(Block):  # batch statistics, written by hand (no nn.LayerNorm)
     def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
         super().__init__(d_model, n_heads, d_ff, dropout, norm_first)
         self.norm1, self.norm2 = HandBatchNorm(d_model), HandBatchNorm(d_model)
@@ -229,7 +318,12 @@ class WrongIgnoresMask(Block):  # mask never reaches the attention
         return super().forward(x, None)
 
 
-class WrongWrapsTorch(nn.Module):
+class WrongDropoutAlwaysOn(Block):  # F.dropout without training=self.training
+    def forward(self, x, mask=None):
+        return F.dropout(super().forward(x, mask), 0.5 if self.drop1.p else 0.0, training=True)
+
+
+class WrongWrapsTorch(nn.Module):  # PyTorch's layer does the work
     def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
         super().__init__()
         self.layer = nn.TransformerEncoderLayer(d_model, n_heads, d_ff, dropout, batch_first=True,
@@ -239,7 +333,7 @@ class WrongWrapsTorch(nn.Module):
         return self.layer(x, src_key_padding_mask=None if mask is None else ~mask[:, 0, 0])
 
 
-class WrongWrapsReference(nn.Module):
+class WrongWrapsReference(nn.Module):  # the course's own block does the work
     def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
         super().__init__()
         from tformer_ref.blocks import EncoderBlock
@@ -250,7 +344,7 @@ class WrongWrapsReference(nn.Module):
         return self.inner(x, mask)
 
 
-RIGHT = [Block, BlockWithHelpers, BlockOneDropout]
+RIGHT = [Block, BlockWithHelpers, BlockOneDropout, BlockReversed]
 
 
 @pytest.mark.parametrize("cls", RIGHT)
@@ -269,11 +363,14 @@ def test_encoder_block_accepts_right_implementations(cls, capsys):
     (WrongNoResidual, True, "'missing residual'"),
     (WrongNoResidualAroundFF, False, r"missing residual \(around the feed-forward\)"),
     (WrongNoResidualAroundFF, True, r"missing residual \(around the feed-forward\)"),
+    (WrongNoResidualAroundAttention, False, r"missing residual \(around the attention"),
+    (WrongNoResidualAroundAttention, True, r"missing residual \(around the attention"),
     (WrongAlwaysPreLN, False, r"LayerNorm in the wrong place \(Pre-LN where Post-LN was asked\)"),
     (WrongAlwaysPostLN, True, r"LayerNorm in the wrong place \(Post-LN where Pre-LN was asked\)"),
     (WrongNormOnSublayer, False, r"LayerNorm in the wrong place \(x \+ LayerNorm\(sublayer\)\)"),
     (WrongNormOnSublayer, True, r"LayerNorm in the wrong place \(x \+ LayerNorm\(sublayer\)\)"),
     (WrongNormedStream, True, r"LayerNorm in the wrong place \(the residual stream normalised\)"),
+    (WrongNormThenAdd, False, r"the residual stream normalised"),
     (WrongBatchNorm, False, "BatchNorm instead of LayerNorm"),
     (WrongHandBatchNorm, False, "expected 2 nn.LayerNorm"),
     (WrongIgnoresMask, False, "matches none of the known pitfalls"),
@@ -293,6 +390,9 @@ def test_block_failure_points_to_the_lesson():
     (WrongSeedDropout, r"dropout after the norm \(the seed's block\)"),
     (WrongDropoutOnSum, "dropout on the residual sum"),
     (WrongNoDropout, "no dropout on the sublayer outputs"),
+    (WrongDropoutOnlyInFF, r"sublayer outputs \(only inside the feed-forward\)"),
+    (WrongPreLNDropsTheNormedInput, r"dropout after the norm \(the seed's block\)"),
+    (WrongPreLNDropoutOnSum, "dropout on the residual sum"),
 ])
 def test_dropout_placement_rejects_wrong_implementations(cls, diagnosis):
     with pytest.raises(CheckFailure, match=diagnosis):
@@ -307,20 +407,12 @@ def test_the_seeds_dropout_is_invisible_in_eval_mode():
 @pytest.mark.parametrize("cls,diagnosis", [
     (WrongBatchNorm, "BatchNorm instead of LayerNorm"),
     (WrongHandBatchNorm, "BatchNorm instead of LayerNorm"),
-    (WrongIgnoresMask, "adding masked padding positions changed the outputs"),
+    (WrongIgnoresMask, "padding changes the real tokens"),
+    (WrongDropoutAlwaysOn, "dropout still on in eval mode"),
 ])
 def test_behaviour_rejects(cls, diagnosis):
     with pytest.raises(CheckFailure, match=diagnosis):
         ch04.check_block_behaviour(cls)
-
-
-def test_behaviour_rejects_dropout_in_eval_mode():
-    class DropoutAlwaysOn(Block):  # F.dropout without training=self.training
-        def forward(self, x, mask=None):
-            return F.dropout(super().forward(x, mask), 0.5 if self.drop1.p else 0.0, training=True)
-
-    with pytest.raises(CheckFailure, match="Dropout must be off in eval mode"):
-        ch04.check_block_behaviour(DropoutAlwaysOn)
 
 
 @pytest.mark.parametrize("cls,diagnosis", [
@@ -357,15 +449,3 @@ def test_checks_write_nothing_to_stderr(capfd):
         ch04.check_block_behaviour(WrongBatchNorm)
     assert capfd.readouterr().err == ""
 
-
-def test_sections_named_by_the_checks_exist_in_the_lesson():
-    """A failure sends the learner to '§N.k Title': that heading must exist in the lesson."""
-    from pathlib import Path
-
-    from tformer_grading.checks.diagnosis import Section
-
-    lesson = (Path(__file__).resolve().parents[2] / "nbsrc" / "book" / "ch04_blocks" / "lesson.py").read_text()
-    sections = [v for v in vars(ch04).values() if isinstance(v, Section)]
-    assert len(sections) == 7
-    for section in sections:
-        assert f"# ## {section.number} {section.title}\n" in lesson, section

@@ -78,6 +78,10 @@ def pe_from_one(n, d):  # positions 1..n
     return pe_right_div_term(n + 1, d)[1:]
 
 
+def pe_zeros(n, d):  # the table allocated but never filled
+    return torch.zeros(n, d)
+
+
 @pytest.mark.parametrize("fn", [pe_right_div_term, pe_right_loops, pe_right_stack])
 def test_sinusoidal_accepts_right_implementations(fn, capsys):
     ch05.check_sinusoidal_encoding(fn)
@@ -93,7 +97,7 @@ def test_sinusoidal_accepts_right_implementations(fn, capsys):
     (pe_no_log, r"wrong frequencies \(the base 10000 left out\)"),
     (pe_concat, "sin and cos concatenated, not interleaved"),
     (pe_from_one, "positions start at 1"),
-    (lambda n, d: torch.zeros(n, d), "matches none of the known pitfalls"),
+    (pe_zeros, "matches none of the known pitfalls"),
 ])
 def test_sinusoidal_rejects_wrong_implementations(fn, diagnosis):
     with pytest.raises(CheckFailure, match=diagnosis):
@@ -136,13 +140,40 @@ def test_embed_accepts_right_implementations(fn, capsys):
     assert "✓ embed" in capsys.readouterr().out
 
 
+def embed_unscaled(tokens, table, pe):  # the √d_model scale forgotten
+    seq_len = tokens.shape[1]
+    return table(tokens) + pe[:seq_len]
+
+
+def embed_times_d(tokens, table, pe):  # scaled by d_model instead of its square root
+    return table(tokens) * pe.shape[-1] + pe[: tokens.shape[-1]]
+
+
+def embed_divided(tokens, table, pe):  # divided by √d_model instead of multiplied
+    return table(tokens) / math.sqrt(table.weight.size(1)) + pe[: tokens.size(1)]
+
+
+def embed_positions_scaled(tokens, table, pe):  # the sum scaled, positions included
+    x = table(tokens) + pe[: tokens.size(1)].unsqueeze(0)
+    return x * math.sqrt(x.size(-1))
+
+
+def embed_by_token_id(tokens, table, pe):  # pe rows picked by token id, not by position
+    scale = table.embedding_dim ** 0.5
+    return F.embedding(tokens, table.weight) * scale + F.embedding(tokens, pe)
+
+
+def embed_no_positions(tokens, table, pe):  # the positional encoding never added
+    return table(tokens) * math.sqrt(table.embedding_dim)
+
+
 @pytest.mark.parametrize("fn,diagnosis", [
-    (lambda t, e, p: e(t) + p[: t.size(1)], "missing √d_model embedding scale"),  # no scale
-    (lambda t, e, p: e(t) * e.embedding_dim + p[: t.size(1)], r"scaled by d_model, not √d_model"),
-    (lambda t, e, p: e(t) / math.sqrt(e.embedding_dim) + p[: t.size(1)], r"divided by √d_model"),
-    (lambda t, e, p: (e(t) + p[: t.size(1)]) * math.sqrt(e.embedding_dim), "positions scaled too"),
-    (lambda t, e, p: e(t) * math.sqrt(e.embedding_dim) + p[t], "positions looked up by token id"),
-    (lambda t, e, p: e(t) * math.sqrt(e.embedding_dim), "matches none of the known pitfalls"),  # no positions
+    (embed_unscaled, "missing √d_model embedding scale"),
+    (embed_times_d, r"scaled by d_model, not √d_model"),
+    (embed_divided, r"divided by √d_model"),
+    (embed_positions_scaled, "positions scaled too"),
+    (embed_by_token_id, "positions looked up by token id"),
+    (embed_no_positions, "matches none of the known pitfalls"),
 ])
 def test_embed_rejects_wrong_implementations(fn, diagnosis):
     with pytest.raises(CheckFailure, match=diagnosis):
@@ -222,24 +253,24 @@ class DecCrossFromDecoder(Dec):  # the seed passes (value, key, query) in the wr
         return self.cross_attn(x, x, x)
 
 
-class DecCrossFromDecoderMasked(Dec):
+class DecCrossFromDecoderMasked(Dec):  # keys/values from x, with the source mask
     def cross(self, x, memory, src_mask):
         return self.cross_attn(x, x, x, mask=src_mask)
 
 
-class DecNoSrcMask(Dec):
+class DecNoSrcMask(Dec):  # the source padding mask never passed on
     def cross(self, x, memory, src_mask):
         return self.cross_attn(x, memory, memory)
 
 
-class DecNoResidual(Dec):
+class DecNoResidual(Dec):  # no "x +" in any of the three sublayers
     def forward(self, x, memory, src_mask=None):
         x = self.norm1(self.drop(self.self_attn(x, x, x, mask=self.self_mask(x))))
         x = self.norm2(self.drop(self.cross(x, memory, src_mask)))
         return self.norm3(self.drop(self.ff(x)))
 
 
-class DecPreLN(Dec):
+class DecPreLN(Dec):  # Pre-LN where the exercise asks for Post-LN
     def forward(self, x, memory, src_mask=None):
         h = self.norm1(x)
         x = x + self.drop(self.self_attn(h, h, h, mask=self.self_mask(h)))
@@ -247,14 +278,14 @@ class DecPreLN(Dec):
         return x + self.drop(self.ff(self.norm3(x)))
 
 
-class DecCrossFirst(Dec):
+class DecCrossFirst(Dec):  # cross-attention runs before the masked self-attention
     def forward(self, x, memory, src_mask=None):
         x = self.norm1(x + self.drop(self.cross(x, memory, src_mask)))
         x = self.norm2(x + self.drop(self.self_attn(x, x, x, mask=self.self_mask(x))))
         return self.norm3(x + self.drop(self.ff(x)))
 
 
-class DecWrapsTorch(nn.Module):
+class DecWrapsTorch(nn.Module):  # PyTorch's layer does the work
     def __init__(self, d_model, n_heads, d_ff, dropout=0.1):
         super().__init__()
         self.layer = nn.TransformerDecoderLayer(d_model, n_heads, d_ff, dropout, batch_first=True)
@@ -264,7 +295,49 @@ class DecWrapsTorch(nn.Module):
         return self.layer(x, memory, tgt_mask=~torch.ones(s, s, dtype=torch.bool).tril())
 
 
-RIGHT = [Dec, DecReordered]
+class DecModuleLists(nn.Module):
+    """Right: both attentions in one ModuleList (cross-attention first) and the norms in
+    another, no biases in the self-attention nor in the feed-forward's first layer, one
+    nn.Dropout, the causal mask as the complement of the strict upper triangle."""
+
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1):
+        super().__init__()
+        self.attns = nn.ModuleList([MultiHeadAttention(d_model, n_heads, dropout),
+                                    MultiHeadAttention(d_model, n_heads, bias=False)])
+        self.lns = nn.ModuleList(nn.LayerNorm(d_model) for _ in range(3))
+        self.up = nn.Linear(d_model, d_ff, bias=False)
+        self.down = nn.Linear(d_ff, d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x, memory, src_mask=None):
+        cross, masked = self.attns
+        s = x.size(1)
+        ones = torch.ones(s, s, dtype=torch.bool, device=x.device)
+        future = torch.triu(ones, diagonal=1)
+        x = self.lns[0](x + self.dropout(masked(x, x, x, mask=~future[None, None])))
+        x = self.lns[1](x + self.dropout(cross(x, memory, memory, mask=src_mask)))
+        return self.lns[2](x + self.dropout(self.down(F.relu(self.up(x)))))
+
+
+class DecBatchNorm(Dec):  # BatchNorm over each feature instead of LayerNorm
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1):
+        super().__init__(d_model, n_heads, d_ff, dropout)
+        self.norm1, self.norm2, self.norm3 = (BatchNormBSD(d_model) for _ in range(3))
+
+
+class BatchNormBSD(nn.BatchNorm1d):
+    """BatchNorm1d on [B, S, D]: it wants the features on axis 1."""
+
+    def forward(self, x):
+        return super().forward(x.permute(0, 2, 1)).permute(0, 2, 1)
+
+
+class DecDropoutInEval(Dec):  # dropout applied whatever the mode
+    def forward(self, x, memory, src_mask=None):
+        return F.dropout(super().forward(x, memory, src_mask), 0.3, training=True)
+
+
+RIGHT = [Dec, DecReordered, DecModuleLists]
 
 
 @pytest.mark.parametrize("cls", RIGHT)
@@ -279,11 +352,11 @@ def test_decoder_block_accepts_right_implementations(cls, capsys):
     (DecNoCausal, "decoder self-attention without the causal mask"),
     (DecTriu, "causal mask built with triu instead of tril"),
     (DecCrossFromDecoder, "cross-attention taking keys/values from the decoder"),
-    (DecCrossFromDecoderMasked, "cross-attention taking keys/values from the decoder"),
     (DecNoSrcMask, "cross-attention ignores the source padding mask"),
     (DecNoResidual, "missing residual"),
     (DecPreLN, r"LayerNorm in the wrong place \(Pre-LN where Post-LN was asked\)"),
     (DecCrossFirst, "cross-attention before self-attention"),
+    (DecBatchNorm, "BatchNorm instead of LayerNorm"),
 ])
 def test_decoder_block_rejects_wrong_implementations(cls, diagnosis):
     with pytest.raises(CheckFailure, match=diagnosis):
@@ -294,7 +367,8 @@ def test_decoder_block_rejects_wrong_implementations(cls, diagnosis):
     (DecNoCausal, "decoder self-attention without the causal mask"),
     (DecTriu, "decoder self-attention without the causal mask"),
     (DecCrossFromDecoder, "cross-attention taking keys/values from the decoder"),
-    (DecNoSrcMask, "changing masked \\(padding\\) source positions"),
+    (DecNoSrcMask, "cross-attention ignores the source padding mask"),
+    (DecDropoutInEval, "dropout still on in eval mode"),
 ])
 def test_decoder_behaviour_rejects(cls, diagnosis):
     with pytest.raises(CheckFailure, match=diagnosis):
@@ -314,16 +388,3 @@ def test_checks_write_nothing_to_stderr(capfd):
         ch05.check_sinusoidal_encoding(pe_swapped)
     assert capfd.readouterr().err == ""
 
-
-def test_sections_named_by_the_checks_exist_in_the_lessons():
-    """A failure sends the learner to '§N.k Title': that heading must exist in the lesson it names."""
-    from pathlib import Path
-
-    from tformer_grading.checks.diagnosis import Section
-
-    root = Path(__file__).resolve().parents[2] / "nbsrc" / "book"
-    sections = [v for v in vars(ch05).values() if isinstance(v, Section)]
-    assert len(sections) == 11
-    for section in sections:
-        lesson = (root / section.chapter / "lesson.py").read_text()
-        assert f"# ## {section.number} {section.title}\n" in lesson, section

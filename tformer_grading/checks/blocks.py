@@ -6,9 +6,15 @@ modules (the exercises give that class), the norms are ``nn.LayerNorm``
 modules, and the feed-forward is the pair of ``nn.Linear`` layers outside the
 attention with weights [F, D] and [D, F]. The check then recomputes the block
 *from the learner's own parts*, wired the right way, and compares. Which norm
-serves which sublayer is not a matter of names or registration order: every
-assignment is tried, and the block is right when one of them reproduces it.
-A wrong wiring is named by recomputing the known wrong wirings the same way.
+serves which sublayer (and, in the decoder, which attention is which) is not a
+matter of names or registration order: every assignment, a *role*, is tried,
+and the block is right when one of them reproduces it. A wrong wiring is named
+by recomputing the known wrong wirings the same way.
+
+A *wiring* wraps one sublayer: ``wiring(x, sublayer, norm, drop) -> new x``,
+``drop`` being the dropout on the sublayer's output. The right ones are
+:func:`post_ln` and :func:`pre_ln`; each chapter writes its wrong ones next to
+the ``Pitfall`` they reproduce.
 """
 from __future__ import annotations
 
@@ -19,72 +25,133 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch import Tensor
 
 from tformer_ref.attention import MultiHeadAttention
-from .diagnosis import (Case, Pitfall, Section, describe_difference, fail, passed, run, same,
-                        single_thread)
+from .diagnosis import (Case, Diagnosis, Pitfall, Section, describe_difference, fail,
+                        passed, quiet, run, same, single_thread)
 
 
-@dataclass
+# -------------------------------------------------------------------- the right wirings
+
+def keep(t: Tensor) -> Tensor:
+    """Dropout in eval mode: the identity."""
+    return t
+
+
+def post_ln(x: Tensor, sublayer: Callable, norm: Callable, drop: Callable) -> Tensor:
+    """The paper's Post-LN: LayerNorm(x + Dropout(Sublayer(x)))."""
+    return norm(x + drop(sublayer(x)))
+
+
+def pre_ln(x: Tensor, sublayer: Callable, norm: Callable, drop: Callable) -> Tensor:
+    """Pre-LN: x + Dropout(Sublayer(LayerNorm(x)))."""
+    return x + drop(sublayer(norm(x)))
+
+
+# ------------------------------------------------------------------ the learner's parts
+
+@dataclass(frozen=True)
 class Parts:
-    """The learner's sublayer modules, in registration order."""
+    """The learner's sublayer modules: attentions and norms in the order a role assigns
+    them (registration order until :meth:`in_role` reorders them)."""
 
-    attns: list
-    norms: list
+    attns: tuple
+    norms: tuple
     ff1: nn.Linear
     ff2: nn.Linear
 
-    def ff(self, x: torch.Tensor, inner_dropped: bool = False) -> torch.Tensor:
-        """The feed-forward from the learner's two Linear layers, [..., D] -> [..., D]."""
-        if inner_dropped:  # its hidden layer dropped with p = 1: only the output bias is left
-            return self.ff2.bias.expand_as(x) if self.ff2.bias is not None else torch.zeros_like(x)
-        return F.linear(F.relu(F.linear(x, self.ff1.weight, self.ff1.bias)), self.ff2.weight, self.ff2.bias)
+    def ff(self, x: Tensor) -> Tensor:
+        """The feed-forward from the learner's Linear layers, [..., D] -> [..., D]."""
+        hidden = F.relu(F.linear(x, self.ff1.weight, self.ff1.bias))
+        return F.linear(hidden, self.ff2.weight, self.ff2.bias)
+
+    def in_role(self, norm_order: Sequence[int],
+                attn_order: Sequence[int] | None = None) -> "Parts":
+        """The same parts with norm ``norm_order[i]`` serving sublayer i (and attention
+        ``attn_order[j]`` playing attention j)."""
+        attns = self.attns
+        if attn_order is not None:
+            attns = tuple(self.attns[i] for i in attn_order)
+        norms = tuple(self.norms[i] for i in norm_order)
+        return Parts(attns, norms, self.ff1, self.ff2)
 
 
-def batchnorm_pitfall(section: Section) -> str:
-    return ("this looks like the pitfall 'BatchNorm instead of LayerNorm'. BatchNorm normalises each feature "
-            "with statistics taken across the batch (and the positions): padding tokens pollute them, a batch "
-            "of one sentence at decoding time has no statistics to speak of, and eval mode switches to running "
-            "averages that the training batches never matched. LayerNorm normalises each token's own D "
-            "features: use nn.LayerNorm(d_model).")
-
-
-def find_parts(title: str, module: nn.Module, d_model: int, d_ff: int | None, n_attn: int, n_norms: int,
-               norm_section: Section, attn_section: Section) -> Parts:
-    """Find the learner's parts by type and shape, or fail saying what is missing.
-    ``d_ff=None``: read it from the feed-forward's first Linear."""
+def reject_batchnorm(title: str, module: nn.Module, batchnorm: Diagnosis) -> None:
+    """Fail naming ``batchnorm`` when the block holds a BatchNorm module."""
     __tracebackhide__ = True
     for name, sub in module.named_modules():
         if isinstance(sub, nn.modules.batchnorm._BatchNorm):
-            fail(title, batchnorm_pitfall(norm_section) + f" (found {type(sub).__name__} at '{name}')", norm_section)
-    attn_named = [(n, m) for n, m in module.named_modules() if isinstance(m, MultiHeadAttention)]
-    if len(attn_named) != n_attn:
-        kinds = sorted({type(m).__name__ for _, m in module.named_modules() if "ttention" in type(m).__name__})
-        fail(title, f"expected {n_attn} attention sublayer(s) built from tformer_ref.attention.MultiHeadAttention "
-                    f"(the class the exercise imports), found {len(attn_named)}"
-                    + (f" (other attention modules: {', '.join(kinds)})" if kinds else "")
-                    + ". Each attention sublayer needs its own MultiHeadAttention instance.", attn_section)
-    norms = [m for _, m in module.named_modules() if isinstance(m, nn.LayerNorm)]
+            batchnorm.fail(title, f"Your block has {type(sub).__name__} at '{name}'.")
+
+
+def _attentions(title: str, module: nn.Module, n_attn: int, section: Section) -> list:
+    """[(name, module)] of the learner's ``n_attn`` MultiHeadAttention sublayers."""
+    __tracebackhide__ = True
+    found = [(n, m) for n, m in module.named_modules()
+             if isinstance(m, MultiHeadAttention)]
+    if len(found) != n_attn:
+        kinds = sorted({type(m).__name__ for m in module.modules()
+                        if "ttention" in type(m).__name__})
+        others = f" (other attention modules: {', '.join(kinds)})" if kinds else ""
+        fail(title, f"expected {n_attn} attention sublayer(s) built from "
+                    "tformer_ref.attention.MultiHeadAttention (the class the "
+                    f"exercise imports), found {len(found)}{others}. Each attention "
+                    "sublayer needs its own MultiHeadAttention instance.", section)
+    return found
+
+
+def _layer_norms(title: str, module: nn.Module, n_norms: int,
+                 section: Section) -> tuple:
+    __tracebackhide__ = True
+    norms = tuple(m for m in module.modules() if isinstance(m, nn.LayerNorm))
     if len(norms) != n_norms:
-        fail(title, f"expected {n_norms} nn.LayerNorm(d_model) modules, one per sublayer (each with its own "
-                    f"weights), found {len(norms)}.", norm_section)
-    inside = tuple(n + "." for n, _ in attn_named)
+        fail(title, f"expected {n_norms} nn.LayerNorm(d_model) modules, one per "
+                    f"sublayer (each with its own weights), found {len(norms)}.",
+             section)
+    return norms
+
+
+def _feed_forward(title: str, module: nn.Module, d_model: int, d_ff: int | None,
+                  attns: list) -> tuple:
+    """The feed-forward's (first, second) Linear, found by shape outside the attentions;
+    ``d_ff=None``: read it from the first one."""
+    __tracebackhide__ = True
+    inside = tuple(n + "." for n, _ in attns)
     linears = [(n, m) for n, m in module.named_modules()
                if isinstance(m, nn.Linear) and not n.startswith(inside)]
     if d_ff is None:
-        widths = {m.out_features for _, m in linears if m.in_features == d_model and m.out_features != d_model}
+        widths = {m.out_features for _, m in linears
+                  if m.in_features == d_model and m.out_features != d_model}
         d_ff = widths.pop() if len(widths) == 1 else -1
     first = [m for _, m in linears if tuple(m.weight.shape) == (d_ff, d_model)]
     second = [m for _, m in linears if tuple(m.weight.shape) == (d_model, d_ff)]
     if len(first) != 1 or len(second) != 1:
         listing = ", ".join(f"{n} {list(m.weight.shape)}" for n, m in linears) or "none"
-        fail(title, f"cannot find the feed-forward: expected one nn.Linear(d_model={d_model}, d_ff={d_ff}) and one "
-                    f"nn.Linear(d_ff, d_model) besides the attention. Found Linear layers: {listing}.")
-    return Parts([m for _, m in attn_named], norms, first[0], second[0])
+        fail(title, "cannot find the feed-forward: expected one "
+                    f"nn.Linear(d_model={d_model}, d_ff={d_ff}) and one "
+                    "nn.Linear(d_ff, d_model) besides the attention. Found Linear "
+                    f"layers: {listing}.")
+    return first[0], second[0]
+
+
+def find_parts(title: str, module: nn.Module, d_model: int, d_ff: int | None,
+               n_attn: int, n_norms: int, batchnorm: Diagnosis,
+               attn_section: Section) -> Parts:
+    """Find the learner's parts by type and shape, or fail saying what is missing:
+    BatchNorm is named as ``batchnorm``, a wrong count of norms points to its section.
+    ``d_ff=None``: read it from the feed-forward's first Linear."""
+    __tracebackhide__ = True
+    reject_batchnorm(title, module, batchnorm)
+    attns = _attentions(title, module, n_attn, attn_section)
+    norms = _layer_norms(title, module, n_norms, batchnorm.section)
+    ff1, ff2 = _feed_forward(title, module, d_model, d_ff, attns)
+    return Parts(tuple(m for _, m in attns), norms, ff1, ff2)
 
 
 def randomise_norms(parts: Parts, seed: int) -> None:
-    """LayerNorms start as the identity affine map, which would hide which norm sits where."""
+    """LayerNorms start as the identity affine map, which would hide which norm sits
+    where."""
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for norm in parts.norms:
@@ -94,87 +161,91 @@ def randomise_norms(parts: Parts, seed: int) -> None:
             norm.bias.copy_(b.to(norm.bias))
 
 
-def sublayer(style: str, x: torch.Tensor, f: Callable, norm: Callable, drop: Callable) -> torch.Tensor:
-    """One residual sublayer, wired as ``style`` says. ``drop`` is the dropout on the sublayer output."""
-    if style == "post":  # the paper: LayerNorm(x + Dropout(Sublayer(x)))
-        return norm(x + drop(f(x)))
-    if style == "pre":  # Pre-LN: x + Dropout(Sublayer(LayerNorm(x)))
-        return x + drop(f(norm(x)))
-    if style == "post_no_residual":
-        return norm(drop(f(x)))
-    if style == "pre_no_residual":
-        return drop(f(norm(x)))
-    if style == "norm_on_sublayer":  # x + LayerNorm(Sublayer(x))
-        return x + norm(drop(f(x)))
-    if style == "normed_stream":  # the residual stream itself replaced by its norm
-        h = norm(x)
-        return h + drop(f(h))
-    if style == "dropout_after_norm":  # the seed's Dropout(LayerNorm(x + Sublayer(x)))
-        return drop(norm(x + f(x)))
-    if style == "dropout_on_sum":
-        return norm(drop(x + f(x)))
-    if style == "post_no_dropout":
-        return norm(x + f(x))
-    if style == "pre_no_dropout":
-        return x + f(norm(x))
-    if style == "pre_dropout_after_norm":  # the seed's habit carried into Pre-LN: the sublayer's input dropped
-        return x + f(drop(norm(x)))
-    if style == "pre_dropout_on_sum":
-        return drop(x + f(norm(x)))
-    raise ValueError(f"unknown sublayer style {style!r}")
+def norm_orders(n: int) -> list:
+    """Every assignment of ``n`` norms to ``n`` sublayers."""
+    return list(itertools.permutations(range(n)))
 
+
+# --------------------------------------------------------------------------- comparing
 
 def _matches_all(theirs, cases, fn, role, agree) -> bool:
-    """Whether ``fn(role, *case)`` agrees with the learner on every case; stops at the first disagreement."""
+    """Whether ``fn(role, *case)`` agrees with the learner on every case; stops at the
+    first disagreement."""
     for got, case in zip(theirs, cases):
         if not agree(got, run(fn, (role, *case.make()))):
             return False
     return True
 
 
-def compare_with_roles(title: str, cases: Sequence[Case], learner: Callable, reference: Callable,
-                       pitfalls: Sequence[Pitfall], roles: Sequence[Any], atol: float = 1e-5,
-                       rtol: float = 1e-4, announce: bool = True) -> None:
+def _unexplained(title: str, cases: Sequence[Case], theirs: list, ours: list,
+                 atol: float, rtol: float) -> None:
+    __tracebackhide__ = True
+    problems = [(c, m) for c, g, w in zip(cases, theirs, ours)
+                if (m := describe_difference(g, w, atol, rtol)) is not None]
+    case, msg = problems[0]
+    fail(title, f"wrong on {len(problems)} of {len(cases)} cases. First: case "
+                f"{case.label}: {msg}. It matches none of the known pitfalls; compare "
+                "your block with the lesson step by step.")
+
+
+def compare_with_roles(title: str, cases: Sequence[Case], learner: Callable,
+                       reference: Callable, pitfalls: Sequence[Pitfall],
+                       roles: Sequence[Any], atol: float = 1e-5, rtol: float = 1e-4,
+                       announce: bool = True) -> None:
     """Like ``compare_to_reference``, with ``reference(role, *args)`` and each pitfall's
-    ``impl(role, *args)`` tried under every assignment ``role`` of the learner's parts."""
+    ``impl(role, *args)`` tried under every assignment ``role`` of the learner's
+    parts."""
     __tracebackhide__ = True
     with single_thread():
         theirs = [run(learner, case.make()) for case in cases]
-        first_ours = [run(reference, (roles[0], *case.make())) for case in cases]
-        for case, want in zip(cases, first_ours):
+        ours = [run(reference, (roles[0], *case.make())) for case in cases]
+        for case, want in zip(cases, ours):
             if not isinstance(want, torch.Tensor):
                 raise RuntimeError(f"reference failed on case {case.label}: {want!r}")
-        right = lambda got, want: describe_difference(got, want, atol, rtol) is None  # noqa: E731
-        if all(right(g, w) for g, w in zip(theirs, first_ours)) or any(
-                _matches_all(theirs, cases, reference, role, right) for role in roles[1:]):
+        def right(got, want):
+            return describe_difference(got, want, atol, rtol) is None
+
+        if all(right(g, w) for g, w in zip(theirs, ours)) or any(
+                _matches_all(theirs, cases, reference, r, right) for r in roles[1:]):
             if announce:
                 passed(title, f"matches the reference on {len(cases)} cases")
             return
-        agree = lambda got, want: same(got, want, atol, rtol)  # noqa: E731
+        def agree(got, want):
+            return same(got, want, atol, rtol)
+
         for pitfall in pitfalls:
-            if any(_matches_all(theirs, cases, pitfall.impl, role, agree) for role in roles):
-                fail(title, f"this looks like the pitfall '{pitfall.name}'. {pitfall.explanation}", pitfall.section)
-    problems = [(c, m) for c, g, w in zip(cases, theirs, first_ours)
-                if (m := describe_difference(g, w, atol, rtol)) is not None]
-    case, msg = problems[0]
-    fail(title, f"wrong on {len(problems)} of {len(cases)} cases. First: case {case.label}: {msg}. "
-                "It matches none of the known pitfalls; compare your block with the lesson step by step.")
+            if any(_matches_all(theirs, cases, pitfall.impl, r, agree) for r in roles):
+                pitfall.fail(title)
+    _unexplained(title, cases, theirs, ours, atol, rtol)
 
 
-def norm_orders(n: int) -> list:
-    return list(itertools.permutations(range(n)))
+def holds(title: str, probe: Callable[..., bool], *args) -> bool:
+    """Whether the learner's block has the property ``probe(*args)`` tests (run without
+    gradients, quietly); an error in the learner's block fails the check."""
+    __tracebackhide__ = True
+    with torch.no_grad(), quiet():
+        try:
+            return probe(*args)
+        except Exception as exc:  # the learner's code may raise anything
+            fail(title, f"your block raised {type(exc).__name__}: {exc}")
 
 
-FORBIDDEN_BLOCKS = (nn.TransformerEncoderLayer, nn.TransformerDecoderLayer, nn.TransformerEncoder,
-                    nn.TransformerDecoder, nn.Transformer)
+# --------------------------------------------------------------------------- by hand
+
+FORBIDDEN_BLOCKS = (nn.TransformerEncoderLayer, nn.TransformerDecoderLayer,
+                    nn.TransformerEncoder, nn.TransformerDecoder, nn.Transformer)
+FORBIDDEN_MODULES = ("tformer_ref.blocks", "tformer_ref.model")
 
 
 def check_block_not_delegated(title: str, module: nn.Module) -> None:
-    """Hidden test: the block is the learner's wiring, not PyTorch's layer or the reference's block."""
+    """Hidden test: the block is the learner's wiring, not PyTorch's layer or the
+    reference's block."""
     __tracebackhide__ = True
     for name, sub in module.named_modules():
         kind = type(sub)
-        if isinstance(sub, FORBIDDEN_BLOCKS) or kind.__module__ in ("tformer_ref.blocks", "tformer_ref.model"):
-            fail(title, f"your module contains {kind.__module__}.{kind.__name__} (at '{name or 'self'}'): "
-                        "the exercise is to wire the block yourself, not to wrap PyTorch's or the reference's.")
+        if isinstance(sub, FORBIDDEN_BLOCKS) or kind.__module__ in FORBIDDEN_MODULES:
+            where = name or "self"
+            fail(title, f"your module contains {kind.__module__}.{kind.__name__} (at "
+                        f"'{where}'): the exercise is to wire the block yourself, "
+                        "not to wrap PyTorch's or the reference's.")
     passed(title, "wired by hand, no built-in or reference block inside")
