@@ -28,19 +28,16 @@ def split_right_unflatten(x, h):
     return x.unflatten(-1, (h, -1)).transpose(1, 2).contiguous()
 
 
-def split_wrong_no_transpose(x, h):  # forgot to move the head axis
-    b, s, d = x.shape
-    return x.reshape(b, s, h, d // h)
+def split_wrong_no_transpose(x, h):  # [B, S, H, Dh]: forgot to move the head axis
+    return x.unflatten(-1, (h, -1))
 
 
-def split_wrong_view_straight(x, h):  # right shape, tokens mixed into heads
-    b, s, d = x.shape
-    return x.view(b, h, s, d // h)
+def split_wrong_view_straight(x, h):  # right shape, but tokens are cut into heads
+    return x.view(x.size(0), h, -1, x.size(-1) // h)
 
 
-def split_wrong_interleaved(x, h):  # heads take every H-th feature
-    b, s, d = x.shape
-    return x.view(b, s, d // h, h).permute(0, 3, 1, 2)
+def split_wrong_interleaved(x, h):  # einops' "b s (d h) -> b h s d": every H-th feature
+    return torch.einsum("bsdh->bhsd", x.unflatten(-1, (-1, h)))
 
 
 @pytest.mark.parametrize("fn", [split_right_reshape_permute, split_right_chunk_stack, split_right_unflatten])
@@ -82,19 +79,20 @@ def merge_right_contiguous_view(x):
     return x.transpose(1, 2).contiguous().view(b, s, h * dh)
 
 
-def merge_wrong_no_transpose(x):
-    b, h, s, dh = x.shape
-    return x.reshape(b, s, h * dh)
+def merge_wrong_no_transpose(x):  # [B, H, S, Dh] memory read as [B, S, D]: glues tokens
+    return x.contiguous().view(x.size(0), x.size(2), -1)
 
 
-def merge_wrong_order(x):
-    b, h, s, dh = x.shape
-    return x.permute(0, 2, 3, 1).reshape(b, s, h * dh)
+def merge_wrong_order(x):  # [B, S, Dh, H] flattened: the heads' features interleaved
+    return x.movedim(1, -1).flatten(2)
 
 
-def merge_wrong_view(x):
-    b, h, s, dh = x.shape
-    return x.transpose(1, 2).view(b, s, h * dh)
+def merge_wrong_order_einsum(x):  # einops' "b h s d -> b s (d h)", the letters swapped
+    return torch.einsum("bhsd->bsdh", x).flatten(2)
+
+
+def merge_wrong_view(x):  # view after permute: refused unless x came from split_heads
+    return x.permute(0, 2, 1, 3).view(x.size(0), x.size(2), -1)
 
 
 @pytest.mark.parametrize("fn", [merge_right_cat, merge_right_permute_flatten, merge_right_contiguous_view])
@@ -106,6 +104,7 @@ def test_merge_heads_accepts_right_implementations(fn, capsys):
 @pytest.mark.parametrize("fn,diagnosis", [
     (merge_wrong_no_transpose, "merged without transpose"),
     (merge_wrong_order, "heads merged in the wrong order"),
+    (merge_wrong_order_einsum, "heads merged in the wrong order"),
     (merge_wrong_view, "view on a non-contiguous tensor"),
 ])
 def test_merge_heads_rejects_wrong_implementations(fn, diagnosis):
@@ -116,16 +115,13 @@ def test_merge_heads_rejects_wrong_implementations(fn, diagnosis):
 # --------------------------------------------------------------------------- MultiHeadAttention
 
 class MHA(nn.Module):
-    """A right implementation, parameterised by the step each wrong variant changes."""
-
-    scale_by_d_model = False
-    softmax_dim = -1
-    bias = True
+    """A right implementation in three steps; each wrong one below rewrites one."""
 
     def __init__(self, d_model, n_heads):
         super().__init__()
         self.h = n_heads
-        self.wq, self.wk, self.wv, self.wo = (nn.Linear(d_model, d_model, bias=self.bias) for _ in range(4))
+        self.wq, self.wk, self.wv, self.wo = (nn.Linear(d_model, d_model)
+                                              for _ in range(4))
 
     def split(self, x):
         b, s, d = x.shape
@@ -136,8 +132,7 @@ class MHA(nn.Module):
         return x.transpose(1, 2).reshape(b, s, h * dh)
 
     def attend(self, q, k, v):
-        d = q.size(-1) * (self.h if self.scale_by_d_model else 1)
-        return (q @ k.transpose(-2, -1) / math.sqrt(d)).softmax(self.softmax_dim) @ v
+        return (q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))).softmax(-1) @ v
 
     def forward(self, query, key, value, mask=None):
         q, k, v = self.split(self.wq(query)), self.split(self.wk(key)), self.split(self.wv(value))
@@ -145,7 +140,10 @@ class MHA(nn.Module):
 
 
 class RightNoBias(MHA):
-    bias = False
+    def __init__(self, d_model, n_heads):
+        super().__init__(d_model, n_heads)
+        self.wq, self.wk, self.wv, self.wo = (nn.Linear(d_model, d_model, bias=False)
+                                              for _ in range(4))
 
 
 class RightEinsum(MHA):
@@ -188,36 +186,60 @@ class RightPerHeadLoop(MHA):
 
 
 class WrongScaleDModel(MHA):
-    scale_by_d_model = True
+    def attend(self, q, k, v):  # the seed's embed_size ** 0.5: √D, not √Dh
+        d_model = self.h * q.size(-1)
+        return torch.softmax(q @ k.mT / d_model ** 0.5, dim=-1) @ v
+
+
+class WrongNoScaling(MHA):
+    def attend(self, q, k, v):  # forgot the 1/√Dh
+        weights = torch.einsum("bhqd,bhkd->bhqk", q, k).softmax(dim=-1)
+        return torch.einsum("bhqk,bhkd->bhqd", weights, v)
 
 
 class WrongSoftmaxAxis(MHA):
-    softmax_dim = -2
+    def attend(self, q, k, v):  # dim=2 looks like "the sequence axis": the queries
+        return F.softmax(q @ k.transpose(2, 3) / math.sqrt(q.size(3)), dim=2) @ v
 
 
 class WrongSplitStraight(MHA):
-    def split(self, x):
-        b, s, d = x.shape
-        return x.view(b, self.h, s, d // self.h)
+    def split(self, x):  # right shape, but tokens are cut into heads
+        return x.reshape(x.size(0), self.h, x.size(1), -1)
 
 
 class WrongMergeNoTranspose(MHA):
-    def merge(self, x):
-        b, h, s, dh = x.shape
-        return x.reshape(b, s, h * dh)
+    def merge(self, x):  # reads [B, H, S, Dh] memory as [B, S, D]: tokens glued
+        return x.reshape(x.size(0), -1, self.h * x.size(-1))
+
+
+class WrongMergeDhMajor(MHA):
+    def merge(self, x):  # [B, S, Dh, H] flattened: the heads' features interleaved
+        return x.transpose(1, 2).transpose(2, 3).flatten(2)
 
 
 class WrongSeedEinsum(MHA):
-    """The seed's bug: the 'bhqd' einsum applied to [B, S, H, Dh] tensors."""
+    """The seed's bug spelled with matmul: heads left as [B, S, H, Dh], so q @ kᵀ
+    attends across the heads of one token and tokens never mix."""
 
-    def forward(self, query, key, value, mask=None):
-        n, d = query.size(0), query.size(-1)
-        q = self.wq(query).reshape(n, query.size(1), self.h, d // self.h)
-        k = self.wk(key).reshape(n, key.size(1), self.h, d // self.h)
-        v = self.wv(value).reshape(n, value.size(1), self.h, d // self.h)
-        energy = torch.einsum("bhqd,bhkd->bhqk", q, k) / math.sqrt(d // self.h)
-        out = torch.einsum("bhql,bhlv->bhqv", energy.softmax(dim=3), v)
-        return self.wo(out.reshape(n, query.size(1), d))
+    def split(self, x):  # forgot .transpose(1, 2)
+        b, s, d = x.shape
+        return x.view(b, s, self.h, d // self.h)
+
+    def merge(self, x):
+        return x.flatten(2)
+
+
+class WrongSeedCode(MHA):
+    """Both of the seed's bugs: heads never moved next to the batch, scores over √D."""
+
+    def split(self, x):  # [B, S, H, Dh]: the head axis stays where it was
+        return x.unflatten(-1, (self.h, -1))
+
+    def merge(self, x):
+        return x.flatten(2)
+
+    def attend(self, q, k, v):  # divided by √embed_size, not √head_dim
+        return (q @ k.mT / math.sqrt(self.h * q.size(-1))).softmax(-1) @ v
 
 
 class WrongSharedPerHeadLinear(nn.Module):
@@ -297,11 +319,14 @@ def test_mha_accepts_right_implementations(cls, capsys):
 
 
 @pytest.mark.parametrize("cls,diagnosis", [
-    (WrongScaleDModel, r"scaled by sqrt\(d_model\)"),
+    (WrongScaleDModel, r"'scaled by sqrt\(d_model\)'"),
+    (WrongNoScaling, "'no scaling'"),
     (WrongSoftmaxAxis, "softmax over the query axis"),
     (WrongSplitStraight, "sequence and head axes confused"),
     (WrongMergeNoTranspose, "merged without transpose"),
+    (WrongMergeDhMajor, "heads merged in the wrong order"),
     (WrongSeedEinsum, r"einsum over the wrong axes \(the seed's bug\)"),
+    (WrongSeedCode, r"scaled by sqrt\(d_model\) \(the seed's code\)"),
     (WrongSharedPerHeadLinear, "one Linear shared by all heads"),
     (WrongNoTokenMixing, "matches none of the known pitfalls"),
 ])

@@ -24,9 +24,11 @@ def test_causal_mask_accepts_right_implementations(fn, capsys):
 
 @pytest.mark.parametrize("fn,diagnosis", [
     (lambda s: torch.triu(torch.ones(s, s)).bool(), "triu instead of tril"),  # the future, not the past
-    (lambda s: torch.ones(s, s).triu(1).bool()[None, None], "mask inverted"),  # nn.MultiheadAttention's convention
+    # True = ignore, nn.MultiheadAttention's convention
+    (lambda s: ~torch.ones(s, s, dtype=torch.bool).tril()[None, None], "mask inverted"),
     (lambda s: (torch.arange(s)[:, None] < torch.arange(s)).view(1, 1, s, s), "mask inverted"),
-    (lambda s: torch.ones(s, s, dtype=torch.bool).tril(-1), "diagonal excluded"),
+    # key < query, strictly: nobody attends to itself
+    (lambda s: torch.arange(s)[:, None] > torch.arange(s), "diagonal excluded"),
     (lambda s: torch.tril(torch.ones(1, 1, s, s)), "float mask instead of bool"),  # the seed's tril(ones) as is
 ])
 def test_causal_mask_rejects_wrong_implementations(fn, diagnosis):
@@ -49,11 +51,16 @@ def test_padding_mask_accepts_right_implementations(fn, capsys):
 
 @pytest.mark.parametrize("fn,diagnosis", [
     (lambda t, p: (t != p).unsqueeze(1), "'mask broadcast over the wrong axis'"),  # [B, 1, S]
-    (lambda t, p: t != p, r"mask broadcast over the wrong axis \(\[B, S\]\)"),
-    (lambda t, p: (t != p)[:, None, :, None], "mask on the query axis"),
-    (lambda t, p: (t == p)[:, None, None, :], "mask inverted"),  # key_padding_mask's convention
+    # [B, S]: no singleton axes, so the batch lines up with the queries
+    (lambda t, p: t.ne(p), r"mask broadcast over the wrong axis \(\[B, S\]\)"),
+    # [B, 1, S, 1]: drops padded queries, not padded keys
+    (lambda t, p: (t != p).unsqueeze(1).unsqueeze(-1), "mask on the query axis"),
+    # True on the padding: key_padding_mask's convention
+    (lambda t, p: t.eq(p).view(t.size(0), 1, 1, -1), "mask inverted"),
     (lambda t, p: (t != 0).unsqueeze(1).unsqueeze(2), "pad id hard-coded"),  # the seed's x != 0
-    (lambda t, p: (t != p).float()[:, None, None, :], "float mask instead of bool"),
+    # 1.0 = keep, 0.0 = drop: PyTorch adds a float mask, so nothing is dropped
+    (lambda t, p: torch.where(t != p, 1.0, 0.0)[:, None, None],
+     "float mask instead of bool"),
 ])
 def test_padding_mask_rejects_wrong_implementations(fn, diagnosis):
     with pytest.raises(CheckFailure, match=diagnosis):
@@ -125,7 +132,7 @@ def masked_after_softmax(q, k, v, mask):  # zeroes weights after normalising: ro
 
 
 def masked_inverted(q, k, v, mask):  # treats True as "ignore"
-    weights = _scores(q, k).masked_fill(mask, torch.finfo(q.dtype).min).softmax(-1)
+    weights = torch.where(mask, torch.finfo(q.dtype).min, _scores(q, k)).softmax(-1)
     return weights @ v, weights
 
 
@@ -150,19 +157,20 @@ def masked_where_1e9(q, k, v, mask):  # torch.where quietly turns -1e9 into -inf
     return weights @ v, weights
 
 
-def masked_fill_zero(q, k, v, mask):  # exp(0) = 1: masked keys still count
-    weights = _scores(q, k).masked_fill(~mask, 0.0).softmax(-1)
+def masked_fill_zero(q, k, v, mask):  # scores times the mask: masked ones 0, exp(0) = 1
+    weights = (_scores(q, k) * mask).softmax(-1)
     return weights @ v, weights
 
 
-def masked_ignores_mask(q, k, v, mask):
-    weights = _scores(q, k).softmax(-1)
-    return weights @ v, weights
+def masked_ignores_mask(q, k, v, mask):  # the mask argument is never used
+    weights = torch.einsum("bhqd,bhkd->bhqk", q, k).div(q.size(-1) ** 0.5).softmax(-1)
+    return torch.einsum("bhqk,bhkd->bhqd", weights, v), weights
 
 
 def masked_no_scaling(q, k, v, mask):  # chapter 2's bug, back again
-    weights = (q @ k.transpose(-2, -1)).masked_fill(~mask, torch.finfo(q.dtype).min).softmax(-1)
-    return weights @ v, weights
+    scores = torch.matmul(q, k.mT)  # no / √d_k
+    weights = scores.masked_fill(mask.logical_not(), -1e4).softmax(dim=-1)
+    return torch.matmul(weights, v), weights
 
 
 def masked_calls_sdpa(q, k, v, mask):
@@ -205,13 +213,26 @@ def test_masked_attention_by_hand_rejects_sdpa():
 
 # --------------------------------------------------------------------------- probes
 
+CAUSAL, PAD = ch03.causal_mask, ch03.padding_mask
+
+
 @pytest.mark.parametrize("attn,causal,pad,diagnosis", [
-    (masked_min_then_zero, lambda s: torch.ones(s, s, dtype=torch.bool).triu(), ch03.padding_mask, "causality"),
-    (masked_ignores_mask, ch03.causal_mask, ch03.padding_mask, "causality"),
-    (masked_min_then_zero, ch03.causal_mask, lambda t, p: (t == p)[:, None, None, :], "pad invariance"),
-    (masked_fill_zero, ch03.causal_mask, ch03.padding_mask, "causality"),
-    # [B, 1, S] with B == H == 2: runs, but each sequence is masked with the other one's padding.
-    (masked_min_then_zero, ch03.causal_mask, lambda t, p: (t != p).unsqueeze(1), "at padded positions"),
+    # triu: each query sees itself and the future
+    (masked_min_then_zero, lambda s: torch.ones(s, s, dtype=torch.bool).triu(), PAD,
+     "'causality violated'. Changing tokens 3..5 changed the outputs of tokens 0..2"),
+    # True = ignore (nn.MultiheadAttention's convention) read as True = attend
+    (masked_min_then_zero, lambda s: ~torch.ones(s, s, dtype=torch.bool).tril(), PAD,
+     "'causality violated'"),
+    (masked_inverted, CAUSAL, PAD, "'causality violated'"),
+    (masked_ignores_mask, CAUSAL, PAD, "'causality violated'"),
+    (masked_fill_zero, CAUSAL, PAD, "'causality violated'"),
+    # True on the padding: real tokens attend to the pads appended after them
+    (masked_min_then_zero, CAUSAL, lambda t, p: (t == p)[:, None, None, :],
+     "'pad invariance violated'. Appending padding tokens"),
+    # [B, 1, S] with B == H == 2: runs, but each sequence is masked with the other one's
+    # padding, so it reads what sits at its own padded positions.
+    (masked_min_then_zero, CAUSAL, lambda t, p: (t != p).unsqueeze(1),
+     "'attends to padding'. Changing the keys and values at padded positions"),
 ])
 def test_probes_reject(attn, causal, pad, diagnosis):
     with pytest.raises(CheckFailure, match=diagnosis):
@@ -224,16 +245,3 @@ def test_checks_write_nothing_to_stderr(capfd):
         with pytest.raises(CheckFailure):
             ch03.check_masked_attention_half_precision(fn)
     assert capfd.readouterr().err == ""
-
-
-def test_sections_match_the_lesson_headings():
-    """A failure points learners to '§N.k Title': every Section must be a real heading of the lesson."""
-    from pathlib import Path
-
-    from tformer_grading.checks.diagnosis import Section
-
-    lesson = (Path(__file__).resolve().parents[2] / "nbsrc" / "book" / ch03.CHAPTER / "lesson.py").read_text()
-    sections = [s for s in vars(ch03).values() if isinstance(s, Section) and s.chapter == ch03.CHAPTER]
-    assert len(sections) >= 5
-    for section in sections:
-        assert f"# ## {section.number} {section.title}\n" in lesson, section
