@@ -343,10 +343,10 @@ def test_shared_linear_diagnosis_gives_the_parameter_counts():
 
 
 @pytest.mark.parametrize("cls,diagnosis", [
-    (WrongSeedEinsum, "changed no other position's output"),
-    (WrongNoTokenMixing, "changed no other position's output"),
-    (WrongBatchLeak, "batch entries are leaking"),
-    (WrongDropoutInEval, "Dropout must be off in eval mode"),
+    (WrongSeedEinsum, "'tokens never mix'. Changing token 5 changed no other position"),
+    (WrongNoTokenMixing, "'tokens never mix'"),
+    (WrongBatchLeak, "'batch entries leak into each other'.*batch entries are leaking"),
+    (WrongDropoutInEval, "'dropout on in eval mode'.*Dropout must be off in eval mode"),
 ])
 def test_behaviour_probes_reject(cls, diagnosis):
     with pytest.raises(CheckFailure, match=diagnosis):

@@ -380,6 +380,21 @@ def check_multi_head_attention(cls) -> None:
                          adapt=(lambda fn: fn) if has_bias else _with_zero_biases)
 
 
+TOKENS_NEVER_MIX = Diagnosis(
+    "tokens never mix",
+    "The scores must contract over the feature axis and range over key *positions*: check the "
+    "axes of your matmul/einsum (the seed's einsum labels the sequence axis as heads).",
+    S_EINSUM)
+BATCH_ENTRIES_LEAK = Diagnosis(
+    "batch entries leak into each other",
+    "Check that no reshape/view mixes the batch axis with the head or sequence axis, and that "
+    "batch-first tensors go to modules built with batch_first=True.", S_SPLIT)
+DROPOUT_IN_EVAL = Diagnosis(
+    "dropout on in eval mode",
+    "Dropout must be off in eval mode: use nn.Dropout or pass "
+    "`dropout_p if self.training else 0.0`.", S_PROJ)
+
+
 def check_multi_head_attention_behaviour(cls) -> None:
     """Probes any correct attention passes: tokens mix, batch entries stay apart, eval
     mode is deterministic."""
@@ -392,9 +407,9 @@ def check_multi_head_attention_behaviour(cls) -> None:
             return module(t, t, t)
 
     # Determinism first: the other probes compare two calls.
-    probe_eval_determinism("MultiHeadAttention", module, (x, x, x), S_PROJ)
-    probe_token_mixing("MultiHeadAttention", self_attend, x, S_EINSUM)
-    probe_batch_independence("MultiHeadAttention", self_attend, x, S_SPLIT)
+    probe_eval_determinism("MultiHeadAttention", module, (x, x, x), DROPOUT_IN_EVAL)
+    probe_token_mixing("MultiHeadAttention", self_attend, x, TOKENS_NEVER_MIX)
+    probe_batch_independence("MultiHeadAttention", self_attend, x, BATCH_ENTRIES_LEAK)
     passed("MultiHeadAttention",
            "mixes tokens, keeps batch entries apart, deterministic in eval mode")
 

@@ -259,10 +259,13 @@ def compare_to_reference(
 
 
 # --------------------------------------------------------------------------- behaviour probes
-# Properties any correct implementation has, whatever its code.
+# Properties any correct implementation has, whatever its code. Each probe is handed the
+# Diagnosis to name when the property fails (the chapter module defines it, so the book's
+# pitfall index lists it), and adds what it observed.
+
 
 def probe_token_mixing(title: str, fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor,
-                       section: Section) -> None:
+                       diagnosis: Diagnosis) -> None:
     """Changing token j must change the output at some other position i: attention mixes
     tokens."""
     __tracebackhide__ = True
@@ -273,15 +276,13 @@ def probe_token_mixing(title: str, fn: Callable[[torch.Tensor], torch.Tensor], x
         base, out = fn(x.clone()).detach(), fn(changed).detach()
     others = [i for i in range(x.size(1)) if i != j]
     if torch.allclose(out[:, others], base[:, others], atol=1e-6):
-        fail(title, f"changing token {j} changed no other position's output, so tokens never "
-                    "exchange information. The scores must contract over the feature axis and range "
-                    "over key *positions*: check the axes of your matmul/einsum (the seed's einsum "
-                    "labels the sequence axis as heads).", section)
+        diagnosis.fail(title, f"Changing token {j} changed no other position's output, so "
+                              "tokens never exchange information.")
 
 
 def probe_batch_independence(title: str, fn: Callable[[torch.Tensor], torch.Tensor],
-                             x: torch.Tensor, section: Section) -> None:
-    """Changing batch entry 1 must leave batch entry 0's output unchanged."""
+                             x: torch.Tensor, diagnosis: Diagnosis) -> None:
+    """Changing batch entries 1.. must leave batch entry 0's output unchanged."""
     __tracebackhide__ = True
     if x.size(0) < 2:
         raise ValueError("probe_batch_independence needs a batch of at least 2")
@@ -290,20 +291,16 @@ def probe_batch_independence(title: str, fn: Callable[[torch.Tensor], torch.Tens
     with quiet():
         base, out = fn(x.clone()).detach(), fn(changed).detach()
     if not torch.allclose(out[0], base[0], atol=1e-6):
-        fail(title, "changing the other sequences of the batch changed the output for sequence "
-                    "0: batch entries are leaking into each other. Check that no reshape/view mixes the "
-                    "batch axis with the head or sequence axis, and that batch-first tensors go to "
-                    "modules built with batch_first=True.",
-             section)
+        diagnosis.fail(title, "Changing the other sequences of the batch changed the output for "
+                              "sequence 0: batch entries are leaking into each other.")
 
 
 def probe_eval_determinism(title: str, module: torch.nn.Module, inputs: tuple,
-                           section: Section) -> None:
+                           diagnosis: Diagnosis) -> None:
     """In eval mode two identical calls must give identical outputs (dropout off)."""
     __tracebackhide__ = True
     module.eval()
     with torch.no_grad(), quiet():
         a, b = module(*inputs), module(*inputs)
     if not torch.equal(a, b):
-        fail(title, "two calls in eval mode gave different outputs. Dropout must be off in eval "
-                    "mode: use nn.Dropout or pass `dropout_p if self.training else 0.0`.", section)
+        diagnosis.fail(title, "Two calls in eval mode gave different outputs.")
