@@ -1,8 +1,9 @@
-"""Mixed precision with ``torch.amp``: which dtype per device, the GradScaler, and one optimizer step.
+"""Mixed precision with ``torch.amp``: dtypes, the GradScaler, one optimizer step.
 
 The seed imports ``from torch.cuda.amp import autocast, GradScaler``: deprecated, and
 CUDA-only (on a CPU it silently does nothing). The current API names the device:
-``torch.amp.autocast(device_type, dtype=...)`` and ``torch.amp.GradScaler(device_type)``.
+``torch.amp.autocast(device_type, dtype=...)`` and
+``torch.amp.GradScaler(device_type)``.
 
 - CUDA: float16 autocast. fp16's range ends near 65504 and its smallest normal is
   about 6e-5, so small gradients underflow to zero: a GradScaler multiplies the loss
@@ -22,37 +23,85 @@ def _device_type(device) -> str:
     if isinstance(device, str):
         device = torch.device(device)
     if not isinstance(device, torch.device):
-        raise TypeError(f"device must be a torch.device or a string such as 'cpu' or 'cuda', got {type(device).__name__}")
+        raise TypeError("device must be a torch.device or a string such as 'cpu' or "
+                        f"'cuda', got {type(device).__name__}")
     return device.type
 
 
 def amp_dtype(device) -> torch.dtype:
-    """The autocast dtype the course uses on ``device``: float16 on CUDA, bfloat16 elsewhere."""
+    """The autocast dtype the course uses on ``device``: float16 on CUDA, bfloat16
+    elsewhere.
+
+    Taught in §7.1 'Mixed precision with torch.amp' (book/ch07_scale).
+
+    Examples::
+
+        >>> amp_dtype("cuda"), amp_dtype(torch.device("cpu"))
+        (torch.float16, torch.bfloat16)
+    """
     return torch.float16 if _device_type(device) == "cuda" else torch.bfloat16
 
 
 def autocast(device, dtype: torch.dtype | None = None, enabled: bool = True):
-    """``torch.amp.autocast`` for ``device``'s type, with :func:`amp_dtype` unless ``dtype`` is given."""
+    """``torch.amp.autocast`` for ``device``'s type, with :func:`amp_dtype` unless
+    ``dtype`` is given.
+
+    Taught in §7.1 'Mixed precision with torch.amp' (book/ch07_scale).
+
+    Examples::
+
+        >>> linear = torch.nn.Linear(4, 4)
+        >>> with autocast("cpu"):
+        ...     y = linear(torch.ones(2, 4))
+        >>> y.dtype, linear.weight.dtype  # the matmul ran in bf16, the weights are fp32
+        (torch.bfloat16, torch.float32)
+    """
     dtype = amp_dtype(device) if dtype is None else dtype
     if dtype not in (torch.float16, torch.bfloat16):
-        raise ValueError(f"autocast dtype must be torch.float16 or torch.bfloat16, got {dtype}")
+        raise ValueError(
+            f"autocast dtype must be torch.float16 or torch.bfloat16, got {dtype}")
     return torch.amp.autocast(_device_type(device), dtype=dtype, enabled=enabled)
 
 
-def make_grad_scaler(device, dtype: torch.dtype | None = None, **kwargs) -> torch.amp.GradScaler:
-    """A GradScaler for ``device``, enabled only for float16 (bfloat16 and float32 need no scaling)."""
+def make_grad_scaler(device, dtype: torch.dtype | None = None,
+                     **kwargs) -> torch.amp.GradScaler:
+    """A GradScaler for ``device``, enabled only for float16 (bfloat16 and float32 need
+    no scaling).
+
+    Taught in §7.1 'Mixed precision with torch.amp' (book/ch07_scale).
+
+    Examples::
+
+        >>> make_grad_scaler("cpu").is_enabled()  # bf16: a pass-through scaler
+        False
+        >>> make_grad_scaler("cpu", torch.float16).is_enabled()
+        True
+    """
     dtype = amp_dtype(device) if dtype is None else dtype
-    return torch.amp.GradScaler(_device_type(device), enabled=dtype == torch.float16, **kwargs)
+    enabled = dtype == torch.float16
+    return torch.amp.GradScaler(_device_type(device), enabled=enabled, **kwargs)
 
 
-def optimizer_step(optimizer: torch.optim.Optimizer, parameters, scaler: torch.amp.GradScaler | None = None,
+def optimizer_step(optimizer: torch.optim.Optimizer, parameters,
+                   scaler: torch.amp.GradScaler | None = None,
                    max_norm: float | None = None) -> bool:
-    """Clip and step after the gradients are in; return whether the optimizer really stepped.
+    """Clip and step after the gradients are in; return whether the optimizer really
+    stepped.
 
     With a scaler the gradients are still multiplied by the scale, so ``unscale_``
     must come *before* clipping: clipping scaled gradients to ``max_norm`` would clip
     them at ``max_norm / scale``. ``scaler.step`` skips the step when a gradient is
     inf/NaN, and ``scaler.update`` then lowers the scale.
+
+    Taught in §7.2 'GradScaler, unscale_ and clipping' (book/ch07_scale).
+
+    Examples::
+
+        >>> w = torch.nn.Parameter(torch.ones(3))
+        >>> opt = torch.optim.SGD([w], lr=1.0)
+        >>> (10 * w).sum().backward()  # gradient [10, 10, 10], norm 17.3
+        >>> optimizer_step(opt, [w], max_norm=1.0), w.detach()  # clipped to norm 1
+        (True, tensor([0.4226, 0.4226, 0.4226]))
     """
     parameters = [p for p in parameters if p.grad is not None]
     if scaler is None or not scaler.is_enabled():
@@ -71,13 +120,25 @@ def optimizer_step(optimizer: torch.optim.Optimizer, parameters, scaler: torch.a
 
 
 def saved_activation_bytes(fn, *args, exclude=(), **kwargs) -> tuple[object, int]:
-    """Run ``fn(*args, **kwargs)`` and count the bytes autograd keeps for the backward pass.
+    """Run ``fn(*args, **kwargs)`` and count the bytes autograd keeps for the backward
+    pass.
 
     This is the memory training needs on top of the weights (the activations),
     measured the same way on any device: every tensor saved for backward passes
     through a ``saved_tensors_hooks`` pack hook; storages shared by several saves
     count once, and the storages of ``exclude`` (e.g. ``model.parameters()``, which
     exist anyway) not at all. Returns (fn's result, bytes).
+
+    Taught in §7.1 'Mixed precision with torch.amp' (book/ch07_scale).
+
+    Examples::
+
+        >>> x = torch.ones(4, requires_grad=True)
+        >>> out, n_bytes = saved_activation_bytes(lambda t: (t * t).sum(), x)
+        >>> n_bytes  # x saved for the backward of t * t: 4 float32, counted once
+        16
+        >>> saved_activation_bytes(lambda t: (t * t).sum(), x, exclude=[x])[1]
+        0
     """
     skip = {(t.device, t.untyped_storage().data_ptr()) for t in exclude}
     seen: dict[tuple, int] = {}

@@ -1,12 +1,15 @@
 """Decoding a trained encoder–decoder: greedy search, beam search, exact-match accuracy.
 
-Works with any model that has ``encode(src) -> (memory [B, Ss, D], src_mask [B, 1, 1, Ss])`` and
-``decode(tgt_in [B, St], memory, src_mask) -> logits [B, St, V]`` (the decoder builds its causal
-mask itself). Both searches run in eval mode without gradients, encode the source once, and stop
-as soon as every sequence has produced EOS. (The seed's loop called a ``create_trg_mask`` method
-that does not exist and fed a float tensor to ``nn.Embedding``.)
+Works with any model that has
+``encode(src) -> (memory [B, Ss, D], src_mask [B, 1, 1, Ss])`` and
+``decode(tgt_in [B, St], memory, src_mask) -> logits [B, St, V]`` (the decoder builds
+its causal mask itself). Both searches run in eval mode without gradients, encode the
+source once, and stop as soon as every sequence has produced EOS. (The seed's loop
+called a ``create_trg_mask`` method that does not exist and fed a float tensor to
+``nn.Embedding``.)
 
-Outputs are [B, T] LongTensors that start with BOS; after a sequence's EOS come PAD tokens.
+Outputs are [B, T] LongTensors that start with BOS; after a sequence's EOS come PAD
+tokens.
 """
 from __future__ import annotations
 
@@ -24,12 +27,24 @@ def _eval_mode(model: nn.Module):
 
 
 @torch.no_grad()
-def greedy_decode(model: nn.Module, src: torch.Tensor, max_len: int, bos_id: int = 1, eos_id: int = 2,
-                  pad_id: int = 0) -> torch.Tensor:
-    """src [B, Ss] -> [B, T] with T <= max_len + 1: BOS, then the argmax token at each step.
+def greedy_decode(model: nn.Module, src: torch.Tensor, max_len: int, bos_id: int = 1,
+                  eos_id: int = 2, pad_id: int = 0) -> torch.Tensor:
+    """src [B, Ss] -> [B, T] with T <= max_len + 1: BOS, then the argmax token at each
+    step.
 
-    Each step re-reads the whole prefix (the decoder applies its causal mask, so position t sees
-    only tokens 0..t, exactly as in training) and appends the argmax of the last position.
+    Each step re-reads the whole prefix (the decoder applies its causal mask, so
+    position t sees only tokens 0..t, exactly as in training) and appends the argmax of
+    the last position.
+
+    Taught in §6.7 'Greedy and beam decoding' (book/ch06_training).
+
+    Examples::
+
+        >>> from tformer_ref.model import Transformer
+        >>> model = Transformer(9, 9, d_model=8, n_heads=2, n_layers=1, d_ff=16)
+        >>> out = greedy_decode(model, torch.tensor([[4, 5, 2], [6, 2, 0]]), max_len=5)
+        >>> out[:, 0], out.shape[1] <= 1 + 5  # BOS first, then at most max_len tokens
+        (tensor([1, 1]), True)
     """
     if max_len < 1:
         raise ValueError(f"max_len must be >= 1, got {max_len}")
@@ -41,7 +56,7 @@ def greedy_decode(model: nn.Module, src: torch.Tensor, max_len: int, bos_id: int
         for _ in range(max_len):
             logits = model.decode(out, memory, src_mask)  # [B, t, V]
             nxt = logits[:, -1].argmax(dim=-1)
-            nxt = nxt.masked_fill(finished, pad_id)  # a finished sequence only gets padding
+            nxt = nxt.masked_fill(finished, pad_id)  # a finished sequence gets padding
             out = torch.cat([out, nxt[:, None]], dim=1)
             finished |= nxt == eos_id
             if finished.all():
@@ -52,17 +67,30 @@ def greedy_decode(model: nn.Module, src: torch.Tensor, max_len: int, bos_id: int
 
 
 @torch.no_grad()
-def beam_search(model: nn.Module, src: torch.Tensor, max_len: int, beam_size: int = 4, bos_id: int = 1,
-                eos_id: int = 2, pad_id: int = 0, length_penalty: float = 0.0) -> torch.Tensor:
+def beam_search(model: nn.Module, src: torch.Tensor, max_len: int, beam_size: int = 4,
+                bos_id: int = 1, eos_id: int = 2, pad_id: int = 0,
+                length_penalty: float = 0.0) -> torch.Tensor:
     """src [B, Ss] -> [B, T]: for each source, the beam's best hypothesis.
 
-    Keeps the ``beam_size`` highest-scoring prefixes (sum of log-probabilities) per source. A
-    hypothesis that emits EOS is finished and kept aside; search stops when every source has
-    ``beam_size`` finished hypotheses better than any live one, or after ``max_len`` steps.
-    Scores are divided by length**length_penalty (0 = plain sum, which favours short outputs).
+    Keeps the ``beam_size`` highest-scoring prefixes (sum of log-probabilities) per
+    source. A hypothesis that emits EOS is finished and kept aside; search stops when
+    every source has ``beam_size`` finished hypotheses better than any live one, or
+    after ``max_len`` steps. Scores are divided by length**length_penalty (0 = plain
+    sum, which favours short outputs).
+
+    Taught in §6.7 'Greedy and beam decoding' (book/ch06_training).
+
+    Examples::
+
+        >>> from tformer_ref.model import Transformer
+        >>> model = Transformer(9, 9, d_model=8, n_heads=2, n_layers=1, d_ff=16)
+        >>> out = beam_search(model, torch.tensor([[4, 5, 2]]), max_len=5, beam_size=2)
+        >>> out[:, 0], out.shape[1] <= 1 + 5
+        (tensor([1]), True)
     """
     if beam_size < 1 or max_len < 1:
-        raise ValueError(f"beam_size and max_len must be >= 1, got beam_size={beam_size}, max_len={max_len}")
+        raise ValueError("beam_size and max_len must be >= 1, "
+                         f"got beam_size={beam_size}, max_len={max_len}")
     restore = _eval_mode(model)
     try:
         b, k = src.size(0), beam_size
@@ -79,16 +107,20 @@ def beam_search(model: nn.Module, src: torch.Tensor, max_len: int, beam_size: in
             return score / (length ** length_penalty)
 
         for t in range(max_len):
-            logp = model.decode(seqs, memory, src_mask)[:, -1].log_softmax(-1).float()  # [B*k, V]
+            logits = model.decode(seqs, memory, src_mask)[:, -1]
+            logp = logits.log_softmax(-1).float()  # [B*k, V]
             v = logp.size(-1)
             cand = (scores.reshape(-1, 1) + logp).reshape(b, k * v)  # [B, k*V]
-            top, idx = cand.topk(2 * k, dim=-1)  # room for k live ones after removing EOS endings
+            # 2k: room for k live ones after removing the EOS endings.
+            top, idx = cand.topk(2 * k, dim=-1)
             beam_idx, tok = idx // v, idx % v
-            new_seqs, new_scores = [], torch.full((b, k), float("-inf"), device=src.device)
+            new_seqs = []
+            new_scores = torch.full((b, k), float("-inf"), device=src.device)
             for i in range(b):
                 kept = 0
                 rows = []
-                for s, bi, tk in zip(top[i].tolist(), beam_idx[i].tolist(), tok[i].tolist()):
+                candidates = zip(top[i].tolist(), beam_idx[i].tolist(), tok[i].tolist())
+                for s, bi, tk in candidates:
                     if s == float("-inf"):
                         break
                     prefix = seqs[i * k + bi]
@@ -106,7 +138,9 @@ def beam_search(model: nn.Module, src: torch.Tensor, max_len: int, beam_size: in
             seqs, scores = torch.stack(new_seqs), new_scores
             best_live = scores.max(dim=-1).values  # [B]
             done = all(
-                len(f) >= k and min(sorted((x for x, _ in f), reverse=True)[:k]) >= norm(best_live[i].item(), t + 2)
+                len(f) >= k
+                and min(sorted((x for x, _ in f), reverse=True)[:k])
+                >= norm(best_live[i].item(), t + 2)
                 if best_live[i] > float("-inf") else len(f) > 0
                 for i, f in enumerate(finished)
             )
@@ -128,8 +162,20 @@ def beam_search(model: nn.Module, src: torch.Tensor, max_len: int, beam_size: in
         restore()
 
 
-def strip(ids: Sequence[int] | torch.Tensor, bos_id: int = 1, eos_id: int = 2, pad_id: int = 0) -> list[int]:
-    """One output row -> its tokens between BOS and the first EOS (both excluded), padding removed."""
+def strip(ids: Sequence[int] | torch.Tensor, bos_id: int = 1, eos_id: int = 2,
+          pad_id: int = 0) -> list[int]:
+    """One output row -> its tokens between BOS and the first EOS (both excluded),
+    padding removed.
+
+    Taught in §6.1 'The toy task' (book/ch06_training).
+
+    Examples::
+
+        >>> strip([1, 7, 8, 2, 0, 0])
+        [7, 8]
+        >>> strip(torch.tensor([1, 7, 2, 9]))  # nothing after the first EOS counts
+        [7]
+    """
     out = []
     for i in (ids.tolist() if isinstance(ids, torch.Tensor) else ids):
         if i == eos_id:
@@ -139,20 +185,46 @@ def strip(ids: Sequence[int] | torch.Tensor, bos_id: int = 1, eos_id: int = 2, p
     return out
 
 
-def sequence_accuracy(pred: torch.Tensor, tgt: torch.Tensor, bos_id: int = 1, eos_id: int = 2, pad_id: int = 0) -> float:
-    """Exact-match accuracy: the fraction of rows whose tokens up to EOS equal the target's.
+def sequence_accuracy(pred: torch.Tensor, tgt: torch.Tensor, bos_id: int = 1,
+                      eos_id: int = 2, pad_id: int = 0) -> float:
+    """Exact-match accuracy: the fraction of rows whose tokens up to EOS equal the
+    target's.
 
     pred [B, T1], tgt [B, T2] (any widths; both may start with BOS and be padded).
+
+    Taught in §6.7 'Greedy and beam decoding' (book/ch06_training).
+
+    Examples::
+
+        >>> pred = torch.tensor([[1, 7, 8, 2], [1, 7, 2, 0]])
+        >>> tgt = torch.tensor([[1, 7, 8, 2, 0], [1, 8, 2, 0, 0]])
+        >>> sequence_accuracy(pred, tgt)  # row 0 matches, row 1 does not
+        0.5
     """
     if pred.size(0) != tgt.size(0):
-        raise ValueError(f"pred and tgt must have the same batch size, got {pred.size(0)} and {tgt.size(0)}")
-    hits = sum(strip(p, bos_id, eos_id, pad_id) == strip(t, bos_id, eos_id, pad_id) for p, t in zip(pred, tgt))
+        raise ValueError("pred and tgt must have the same batch size, "
+                         f"got {pred.size(0)} and {tgt.size(0)}")
+    ids = dict(bos_id=bos_id, eos_id=eos_id, pad_id=pad_id)
+    hits = sum(strip(p, **ids) == strip(t, **ids) for p, t in zip(pred, tgt))
     return hits / max(1, pred.size(0))
 
 
-def evaluate_accuracy(model: nn.Module, batches, max_len: int, decode: Callable = greedy_decode, device=None,
-                      **kwargs) -> float:
-    """Exact-match accuracy of ``decode`` over an iterable of (src [B, Ss], tgt [B, St]) batches."""
+def evaluate_accuracy(model: nn.Module, batches, max_len: int,
+                      decode: Callable = greedy_decode, device=None, **kwargs) -> float:
+    """Exact-match accuracy of ``decode`` over an iterable of (src [B, Ss], tgt [B, St])
+    batches.
+
+    Taught in §6.1 'The toy task' (book/ch06_training).
+
+    Examples::
+
+        >>> src = torch.tensor([[4, 2], [5, 2]])
+        >>> tgt = torch.tensor([[1, 4, 2], [1, 6, 2]])
+        >>> def copy(model, src, max_len):  # a "decoder" that outputs BOS + its source
+        ...     return torch.cat([torch.ones_like(src[:, :1]), src], dim=1)
+        >>> evaluate_accuracy(nn.Linear(1, 1), [(src, tgt)], max_len=5, decode=copy)
+        0.5
+    """
     device = device if device is not None else next(model.parameters()).device
     hits = total = 0
     for src, tgt in batches:

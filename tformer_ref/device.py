@@ -10,20 +10,38 @@ import torch
 
 
 def get_device() -> torch.device:
-    """CUDA when available, else CPU; ``TFORMER_DEVICE`` overrides both."""
+    """CUDA when available, else CPU; ``TFORMER_DEVICE`` overrides both.
+
+    Used in §1.1 'From [B, S, D] to heads' (book/ch01_shapes).
+
+    Examples::
+
+        >>> get_device().type in ("cpu", "cuda")
+        True
+    """
     forced = os.environ.get("TFORMER_DEVICE", "").strip()
     if forced:
         device = torch.device(forced)
         if device.type == "cuda" and not torch.cuda.is_available():
-            raise RuntimeError(
-                f"TFORMER_DEVICE={forced!r} asks for CUDA, but torch.cuda.is_available() is False"
-            )
+            raise RuntimeError(f"TFORMER_DEVICE={forced!r} asks for CUDA, "
+                               "but torch.cuda.is_available() is False")
         return device
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
 def seed_everything(seed: int = 0) -> torch.Generator:
-    """Seed Python's, NumPy's and PyTorch's generators; return a fresh torch Generator."""
+    """Seed Python's, NumPy's and PyTorch's generators; return a fresh torch Generator.
+
+    Used in §1.1 'From [B, S, D] to heads' (book/ch01_shapes).
+
+    Examples::
+
+        >>> _ = seed_everything(0)
+        >>> a = torch.rand(2)
+        >>> _ = seed_everything(0)
+        >>> torch.equal(a, torch.rand(2))
+        True
+    """
     import random
 
     import numpy as np

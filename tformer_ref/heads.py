@@ -8,9 +8,11 @@ import torch
 
 def _expect_rank(x: torch.Tensor, rank: int, layout: str, name: str = "x") -> None:
     if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor of shape {layout}, got {type(x).__name__}")
+        raise TypeError(
+            f"{name} must be a torch.Tensor of shape {layout}, got {type(x).__name__}")
     if x.dim() != rank:
-        raise ValueError(f"{name} must have shape {layout} ({rank} dims), got {tuple(x.shape)}")
+        raise ValueError(
+            f"{name} must have shape {layout} ({rank} dims), got {tuple(x.shape)}")
 
 
 def split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
@@ -19,13 +21,23 @@ def split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
     The last axis is cut into ``n_heads`` consecutive slices of size Dh, then the
     head axis is moved in front of the sequence axis, so that each head's
     [S, Dh] matrix is one batch entry of a matmul.
+
+    Taught in §1.2 'Splitting into heads' (book/ch01_shapes).
+
+    Examples::
+
+        >>> x = torch.arange(8.).view(1, 2, 4)  # B=1, S=2, D=4
+        >>> split_heads(x, 2).shape  # [B, H, S, Dh]
+        torch.Size([1, 2, 2, 2])
+        >>> split_heads(x, 2)[0, 1]  # head 1: the last two features of each token
+        tensor([[2., 3.],
+                [6., 7.]])
     """
     _expect_rank(x, 3, "[B, S, D]")
     batch, seq, d_model = x.shape
     if n_heads <= 0 or d_model % n_heads:
-        raise ValueError(
-            f"d_model must be divisible by n_heads, got d_model={d_model}, n_heads={n_heads}"
-        )
+        raise ValueError("d_model must be divisible by n_heads, "
+                         f"got d_model={d_model}, n_heads={n_heads}")
     # view keeps (S, D) order in memory: [B, S, H, Dh]; transpose then swaps S and H.
     return x.view(batch, seq, n_heads, d_model // n_heads).transpose(1, 2)
 
@@ -35,6 +47,16 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
 
     The transpose makes the tensor non-contiguous, so ``reshape`` (which copies
     when it must) is used instead of ``view`` (which would raise).
+
+    Taught in §1.3 'Merging heads back' (book/ch01_shapes).
+
+    Examples::
+
+        >>> x = torch.randn(2, 5, 8)
+        >>> merge_heads(split_heads(x, 4)).shape
+        torch.Size([2, 5, 8])
+        >>> torch.equal(merge_heads(split_heads(x, 4)), x)  # the exact inverse
+        True
     """
     _expect_rank(x, 4, "[B, H, S, Dh]")
     batch, n_heads, seq, d_head = x.shape

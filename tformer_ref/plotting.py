@@ -17,27 +17,31 @@ from matplotlib.figure import Figure
 
 
 def _as_maps(weights) -> "torch.Tensor":
-    """Attention weights as a float CPU tensor [H, Sq, Sk] (a single map [Sq, Sk] gets H = 1)."""
+    """Attention weights as a float CPU tensor [H, Sq, Sk] (a map [Sq, Sk]: H = 1)."""
     w = torch.as_tensor(weights).detach().to("cpu", torch.float32)
     if w.dim() == 2:
         w = w[None]
     if w.dim() != 3:
-        raise ValueError(f"weights must have shape [H, Sq, Sk] or [Sq, Sk], got {tuple(w.shape)}")
+        raise ValueError(
+            f"weights must have shape [H, Sq, Sk] or [Sq, Sk], got {tuple(w.shape)}")
     return w
 
 
 def _check_tokens(tokens, n: int, name: str) -> None:
     if tokens is not None and len(tokens) != n:
-        raise ValueError(f"{name} must have one label per position ({n}), got {len(tokens)}")
+        raise ValueError(
+            f"{name} must have one label per position ({n}), got {len(tokens)}")
 
 
 def _draw_map(ax, w: torch.Tensor, q_tokens, k_tokens, vmax: float, title: str):
-    """Draw one [Sq, Sk] map on ``ax``: queries down the rows, keys along the columns."""
+    """Draw one [Sq, Sk] map on ``ax``: queries down the rows, keys along the
+    columns."""
     image = ax.imshow(w.numpy(), cmap="viridis", vmin=0.0, vmax=vmax, aspect="equal")
     sq, sk = w.shape
     ax.set_xticks(range(sk))
     ax.set_yticks(range(sq))
-    ax.set_xticklabels(k_tokens if k_tokens is not None else range(sk), rotation=90, fontsize=8)
+    ax.set_xticklabels(k_tokens if k_tokens is not None else range(sk), rotation=90,
+                       fontsize=8)
     ax.set_yticklabels(q_tokens if q_tokens is not None else range(sq), fontsize=8)
     ax.set_xlabel("key")
     ax.set_ylabel("query")
@@ -45,20 +49,31 @@ def _draw_map(ax, w: torch.Tensor, q_tokens, k_tokens, vmax: float, title: str):
     return image
 
 
-def attention_heatmaps(weights, tokens: Sequence[str] | None = None, *, key_tokens: Sequence[str] | None = None,
+def attention_heatmaps(weights, tokens: Sequence[str] | None = None, *,
+                       key_tokens: Sequence[str] | None = None,
                        title: str | None = None, max_cols: int = 4) -> Figure:
     """One heatmap per head, on a shared colour scale.
 
+    Used in §1.9 'Explore: one head's attention map' (book/ch01_shapes).
+    The capstone's "Where the decoder looks" uses it too.
+
     Args:
-        weights: attention weights of one batch entry, [H, Sq, Sk] (or one map [Sq, Sk]);
-            row i is query i's distribution over the keys.
-        tokens: labels of the Sq query positions (and of the keys too, unless ``key_tokens`` is given).
+        weights: attention weights of one batch entry, [H, Sq, Sk] (or one map
+            [Sq, Sk]); row i is query i's distribution over the keys.
+        tokens: labels of the Sq query positions (and of the keys too, unless
+            ``key_tokens`` is given).
         key_tokens: labels of the Sk key positions, for cross-attention.
         title: the figure's title.
         max_cols: heads per row of panels.
 
     Returns:
         A Figure with H image axes (one ``AxesImage`` each) and one colour bar.
+
+    Examples::
+
+        >>> fig = attention_heatmaps(torch.full((3, 4, 4), 0.25), list("abcd"))
+        >>> len(fig.axes)  # three heads and a colour bar
+        4
     """
     w = _as_maps(weights)
     n_heads, sq, sk = w.shape
@@ -76,45 +91,70 @@ def attention_heatmaps(weights, tokens: Sequence[str] | None = None, *, key_toke
             image = _draw_map(ax, w[h], tokens, key_tokens, vmax, f"head {h}")
         else:
             fig.delaxes(ax)
-    fig.colorbar(image, ax=[ax for ax in axes.flat[:n_heads]], label="attention weight", shrink=0.8)
+    fig.colorbar(image, ax=[ax for ax in axes.flat[:n_heads]], label="attention weight",
+                 shrink=0.8)
     if title:
         fig.suptitle(title)
     return fig
 
 
-def attention_png(weights, tokens: Sequence[str] | None = None, *, key_tokens: Sequence[str] | None = None,
-                  title: str = "", vmax: float | None = None, dpi: int = 80) -> bytes:
+def attention_png(weights, tokens: Sequence[str] | None = None, *,
+                  key_tokens: Sequence[str] | None = None, title: str = "",
+                  vmax: float | None = None, dpi: int = 80) -> bytes:
     """PNG bytes of a single attention map [Sq, Sk], for an ``ipywidgets.Image``.
 
     ``vmax`` fixes the top of the colour scale, so that maps of different heads compare.
+
+    Used in §1.9 'Explore: one head's attention map' (book/ch01_shapes).
+    (Through :func:`tformer_ref.widgets.head_explorer`.)
+
+    Examples::
+
+        >>> attention_png(torch.eye(3), list("abc"))[:4]
+        b'\x89PNG'
     """
     w = _as_maps(weights)
     if w.size(0) != 1:
-        raise ValueError(f"attention_png draws one map [Sq, Sk], got {w.size(0)} of them")
+        raise ValueError(
+            f"attention_png draws one map [Sq, Sk], got {w.size(0)} of them")
     w = w[0]
     key_tokens = tokens if key_tokens is None else key_tokens
     _check_tokens(tokens, w.size(0), "tokens")
     _check_tokens(key_tokens, w.size(1), "key_tokens")
     fig = Figure(figsize=(3.6, 3.4), layout="constrained")
     ax = fig.subplots()
-    image = _draw_map(ax, w, tokens, key_tokens, float(w.max()) if vmax is None else vmax, title)
+    top = float(w.max()) if vmax is None else vmax
+    image = _draw_map(ax, w, tokens, key_tokens, top, title)
     fig.colorbar(image, ax=ax, shrink=0.8)
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=dpi)
     return buffer.getvalue()
 
 
-def heads_cost_figure(heads: Sequence[int], ms_per_iter: Sequence[float], score_mib: Sequence[float], *,
-                      title: str = "Multi-head attention: cost vs number of heads") -> Figure:
-    """Two panels against the number of heads: time per iteration, and size of the score tensor.
+def heads_cost_figure(heads: Sequence[int], ms_per_iter: Sequence[float],
+                      score_mib: Sequence[float], *,
+                      title: str = "Multi-head attention: cost vs number of heads",
+                      ) -> Figure:
+    """Two panels against the number of heads: time per iteration, and size of the score
+    tensor.
+
+    Used in §1.8 'Heads, memory and speed, re-measured' (book/ch01_shapes).
 
     Args:
         heads: the numbers of heads measured, e.g. (1, 8, 16).
-        ms_per_iter: milliseconds per forward+backward iteration, one per entry of ``heads``.
-        score_mib: size in MiB (2**20 bytes) of the attention-score tensor [B, H, S, S], one per entry of ``heads``.
+        ms_per_iter: milliseconds per forward+backward iteration, one per entry of
+            ``heads``.
+        score_mib: size in MiB (2**20 bytes) of the attention-score tensor [B, H, S, S],
+            one per entry of ``heads``.
 
     Returns:
         A Figure with two axes, each holding one line.
+
+    Examples::
+
+        >>> fig = heads_cost_figure([1, 8, 16], [2.0, 2.5, 3.1], [0.5, 4.0, 8.0])
+        >>> [len(ax.lines) for ax in fig.axes]
+        [1, 1]
     """
     if not len(heads) == len(ms_per_iter) == len(score_mib):
         raise ValueError(f"heads, ms_per_iter and score_mib must have the same length, "

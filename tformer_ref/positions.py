@@ -13,24 +13,37 @@ import torch.nn as nn
 
 
 def sinusoidal_encoding(n_positions: int, d_model: int, base: float = 10000.0,
-                        dtype: torch.dtype = torch.float32, device=None) -> torch.Tensor:
+                        dtype: torch.dtype = torch.float32,
+                        device=None) -> torch.Tensor:
     """The table of Vaswani et al. 2017, §3.5, shape [n_positions, D]:
 
-    ``PE[pos, 2i] = sin(pos / base^(2i/D))`` and ``PE[pos, 2i+1] = cos(pos / base^(2i/D))``.
+    ``PE[pos, 2i] = sin(pos / base^(2i/D))`` and
+    ``PE[pos, 2i+1] = cos(pos / base^(2i/D))``.
 
     Pair i is a rotation at angular frequency ``base^(-2i/D)``: wavelengths grow
     geometrically from 2π (i = 0, changes every position) to about 2π·base
     (the last pairs, almost constant over thousands of positions).
+
+    Taught in §5.2 'Sinusoidal positional encoding' (book/ch05_model).
+
+    Examples::
+
+        >>> pe = sinusoidal_encoding(100, 8)
+        >>> pe.shape, pe[0]  # row 0: sin 0, cos 0, ...
+        (torch.Size([100, 8]), tensor([0., 1., 0., 1., 0., 1., 0., 1.]))
+        >>> torch.allclose(pe[10] @ pe[17], pe[50] @ pe[57])  # only distance matters
+        True
     """
     if not isinstance(n_positions, int) or not isinstance(d_model, int):
-        raise TypeError(f"n_positions and d_model must be ints, got {type(n_positions).__name__} "
-                        f"and {type(d_model).__name__}")
+        raise TypeError("n_positions and d_model must be ints, got "
+                        f"{type(n_positions).__name__} and {type(d_model).__name__}")
     if n_positions < 0 or d_model <= 0 or d_model % 2:
-        raise ValueError(f"need n_positions >= 0 and an even d_model > 0 (sin/cos pairs), "
-                         f"got n_positions={n_positions}, d_model={d_model}")
-    position = torch.arange(n_positions, dtype=torch.float64, device=device)[:, None]  # [N, 1]
-    # Computed in float64: at large positions the float32 angle loses the fast pairs' phase.
-    inv_freq = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float64, device=device) * (-math.log(base) / d_model))
+        raise ValueError("need n_positions >= 0 and an even d_model > 0 (sin/cos "
+                         f"pairs), got n_positions={n_positions}, d_model={d_model}")
+    position = torch.arange(n_positions, dtype=torch.float64, device=device)[:, None]
+    # [N, 1] in float64: at large positions a float32 angle loses the fast pairs' phase.
+    pairs = torch.arange(0, d_model, 2, dtype=torch.float64, device=device)
+    inv_freq = torch.exp(pairs * (-math.log(base) / d_model))
     angle = position * inv_freq  # [N, D/2]
     pe = torch.empty(n_positions, d_model, dtype=torch.float64, device=device)
     pe[:, 0::2] = torch.sin(angle)
@@ -47,12 +60,23 @@ class SinusoidalPositionalEncoding(nn.Module):
     ``max_len`` are computed on the fly: the formula has a value for every
     position. That a model *trained* on short sequences then works on longer
     ones is a different claim, and mostly false (Press et al. 2022).
+
+    Taught in §5.4 'What "extrapolates" means' (book/ch05_model).
+
+    Examples::
+
+        >>> module = SinusoidalPositionalEncoding(8, max_len=4)
+        >>> list(module.parameters()), list(module.state_dict())  # a buffer, not saved
+        ([], [])
+        >>> module(torch.zeros(1, 10, 8)).shape  # past max_len: computed on the fly
+        torch.Size([1, 10, 8])
     """
 
     def __init__(self, d_model: int, max_len: int = 512):
         super().__init__()
         self.d_model, self.max_len = d_model, max_len
-        self.register_buffer("pe", sinusoidal_encoding(max_len, d_model), persistent=False)
+        table = sinusoidal_encoding(max_len, d_model)
+        self.register_buffer("pe", table, persistent=False)
 
     def table(self, length: int) -> torch.Tensor:
         """PE[:length], [length, D], on the buffer's device."""
@@ -72,6 +96,18 @@ class LearnedPositionalEmbedding(nn.Module):
     The table has ``max_len`` rows and nothing beyond: a longer input raises a
     ValueError (an ``nn.Embedding`` would raise an IndexError, or an obscure
     device-side assert on CUDA).
+
+    Taught in §5.3 'Learned positions and max_length' (book/ch05_model).
+
+    Examples::
+
+        >>> learned = LearnedPositionalEmbedding(max_len=8, d_model=16)
+        >>> learned(torch.zeros(1, 8, 16)).shape
+        torch.Size([1, 8, 16])
+        >>> learned(torch.zeros(1, 10, 16))
+        Traceback (most recent call last):
+        ...
+        ValueError: sequence length 10 is past max_len=8: a learned position table ...
     """
 
     def __init__(self, max_len: int, d_model: int):
@@ -84,9 +120,10 @@ class LearnedPositionalEmbedding(nn.Module):
         _check_input(x, self.d_model)
         length = x.size(1)
         if length > self.max_len:
-            raise ValueError(f"sequence length {length} is past max_len={self.max_len}: a learned position "
-                             f"table has rows 0..{self.max_len - 1} only. Build the model with a larger max_len, "
-                             "or cut the input")
+            raise ValueError(
+                f"sequence length {length} is past max_len={self.max_len}: a learned "
+                f"position table has rows 0..{self.max_len - 1} only. Build the model "
+                "with a larger max_len, or cut the input")
         return x + self.embedding.weight[:length].to(x.dtype)
 
 
@@ -94,13 +131,43 @@ def _check_input(x, d_model: int) -> None:
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"expected a tensor [B, S, {d_model}], got {type(x).__name__}")
     if x.dim() != 3 or x.size(-1) != d_model:
-        raise ValueError(f"expected a tensor [B, S, D={d_model}], got shape {tuple(x.shape)}")
+        raise ValueError(
+            f"expected a tensor [B, S, D={d_model}], got shape {tuple(x.shape)}")
+
+
+POSITIONS = ("sinusoidal", "learned")
+
+
+def validate_positions(kind: str) -> None:
+    """Raise a clear ValueError unless ``kind`` is one of :data:`POSITIONS`.
+
+    Taught in §5.3 'Learned positions and max_length' (book/ch05_model).
+
+    Examples::
+
+        >>> validate_positions("learned")
+        >>> validate_positions("rotary")
+        Traceback (most recent call last):
+        ...
+        ValueError: positions must be 'sinusoidal' or 'learned', got 'rotary'
+    """
+    if not (isinstance(kind, str) and kind in POSITIONS):
+        raise ValueError(f"positions must be 'sinusoidal' or 'learned', got {kind!r}")
 
 
 def make_positions(kind: str, d_model: int, max_len: int) -> nn.Module:
-    """``"sinusoidal"`` or ``"learned"``."""
+    """The module that adds positions to [B, S, D]: ``"sinusoidal"`` or ``"learned"``.
+
+    Taught in §5.3 'Learned positions and max_length' (book/ch05_model).
+
+    Examples::
+
+        >>> type(make_positions("sinusoidal", 16, 8)).__name__
+        'SinusoidalPositionalEncoding'
+        >>> make_positions("learned", 16, 8).embedding.weight.shape  # [max_len, D]
+        torch.Size([8, 16])
+    """
+    validate_positions(kind)
     if kind == "sinusoidal":
         return SinusoidalPositionalEncoding(d_model, max_len)
-    if kind == "learned":
-        return LearnedPositionalEmbedding(max_len, d_model)
-    raise ValueError(f"positions must be 'sinusoidal' or 'learned', got {kind!r}")
+    return LearnedPositionalEmbedding(max_len, d_model)

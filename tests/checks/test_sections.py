@@ -22,7 +22,8 @@ import tformer_ref
 from tformer_grading.checks.diagnosis import Diagnosis, Section
 
 LESSONS = Path(__file__).resolve().parents[2] / "nbsrc" / "book"
-POINTER = re.compile(r"(?:Taught|Used) in §(\d+\.\d+) '([^']+)' \(book/(ch\d\d_\w+)\)\.")
+# The title may hold an apostrophe ("§5.7 'The seed's model, counted'"): quoted up to "' (book/".
+POINTER = re.compile(r"(?:Taught|Used) in §(\d+\.\d+) '(.+?)' \(book/(ch\d\d_\w+)\)\.")
 
 
 def _check_modules():

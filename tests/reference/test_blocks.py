@@ -5,7 +5,8 @@ import pytest
 import torch
 import torch.nn as nn
 
-from tformer_ref.blocks import DecoderBlock, EncoderBlock, FeedForward
+from tformer_ref.blocks import (DecoderBlock, EncoderBlock, FeedForward,
+                                SublayerConnection)
 from tformer_ref.masks import causal_mask, padding_mask
 from tformer_ref.positions import (LearnedPositionalEmbedding, SinusoidalPositionalEncoding, make_positions,
                                    sinusoidal_encoding)
@@ -74,9 +75,30 @@ def test_post_ln_dropout_sits_before_the_residual_add():
     torch.manual_seed(4)
     block = randomise_norms(EncoderBlock(16, 4, 32, dropout=1.0)).train()
     x = torch.randn(2, 5, 16)
-    torch.testing.assert_close(block(x), block.norm2(block.norm1(x)))
-    block.norm_first = True  # Pre-LN: both sublayers dropped, the residual stream passes untouched
-    torch.testing.assert_close(block(x), x)
+    torch.testing.assert_close(block(x), block.ff_sub.norm(block.attn_sub.norm(x)))
+    pre = EncoderBlock(16, 4, 32, dropout=1.0, norm_first=True).train()
+    pre.load_state_dict(block.state_dict())
+    # Pre-LN: both sublayers dropped, the residual stream passes untouched.
+    torch.testing.assert_close(pre(x), x)
+
+
+def test_sublayer_connection_wires_post_ln_and_pre_ln():
+    torch.manual_seed(5)
+    x = torch.randn(2, 5, 16)
+    f = nn.Linear(16, 16)
+    post = randomise_norms(SublayerConnection(16, dropout=0.0)).eval()
+    pre = randomise_norms(SublayerConnection(16, dropout=0.0, norm_first=True)).eval()
+    torch.testing.assert_close(post(x, f), post.norm(x + f(x)))
+    torch.testing.assert_close(pre(x, f), x + f(pre.norm(x)))
+
+
+def test_blocks_keep_their_arrangement_and_keyword_only_fused():
+    assert EncoderBlock(16, 4, 32, 0.1, True).norm_first  # positional, as in exercise 4
+    assert not DecoderBlock(16, 4, 32).norm_first
+    with pytest.raises(TypeError):
+        EncoderBlock(16, 4, 32, 0.1, False, True)  # fused must be named
+    with pytest.raises(AttributeError):
+        EncoderBlock(16, 4, 32).norm_first = True  # fixed when built: build another
 
 
 def test_feed_forward_is_position_wise():

@@ -158,3 +158,25 @@ def test_bad_configuration_raises():
     learned = Transformer(10, 12, d_model=16, n_heads=4, n_layers=1, d_ff=16, positions="learned", max_len=4)
     with pytest.raises(ValueError, match="past max_len=4"):
         learned(torch.ones(1, 6, dtype=torch.long), torch.ones(1, 3, dtype=torch.long))
+
+
+@pytest.mark.parametrize("build", [
+    lambda: Encoder(16, 4, 2, 40, 0.1),  # dropout and the flags after it: by name only
+    lambda: Decoder(16, 4, 2, 40, 0.1, True),
+    lambda: Transformer(11, 13, 16, 4, 1, 32, 0.1),
+    lambda: DecoderOnlyLM(17, 16, 4, 1, 32, 0.1),
+    lambda: transformer_parameter_count(11, 13, 16, 1, 32, 8, True),
+    lambda: decoder_only_parameter_count(17, 16, 1, 32, 8, True),
+])
+def test_options_after_the_sizes_must_be_named(build):
+    """Bug this guards against: two adjacent bools (norm_first, final_norm) passed by
+    position and silently swapped."""
+    with pytest.raises(TypeError):
+        build()
+
+
+def test_parameter_counts_reject_an_unknown_kind_of_positions():
+    with pytest.raises(ValueError, match="positions must be 'sinusoidal' or 'learned'"):
+        transformer_parameter_count(10, 10, positions="rope")
+    with pytest.raises(ValueError, match="positions must be 'sinusoidal' or 'learned'"):
+        decoder_only_parameter_count(10, positions=None)

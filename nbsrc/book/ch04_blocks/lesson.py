@@ -216,8 +216,9 @@ class SeedBlock(EncoderBlock):
     """The seed's placement: Dropout(LayerNorm(x + Sublayer(x)))."""
 
     def forward(self, x, mask=None):
-        x = self.dropout1(self.norm1(x + self.self_attn(x, x, x, mask=mask)))
-        return self.dropout2(self.norm2(x + self.ff(x)))
+        attn, ff = self.attn_sub, self.ff_sub  # each has its own LayerNorm and Dropout
+        x = attn.dropout(attn.norm(x + self.self_attn(x, x, x, mask=mask)))
+        return ff.dropout(ff.norm(x + self.ff(x)))
 
 
 torch.manual_seed(0)
@@ -226,7 +227,8 @@ seed_block = SeedBlock(16, 4, 64, dropout=1.0).to(device).train()
 seed_block.load_state_dict(paper.state_dict())
 x = torch.randn(2, 5, 16, device=device)
 with torch.no_grad():
-    assert torch.allclose(paper(x), paper.norm2(paper.norm1(x)), atol=1e-6)
+    norm2_of_norm1 = paper.ff_sub.norm(paper.attn_sub.norm(x))
+    assert torch.allclose(paper(x), norm2_of_norm1, atol=1e-6)
     assert torch.count_nonzero(seed_block(x)) == 0
 print("p = 1: the paper's block returns norm2(norm1(x)); the seed's block returns all zeros")
 
@@ -235,7 +237,8 @@ print("p = 1: the paper's block returns norm2(norm1(x)); the seed's block return
 # outputs exact zeros in about 10 % of the features of every token, the paper's block none.
 
 # %%
-paper.dropout1.p = paper.dropout2.p = seed_block.dropout1.p = seed_block.dropout2.p = 0.1
+for block in (paper, seed_block):
+    block.attn_sub.dropout.p = block.ff_sub.dropout.p = 0.1
 x = torch.randn(8, 20, 16, device=device)
 with torch.no_grad():
     zeros_paper = (paper(x) == 0).float().mean().item()

@@ -241,7 +241,8 @@ with torch.no_grad():
     # The first decoder layer's cross-attention weights [B, H, St, Ss]:
     x = small.embed(tgt_in, small.tgt_embed, small.tgt_pos)
     layer = small.decoder.layers[0]
-    h = layer.norm1(x + layer.self_attn(x, mask=padding_mask(tgt_in, 0) & causal_mask(4, device=device)))
+    self_mask = padding_mask(tgt_in, 0) & causal_mask(4, device=device)
+    h = layer.attn_sub.norm(x + layer.self_attn(x, mask=self_mask))
     _, cross_weights = layer.cross_attn(h, memory, memory, mask=src_mask, return_weights=True)
 print("memory", tuple(memory.shape), "| src_mask", tuple(src_mask.shape), "| logits", tuple(logits.shape))
 print("cross-attention weights", tuple(cross_weights.shape), "| weight on the source padding:",
@@ -338,8 +339,10 @@ assert difference < 1e-5
 #
 # GPT-style language models drop the encoder and the cross-attention: a stack of self-attention
 # blocks with the causal mask, reading and predicting one sequence. Such a block is exactly chapter 4's
-# encoder block given the causal mask. `tformer_ref.model.DecoderOnlyLM(vocab, d_model, n_heads,
-# n_layers, d_ff, dropout, max_len, pad_id, ...)` maps tokens [B, S] to next-token logits [B, S, V].
+# encoder block given the causal mask.
+# `tformer_ref.model.DecoderOnlyLM(vocab, d_model, n_heads, n_layers, d_ff, *, dropout,
+# max_len, pad_id, ...)` maps tokens [B, S] to next-token logits [B, S, V]; everything
+# after the sizes is passed by name.
 
 # %%
 torch.manual_seed(0)
