@@ -95,7 +95,7 @@ def _write_source(course: Path, notebook: Path, root: Path, chapter: str, hidden
 
 
 def grade_notebook(notebook: Path, *, chapter: str | None = None, timeout: int | None = None,
-                   visible_only: bool = False, keep: Path | None = None) -> Result:
+                   visible_only: bool = False) -> Result:
     """Autograde one learner notebook in a temporary course; return per-cell points and
     diagnoses."""
     started = time.perf_counter()
@@ -107,8 +107,7 @@ def grade_notebook(notebook: Path, *, chapter: str | None = None, timeout: int |
     solution = root / "solutions" / chapter / f"{NOTEBOOK}.ipynb"
     hidden = solution.is_file() and not visible_only
     with tempfile.TemporaryDirectory(prefix="tformer-grade-") as tmp:
-        course = Path(keep or tmp)
-        course.mkdir(parents=True, exist_ok=True)
+        course = Path(tmp)
         shutil.copy(root / "nbgrader_config.py", course)
         _write_source(course, notebook, root, chapter, hidden)
         handed_in = course / "submitted" / STUDENT / chapter

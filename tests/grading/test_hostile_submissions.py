@@ -7,6 +7,7 @@ exercise each guard of tformer_grading.guard on its own, quickly.
 import html
 import re
 import sys
+import types
 
 import pytest
 import torch
@@ -176,3 +177,31 @@ def test_a_reference_function_patched_before_it_was_sealed_is_found_from_its_sou
     finally:
         heads.merge_heads.__code__ = original
     assert integrity._disk_problems(heads) == []
+
+
+def test_a_helper_module_global_rebound_before_the_first_check_is_detected():
+    """Bug: only chNN.py sealed itself at import, so the shared helpers were first recorded
+    at the first check, after the answer cells had run; a rebound global (here the folder
+    the delegation recorder treats as the reference) became the baseline. Guard: every
+    module of the check machinery ends with seal(__name__)."""
+    from tformer_grading.checks import delegation
+
+    saved = delegation.REFERENCE_DIR
+    try:
+        delegation.REFERENCE_DIR = "/nowhere/"
+        with pytest.raises(CheckFailure, match="delegation.REFERENCE_DIR was replaced"):
+            ch01.check_split_heads(split_right)
+    finally:
+        delegation.REFERENCE_DIR = saved
+    assert integrity.integrity_problems() == []
+
+
+def test_a_learners_own_module_named_like_a_helper_is_not_a_lookalike(monkeypatch):
+    """Only the notebook's chNN names are the checks' names: `from tformer_ref import blocks`
+    in a chapter-4 notebook must not make every check fail."""
+    import tformer_ref.blocks
+
+    monkeypatch.setattr(sys.modules["__main__"], "blocks", tformer_ref.blocks, raising=False)
+    monkeypatch.setattr(sys.modules["__main__"], "cases", types.SimpleNamespace(check_x=1),
+                        raising=False)
+    assert integrity.integrity_problems() == []

@@ -7,6 +7,7 @@ import torch
 
 from tformer_ref.device import get_device
 
+from ..guard.integrity import seal
 from .diagnosis import fail
 
 
@@ -37,3 +38,6 @@ def build_module(title: str, cls: type, args: Sequence, dtype: torch.dtype = tor
     if not isinstance(module, torch.nn.Module):
         fail(title, f"{cls.__name__} must be an nn.Module subclass, got {type(module).__name__}")
     return module.to(device=get_device(), dtype=dtype)
+
+
+seal(__name__)

@@ -19,6 +19,7 @@ import torch
 
 import tformer_ref
 
+from ..guard.integrity import seal
 from .diagnosis import fail, passed, quiet, single_thread, verify_integrity
 
 REFERENCE_DIR = os.path.dirname(os.path.abspath(tformer_ref.__file__)) + os.sep
@@ -72,12 +73,17 @@ def record_calls():
         sys.setprofile(old)
 
 
-def _contains_builtin(title: str, module: torch.nn.Module) -> None:
+def reject_wrapped(title: str, module: torch.nn.Module,
+                   kinds: tuple = (torch.nn.MultiheadAttention,),
+                   modules: Sequence[str] = ("tformer_ref",)) -> None:
+    """Fail when ``module`` contains a submodule of one of ``kinds``, or one whose class is
+    defined in one of ``modules`` (a package or module name): the exercise is to write it, not
+    to wrap PyTorch's own or the reference's."""
     __tracebackhide__ = True
     for name, sub in module.named_modules():
-        kind = type(sub)
-        if kind.__module__.startswith("tformer_ref") or kind is torch.nn.MultiheadAttention:
-            fail(title, f"your module contains {kind.__module__}.{kind.__name__} (at "
+        home = type(sub).__module__
+        if isinstance(sub, kinds) or any(home == m or home.startswith(m + ".") for m in modules):
+            fail(title, f"your module contains {home}.{type(sub).__name__} (at "
                         f"'{name or 'self'}'): the exercise is to write it yourself, not to wrap "
                         "the reference or PyTorch's own.")
 
@@ -92,7 +98,7 @@ def check_not_delegated(title: str, run: Callable[[], Any], forbidden: Sequence[
     __tracebackhide__ = True
     verify_integrity()
     if module is not None:
-        _contains_builtin(title, module)
+        reject_wrapped(title, module)
     with record_calls() as calls, quiet():
         run()
     if calls.switched_off:
@@ -115,3 +121,6 @@ def check_by_hand(title: str, fn: Callable, args: tuple,
     __tracebackhide__ = True
     with single_thread():
         check_not_delegated(title, lambda: fn(*args), forbidden=forbidden)
+
+
+seal(__name__)

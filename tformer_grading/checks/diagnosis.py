@@ -27,7 +27,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from ..guard.integrity import integrity_problems
+from ..guard.integrity import integrity_problems, seal
 from ..guard.receipts import sign
 
 
@@ -76,9 +76,6 @@ class Pitfall(Diagnosis):
     """
 
     impl: Callable[..., Any] = None
-
-    def adapted(self, adapt: Callable[[Callable], Callable]) -> "Pitfall":
-        return Pitfall(self.name, self.explanation, self.section, adapt(self.impl))
 
 
 @dataclass(frozen=True)
@@ -243,15 +240,22 @@ def compare_to_reference(
         if isinstance(want, Raised):  # a broken case is the course's bug, not the learner's
             raise RuntimeError(f"reference failed on case {case.label}: {want!r}")
     theirs = [run(learner, case.make()) for case in cases]
-    problems = [(case, msg) for case, got, want in zip(cases, theirs, ours)
-                if (msg := describe_difference(got, want, atol, rtol)) is not None]
-    if not problems:
+    if all(describe_difference(g, w, atol, rtol) is None for g, w in zip(theirs, ours)):
         passed(title, f"matches the reference on {len(cases)} cases")
         return
     for pitfall in pitfalls:
         variant = [run(adapt(pitfall.impl), case.make()) for case in cases]
         if all(same(g, v, atol, rtol) for g, v in zip(theirs, variant)):
             pitfall.fail(title)
+    fail_unexplained(title, cases, theirs, ours, atol, rtol)
+
+
+def fail_unexplained(title: str, cases: Sequence[Case], theirs: list, ours: list,
+                     atol: float, rtol: float) -> None:
+    """The failure when no known pitfall explains the learner's outputs: where, not why."""
+    __tracebackhide__ = True
+    problems = [(case, msg) for case, got, want in zip(cases, theirs, ours)
+                if (msg := describe_difference(got, want, atol, rtol)) is not None]
     case, msg = problems[0]
     fail(title, f"wrong on {len(problems)} of {len(cases)} cases. First: case {case.label}: "
                 f"{msg}. It matches none of the known pitfalls; compare your code with the "
@@ -304,3 +308,6 @@ def probe_eval_determinism(title: str, module: torch.nn.Module, inputs: tuple,
         a, b = module(*inputs), module(*inputs)
     if not torch.equal(a, b):
         diagnosis.fail(title, "Two calls in eval mode gave different outputs.")
+
+
+seal(__name__)

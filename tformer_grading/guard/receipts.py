@@ -15,6 +15,8 @@ import os
 import re
 import secrets
 
+from .integrity import seal
+
 GRADING_KEY_ENV = "TFORMER_GRADING_KEY"
 RECEIPT_PATTERN = r"^(✓ .*?)  \[grader receipt (\d+):([0-9a-f]{16})\]$"
 _RECEIPT = re.compile(RECEIPT_PATTERN, re.M)
@@ -61,3 +63,6 @@ def receipt_lines(text: str) -> str:
     if "[grader receipt" not in text:
         return ""
     return "".join(m.group(0) + "\n" for m in _RECEIPT.finditer(text))
+
+
+seal(__name__)
