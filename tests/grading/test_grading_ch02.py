@@ -9,21 +9,38 @@ import pytest
 from course import Buggy, GradedChapter
 
 CHAPTER = "ch02_attention"
-FULL = {"test_attention": 4, "test_attention_by_hand": 1, "test_attention_entropy": 2}
+FULL = {"test_attention": 4, "test_attention_by_hand": 1,
+        "test_attention_entropy": 2}
 
-ATTENTION = '''
+# No scaling: the scores grow with the head size and the softmax saturates.
+ATTENTION_NO_SCALING = '''
 def attention(q, k, v):
-    scores = {scores}
-    weights = scores.softmax(dim={dim})
-    return {out}, weights
+    scores = q @ k.transpose(-2, -1)
+    weights = scores.softmax(dim=-1)
+    return weights @ v, weights
 '''
-RIGHT_SCORES = "q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))"
-NO_SCALING = ATTENTION.format(scores="q @ k.transpose(-2, -1)", dim=-1, out="weights @ v")
-SQRT_D_MODEL = ATTENTION.format(scores="q @ k.transpose(-2, -1) / math.sqrt(q.size(1) * q.size(-1))", dim=-1,
-                                out="weights @ v")
-SOFTMAX_QUERIES = ATTENTION.format(scores=RIGHT_SCORES, dim=2, out="weights @ v")
-CALLS_SDPA = ATTENTION.format(scores=RIGHT_SCORES, dim=-1,
-                              out="torch.nn.functional.scaled_dot_product_attention(q, k, v)")
+# Scaled by sqrt(d_model) (heads times head size) instead of sqrt(d_head).
+ATTENTION_SQRT_D_MODEL = '''
+def attention(q, k, v):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(1) * q.size(-1))
+    weights = scores.softmax(dim=-1)
+    return weights @ v, weights
+'''
+# The softmax runs over dim 2, the queries: each key's column sums to 1, not each row.
+ATTENTION_SOFTMAX_QUERIES = '''
+def attention(q, k, v):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    weights = scores.softmax(dim=2)
+    return weights @ v, weights
+'''
+# Right values, but PyTorch computes the output: only the hidden by-hand test tells.
+ATTENTION_CALLS_SDPA = '''
+def attention(q, k, v):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    weights = scores.softmax(dim=-1)
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v), weights
+'''
+# weights.log() is -inf where a weight is 0, and 0 * -inf is NaN.
 ENTROPY_NAN = '''
 def attention_entropy(weights):
     return -(weights * weights.log()).sum(dim=-1)
@@ -31,19 +48,19 @@ def attention_entropy(weights):
 
 BUGGY = {
     "no_scaling": Buggy(
-        answers={"attention": NO_SCALING},
+        answers={"attention": ATTENTION_NO_SCALING},
         zero=("test_attention",),
         feedback="'no scaling'"),
     "sqrt_d_model": Buggy(
-        answers={"attention": SQRT_D_MODEL},
+        answers={"attention": ATTENTION_SQRT_D_MODEL},
         zero=("test_attention",),
         feedback="'scaled by sqrt(d_model)'"),
     "softmax_queries": Buggy(
-        answers={"attention": SOFTMAX_QUERIES},
+        answers={"attention": ATTENTION_SOFTMAX_QUERIES},
         zero=("test_attention",),
         feedback="'softmax over the wrong axis (queries)'"),
     "calls_sdpa": Buggy(
-        answers={"attention": CALLS_SDPA},
+        answers={"attention": ATTENTION_CALLS_SDPA},
         zero=("test_attention_by_hand",),
         feedback="calls scaled_dot_product_attention"),
     "entropy_nan": Buggy(
@@ -53,7 +70,8 @@ BUGGY = {
 }
 
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(CHAPTER)]  # one autograde run per chapter, on one worker
+# One autograde run per chapter, on one worker.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(CHAPTER)]
 
 
 class TestGrading(GradedChapter):

@@ -9,36 +9,61 @@ import pytest
 from course import Buggy, GradedChapter
 
 CHAPTER = "ch03_masks"
-FULL = {"test_causal_mask": 2, "test_padding_mask": 2, "test_masked_attention": 4, "test_masked_attention_half": 2,
-        "test_masked_attention_by_hand": 1, "test_mask_probes": 2}
+FULL = {"test_causal_mask": 2, "test_padding_mask": 2, "test_masked_attention": 4,
+        "test_masked_attention_half": 2, "test_masked_attention_by_hand": 1,
+        "test_mask_probes": 2}
 
+# triu instead of tril: each query sees itself and the future, not the past.
 CAUSAL_TRIU = '''
 def causal_mask(size):
     return torch.triu(torch.ones(size, size, device=device)).bool()[None, None]
 '''
+# PyTorch's convention (True = masked out), not the course's (True = attend).
 CAUSAL_IGNORE = '''
 def causal_mask(size):
-    return torch.ones(1, 1, size, size, dtype=torch.bool, device=device).triu(diagonal=1)
+    future = torch.ones(1, 1, size, size, dtype=torch.bool, device=device)
+    return future.triu(diagonal=1)
 '''
+# [B, 1, S] broadcasts against [B, H, Sq, Sk] with the batch on the heads axis.
 PADDING_WRONG_AXIS = '''
 def padding_mask(tokens, pad_id):
     return (tokens != pad_id).unsqueeze(1)
 '''
-MASKED = '''
+# The mask zeroes weights after the softmax: the kept weights no longer sum to 1.
+MASKED_AFTER_SOFTMAX = '''
 def masked_attention(q, k, v, mask):
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
-    {body}
+    weights = scores.softmax(-1).masked_fill(~mask, 0.0)
     return weights @ v, weights
 '''
-AFTER_SOFTMAX = MASKED.format(body="weights = scores.softmax(-1).masked_fill(~mask, 0.0)")
-INVERTED = MASKED.format(body="weights = scores.masked_fill(mask, torch.finfo(scores.dtype).min).softmax(-1)")
-MINUS_INF = MASKED.format(body="weights = scores.masked_fill(mask == 0, float('-inf')).softmax(-1)")
-MINUS_1E9 = MASKED.format(body="weights = scores.masked_fill(mask == 0, -1e9).softmax(-1)")
+# Fills where the mask is True: the keys to attend to are the ones hidden.
+MASKED_INVERTED = '''
+def masked_attention(q, k, v, mask):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    weights = scores.masked_fill(mask, torch.finfo(scores.dtype).min).softmax(-1)
+    return weights @ v, weights
+'''
+# -inf fill: a query whose keys are all masked gets softmax(-inf, ..., -inf) = NaN.
+MASKED_MINUS_INF = '''
+def masked_attention(q, k, v, mask):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    weights = scores.masked_fill(mask == 0, float('-inf')).softmax(-1)
+    return weights @ v, weights
+'''
+# -1e9 fill: right in float32, but it overflows to -inf in float16.
+MASKED_MINUS_1E9 = '''
+def masked_attention(q, k, v, mask):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    weights = scores.masked_fill(mask == 0, -1e9).softmax(-1)
+    return weights @ v, weights
+'''
+# Right weights, but PyTorch computes the output: only the hidden by-hand test tells.
 CALLS_SDPA = '''
 def masked_attention(q, k, v, mask):
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
     weights = scores.masked_fill(~mask, -1e4).softmax(-1)
-    return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask), weights
+    out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    return out, weights
 '''
 
 MASK_CELLS = ("test_masked_attention", "test_masked_attention_half")
@@ -56,19 +81,19 @@ BUGGY = {
         zero=("test_padding_mask", "test_mask_probes"),
         feedback="'mask broadcast over the wrong axis'"),
     "after_softmax": Buggy(
-        answers={"masked_attention": AFTER_SOFTMAX},
+        answers={"masked_attention": MASKED_AFTER_SOFTMAX},
         zero=(*MASK_CELLS, "test_mask_probes"),
         feedback="'mask applied after softmax'"),
     "inverted": Buggy(
-        answers={"masked_attention": INVERTED},
+        answers={"masked_attention": MASKED_INVERTED},
         zero=(*MASK_CELLS, "test_mask_probes"),
         feedback="'mask inverted'"),
     "minus_inf": Buggy(
-        answers={"masked_attention": MINUS_INF},
+        answers={"masked_attention": MASKED_MINUS_INF},
         zero=MASK_CELLS,
         feedback="'NaN on fully masked rows'"),
     "minus_1e9": Buggy(
-        answers={"masked_attention": MINUS_1E9},
+        answers={"masked_attention": MASKED_MINUS_1E9},
         zero=("test_masked_attention_half",),
         feedback="'fill value that overflows in half precision'"),
     "calls_sdpa": Buggy(
@@ -78,7 +103,8 @@ BUGGY = {
 }
 
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(CHAPTER)]  # one autograde run per chapter, on one worker
+# One autograde run per chapter, on one worker.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(CHAPTER)]
 
 
 class TestGrading(GradedChapter):

@@ -9,52 +9,111 @@ import pytest
 from course import Buggy, GradedChapter
 
 CHAPTER = "ch05_model"
-FULL = {"test_sinusoidal": 3, "test_embed": 2, "test_decoder_block": 4, "test_decoder_behaviour": 2,
-        "test_decoder_by_hand": 1}
+FULL = {"test_sinusoidal": 3, "test_embed": 2, "test_decoder_block": 4,
+        "test_decoder_behaviour": 2, "test_decoder_by_hand": 1}
 
-PE_TEMPLATE = '''
+# Right: float32 and exp/log instead of float64 and pow.
+PE_FLOAT32_EXP = '''
 def sinusoidal_encoding(n_positions, d_model):
     position = torch.arange(n_positions, dtype=torch.float).unsqueeze(1)
-    div_term = torch.exp(torch.arange(0, d_model, {step}).float() * (-math.log(10000.0) / d_model))
+    div_term = torch.exp(
+        torch.arange(0, d_model, 2).float() * (-math.log(10000.0) / d_model))
     pe = torch.zeros(n_positions, d_model)
-    pe[:, 0::2] = torch.{even}(position * div_term)
-    pe[:, 1::2] = torch.{odd}(position * div_term)
+    pe[:, 0::2] = torch.sin(position * div_term)
+    pe[:, 1::2] = torch.cos(position * div_term)
     return pe
 '''
-PE_SWAPPED = PE_TEMPLATE.format(step=2, even="cos", odd="sin")
-PE_WRONG_FREQUENCIES = PE_TEMPLATE.format(step=2, even="sin", odd="cos").replace(
-    "torch.arange(0, d_model, 2)", "torch.arange(0, d_model // 2)")
+# cos on the even columns and sin on the odd ones.
+PE_SWAPPED = '''
+def sinusoidal_encoding(n_positions, d_model):
+    position = torch.arange(n_positions, dtype=torch.float).unsqueeze(1)
+    div_term = torch.exp(
+        torch.arange(0, d_model, 2).float() * (-math.log(10000.0) / d_model))
+    pe = torch.zeros(n_positions, d_model)
+    pe[:, 0::2] = torch.cos(position * div_term)
+    pe[:, 1::2] = torch.sin(position * div_term)
+    return pe
+'''
+# The exponent counts the pairs 0, 1, 2, ... over d_model: i/D instead of 2i/D.
+PE_WRONG_FREQUENCIES = '''
+def sinusoidal_encoding(n_positions, d_model):
+    position = torch.arange(n_positions, dtype=torch.float).unsqueeze(1)
+    div_term = torch.exp(
+        torch.arange(0, d_model // 2).float() * (-math.log(10000.0) / d_model))
+    pe = torch.zeros(n_positions, d_model)
+    pe[:, 0::2] = torch.sin(position * div_term)
+    pe[:, 1::2] = torch.cos(position * div_term)
+    return pe
+'''
+# Hands the table to the reference's function: the hidden by-hand test tells.
 PE_REFERENCE = '''
 def sinusoidal_encoding(n_positions, d_model):
     from tformer_ref.positions import sinusoidal_encoding as ref
     return ref(n_positions, d_model)
 '''
+# The embeddings are not multiplied by √d_model before the positions are added.
 EMBED_NO_SCALE = '''
 def embed(tokens, table, pe):
     return table(tokens) + pe[: tokens.size(1)]
 '''
-DECODER_TEMPLATE = '''
+# Right: functional dropout, the norms in a ModuleList, the causal mask built inline.
+DECODER_FUNCTIONAL_DROPOUT = '''
 class DecoderBlock(nn.Module):
     def __init__(self, d_model, n_heads, d_ff, dropout=0.1):
         super().__init__()
         self.masked_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
         self.enc_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
-        self.ff = nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(), nn.Linear(d_ff, d_model))
+        self.ff = nn.Sequential(
+            nn.Linear(d_model, d_ff), nn.ReLU(), nn.Linear(d_ff, d_model))
         self.norms = nn.ModuleList(nn.LayerNorm(d_model) for _ in range(3))
         self.p = dropout
 
     def forward(self, x, memory, src_mask=None):
         s = x.size(1)
-        causal = {causal}
+        causal = torch.ones(s, s, dtype=torch.bool, device=x.device).tril()[None, None]
         drop = lambda t: F.dropout(t, self.p, self.training)
         x = self.norms[0](x + drop(self.masked_attn(x, x, x, mask=causal)))
-        x = self.norms[1](x + drop(self.enc_attn(x, {kv}, mask=src_mask)))
+        x = self.norms[1](x + drop(self.enc_attn(x, memory, memory, mask=src_mask)))
         return self.norms[2](x + drop(self.ff(x)))
 '''
-CAUSAL = "torch.ones(s, s, dtype=torch.bool, device=x.device).tril()[None, None]"
-DECODER_RIGHT = DECODER_TEMPLATE.format(causal=CAUSAL, kv="memory, memory")
-DECODER_NO_CAUSAL = DECODER_TEMPLATE.format(causal="None", kv="memory, memory")
-DECODER_CROSS_FROM_DECODER = DECODER_TEMPLATE.format(causal=CAUSAL, kv="x, x")
+# The self-attention gets no mask: each target position sees the ones after it.
+DECODER_NO_CAUSAL = '''
+class DecoderBlock(nn.Module):
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1):
+        super().__init__()
+        self.masked_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
+        self.enc_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
+        self.ff = nn.Sequential(
+            nn.Linear(d_model, d_ff), nn.ReLU(), nn.Linear(d_ff, d_model))
+        self.norms = nn.ModuleList(nn.LayerNorm(d_model) for _ in range(3))
+        self.p = dropout
+
+    def forward(self, x, memory, src_mask=None):
+        drop = lambda t: F.dropout(t, self.p, self.training)
+        x = self.norms[0](x + drop(self.masked_attn(x, x, x)))
+        x = self.norms[1](x + drop(self.enc_attn(x, memory, memory, mask=src_mask)))
+        return self.norms[2](x + drop(self.ff(x)))
+'''
+# Cross-attention reads its keys and values from x, not from the encoder's memory.
+DECODER_CROSS_FROM_DECODER = '''
+class DecoderBlock(nn.Module):
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1):
+        super().__init__()
+        self.masked_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
+        self.enc_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
+        self.ff = nn.Sequential(
+            nn.Linear(d_model, d_ff), nn.ReLU(), nn.Linear(d_ff, d_model))
+        self.norms = nn.ModuleList(nn.LayerNorm(d_model) for _ in range(3))
+        self.p = dropout
+
+    def forward(self, x, memory, src_mask=None):
+        s = x.size(1)
+        causal = torch.ones(s, s, dtype=torch.bool, device=x.device).tril()[None, None]
+        drop = lambda t: F.dropout(t, self.p, self.training)
+        x = self.norms[0](x + drop(self.masked_attn(x, x, x, mask=causal)))
+        x = self.norms[1](x + drop(self.enc_attn(x, x, x, mask=src_mask)))
+        return self.norms[2](x + drop(self.ff(x)))
+'''
 DECODER_CELLS = ("test_decoder_block", "test_decoder_behaviour")
 
 BUGGY = {
@@ -85,11 +144,13 @@ BUGGY = {
 }
 
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(CHAPTER)]  # one autograde run per chapter, on one worker
+# One autograde run per chapter, on one worker.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(CHAPTER)]
 
 
 class TestGrading(GradedChapter):
     chapter, full, buggy = CHAPTER, FULL, BUGGY
     hidden_marker, hidden_student = 'check_decoder_by_hand', 'reference_table'
     right_variants = {"written_differently": {
-        "sinusoidal_encoding": PE_TEMPLATE.format(step=2, even="sin", odd="cos"), "decoder_block": DECODER_RIGHT}}
+        "sinusoidal_encoding": PE_FLOAT32_EXP,
+        "decoder_block": DECODER_FUNCTIONAL_DROPOUT}}

@@ -1,25 +1,30 @@
 """Chapter 6 graded with the real nbgrader CLI: generate -> autograde -> feedback.
 
-One autograde run grades a small class: the solution, the untouched student version, and one
-buggy submission per diagnosed pitfall. Each must score exactly what it deserves, and the
-feedback must name the pitfall.
+One autograde run grades a small class: the solution, the untouched student version,
+and one buggy submission per diagnosed pitfall. Each must score exactly what it
+deserves, and the feedback must name the pitfall.
 """
 import pytest
 
 from course import Buggy, GradedChapter
 
 CHAPTER = "ch06_training"
-FULL = {"test_shift_targets": 2, "test_sequence_loss": 3, "test_noam_lambda": 2, "test_make_scheduler": 2,
-        "test_train_step": 3, "test_train_step_by_hand": 1, "test_greedy_decode": 3, "test_greedy_by_hand": 1}
+FULL = {"test_shift_targets": 2, "test_sequence_loss": 3, "test_noam_lambda": 2,
+        "test_make_scheduler": 2, "test_train_step": 3, "test_train_step_by_hand": 1,
+        "test_greedy_decode": 3, "test_greedy_by_hand": 1}
 
+# Slices the first axis, as for [St, B] targets: here it drops a batch row.
 SHIFT_SEQ_FIRST = '''
 def shift_targets(tgt):
     return tgt[:-1, :], tgt[1:, :]
 '''
+# No ignore_index: the padded positions count in the mean.
 LOSS_COUNTS_PADDING = '''
 def sequence_loss(logits, labels, pad_id, label_smoothing):
-    return F.cross_entropy(logits.reshape(-1, logits.size(-1)), labels.reshape(-1), label_smoothing=label_smoothing)
+    return F.cross_entropy(logits.reshape(-1, logits.size(-1)), labels.reshape(-1),
+                           label_smoothing=label_smoothing)
 '''
+# The paper's formula on LambdaLR's 0-based step: 0 ** -0.5 at the first step.
 NOAM_SEED = '''
 def noam_lambda(step, d_model, warmup):
     return d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
@@ -28,6 +33,7 @@ def noam_lambda(step, d_model, warmup):
 def make_scheduler(optimizer, d_model, warmup):
     return LambdaLR(optimizer, lambda step: noam_lambda(step, d_model, warmup))
 '''
+# The scheduler is an optimizer wrapper: its step() also steps the optimizer.
 SCHEDULER_STEPS = '''
 def noam_lambda(step, d_model, warmup):
     n = step + 1
@@ -36,7 +42,8 @@ def noam_lambda(step, d_model, warmup):
 
 class AdamWarmup:
     def __init__(self, optimizer, d_model, warmup):
-        self.optimizer, self.d_model, self.warmup, self.step_num = optimizer, d_model, warmup, 0
+        self.optimizer, self.step_num = optimizer, 0
+        self.d_model, self.warmup = d_model, warmup
         for group in optimizer.param_groups:
             group["lr"] = noam_lambda(0, d_model, warmup)
 
@@ -50,8 +57,10 @@ class AdamWarmup:
 def make_scheduler(optimizer, d_model, warmup):
     return AdamWarmup(optimizer, d_model, warmup)
 '''
+# Clips after optimizer.step(): the update used the unclipped gradients.
 CLIP_AFTER_STEP = '''
-def train_step(model, src, tgt, optimizer, scheduler, max_norm, pad_id, label_smoothing):
+def train_step(model, src, tgt, optimizer, scheduler, max_norm, pad_id,
+               label_smoothing):
     optimizer.zero_grad()
     tgt_in, labels = shift_targets(tgt)
     loss = sequence_loss(model(src, tgt_in), labels, pad_id, label_smoothing)
@@ -61,7 +70,8 @@ def train_step(model, src, tgt, optimizer, scheduler, max_norm, pad_id, label_sm
     scheduler.step()
     return loss.item(), norm.item()
 '''
-GREEDY_TEMPLATE = '''
+# The loop never breaks: it runs max_len steps after every sequence has finished.
+GREEDY_NO_STOP = '''
 def greedy_decode(model, src, max_len, bos_id, eos_id, pad_id):
     model.eval()
     with torch.no_grad():
@@ -69,15 +79,31 @@ def greedy_decode(model, src, max_len, bos_id, eos_id, pad_id):
         out = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)
         done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
         for _ in range(max_len):
-            logits = model.decode(out, memory, src_mask, {mask})
+            tgt_mask = causal_mask(out.size(1), src.device)
+            logits = model.decode(out, memory, src_mask, tgt_mask)
             nxt = logits[:, -1].argmax(-1).masked_fill(done, pad_id)
             out = torch.cat([out, nxt[:, None]], dim=1)
             done |= nxt == eos_id
-            {stop}
     return out
 '''
-GREEDY_NO_STOP = GREEDY_TEMPLATE.format(mask="causal_mask(out.size(1), src.device)", stop="pass")
-GREEDY_NO_MASK = GREEDY_TEMPLATE.format(mask="None", stop="if done.all(): break")
+# The decoder gets no target mask: each position attends to the ones after it.
+GREEDY_NO_MASK = '''
+def greedy_decode(model, src, max_len, bos_id, eos_id, pad_id):
+    model.eval()
+    with torch.no_grad():
+        memory, src_mask = model.encode(src)
+        out = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)
+        done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
+        for _ in range(max_len):
+            logits = model.decode(out, memory, src_mask, None)
+            nxt = logits[:, -1].argmax(-1).masked_fill(done, pad_id)
+            out = torch.cat([out, nxt[:, None]], dim=1)
+            done |= nxt == eos_id
+            if done.all():
+                break
+    return out
+'''
+# Hands the loop to the reference's greedy_decode.
 GREEDY_CALLS_REFERENCE = '''
 def greedy_decode(model, src, max_len, bos_id, eos_id, pad_id):
     from tformer_ref.decoding import greedy_decode as reference
@@ -120,7 +146,8 @@ BUGGY = {
 }
 
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(CHAPTER)]  # one autograde run per chapter, on one worker
+# One autograde run per chapter, on one worker.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(CHAPTER)]
 
 
 class TestGrading(GradedChapter):
