@@ -18,7 +18,7 @@ from .cases import randn
 from .ch02 import S_SATURATION, part_of_pair
 from .delegation import check_not_delegated
 from .diagnosis import (Case, Diagnosis, Pitfall, Raised, Section, compare_to_reference,
-                        fail, passed, run)
+                        fail, passed, run, run_or_fail)
 
 CHAPTER = "ch03_masks"
 S_PADDING = Section(CHAPTER, "3.1", "Padding masks")
@@ -391,18 +391,13 @@ class _LearnerMasks:
 
     def causal_mask(self, size):
         __tracebackhide__ = True
-        mask = run(_as_4d(self.causal_mask_fn), (size,))
-        if isinstance(mask, Raised):
-            fail(self.title, f"causal_mask({size}) raised {mask!r}")
-        return mask
+        return run_or_fail(self.title, _as_4d(self.causal_mask_fn), (size,),
+                           f"causal_mask({size})")
 
     def padding_masks(self, *token_batches):
         __tracebackhide__ = True
-        masks = [run(self.padding_mask_fn, (tokens, 0)) for tokens in token_batches]
-        for mask in masks:
-            if isinstance(mask, Raised):
-                fail(self.title, f"padding_mask raised {mask!r}")
-        return masks
+        return [run_or_fail(self.title, self.padding_mask_fn, (tokens, 0), "padding_mask")
+                for tokens in token_batches]
 
 
 def _future_changes_past(learner: _LearnerMasks):

@@ -23,7 +23,8 @@ from .cases import randn
 # Unused here: the exercise's test cells call it as ch06.check_by_hand.
 from .delegation import check_by_hand, check_not_delegated  # noqa: F401
 from .diagnosis import (Case, CheckFailure, Diagnosis, Pitfall, Raised, Section,
-                        compare_to_reference, fail, passed, quiet, run, single_threaded)
+                        compare_to_reference, fail, passed, quiet, run, run_or_fail,
+                        single_threaded)
 
 CHAPTER = "ch06_training"
 S_TASK = Section(CHAPTER, "6.1", "The toy task")
@@ -377,9 +378,8 @@ def _counting_sgd(params, lr):
 
 def _build_scheduler(title, make_scheduler, opt, d, w):
     __tracebackhide__ = True
-    sched = run(make_scheduler, (opt, d, w))
-    if isinstance(sched, Raised):
-        fail(title, f"make_scheduler(optimizer, {d}, {w}) raised {sched!r}")
+    sched = run_or_fail(title, make_scheduler, (opt, d, w),
+                        f"make_scheduler(optimizer, {d}, {w})")
     if not callable(getattr(sched, "step", None)):
         fail(title, "make_scheduler must return a scheduler with a step() method, got "
                     f"{type(sched).__name__}")
@@ -399,9 +399,7 @@ def _rates_while_training(title, make_scheduler, d, w, n) -> list[float]:
         with quiet():
             opt.step()  # the training loop's own call
         calls, before = opt.calls, weight.detach().clone()
-        stepped = run(sched.step, ())
-        if isinstance(stepped, Raised):
-            fail(title, f"scheduler.step() raised {stepped!r}")
+        run_or_fail(title, sched.step, (), "scheduler.step()")
         if opt.calls != calls or not torch.equal(weight.detach(), before):
             SCHEDULER_STEPS_OPTIMIZER.fail(
                 title, f"Your scheduler.step() number {k} updated the weights.")
@@ -679,6 +677,11 @@ def _keep_mask(tgt_mask, st):
     return tgt_mask.reshape(st, st)
 
 
+def _causal(t, device):
+    """The [t, t] causal keep-mask (True = may attend), lower triangular."""
+    return torch.ones(t, t, dtype=torch.bool, device=device).tril()
+
+
 class DecodingModel(nn.Module):
     """An encoder–decoder whose ``decode`` takes the target mask explicitly, as
     nn.TransformerDecoder does.
@@ -712,7 +715,7 @@ class DecodingModel(nn.Module):
             keep = torch.ones(st, st, dtype=torch.bool, device=tgt_in.device)
         else:
             keep = _keep_mask(tgt_mask, st)
-            tril = torch.ones(st, st, dtype=torch.bool, device=keep.device).tril()
+            tril = _causal(st, keep.device)
             kind = ("causal" if torch.equal(keep, tril)
                     else "triu" if torch.equal(keep, tril.T)
                     else "none" if keep.all() else "other")
@@ -723,12 +726,8 @@ class DecodingModel(nn.Module):
     def forward(self, src, tgt_in):
         memory, src_mask = self.encode(src)
         st = tgt_in.size(1)
-        causal = torch.ones(st, st, dtype=torch.bool, device=src.device).tril()
+        causal = _causal(st, src.device)
         return self.decode(tgt_in, memory, src_mask, causal)
-
-
-def _causal(t, device):
-    return torch.ones(t, t, dtype=torch.bool, device=device).tril()
 
 
 def _greedy_reference(model, src, max_len, bos_id, eos_id, pad_id):
@@ -879,9 +878,8 @@ def _decode_case(title, greedy_fn, label, eos_bias, batch, max_len, seed) -> _De
     want_steps = len(model.calls)
     model.reset()
     model.train()
-    out = run(greedy_fn, (model, src, max_len, _BOS, _EOS, _PAD))
-    if isinstance(out, Raised):
-        fail(title, f"case {label}: your code raised {out!r}")
+    out = run_or_fail(title, greedy_fn, (model, src, max_len, _BOS, _EOS, _PAD),
+                      f"case {label}: your code")
     if not isinstance(out, torch.Tensor) or out.dim() != 2 or out.size(0) != batch:
         got = (f"shape {list(out.shape)}" if isinstance(out, torch.Tensor)
                else type(out).__name__)

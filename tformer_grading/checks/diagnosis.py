@@ -174,6 +174,16 @@ def run(fn: Callable, args: tuple) -> Any:
             return Raised(exc)
 
 
+def run_or_fail(title: str, fn: Callable, args: tuple, call: str) -> Any:
+    """``fn(*args)`` quietly; when the learner's code raises, the check fails saying which
+    ``call`` raised what."""
+    __tracebackhide__ = True
+    result = run(fn, args)
+    if isinstance(result, Raised):
+        fail(title, f"{call} raised {result!r}")
+    return result
+
+
 # --------------------------------------------------------------------------- comparing outputs
 
 def describe_difference(got: Any, want: torch.Tensor, atol: float, rtol: float) -> str | None:
