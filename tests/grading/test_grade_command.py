@@ -14,7 +14,8 @@ import pytest
 
 from course import ROOT, filled, solution_sources
 from learners import MERGE_NO_TRANSPOSE, MHA_CALLS_SDPA
-from tformer_grading import course, selfgrade
+from tformer_grading import selfgrade
+from tformer_grading.course import chapter_of, chapters
 
 CHAPTER = "ch01_shapes"
 # merge_heads without transpose: its own cell and the MHA comparison fail; the behaviour probes still pass.
@@ -89,8 +90,8 @@ def test_an_edited_check_cell_cannot_pass_in_visible_only_mode(tmp_path):
 
 
 def test_chapters_are_discovered_from_the_solutions_folder():
-    assert CHAPTER in course.chapters(ROOT)
-    assert course.chapter_of(ROOT / "book" / CHAPTER / "exercise.ipynb", ROOT) == CHAPTER
+    assert CHAPTER in chapters(ROOT)
+    assert chapter_of(ROOT / "book" / CHAPTER / "exercise.ipynb", ROOT) == CHAPTER
 
 
 def test_a_notebook_outside_a_course_is_a_clear_error(tmp_path):
