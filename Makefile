@@ -7,7 +7,8 @@ export PYTHONPATH := $(CURDIR)
 export PYTHONUNBUFFERED := 1
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
-.PHONY: env book test test-suite test-notebooks test-fast test-gpu bench notebooks release clean
+.PHONY: env book test test-suite test-notebooks test-fast test-gpu bench grading-report notebooks \
+	release clean
 
 env: $(VENV)/.installed
 
@@ -48,6 +49,11 @@ test-gpu: env
 
 bench: env
 	$(BIN)/python -m bench
+
+# How the checks do on the measured bank (tests/bank/): per chapter and exercise, wrong answers
+# rejected, named, generic or misnamed, right answers accepted.
+grading-report: env
+	$(BIN)/python tools/grading_report.py
 
 # Regenerate the .ipynb files from nbsrc/ and the student exercises from solutions/.
 notebooks: env

@@ -31,7 +31,7 @@ from tformer_ref.attention import MultiHeadAttention
 
 from ..guard.integrity import seal
 from .delegation import reject_wrapped
-from .diagnosis import (Case, Diagnosis, Pitfall, Section, describe_difference, fail,
+from .diagnosis import (Case, Diagnosis, Pitfall, Raised, Section, describe_difference, fail,
                         fail_unexplained, passed, quiet, run, same, single_thread)
 
 
@@ -219,7 +219,7 @@ def holds(title: str, probe: Callable[..., bool], *args) -> bool:
         try:
             return probe(*args)
         except Exception as exc:  # the learner's code may raise anything
-            fail(title, f"your block raised {type(exc).__name__}: {exc}")
+            fail(title, f"your block raised {Raised(exc)!r}")
 
 
 # --------------------------------------------------------------------------- by hand

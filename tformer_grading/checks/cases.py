@@ -8,7 +8,7 @@ import torch
 from tformer_ref.device import get_device
 
 from ..guard.integrity import seal
-from .diagnosis import fail
+from .diagnosis import Raised, fail
 
 
 def randn(*shape: int, seed: int, dtype: torch.dtype = torch.float32,
@@ -34,7 +34,7 @@ def build_module(title: str, cls: type, args: Sequence, dtype: torch.dtype = tor
                 torch.manual_seed(seed)
                 module = cls(*args)
     except Exception as exc:
-        fail(title, f"{call} raised {type(exc).__name__}: {exc}")
+        fail(title, f"{call} raised {Raised(exc)!r}")
     if not isinstance(module, torch.nn.Module):
         fail(title, f"{cls.__name__} must be an nn.Module subclass, got {type(module).__name__}")
     return module.to(device=get_device(), dtype=dtype)

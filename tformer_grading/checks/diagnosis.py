@@ -21,6 +21,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import io
+import linecache
+import os
+import sysconfig
+import traceback
 import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
@@ -33,6 +37,12 @@ from ..guard.receipts import sign
 
 class CheckFailure(AssertionError):
     """A check found a mistake. The message says which, and where to read about it."""
+
+
+#: The words every failure that names no mistake carries. The grading report counts a
+#: rejection as generic by them, so a fallback must say them (through
+#: :func:`fail_unexplained`) and a diagnosis never does.
+UNEXPLAINED = "matches none of the known pitfalls"
 
 
 @dataclass(frozen=True)
@@ -87,6 +97,29 @@ class Case:
     make: Callable[[], tuple]
 
 
+# Code that is not the learner's (torch, the course's packages, the standard library): frames
+# there are skipped when saying where in the learner's code an error came from.
+_COURSE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_NOT_THE_LEARNERS = tuple(
+    os.path.join(folder, "")
+    for folder in (os.path.dirname(os.path.abspath(torch.__file__)),
+                   os.path.join(_COURSE, "tformer_grading"), os.path.join(_COURSE, "tformer_ref"),
+                   sysconfig.get_paths()["stdlib"]))
+
+
+def learner_line(exc: BaseException) -> str:
+    """Where in the learner's code ``exc`` was raised: " at line N of your code: `text`", or
+    "" when no frame of the traceback is theirs (the error came from torch on bad input)."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)
+              if not os.path.abspath(f.filename).startswith(_NOT_THE_LEARNERS)]
+    if not frames:
+        return ""
+    frame = frames[-1]
+    text = (frame.line or linecache.getline(frame.filename, frame.lineno)).strip()
+    code = f": `{text}`" if text else ""
+    return f" at line {frame.lineno} of your code{code}"
+
+
 class Raised:
     """The exception a call raised, kept as a value so variants can be compared on it too."""
 
@@ -94,7 +127,10 @@ class Raised:
         self.exc = exc
 
     def __repr__(self) -> str:
-        return f"{type(self.exc).__name__}: {self.exc}"
+        message = str(self.exc)
+        if len(message) > 300:  # a flood of text is the learner's, not the reader's, problem
+            message = message[:300] + " …"
+        return f"{type(self.exc).__name__}: {message}{learner_line(self.exc)}"
 
 
 def fail(title: str, message: str, section: Section | None = None) -> None:
@@ -268,8 +304,7 @@ def fail_unexplained(title: str, cases: Sequence[Case], theirs: list, ours: list
                 if (msg := describe_difference(got, want, atol, rtol)) is not None]
     case, msg = problems[0]
     fail(title, f"wrong on {len(problems)} of {len(cases)} cases. First: case {case.label}: "
-                f"{msg}. It matches none of the known pitfalls; compare your code with the "
-                "lesson step by step.")
+                f"{msg}. It {UNEXPLAINED}; compare your code with the lesson step by step.")
 
 
 # --------------------------------------------------------------------------- behaviour probes

@@ -1,0 +1,123 @@
+"""The measured bank: literal learner answers, each with the verdict the checks must give.
+
+A chapter's bank is ``tests/bank/bank_chNN.py``. It registers answers with the two
+decorators below and says, in ``GRADERS``, how an answer to each exercise is graded
+(every check of that exercise, in the order the exercise notebook runs them)::
+
+    @wrong("attention", r"divided by 8(\\.0)?\\b.*expected .*sqrt", listed=False)
+    def attention_divides_by_two_sqrt(q, k, v):   # an extra factor 2 "for stability"
+        ...
+
+    @right("attention")
+    def attention_with_baddbmm(q, k, v):
+        ...
+
+``expect`` is a regular expression the failure message must match: the pitfall's name or
+the measured quantity that is off, never words every failure has. ``GENERIC`` says the
+checks are expected to reject the answer without naming its mistake (counted against the
+chapter's 85 %). ``listed`` says whether the mistake is exactly one of the check's own
+wrong variants; the bank needs mistakes the checks were not written from.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+import sys
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from tformer_grading.checks.diagnosis import UNEXPLAINED, CheckFailure
+
+GENERIC = "<generic>"
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One answer in the bank."""
+
+    chapter: str
+    exercise: str
+    name: str
+    answer: Any
+    expect: str | None  # None: a right answer, to be accepted
+    listed: bool = False
+
+    @property
+    def id(self) -> str:
+        return f"{self.chapter}-{self.exercise}-{self.name}"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the checks made of an answer: ``kind`` is accepted, named, generic, misnamed or
+    crashed (a check raised something other than a CheckFailure: the course's bug)."""
+
+    kind: str
+    message: str = ""
+
+
+ENTRIES: list[Entry] = []
+
+
+def _chapter_of(fn: Callable) -> str:
+    match = re.search(r"bank_(ch\d\d)", fn.__module__)
+    if not match:
+        raise ValueError(f"bank entries live in tests/bank/bank_chNN.py, not {fn.__module__}")
+    return match.group(1)
+
+
+def right(exercise: str) -> Callable:
+    """Register a right answer to ``exercise``: every check must accept it."""
+    def register(answer):
+        ENTRIES.append(Entry(_chapter_of(answer), exercise, answer.__name__, answer, None))
+        return answer
+    return register
+
+
+def wrong(exercise: str, expect: str, *, listed: bool) -> Callable:
+    """Register a wrong answer to ``exercise``: the checks must reject it with a message
+    matching ``expect`` (or with the generic fallback, when ``expect`` is GENERIC)."""
+    re.compile(expect)
+    def register(answer):
+        ENTRIES.append(Entry(_chapter_of(answer), exercise, answer.__name__, answer, expect,
+                             listed))
+        return answer
+    return register
+
+
+def grade(entry: Entry, graders: dict[str, Callable[[Any], None]]) -> Verdict:
+    """Run every check of the entry's exercise on its answer and classify the outcome."""
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):  # the checks' ✓ lines
+            graders[entry.exercise](entry.answer)
+    except CheckFailure as failure:
+        message = str(failure)
+    except Exception as exc:  # noqa: BLE001 - a check that crashes is what we look for
+        return Verdict("crashed", f"{type(exc).__name__}: {exc}")
+    else:
+        return Verdict("accepted")
+    if UNEXPLAINED in message:
+        return Verdict("generic", message)
+    if entry.expect not in (None, GENERIC) and re.search(entry.expect, message, re.S):
+        return Verdict("named", message)
+    return Verdict("misnamed", message)
+
+
+def expected_kind(entry: Entry) -> str:
+    if entry.expect is None:
+        return "accepted"
+    return "generic" if entry.expect == GENERIC else "named"
+
+
+def load(chapter: str):
+    """Import ``bank_<chapter>`` (registering its entries) and return the module."""
+    name = f"bank_{chapter}"
+    if name not in sys.modules:
+        __import__(name)
+    return sys.modules[name]
+
+
+def entries(chapter: str) -> list[Entry]:
+    load(chapter)
+    return [e for e in ENTRIES if e.chapter == chapter]
