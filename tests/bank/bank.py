@@ -1,6 +1,7 @@
 """The measured bank: literal learner answers, each with the verdict the checks must give.
 
-A chapter's bank is ``tests/bank/bank_chNN.py``. It registers answers with the two
+A chapter's bank is ``tests/bank/bank_chNN.py`` (a long chapter may split it:
+``bank_chNN_topic.py``, reported on its own row). It registers answers with the two
 decorators below and says, in ``GRADERS``, how an answer to each exercise is graded
 (every check of that exercise, in the order the exercise notebook runs them)::
 
@@ -61,7 +62,7 @@ ENTRIES: list[Entry] = []
 
 
 def _chapter_of(fn: Callable) -> str:
-    match = re.search(r"bank_(ch\d\d)", fn.__module__)
+    match = re.search(r"bank_(ch\d\d\w*)$", fn.__module__)
     if not match:
         raise ValueError(f"bank entries live in tests/bank/bank_chNN.py, not {fn.__module__}")
     return match.group(1)
