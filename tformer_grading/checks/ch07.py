@@ -1,17 +1,23 @@
 """Checks for chapter 7, mixed precision, accumulation and DDP (book/ch07_scale).
 
-The learner's training code is run on a tiny causal language model with the
-inputs of each case; the parameters it ends with (and the GradScaler's scale)
-are compared with the reference's. On a mismatch the known wrong variants are
-run on the same inputs: the one that reproduces the learner's parameters names
-the pitfall. Each wrong variant is the private function just above its
-``Pitfall``. The data-loading check is a behaviour check: it reads which samples
-each rank gets in each epoch.
+Each training-step check first runs the learner's step on a probe whose optimizer,
+scheduler, GradScaler and loss_fn write down what the step did (the calls, in order;
+the gradient and learning rate each optimizer step used; the gradient right after
+each backward) and measures it stage by stage against what the step must do: the
+first stage that departs is reported with the measured quantity (the divisor each
+micro-batch's loss got, the gradient norm the optimizer stepped with, the scale
+after an overflow, ...). Then the parameters it ends with on several cases are
+compared with the reference's; the known wrong variants (each the private function
+just above its ``Pitfall``) name what reproduces the learner's parameters. The
+data-loading check is a behaviour check: it reads which samples each rank gets in
+each epoch.
 """
 from __future__ import annotations
 
+import copy
+import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch.nn.utils import clip_grad_norm_
@@ -22,8 +28,9 @@ from tformer_ref.device import get_device
 from tformer_ref.toy_lm import TinyCausalLM, count_targets, lm_loss_sum, make_token_data
 from ..guard.integrity import seal
 from .delegation import check_not_delegated
-from .diagnosis import (Case, Diagnosis, Pitfall, Raised, Section, compare_to_reference,
-                        fail, passed, quiet, run, single_threaded)
+from .diagnosis import (UNEXPLAINED, Case, Diagnosis, Pitfall, Raised, Section,
+                        compare_to_reference, fail, passed, quiet, run, single_threaded,
+                        verify_integrity)
 
 CHAPTER = "ch07_scale"
 S_AMP = Section(CHAPTER, "7.1", "Mixed precision with torch.amp")
@@ -191,13 +198,18 @@ ACCUM_PITFALLS = (MEAN_NOT_DIVIDED, SUM_NOT_DIVIDED, DIVIDED_BY_K, ZERO_EACH_MIC
                   NEVER_ZEROED, OPTIMIZER_EACH_MICRO_STEP, SCHEDULER_EACH_MICRO_STEP)
 
 
+def _warm_up(step):
+    """The cases' schedule: the learning-rate factor after ``step`` scheduler steps."""
+    return min(1.0, (step + 1) / 4)
+
+
 def _accum_case(seed, sizes, steps, min_len, momentum=0.0):
     """Several optimizer steps, each on micro-batches of the given sizes; SGD with a
     warm-up schedule."""
     def make():
         model = _model(seed=seed)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.5, momentum=momentum)
-        warm_up = LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / 4))
+        warm_up = LambdaLR(optimizer, _warm_up)
         data = make_token_data(sum(sizes) * steps, 10, vocab=12, pad_id=PAD,
                                min_len=min_len, seed=seed).to(get_device())
         plan = [list(step.split(list(sizes))) for step in data.split(sum(sizes))]
@@ -227,6 +239,402 @@ def _simulate_accum(fn):
     return simulate
 
 
+# ---------------------------------------------- recording what the learner's step did
+
+@dataclass
+class _Tape:
+    """What the learner's step did to the objects the check handed it, in order.
+
+    ``events``: names of the calls (optimizer.zero_grad, optimizer.step, scheduler.step,
+    loss_fn, scaler.scale, ...); ``steps``: per optimizer.step(), (the learning rate,
+    the flat gradient [P] it stepped with); ``after_backward``: parameter index -> its
+    gradient right after the last backward that reached it; ``at_unscale``: the
+    gradient [P] each scaler.unscale_ found.
+    """
+
+    events: list = field(default_factory=list)
+    steps: list = field(default_factory=list)
+    after_backward: dict = field(default_factory=dict)
+    at_unscale: list = field(default_factory=list)
+    in_scaler_step: bool = False
+
+    def since(self, start: int) -> list:
+        return self.events[start:]
+
+
+def _grad_vector(params) -> torch.Tensor:
+    """The gradients of ``params`` as one float64 CPU vector [P] (zeros where None)."""
+    return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p))
+                      .detach().flatten().double().cpu() for p in params])
+
+
+class _TapedSGD(torch.optim.SGD):
+    """SGD that writes every zero_grad() and step() (with the learning rate and the
+    gradient it stepped with) on ``tape``."""
+
+    def __init__(self, params, tape: _Tape, **kwargs):
+        super().__init__(params, **kwargs)
+        self.tape = tape
+
+    def zero_grad(self, set_to_none: bool = True):
+        self.tape.events.append("optimizer.zero_grad")
+        super().zero_grad(set_to_none)
+
+    def step(self, closure=None):
+        by = " by scaler.step" if self.tape.in_scaler_step else ""
+        self.tape.events.append("optimizer.step" + by)
+        params = [p for group in self.param_groups for p in group["params"]]
+        self.tape.steps.append((self.param_groups[0]["lr"], _grad_vector(params)))
+        return super().step(closure)
+
+
+# Optimizer.__init__ wraps a subclass's step in a profiling hook, replacing the class
+# attribute (which the integrity seal would report): mark it as wrapped already.
+_TapedSGD.step.hooked = True
+
+
+class _TapedLambdaLR(LambdaLR):
+    """LambdaLR that writes every scheduler.step() the learner makes on ``tape``."""
+
+    def __init__(self, optimizer, lr_lambda, tape: _Tape):
+        self.tape = None  # LambdaLR's own first step is not the learner's
+        super().__init__(optimizer, lr_lambda)
+        self.tape = tape
+
+    def step(self, *args, **kwargs):
+        if self.tape is not None:
+            self.tape.events.append("scheduler.step")
+        return super().step(*args, **kwargs)
+
+
+def _taped_loss_fn(tape: _Tape, loss_fn):
+    def recorded(model, batch):
+        tape.events.append("loss_fn")
+        return loss_fn(model, batch)
+    return recorded
+
+
+# ----------------------------------------------- accumulation: the stages, measured
+
+# The probe: 2 calls of 3 micro-batches of different sizes and numbers of real tokens,
+# so that per-token, per-micro-batch and per-sequence weightings all differ.
+PROBE_SIZES = (2, 5, 3)
+PROBE_LR = 0.5
+
+
+@dataclass(frozen=True)
+class _MicroInfo:
+    """What the check knows of one step's micro-batches [b_i, S] before the learner
+    sees them: real targets n_i, sequences b_i, target positions b_i (S - 1)."""
+
+    targets: tuple
+    sequences: tuple
+    positions: tuple
+    real_tokens: tuple
+
+    @property
+    def k(self) -> int:
+        return len(self.targets)
+
+
+def _micro_info(micro_batches) -> _MicroInfo:
+    return _MicroInfo(tuple(count_targets(b, PAD) for b in micro_batches),
+                      tuple(b.size(0) for b in micro_batches),
+                      tuple(b.size(0) * (b.size(1) - 1) for b in micro_batches),
+                      tuple(int((b != PAD).sum()) for b in micro_batches))
+
+
+def _summed_loss_gradients(model, micro_batches) -> list:
+    """Per micro-batch, the gradient [P] of its summed token loss at ``model``'s
+    parameters (computed on a copy)."""
+    out = []
+    for batch in micro_batches:
+        twin = copy.deepcopy(model)
+        twin.zero_grad(set_to_none=True)
+        lm_loss_sum(twin, batch, PAD)[0].backward()
+        out.append(_grad_vector(twin.parameters()))
+    return out
+
+
+def _fit(target: torch.Tensor, columns: list) -> tuple[list, float]:
+    """Least squares ``target ≈ Σ w_j columns[j]``: (the weights, the relative
+    residual)."""
+    a = torch.stack(columns, dim=1)
+    if not (a.isfinite().all() and target.isfinite().all()):
+        return [math.nan] * len(columns), math.inf
+    w = torch.linalg.lstsq(a, target.unsqueeze(1)).solution.squeeze(1)
+    residual = (target - a @ w).norm() / target.norm().clamp_min(1e-300)
+    return w.tolist(), float(residual)
+
+
+@dataclass
+class _AccumCall:
+    """One call of the learner's accumulation_step in the probe: its events, the
+    micro-batches' info, their summed-loss gradients, the gradient the parameters held
+    on entry, and the optimizer steps it made (learning rate, gradient)."""
+
+    index: int
+    events: list
+    info: _MicroInfo
+    sums: list
+    leftover: torch.Tensor
+    steps: list
+
+
+def _run_accum_probe(title, accumulation_step) -> list:
+    """Two calls of ``accumulation_step`` on the probe: (a list of :class:`_AccumCall`,
+    what the last one raised or None)."""
+    __tracebackhide__ = True
+    tape = _Tape()
+    model = _model(seed=7)
+    optimizer = _TapedSGD(model.parameters(), tape, lr=PROBE_LR)
+    scheduler = _TapedLambdaLR(optimizer, _warm_up, tape)
+    n = sum(PROBE_SIZES)
+    data = make_token_data(2 * n, 10, vocab=12, pad_id=PAD, min_len=2,
+                           seed=7).to(get_device())
+    calls = []
+    for index, step in enumerate(data.split(n)):
+        micro = list(step.split(list(PROBE_SIZES)))
+        info, sums = _micro_info(micro), _summed_loss_gradients(model, micro)
+        leftover = _grad_vector(model.parameters())
+        start, first_step = len(tape.events), len(tape.steps)
+        out = run(accumulation_step, (model, micro, optimizer, scheduler,
+                                      _taped_loss_fn(tape, _loss_fn)))
+        calls.append(_AccumCall(index, tape.since(start), info, sums, leftover,
+                                tape.steps[first_step:]))
+        if isinstance(out, Raised):
+            return calls, out
+    return calls, None
+
+
+def _report_accum_raised(title, raised: Raised, index: int) -> None:
+    __tracebackhide__ = True
+    fail(title, f"your code raised {raised!r} while the check ran call {index + 1} "
+                f"(micro-batches of sizes {list(PROBE_SIZES)}).", S_ACCUM)
+
+
+STEP_COUNT = Diagnosis(
+    "optimizer steps per call",
+    "accumulation_step makes exactly one optimizer step, after the last micro-batch's "
+    "backward: that one step is what a step on the concatenated batch does.",
+    S_ACCUM)
+
+
+def _stage_optimizer_steps(title, call: _AccumCall) -> None:
+    __tracebackhide__ = True
+    steps = call.events.count("optimizer.step")
+    if steps == 1:
+        return
+    seen = (f"In call {call.index + 1} (with {call.info.k} micro-batches) "
+            f"optimizer.step() ran {steps} times.")
+    if steps == call.info.k:
+        OPTIMIZER_EACH_MICRO_STEP.fail(title, seen)
+    STEP_COUNT.fail(title, seen)
+
+
+# What a wrong divisor often is, per micro-batch i: (description, divisor of i).
+def _uniform_divisors(info: _MicroInfo) -> tuple:
+    n, k = sum(info.targets), info.k
+    return (("1, i.e. not divided at all", 1),
+            (f"the number of micro-batches k = {k}", k),
+            (f"the step's target tokens times k ({n} × {k})", n * k),
+            (f"the step's target tokens squared ({n}²)", n * n),
+            (f"every target position of the step, padding included "
+             f"({sum(info.positions)})", sum(info.positions)),
+            (f"the step's real tokens, the first of each sequence included "
+             f"({sum(info.real_tokens)})", sum(info.real_tokens)),
+            (f"the step's number of sequences ({sum(info.sequences)})",
+             sum(info.sequences)))
+
+
+def _per_batch_divisors(info: _MicroInfo) -> tuple:
+    k = info.k
+    return (("its own target tokens n_i", info.targets),
+            ("its own target tokens times k", tuple(t * k for t in info.targets)),
+            ("its own target positions, padding included", info.positions),
+            ("its own number of sequences", info.sequences),
+            ("its own real tokens, the first of each sequence included",
+             info.real_tokens))
+
+
+def _close(a: float, b: float, rel: float = 1e-6) -> bool:
+    return abs(a - b) <= rel * max(abs(a), abs(b), 1e-300)
+
+
+WRONG_DIVISOR = Diagnosis(
+    "wrong loss divisor",
+    "The big batch's loss is the mean over all of its target tokens, so every "
+    "micro-batch's summed token loss is divided by the same number: the total number "
+    "of real target tokens of the step (count_targets summed over the micro-batches).",
+    S_ACCUM)
+WRONG_WEIGHTING = Diagnosis(
+    "micro-batches weighted, not tokens",
+    "Your step gives the micro-batches' losses different divisors, so a token in one "
+    "micro-batch counts more than a token in another. Divide every micro-batch's "
+    "summed loss by the same number: the step's total target tokens.",
+    S_ACCUM)
+LOST_MICRO_BATCHES = Diagnosis(
+    "micro-batches missing from the gradient",
+    "Every micro-batch's gradient must still be in .grad when optimizer.step() runs: "
+    "backward on each of them, and zero the gradients once, before the first (or after "
+    "the step), not between micro-batches.",
+    S_ACCUM)
+
+
+def _divisors_text(divisors) -> str:
+    return "[" + ", ".join(f"{d:.6g}" for d in divisors) + "]"
+
+
+def _name_uniform(title, divisor: float, info: _MicroInfo, seen: str) -> None:
+    __tracebackhide__ = True
+    n = sum(info.targets)
+    if _close(divisor, 1.0):
+        SUM_NOT_DIVIDED.fail(title, seen)
+    what = next((f", which is {text}" for text, value in _uniform_divisors(info)
+                 if _close(divisor, value)), "")
+    WRONG_DIVISOR.fail(title, f"{seen} Every micro-batch's summed loss was divided by "
+                              f"{divisor:.6g}{what}; expected {n}, the step's real "
+                              "target tokens.")
+
+
+def _name_per_batch(title, divisors, info: _MicroInfo, seen: str) -> None:
+    __tracebackhide__ = True
+    if all(_close(d, t) for d, t in zip(divisors, info.targets)):
+        MEAN_NOT_DIVIDED.fail(title, seen)
+    if all(_close(d, t * info.k) for d, t in zip(divisors, info.targets)):
+        DIVIDED_BY_K.fail(title, seen)
+    what = next((f" Each micro-batch was divided by {text}." for text, values
+                 in _per_batch_divisors(info)
+                 if all(_close(d, v) for d, v in zip(divisors, values))), "")
+    WRONG_WEIGHTING.fail(title, f"{seen}{what} Expected all divided by "
+                                f"{sum(info.targets)}.")
+
+
+def _stage_weights(title, call: _AccumCall) -> None:
+    """The gradient optimizer.step() used, as a weighted sum of the micro-batches'
+    summed-loss gradients: the weights are 1 / the divisor each micro-batch got."""
+    __tracebackhide__ = True
+    info, n = call.info, sum(call.info.targets)
+    columns = list(call.sums) + ([call.leftover] if call.leftover.any() else [])
+    weights, residual = _fit(call.steps[-1][1], columns)
+    if residual > 1e-6:
+        _weights_unexplained(title, call, residual)
+    if len(weights) > info.k and abs(weights[-1]) > 1e-6:
+        return  # the previous step's gradient is still there: the zeroing stage says so
+    w = weights[:info.k]
+    if all(_close(x * n, 1.0, 1e-6) for x in w):
+        return
+    divisors = [1 / x if abs(x * n) > 1e-9 else math.inf for x in w]
+    seen = (f"In call {call.index + 1} the gradient optimizer.step() used divided the "
+            f"summed token losses of the {info.k} micro-batches (real targets "
+            f"{list(info.targets)}) by {_divisors_text(divisors)}.")
+    lost = [i + 1 for i, d in enumerate(divisors) if math.isinf(d)]
+    if lost:
+        if lost == list(range(1, info.k)) and _close(divisors[-1], n):
+            ZERO_EACH_MICRO_STEP.fail(title, seen)
+        LOST_MICRO_BATCHES.fail(title, f"{seen} Micro-batches {lost} of {info.k} added "
+                                       "nothing to it.")
+    if all(_close(d, divisors[0]) for d in divisors):
+        _name_uniform(title, divisors[0], info, seen)
+    _name_per_batch(title, divisors, info, seen)
+
+
+def _weights_unexplained(title, call: _AccumCall, residual: float) -> None:
+    __tracebackhide__ = True
+    fail(title, f"in call {call.index + 1} (micro-batches of sizes "
+                f"{list(PROBE_SIZES)}) the gradient optimizer.step() used is not a "
+                "weighted sum of the micro-batches' gradients at the step's starting "
+                f"parameters (relative residual {residual:.2g}): the parameters "
+                "changed between micro-batches, or the losses were combined "
+                "non-linearly. It "
+                f"{UNEXPLAINED}; compare your code with the lesson step by step.",
+         S_ACCUM)
+
+
+def _stage_zeroing(title, call: _AccumCall) -> None:
+    """The second call: did the step's gradient still hold the first call's?"""
+    __tracebackhide__ = True
+    if not call.leftover.any():
+        return
+    weights, _ = _fit(call.steps[-1][1], list(call.sums) + [call.leftover])
+    kept = weights[-1]
+    if abs(kept) <= 1e-6:
+        return
+    seen = (f"The gradient of call {call.index + 1}'s optimizer.step() still held "
+            f"{kept:.4g} × the gradient left from call {call.index}.")
+    if _close(kept, 1.0, 1e-5):
+        NEVER_ZEROED.fail(title, seen)
+    LEFTOVER_GRADIENT.fail(title, seen)
+
+
+LEFTOVER_GRADIENT = Diagnosis(
+    "previous step's gradient kept",
+    "Part of the previous optimizer step's gradient is still in .grad when this step "
+    "runs. Zero the gradients once per accumulation_step (optimizer.zero_grad()), "
+    "before the first backward or after the step.",
+    S_ACCUM)
+SCHEDULER_COUNT = Diagnosis(
+    "scheduler steps per call",
+    "The schedule counts optimizer steps: step it exactly once per accumulation_step, "
+    "after optimizer.step().",
+    S_ACCUM)
+SCHEDULER_FIRST = Diagnosis(
+    "scheduler stepped before the optimizer",
+    "scheduler.step() before optimizer.step() makes every step use the next step's "
+    "learning rate (and warm-up starts one step late). Step the optimizer, then the "
+    "scheduler.",
+    S_ACCUM)
+
+
+def _stage_scheduler(title, call: _AccumCall) -> None:
+    __tracebackhide__ = True
+    steps = call.events.count("scheduler.step")
+    if steps != 1:
+        seen = (f"In call {call.index + 1} (with {call.info.k} micro-batches) "
+                f"scheduler.step() ran {steps} times.")
+        if steps == call.info.k:
+            SCHEDULER_EACH_MICRO_STEP.fail(title, seen)
+        SCHEDULER_COUNT.fail(title, seen)
+    lr, want = call.steps[-1][0], PROBE_LR * _warm_up(call.index)
+    if _close(lr, want):
+        return
+    seen = (f"Call {call.index + 1}'s optimizer.step() used the learning rate {lr:.4g}; "
+            f"the schedule gives {want:.4g} at that step.")
+    events = call.events
+    if events.index("scheduler.step") < events.index("optimizer.step"):
+        SCHEDULER_FIRST.fail(title, seen)
+    LR_CHANGED.fail(title, seen)
+
+
+LR_CHANGED = Diagnosis(
+    "learning rate changed",
+    "The step must use the learning rate the scheduler set: do not change "
+    "optimizer.param_groups' lr yourself; the scheduler does it once per step.",
+    S_ACCUM)
+
+
+def _diagnose_first_call(title, call: _AccumCall) -> None:
+    __tracebackhide__ = True
+    _stage_optimizer_steps(title, call)
+    _stage_weights(title, call)
+
+
+def _diagnose_accumulation(title, accumulation_step) -> None:
+    """The stages in the order the step runs them; the first that departs fails."""
+    __tracebackhide__ = True
+    calls, raised = _run_accum_probe(title, accumulation_step)
+    if raised is not None:
+        if len(calls) > 1:  # the first call is measured first: it may say why
+            _diagnose_first_call(title, calls[0])
+        _report_accum_raised(title, raised, len(calls) - 1)
+    _diagnose_first_call(title, calls[0])
+    _stage_optimizer_steps(title, calls[1])
+    _stage_zeroing(title, calls[1])
+    _stage_weights(title, calls[1])
+    for call in calls:
+        _stage_scheduler(title, call)
+
+
 @single_threaded
 def check_accumulation_step(accumulation_step, hidden: bool = False) -> None:
     """``accumulation_step(model, micro_batches, optimizer, scheduler, loss_fn)``: one
@@ -234,7 +642,10 @@ def check_accumulation_step(accumulation_step, hidden: bool = False) -> None:
     step on their concatenation, where
     ``loss_fn(model, batch) -> (loss_sum, n_tokens)``."""
     __tracebackhide__ = True
-    compare_to_reference("accumulation_step", _accum_cases(hidden), accumulation_step,
+    title = "accumulation_step"
+    verify_integrity()
+    _diagnose_accumulation(title, accumulation_step)
+    compare_to_reference(title, _accum_cases(hidden), accumulation_step,
                          _accum_reference, ACCUM_PITFALLS, atol=1e-9, rtol=1e-7,
                          adapt=_simulate_accum)
 
@@ -423,22 +834,30 @@ WRONG_AUTOCAST_DTYPE = Diagnosis(
 
 
 class _Recorder:
-    """The check's loss_fn: mean token loss, recording whether the forward ran under
-    autocast and in which dtype. With ``overflow`` the first call returns an infinite
-    loss (as an fp16 overflow would)."""
+    """The check's loss_fn: mean token loss, recording the autocast state of each call
+    ((enabled on the model's device, dtype, the device types where it was enabled)) and
+    the loss it returned. With ``overflow`` the first call returns an infinite loss (as
+    an fp16 overflow would)."""
 
-    def __init__(self, overflow: bool):
-        self.overflow, self.calls, self.states = overflow, 0, []
+    def __init__(self, overflow: bool, tape: _Tape | None = None):
+        self.overflow, self.calls, self.states, self.values = overflow, 0, [], []
+        self.tape = tape
 
     def __call__(self, model, batch):
         device_type = next(model.parameters()).device.type
         enabled = torch.is_autocast_enabled(device_type)
         dtype = torch.get_autocast_dtype(device_type) if enabled else None
-        self.states.append((enabled, dtype))
+        elsewhere = tuple(d for d in ("cpu", "cuda") if torch.is_autocast_enabled(d))
+        self.states.append((enabled, dtype, elsewhere))
+        if self.tape is not None:
+            self.tape.events.append("loss_fn")
         loss_sum, n = lm_loss_sum(model, batch, PAD)
         loss = loss_sum / n
         self.calls += 1
-        return loss * float("inf") if (self.overflow and self.calls == 1) else loss
+        if self.overflow and self.calls == 1:
+            loss = loss * float("inf")
+        self.values.append(float(loss.detach()))
+        return loss
 
 
 def _amp_case(seed, overflow, max_norm):
@@ -469,33 +888,482 @@ def _simulate_amp(fn):
     return simulate
 
 
-def _autocast_in_loss_fn(title, amp_step):
-    """(enabled, dtype): the autocast state of the learner's first call of loss_fn."""
+# ------------------------------------------------------- amp: the stages, measured
+
+class _TapedScaler(torch.amp.GradScaler):
+    """GradScaler that writes the learner's scale, unscale_, step and update calls on
+    ``tape`` (calls made inside scaler.step are marked "by scaler.step")."""
+
+    def __init__(self, device_type: str, tape: _Tape, init_scale: float):
+        self.tape = None
+        super().__init__(device_type, init_scale=init_scale)
+        self.tape = tape
+
+    def _write(self, name: str) -> None:
+        if self.tape is not None:
+            by = " by scaler.step" if self.tape.in_scaler_step else ""
+            self.tape.events.append(name + by)
+
+    def scale(self, outputs):
+        self._write("scaler.scale")
+        return super().scale(outputs)
+
+    def unscale_(self, optimizer):
+        self._write("scaler.unscale_")
+        if self.tape is not None:
+            params = [p for group in optimizer.param_groups for p in group["params"]]
+            self.tape.at_unscale.append(_grad_vector(params))
+        return super().unscale_(optimizer)
+
+    def step(self, optimizer, *args, **kwargs):
+        self._write("scaler.step")
+        if self.tape is None:
+            return super().step(optimizer, *args, **kwargs)
+        self.tape.in_scaler_step = True
+        try:
+            return super().step(optimizer, *args, **kwargs)
+        finally:
+            self.tape.in_scaler_step = False
+
+    def update(self, new_scale=None):
+        self._write("scaler.update")
+        return super().update(new_scale)
+
+
+def _write_grad(tape: _Tape, index: int, param: torch.Tensor) -> None:
+    """A post-accumulate-grad hook: parameter ``index``'s gradient after a backward."""
+    tape.after_backward[index] = param.grad.detach().double().cpu().flatten().clone()
+    if index == 0:  # the embedding is the last to get its gradient: a backward ended
+        tape.events.append("backward")
+
+
+def _true_gradient(model, batch, scale: float) -> torch.Tensor:
+    """The gradient [P] of the mean token loss under the course's autocast, through a
+    backward scaled by ``scale`` and divided by it again (as GradScaler does), on a
+    copy of ``model``."""
+    twin = _model(torch.float32)
+    twin.load_state_dict(model.state_dict())
+    loss_sum, n = _autocast_loss(twin, batch, lambda m, b: lm_loss_sum(m, b, PAD))
+    (loss_sum / n * scale).backward()
+    return _grad_vector(twin.parameters()) / scale
+
+
+@dataclass
+class _AmpCall:
+    """One call of the learner's amp_step in the probe: its events; the scaler's scale
+    before and after; the true gradient [P] of the step's loss (unscaled, unclipped);
+    the gradient the parameters held on entry [P]; the gradient right after the
+    backward [P] (None when no backward reached the parameters); the gradients
+    scaler.unscale_ found [P]; the optimizer steps
+    (lr, gradient [P]); the parameters before and after [P]; what it returned and the
+    loss loss_fn returned."""
+
+    index: int
+    events: list
+    scale: float
+    scale_after: float
+    true: torch.Tensor
+    leftover: torch.Tensor
+    after_backward: torch.Tensor | None
+    at_unscale: list
+    steps: list
+    before: torch.Tensor
+    after: torch.Tensor
+    returned: object
+    loss: float | None
+    max_norm: float
+    sizes: tuple
+
+
+def _amp_probe_setup(overflow: bool, seed: int):
+    tape, device = _Tape(), get_device()
+    model = _model(torch.float32, seed=seed)
+    for index, param in enumerate(model.parameters()):
+        param.register_post_accumulate_grad_hook(functools.partial(_write_grad, tape,
+                                                                   index))
+    optimizer = _TapedSGD(model.parameters(), tape, lr=0.2)
+    scaler = _TapedScaler(device.type, tape, init_scale=2.0 ** 10)
+    scaler.scale(torch.ones((), device=device))  # a first step creates the scale
+    batches = [make_token_data(6, 10, vocab=12, pad_id=PAD, min_len=3,
+                               seed=seed + s).to(device) for s in range(2)]
+    return tape, model, optimizer, scaler, batches, _Recorder(overflow, tape)
+
+
+def _run_amp_probe(title, amp_step, overflow: bool, max_norm: float = 0.05):
+    """Two calls of ``amp_step``: (a list of :class:`_AmpCall`, the loss_fn
+    recorder)."""
     __tracebackhide__ = True
-    model, batches, optimizer, scaler, max_norm, loss_fn = _amp_case(1, False, 0.05)()
-    out = run(amp_step, (model, batches[0], loss_fn, optimizer, scaler, max_norm))
+    tape, model, optimizer, scaler, batches, loss_fn = _amp_probe_setup(overflow, 1)
+    sizes = tuple(p.numel() for p in model.parameters())
+    calls = []
+    for index, batch in enumerate(batches):
+        scale = scaler.get_scale()
+        true = _true_gradient(model, batch, scale)
+        leftover, before = _grad_vector(model.parameters()), _flat(model)
+        start, first_step, losses = len(tape.events), len(tape.steps), loss_fn.calls
+        tape.after_backward.clear()
+        tape.at_unscale.clear()
+        out = run(amp_step, (model, batch, loss_fn, optimizer, scaler, max_norm))
+        grads = tape.after_backward
+        after_backward = (torch.cat([grads.get(i, torch.zeros(n, dtype=torch.float64))
+                                     for i, n in enumerate(sizes)]) if grads else None)
+        loss = loss_fn.values[-1] if loss_fn.calls > losses else None
+        calls.append(_AmpCall(index, tape.since(start), scale, scaler.get_scale(), true,
+                              leftover, after_backward, list(tape.at_unscale),
+                              tape.steps[first_step:],
+                              before, _flat(model), out, loss, max_norm, sizes))
+        if isinstance(out, Raised):
+            break  # what the step did before it raised is still measured
+    return calls, loss_fn
+
+
+def _report_raised(title, call: _AmpCall, overflow: bool) -> None:
+    """The learner's step raised: say so, after the stages it got through."""
+    __tracebackhide__ = True
+    if call.after_backward is not None and not overflow:
+        _stage_backward(title, call)
+        if call.steps:
+            _stage_step_gradient(title, call, lambda: math.nan)
+    if call.events.count("scaler.update") > 1:
+        UPDATE_COUNT.fail(title, f"In step {call.index + 1} scaler.update() ran "
+                                 f"{call.events.count('scaler.update')} times.")
+    what = ("an overflowing step" if overflow and call.index == 0
+            else f"step {call.index + 1}")
+    fail(title, f"your code raised {call.returned!r} while the check ran {what} "
+                f"(max_norm {call.max_norm:g}); your calls were "
+                f"{_calls_text(call.events)}.", S_SCALER)
+
+
+def _stage_autocast(title, loss_fn: _Recorder) -> None:
+    __tracebackhide__ = True
     if not loss_fn.states:
-        fail(title, f"your code raised {out!r}" if isinstance(out, Raised)
-             else "your step never called loss_fn(model, batch).")
-    return loss_fn.states[0]
+        fail(title, "your step never called loss_fn(model, batch).", S_AMP)
+    enabled, dtype, elsewhere = loss_fn.states[0]
+    device_type = get_device().type
+    want = _amp_dtype(device_type)
+    if not enabled:
+        other = (f" It ran under {elsewhere[0]} autocast, which does nothing for a "
+                 f"model on {device_type}." if elsewhere else "")
+        NO_AUTOCAST.fail(title, f"loss_fn ran without {device_type} autocast; here "
+                                f"that is torch.amp.autocast('{device_type}', "
+                                f"dtype={want}).{other}")
+    if dtype != want:
+        WRONG_AUTOCAST_DTYPE.fail(title, f"The forward ran under autocast in {dtype}, "
+                                         f"not {want}.")
+
+
+def _rel_close(a: float, b: float, rel: float = 1e-3) -> bool:
+    return abs(a - b) <= rel * max(abs(a), abs(b), 1e-30)
+
+
+NO_BACKWARD = Diagnosis(
+    "no backward",
+    "No gradient reached the parameters: call scaler.scale(loss).backward().",
+    S_SCALER)
+BACKWARD_SCALE = Diagnosis(
+    "backward not scaled by the scaler's scale",
+    "The backward must run on scaler.scale(loss), with the scaler amp_step was given "
+    "(not a new GradScaler): the loss times that scaler's current scale, once. "
+    "scaler.unscale_ divides by exactly that scale.",
+    S_SCALER)
+
+
+def _stage_backward(title, call: _AmpCall) -> None:
+    """Right after the backward the gradient must be scale × the loss's gradient."""
+    __tracebackhide__ = True
+    if call.after_backward is None:
+        NO_BACKWARD.fail(title, f"In step {call.index + 1} no parameter got a "
+                                "gradient.")
+    if not call.after_backward.isfinite().all():
+        return  # only after an overflow: that step is measured by _stage_overflow
+    # An overflow leaves inf in .grad: not a column to fit (the step must zero it).
+    left = call.leftover.any() and call.leftover.isfinite().all()
+    columns = [call.true] + ([call.leftover] if left else [])
+    weights, residual = _fit(call.after_backward, columns)
+    if residual > 1e-3:
+        _amp_unexplained(title, call, "right after your backward the gradients are "
+                                      "not a multiple of the loss's (residual "
+                                      f"{residual:.2g})")
+    if len(weights) > 1 and abs(weights[1]) > 1e-3:
+        seen = (f"In step {call.index + 1} the gradient after your backward still held "
+                f"{weights[1]:.4g} × step {call.index}'s gradient.")
+        kept_all = _rel_close(weights[1], 1.0)
+        (AMP_NOT_ZEROED if kept_all else AMP_LEFTOVER).fail(title, seen)
+    b, s = weights[0], call.scale
+    if _rel_close(b, s):
+        return
+    seen = (f"In step {call.index + 1} the gradients right after your backward were "
+            f"{b:.6g} × the loss's gradient; the scaler's scale was {s:g}.")
+    if _rel_close(b, 1.0):
+        LOSS_NOT_SCALED.fail(title, seen)
+    BACKWARD_SCALE.fail(title, seen)
+
+
+AMP_LEFTOVER = Diagnosis(
+    "previous step's gradient kept",
+    "Part of the previous step's gradient is still in .grad when this step's backward "
+    "runs: call optimizer.zero_grad() at the start of each step.",
+    S_SCALER)
+AMP_STEP_COUNT = Diagnosis(
+    "optimizer steps per amp_step",
+    "One amp_step makes exactly one optimizer step, through scaler.step(optimizer) "
+    "(which calls optimizer.step() itself unless the gradients overflowed): do not "
+    "call optimizer.step() as well.",
+    S_SCALER)
+
+
+def _stage_step_count(title, call: _AmpCall) -> None:
+    __tracebackhide__ = True
+    steps = len(call.steps)
+    if steps != 1:
+        AMP_STEP_COUNT.fail(title, f"In step {call.index + 1} (no overflow) "
+                                   f"optimizer.step() ran {steps} times; the calls "
+                                   f"were {_calls_text(call.events)}.")
+
+
+def _calls_text(events) -> str:
+    return " → ".join(e for e in events if e != "loss_fn") or "none"
+
+
+def _clip_coefficient(norm: float, max_norm: float) -> float:
+    """What clip_grad_norm_ multiplies the gradient by."""
+    return min(1.0, max_norm / (norm + 1e-6))
+
+
+STEP_GRADIENT = Diagnosis(
+    "wrong gradient at the optimizer step",
+    "The optimizer must step with the true-sized gradient (unscaled once, by "
+    "scaler.unscale_ or scaler.step) whose norm was clipped to max_norm: "
+    "scaler.scale(loss).backward(), scaler.unscale_(optimizer), "
+    "clip_grad_norm_(model.parameters(), max_norm), scaler.step(optimizer).",
+    S_SCALER)
+UNSCALED_TWICE = Diagnosis(
+    "gradients unscaled twice",
+    "The gradients were divided by the scale twice (an extra division, or unscale_ "
+    "after scaler.update()). GradScaler unscales once: scaler.unscale_(optimizer) "
+    "before clipping, and scaler.step does not unscale again.",
+    S_SCALER)
+
+
+def _stage_step_gradient(title, call: _AmpCall, unclipped) -> None:
+    """The gradient optimizer.step() used: r × the true gradient, r = the clip.
+    ``unclipped()`` measures r again with nothing to clip (run only when needed)."""
+    __tracebackhide__ = True
+    g_step, norm = call.steps[-1][1], float(call.true.norm())
+    weights, residual = _fit(g_step, [call.true])
+    if residual > 1e-3:
+        _shape_of_clipping(title, call, g_step)
+    r, s, m = weights[0] + 0.0, call.scale, call.max_norm  # + 0.0: no "-0"
+    want = _clip_coefficient(norm, m)
+    if _rel_close(r, want):
+        return
+    seen = (f"In step {call.index + 1} the optimizer stepped with gradient norm "
+            f"{abs(r) * norm:.4g} ({r:.4g} × the true gradient, whose norm is "
+            f"{norm:.4g}); clipped at max_norm={m:g} it is {want * norm:.4g}. The "
+            f"scale was {s:g}.")
+    if abs(r) < 1e-9:
+        GRADIENT_WIPED.fail(title, seen)
+    if _rel_close(r, 1.0):
+        NOT_CLIPPED.fail(title, seen)
+    if _rel_close(r, s * want) or _rel_close(r, s):
+        direct = "optimizer.step" in call.events
+        (OPTIMIZER_STEP_SCALED if direct else STEP_GRADIENT).fail(
+            title, seen + " The gradients were never unscaled.")
+    if _rel_close(r, want / s) or _rel_close(r, _clip_coefficient(s * norm, m)):
+        _scale_sized_gradient(title, call, seen, unclipped())
+    STEP_GRADIENT.fail(title, seen)
+
+
+def _scale_sized_gradient(title, call: _AmpCall, seen: str, free: float) -> None:
+    """The step's gradient is 1/scale too small: clipped while still scaled, or divided
+    by the scale twice. With nothing to clip (``free``: r then) the two differ."""
+    __tracebackhide__ = True
+    s = call.scale
+    seen += f" That is max_norm / scale = {call.max_norm / s:.4g}."
+    without = (f" With max_norm 1e6 (nothing to clip) it stepped with {free:.4g} × "
+               "the true gradient.")
+    if _rel_close(free, 1 / s):
+        UNSCALED_TWICE.fail(title, seen + without)
+    if _rel_close(free, 1.0) and _clipped_before_unscale(call):
+        CLIPPED_SCALED.fail(title, seen)
+    STEP_GRADIENT.fail(title, seen + without)
+
+
+def _ratio_without_clipping(title, amp_step) -> float:
+    """r of the learner's first step when max_norm (1e6) clips nothing; NaN when it
+    cannot be measured."""
+    __tracebackhide__ = True
+    calls, _ = _run_amp_probe(title, amp_step, overflow=False, max_norm=1e6)
+    first = calls[0]
+    if isinstance(first.returned, Raised) or not first.steps:
+        return math.nan
+    return _fit(first.steps[-1][1], [first.true])[0][0]
+
+
+GRADIENT_WIPED = Diagnosis(
+    "gradients zeroed before the step",
+    "The optimizer stepped with a zero gradient: the gradients were zeroed (or never "
+    "reached .grad) between the backward and the step. Zero them at the start of the "
+    "step, before the forward.",
+    S_SCALER)
+
+
+def _clipped_before_unscale(call: _AmpCall) -> bool:
+    """The gradients unscale_ found were no longer the ones the backward left."""
+    if not call.at_unscale or call.after_backward is None:
+        return False
+    return not torch.allclose(call.at_unscale[0], call.after_backward, rtol=1e-6,
+                              atol=0)
+
+
+PER_TENSOR_CLIP = Diagnosis(
+    "each parameter clipped on its own",
+    "clip_grad_norm_ clips the norm of all the gradients together (one vector of every "
+    "parameter's gradient), so it keeps their direction: call it once on "
+    "model.parameters(), not once per parameter.",
+    S_SCALER)
+VALUE_CLIP = Diagnosis(
+    "gradients clipped by value",
+    "Each gradient element was clamped (clip_grad_value_ or clamp): that changes the "
+    "gradient's direction. The step clips the norm: "
+    "torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm).",
+    S_SCALER)
+
+
+def _shape_of_clipping(title, call: _AmpCall, g_step: torch.Tensor) -> None:
+    """The step's gradient is not a multiple of the true one: measure how it was
+    clipped."""
+    __tracebackhide__ = True
+    m = call.max_norm
+    pieces = zip(call.true.split(list(call.sizes)), g_step.split(list(call.sizes)))
+    if all(torch.allclose(got, g * _clip_coefficient(float(g.norm()), m), rtol=1e-3,
+                          atol=1e-9) for g, got in pieces):
+        PER_TENSOR_CLIP.fail(title, f"In step {call.index + 1} every parameter's own "
+                                    f"gradient norm was clipped to {m:g}.")
+    bound = float(g_step.abs().max())
+    if torch.allclose(g_step, call.true.clamp(-bound, bound), rtol=1e-3, atol=1e-9):
+        VALUE_CLIP.fail(title, f"In step {call.index + 1} every gradient element was "
+                               f"clamped to ±{bound:.4g} (max_norm={m:g}).")
+    _amp_unexplained(title, call, "the gradient the optimizer stepped with is not a "
+                                  "multiple of the true gradient")
+
+
+def _amp_unexplained(title, call: _AmpCall, what: str) -> None:
+    __tracebackhide__ = True
+    fail(title, f"in step {call.index + 1} (max_norm {call.max_norm:g}, scale "
+                f"{call.scale:g}) {what}; your calls were {_calls_text(call.events)}. "
+                f"It {UNEXPLAINED}; compare your code with the lesson step by step.",
+         S_SCALER)
+
+
+UPDATE_COUNT = Diagnosis(
+    "scaler.update() calls per step",
+    "Call scaler.update() exactly once per step, after scaler.step(optimizer): it "
+    "halves the scale after an overflow and grows it after a run of good steps.",
+    S_SCALER)
+SCALER_ORDER = Diagnosis(
+    "scaler calls out of order",
+    "The order is scaler.scale(loss).backward(), scaler.unscale_(optimizer), clip, "
+    "scaler.step(optimizer), scaler.update().",
+    S_SCALER)
+
+
+def _stage_update(title, call: _AmpCall) -> None:
+    __tracebackhide__ = True
+    updates = call.events.count("scaler.update")
+    seen = (f"In step {call.index + 1} scaler.update() ran {updates} times; your calls "
+            f"were {_calls_text(call.events)}.")
+    if updates == 0:
+        NO_UPDATE.fail(title, seen)
+    if updates != 1:
+        UPDATE_COUNT.fail(title, seen)
+    mine = [e for e in call.events if e.startswith("scaler.") and "by scaler" not in e]
+    if "scaler.step" in mine and (mine.index("scaler.update")
+                                  < mine.index("scaler.step")):
+        SCALER_ORDER.fail(title, seen)
+
+
+RETURNED_LOSS = Diagnosis(
+    "wrong value returned",
+    "amp_step returns the loss loss_fn returned (a tensor or a float), unscaled: not "
+    "scaler.scale(loss), not None.",
+    S_SCALER)
+
+
+def _stage_returned(title, call: _AmpCall) -> None:
+    __tracebackhide__ = True
+    got, want = call.returned, call.loss
+    if want is None:
+        return  # loss_fn not called in this step: the final comparison reports it
+    try:
+        value = float(got.detach() if isinstance(got, torch.Tensor) else got)
+    except (TypeError, ValueError, RuntimeError):
+        RETURNED_LOSS.fail(title, f"Step {call.index + 1} returned "
+                                  f"{type(got).__name__}, not the loss {want:.6g}.")
+    if value == want or _rel_close(value, want, 1e-5):
+        return
+    extra = (f", {value / want:.6g} × the loss: the scaled loss"
+             if _rel_close(value / want, call.scale, 1e-5) else "")
+    RETURNED_LOSS.fail(title, f"Step {call.index + 1} returned {value:.6g}{extra}; "
+                              f"loss_fn returned {want:.6g}.")
+
+
+OVERFLOW_STEPPED = Diagnosis(
+    "overflowing step not skipped",
+    "When the scaled gradients overflow (inf/NaN), the step must be skipped and the "
+    "scale lowered: scaler.step(optimizer) skips it, scaler.update() halves the scale.",
+    S_SCALER)
+
+
+def _stage_overflow(title, call: _AmpCall) -> None:
+    """An overflowing step leaves the parameters alone and halves the scale."""
+    __tracebackhide__ = True
+    moved = int((call.after != call.before).sum())
+    if moved:
+        nan = int((~torch.isfinite(call.after)).sum())
+        seen = (f"The overflowing step changed {moved} parameter values ({nan} are no "
+                f"longer finite); your calls were {_calls_text(call.events)}.")
+        direct = "optimizer.step" in call.events
+        (OPTIMIZER_STEP if direct else OVERFLOW_STEPPED).fail(title, seen)
+    if call.scale_after != call.scale / 2:
+        seen = (f"After the overflowing step the scale was {call.scale_after:g}; "
+                f"expected {call.scale:g} / 2 = {call.scale / 2:g}.")
+        updates = call.events.count("scaler.update")
+        (NO_UPDATE if updates == 0 else OVERFLOW_STEPPED).fail(title, seen)
+
+
+def _diagnose_amp(title, amp_step) -> None:
+    """The stages in the order a step runs them; the first that departs fails."""
+    __tracebackhide__ = True
+    calls, loss_fn = _run_amp_probe(title, amp_step, overflow=False)
+    unclipped = functools.partial(_ratio_without_clipping, title, amp_step)
+    if not loss_fn.states and isinstance(calls[0].returned, Raised):
+        _report_raised(title, calls[0], overflow=False)
+    _stage_autocast(title, loss_fn)
+    for call in calls:
+        if isinstance(call.returned, Raised):
+            _report_raised(title, call, overflow=False)
+        _stage_backward(title, call)
+        _stage_step_count(title, call)
+        _stage_step_gradient(title, call, unclipped)
+        _stage_update(title, call)
+        _stage_returned(title, call)
+    overflow, _ = _run_amp_probe(title, amp_step, overflow=True)
+    if isinstance(overflow[0].returned, Raised):
+        _report_raised(title, overflow[0], overflow=True)
+    _stage_overflow(title, overflow[0])
+    if len(overflow) > 1:  # the step after an overflow backpropagates the new scale
+        _stage_backward(title, overflow[1])
 
 
 @single_threaded
 def check_amp_step(amp_step) -> None:
     """``amp_step(model, batch, loss_fn, optimizer, scaler, max_norm)``: one
-    mixed-precision training step."""
+    mixed-precision training step, returning the (unscaled) loss."""
     __tracebackhide__ = True
     title = "amp_step"
-    device_type = get_device().type
-    want = _amp_dtype(device_type)
-    enabled, dtype = _autocast_in_loss_fn(title, amp_step)
-    if not enabled:
-        NO_AUTOCAST.fail(title, f"loss_fn ran without {device_type} autocast; here "
-                                f"that is torch.amp.autocast('{device_type}', "
-                                f"dtype={want}).")
-    if dtype != want:
-        WRONG_AUTOCAST_DTYPE.fail(title, f"The forward ran under autocast in {dtype}, "
-                                         f"not {want}.")
+    verify_integrity()
+    _diagnose_amp(title, amp_step)
     compare_to_reference(title, _amp_cases(), amp_step, _amp_reference, AMP_PITFALLS,
                          atol=1e-6, rtol=1e-5, adapt=_simulate_amp)
 
@@ -520,19 +1388,22 @@ class IndexDataset(Dataset):
 
 BATCH_TOO_BIG = Diagnosis(
     "batches larger than batch_size",
-    "Each rank's DataLoader must yield at most batch_size samples at a time: pass "
+    "Each rank's DataLoader must yield at most batch_size samples at a time: "
+    "batch_size is the batch of one process (not the global batch), so pass "
     "batch_size=batch_size to the DataLoader.",
     S_SAMPLER)
 
 
 def _read(title, make_loader, n, rank, world, epoch, batch_size):
-    """The sample indices, in order, of what ``make_loader`` gives ``rank``."""
+    """(the sample indices, in order, of what ``make_loader`` gives ``rank``, the size
+    of each of its batches, the class name of its sampler)."""
     __tracebackhide__ = True
     call = (f"make_loader(dataset, rank={rank}, world_size={world}, epoch={epoch}, "
             f"batch_size={batch_size})")
     try:
         with quiet():  # a warning on stderr would make nbgrader zero the cell
-            batches = list(make_loader(IndexDataset(n), rank, world, epoch, batch_size))
+            loader = make_loader(IndexDataset(n), rank, world, epoch, batch_size)
+            batches = list(loader)
         batches = [b[0] if isinstance(b, (list, tuple)) and len(b) == 1 else b
                    for b in batches]
         for batch in batches:
@@ -540,33 +1411,44 @@ def _read(title, make_loader, n, rank, world, epoch, batch_size):
                 raise TypeError("expected batches of sample tensors, got "
                                 f"{type(batch).__name__}")
     except Exception as exc:  # the learner's code may raise anything
-        fail(title, f"{call} failed: {type(exc).__name__}: {exc}")
+        fail(title, f"your code raised {Raised(exc)!r} while the check ran {call}.",
+             S_SAMPLER)
     biggest = max((b.numel() for b in batches), default=0)
     if biggest > batch_size:
         BATCH_TOO_BIG.fail(title, f"{call} gave batches of {biggest} samples.")
-    return [i for batch in batches for i in batch.flatten().tolist()]
+    return ([i for batch in batches for i in batch.flatten().tolist()],
+            [b.numel() for b in batches],
+            type(getattr(loader, "sampler", None)).__name__)
 
 
 @dataclass(frozen=True)
 class _Reads:
-    """What each rank read in each epoch (``order[rank, epoch]``), and rank 0's epoch 1
-    read a second time (``again``)."""
+    """What each rank read in each epoch (``order[rank, epoch]``, its batch sizes
+    ``sizes[rank, epoch]``), rank 0's epoch 1 read a second time (``again``), and the
+    class name of rank 0's sampler."""
 
     world: int
     n: int
+    batch_size: int
     order: dict
+    sizes: dict
     again: list
+    sampler: str
 
     def together(self, epoch):
         return [i for rank in range(self.world) for i in self.order[rank, epoch]]
 
+    def counts(self, epoch):
+        return [len(self.order[rank, epoch]) for rank in range(self.world)]
+
 
 def _read_all(title, make_loader, world, n, batch_size) -> _Reads:
     __tracebackhide__ = True
-    order = {(rank, epoch): _read(title, make_loader, n, rank, world, epoch, batch_size)
+    reads = {(rank, epoch): _read(title, make_loader, n, rank, world, epoch, batch_size)
              for epoch in range(EPOCHS) for rank in range(world)}
-    again = _read(title, make_loader, n, 0, world, 1, batch_size)
-    return _Reads(world, n, order, again)
+    again, _, _ = _read(title, make_loader, n, 0, world, 1, batch_size)
+    return _Reads(world, n, batch_size, {key: r[0] for key, r in reads.items()},
+                  {key: r[1] for key, r in reads.items()}, again, reads[0, 0][2])
 
 
 # Each probe returns what it saw when the loader shows its mistake, else None.
@@ -578,12 +1460,55 @@ def _every_rank_reads_everything(reads):
     return None
 
 
+def _sampler_not_split(reads):
+    if reads.sampler == "DistributedSampler":
+        return _every_rank_reads_everything(reads)
+    return None
+
+
+SAMPLER_NOT_SPLIT = Diagnosis(
+    "DistributedSampler not told the world",
+    "Your loader has a DistributedSampler, yet every rank reads every sample: its "
+    "num_replicas must be world_size (and rank your rank), so that each rank gets its "
+    "own 1/world_size of the samples.",
+    S_SAMPLER)
 NO_SAMPLER = Diagnosis(
     "no DistributedSampler",
     "Every rank reads the whole dataset, so the processes compute the same gradients "
     "and DDP buys nothing. Pass sampler=DistributedSampler(dataset, "
     "num_replicas=world_size, rank=rank) to the DataLoader (and no shuffle=True: the "
     "sampler shuffles).",
+    S_SAMPLER)
+
+
+def _ranks_read_the_same(reads):
+    first = reads.order[0, 0]
+    if all(reads.order[rank, 0] == first for rank in range(1, reads.world)):
+        return (f"In epoch 0 all {reads.world} ranks read the same {len(first)} "
+                "samples, in the same order")
+    return None
+
+
+RANK_IGNORED = Diagnosis(
+    "rank not used",
+    "Every rank got the same share: the loader does not depend on its rank argument. "
+    "Pass rank=rank (and num_replicas=world_size) to the DistributedSampler.",
+    S_SAMPLER)
+
+
+def _batches_too_small(reads):
+    for (rank, epoch), sizes in reads.sizes.items():
+        if any(size < reads.batch_size for size in sizes[:-1]):
+            return (f"Rank {rank}'s batches in epoch {epoch} held {sizes} samples, "
+                    f"with batch_size={reads.batch_size}")
+    return None
+
+
+BATCH_TOO_SMALL = Diagnosis(
+    "batches smaller than batch_size",
+    "batch_size is the batch of one process: every batch but the last holds "
+    "batch_size samples. Do not divide it by world_size (the global batch is "
+    "world_size × batch_size).",
     S_SAMPLER)
 
 
@@ -595,7 +1520,10 @@ def _samples_read_twice(reads):
         # world_size - 1 samples so that every rank gets as many: more overlap means the
         # ranks disagree.
         if repeats >= reads.world:
-            return f"In epoch {epoch} {repeats} samples were read by more than one rank"
+            shared = len(set(reads.order[0, epoch]) & set(reads.order[1, epoch]))
+            return (f"In epoch {epoch} {repeats} samples were read by more than one "
+                    f"rank (ranks 0 and 1 share {shared} of their "
+                    f"{len(reads.order[0, epoch])})")
     return None
 
 
@@ -606,12 +1534,41 @@ RANKS_OVERLAP = Diagnosis(
     S_SAMPLER)
 
 
+def _whole_batches_of_a_share(reads, count: int) -> bool:
+    """``count`` samples is a rank's share (n / world, rounded either way) cut down to
+    whole batches."""
+    b = reads.batch_size
+    shares = {reads.n // reads.world, -(-reads.n // reads.world)}
+    return any(count == share // b * b < share for share in shares)
+
+
+def _last_batch_dropped(reads):
+    for epoch in range(EPOCHS):
+        distinct = len(set(reads.together(epoch)))
+        cut = all(_whole_batches_of_a_share(reads, c) for c in reads.counts(epoch))
+        if distinct <= reads.n - reads.world and cut:
+            return (f"In epoch {epoch} the ranks together read only {distinct} of the "
+                    f"{reads.n} samples, each rank {reads.counts(epoch)}, all in full "
+                    f"batches of {reads.batch_size}: the last, smaller batch was "
+                    "dropped")
+    return None
+
+
+LAST_BATCH_DROPPED = Diagnosis(
+    "last batch dropped",
+    "Each epoch every sample must be read: keep the DataLoader's last, smaller batch "
+    "(no drop_last=True on the DataLoader). Only DistributedSampler's own drop_last "
+    "may leave out fewer than world_size samples.",
+    S_SAMPLER)
+
+
 def _samples_missed(reads):
     for epoch in range(EPOCHS):
         distinct = len(set(reads.together(epoch)))
         if distinct <= reads.n - reads.world:
             return (f"In epoch {epoch} the ranks together read only {distinct} of the "
-                    f"{reads.n} samples")
+                    f"{reads.n} samples (each rank {reads.counts(epoch)}; a share is "
+                    f"about {reads.n / reads.world:.3g})")
     return None
 
 
@@ -633,7 +1590,8 @@ UNSEEDED_SHUFFLE = Diagnosis(
     "shuffle not seeded",
     "The ranks are separate processes: they agree on how to split an epoch only when "
     "each computes the same shuffle, so the shuffle must be seeded "
-    "(DistributedSampler(..., seed=...) does it).",
+    "(DistributedSampler(..., seed=...) does it) and two calls with the same arguments "
+    "must give the same order.",
     S_SAMPLER)
 
 
@@ -665,23 +1623,61 @@ NO_SET_EPOCH = Diagnosis(
     "sampler.set_epoch(epoch) before iterating.",
     S_SAMPLER)
 
+
+def _two_epochs_alike(reads):
+    for a, b in ((0, 1), (1, 2), (0, 2)):
+        if reads.order[0, a] == reads.order[0, b]:
+            return f"Rank 0 read the same order in epochs {a} and {b}"
+    return None
+
+
+EPOCHS_REPEAT = Diagnosis(
+    "epochs repeat an order",
+    "Each epoch must have its own shuffle: call sampler.set_epoch(epoch) with the "
+    "epoch itself (DistributedSampler then shuffles with seed + epoch).",
+    S_SAMPLER)
+
+
+def _same_split_every_epoch(reads):
+    shares = [set(reads.order[0, epoch]) for epoch in range(EPOCHS)]
+    if shares[0] == shares[1] == shares[2]:
+        return (f"Rank 0 read the same {len(shares[0])} samples (in a new order) in "
+                "epochs 0, 1 and 2")
+    return None
+
+
+FIXED_SPLIT = Diagnosis(
+    "split never reshuffled",
+    "Which samples each rank gets must change from epoch to epoch: shuffle the whole "
+    "dataset with the shared, epoch-dependent seed first, then split it "
+    "(DistributedSampler with set_epoch does both), not each rank's fixed share.",
+    S_SAMPLER)
+
 # In this order: the first probe that sees a mistake names it.
-LOADER_PROBES = ((_every_rank_reads_everything, NO_SAMPLER),
+LOADER_PROBES = ((_sampler_not_split, SAMPLER_NOT_SPLIT),
+                 (_every_rank_reads_everything, NO_SAMPLER),
+                 (_ranks_read_the_same, RANK_IGNORED),
+                 (_batches_too_small, BATCH_TOO_SMALL),
                  (_samples_read_twice, RANKS_OVERLAP),
+                 (_last_batch_dropped, LAST_BATCH_DROPPED),
                  (_samples_missed, EPOCH_INCOMPLETE),
                  (_order_changes_on_repeat, UNSEEDED_SHUFFLE),
                  (_sorted_every_epoch, NO_SHUFFLE),
-                 (_same_order_every_epoch, NO_SET_EPOCH))
+                 (_same_order_every_epoch, NO_SET_EPOCH),
+                 (_two_epochs_alike, EPOCHS_REPEAT),
+                 (_same_split_every_epoch, FIXED_SPLIT))
 
 
 def check_make_loader(make_loader, world_sizes=(2, 4), n: int = 24,
                       batch_size: int = 3) -> None:
     """``make_loader(dataset, rank, world_size, epoch, batch_size)``: the DataLoader
     rank ``rank`` uses in epoch ``epoch``. Each epoch the ranks must split the dataset
-    between them (no sample read twice), in a shuffled order that changes from epoch to
-    epoch and is the same whenever asked again."""
+    between them (no sample read twice, none missed: no drop_last on the DataLoader),
+    in batches of batch_size per rank, in a shuffled order that changes from epoch to
+    epoch (and so does the split) and is the same whenever asked again."""
     __tracebackhide__ = True
     title = "make_loader"
+    verify_integrity()
     for world in world_sizes:
         reads = _read_all(title, make_loader, world, n, batch_size)
         for probe, diagnosis in LOADER_PROBES:

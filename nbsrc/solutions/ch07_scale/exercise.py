@@ -52,9 +52,19 @@ def count_targets(batch):
 # and how many there are (an int).
 #
 # The big batch's loss is the mean over all its target tokens. The micro-batches hold different
-# numbers of real tokens, so think about what to divide by (lesson §7.3). Zero the gradients and step
-# the scheduler the right number of times. `count_targets(batch)` above counts a batch's tokens
-# without running the model.
+# numbers of real tokens, so think about what to divide by (lesson §7.3). `count_targets(batch)`
+# above counts a batch's tokens without running the model. Your step must:
+#
+# 1. zero the gradients once per call: before the first backward (or after the step), never
+#    between micro-batches;
+# 2. call backward for every micro-batch, so that the gradient `optimizer.step()` uses is the
+#    gradient of the big batch's mean loss: every token weighs the same, whichever micro-batch
+#    holds it;
+# 3. call `optimizer.step()` once, after the last micro-batch, then `scheduler.step()` once (the
+#    schedule counts optimizer steps, and the step uses the learning rate before it advances).
+#
+# It returns nothing. The check records what your step calls on the optimizer and the scheduler,
+# the learning rate the step used, and measures the divisor each micro-batch's loss got.
 
 # %% nbgrader="solution:accumulation_step"
 def accumulation_step(model, micro_batches, optimizer, scheduler, loss_fn):
@@ -83,15 +93,22 @@ ch07.check_accumulation_by_hand(accumulation_step)
 #
 # `amp_step(model, batch, loss_fn, optimizer, scaler, max_norm)` makes one training step in mixed
 # precision; here `loss_fn(model, batch)` returns the mean loss (a scalar tensor). `scaler` is a
-# `torch.amp.GradScaler` created for the model's device. Your step must:
+# `torch.amp.GradScaler` created for the model's device: use it, do not create another. Your
+# step must:
 #
-# 1. zero the gradients;
+# 1. zero the gradients once per step: before the backward (or after the update);
 # 2. run the forward (`loss_fn`) under `torch.amp.autocast` for the model's device type, in
 #    `torch.bfloat16` on a CPU and `torch.float16` on CUDA (lesson §7.1: not the seed's deprecated
-#    `torch.cuda.amp`);
-# 3. backward through the scaler, clip the gradient norm to `max_norm`, step through the scaler and
-#    update it, in the right order (lesson §7.2);
-# 4. return the loss.
+#    `torch.cuda.amp`). The backward may stay inside or go after the block: its ops run in the
+#    forward's dtypes either way;
+# 3. backward on `scaler.scale(loss)`, unscale the gradients once (`scaler.unscale_(optimizer)`),
+#    clip the norm of all the gradients together to `max_norm` (`clip_grad_norm_`), step through
+#    the scaler (`scaler.step(optimizer)` skips a step whose gradients overflowed: do not also call
+#    `optimizer.step()`) and update it once (`scaler.update()`), in this order (lesson §7.2);
+# 4. return the loss `loss_fn` returned, unscaled (a tensor or a float): not `scaler.scale(loss)`.
+#
+# The check records your calls on the scaler and the optimizer, the gradient right after your
+# backward and the one the optimizer steps with, and the scale after an overflowing step.
 
 # %% nbgrader="solution:amp_step"
 def amp_step(model, batch, loss_fn, optimizer, scaler, max_norm):
@@ -122,9 +139,18 @@ ch07.check_amp_by_hand(amp_step)
 #
 # Under DDP every process runs the same script with its own `rank` (0 … `world_size` − 1). Write
 # `make_loader(dataset, rank, world_size, epoch, batch_size)`, the `DataLoader` that process `rank`
-# iterates in epoch `epoch`: each epoch the processes must split the dataset between them, in a
-# shuffled order that changes from one epoch to the next (lesson §7.5). You need no process group:
-# `DistributedSampler` takes `num_replicas` and `rank` as arguments.
+# iterates in epoch `epoch` (lesson §7.5). You need no process group: `DistributedSampler` takes
+# `num_replicas` and `rank` as arguments. The check reads which samples every rank gets, epoch by
+# epoch:
+#
+# - each epoch the processes split the dataset between them: together they read every sample once
+#   (a `DistributedSampler` may repeat, or with its `drop_last` leave out, fewer than `world_size`
+#   samples so that every rank gets as many; do not pass `drop_last=True` to the `DataLoader`);
+# - `batch_size` is the batch of one process: every batch but the last holds `batch_size` samples;
+# - the order is shuffled and changes from one epoch to the next, and so does which samples each
+#   process gets;
+# - two calls with the same arguments give the same order: the processes compute the split
+#   independently, so the shuffle must be seeded.
 
 # %% nbgrader="solution:make_loader"
 def make_loader(dataset, rank, world_size, epoch, batch_size):
