@@ -372,8 +372,8 @@ def test_encoder_block_accepts_right_implementations(cls, capsys):
     (WrongNormedStream, True, r"LayerNorm in the wrong place \(the residual stream normalised\)"),
     (WrongNormThenAdd, False, r"the residual stream normalised"),
     (WrongBatchNorm, False, "BatchNorm instead of LayerNorm"),
-    (WrongHandBatchNorm, False, "expected 2 nn.LayerNorm"),
-    (WrongIgnoresMask, False, "matches none of the known pitfalls"),
+    (WrongHandBatchNorm, False, "BatchNorm instead of LayerNorm"),
+    (WrongIgnoresMask, False, "the mask does not reach the attention"),
 ])
 def test_encoder_block_rejects_wrong_implementations(cls, norm_first, diagnosis):
     with pytest.raises(CheckFailure, match=diagnosis):

@@ -183,10 +183,13 @@ def _matches_all(theirs, cases, fn, role, agree) -> bool:
 def compare_with_roles(title: str, cases: Sequence[Case], learner: Callable,
                        reference: Callable, pitfalls: Sequence[Pitfall],
                        roles: Sequence[Any], atol: float = 1e-5, rtol: float = 1e-4,
-                       announce: bool = True) -> None:
+                       announce: bool = True,
+                       explain: Callable[[], None] | None = None) -> None:
     """Like ``compare_to_reference``, with ``reference(role, *args)`` and each pitfall's
     ``impl(role, *args)`` tried under every assignment ``role`` of the learner's
-    parts."""
+    parts. ``explain()``, when given, runs when no pitfall reproduces the learner's
+    outputs: it may fail naming what it measured; when it returns, the generic
+    failure follows."""
     __tracebackhide__ = True
     with single_thread():
         theirs = [run(learner, case.make()) for case in cases]
@@ -208,6 +211,8 @@ def compare_with_roles(title: str, cases: Sequence[Case], learner: Callable,
         for pitfall in pitfalls:
             if any(_matches_all(theirs, cases, pitfall.impl, r, agree) for r in roles):
                 pitfall.fail(title)
+        if explain is not None:
+            explain()
     fail_unexplained(title, cases, theirs, ours, atol, rtol)
 
 

@@ -38,10 +38,12 @@ device = get_device()
 # %% [markdown]
 # ## 1. The feed-forward sublayer (2 points)
 #
-# `FeedForward(d_model, d_ff, dropout=0.0)` maps `x [..., D]` to `[..., D]`:
-# $\mathrm{FFN}(x) = \max(0,\ xW_1 + b_1)\,W_2 + b_2$, with `nn.Linear(d_model, d_ff)` then
-# `nn.Linear(d_ff, d_model)`. A dropout on the hidden layer is allowed (PyTorch's own layer has one).
-# Lesson §4.2.
+# `FeedForward(d_model, d_ff, dropout=0.0)` maps `x [..., D]` (any number of leading dimensions) to
+# the same shape: $\mathrm{FFN}(x) = \max(0,\ xW_1 + b_1)\,W_2 + b_2$, with `nn.Linear(d_model, d_ff)`
+# then `nn.Linear(d_ff, d_model)`: the hidden width is the argument `d_ff`, the activation is ReLU (not
+# GELU or another), and nothing comes after the second Linear (no ReLU, no residual: the block adds
+# that). Leave `x` unchanged (no in-place op on it). A dropout on the hidden layer is allowed (PyTorch's
+# own layer has one), but it must be off in eval mode. Lesson §4.2.
 
 # %% nbgrader="solution:feed_forward"
 class FeedForward(nn.Module):
@@ -71,9 +73,18 @@ ch04.check_feed_forward(FeedForward)
 # (True = attend) that you pass on to the attention. Build it from:
 #
 # * one `MultiHeadAttention(d_model, n_heads, dropout=dropout)` (imported above; call it as
-#   `attn(x, x, x, mask=mask)`),
-# * your `FeedForward(d_model, d_ff, dropout)`,
-# * two `nn.LayerNorm(d_model)`, one per sublayer, and dropout.
+#   `attn(h, h, h, mask=mask)`, self-attention, with the `mask` you were given, unchanged),
+# * your `FeedForward(d_model, d_ff, dropout)` (hidden width `d_ff`),
+# * two nn.LayerNorm(d_model) (or F.layer_norm with your own weight and bias of shape [D]), one per
+#   sublayer, with their learnable gain and bias: create them in `__init__`, keep the defaults
+#   (`eps=1e-5`, `elementwise_affine=True`), and give each sublayer its own (never one shared norm);
+# * dropout at the rate `dropout` (`nn.Dropout(dropout)` or `F.dropout(t, dropout, self.training)`),
+#   off in eval mode.
+#
+# The checks find your parts by what they are, not by their names: the attention is the
+# `MultiHeadAttention` instance, the feed-forward the two `nn.Linear` layers of shapes [F, D] and
+# [D, F], the norms are seen through their `layer_norm` calls (so a norm written by hand with
+# `mean`/`var` does not count).
 #
 # Each sublayer (attention, then feed-forward) is wrapped as:
 #
@@ -81,7 +92,9 @@ ch04.check_feed_forward(FeedForward)
 # * `norm_first=True`, **Pre-LN**: `x = x + Dropout(Sublayer(LayerNorm(x)))`.
 #
 # Mind the seed's block (lesson §4.4): dropout goes on the sublayer's output, before the residual add,
-# never after the norm. And LayerNorm, not BatchNorm (lesson §4.3). Name your attributes as you like.
+# never after the norm, nor on the residual sum, nor on the sublayer's input. And LayerNorm, not
+# BatchNorm (lesson §4.3). `forward` returns the tensor `[B, S, D]` and leaves the `x` it was given
+# unchanged (write `x = x + ...`, not `x += ...`). Name your attributes as you like.
 
 # %% nbgrader="solution:encoder_block"
 class EncoderBlock(nn.Module):
@@ -125,8 +138,10 @@ ch04.check_encoder_block(EncoderBlock, norm_first=True)
 # ### Dropout placement (2 points)
 #
 # In eval mode dropout does nothing, so the checks above cannot see where it sits. This one runs your
-# block in train mode with `dropout=1.0`: every dropped path is then exactly zero, and the output shows
-# where the dropout is.
+# block in train mode with `dropout=0.3` and measures, on each path, the fraction of activations that
+# came out zeroed: about 30 % of each sublayer's output (the others scaled by 1/(1-p), as `nn.Dropout`
+# does), none of the input, the residual sums or the normalised stream. Then it runs it with
+# `dropout=1.0`, where every dropped path is exactly zero and the output shows where the dropout is.
 
 # %% nbgrader="test:test_dropout_placement:2"
 ch04.check_dropout_placement(EncoderBlock)

@@ -1,0 +1,1174 @@
+"""Chapter 4's measured bank: feed_forward and encoder_block (see bank.py)."""
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from bank import GENERIC, right, wrong  # noqa: F401
+from tformer_ref.attention import MultiHeadAttention
+from tformer_grading.checks import ch04
+
+
+def grade_block(cls):
+    ch04.check_encoder_block(cls, norm_first=False)
+    ch04.check_encoder_block(cls, norm_first=True)
+    ch04.check_dropout_placement(cls)
+    ch04.check_block_behaviour(cls)
+    ch04.check_block_by_hand(cls)
+
+
+GRADERS = {"feed_forward": ch04.check_feed_forward, "encoder_block": grade_block}
+
+
+# ------------------------------------------------------------------ feed_forward, right
+
+@right("feed_forward")
+class FFModules(nn.Module):  # the lesson's layout
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.linear1 = nn.Linear(d_model, d_ff)
+        self.linear2 = nn.Linear(d_ff, d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x):
+        return self.linear2(self.dropout(torch.relu(self.linear1(x))))
+
+
+@right("feed_forward")
+class FFSequential(nn.Module):
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(inplace=True),
+                                 nn.Dropout(dropout), nn.Linear(d_ff, d_model))
+
+    def forward(self, x):
+        return self.net(x)
+
+
+@right("feed_forward")
+class FFOutputRegisteredFirst(nn.Module):
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.w_out = nn.Linear(d_ff, d_model)
+        self.w_in = nn.Linear(d_model, d_ff)
+
+    def forward(self, x):
+        return self.w_out(self.w_in(x).clamp(min=0))
+
+
+@right("feed_forward")
+class FFFunctional(nn.Module):
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+        self.p = dropout
+
+    def forward(self, x):
+        h = F.relu(F.linear(x, self.fc1.weight, self.fc1.bias))
+        h = F.dropout(h, self.p, self.training)
+        return F.linear(h, self.fc2.weight, self.fc2.bias)
+
+
+@right("feed_forward")
+class FFMatmul(nn.Module):
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.up, self.down = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+
+    def forward(self, x):
+        h = x @ self.up.weight.T + self.up.bias
+        h = torch.maximum(h, torch.zeros_like(h))
+        return h @ self.down.weight.T + self.down.bias
+
+
+@right("feed_forward")
+class FFNoBias(nn.Module):  # biases off: the text allows any nn.Linear
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.a = nn.Linear(d_model, d_ff, bias=False)
+        self.b = nn.Linear(d_ff, d_model, bias=False)
+
+    def forward(self, x):
+        return self.b(F.relu(self.a(x)))
+
+
+@right("feed_forward")
+class FFEinsum(nn.Module):
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(d_model, d_ff),
+                                     nn.Linear(d_ff, d_model)])
+
+    def forward(self, x):
+        first, second = self.layers
+        h = torch.einsum("...d,fd->...f", x, first.weight) + first.bias
+        h = h * (h > 0)
+        return torch.einsum("...f,df->...d", h, second.weight) + second.bias
+
+
+@right("feed_forward")
+class FFInPlaceRelu(nn.Module):
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.l1, self.l2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+
+    def forward(self, x):
+        h = self.l1(x)
+        h.relu_()
+        return self.l2(h)
+
+
+# ------------------------------------------------------------------ feed_forward, wrong
+
+@wrong("feed_forward", r"'no activation between the two Linear layers'", listed=True)
+class FFForgotRelu(nn.Module):  # the activation forgotten
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.l1, self.l2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+
+    def forward(self, x):
+        return self.l2(self.l1(x))
+
+
+@wrong("feed_forward", r"'ReLU after the output layer'", listed=True)
+class FFReluEverywhere(nn.Module):  # "every layer gets an activation"
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.l1, self.l2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+
+    def forward(self, x):
+        return F.relu(self.l2(F.relu(self.l1(x))))
+
+
+@wrong("feed_forward", r"go through GELU where", listed=False)
+class FFGelu(nn.Module):  # GELU, as in BERT/GPT, where the exercise asks ReLU
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.l1, self.l2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+
+    def forward(self, x):
+        return self.l2(F.gelu(self.l1(x)))
+
+
+@wrong("feed_forward", r"GELU \(tanh approximation\)", listed=False)
+class FFGeluTanh(nn.Module):  # GPT-2's tanh GELU
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.c_fc, self.c_proj = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+        self.act = nn.GELU(approximate="tanh")
+
+    def forward(self, x):
+        return self.c_proj(self.act(self.c_fc(x)))
+
+
+@wrong("feed_forward", r"through SiLU", listed=False)
+class FFSilu(nn.Module):  # SiLU from a LLaMA tutorial
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.l1, self.l2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+
+    def forward(self, x):
+        return self.l2(F.silu(self.l1(x)))
+
+
+@wrong("feed_forward", r"LeakyReLU with slope 0\.1\b", listed=False)
+class FFLeaky(nn.Module):  # "LeakyReLU avoids dead units"
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.l1, self.l2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+        self.act = nn.LeakyReLU(0.1)
+
+    def forward(self, x):
+        return self.l2(self.act(self.l1(x)))
+
+
+@wrong("feed_forward", r"through sigmoid", listed=False)
+class FFSigmoid(nn.Module):  # the textbook MLP's sigmoid
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.l1, self.l2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+
+    def forward(self, x):
+        return self.l2(torch.sigmoid(self.l1(x)))
+
+
+@wrong("feed_forward", r"through tanh", listed=False)
+class FFTanh(nn.Module):  # tanh, as in an RNN cell
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.l1, self.l2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+
+    def forward(self, x):
+        return self.l2(torch.tanh(self.l1(x)))
+
+
+@wrong("feed_forward", r"first Linear reads ReLU of x", listed=False)
+class FFReluFirst(nn.Module):  # activation put before the first layer
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.l1, self.l2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+
+    def forward(self, x):
+        return self.l2(self.l1(F.relu(x)))
+
+
+@wrong("feed_forward", r"hidden layer has 48 features", listed=False)
+class FFFourTimes(nn.Module):  # the paper's 4·d_model instead of the argument d_ff
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.l1 = nn.Linear(d_model, 4 * d_model)
+        self.l2 = nn.Linear(4 * d_model, d_model)
+
+    def forward(self, x):
+        return self.l2(F.relu(self.l1(x)))
+
+
+@wrong("feed_forward", r"hidden layer has 8 features", listed=False)
+class FFSquare(nn.Module):  # d_ff ignored: d_model wide inside
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.l1, self.l2 = nn.Linear(d_model, d_model), nn.Linear(d_model, d_model)
+
+    def forward(self, x):
+        return self.l2(F.relu(self.l1(x)))
+
+
+@wrong("feed_forward", r"hidden layer has 2048 features", listed=False)
+class FFPaperWidth(nn.Module):  # the paper's 2048 hard-coded
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.l1, self.l2 = nn.Linear(d_model, 2048), nn.Linear(2048, d_model)
+
+    def forward(self, x):
+        return self.l2(F.relu(self.l1(x)))
+
+
+@wrong("feed_forward", r"'dropout still on in eval mode'.*hidden", listed=False)
+class FFDropoutAlwaysOn(nn.Module):  # F.dropout's training=True default
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.l1, self.l2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+
+    def forward(self, x):
+        return self.l2(F.dropout(F.relu(self.l1(x)), 0.1))
+
+
+@wrong("feed_forward", r"returns the second Linear's output \+ x", listed=False)
+class FFWithResidual(nn.Module):  # the residual added inside the sublayer too
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.l1, self.l2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+
+    def forward(self, x):
+        return x + self.l2(F.relu(self.l1(x)))
+
+
+@wrong("feed_forward", r"returns 0\.204·the second Linear", listed=False)
+class FFScaledOutput(nn.Module):  # "keep the variance": output divided by sqrt(d_ff)
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.l1, self.l2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+        self.scale = d_ff ** -0.5
+
+    def forward(self, x):
+        return self.l2(F.relu(self.l1(x))) * self.scale
+
+
+@wrong("feed_forward", r"raised .* x \[6, 8\]", listed=False)
+class FFAssumes3D(nn.Module):  # flattens assuming x is [B, S, D]
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.l1, self.l2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+
+    def forward(self, x):
+        b, s, d = x.shape
+        h = F.relu(self.l1(x.reshape(b * s, d)))
+        return self.l2(h).reshape(b, s, d)
+
+
+@wrong("feed_forward", r"returned shape \[10, 8\]", listed=False)
+class FFForgetsToReshape(nn.Module):  # flattens the tokens and never restores the shape
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.l1, self.l2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+
+    def forward(self, x):
+        flat = x.reshape(-1, x.size(-1))
+        return self.l2(F.relu(self.l1(flat)))
+
+
+@wrong("feed_forward", r"softmax over the hidden features", listed=False)
+class FFSoftmax(nn.Module):  # attention habits: a softmax over the hidden units
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.l1, self.l2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+
+    def forward(self, x):
+        return self.l2(torch.softmax(self.l1(x), dim=-1))
+
+
+@wrong("feed_forward", r"through ReLU6", listed=False)
+class FFRelu6(nn.Module):  # MobileNet's ReLU6
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.l1, self.l2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+
+    def forward(self, x):
+        return self.l2(F.relu6(self.l1(x)))
+
+
+@wrong("feed_forward", r"through squared ReLU", listed=False)
+class FFSquaredRelu(nn.Module):  # Primer's squared ReLU
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.l1, self.l2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+
+    def forward(self, x):
+        return self.l2(torch.relu(self.l1(x)).pow(2))
+
+
+@wrong("feed_forward", r"through ELU", listed=False)
+class FFElu(nn.Module):  # ELU "because it is smooth"
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.l1, self.l2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+
+    def forward(self, x):
+        return self.l2(nn.functional.elu(self.l1(x)))
+
+
+@wrong("feed_forward", r"through the absolute value", listed=False)
+class FFAbs(nn.Module):  # abs mistaken for a rectifier
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.l1, self.l2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+
+    def forward(self, x):
+        return self.l2(self.l1(x).abs())
+
+
+@wrong("feed_forward", r"go through no activation", listed=False)
+class FFReluMovedToEnd(nn.Module):  # the ReLU moved after the second layer
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.l1, self.l2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+
+    def forward(self, x):
+        return torch.relu(self.l2(self.l1(x)))
+
+
+@wrong("feed_forward", r"through softplus", listed=False)
+class FFSoftplus(nn.Module):  # a "smooth ReLU"
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.l1, self.l2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+
+    def forward(self, x):
+        return self.l2(F.softplus(self.l1(x)))
+
+
+@wrong("feed_forward", r"first Linear reads 2\.449·x", listed=False)
+class FFScalesInput(nn.Module):  # the embedding's sqrt(d_model) applied here too
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.l1, self.l2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+        self.d_model = d_model
+
+    def forward(self, x):
+        return self.l2(F.relu(self.l1(x * math.sqrt(self.d_model))))
+
+
+@wrong("feed_forward", r"Mish", listed=False)
+class FFMish(nn.Module):  # Mish from a YOLO codebase
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.l1, self.l2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+
+    def forward(self, x):
+        return self.l2(nn.Mish()(self.l1(x)))
+
+
+# ----------------------------------------------------------------- encoder_block, right
+# The learner's FeedForward from the first answer cell, used by most blocks below.
+
+class FeedForward(nn.Module):
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.linear1 = nn.Linear(d_model, d_ff)
+        self.linear2 = nn.Linear(d_ff, d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x):
+        return self.linear2(self.dropout(torch.relu(self.linear1(x))))
+
+
+@right("encoder_block")
+class BlockSolution(nn.Module):  # the two wirings written out
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
+        super().__init__()
+        self.norm_first = norm_first
+        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
+        self.ff = FeedForward(d_model, d_ff, dropout)
+        self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+        self.dropout1, self.dropout2 = nn.Dropout(dropout), nn.Dropout(dropout)
+
+    def forward(self, x, mask=None):
+        if self.norm_first:
+            h = self.norm1(x)
+            x = x + self.dropout1(self.self_attn(h, h, h, mask=mask))
+            return x + self.dropout2(self.ff(self.norm2(x)))
+        x = self.norm1(x + self.dropout1(self.self_attn(x, x, x, mask=mask)))
+        return self.norm2(x + self.dropout2(self.ff(x)))
+
+
+@right("encoder_block")
+class BlockFunctionalNorm(nn.Module):  # F.layer_norm with its own gain and bias
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
+        super().__init__()
+        self.pre = norm_first
+        self.attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
+        self.ff = FeedForward(d_model, d_ff, dropout)
+        self.g1 = nn.Parameter(torch.ones(d_model))
+        self.b1 = nn.Parameter(torch.zeros(d_model))
+        self.g2 = nn.Parameter(torch.ones(d_model))
+        self.b2 = nn.Parameter(torch.zeros(d_model))
+        self.p = dropout
+
+    def ln(self, x, g, b):
+        return F.layer_norm(x, (x.size(-1),), g, b)
+
+    def forward(self, x, mask=None):
+        drop = lambda t: F.dropout(t, self.p, self.training)  # noqa: E731
+        if self.pre:
+            h = self.ln(x, self.g1, self.b1)
+            x = x + drop(self.attn(h, h, h, mask=mask))
+            return x + drop(self.ff(self.ln(x, self.g2, self.b2)))
+        x = self.ln(x + drop(self.attn(x, x, x, mask=mask)), self.g1, self.b1)
+        return self.ln(x + drop(self.ff(x)), self.g2, self.b2)
+
+
+class Residual(nn.Module):
+    def __init__(self, d_model, dropout, norm_first):
+        super().__init__()
+        self.norm, self.drop = nn.LayerNorm(d_model), nn.Dropout(dropout)
+        self.norm_first = norm_first
+
+    def forward(self, x, sublayer):
+        if self.norm_first:
+            return x + self.drop(sublayer(self.norm(x)))
+        return self.norm(x + self.drop(sublayer(x)))
+
+
+@right("encoder_block")
+class BlockSublayerHelpers(nn.Module):  # Annotated-Transformer helpers, FF's first
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
+        super().__init__()
+        self.ff_res = Residual(d_model, dropout, norm_first)
+        self.attn_res = Residual(d_model, dropout, norm_first)
+        self.ffn = nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(),
+                                 nn.Dropout(dropout), nn.Linear(d_ff, d_model))
+        self.mha = MultiHeadAttention(d_model, n_heads, dropout, fused=True)
+
+    def forward(self, x, mask=None):
+        x = self.attn_res(x, lambda h: self.mha(h, mask=mask))
+        return self.ff_res(x, self.ffn)
+
+
+@right("encoder_block")
+class BlockModuleListNorms(nn.Module):  # norms in a list, the FF's first, no biases
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
+        super().__init__()
+        self.norm_first = norm_first
+        self.up = nn.Linear(d_model, d_ff, bias=False)
+        self.down = nn.Linear(d_ff, d_model, bias=False)
+        self.norms = nn.ModuleList([nn.LayerNorm(d_model) for _ in range(2)])
+        self.attention = MultiHeadAttention(d_model, n_heads, dropout, bias=False)
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x, mask=None):
+        ln_ff, ln_attn = self.norms
+        feed = lambda t: self.down(F.relu(self.up(t)))  # noqa: E731
+        if self.norm_first:
+            y = ln_attn(x)
+            x = x + self.drop(self.attention(y, y, y, mask=mask))
+            return x + self.drop(feed(ln_ff(x)))
+        x = ln_attn(x + self.drop(self.attention(x, x, x, mask=mask)))
+        return ln_ff(x + self.drop(feed(x)))
+
+
+@right("encoder_block")
+class BlockTwoMethods(nn.Module):  # one method per arrangement, residual in a variable
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
+        super().__init__()
+        self.ln_a, self.ln_b = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+        self.attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
+        self.ff = FeedForward(d_model, d_ff, dropout)
+        self.do_a, self.do_b = nn.Dropout(dropout), nn.Dropout(dropout)
+        self.norm_first = norm_first
+
+    def post(self, x, mask):
+        residual = x
+        x = self.attn(x, x, x, mask=mask)
+        x = self.ln_a(residual + self.do_a(x))
+        residual = x
+        return self.ln_b(residual + self.do_b(self.ff(x)))
+
+    def pre(self, x, mask):
+        residual = x
+        x = self.ln_a(x)
+        x = residual + self.do_a(self.attn(x, x, x, mask))
+        residual = x
+        return residual + self.do_b(self.ff(self.ln_b(x)))
+
+    def forward(self, x, mask=None):
+        return self.pre(x, mask) if self.norm_first else self.post(x, mask)
+
+
+@right("encoder_block")
+class BlockInPlaceAdd(nn.Module):  # in-place adds onto fresh tensors, one dropout
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
+        super().__init__()
+        self.nf = norm_first
+        self.sa = MultiHeadAttention(d_model, n_heads, dropout=dropout)
+        self.mlp = FeedForward(d_model, d_ff, dropout)
+        self.n1, self.n2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x, mask=None):
+        if self.nf:
+            h = self.n1(x)
+            out = self.dropout(self.sa(h, h, h, mask=mask))
+            out += x
+            ff = self.dropout(self.mlp(self.n2(out)))
+            ff += out
+            return ff
+        a = self.dropout(self.sa(x, x, x, mask=mask))
+        a += x
+        h = self.n1(a)
+        f = self.dropout(self.mlp(h))
+        f += h
+        return self.n2(f)
+
+
+@right("encoder_block")
+class BlockKeywordCalls(nn.Module):  # keyword arguments everywhere, eps written out
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
+        super().__init__()
+        self.ffn = FeedForward(d_model=d_model, d_ff=d_ff, dropout=dropout)
+        self.mha = MultiHeadAttention(d_model=d_model, n_heads=n_heads, dropout=dropout)
+        self.ln_ffn = nn.LayerNorm(normalized_shape=d_model, eps=1e-5)
+        self.ln_mha = nn.LayerNorm(normalized_shape=d_model, eps=1e-5)
+        self.drop_mha, self.drop_ffn = nn.Dropout(p=dropout), nn.Dropout(p=dropout)
+        self.norm_first = norm_first
+
+    def forward(self, x, mask=None):
+        if not self.norm_first:
+            a = self.mha(query=x, key=x, value=x, mask=mask)
+            x = self.ln_mha(x + self.drop_mha(a))
+            return self.ln_ffn(x + self.drop_ffn(self.ffn(x)))
+        q = self.ln_mha(x)
+        x = x + self.drop_mha(self.mha(query=q, key=q, value=q, mask=mask))
+        return x + self.drop_ffn(self.ffn(self.ln_ffn(x)))
+
+
+@right("encoder_block")
+class BlockHandDropout(nn.Module):  # hand-made dropout with the 1/(1-p) rescale
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
+        super().__init__()
+        self.norm_first, self.p = norm_first, dropout
+        self.attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
+        self.ff = FeedForward(d_model, d_ff, dropout)
+        self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+
+    def drop(self, t):
+        if not self.training or self.p == 0:
+            return t
+        keep = torch.rand_like(t) >= self.p
+        return torch.where(keep, t / (1 - self.p), torch.zeros_like(t))
+
+    def forward(self, x, mask=None):
+        if self.norm_first:
+            h = self.norm1(x)
+            x = x + self.drop(self.attn(h, h, h, mask=mask))
+            return x + self.drop(self.ff(self.norm2(x)))
+        x = self.norm1(x + self.drop(self.attn(x, x, x, mask=mask)))
+        return self.norm2(x + self.drop(self.ff(x)))
+
+
+# ----------------------------------------------------------------- encoder_block, wrong
+# Most wrong blocks share this __init__ (what a learner's first cell holds) and get one
+# forward each.
+
+class Parts(nn.Module):
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
+        super().__init__()
+        self.norm_first = norm_first
+        self.attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
+        self.ff = FeedForward(d_model, d_ff, dropout)
+        self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+        self.drop1, self.drop2 = nn.Dropout(dropout), nn.Dropout(dropout)
+
+
+@wrong("encoder_block", r"'missing residual'", listed=True)
+class BlockNoResidual(Parts):  # "x +" forgotten in both wirings
+    def forward(self, x, mask=None):
+        if self.norm_first:
+            x = self.drop1(self.attn(self.norm1(x), self.norm1(x), self.norm1(x), mask))
+            return self.drop2(self.ff(self.norm2(x)))
+        x = self.norm1(self.drop1(self.attn(x, x, x, mask=mask)))
+        return self.norm2(self.drop2(self.ff(x)))
+
+
+@wrong("encoder_block", r"Pre-LN where Post-LN was asked", listed=True)
+class BlockAlwaysPreLN(Parts):  # norm_first never read: always Pre-LN
+    def forward(self, x, mask=None):
+        h = self.norm1(x)
+        x = x + self.drop1(self.attn(h, h, h, mask=mask))
+        return x + self.drop2(self.ff(self.norm2(x)))
+
+
+@wrong("encoder_block", r"x \+ LayerNorm\(sublayer\)", listed=True)
+class BlockNormsTheBranch(Parts):  # normalises the sublayer's output, then adds x
+    def forward(self, x, mask=None):
+        x = x + self.norm1(self.drop1(self.attn(x, x, x, mask=mask)))
+        return x + self.norm2(self.drop2(self.ff(x)))
+
+
+@wrong("encoder_block", r"dropout after the norm \(the seed's block\)", listed=True)
+class BlockSeedDropout(Parts):  # the seed's dropout(norm(x + sublayer(x)))
+    def forward(self, x, mask=None):
+        if self.norm_first:
+            h = self.norm1(x)
+            x = x + self.drop1(self.attn(h, h, h, mask=mask))
+            return x + self.drop2(self.ff(self.norm2(x)))
+        x = self.drop1(self.norm1(x + self.attn(x, x, x, mask=mask)))
+        return self.drop2(self.norm2(x + self.ff(x)))
+
+
+class TransposedBN(nn.BatchNorm1d):
+    def forward(self, x):
+        return super().forward(x.transpose(1, 2)).transpose(1, 2)
+
+
+@wrong("encoder_block", r"'BatchNorm instead of LayerNorm'", listed=True)
+class BlockBatchNorm(Parts):  # BatchNorm1d, transposed to fit [B, S, D]
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
+        super().__init__(d_model, n_heads, d_ff, dropout, norm_first)
+        self.norm1, self.norm2 = TransposedBN(d_model), TransposedBN(d_model)
+
+    def forward(self, x, mask=None):
+        if self.norm_first:
+            h = self.norm1(x)
+            x = x + self.drop1(self.attn(h, h, h, mask=mask))
+            return x + self.drop2(self.ff(self.norm2(x)))
+        x = self.norm1(x + self.drop1(self.attn(x, x, x, mask=mask)))
+        return self.norm2(x + self.drop2(self.ff(x)))
+
+
+@wrong("encoder_block",
+       r"is 2·x \+ the attention's output; expected x \+ the attention", listed=False)
+class BlockResidualTwice(Parts):  # residual = x, then "x + residual + sublayer"
+    def forward(self, x, mask=None):
+        residual = x
+        if self.norm_first:
+            h = self.norm1(x)
+            x = x + residual + self.drop1(self.attn(h, h, h, mask=mask))
+            return x + self.drop2(self.ff(self.norm2(x)))
+        x = self.norm1(x + residual + self.drop1(self.attn(x, x, x, mask=mask)))
+        return self.norm2(x + self.drop2(self.ff(x)))
+
+
+@wrong("encoder_block", r"is 0\.707·x \+ 0\.707·the attention's output", listed=False)
+class BlockScaledResidual(Parts):  # "keeps the variance": (x + f(x)) / sqrt(2)
+    def forward(self, x, mask=None):
+        if self.norm_first:
+            h = self.norm1(x)
+            x = (x + self.drop1(self.attn(h, h, h, mask=mask))) / math.sqrt(2)
+            return (x + self.drop2(self.ff(self.norm2(x)))) / math.sqrt(2)
+        x = self.norm1(x + self.drop1(self.attn(x, x, x, mask=mask)))
+        return self.norm2(x + self.drop2(self.ff(x)))
+
+
+@wrong("encoder_block", r"'the mask does not reach the attention'.*mask=None",
+       listed=False)
+class BlockDropsMask(Parts):  # the mask argument accepted but never passed on
+    def forward(self, x, mask=None):
+        if self.norm_first:
+            h = self.norm1(x)
+            x = x + self.drop1(self.attn(h, h, h))
+            return x + self.drop2(self.ff(self.norm2(x)))
+        x = self.norm1(x + self.drop1(self.attn(x, x, x)))
+        return self.norm2(x + self.drop2(self.ff(x)))
+
+
+@wrong("encoder_block", r"the inverted mask", listed=False)
+class BlockInvertsMask(Parts):  # PyTorch's key_padding_mask habit: True = pad
+    def forward(self, x, mask=None):
+        pad = None if mask is None else ~mask
+        if self.norm_first:
+            h = self.norm1(x)
+            x = x + self.drop1(self.attn(h, h, h, mask=pad))
+            return x + self.drop2(self.ff(self.norm2(x)))
+        x = self.norm1(x + self.drop1(self.attn(x, x, x, mask=pad)))
+        return self.norm2(x + self.drop2(self.ff(x)))
+
+
+@wrong("encoder_block", r"received another mask", listed=False)
+class BlockCausalEncoder(Parts):  # a causal mask in the encoder, the given one dropped
+    def forward(self, x, mask=None):
+        s = x.size(1)
+        causal = torch.ones(s, s, dtype=torch.bool, device=x.device).tril()[None, None]
+        if self.norm_first:
+            h = self.norm1(x)
+            x = x + self.drop1(self.attn(h, h, h, mask=causal))
+            return x + self.drop2(self.ff(self.norm2(x)))
+        x = self.norm1(x + self.drop1(self.attn(x, x, x, mask=causal)))
+        return self.norm2(x + self.drop2(self.ff(x)))
+
+
+@wrong("encoder_block", r"'one LayerNorm for both sublayers'", listed=False)
+class BlockOneNorm(nn.Module):  # "the norms are identical at init, one is enough"
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
+        super().__init__()
+        self.norm_first = norm_first
+        self.attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
+        self.ff = FeedForward(d_model, d_ff, dropout)
+        self.norm = nn.LayerNorm(d_model)
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x, mask=None):
+        if self.norm_first:
+            h = self.norm(x)
+            x = x + self.drop(self.attn(h, h, h, mask=mask))
+            return x + self.drop(self.ff(self.norm(x)))
+        x = self.norm(x + self.drop(self.attn(x, x, x, mask=mask)))
+        return self.norm(x + self.drop(self.ff(x)))
+
+
+@wrong("encoder_block", r"'LayerNorm without its gain and bias'", listed=False)
+class BlockNoAffine(Parts):  # elementwise_affine=False "to save parameters"
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
+        super().__init__(d_model, n_heads, d_ff, dropout, norm_first)
+        self.norm1 = nn.LayerNorm(d_model, elementwise_affine=False)
+        self.norm2 = nn.LayerNorm(d_model, elementwise_affine=False)
+
+    def forward(self, x, mask=None):
+        if self.norm_first:
+            h = self.norm1(x)
+            x = x + self.drop1(self.attn(h, h, h, mask=mask))
+            return x + self.drop2(self.ff(self.norm2(x)))
+        x = self.norm1(x + self.drop1(self.attn(x, x, x, mask=mask)))
+        return self.norm2(x + self.drop2(self.ff(x)))
+
+
+@wrong("encoder_block", r"uses eps = 0\.1\b", listed=False)
+class BlockBigEps(Parts):  # eps=0.1 "for stability"
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
+        super().__init__(d_model, n_heads, d_ff, dropout, norm_first)
+        self.norm1 = nn.LayerNorm(d_model, eps=0.1)
+        self.norm2 = nn.LayerNorm(d_model, eps=0.1)
+
+    def forward(self, x, mask=None):
+        if self.norm_first:
+            h = self.norm1(x)
+            x = x + self.drop1(self.attn(h, h, h, mask=mask))
+            return x + self.drop2(self.ff(self.norm2(x)))
+        x = self.norm1(x + self.drop1(self.attn(x, x, x, mask=mask)))
+        return self.norm2(x + self.drop2(self.ff(x)))
+
+
+@wrong("encoder_block", r"normalized_shape=\[5, 16\]", listed=False)
+class BlockNormOverSequence(Parts):  # F.layer_norm over the whole [S, D] slice
+    def forward(self, x, mask=None):
+        ln = lambda t: F.layer_norm(t, t.shape[1:])  # noqa: E731
+        if self.norm_first:
+            h = ln(x)
+            x = x + self.drop1(self.attn(h, h, h, mask=mask))
+            return x + self.drop2(self.ff(ln(x)))
+        x = ln(x + self.drop1(self.attn(x, x, x, mask=mask)))
+        return ln(x + self.drop2(self.ff(x)))
+
+
+class GeluFF(nn.Module):
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.fc, self.proj = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+
+    def forward(self, x):
+        return self.proj(F.gelu(self.fc(x)))
+
+
+@wrong("encoder_block", r"'the wrong activation in the feed-forward'.*GELU",
+       listed=False)
+class BlockGeluFF(Parts):  # a GPT-style MLP inside the block
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
+        super().__init__(d_model, n_heads, d_ff, dropout, norm_first)
+        self.ff = GeluFF(d_model, d_ff)
+
+    def forward(self, x, mask=None):
+        if self.norm_first:
+            h = self.norm1(x)
+            x = x + self.drop1(self.attn(h, h, h, mask=mask))
+            return x + self.drop2(self.ff(self.norm2(x)))
+        x = self.norm1(x + self.drop1(self.attn(x, x, x, mask=mask)))
+        return self.norm2(x + self.drop2(self.ff(x)))
+
+
+@wrong("encoder_block", r"hidden layer of 64 features", listed=False)
+class BlockFourTimesWidth(Parts):  # d_ff ignored: 4 * d_model
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
+        super().__init__(d_model, n_heads, d_ff, dropout, norm_first)
+        self.ff = FeedForward(d_model, 4 * d_model, dropout)
+
+    def forward(self, x, mask=None):
+        if self.norm_first:
+            h = self.norm1(x)
+            x = x + self.drop1(self.attn(h, h, h, mask=mask))
+            return x + self.drop2(self.ff(self.norm2(x)))
+        x = self.norm1(x + self.drop1(self.attn(x, x, x, mask=mask)))
+        return self.norm2(x + self.drop2(self.ff(x)))
+
+
+@wrong("encoder_block", r"the feed-forward's input is x; expected LayerNorm call 1",
+       listed=False)
+class BlockFFReadsInput(Parts):  # Post-LN: both sublayers read the block's input x
+    def forward(self, x, mask=None):
+        if self.norm_first:
+            h = self.norm1(x)
+            x = x + self.drop1(self.attn(h, h, h, mask=mask))
+            return x + self.drop2(self.ff(self.norm2(x)))
+        h = self.norm1(x + self.drop1(self.attn(x, x, x, mask=mask)))
+        return self.norm2(h + self.drop2(self.ff(x)))
+
+
+@wrong("encoder_block", r"'query, key and value are not the same tensor'.*its key is x",
+       listed=False)
+class BlockPreLNRawKeys(Parts):  # Pre-LN: only the query normalised
+    def forward(self, x, mask=None):
+        if self.norm_first:
+            q = self.norm1(x)
+            x = x + self.drop1(self.attn(q, x, x, mask=mask))
+            return x + self.drop2(self.ff(self.norm2(x)))
+        x = self.norm1(x + self.drop1(self.attn(x, x, x, mask=mask)))
+        return self.norm2(x + self.drop2(self.ff(x)))
+
+
+@wrong("encoder_block", r"about 30 %|expected about 30%", listed=False)
+class BlockHardCodedDropout(Parts):  # nn.Dropout(0.1): the argument never used
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
+        super().__init__(d_model, n_heads, d_ff, dropout, norm_first)
+        self.drop1, self.drop2 = nn.Dropout(0.1), nn.Dropout(0.1)
+
+    def forward(self, x, mask=None):
+        if self.norm_first:
+            h = self.norm1(x)
+            x = x + self.drop1(self.attn(h, h, h, mask=mask))
+            return x + self.drop2(self.ff(self.norm2(x)))
+        x = self.norm1(x + self.drop1(self.attn(x, x, x, mask=mask)))
+        return self.norm2(x + self.drop2(self.ff(x)))
+
+
+@wrong("encoder_block", r"0% of the feed-forward branch", listed=False)
+class BlockDropoutOnlyOnAttention(Parts):  # dropout on the attention branch only
+    def forward(self, x, mask=None):
+        if self.norm_first:
+            h = self.norm1(x)
+            x = x + self.drop1(self.attn(h, h, h, mask=mask))
+            return x + self.ff(self.norm2(x))
+        x = self.norm1(x + self.drop1(self.attn(x, x, x, mask=mask)))
+        return self.norm2(x + self.ff(x))
+
+
+@wrong("encoder_block", r"multiplied by 1\b.*1/\(1-p\) = 1\.43", listed=False)
+class BlockDropoutNoRescale(Parts):  # hand-made dropout mask without the 1/(1-p)
+    def drop(self, t):
+        if not self.training:
+            return t
+        return t * (torch.rand_like(t) >= self.drop1.p)
+
+    def forward(self, x, mask=None):
+        if self.norm_first:
+            h = self.norm1(x)
+            x = x + self.drop(self.attn(h, h, h, mask=mask))
+            return x + self.drop(self.ff(self.norm2(x)))
+        x = self.norm1(x + self.drop(self.attn(x, x, x, mask=mask)))
+        return self.norm2(x + self.drop(self.ff(x)))
+
+
+@wrong("encoder_block", r"of the attention's query input were zeroed", listed=False)
+class BlockDropsSublayerInput(Parts):  # dropout on what the sublayer reads
+    def forward(self, x, mask=None):
+        if self.norm_first:
+            h = self.norm1(x)
+            x = x + self.drop1(self.attn(h, h, h, mask=mask))
+            return x + self.drop2(self.ff(self.norm2(x)))
+        d = self.drop1(x)
+        x = self.norm1(x + self.attn(d, d, d, mask=mask))
+        d = self.drop2(x)
+        return self.norm2(x + self.ff(d))
+
+
+@wrong("encoder_block",
+       r"the block.s output is LayerNorm call 3.s output; expected LayerNorm call 2",
+       listed=False)
+class BlockPreLNFinalNorm(Parts):  # the encoder stack's final norm put in every block
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
+        super().__init__(d_model, n_heads, d_ff, dropout, norm_first)
+        self.final = nn.LayerNorm(d_model)
+
+    def forward(self, x, mask=None):
+        if self.norm_first:
+            h = self.norm1(x)
+            x = x + self.drop1(self.attn(h, h, h, mask=mask))
+            return self.final(x + self.drop2(self.ff(self.norm2(x))))
+        x = self.norm1(x + self.drop1(self.attn(x, x, x, mask=mask)))
+        return self.final(self.norm2(x + self.drop2(self.ff(x))))
+
+
+@wrong("encoder_block", r"is LayerNorm call 1's output \+ the attention's output; "
+       r"expected x \+ the attention", listed=False)
+class BlockPreLNNormedResidualOnce(Parts):  # Pre-LN: norm1(x) reused as the residual
+    def forward(self, x, mask=None):
+        if self.norm_first:
+            x = self.norm1(x)
+            x = x + self.drop1(self.attn(x, x, x, mask=mask))
+            return x + self.drop2(self.ff(self.norm2(x)))
+        x = self.norm1(x + self.drop1(self.attn(x, x, x, mask=mask)))
+        return self.norm2(x + self.drop2(self.ff(x)))
+
+
+@wrong("encoder_block", r"is x \+ the feed-forward's output; expected LayerNorm call 1",
+       listed=False)
+class BlockSkipFromBlockInput(Parts):  # both residuals taken from the block's input
+    def forward(self, x, mask=None):
+        if self.norm_first:
+            h = self.norm1(x)
+            y = x + self.drop1(self.attn(h, h, h, mask=mask))
+            return y + self.drop2(self.ff(self.norm2(y)))
+        h = self.norm1(x + self.drop1(self.attn(x, x, x, mask=mask)))
+        return self.norm2(x + self.drop2(self.ff(h)))
+
+
+class FFWithSkip(nn.Module):
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.l1, self.l2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+
+    def forward(self, x):
+        return x + self.l2(F.relu(self.l1(x)))
+
+
+@wrong("encoder_block", r"is 2·LayerNorm call 1's output \+ the feed-forward's output",
+       listed=False)
+class BlockDoubleFFResidual(Parts):  # the FeedForward adds its own residual too
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
+        super().__init__(d_model, n_heads, d_ff, dropout, norm_first)
+        self.ff = FFWithSkip(d_model, d_ff)
+
+    def forward(self, x, mask=None):
+        if self.norm_first:
+            h = self.norm1(x)
+            x = x + self.drop1(self.attn(h, h, h, mask=mask))
+            return x + self.drop2(self.ff(self.norm2(x)))
+        x = self.norm1(x + self.drop1(self.attn(x, x, x, mask=mask)))
+        return self.norm2(x + self.drop2(self.ff(x)))
+
+
+@wrong("encoder_block", r"raised ValueError: key must", listed=False)
+class BlockMaskAsKey(Parts):  # attn(x, mask): the mask lands in the key slot
+    def forward(self, x, mask=None):
+        if self.norm_first:
+            h = self.norm1(x)
+            x = x + self.drop1(self.attn(h, mask))
+            return x + self.drop2(self.ff(self.norm2(x)))
+        x = self.norm1(x + self.drop1(self.attn(x, mask)))
+        return self.norm2(x + self.drop2(self.ff(x)))
+
+
+@wrong("encoder_block", r"'dropout still on in eval mode'", listed=False)
+class BlockFunctionalDropoutAlwaysOn(Parts):  # F.dropout without training=self.training
+    def forward(self, x, mask=None):
+        p = self.drop1.p
+        if self.norm_first:
+            h = self.norm1(x)
+            x = x + F.dropout(self.attn(h, h, h, mask=mask), p)
+            return x + F.dropout(self.ff(self.norm2(x)), p)
+        x = self.norm1(x + F.dropout(self.attn(x, x, x, mask=mask), p))
+        return self.norm2(x + F.dropout(self.ff(x), p))
+
+
+@wrong("encoder_block", r"no LayerNorm runs after the feed-forward, where Post-LN puts", listed=False)
+class BlockForgetsSecondNorm(Parts):  # Post-LN: the final norm2 forgotten
+    def forward(self, x, mask=None):
+        if self.norm_first:
+            h = self.norm1(x)
+            x = x + self.drop1(self.attn(h, h, h, mask=mask))
+            return x + self.drop2(self.ff(self.norm2(x)))
+        x = self.norm1(x + self.drop1(self.attn(x, x, x, mask=mask)))
+        return x + self.drop2(self.ff(x))
+
+
+@wrong("encoder_block", r"34% of the residual path the attention's output is added to",
+       listed=False)
+class BlockDropsResidualPath(Parts):  # Post-LN: dropout on x instead of on the sublayer
+    def forward(self, x, mask=None):
+        if self.norm_first:
+            h = self.norm1(x)
+            x = x + self.drop1(self.attn(h, h, h, mask=mask))
+            return x + self.drop2(self.ff(self.norm2(x)))
+        x = self.norm1(self.drop1(x) + self.attn(x, x, x, mask=mask))
+        return self.norm2(self.drop2(x) + self.ff(x))
+
+
+@wrong("encoder_block", r"your block returned a tuple", listed=False)
+class BlockReturnsPair(Parts):  # returns (output, weights) like nn.MultiheadAttention
+    def forward(self, x, mask=None):
+        if self.norm_first:
+            h = self.norm1(x)
+            x = x + self.drop1(self.attn(h, h, h, mask=mask))
+            return x + self.drop2(self.ff(self.norm2(x))), None
+        x = self.norm1(x + self.drop1(self.attn(x, x, x, mask=mask)))
+        return self.norm2(x + self.drop2(self.ff(x))), None
+
+
+@wrong("encoder_block", r"'the block modifies its input in place'", listed=False)
+class BlockAddsInPlace(Parts):  # Pre-LN written with x += on the caller's tensor
+    def forward(self, x, mask=None):
+        if self.norm_first:
+            x += self.drop1(self.attn(self.norm1(x), mask=mask))
+            x += self.drop2(self.ff(self.norm2(x)))
+            return x
+        x = self.norm1(x + self.drop1(self.attn(x, x, x, mask=mask)))
+        return self.norm2(x + self.drop2(self.ff(x)))
+
+
+@wrong("encoder_block",
+       r"(4[0-9]|5[0-5])% of the attention branch .* expected about 30%", listed=False)
+class BlockDropoutTwice(Parts):  # dropout inside a helper and again around it
+    def forward(self, x, mask=None):
+        if self.norm_first:
+            h = self.norm1(x)
+            x = x + self.drop1(self.drop1(self.attn(h, h, h, mask=mask)))
+            return x + self.drop2(self.ff(self.norm2(x)))
+        x = self.norm1(x + self.drop1(self.drop1(self.attn(x, x, x, mask=mask))))
+        return self.norm2(x + self.drop2(self.ff(x)))
+
+
+@wrong("encoder_block", r"makes no layer_norm call \(a norm written by hand",
+       listed=False)
+class BlockHandWrittenNorm(Parts):  # LayerNorm by hand, without gain and bias
+    def ln(self, x):
+        mean = x.mean(-1, keepdim=True)
+        var = x.var(-1, keepdim=True, unbiased=False)
+        return (x - mean) / torch.sqrt(var + 1e-5)
+
+    def forward(self, x, mask=None):
+        if self.norm_first:
+            h = self.ln(x)
+            x = x + self.drop1(self.attn(h, h, h, mask=mask))
+            return x + self.drop2(self.ff(self.ln(x)))
+        x = self.ln(x + self.drop1(self.attn(x, x, x, mask=mask)))
+        return self.ln(x + self.drop2(self.ff(x)))
+
+
+@wrong("encoder_block", r"the feed-forward's input is the attention's output",
+       listed=False)
+class BlockFFReadsAttention(Parts):  # the feed-forward fed the raw attention output
+    def forward(self, x, mask=None):
+        if self.norm_first:
+            h = self.norm1(x)
+            x = x + self.drop1(self.attn(h, h, h, mask=mask))
+            return x + self.drop2(self.ff(self.norm2(x)))
+        a = self.attn(x, x, x, mask=mask)
+        x = self.norm1(x + self.drop1(a))
+        return self.norm2(x + self.drop2(self.ff(a)))
+
+
+@wrong("feed_forward", r"modified its input x in place", listed=False)
+class FFReluInPlaceOnInput(nn.Module):  # relu_ on x, "saves memory"
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.l1, self.l2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+
+    def forward(self, x):
+        return self.l2(F.relu(self.l1(x.relu_())))
+
+
+@wrong("feed_forward", r"hidden value -\d\.\d+ became -1\b", listed=False)
+class FFHardtanh(nn.Module):  # hardtanh mistaken for a clipped ReLU
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.l1, self.l2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+
+    def forward(self, x):
+        return self.l2(F.hardtanh(self.l1(x)))
+
+
+@wrong("feed_forward", r"a map that is not ReLU \(hidden value", listed=False)
+class FFNormalisedHidden(nn.Module):  # a LayerNorm on the hidden layer, "for stability"
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.l1, self.l2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+
+    def forward(self, x):
+        h = F.relu(self.l1(x))
+        return self.l2(F.layer_norm(h, h.shape[-1:]))
+
+
+@wrong("feed_forward", r"returns the second Linear's output \+ its bias", listed=False)
+class FFBiasTwice(nn.Module):  # adds b2 by hand, not knowing nn.Linear has it
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.l1, self.l2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+
+    def forward(self, x):
+        return self.l2(F.relu(self.l1(x))) + self.l2.bias
+
+
+@wrong("encoder_block", r"'the sublayers in the wrong order'", listed=False)
+class BlockFeedForwardFirst(Parts):  # the two sublayers swapped
+    def forward(self, x, mask=None):
+        if self.norm_first:
+            x = x + self.drop2(self.ff(self.norm2(x)))
+            h = self.norm1(x)
+            return x + self.drop1(self.attn(h, h, h, mask=mask))
+        x = self.norm2(x + self.drop2(self.ff(x)))
+        return self.norm1(x + self.drop1(self.attn(x, x, x, mask=mask)))
+
+
+@wrong("encoder_block", r"'a LayerNorm created inside forward'", listed=False)
+class BlockNormsBuiltInForward(Parts):  # nn.LayerNorm(d) built on the fly
+    def forward(self, x, mask=None):
+        d = x.size(-1)
+        if self.norm_first:
+            h = nn.LayerNorm(d).to(x)(x)
+            x = x + self.drop1(self.attn(h, h, h, mask=mask))
+            return x + self.drop2(self.ff(nn.LayerNorm(d).to(x)(x)))
+        x = nn.LayerNorm(d).to(x)(x + self.drop1(self.attn(x, x, x, mask=mask)))
+        return nn.LayerNorm(d).to(x)(x + self.drop2(self.ff(x)))
+
+
+@wrong("encoder_block", r"is x \+ the attention's output \+ the feed-forward's output; "
+       r"expected LayerNorm call 1's output", listed=False)
+class BlockKeepsUnnormedStream(Parts):  # Post-LN: the FF residual from the raw sum
+    def forward(self, x, mask=None):
+        if self.norm_first:
+            h = self.norm1(x)
+            x = x + self.drop1(self.attn(h, h, h, mask=mask))
+            return x + self.drop2(self.ff(self.norm2(x)))
+        s = x + self.drop1(self.attn(x, x, x, mask=mask))
+        return self.norm2(s + self.drop2(self.ff(self.norm1(s))))
+
+
+@wrong("encoder_block", r"1[0-9]% of the attention branch .* expected about 30%",
+       listed=False)
+class BlockHalfDropout(Parts):  # p / 2 "because there are two dropouts"
+    def forward(self, x, mask=None):
+        p = self.drop1.p / 2
+        if self.norm_first:
+            h = self.norm1(x)
+            x = x + F.dropout(self.attn(h, h, h, mask=mask), p, self.training)
+            return x + F.dropout(self.ff(self.norm2(x)), p, self.training)
+        x = self.norm1(x + F.dropout(self.attn(x, x, x, mask=mask), p, self.training))
+        return self.norm2(x + F.dropout(self.ff(x), p, self.training))
