@@ -108,8 +108,8 @@ def attention_calls_reference(q, k, v):
     (attention_softmax_queries, r"'softmax over the wrong axis \(queries\)'"),
     (attention_softmax_heads, r"'softmax over the wrong axis \(heads\)'"),
     (attention_returns_only_output, r"must return a pair \(out, weights\)"),
-    (attention_weights_first, "expected shape"),
-    (attention_no_transpose_of_v, r"attention \(output\).*matches none of the known pitfalls"),
+    (attention_weights_first, "'pair in the wrong order'"),
+    (attention_no_transpose_of_v, r"attention \(output\).*weighted sum of the rows of k"),
 ])
 def test_attention_rejects_wrong_implementations(fn, diagnosis):
     with pytest.raises(CheckFailure, match=diagnosis):
@@ -163,7 +163,7 @@ def test_entropy_accepts_right_implementations(fn, capsys):
     (lambda w: torch.xlogy(w, w).sum(-1), "missing minus sign"),
     (lambda w: -torch.xlogy(w, w).sum(-2), "sum over the wrong axis"),  # summed over queries
     (lambda w: -torch.xlogy(w, w).mean(-1), "mean instead of sum"),
-    (lambda w: -(w * (w + 1e-3).log()).sum(-1), "matches none of the known pitfalls"),  # eps too large
+    (lambda w: -(w * (w + 1e-3).log()).sum(-1), r"ln\(w \+ ε\) with ε ≈ 0\.001"),  # eps too large
 ])
 def test_entropy_rejects_wrong_implementations(fn, diagnosis):
     with pytest.raises(CheckFailure, match=diagnosis):
@@ -176,4 +176,41 @@ def test_checks_write_nothing_to_stderr(capfd):
         ch02.check_attention(attention_no_scaling)
     with pytest.raises(CheckFailure):
         ch02.check_attention_entropy(lambda w: -(w * torch.log(w)).sum(-1))
+    assert capfd.readouterr().err == ""
+
+
+# --------------------------------------------------------------------------- clean failures
+
+def attention_raises_on_cross_attention(q, k, v):  # assumes Sq == Sk
+    w = (q @ q.mT / math.sqrt(q.size(-1))).softmax(-1)
+    return w @ v, w
+
+
+def test_attention_reports_the_learners_line_when_it_raises():
+    with pytest.raises(CheckFailure, match=r"your code raised RuntimeError: .* at line \d+ of "
+                                           r"your code: `return w @ v, w` while the check "
+                                           r"ran case q \[B=3, H=3, Sq=4"):
+        ch02.check_attention(attention_raises_on_cross_attention)
+
+
+def test_attention_by_hand_reports_an_exception_instead_of_crashing():
+    def raises(q, k, v):
+        raise ValueError("not yet")
+    with pytest.raises(CheckFailure, match=r"your code raised ValueError: not yet"):
+        ch02.check_attention_by_hand(raises)
+
+
+def test_entropy_reports_the_learners_line_when_it_raises():
+    with pytest.raises(CheckFailure, match=r"raised IndexError.*while the check ran case "
+                                           r"weights \[3, 4, 6\] \(3-D\)"):
+        ch02.check_attention_entropy(lambda w: -torch.xlogy(w, w).sum(dim=3))
+
+
+def test_measured_failures_write_nothing_to_stderr(capfd):
+    for fn in (lambda q, k, v: attention_matmul(q / 2, k, v),  # a wrong scale, measured
+               lambda q, k, v: (attention_matmul(q, k, v)[0], F.softmax(q @ k.mT))):
+        with pytest.raises(CheckFailure):
+            ch02.check_attention(fn)
+    with pytest.raises(CheckFailure, match=r"ε ≈ 0\.01"):
+        ch02.check_attention_entropy(lambda w: -(w * (w + 1e-2).log()).sum(-1))
     assert capfd.readouterr().err == ""

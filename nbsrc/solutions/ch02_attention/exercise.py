@@ -46,6 +46,18 @@ device = get_device()
 # Here $d_k$ is the size of the vectors being dotted, `Dh` (lesson §2.2, §2.5), and each query's
 # weights over the keys sum to 1 (lesson §2.1). No mask in this chapter. Write the computation
 # yourself: a hidden test fails a function that calls PyTorch's or the reference's attention.
+#
+# What the check requires, all of it:
+#
+# - `Sq` and `Sk` may differ (cross-attention), and the inputs may be `float32` or `float64`:
+#   return `out` and `weights` in the dtype and on the device of `q`;
+# - both must match the reference to within `1e-5 + 1e-4·|value|`;
+# - do not modify `q`, `k` or `v` in place (the caller still needs them), and no dropout or other
+#   randomness: the same inputs give the same outputs.
+#
+# When your function is wrong, the check says which stage is off first (the call, the shapes, the
+# weights, the output) and measures what is off from your own numbers: the factor your scores are
+# divided by, the axis your weights sum to 1 over, the vectors your output mixes.
 
 # %% nbgrader="solution:attention"
 def attention(q, k, v):
@@ -76,6 +88,15 @@ ch02.check_attention_by_hand(attention)
 #
 # A uniform row over $S_k$ keys has entropy $\ln S_k$; a one-hot row has 0 (lesson §2.4). Careful:
 # weights can be exactly 0 (a causal mask makes many of them so).
+#
+# What the check requires, all of it:
+#
+# - any number of leading axes, none included: `[Sq, Sk]`, `[B, Sq, Sk]` and `[B, H, Sq, Sk]` all
+#   work, and the result has the input's shape without its last axis (no `keepdim`);
+# - the dtype and device of `weights`, values within `1e-5 + 1e-4·|H|` of $-\sum_j w_j \ln w_j$: an
+#   $\varepsilon$ added inside the logarithm to dodge $\ln 0$ biases every row, so it must be tiny
+#   ($\le 10^{-12}$), or use `torch.xlogy` / `torch.special.entr`;
+# - do not modify `weights` in place.
 
 # %% nbgrader="solution:attention_entropy"
 def attention_entropy(weights):
