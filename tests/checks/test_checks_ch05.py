@@ -97,7 +97,7 @@ def test_sinusoidal_accepts_right_implementations(fn, capsys):
     (pe_no_log, r"wrong frequencies \(the base 10000 left out\)"),
     (pe_concat, "sin and cos concatenated, not interleaved"),
     (pe_from_one, "positions start at 1"),
-    (pe_zeros, "matches none of the known pitfalls"),
+    (pe_zeros, "your table is all zeros"),
 ])
 def test_sinusoidal_rejects_wrong_implementations(fn, diagnosis):
     with pytest.raises(CheckFailure, match=diagnosis):
@@ -173,7 +173,7 @@ def embed_no_positions(tokens, table, pe):  # the positional encoding never adde
     (embed_divided, r"divided by √d_model"),
     (embed_positions_scaled, "positions scaled too"),
     (embed_by_token_id, "positions looked up by token id"),
-    (embed_no_positions, "matches none of the known pitfalls"),
+    (embed_no_positions, "no positional encoding is added"),
 ])
 def test_embed_rejects_wrong_implementations(fn, diagnosis):
     with pytest.raises(CheckFailure, match=diagnosis):
@@ -388,3 +388,45 @@ def test_checks_write_nothing_to_stderr(capfd):
         ch05.check_sinusoidal_encoding(pe_swapped)
     assert capfd.readouterr().err == ""
 
+
+
+# ------------------------------------------------------------------------ measurements
+
+
+def test_fit_reads_the_parameters_of_a_table():
+    fit = ch05.fit_sinusoids(pe_right_div_term(64, 16))
+    assert fit.layout == ch05.EXPECTED_LAYOUT and ch05._fit_problems(fit, 16) == []
+    wrong = ch05.fit_sinusoids(pe_from_one(64, 16) * 2)
+    problems = " ".join(ch05._fit_problems(wrong, 16))
+    assert "row 0 is position 1" in problems and "amplitude 2" in problems
+
+
+def test_embed_fit_reads_scale_and_rows():
+    tokens, table, pe = ch05._embed_probe(0)()
+    got = table(tokens) * 3.0 + pe[1: tokens.size(1) + 1]
+    fit = ch05.fit_embed(got, tokens, table, pe)
+    assert abs(fit.scale - 3.0) < 1e-4 and fit.rows == tuple(range(1, 7))
+    assert abs(fit.pos_scale - 1.0) < 1e-4 and fit.shared
+
+
+def test_decoder_trace_removes_its_hooks():
+    torch.manual_seed(0)
+    module = Dec(16, 4, 32).eval()
+    parts = ch05.decoder_parts(module, 16, 32)
+    x, memory = torch.randn(2, 5, 16), torch.randn(2, 3, 16)
+    out, calls = ch05.trace_block(module, parts, x, memory, None)
+    kinds = [c.kind for c in calls]
+    assert kinds == ["attn", "norm", "attn", "norm", "ff1", "ff2", "norm"]
+    assert all(not m._forward_hooks for m in module.modules())
+
+
+def test_decoder_trace_names_the_first_stage_that_departs():
+    with pytest.raises(CheckFailure, match=r"reads 1·x \+ 0\.5·self-attention"):
+        ch05.check_decoder_block(DecHalfResidual)
+
+
+class DecHalfResidual(Dec):  # the self-attention's output halved "for stability"
+    def forward(self, x, memory, src_mask=None):
+        x = self.norm1(x + 0.5 * self.self_attn(x, x, x, mask=self.self_mask(x)))
+        x = self.norm2(x + self.drop(self.cross(x, memory, src_mask)))
+        return self.norm3(x + self.drop(self.ff(x)))

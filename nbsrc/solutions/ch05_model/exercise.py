@@ -40,12 +40,16 @@ device = get_device()
 # %% [markdown]
 # ## 1. Sinusoidal positional encoding (3 points)
 #
-# `sinusoidal_encoding(n_positions, d_model)` returns the float tensor `[n_positions, d_model]` with
+# `sinusoidal_encoding(n_positions, d_model)` returns a `torch.Tensor` of shape `[n_positions, d_model]`
+# (no batch axis), float32 or float64, on any device, with
 #
 # $$PE_{(pos,\,2i)} = \sin\!\left(pos / 10000^{2i/D}\right), \qquad
 #   PE_{(pos,\,2i+1)} = \cos\!\left(pos / 10000^{2i/D}\right)$$
 #
-# for positions `0 .. n_positions-1` and `d_model` even. Lesson §5.2.
+# for positions `0 .. n_positions-1` (row 0 is `[0, 1, 0, 1, ...]`) and `d_model` even: sines in the
+# even columns, cosines in the odd ones, amplitude 1. Lesson §5.2. When the table is wrong, the check
+# fits your table (which columns hold sines, the base and exponent of the frequencies, where the
+# positions start, the amplitude) and says which of these differ.
 
 # %% nbgrader="solution:sinusoidal_encoding"
 def sinusoidal_encoding(n_positions, d_model):
@@ -72,7 +76,9 @@ ch05.check_by_hand("sinusoidal_encoding", sinusoidal_encoding, (12, 8))
 # `embed(tokens, table, pe)` takes token ids `tokens [B, S]`, an embedding `table = nn.Embedding(V, D)`
 # and a positional table `pe [max_len, D]` (at least S rows), and returns what the first block reads,
 # `[B, S, D]`: the token embeddings scaled as in the paper, plus the encoding of each position.
-# Lesson §5.5.
+# Lesson §5.5. The result keeps the table's dtype and device; `embed` applies no dropout (the model
+# applies it afterwards) and must not change `table` or `pe` in place. When the result is wrong, the
+# check measures the factor your embeddings were multiplied by and which rows of `pe` you added.
 
 # %% nbgrader="solution:embed"
 def embed(tokens, table, pe):
@@ -98,8 +104,14 @@ ch05.check_embed(embed)
 #    `src_mask` (the source padding mask `[B, 1, 1, Ss]`, or None);
 # 3. the **feed-forward** `Linear(d_model, d_ff) -> ReLU -> Linear(d_ff, d_model)`.
 #
-# Each is wrapped as `x = LayerNorm(x + Dropout(Sublayer(x)))`. Use two `MultiHeadAttention` (called
-# as `attn(query, key, value, mask=...)`) and three `nn.LayerNorm(d_model)`. Lesson §5.6.
+# Each is wrapped as `x = LayerNorm(x + Dropout(Sublayer(x)))`, with x that sublayer's own input, before
+# the next one starts. Use two `MultiHeadAttention` (called as `attn(query, key, value, mask=...)`) and
+# three `nn.LayerNorm(d_model)` (with their weight and bias), each module used for one sublayer only.
+# `forward(x, memory)` without a mask must work (`src_mask` defaults to None), `forward` leaves `x` and
+# `memory` as they were (no `x += ...` on the input), and in eval mode the block is deterministic.
+# Names and registration order are yours: the check finds the parts by type, and when the block is
+# wrong it watches each sublayer's inputs and outputs with forward hooks to say which stage departs
+# (it sees the modules you call as `self.attn(...)`, not through `.forward(...)`). Lesson §5.6.
 
 # %% nbgrader="solution:decoder_block"
 class DecoderBlock(nn.Module):
