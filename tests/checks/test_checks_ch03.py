@@ -206,6 +206,13 @@ def test_half_precision_check_names_other_pitfalls_too(fn, diagnosis):
         ch03.check_masked_attention_half_precision(fn)
 
 
+def test_masked_attention_by_hand_fails_an_unfinished_answer():
+    def unfinished(q, k, v, mask):  # the untouched student cell
+        raise NotImplementedError()
+    with pytest.raises(CheckFailure, match="raised NotImplementedError"):
+        ch03.check_masked_attention_by_hand(unfinished)
+
+
 def test_masked_attention_by_hand_rejects_sdpa():
     with pytest.raises(CheckFailure, match="calls scaled_dot_product_attention"):
         ch03.check_masked_attention_by_hand(masked_calls_sdpa)

@@ -41,6 +41,11 @@ device = get_device()
 #
 # `causal_mask(size)` returns a bool tensor of shape `[1, 1, S, S]` in which query `i` may attend to
 # keys `0..i`: itself and the past, never the future (lesson §3.2).
+#
+# * An `[S, S]` or `[1, S, S]` tensor broadcasts against the scores the same way and is
+#   accepted too; any other shape is not, nor is a float or int tensor, even with the
+#   right 1/0 pattern.
+# * Build it on `device`.
 
 # %% nbgrader="solution:causal_mask"
 def causal_mask(size):
@@ -59,6 +64,11 @@ ch03.check_causal_mask(causal_mask)
 # `padding_mask(tokens, pad_id)` takes token ids of shape `[B, S]` and returns a bool mask of shape
 # `[B, 1, 1, S]`, True where the key is a real token (not `pad_id`). The two singleton axes are the heads
 # and the queries: no head of any query may attend to a padded key (lesson §3.1).
+#
+# * A token is padding exactly when it equals `pad_id`, wherever it sits: the check uses
+#   pad ids other than 0 (with 0 a real token) and a left-padded batch, where the
+#   padding comes first.
+# * Do not modify `tokens` (no in-place ops on it): the caller still needs it.
 
 # %% nbgrader="solution:padding_mask"
 def padding_mask(tokens, pad_id):
@@ -78,12 +88,18 @@ ch03.check_padding_mask(padding_mask)
 # only be attended where `mask` is True. `q` is `[B, H, Sq, Dh]`, `k` and `v` are `[B, H, Sk, Dh]`,
 # `mask` is bool and broadcasts to `[B, H, Sq, Sk]`. Return `(out [B, H, Sq, Dh], weights [B, H, Sq, Sk])`.
 #
-# * Masked keys must get weight exactly 0, and each query's weights still sum to 1 (lesson §3.5).
-# * It must work in `float16` and `bfloat16` too (the check runs it there): choose a fill value that
-#   fits every dtype (lesson §3.5).
-# * A query whose keys are **all** masked (a fully padded sequence, say) has nothing to attend to.
-#   Its weights and output must be finite, never NaN. All zeros (what the course's reference returns)
-#   and a uniform row are both accepted.
+# * The scores are `q @ kᵀ / √Dh` (exercise 2). Masked keys must get weight exactly 0,
+#   each query's weights over the keys (the last axis) still sum to 1, and
+#   `out = weights @ v` (lesson §3.5). No dropout.
+# * It must work in `float16` and `bfloat16` too (the check runs it there): choose a fill
+#   value that fits every dtype, and return `out` and `weights` in the dtype of `q`
+#   (lesson §3.5).
+# * A query whose keys are **all** masked (a fully padded sequence, say) has nothing to
+#   attend to. Its weights and output must be finite, never NaN. Its weights may be all
+#   zeros (what the course's reference returns) or any row that sums to 1 (a finite fill
+#   gives a uniform one).
+# * Do not modify `q`, `k`, `v` or `mask` in place (`q /= ...`, `mask.logical_not_()`):
+#   the caller still uses them.
 #
 # Write the computation yourself: a hidden test fails a function that calls PyTorch's attention.
 
