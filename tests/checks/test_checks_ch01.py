@@ -50,7 +50,7 @@ def test_split_heads_accepts_right_implementations(fn, capsys):
     (split_wrong_no_transpose, "view without transpose"),
     (split_wrong_view_straight, "sequence and head axes confused"),
     (split_wrong_interleaved, "heads interleaved"),
-    (lambda x, h: x, "matches none of the known pitfalls"),
+    (lambda x, h: x, r"'axes in the wrong order'.*\[B, S, D\]"),
     (lambda x, h: None, "expected a tensor"),
 ])
 def test_split_heads_rejects_wrong_implementations(fn, diagnosis):
@@ -328,7 +328,7 @@ def test_mha_accepts_right_implementations(cls, capsys):
     (WrongSeedEinsum, r"einsum over the wrong axes \(the seed's bug\)"),
     (WrongSeedCode, r"scaled by sqrt\(d_model\) \(the seed's code\)"),
     (WrongSharedPerHeadLinear, "one Linear shared by all heads"),
-    (WrongNoTokenMixing, "matches none of the known pitfalls"),
+    (WrongNoTokenMixing, r"one row per \*key\* \(Sk = 7\)"),
 ])
 def test_mha_rejects_wrong_implementations(cls, diagnosis):
     with pytest.raises(CheckFailure, match=diagnosis):
@@ -385,3 +385,38 @@ def test_checks_write_nothing_to_stderr(capfd):
     with pytest.raises(CheckFailure):
         ch01.check_multi_head_attention(WrongScaleDModel)
     assert capfd.readouterr().err == ""
+
+
+class RightOutFirstFusedPerHead(nn.Module):
+    """Output projection registered first; q, k, v fused per head ([h0: q k v, ...])."""
+
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.o = nn.Linear(d_model, d_model, bias=False)
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.h = n_heads
+
+    def forward(self, query, key, value, mask=None):
+        h, d = self.h, query.size(-1)
+        w, b = self.qkv.weight.view(h, 3, d // h, d), self.qkv.bias.view(h, 3, d // h)
+        q, k, v = (F.linear(x, w[:, i].reshape(d, d), b[:, i].reshape(d))
+                   .unflatten(-1, (h, -1)) for i, x in enumerate((query, key, value)))
+        att = torch.einsum("bqhd,bkhd->bhqk", q, k).div(math.sqrt(d // h)).softmax(-1)
+        return self.o(torch.einsum("bhqk,bkhd->bqhd", att, v).flatten(2))
+
+
+class WrongDividesByDh(MHA):
+    def attend(self, q, k, v):  # forgot the square root
+        return (q @ k.transpose(-2, -1) / q.size(-1)).softmax(-1) @ v
+
+
+def test_mha_finds_projections_by_behaviour_not_order(capsys):
+    ch01.check_multi_head_attention(RightOutFirstFusedPerHead)
+    assert "✓ MultiHeadAttention" in capsys.readouterr().out
+
+
+def test_mha_measures_the_score_divisor():
+    measured = (r"divided by 4 \(D=16, H=4\), 8 \(D=24, H=3\).*that is d_head; "
+                r"expected √Dh = 2")
+    with pytest.raises(CheckFailure, match=measured):
+        ch01.check_multi_head_attention(WrongDividesByDh)

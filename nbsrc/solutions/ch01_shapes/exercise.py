@@ -41,6 +41,11 @@ device = get_device()
 #
 # `split_heads(x, n_heads)` takes `x` of shape `[B, S, D]` and returns `[B, H, S, Dh]`, where head `h`
 # holds the features `x[..., h*Dh:(h+1)*Dh]`. Lesson §1.2.
+#
+# Read every size from `x` and from `n_heads` (the check tries several shapes, a float64 input and
+# an input whose values are their own positions, to see where each number went). Only rearrange the
+# numbers: no arithmetic on them, the input's dtype kept, and `x` itself left unchanged (no in-place
+# ops such as `resize_` or `transpose_` on it). Return one tensor.
 
 # %% nbgrader="solution:split_heads"
 def split_heads(x, n_heads):
@@ -62,6 +67,9 @@ ch01.check_by_hand("split_heads", split_heads, (torch.randn(2, 3, 8), 2))
 #
 # `merge_heads(x)` takes `[B, H, S, Dh]` and returns `[B, S, D]`: the exact inverse of `split_heads`.
 # Careful: what `split_heads` returns is not contiguous in memory. Lesson §1.3.
+#
+# As for `split_heads`: sizes from `x`, numbers only rearranged, dtype kept, `x` left unchanged,
+# one tensor returned.
 
 # %% nbgrader="solution:merge_heads"
 def merge_heads(x):
@@ -90,9 +98,19 @@ ch01.check_by_hand("merge_heads", merge_heads, (torch.randn(2, 2, 3, 4),))
 # 3. scores $= QK^\top / \sqrt{D_h}$, softmax over the keys, weights $\times V$ (lesson §1.4, §1.6);
 # 4. merge the heads and apply the output projection `nn.Linear(d_model, d_model)`.
 #
-# Define the four projections in the order query, key, value, output (one
-# `nn.Linear(d_model, 3 * d_model)` for q, k and v together is fine too): the check copies its own
-# weights into yours in that order. You may ignore `mask` in this chapter (chapter 3 is about masks).
+# Name, order and lay out the projections as you like: four `nn.Linear(d_model, d_model)` in any
+# registration order, or one `nn.Linear(d_model, 3 * d_model)` for q, k and v together (stacked
+# `[q; k; v]` or per head), or your own `nn.Parameter` weights used as `x @ W`; biases on any of them
+# or on none. The check finds each projection by *what it is applied to* (it runs your module once
+# and reads which input each weight acts on), copies its own weights into yours, and compares the
+# outputs. So each of `query`, `key` and `value` must go through its own projection: the check
+# passes different tensors for them (cross-attention, with `Sq != Sk` and `key != value`), in
+# float32 and float64.
+#
+# `forward` returns one tensor `[B, Sq, D]` with the dtype of `query`, leaves its arguments
+# unchanged (no in-place ops on them), and gives the same output twice in a row in eval mode
+# (dropout, if any, only in training). With `mask=None` every query attends to every key: you may
+# ignore `mask` in this chapter (chapter 3 is about masks), but do not build one in.
 # Write the attention yourself: a hidden test fails a module that calls PyTorch's or the reference's.
 
 # %% nbgrader="solution:multi_head_attention"

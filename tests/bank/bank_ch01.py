@@ -1,0 +1,1186 @@
+"""Chapter 1's measured bank: split_heads, merge_heads, multi_head_attention (see
+bank.py).
+
+Each answer is literal learner code; a wrong one says in a comment what the mistake is
+and why a learner makes it.
+"""
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from bank import GENERIC, right, wrong  # noqa: F401
+from tformer_grading.checks import ch01
+
+GRADERS = {
+    "split_heads": lambda fn: (
+        ch01.check_split_heads(fn),
+        ch01.check_by_hand("split_heads", fn, (torch.randn(2, 3, 8), 2))),
+    "merge_heads": lambda fn: (
+        ch01.check_merge_heads(fn),
+        ch01.check_by_hand("merge_heads", fn, (torch.randn(2, 2, 3, 4),))),
+    "multi_head_attention": lambda cls: (
+        ch01.check_multi_head_attention(cls),
+        ch01.check_multi_head_attention_behaviour(cls),
+        ch01.check_multi_head_attention_by_hand(cls)),
+}
+
+
+# ------------------------------------------------------------------ split_heads: right
+
+@right("split_heads")
+def split_view_transpose(x, n_heads):
+    batch, seq, d_model = x.shape
+    return x.view(batch, seq, n_heads, d_model // n_heads).transpose(1, 2)
+
+
+@right("split_heads")
+def split_reshape_permute(x, h):
+    b, s, d = x.shape
+    return x.reshape(b, s, h, d // h).permute(0, 2, 1, 3)
+
+
+@right("split_heads")
+def split_unflatten_movedim(x, n_heads):
+    return x.unflatten(-1, (n_heads, -1)).movedim(2, 1)
+
+
+@right("split_heads")
+def split_chunk_stack(x, n_heads):
+    return torch.stack(x.chunk(n_heads, dim=-1), dim=1)
+
+
+@right("split_heads")
+def split_slices_loop(x, n_heads):
+    d_head = x.size(-1) // n_heads
+    heads = [x[:, :, i * d_head:(i + 1) * d_head] for i in range(n_heads)]
+    return torch.stack(heads, dim=1)
+
+
+@right("split_heads")
+def split_contiguous_copy(x, n_heads):
+    b, s, d = x.size()
+    return x.view(b, s, n_heads, -1).transpose(1, 2).contiguous()
+
+
+@right("split_heads")
+def split_swapaxes(x, n_heads):
+    b, s, d = x.shape
+    return x.reshape(b, s, n_heads, d // n_heads).swapaxes(1, 2)
+
+
+@right("split_heads")
+def split_einsum(x, n_heads):
+    b, s, d = x.shape
+    return torch.einsum("bshd->bhsd", x.view(b, s, n_heads, d // n_heads))
+
+
+# ------------------------------------------------------------------ split_heads: wrong
+
+@wrong("split_heads", r"'view without transpose'", listed=True)
+def split_forgot_transpose(x, n_heads):  # stops at [B, S, H, Dh], the view alone
+    b, s, d = x.shape
+    return x.view(b, s, n_heads, d // n_heads)
+
+
+@wrong("split_heads", r"'sequence and head axes confused'", listed=True)
+def split_view_straight(x, n_heads):  # "the output shape is [B, H, S, Dh]": view to it
+    b, s, d = x.shape
+    return x.view(b, n_heads, s, d // n_heads)
+
+
+@wrong("split_heads", r"'heads interleaved'", listed=True)
+def split_interleaved_einops_order(x, n_heads):  # einops' "(d h)" instead of "(h d)"
+    b, s, d = x.shape
+    return x.view(b, s, d // n_heads, n_heads).permute(0, 3, 1, 2)
+
+
+@wrong("split_heads", r"'heads interleaved'", listed=True)
+def split_strided_slices(x, n_heads):  # x[..., i::H] looks like "every head a slice"
+    return torch.stack([x[..., i::n_heads] for i in range(n_heads)], dim=1)
+
+
+@wrong("split_heads", r"'sequence and head axes confused'", listed=True)
+def split_two_views(x, n_heads):  # two views never move data: still a straight view
+    b, s, d = x.shape
+    return x.view(b, s * n_heads, d // n_heads).view(b, n_heads, s, d // n_heads)
+
+
+@wrong("split_heads", r"'axes in the wrong order'.*\[B, S, D\]", listed=False)
+def split_returns_input(x, n_heads):  # thought the heads were split later, in attention
+    return x
+
+
+@wrong("split_heads", r"'axes in the wrong order'.*\[B, S, Dh, H\]", listed=False)
+def split_transposes_last_two(x, n_heads):  # transpose(2, 3): the wrong pair of axes
+    b, s, d = x.shape
+    return x.view(b, s, n_heads, d // n_heads).transpose(2, 3)
+
+
+@wrong("split_heads", r"'axes in the wrong order'.*\[B, H, Dh, S\]", listed=False)
+def split_permute_wrong(x, n_heads):  # permute names where axes come from: misread
+    b, s, d = x.shape
+    return x.view(b, s, n_heads, d // n_heads).permute(0, 2, 3, 1)
+
+
+@wrong("split_heads", r"'axes in the wrong order'.*\[H, B, S, Dh\]", listed=False)
+def split_heads_first(x, n_heads):  # heads in front "so each head is a batch"
+    b, s, d = x.shape
+    return x.view(b, s, n_heads, d // n_heads).permute(2, 0, 1, 3)
+
+
+@wrong("split_heads", r"'axes in the wrong order'.*\[S, B, H, Dh\]", listed=False)
+def split_transpose_zero_one(x, n_heads):  # transpose(0, 1): sequence-first habits
+    b, s, d = x.shape
+    return x.view(b, s, n_heads, d // n_heads).transpose(0, 1)
+
+
+@wrong("split_heads", r"'features assigned to the wrong heads'.*head 0 holds features "
+                      r"\[15, 16, 17, 18, 19\]", listed=False)
+def split_heads_reversed(x, n_heads):  # flip meant to "put the heads axis first"
+    b, s, d = x.shape
+    return x.view(b, s, n_heads, d // n_heads).flip(2).transpose(1, 2)
+
+
+@wrong("split_heads", r"'wrong output shape'.*5 heads of 4 features", listed=False)
+def split_sizes_swapped(x, n_heads):  # view(B, S, Dh, H): the two sizes swapped
+    b, s, d = x.shape
+    return x.view(b, s, d // n_heads, n_heads).transpose(1, 2)
+
+
+@wrong("split_heads", r"'wrong output shape'.*5 heads of 4 features", listed=False)
+def split_chunks_of_n_heads(x, n_heads):  # split(size) takes a chunk size, not a count
+    return torch.stack(x.split(n_heads, dim=-1), dim=1)
+
+
+@wrong("split_heads", r"'wrong output shape'.*5 heads of 4 features", listed=False)
+def split_fixed_head_size(x, n_heads):  # Dh = 4 fitted the first test, D=8 with 2 heads
+    b, s, d = x.shape
+    return x.view(b, s, -1, 4).transpose(1, 2)
+
+
+@wrong("split_heads", r"raised TypeError.*at line \d+ of your code", listed=False)
+def split_float_division(x, n_heads):  # d / h is a float: view() wants ints
+    b, s, d = x.shape
+    return x.view(b, s, n_heads, d / n_heads).transpose(1, 2)
+
+
+@wrong("split_heads",
+       r"raised RuntimeError.*at line \d+ of your code.*case x \[B=2, S=5",
+       listed=False)
+def split_unflatten_sequence(x, n_heads):  # unflatten(1, ...) cuts the sequence axis
+    return x.unflatten(1, (n_heads, -1))
+
+
+@wrong("split_heads", r"'tokens mixed into the heads'", listed=False)
+def split_reshape_then_transpose_inner(x, n_heads):  # [B, H, Dh, S] read from memory
+    b, s, d = x.shape
+    return x.reshape(b, n_heads, d // n_heads, s).transpose(2, 3)
+
+
+@wrong("split_heads", r"'batch entries mixed'", listed=False)
+def split_transpose_before_view(x, n_heads):  # transposed first, so reshape reorders
+    b, s, d = x.shape
+    return x.transpose(0, 1).reshape(b, s, n_heads, d // n_heads).transpose(1, 2)
+
+
+@wrong("split_heads", r"'input changed in place'.*`x`", listed=False)
+def split_resize_in_place(x, n_heads):  # resize_ reshapes the caller's tensor itself
+    b, s, d = x.shape
+    x.resize_(b, s, n_heads, d // n_heads)
+    return x.transpose(1, 2)
+
+
+@wrong("split_heads",
+       r"expected dtype torch\.float64, got torch\.float32", listed=False)
+def split_casts_to_float(x, n_heads):  # .float() "to be safe" downcasts float64
+    b, s, d = x.shape
+    return x.float().view(b, s, n_heads, d // n_heads).transpose(1, 2)
+
+
+@wrong("split_heads", r"expected a tensor of shape .*got tuple", listed=False)
+def split_returns_head_size_too(x, n_heads):  # handy for the caller, but not asked for
+    b, s, d = x.shape
+    d_head = d // n_heads
+    return x.view(b, s, n_heads, d_head).transpose(1, 2), d_head
+
+
+@wrong("split_heads", r"'values changed, not only moved'.*times 0\.4472", listed=False)
+def split_scales_queries(x, n_heads):  # pre-scales by 1/√Dh "since q is split here"
+    b, s, d = x.shape
+    d_head = d // n_heads
+    return x.view(b, s, n_heads, d_head).transpose(1, 2) / math.sqrt(d_head)
+
+
+@wrong("split_heads", r"'wrong output shape'.*\[2, 3, 1, 20\]", listed=False)
+def split_chunk_wrong_axis(x, n_heads):  # chunk(dim=1) cuts tokens, not features
+    return torch.stack(x.chunk(n_heads, dim=1), dim=1)
+
+
+@wrong("split_heads", r"'wrong output shape'.*\[2, 4, 15\]", listed=False)
+def split_flattens_again(x, n_heads):  # merges S and Dh back "to keep it 3-D"
+    b, s, d = x.shape
+    return x.view(b, s, n_heads, d // n_heads).transpose(1, 2).reshape(b, n_heads, -1)
+
+
+@wrong("split_heads", r"'features assigned to the wrong heads'", listed=False)
+def split_off_by_one_slices(x, n_heads):  # starts at feature 1, wraps the last around
+    d_head = x.size(-1) // n_heads
+    rolled = torch.roll(x, -1, dims=-1)
+    heads = [rolled[..., i * d_head:(i + 1) * d_head] for i in range(n_heads)]
+    return torch.stack(heads, dim=1)
+
+
+# ------------------------------------------------------------------ merge_heads: right
+
+@right("merge_heads")
+def merge_transpose_reshape(x):
+    batch, n_heads, seq, d_head = x.shape
+    return x.transpose(1, 2).reshape(batch, seq, n_heads * d_head)
+
+
+@right("merge_heads")
+def merge_contiguous_view(x):
+    b, h, s, dh = x.shape
+    return x.transpose(1, 2).contiguous().view(b, s, h * dh)
+
+
+@right("merge_heads")
+def merge_cat_heads(x):
+    return torch.cat(x.unbind(dim=1), dim=-1)
+
+
+@right("merge_heads")
+def merge_permute_flatten(x):
+    return x.permute(0, 2, 1, 3).flatten(start_dim=2)
+
+
+@right("merge_heads")
+def merge_stack_on_axis_two(x):
+    return torch.stack(x.unbind(1), dim=2).flatten(2)
+
+
+@right("merge_heads")
+def merge_einsum(x):
+    b, h, s, dh = x.shape
+    return torch.einsum("bhsd->bshd", x).reshape(b, s, -1)
+
+
+@right("merge_heads")
+def merge_loop_cat(x):
+    return torch.cat([x[:, i] for i in range(x.size(1))], dim=2)
+
+
+@right("merge_heads")
+def merge_movedim_reshape(x):
+    b, h, s, dh = x.size()
+    return x.movedim(1, 2).reshape(b, s, -1)
+
+
+# ------------------------------------------------------------------ merge_heads: wrong
+
+@wrong("merge_heads", r"'merged without transpose'", listed=True)
+def merge_reshape_only(x):  # "reshape handles it": it glues rows of different tokens
+    b, h, s, dh = x.shape
+    return x.reshape(b, s, h * dh)
+
+
+@wrong("merge_heads", r"'merged without transpose'", listed=True)
+def merge_contiguous_then_view(x):  # contiguous() fixes the error, not the order
+    b, h, s, dh = x.shape
+    return x.contiguous().view(b, s, -1)
+
+
+@wrong("merge_heads", r"'heads merged in the wrong order'", listed=True)
+def merge_dh_before_h(x):  # permute(0, 2, 3, 1): Dh before H
+    b, h, s, dh = x.shape
+    return x.permute(0, 2, 3, 1).reshape(b, s, h * dh)
+
+
+@wrong("merge_heads", r"'heads merged in the wrong order'", listed=True)
+def merge_stack_last(x):  # stack(dim=-1) puts the head axis after Dh
+    return torch.stack(x.unbind(1), dim=-1).flatten(2)
+
+
+@wrong("merge_heads", r"'view on a non-contiguous tensor'", listed=True)
+def merge_view_after_transpose(x):  # view() refuses what transpose returns
+    b, h, s, dh = x.shape
+    return x.transpose(1, 2).view(b, s, h * dh)
+
+
+@wrong("merge_heads", r"'axes in the wrong order'.*\[B, S, H, Dh\]", listed=False)
+def merge_forgot_flatten(x):  # the transpose, and then nothing
+    return x.transpose(1, 2)
+
+
+@wrong("merge_heads", r"'wrong merged shape'.*\[2, 3, 20\]", listed=False)
+def merge_flatten_wrong_axes(x):  # flatten(2) joins S and Dh
+    return x.flatten(2)
+
+
+@wrong("merge_heads", r"'wrong merged shape'.*\[2, 60\]", listed=False)
+def merge_flatten_everything(x):  # flatten(1) after the transpose: S is gone too
+    return x.transpose(1, 2).flatten(1)
+
+
+@wrong("merge_heads", r"'wrong merged shape'.*\[2, 12, 5\]", listed=False)
+def merge_cat_along_sequence(x):  # unbind the heads, cat on dim=1: the tokens axis
+    return torch.cat(x.unbind(1), dim=1)
+
+
+@wrong("merge_heads", r"'wrong merged shape'.*\[2, 3, 20\]", listed=False)
+def merge_cat_tokens(x):  # unbind(2) takes tokens apart, not heads
+    return torch.cat(x.unbind(2), dim=-1)
+
+
+@wrong("merge_heads",
+       r"'head features put in the wrong places'.*\(2, 0\)", listed=False)
+def merge_heads_reversed(x):  # reversed() "to undo" the split's order
+    return torch.cat(list(reversed(x.unbind(1))), dim=-1)
+
+
+@wrong("merge_heads", r"'tokens glued together'", listed=False)
+def merge_transpose_one_three(x):  # transpose(1, 3): swaps H and Dh, then reshapes
+    b, h, s, dh = x.shape
+    return x.transpose(1, 3).reshape(b, s, -1)
+
+
+@wrong("merge_heads", r"'tokens glued together'", listed=False)
+def merge_mt_reshape(x):  # .mT swaps the last two axes, not H and S
+    b, h, s, dh = x.shape
+    return x.mT.reshape(b, s, h * dh)
+
+
+@wrong("merge_heads", r"'wrong merged shape'.*\[2, 3, 20\]", listed=False)
+def merge_unpacks_in_split_order(x):  # reads the shape as [B, S, H, Dh]
+    b, s, h, dh = x.shape
+    return x.transpose(1, 2).reshape(b, s, h * dh)
+
+
+@wrong("merge_heads", r"'input changed in place'.*`x`", listed=False)
+def merge_transpose_in_place(x):  # transpose_ changes the caller's tensor
+    b, h, s, dh = x.shape
+    x.transpose_(1, 2)
+    return x.reshape(b, s, h * dh)
+
+
+@wrong("merge_heads",
+       r"expected dtype torch\.float64, got torch\.float32", listed=False)
+def merge_to_float32(x):  # .to(torch.float32) "for the next Linear"
+    b, h, s, dh = x.shape
+    return x.transpose(1, 2).reshape(b, s, h * dh).to(torch.float32)
+
+
+@wrong("merge_heads", r"'values changed, not only moved'.*times 2\.236", listed=False)
+def merge_undoes_scaling(x):  # multiplies by √Dh "to undo the attention's scaling"
+    b, h, s, dh = x.shape
+    return x.transpose(1, 2).reshape(b, s, h * dh) * math.sqrt(dh)
+
+
+@wrong("merge_heads", r"'batch entries mixed'", listed=False)
+def merge_transpose_zero_two(x):  # transpose(0, 2) instead of (1, 2)
+    b, h, s, dh = x.shape
+    return x.transpose(0, 2).reshape(b, s, h * dh)
+
+
+@wrong("merge_heads", r"'wrong merged shape'.*\[2, 4, 5\]", listed=False)
+def merge_sums_heads(x):  # sums the heads "like the outputs of parallel branches"
+    return x.sum(dim=1)
+
+
+@wrong("merge_heads", r"'wrong merged shape'.*\[2, 4, 10\]", listed=False)
+def merge_drops_last_head(x):  # range(h - 1): an off-by-one drops the last head
+    return torch.cat([x[:, i] for i in range(x.size(1) - 1)], dim=-1)
+
+
+@wrong("merge_heads", r"expected a tensor of shape .*got list", listed=False)
+def merge_returns_list(x):  # the heads, side by side, but never concatenated
+    return [x[:, i] for i in range(x.size(1))]
+
+
+@wrong("merge_heads", r"'axes in the wrong order'.*\[B, D, S\]", listed=False)
+def merge_feature_first(x):  # [B, D, S], like a Conv1d wants it
+    b, h, s, dh = x.shape
+    return x.reshape(b, h * dh, s)
+
+
+@wrong("merge_heads", r"'head features put in the wrong places'", listed=False)
+def merge_rolled_features(x):  # roll "to put the first head last", as split did
+    b, h, s, dh = x.shape
+    return torch.roll(x.transpose(1, 2).reshape(b, s, h * dh), 1, dims=-1)
+
+
+@wrong("merge_heads", r"'axes in the wrong order'.*\[S, B, D\]", listed=False)
+def merge_sequence_first(x):  # [S, B, D], nn.MultiheadAttention's default layout
+    b, h, s, dh = x.shape
+    return x.permute(2, 0, 1, 3).reshape(s, b, h * dh)
+
+
+@wrong("merge_heads", r"raised RuntimeError.*at line \d+ of your code", listed=False)
+def merge_fixed_shape(x):  # sizes from the lesson's example, not from x
+    return x.transpose(1, 2).reshape(2, 5, 8)
+
+
+# ---------------------------------------------------------------- multi_head_attention
+# In the notebook the module uses the learner's own split_heads and merge_heads from the
+# cells above; these are those (right) answers.
+
+def split_heads(x, n_heads):
+    batch, seq, d_model = x.shape
+    return x.view(batch, seq, n_heads, d_model // n_heads).transpose(1, 2)
+
+
+def merge_heads(x):
+    batch, n_heads, seq, d_head = x.shape
+    return x.transpose(1, 2).reshape(batch, seq, n_heads * d_head)
+
+
+# --------------------------------------------------------- multi_head_attention: right
+
+@right("multi_head_attention")
+class MHAFourLinears(nn.Module):
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.n_heads = n_heads
+        self.q_proj = nn.Linear(d_model, d_model)
+        self.k_proj = nn.Linear(d_model, d_model)
+        self.v_proj = nn.Linear(d_model, d_model)
+        self.out_proj = nn.Linear(d_model, d_model)
+
+    def forward(self, query, key, value, mask=None):
+        q = split_heads(self.q_proj(query), self.n_heads)
+        k = split_heads(self.k_proj(key), self.n_heads)
+        v = split_heads(self.v_proj(value), self.n_heads)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+        return self.out_proj(merge_heads(scores.softmax(dim=-1) @ v))
+
+
+@right("multi_head_attention")
+class MHAOutputFirstNoBias(nn.Module):
+    """Registers the output projection first, other names, no biases anywhere."""
+
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.fc_out = nn.Linear(d_model, d_model, bias=False)
+        self.values = nn.Linear(d_model, d_model, bias=False)
+        self.keys = nn.Linear(d_model, d_model, bias=False)
+        self.queries = nn.Linear(d_model, d_model, bias=False)
+        self.heads = n_heads
+
+    def forward(self, query, key, value, mask=None):
+        q = split_heads(self.queries(query), self.heads)
+        k = split_heads(self.keys(key), self.heads)
+        v = split_heads(self.values(value), self.heads)
+        energy = torch.einsum("bhqd,bhkd->bhqk", q, k) / q.shape[-1] ** 0.5
+        out = torch.einsum("bhqk,bhkd->bhqd", torch.softmax(energy, dim=3), v)
+        return self.fc_out(merge_heads(out))
+
+
+@right("multi_head_attention")
+class MHAFusedStacked(nn.Module):
+    """One Linear(D, 3D) holding [Wq; Wk; Wv]; its thirds applied to the inputs."""
+
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.h = n_heads
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.proj = nn.Linear(d_model, d_model)
+
+    def forward(self, query, key, value, mask=None):
+        wq, wk, wv = self.qkv.weight.chunk(3, dim=0)
+        bq, bk, bv = self.qkv.bias.chunk(3)
+        q = split_heads(F.linear(query, wq, bq), self.h)
+        k = split_heads(F.linear(key, wk, bk), self.h)
+        v = split_heads(F.linear(value, wv, bv), self.h)
+        att = F.softmax(q @ k.mT * (1.0 / math.sqrt(k.size(-1))), dim=-1)
+        return self.proj(merge_heads(att @ v))
+
+
+@right("multi_head_attention")
+class MHAFusedPerHead(nn.Module):
+    """Fused Linear(D, 3D) laid out per head, as Megatron does: [h0: q k v, h1: ...]."""
+
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.n_heads, self.d_head = n_heads, d_model // n_heads
+        self.in_proj = nn.Linear(d_model, 3 * d_model)
+        self.out_proj = nn.Linear(d_model, d_model)
+
+    def forward(self, query, key, value, mask=None):
+        h, dh = self.n_heads, self.d_head
+        w = self.in_proj.weight.view(h, 3, dh, -1)
+        b = self.in_proj.bias.view(h, 3, dh)
+        q, k, v = (F.linear(x, w[:, i].reshape(h * dh, -1), b[:, i].reshape(-1))
+                   for i, x in enumerate((query, key, value)))
+        q, k, v = (split_heads(t, h) for t in (q, k, v))
+        weights = torch.softmax(torch.matmul(q, k.transpose(2, 3)) / dh ** 0.5, dim=-1)
+        return self.out_proj(merge_heads(torch.matmul(weights, v)))
+
+
+@right("multi_head_attention")
+class MHARawParameters(nn.Module):
+    """Weights as [d_in, d_out] Parameters used as x @ W + b."""
+
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.h = n_heads
+        self.W_q = nn.Parameter(torch.randn(d_model, d_model) / d_model ** 0.5)
+        self.W_k = nn.Parameter(torch.randn(d_model, d_model) / d_model ** 0.5)
+        self.W_v = nn.Parameter(torch.randn(d_model, d_model) / d_model ** 0.5)
+        self.W_o = nn.Parameter(torch.randn(d_model, d_model) / d_model ** 0.5)
+        self.b_v = nn.Parameter(torch.zeros(d_model))
+        self.b_o = nn.Parameter(torch.zeros(d_model))
+
+    def forward(self, query, key, value, mask=None):
+        q = split_heads(query @ self.W_q, self.h)
+        k = split_heads(key @ self.W_k, self.h)
+        v = split_heads(value @ self.W_v + self.b_v, self.h)
+        scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+        return merge_heads(scores.softmax(-1) @ v) @ self.W_o + self.b_o
+
+
+@right("multi_head_attention")
+class MHAQueryAndFusedKV(nn.Module):
+    """A query Linear without bias and one Linear(D, 2D) for key and value together."""
+
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.n_heads = n_heads
+        self.to_q = nn.Linear(d_model, d_model, bias=False)
+        self.to_kv = nn.Linear(d_model, 2 * d_model)
+        self.to_out = nn.Linear(d_model, d_model)
+
+    def forward(self, query, key, value, mask=None):
+        d = query.size(-1)
+        q = split_heads(self.to_q(query), self.n_heads)
+        k = split_heads(F.linear(key, self.to_kv.weight[:d], self.to_kv.bias[:d]),
+                        self.n_heads)
+        v = split_heads(F.linear(value, self.to_kv.weight[d:], self.to_kv.bias[d:]),
+                        self.n_heads)
+        q = q * q.size(-1) ** -0.5  # scaling q first is the same as scaling the scores
+        return self.to_out(merge_heads(torch.softmax(q @ k.transpose(-2, -1), -1) @ v))
+
+
+@right("multi_head_attention")
+class MHAPerHeadModules(nn.Module):
+    """H separate Linear(D, Dh) per role, one head at a time, outputs concatenated."""
+
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        d_head = d_model // n_heads
+        self.q_heads = nn.ModuleList(nn.Linear(d_model, d_head) for _ in range(n_heads))
+        self.k_heads = nn.ModuleList(nn.Linear(d_model, d_head) for _ in range(n_heads))
+        self.v_heads = nn.ModuleList(nn.Linear(d_model, d_head) for _ in range(n_heads))
+        self.o = nn.Linear(d_model, d_model)
+
+    def forward(self, query, key, value, mask=None):
+        outs = []
+        for wq, wk, wv in zip(self.q_heads, self.k_heads, self.v_heads):
+            q, k, v = wq(query), wk(key), wv(value)
+            a = torch.softmax(q @ k.transpose(1, 2) / math.sqrt(q.size(-1)), dim=-1)
+            outs.append(a @ v)
+        return self.o(torch.cat(outs, dim=-1))
+
+
+@right("multi_head_attention")
+class MHAHandSoftmaxBaddbmm(nn.Module):
+    """Heads folded into the batch for baddbmm/bmm, softmax written out by hand."""
+
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.h = n_heads
+        self.wq, self.wk, self.wv, self.wo = (nn.Linear(d_model, d_model)
+                                              for _ in range(4))
+
+    def forward(self, query, key, value, mask=None):
+        b, sq, d = query.shape
+        sk, dh = key.size(1), d // self.h
+        q = split_heads(self.wq(query), self.h).reshape(b * self.h, sq, dh)
+        k = split_heads(self.wk(key), self.h).reshape(b * self.h, sk, dh)
+        v = split_heads(self.wv(value), self.h).reshape(b * self.h, sk, dh)
+        zeros = torch.zeros(b * self.h, sq, sk, dtype=q.dtype, device=q.device)
+        s = torch.baddbmm(zeros, q, k.transpose(1, 2), alpha=1 / math.sqrt(dh))
+        e = torch.exp(s - s.max(dim=-1, keepdim=True).values)
+        w = e / e.sum(dim=-1, keepdim=True)
+        out = torch.bmm(w, v).view(b, self.h, sq, dh)
+        return self.wo(merge_heads(out))
+
+
+@right("multi_head_attention")
+class MHAEinsumHeadsLast(nn.Module):
+    """Heads kept as [B, S, H, Dh], contracted with the right einsum labels."""
+
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.h = n_heads
+        self.query = nn.Linear(d_model, d_model)
+        self.key = nn.Linear(d_model, d_model, bias=False)
+        self.value = nn.Linear(d_model, d_model)
+        self.out = nn.Linear(d_model, d_model, bias=False)
+
+    def forward(self, query, key, value, mask=None):
+        q = self.query(query).unflatten(-1, (self.h, -1))
+        k = self.key(key).unflatten(-1, (self.h, -1))
+        v = self.value(value).unflatten(-1, (self.h, -1))
+        w = torch.einsum("bqhd,bkhd->bhqk", q, k).div(math.sqrt(q.size(-1))).softmax(-1)
+        return self.out(torch.einsum("bhqk,bkhd->bqhd", w, v).flatten(2))
+
+
+# --------------------------------------------------------- multi_head_attention: wrong
+
+@wrong("multi_head_attention", r"'scaled by sqrt\(d_model\)'", listed=True)
+class MHAScaleDModel(nn.Module):  # the seed's embed_size ** 0.5: √D, not √Dh
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.h = n_heads
+        self.q, self.k, self.v, self.o = (nn.Linear(d_model, d_model)
+                                          for _ in range(4))
+
+    def forward(self, query, key, value, mask=None):
+        q, k, v = (split_heads(f(x), self.h)
+                   for f, x in ((self.q, query), (self.k, key), (self.v, value)))
+        w = (q @ k.transpose(-2, -1) / math.sqrt(query.size(-1))).softmax(-1)
+        return self.o(merge_heads(w @ v))
+
+
+@wrong("multi_head_attention", r"'no scaling'", listed=True)
+class MHANoScale(nn.Module):  # forgot the 1/√Dh altogether
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.h = n_heads
+        self.q, self.k, self.v, self.o = (nn.Linear(d_model, d_model)
+                                          for _ in range(4))
+
+    def forward(self, query, key, value, mask=None):
+        q, k, v = (split_heads(f(x), self.h)
+                   for f, x in ((self.q, query), (self.k, key), (self.v, value)))
+        return self.o(merge_heads((q @ k.transpose(-2, -1)).softmax(-1) @ v))
+
+
+@wrong("multi_head_attention", r"'softmax over the query axis'", listed=True)
+class MHASoftmaxDimTwo(nn.Module):  # dim=2 "is the sequence axis": it is the queries
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.h = n_heads
+        self.q, self.k, self.v, self.o = (nn.Linear(d_model, d_model)
+                                          for _ in range(4))
+
+    def forward(self, query, key, value, mask=None):
+        q, k, v = (split_heads(f(x), self.h)
+                   for f, x in ((self.q, query), (self.k, key), (self.v, value)))
+        w = F.softmax(q @ k.transpose(2, 3) / math.sqrt(q.size(3)), dim=2)
+        return self.o(merge_heads(w @ v))
+
+
+@wrong("multi_head_attention",
+       r"einsum over the wrong axes \(the seed's bug\)", listed=True)
+class MHASeedEinsum(nn.Module):  # the seed's letters for [B, H, S, Dh] on [B, S, H, Dh]
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.h = n_heads
+        self.q, self.k, self.v, self.o = (nn.Linear(d_model, d_model)
+                                          for _ in range(4))
+
+    def forward(self, query, key, value, mask=None):
+        q = self.q(query).unflatten(-1, (self.h, -1))
+        k = self.k(key).unflatten(-1, (self.h, -1))
+        v = self.v(value).unflatten(-1, (self.h, -1))
+        e = torch.einsum("bhqd,bhkd->bhqk", q, k) / math.sqrt(q.size(-1))
+        return self.o(torch.einsum("bhql,bhlv->bhqv", e.softmax(3), v).flatten(2))
+
+
+@wrong("multi_head_attention", r"'sequence and head axes confused'", listed=True)
+class MHASplitStraight(nn.Module):  # reshape straight to [B, H, S, Dh]
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.h = n_heads
+        self.q, self.k, self.v, self.o = (nn.Linear(d_model, d_model)
+                                          for _ in range(4))
+
+    def forward(self, query, key, value, mask=None):
+        q, k, v = (f(x).reshape(x.size(0), self.h, x.size(1), -1)
+                   for f, x in ((self.q, query), (self.k, key), (self.v, value)))
+        w = (q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))).softmax(-1)
+        return self.o(merge_heads(w @ v))
+
+
+@wrong("multi_head_attention", r"'merged without transpose'", listed=True)
+class MHAMergeNoTranspose(nn.Module):  # reshape [B, H, S, Dh] straight to [B, S, D]
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.h = n_heads
+        self.q, self.k, self.v, self.o = (nn.Linear(d_model, d_model)
+                                          for _ in range(4))
+
+    def forward(self, query, key, value, mask=None):
+        q, k, v = (split_heads(f(x), self.h)
+                   for f, x in ((self.q, query), (self.k, key), (self.v, value)))
+        out = (q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))).softmax(-1) @ v
+        return self.o(out.reshape(query.shape))
+
+
+@wrong("multi_head_attention", r"'heads merged in the wrong order'", listed=True)
+class MHAMergeDhMajor(nn.Module):  # permute(0, 2, 3, 1): Dh before H
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.h = n_heads
+        self.q, self.k, self.v, self.o = (nn.Linear(d_model, d_model)
+                                          for _ in range(4))
+
+    def forward(self, query, key, value, mask=None):
+        q, k, v = (split_heads(f(x), self.h)
+                   for f, x in ((self.q, query), (self.k, key), (self.v, value)))
+        out = (q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))).softmax(-1) @ v
+        return self.o(out.permute(0, 2, 3, 1).flatten(2))
+
+
+@wrong("multi_head_attention", r"'one Linear shared by all heads'", listed=True)
+class MHASeedProjections(nn.Module):  # the seed: one Linear(Dh, Dh) for every head
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.h, dh = n_heads, d_model // n_heads
+        self.values = nn.Linear(dh, dh, bias=False)
+        self.keys = nn.Linear(dh, dh, bias=False)
+        self.queries = nn.Linear(dh, dh, bias=False)
+        self.fc_out = nn.Linear(d_model, d_model)
+
+    def forward(self, query, key, value, mask=None):
+        q = self.queries(split_heads(query, self.h))
+        k = self.keys(split_heads(key, self.h))
+        v = self.values(split_heads(value, self.h))
+        w = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)), dim=-1)
+        return self.fc_out(merge_heads(w @ v))
+
+
+@wrong("multi_head_attention", r"'scores divided by the wrong number'.*that is d_head;",
+       listed=False)
+class MHADivideByDHead(nn.Module):  # forgot the square root: / Dh
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.h = n_heads
+        self.q_proj = nn.Linear(d_model, d_model)
+        self.k_proj = nn.Linear(d_model, d_model)
+        self.v_proj = nn.Linear(d_model, d_model)
+        self.o_proj = nn.Linear(d_model, d_model)
+
+    def forward(self, query, key, value, mask=None):
+        q = split_heads(self.q_proj(query), self.h)
+        k = split_heads(self.k_proj(key), self.h)
+        v = split_heads(self.v_proj(value), self.h)
+        scores = q @ k.transpose(-2, -1) / q.size(-1)
+        return self.o_proj(merge_heads(scores.softmax(-1) @ v))
+
+
+@wrong("multi_head_attention",
+       r"'scores divided by the wrong number'.*multiplied by √d_head", listed=False)
+class MHAMultipliesByScale(nn.Module):  # * √Dh where it should be / √Dh
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.h = n_heads
+        self.scale = math.sqrt(d_model // n_heads)
+        self.q_proj = nn.Linear(d_model, d_model)
+        self.k_proj = nn.Linear(d_model, d_model)
+        self.v_proj = nn.Linear(d_model, d_model)
+        self.o_proj = nn.Linear(d_model, d_model)
+
+    def forward(self, query, key, value, mask=None):
+        q = split_heads(self.q_proj(query), self.h)
+        k = split_heads(self.k_proj(key), self.h)
+        v = split_heads(self.v_proj(value), self.h)
+        scores = q @ k.transpose(-2, -1) * self.scale
+        return self.o_proj(merge_heads(scores.softmax(-1) @ v))
+
+
+@wrong("multi_head_attention",
+       r"'scores divided by the wrong number'.*that is 2·d_head", listed=False)
+class MHAPrecedenceSlip(nn.Module):  # d_head ** 1/2 is (d_head ** 1) / 2
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.h, self.d_head = n_heads, d_model // n_heads
+        self.q_proj = nn.Linear(d_model, d_model)
+        self.k_proj = nn.Linear(d_model, d_model)
+        self.v_proj = nn.Linear(d_model, d_model)
+        self.o_proj = nn.Linear(d_model, d_model)
+
+    def forward(self, query, key, value, mask=None):
+        q = split_heads(self.q_proj(query), self.h)
+        k = split_heads(self.k_proj(key), self.h)
+        v = split_heads(self.v_proj(value), self.h)
+        scores = q @ k.transpose(-2, -1) / self.d_head ** 1 / 2
+        return self.o_proj(merge_heads(scores.softmax(-1) @ v))
+
+
+@wrong("multi_head_attention",
+       r"'scores divided by the wrong number'.*that is √n_heads", listed=False)
+class MHAScaleByHeads(nn.Module):  # √(number of heads): the wrong size in the formula
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.n_heads = n_heads
+        self.q_proj = nn.Linear(d_model, d_model)
+        self.k_proj = nn.Linear(d_model, d_model)
+        self.v_proj = nn.Linear(d_model, d_model)
+        self.o_proj = nn.Linear(d_model, d_model)
+
+    def forward(self, query, key, value, mask=None):
+        q = split_heads(self.q_proj(query), self.n_heads)
+        k = split_heads(self.k_proj(key), self.n_heads)
+        v = split_heads(self.v_proj(value), self.n_heads)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.n_heads)
+        return self.o_proj(merge_heads(scores.softmax(-1) @ v))
+
+
+@wrong("multi_head_attention", r"'scores divided by the wrong number'.*a constant 8\b",
+       listed=False)
+class MHAPaperConstant(nn.Module):  # the paper's √64 = 8, hard-coded
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.h = n_heads
+        self.q_proj = nn.Linear(d_model, d_model)
+        self.k_proj = nn.Linear(d_model, d_model)
+        self.v_proj = nn.Linear(d_model, d_model)
+        self.o_proj = nn.Linear(d_model, d_model)
+
+    def forward(self, query, key, value, mask=None):
+        q = split_heads(self.q_proj(query), self.h)
+        k = split_heads(self.k_proj(key), self.h)
+        v = split_heads(self.v_proj(value), self.h)
+        return self.o_proj(merge_heads(torch.softmax(q @ k.mT / 8.0, dim=-1) @ v))
+
+
+@wrong("multi_head_attention",
+       r"'scores divided by the wrong number'.*√Sq, the square root of the query "
+       r"length", listed=False)
+class MHAScaleBySeqLen(nn.Module):  # q.size(-2) where q.size(-1) was meant
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.h = n_heads
+        self.q_proj = nn.Linear(d_model, d_model)
+        self.k_proj = nn.Linear(d_model, d_model)
+        self.v_proj = nn.Linear(d_model, d_model)
+        self.o_proj = nn.Linear(d_model, d_model)
+
+    def forward(self, query, key, value, mask=None):
+        q = split_heads(self.q_proj(query), self.h)
+        k = split_heads(self.k_proj(key), self.h)
+        v = split_heads(self.v_proj(value), self.h)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-2))
+        return self.o_proj(merge_heads(scores.softmax(-1) @ v))
+
+
+@wrong("multi_head_attention", r"'softmax over the wrong axis'.*axis 1 \(the heads\)",
+       listed=False)
+class MHASoftmaxOverHeads(nn.Module):  # dim=1 "the first axis after the batch"
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.h = n_heads
+        self.wq, self.wk, self.wv, self.wo = (nn.Linear(d_model, d_model)
+                                              for _ in range(4))
+
+    def forward(self, query, key, value, mask=None):
+        q = split_heads(self.wq(query), self.h)
+        k = split_heads(self.wk(key), self.h)
+        v = split_heads(self.wv(value), self.h)
+        w = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)), dim=1)
+        return self.wo(merge_heads(w @ v))
+
+
+@wrong("multi_head_attention", r"'softmax over the wrong axis'.*axis 0 \(the batch\)",
+       listed=False)
+class MHASoftmaxOverBatch(nn.Module):  # softmax(0): the default axis in some tutorials
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.h = n_heads
+        self.wq, self.wk, self.wv, self.wo = (nn.Linear(d_model, d_model)
+                                              for _ in range(4))
+
+    def forward(self, query, key, value, mask=None):
+        q = split_heads(self.wq(query), self.h)
+        k = split_heads(self.wk(key), self.h)
+        v = split_heads(self.wv(value), self.h)
+        w = (q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))).softmax(0)
+        return self.wo(merge_heads(w @ v))
+
+
+@wrong("multi_head_attention",
+       r"2 mistakes at once: 'softmax over the wrong axis'.*axis 2 \(the queries"
+       r"\).*'scores divided by the wrong number'.*that is d_model", listed=False)
+class MHAQueriesAxisAndDModel(nn.Module):  # two slips: dim=-2 and / D
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.h, self.d = n_heads, d_model
+        self.wq, self.wk, self.wv, self.wo = (nn.Linear(d_model, d_model)
+                                              for _ in range(4))
+
+    def forward(self, query, key, value, mask=None):
+        q = split_heads(self.wq(query), self.h)
+        k = split_heads(self.wk(key), self.h)
+        v = split_heads(self.wv(value), self.h)
+        w = (q @ k.transpose(-2, -1) / self.d).softmax(-2)
+        return self.wo(merge_heads(w @ v))
+
+
+@wrong("multi_head_attention",
+       r"'attention weights do not sum to 1'.*sum to 0\.5 \(D=16, H=4\)", listed=False)
+class MHAScaleAfterSoftmax(nn.Module):  # the division moved after the softmax
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.h = n_heads
+        self.wq, self.wk, self.wv, self.wo = (nn.Linear(d_model, d_model)
+                                              for _ in range(4))
+
+    def forward(self, query, key, value, mask=None):
+        q = split_heads(self.wq(query), self.h)
+        k = split_heads(self.wk(key), self.h)
+        v = split_heads(self.wv(value), self.h)
+        w = (q @ k.transpose(-2, -1)).softmax(-1) / math.sqrt(q.size(-1))
+        return self.wo(merge_heads(w @ v))
+
+
+@wrong("multi_head_attention", r"'softmax missing'", listed=False)
+class MHAForgotSoftmax(nn.Module):  # "scaled scores are the weights"
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.h = n_heads
+        self.wq, self.wk, self.wv, self.wo = (nn.Linear(d_model, d_model)
+                                              for _ in range(4))
+
+    def forward(self, query, key, value, mask=None):
+        q = split_heads(self.wq(query), self.h)
+        k = split_heads(self.wk(key), self.h)
+        v = split_heads(self.wv(value), self.h)
+        return self.wo(merge_heads(q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)) @ v))
+
+
+@wrong("multi_head_attention", r"'key and value swapped'", listed=False)
+class MHAKeyValueSwapped(nn.Module):  # scores against v, weights over k
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.h = n_heads
+        self.wq, self.wk, self.wv, self.wo = (nn.Linear(d_model, d_model)
+                                              for _ in range(4))
+
+    def forward(self, query, key, value, mask=None):
+        q = split_heads(self.wq(query), self.h)
+        k = split_heads(self.wk(key), self.h)
+        v = split_heads(self.wv(value), self.h)
+        w = (q @ v.transpose(-2, -1) / math.sqrt(q.size(-1))).softmax(-1)
+        return self.wo(merge_heads(w @ k))
+
+
+@wrong("multi_head_attention", r"'an input is never projected'.*applied to `key`",
+       listed=False)
+class MHASelfAttentionOnly(nn.Module):  # written for self-attention: key/value ignored
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.h = n_heads
+        self.wq, self.wk, self.wv, self.wo = (nn.Linear(d_model, d_model)
+                                              for _ in range(4))
+
+    def forward(self, query, key, value, mask=None):
+        x = query
+        q = split_heads(self.wq(x), self.h)
+        k = split_heads(self.wk(x), self.h)
+        v = split_heads(self.wv(x), self.h)
+        w = (q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))).softmax(-1)
+        return self.wo(merge_heads(w @ v))
+
+
+@wrong("multi_head_attention", r"'an input is never projected'.*applied to `value`",
+       listed=False)
+class MHAValueFromKey(nn.Module):  # "keys and values are the same tokens": v from key
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.h = n_heads
+        self.wq, self.wk, self.wv, self.wo = (nn.Linear(d_model, d_model)
+                                              for _ in range(4))
+
+    def forward(self, query, key, value, mask=None):
+        q = split_heads(self.wq(query), self.h)
+        k = split_heads(self.wk(key), self.h)
+        v = split_heads(self.wv(key), self.h)
+        w = (q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))).softmax(-1)
+        return self.wo(merge_heads(w @ v))
+
+
+@wrong("multi_head_attention",
+       r"'one projection applied to several inputs'.*`wk.weight` \[\d+, \d+\] is "
+       r"applied to key and value", listed=False)
+class MHAReusesKeyProjection(nn.Module):  # copy-paste: self.wk(value) for v
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.h = n_heads
+        self.wq, self.wk, self.wv, self.wo = (nn.Linear(d_model, d_model)
+                                              for _ in range(4))
+
+    def forward(self, query, key, value, mask=None):
+        q = split_heads(self.wq(query), self.h)
+        k = split_heads(self.wk(key), self.h)
+        v = split_heads(self.wk(value), self.h)
+        w = (q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))).softmax(-1)
+        return self.wo(merge_heads(w @ v))
+
+
+@wrong("multi_head_attention",
+       r"'output projection missing'.*wo.weight \[\d+, \d+\]: no effect", listed=False)
+class MHAForgotOutputProjection(nn.Module):  # defined wo, returned before using it
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.h = n_heads
+        self.wq, self.wk, self.wv, self.wo = (nn.Linear(d_model, d_model)
+                                              for _ in range(4))
+
+    def forward(self, query, key, value, mask=None):
+        q = split_heads(self.wq(query), self.h)
+        k = split_heads(self.wk(key), self.h)
+        v = split_heads(self.wv(value), self.h)
+        w = (q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))).softmax(-1)
+        return merge_heads(w @ v)
+
+
+@wrong("multi_head_attention", r"'an input added to the output'.*`query`", listed=False)
+class MHAAddsResidual(nn.Module):  # the block's residual, added inside attention
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.h = n_heads
+        self.wq, self.wk, self.wv, self.wo = (nn.Linear(d_model, d_model)
+                                              for _ in range(4))
+
+    def forward(self, query, key, value, mask=None):
+        q = split_heads(self.wq(query), self.h)
+        k = split_heads(self.wk(key), self.h)
+        v = split_heads(self.wv(value), self.h)
+        w = (q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))).softmax(-1)
+        return query + self.wo(merge_heads(w @ v))
+
+
+@wrong("multi_head_attention", r"'dropout on in eval mode'", listed=False)
+class MHAFunctionalDropout(nn.Module):  # F.dropout defaults to training=True
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.h = n_heads
+        self.wq, self.wk, self.wv, self.wo = (nn.Linear(d_model, d_model)
+                                              for _ in range(4))
+
+    def forward(self, query, key, value, mask=None):
+        q = split_heads(self.wq(query), self.h)
+        k = split_heads(self.wk(key), self.h)
+        v = split_heads(self.wv(value), self.h)
+        w = (q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))).softmax(-1)
+        return self.wo(merge_heads(F.dropout(w, p=0.1) @ v))
+
+
+@wrong("multi_head_attention", r"raised TypeError.*at line \d+ of your code",
+       listed=False)
+class MHAMaskAlwaysApplied(nn.Module):  # masks unconditionally: mask=None breaks it
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.h = n_heads
+        self.wq, self.wk, self.wv, self.wo = (nn.Linear(d_model, d_model)
+                                              for _ in range(4))
+
+    def forward(self, query, key, value, mask=None):
+        q = split_heads(self.wq(query), self.h)
+        k = split_heads(self.wk(key), self.h)
+        v = split_heads(self.wv(value), self.h)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+        scores = scores.masked_fill(mask == 0, float("-inf"))
+        return self.wo(merge_heads(scores.softmax(-1) @ v))
+
+
+@wrong("multi_head_attention", r"expected a tensor of shape .*got tuple", listed=False)
+class MHAReturnsWeightsToo(nn.Module):  # (out, weights) like nn.MultiheadAttention
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.h = n_heads
+        self.wq, self.wk, self.wv, self.wo = (nn.Linear(d_model, d_model)
+                                              for _ in range(4))
+
+    def forward(self, query, key, value, mask=None):
+        q = split_heads(self.wq(query), self.h)
+        k = split_heads(self.wk(key), self.h)
+        v = split_heads(self.wv(value), self.h)
+        w = (q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))).softmax(-1)
+        return self.wo(merge_heads(w @ v)), w
+
+
+@wrong("multi_head_attention", r"'heads never split'", listed=False)
+class MHASingleHead(nn.Module):  # projections right, but one attention over all of D
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.wq, self.wk, self.wv, self.wo = (nn.Linear(d_model, d_model)
+                                              for _ in range(4))
+
+    def forward(self, query, key, value, mask=None):
+        q, k, v = self.wq(query), self.wk(key), self.wv(value)
+        w = torch.softmax(q @ k.transpose(1, 2) / math.sqrt(q.size(-1)), dim=-1)
+        return self.wo(w @ v)
+
+
+@wrong("multi_head_attention", r"'heads cut or merged in the wrong layout'.*every H-th "
+                               r"feature", listed=False)
+class MHAInterleavedHeads(nn.Module):  # view(B, S, Dh, H): every H-th feature a head
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.h = n_heads
+        self.wq, self.wk, self.wv, self.wo = (nn.Linear(d_model, d_model)
+                                              for _ in range(4))
+
+    def split(self, x):
+        b, s, d = x.shape
+        return x.view(b, s, d // self.h, self.h).permute(0, 3, 1, 2)
+
+    def forward(self, query, key, value, mask=None):
+        q, k, v = (self.split(self.wq(query)), self.split(self.wk(key)),
+                   self.split(self.wv(value)))
+        w = (q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))).softmax(-1)
+        return self.wo(merge_heads(w @ v))
+
+
+@wrong("multi_head_attention", r"'number of heads fixed'.*4 heads whatever n_heads is",
+       listed=False)
+class MHAFixedFourHeads(nn.Module):  # n_heads ignored: 4 heads, as in the lesson
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.n_heads = 4
+        self.wq, self.wk, self.wv, self.wo = (nn.Linear(d_model, d_model)
+                                              for _ in range(4))
+
+    def forward(self, query, key, value, mask=None):
+        q, k, v = (split_heads(f(x), self.n_heads)
+                   for f, x in ((self.wq, query), (self.wk, key), (self.wv, value)))
+        w = (q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))).softmax(-1)
+        return self.wo(merge_heads(w @ v))
+
+
+@wrong("multi_head_attention", r"'causal mask without being asked'", listed=False)
+class MHAAlwaysCausal(nn.Module):  # a decoder habit: tril mask built in
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.h = n_heads
+        self.wq, self.wk, self.wv, self.wo = (nn.Linear(d_model, d_model)
+                                              for _ in range(4))
+
+    def forward(self, query, key, value, mask=None):
+        q, k, v = (split_heads(f(x), self.h)
+                   for f, x in ((self.wq, query), (self.wk, key), (self.wv, value)))
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+        causal = torch.tril(torch.ones(scores.shape[-2:], dtype=torch.bool,
+                                       device=scores.device))
+        scores = scores.masked_fill(~causal, float("-inf"))
+        return self.wo(merge_heads(scores.softmax(-1) @ v))
+
+
+@wrong("multi_head_attention", r"'input changed in place'.*`query`", listed=False)
+class MHAScalesQueryInPlace(nn.Module):  # query *= s "saves a copy", edits the input
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.h = n_heads
+        self.wq, self.wk, self.wv, self.wo = (nn.Linear(d_model, d_model)
+                                              for _ in range(4))
+
+    def forward(self, query, key, value, mask=None):
+        query *= (query.size(-1) // self.h) ** -0.5
+        q, k, v = (split_heads(f(x), self.h)
+                   for f, x in ((self.wq, query), (self.wk, key), (self.wv, value)))
+        return self.wo(merge_heads((q @ k.transpose(-2, -1)).softmax(-1) @ v))
