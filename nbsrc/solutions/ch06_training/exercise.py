@@ -45,8 +45,11 @@ device = get_device()
 # ## 1. Shift the targets (2 points)
 #
 # A target row is `BOS y1 … yn EOS PAD …`. `shift_targets(tgt)` takes `tgt` of shape `[B, St]` and
-# returns `(tgt_in, labels)`, both `[B, St-1]`: the decoder reads `BOS y1 … yn` and must predict
-# `y1 … yn EOS`. The seed's slices `trg[:-1, :]` / `trg[1:, :]` are for sequence-first tensors.
+# returns the tuple `(tgt_in, labels)`, both `[B, St-1]` and batch-first: the decoder reads
+# `BOS y1 … yn` and must predict `y1 … yn EOS`. `tgt_in` is `tgt` without its last position and
+# `labels` is `tgt` without its first: the shift only slices, so every token keeps its id and its
+# dtype (BOS, EOS and PAD included: the loss leaves the PAD labels out), and `tgt` itself is left
+# unchanged. The seed's slices `trg[:-1, :]` / `trg[1:, :]` are for sequence-first tensors.
 # Lesson §6.2.
 
 # %% nbgrader="solution:shift_targets"
@@ -66,9 +69,15 @@ ch06.check_by_hand("shift_targets", shift_targets, (torch.tensor([[1, 5, 2, 0]])
 # %% [markdown]
 # ## 2. A loss that ignores padding (3 points)
 #
-# `sequence_loss(logits, labels, pad_id, label_smoothing)` takes `logits [B, St, V]` and
-# `labels [B, St]` and returns the mean cross-entropy over the real (non-pad) label tokens, as a
-# scalar tensor that gradients flow through, with label smoothing. Lesson §6.3.
+# `sequence_loss(logits, labels, pad_id, label_smoothing)` takes `logits [B, St, V]` (raw scores,
+# before any softmax) and `labels [B, St]` and returns the mean cross-entropy over the real label
+# tokens: every label that is not `pad_id` counts once and equally (a mean over tokens, not over
+# sequences), every `pad_id` label not at all. Return it as a scalar tensor in the logits' dtype that
+# gradients flow through (no `.item()`). Label smoothing is PyTorch's: with
+# `label_smoothing` $= \varepsilon$ the target puts $1 - \varepsilon$ on the label and spreads
+# $\varepsilon$ evenly over all $V$ classes, the label included ($\varepsilon / V$ each), exactly as
+# `F.cross_entropy(..., label_smoothing=ε)` does; the loss is the cross-entropy to that target (not
+# the KL divergence, which is smaller by the target's entropy). Lesson §6.3.
 
 # %% nbgrader="solution:sequence_loss"
 def sequence_loss(logits, labels, pad_id, label_smoothing):
@@ -92,10 +101,13 @@ ch06.check_by_hand("sequence_loss", sequence_loss, (torch.randn(2, 3, 5), torch.
 # $\text{lr}(n) = d_\text{model}^{-0.5}\,\min(n^{-0.5},\; n \cdot \text{warmup}^{-1.5})$.
 #
 # `noam_lambda(step, d_model, warmup)` returns the multiplier `LambdaLR` should use at its `step`
-# (0, 1, 2, …; step 0 is the first update). The optimizer's own lr is 1.0, so the multiplier *is* the
-# learning rate. `make_scheduler(optimizer, d_model, warmup)` returns a scheduler whose `step()`
-# sets the rate for the next update and does nothing else; the training loop calls
-# `optimizer.step()` then `scheduler.step()`. Lesson §6.4.
+# (0, 1, 2, …; step 0 is the first update, $n = 1$; step 0 must not divide by zero). The optimizer's
+# own lr is 1.0, so the multiplier *is* the learning rate: multiply in no other factor or base rate.
+# `make_scheduler(optimizer, d_model, warmup)` returns a scheduler for that optimizer (leave its lr
+# at 1.0) that sets `noam_lambda(0, d_model, warmup)` for the first update as soon as it is created,
+# and whose every `step()` moves on by exactly one step, sets the rate for the next update and does
+# nothing else (it never calls `optimizer.step()`); the training loop calls `optimizer.step()` then
+# `scheduler.step()`. Lesson §6.4.
 
 # %% nbgrader="solution:noam"
 def noam_lambda(step, d_model, warmup):
@@ -123,10 +135,24 @@ ch06.check_noam_scheduler(make_scheduler)
 # ## 4. One training step (4 points)
 #
 # `train_step(model, src, tgt, optimizer, scheduler, max_norm, pad_id, label_smoothing)` does one
-# update on the batch `src [B, Ss]`, `tgt [B, St]` and returns `(loss, grad_norm)` as two floats, where
-# `grad_norm` is the total gradient norm *before* clipping (what `clip_grad_norm_` returns). `model(src,
-# tgt_in)` returns logits `[B, St-1, V]`. Use your `shift_targets` and `sequence_loss`, clip the
-# gradients to `max_norm`, step the optimizer, then the scheduler. Lesson §6.5.
+# update on the batch `src [B, Ss]`, `tgt [B, St]`; `model(src, tgt_in)` returns logits
+# `[B, St-1, V]`. train_step must: put the model in training mode, zero the gradients, compute the
+# loss of shift_targets/sequence_loss, backward, clip to max_norm, optimizer.step(), then
+# scheduler.step(), once each. In detail:
+#
+# 1. `model.train()`: the model may come to you in eval mode (after an evaluation, say);
+# 2. zero the gradients (`optimizer.zero_grad()`), so that nothing of an earlier batch is added to
+#    this one's (clearing them right after the update works too);
+# 3. feed the decoder `tgt_in` from your `shift_targets(tgt)` and take your
+#    `sequence_loss(logits, labels, pad_id, label_smoothing)`, unscaled;
+# 4. `loss.backward()`, once;
+# 5. `torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)`: all the gradients together, to
+#    total norm `max_norm` (not element by element, not each parameter on its own);
+# 6. `optimizer.step()` once, then `scheduler.step()` once.
+#
+# Return `(loss, grad_norm)` as two Python floats (`loss.item()`, `norm.item()`, not tensors): the
+# loss of this batch before the update, and the total gradient norm *before* clipping (what
+# `clip_grad_norm_` returns). Lesson §6.5.
 
 # %% nbgrader="solution:train_step"
 def train_step(model, src, tgt, optimizer, scheduler, max_norm, pad_id, label_smoothing):
@@ -156,14 +182,18 @@ ch06.check_train_step_by_hand(train_step)
 # %% [markdown]
 # ## 5. Greedy decoding (4 points)
 #
-# `greedy_decode(model, src, max_len, bos_id, eos_id, pad_id)` translates `src [B, Ss]` and returns a
-# LongTensor `[B, T]` that starts with `bos_id`; after a row's `eos_id` come `pad_id` tokens. The
-# model has `encode(src) -> (memory, src_mask)` and
-# `decode(tgt_in, memory, src_mask, tgt_mask) -> logits [B, t, V]`, where `tgt_mask` is a bool mask
-# (True = may attend) that you build, e.g. with `causal_mask(t, device)` from `tformer_ref.masks`;
-# like `nn.TransformerDecoder`, no mask means *no* masking. Put the model in eval mode, turn gradients
-# off, encode once, add the argmax of the last position at each step, and stop as soon as every
-# row has produced EOS (or after `max_len` new tokens). Lesson §6.7.
+# greedy_decode(model, src, max_len, bos_id, eos_id, pad_id) returns a LongTensor [B, T] whose first
+# column is bos_id, followed by at most max_len new tokens per row; after a row's eos_id come
+# pad_id tokens. So `T <= max_len + 1`, and a row that never produces `eos_id` gets exactly
+# `max_len` new tokens. Use the ids you are given, not the usual 1, 2, 0. The model has
+# `encode(src) -> (memory, src_mask)` and `decode(tgt_in, memory, src_mask, tgt_mask) -> logits
+# [B, t, V]`, where `tgt_in` is a LongTensor of token ids and `tgt_mask` a bool mask (True = may
+# attend) that you build, e.g. with `causal_mask(t, device)` from `tformer_ref.masks`; like
+# `nn.TransformerDecoder`, no mask means *no* masking. Put the model in eval mode, turn gradients
+# off, encode once and pass that memory to every step, feed the decoder the whole prefix so far
+# (BOS and every token since: there is no cache), append the argmax over the vocabulary of the last
+# position at each step, and stop as soon as every row has produced EOS (or after `max_len` new
+# tokens). Lesson §6.7.
 
 # %% nbgrader="solution:greedy_decode"
 def greedy_decode(model, src, max_len, bos_id, eos_id, pad_id):

@@ -1,0 +1,1484 @@
+"""Chapter 6's measured bank, second half: train_step and greedy_decode (see bank.py).
+
+In the notebook a learner's train_step calls their own shift_targets and
+sequence_loss; the two right ones below stand for them.
+"""
+import torch
+import torch.nn.functional as F
+
+from bank import GENERIC, right, wrong  # noqa: F401
+from tformer_grading.checks import ch06
+from tformer_ref.masks import causal_mask
+
+GRADERS = {
+    "train_step": lambda fn: (ch06.check_train_step(fn),
+                              ch06.check_train_step_by_hand(fn)),
+    "greedy_decode": lambda fn: (ch06.check_greedy_decode(fn),
+                                 ch06.check_greedy_by_hand(fn)),
+}
+
+
+def shift_targets(tgt):
+    return tgt[:, :-1], tgt[:, 1:]
+
+
+def sequence_loss(logits, labels, pad_id, label_smoothing):
+    return F.cross_entropy(logits.reshape(-1, logits.size(-1)), labels.reshape(-1),
+                           ignore_index=pad_id, label_smoothing=label_smoothing)
+
+
+# =========================================================================== train_step
+# ------------------------------------------------------------------------------- right
+
+@right("train_step")
+def step_as_in_the_text(model, src, tgt, optimizer, scheduler, max_norm, pad_id,
+                        label_smoothing):
+    model.train()
+    optimizer.zero_grad()
+    tgt_in, labels = shift_targets(tgt)
+    loss = sequence_loss(model(src, tgt_in), labels, pad_id, label_smoothing)
+    loss.backward()
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    optimizer.step()
+    scheduler.step()
+    return loss.item(), norm.item()
+
+
+@right("train_step")
+def step_zero_grad_last(model, src, tgt, opt, sched, max_norm, pad_id, eps):
+    model.train()
+    logits = model(src, tgt[:, :-1])
+    loss = F.cross_entropy(logits.flatten(0, 1), tgt[:, 1:].flatten(),
+                           ignore_index=pad_id, label_smoothing=eps)
+    loss.backward()
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    opt.step()
+    sched.step()
+    opt.zero_grad(set_to_none=True)  # cleared after the update instead of before
+    return float(loss), float(norm)
+
+
+@right("train_step")
+def step_clips_by_hand(model, src, tgt, opt, sched, max_norm, pad_id, eps):
+    model.train(True)
+    opt.zero_grad(set_to_none=False)
+    logits = model(src, tgt[:, :-1])
+    loss = F.cross_entropy(logits.permute(0, 2, 1), tgt[:, 1:], ignore_index=pad_id,
+                           label_smoothing=eps)
+    loss.backward()
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    total = torch.sqrt(sum((g.double() ** 2).sum() for g in grads))
+    scale = min(1.0, max_norm / (float(total) + 1e-6))
+    for g in grads:
+        g.mul_(scale)
+    opt.step()
+    sched.step()
+    return float(loss), float(total)
+
+
+@right("train_step")
+def step_nll_of_log_softmax(model, src, tgt, optimizer, scheduler, max_norm, pad_id,
+                            label_smoothing):
+    model.train()
+    model.zero_grad()
+    dec_in, dec_out = tgt[:, :-1], tgt[:, 1:]
+    logp = model(src, dec_in).log_softmax(-1)
+    keep = dec_out != pad_id
+    nll = -logp.gather(-1, dec_out.unsqueeze(-1)).squeeze(-1)
+    smooth = -logp.mean(-1)
+    per_token = (1 - label_smoothing) * nll + label_smoothing * smooth
+    loss = per_token[keep].mean()
+    loss.backward()
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    optimizer.step()
+    scheduler.step()
+    return loss.item(), norm.item()
+
+
+@right("train_step")
+def step_set_grads_to_none(model, src, tgt, opt, sched, max_norm, pad_id, eps):
+    model.train()
+    for p in model.parameters():
+        p.grad = None
+    tgt_in, labels = shift_targets(tgt)
+    out = model(src, tgt_in)
+    mask = (labels != pad_id).float()
+    ce = F.cross_entropy(out.transpose(1, 2), labels, reduction="none",
+                         label_smoothing=eps)
+    loss = (ce * mask).sum() / mask.sum()
+    loss.backward()
+    params = [p for p in model.parameters() if p.requires_grad]
+    norm = torch.nn.utils.clip_grad_norm_(params, max_norm, norm_type=2.0)
+    opt.step()
+    sched.step()
+    return loss.detach().item(), norm.item()
+
+
+@right("train_step")
+def step_total_norm_then_clip(model, src, tgt, optimizer, scheduler, max_norm, pad_id,
+                              label_smoothing):
+    model.train()
+    optimizer.zero_grad(set_to_none=True)
+    tgt_in, labels = shift_targets(tgt)
+    loss = sequence_loss(model(src, tgt_in), labels, pad_id, label_smoothing)
+    loss.backward()
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    total = torch.nn.utils.get_total_norm(grads)
+    torch.nn.utils.clip_grads_with_norm_(model.parameters(), max_norm, total)
+    optimizer.step()
+    scheduler.step()
+    return loss.item(), total.item()
+
+
+@right("train_step")
+def step_view_and_contiguous(model, src, tgt, opt, sched, max_norm, pad_id, eps):
+    opt.zero_grad()
+    model.train()
+    logits = model.forward(src, tgt[:, :-1].contiguous())
+    vocab = logits.shape[-1]
+    loss = F.cross_entropy(logits.contiguous().view(-1, vocab),
+                           tgt[:, 1:].contiguous().view(-1), ignore_index=pad_id,
+                           label_smoothing=eps, reduction="mean")
+    loss.backward()
+    norm = torch.nn.utils.clip_grad_norm_(list(model.parameters()), max_norm=max_norm)
+    opt.step()
+    sched.step()
+    loss_value, norm_value = loss.item(), norm.item()
+    return loss_value, norm_value
+
+
+@right("train_step")
+def step_norm_by_stacking(model, src, tgt, optimizer, scheduler, max_norm, pad_id,
+                          label_smoothing):
+    model.train()
+    optimizer.zero_grad()
+    inp, gold = tgt[:, :-1], tgt[:, 1:]
+    logits = model(src, inp)
+    loss = F.cross_entropy(logits.reshape(-1, logits.size(2)), gold.reshape(-1),
+                           ignore_index=pad_id, label_smoothing=label_smoothing)
+    loss.backward()
+    norms = torch.stack([p.grad.norm(2) for p in model.parameters()
+                         if p.grad is not None])
+    norm = norms.norm(2)
+    coef = (max_norm / (norm + 1e-6)).clamp(max=1.0)
+    for p in model.parameters():
+        if p.grad is not None:
+            p.grad.detach().mul_(coef)
+    optimizer.step()
+    scheduler.step()
+    return loss.item(), norm.item()
+
+
+# ------------------------------------------------------------------ wrong, listed
+
+@wrong("train_step", r"'clipping after the step'", listed=True)
+def step_clips_after_update(model, src, tgt, opt, sched, max_norm, pad_id, eps):
+    # "clip the gradients, then step" read backwards: the update used them unclipped
+    model.train()
+    opt.zero_grad()
+    tgt_in, labels = shift_targets(tgt)
+    loss = sequence_loss(model(src, tgt_in), labels, pad_id, eps)
+    loss.backward()
+    opt.step()
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    sched.step()
+    return loss.item(), norm.item()
+
+
+@wrong("train_step", r"'gradients never zeroed'.*this batch's \+", listed=True)
+def step_never_zeroes(model, src, tgt, opt, sched, max_norm, pad_id, eps):
+    # forgot zero_grad: PyTorch adds every backward to the gradients already there
+    model.train()
+    tgt_in, labels = shift_targets(tgt)
+    loss = sequence_loss(model(src, tgt_in), labels, pad_id, eps)
+    loss.backward()
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    opt.step()
+    sched.step()
+    return loss.item(), norm.item()
+
+
+@wrong("train_step", r"'scheduler not stepped'", listed=True)
+def step_without_scheduler(model, src, tgt, opt, sched, max_norm, pad_id, eps):
+    # the scheduler was passed in but never used
+    model.train()
+    opt.zero_grad()
+    tgt_in, labels = shift_targets(tgt)
+    loss = sequence_loss(model(src, tgt_in), labels, pad_id, eps)
+    loss.backward()
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    opt.step()
+    return loss.item(), norm.item()
+
+
+@wrong("train_step", r"'scheduler stepped before the optimizer'.*lr 0\.25",
+       listed=True)
+def step_scheduler_first(model, src, tgt, opt, sched, max_norm, pad_id, eps):
+    # "set the rate, then step": the update already runs at the next rate
+    model.train()
+    opt.zero_grad()
+    tgt_in, labels = shift_targets(tgt)
+    loss = sequence_loss(model(src, tgt_in), labels, pad_id, eps)
+    loss.backward()
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    sched.step()
+    opt.step()
+    return loss.item(), norm.item()
+
+
+@wrong("train_step", r"'padding counted in the loss'", listed=True)
+def step_loss_with_padding(model, src, tgt, opt, sched, max_norm, pad_id, eps):
+    # plain cross_entropy: the PAD positions are trained to predict PAD
+    model.train()
+    opt.zero_grad()
+    tgt_in, labels = shift_targets(tgt)
+    logits = model(src, tgt_in)
+    loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), labels.reshape(-1),
+                           label_smoothing=eps)
+    loss.backward()
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    opt.step()
+    sched.step()
+    return loss.item(), norm.item()
+
+
+@wrong("train_step", r"'clipping before backward'", listed=True)
+def step_clips_before_backward(model, src, tgt, opt, sched, max_norm, pad_id, eps):
+    # clipped right after zero_grad, "to get it out of the way": nothing to clip yet
+    model.train()
+    opt.zero_grad()
+    tgt_in, labels = shift_targets(tgt)
+    loss = sequence_loss(model(src, tgt_in), labels, pad_id, eps)
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    loss.backward()
+    opt.step()
+    sched.step()
+    return loss.item(), float(norm)
+
+
+@wrong("train_step", r"'targets shifted the wrong way'", listed=True)
+def step_shift_backwards(model, src, tgt, opt, sched, max_norm, pad_id, eps):
+    # the two slices swapped: predicts each token from the next one
+    model.train()
+    opt.zero_grad()
+    loss = sequence_loss(model(src, tgt[:, 1:]), tgt[:, :-1], pad_id, eps)
+    loss.backward()
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    opt.step()
+    sched.step()
+    return loss.item(), norm.item()
+
+
+# ---------------------------------------------------------------- wrong, unlisted
+
+@wrong("train_step", r"'gradients clipped element by element'.*±0\.05", listed=False)
+def step_clip_grad_value(model, src, tgt, opt, sched, max_norm, pad_id, eps):
+    # the other clipping function in torch.nn.utils: clamps each element
+    model.train()
+    opt.zero_grad()
+    tgt_in, labels = shift_targets(tgt)
+    loss = sequence_loss(model(src, tgt_in), labels, pad_id, eps)
+    loss.backward()
+    norm = torch.nn.utils.get_total_norm([p.grad for p in model.parameters()])
+    torch.nn.utils.clip_grad_value_(model.parameters(), max_norm)
+    opt.step()
+    sched.step()
+    return loss.item(), norm.item()
+
+
+@wrong("train_step", r"'clipped to the wrong norm'.*total norm 1\b", listed=False)
+def step_clips_at_one(model, src, tgt, opt, sched, max_norm, pad_id, eps):
+    # the lesson clips at 1.0, so 1.0 it is, whatever max_norm says
+    model.train()
+    opt.zero_grad()
+    tgt_in, labels = shift_targets(tgt)
+    loss = sequence_loss(model(src, tgt_in), labels, pad_id, eps)
+    loss.backward()
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    sched.step()
+    return loss.item(), norm.item()
+
+
+@wrong("train_step", r"'each parameter clipped on its own'", listed=False)
+def step_clips_each_parameter(model, src, tgt, opt, sched, max_norm, pad_id, eps):
+    # clip_grad_norm_ called per tensor in a loop: each gets its own factor
+    model.train()
+    opt.zero_grad()
+    tgt_in, labels = shift_targets(tgt)
+    loss = sequence_loss(model(src, tgt_in), labels, pad_id, eps)
+    loss.backward()
+    norms = [torch.nn.utils.clip_grad_norm_(p, max_norm) for p in model.parameters()]
+    norm = torch.stack(norms).norm()
+    opt.step()
+    sched.step()
+    return loss.item(), norm.item()
+
+
+@wrong("train_step", r"'gradients zeroed before the step'", listed=False)
+def step_zero_grad_before_step(model, src, tgt, opt, sched, max_norm, pad_id, eps):
+    # "zero the gradients before stepping" taken literally
+    model.train()
+    tgt_in, labels = shift_targets(tgt)
+    loss = sequence_loss(model(src, tgt_in), labels, pad_id, eps)
+    loss.backward()
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    opt.zero_grad()
+    opt.step()
+    sched.step()
+    return loss.item(), norm.item()
+
+
+@wrong("train_step", r"'training step in eval mode'", listed=False)
+def step_without_train_mode(model, src, tgt, opt, sched, max_norm, pad_id, eps):
+    # the model is assumed to be in training mode already; after evaluation it is not
+    opt.zero_grad()
+    tgt_in, labels = shift_targets(tgt)
+    loss = sequence_loss(model(src, tgt_in), labels, pad_id, eps)
+    loss.backward()
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    opt.step()
+    sched.step()
+    return loss.item(), norm.item()
+
+
+@wrong("train_step", r"'training step in eval mode'", listed=False)
+def step_in_eval_for_determinism(model, src, tgt, opt, sched, max_norm, pad_id, eps):
+    # model.eval() "so the loss is reproducible": dropout is off while training
+    model.eval()
+    opt.zero_grad()
+    tgt_in, labels = shift_targets(tgt)
+    loss = sequence_loss(model(src, tgt_in), labels, pad_id, eps)
+    loss.backward()
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    opt.step()
+    sched.step()
+    return loss.item(), norm.item()
+
+
+@wrong("train_step", r"'scheduler.step\(\) not called once'.*step, sched, sched",
+       listed=False)
+def step_scheduler_twice(model, src, tgt, opt, sched, max_norm, pad_id, eps):
+    # an extra scheduler.step() left over from an epoch-level schedule
+    model.train()
+    opt.zero_grad()
+    tgt_in, labels = shift_targets(tgt)
+    loss = sequence_loss(model(src, tgt_in), labels, pad_id, eps)
+    loss.backward()
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    opt.step()
+    sched.step()
+    sched.step()
+    return loss.item(), norm.item()
+
+
+@wrong("train_step", r"'optimizer.step\(\) not called once'.*ran 0 times",
+       listed=False)
+def step_own_optimizer(model, src, tgt, opt, sched, max_norm, pad_id, eps):
+    # builds a fresh optimizer instead of using the one passed in
+    model.train()
+    optimizer = torch.optim.SGD(model.parameters(), lr=opt.param_groups[0]["lr"])
+    optimizer.zero_grad()
+    tgt_in, labels = shift_targets(tgt)
+    loss = sequence_loss(model(src, tgt_in), labels, pad_id, eps)
+    loss.backward()
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    optimizer.step()
+    sched.step()
+    return loss.item(), norm.item()
+
+
+@wrong("train_step", r"'returns tensors, not floats'.*\(Tensor, Tensor\)",
+       listed=False)
+def step_returns_tensors(model, src, tgt, opt, sched, max_norm, pad_id, eps):
+    # returns the tensors themselves: a list of losses then keeps every graph alive
+    model.train()
+    opt.zero_grad()
+    tgt_in, labels = shift_targets(tgt)
+    loss = sequence_loss(model(src, tgt_in), labels, pad_id, eps)
+    loss.backward()
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    opt.step()
+    sched.step()
+    return loss, norm
+
+
+@wrong("train_step", r"'returns tensors, not floats'.*\(float, Tensor\)",
+       listed=False)
+def step_returns_norm_tensor(model, src, tgt, opt, sched, max_norm, pad_id, eps):
+    # .item() on the loss only: clip_grad_norm_'s result is a tensor too
+    model.train()
+    opt.zero_grad()
+    tgt_in, labels = shift_targets(tgt)
+    loss = sequence_loss(model(src, tgt_in), labels, pad_id, eps)
+    loss.backward()
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    opt.step()
+    sched.step()
+    return loss.item(), norm
+
+
+@wrong("train_step", r"'norm measured after clipping'", listed=False)
+def step_norm_after_clipping(model, src, tgt, opt, sched, max_norm, pad_id, eps):
+    # measures the norm for the log once clipping is done
+    model.train()
+    opt.zero_grad()
+    tgt_in, labels = shift_targets(tgt)
+    loss = sequence_loss(model(src, tgt_in), labels, pad_id, eps)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    norm = torch.norm(torch.stack([p.grad.norm() for p in model.parameters()]))
+    opt.step()
+    sched.step()
+    return loss.item(), norm.item()
+
+
+@wrong("train_step", r"'returned loss is not the batch's loss'.*after the update",
+       listed=False)
+def step_reports_loss_after_update(model, src, tgt, opt, sched, max_norm, pad_id, eps):
+    # recomputes the loss for the log after stepping, "to see the improvement"
+    model.train()
+    opt.zero_grad()
+    tgt_in, labels = shift_targets(tgt)
+    loss = sequence_loss(model(src, tgt_in), labels, pad_id, eps)
+    loss.backward()
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    opt.step()
+    sched.step()
+    with torch.no_grad():
+        after = sequence_loss(model(src, tgt_in), labels, pad_id, eps)
+    return after.item(), norm.item()
+
+
+@wrong("train_step", r"'loss scaled'.*4 × the mean", listed=False)
+def step_loss_times_batch(model, src, tgt, opt, sched, max_norm, pad_id, eps):
+    # scales the loss by the batch size "so the gradient does not vanish"
+    model.train()
+    opt.zero_grad()
+    tgt_in, labels = shift_targets(tgt)
+    loss = sequence_loss(model(src, tgt_in), labels, pad_id, eps) * src.size(0)
+    loss.backward()
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    opt.step()
+    sched.step()
+    return loss.item() / src.size(0), norm.item()
+
+
+@wrong("train_step", r"'summed, not averaged'", listed=False)
+def step_sum_reduction(model, src, tgt, opt, sched, max_norm, pad_id, eps):
+    # reduction="sum" and the mean reported only for the log
+    model.train()
+    opt.zero_grad()
+    tgt_in, labels = shift_targets(tgt)
+    logits = model(src, tgt_in)
+    total = F.cross_entropy(logits.reshape(-1, logits.size(-1)), labels.reshape(-1),
+                            ignore_index=pad_id, label_smoothing=eps, reduction="sum")
+    total.backward()
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    opt.step()
+    sched.step()
+    return total.item() / (labels != pad_id).sum().item(), norm.item()
+
+
+@wrong("train_step", r"'padding counted in the mean'.*divides by 24", listed=False)
+def step_masked_mean_over_all(model, src, tgt, opt, sched, max_norm, pad_id, eps):
+    # zeroes the padding's loss but still takes the mean over every position
+    model.train()
+    opt.zero_grad()
+    tgt_in, labels = shift_targets(tgt)
+    ce = F.cross_entropy(model(src, tgt_in).transpose(1, 2), labels, reduction="none",
+                         label_smoothing=eps)
+    loss = (ce * (labels != pad_id)).mean()
+    loss.backward()
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    opt.step()
+    sched.step()
+    return loss.item(), norm.item()
+
+
+@wrong("train_step", r"'every sequence weighted equally'", listed=False)
+def step_mean_per_sequence(model, src, tgt, opt, sched, max_norm, pad_id, eps):
+    # each sentence's mean loss, then the mean over sentences
+    model.train()
+    opt.zero_grad()
+    tgt_in, labels = shift_targets(tgt)
+    ce = F.cross_entropy(model(src, tgt_in).transpose(1, 2), labels, reduction="none",
+                         label_smoothing=eps)
+    real = (labels != pad_id).float()
+    loss = ((ce * real).sum(1) / real.sum(1)).mean()
+    loss.backward()
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    opt.step()
+    sched.step()
+    return loss.item(), norm.item()
+
+
+@wrong("train_step", r"'label smoothing not the one given'.*measures (0|-?\d\.\d+e-)",
+       listed=False)
+def step_forgets_smoothing(model, src, tgt, opt, sched, max_norm, pad_id, eps):
+    # the argument is passed to train_step but not on to the loss
+    model.train()
+    opt.zero_grad()
+    tgt_in, labels = shift_targets(tgt)
+    loss = sequence_loss(model(src, tgt_in), labels, pad_id, 0.0)
+    loss.backward()
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    opt.step()
+    sched.step()
+    return loss.item(), norm.item()
+
+
+@wrong("train_step", r"'labels not shifted'", listed=False)
+def step_labels_are_input(model, src, tgt, opt, sched, max_norm, pad_id, eps):
+    # shifts the decoder input but compares with the same tokens
+    model.train()
+    opt.zero_grad()
+    tgt_in = tgt[:, :-1]
+    loss = sequence_loss(model(src, tgt_in), tgt_in, pad_id, eps)
+    loss.backward()
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    opt.step()
+    sched.step()
+    return loss.item(), norm.item()
+
+
+@wrong("train_step", r"'wrong decoder input'.*rows dropped", listed=False)
+def step_sequence_first_shift(model, src, tgt, opt, sched, max_norm, pad_id, eps):
+    # the seed's trg[:-1] / trg[1:], for [St, B] tensors, on batch-first ones
+    model.train()
+    opt.zero_grad()
+    loss = sequence_loss(model(src[:-1], tgt[:-1]), tgt[1:], pad_id, eps)
+    loss.backward()
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    opt.step()
+    sched.step()
+    return loss.item(), norm.item()
+
+
+@wrong("train_step", r"'padding counted in the loss'.*pad_id=3", listed=False)
+def step_pad_zero_hard_coded(model, src, tgt, opt, sched, max_norm, pad_id, eps):
+    # PAD is 0 everywhere in the course, so 0 is written in
+    model.train()
+    opt.zero_grad()
+    tgt_in, labels = shift_targets(tgt)
+    loss = sequence_loss(model(src, tgt_in), labels, 0, eps)
+    loss.backward()
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    opt.step()
+    sched.step()
+    return loss.item(), norm.item()
+
+
+@wrong("train_step", r"'no gradient from the loss'", listed=False)
+def step_loss_rewrapped(model, src, tgt, opt, sched, max_norm, pad_id, eps):
+    # .item() first, then a fresh tensor "so backward works": cut off from the model
+    model.train()
+    opt.zero_grad()
+    tgt_in, labels = shift_targets(tgt)
+    value = sequence_loss(model(src, tgt_in), labels, pad_id, eps).item()
+    loss = torch.tensor(value, requires_grad=True)
+    loss.backward()
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    opt.step()
+    sched.step()
+    return value, norm.item()
+
+
+@wrong("train_step", r"'wrong gradient norm returned'", listed=False)
+def step_squared_norm(model, src, tgt, opt, sched, max_norm, pad_id, eps):
+    # the sum of squares, no square root
+    model.train()
+    opt.zero_grad()
+    tgt_in, labels = shift_targets(tgt)
+    loss = sequence_loss(model(src, tgt_in), labels, pad_id, eps)
+    loss.backward()
+    squares = sum((p.grad ** 2).sum() for p in model.parameters())
+    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    opt.step()
+    sched.step()
+    return loss.item(), squares.item()
+
+
+@wrong("train_step", r"'backward run more than once'", listed=False)
+def step_backward_twice(model, src, tgt, opt, sched, max_norm, pad_id, eps):
+    # a second backward "to make sure the gradients are there"
+    model.train()
+    opt.zero_grad()
+    tgt_in, labels = shift_targets(tgt)
+    loss = sequence_loss(model(src, tgt_in), labels, pad_id, eps)
+    loss.backward(retain_graph=True)
+    loss.backward()
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    opt.step()
+    sched.step()
+    return loss.item(), norm.item()
+
+
+@wrong("train_step", r"'returned in the wrong order'", listed=False)
+def step_returns_norm_first(model, src, tgt, opt, sched, max_norm, pad_id, eps):
+    # the two numbers swapped
+    model.train()
+    opt.zero_grad()
+    tgt_in, labels = shift_targets(tgt)
+    loss = sequence_loss(model(src, tgt_in), labels, pad_id, eps)
+    loss.backward()
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    opt.step()
+    sched.step()
+    return norm.item(), loss.item()
+
+
+@wrong("train_step", r"'clipped to the wrong norm'.*should be 0\.05", listed=False)
+def step_inf_norm_clip(model, src, tgt, opt, sched, max_norm, pad_id, eps):
+    # norm_type=inf: clips the largest element to max_norm, not the total norm
+    model.train()
+    opt.zero_grad()
+    tgt_in, labels = shift_targets(tgt)
+    loss = sequence_loss(model(src, tgt_in), labels, pad_id, eps)
+    loss.backward()
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm,
+                                          norm_type=float("inf"))
+    opt.step()
+    sched.step()
+    return loss.item(), norm.item()
+
+
+@wrong("train_step", r"'loss scaled'.*0\.25 × the mean", listed=False)
+def step_accumulation_scaling(model, src, tgt, opt, sched, max_norm, pad_id, eps):
+    # divides by 4 accumulation steps copied from a gradient-accumulation loop
+    model.train()
+    opt.zero_grad()
+    tgt_in, labels = shift_targets(tgt)
+    loss = sequence_loss(model(src, tgt_in), labels, pad_id, eps)
+    (loss / 4).backward()
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    opt.step()
+    sched.step()
+    return loss.item(), norm.item()
+
+
+@wrong("train_step", r"'clipping before backward'", listed=True)
+def step_clips_last_batch(model, src, tgt, opt, sched, max_norm, pad_id, eps):
+    # clips first thing, i.e. the previous batch's gradients, then clears them
+    model.train()
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    opt.zero_grad()
+    tgt_in, labels = shift_targets(tgt)
+    loss = sequence_loss(model(src, tgt_in), labels, pad_id, eps)
+    loss.backward()
+    opt.step()
+    sched.step()
+    return loss.item(), norm.item()
+
+
+@wrong("train_step", r"'label smoothing not the one given'.*measures 0\.2;",
+       listed=False)
+def step_smoothing_doubled(model, src, tgt, opt, sched, max_norm, pad_id, eps):
+    # "smoothing on both sides": 2 * eps
+    model.train()
+    opt.zero_grad()
+    tgt_in, labels = shift_targets(tgt)
+    loss = sequence_loss(model(src, tgt_in), labels, pad_id, 2 * eps)
+    loss.backward()
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    opt.step()
+    sched.step()
+    return loss.item(), norm.item()
+
+
+@wrong("train_step", r"'loss is not the cross-entropy'", listed=False)
+def step_squared_error(model, src, tgt, opt, sched, max_norm, pad_id, eps):
+    # squared error between probabilities and one-hot labels
+    model.train()
+    opt.zero_grad()
+    tgt_in, labels = shift_targets(tgt)
+    logits = model(src, tgt_in)
+    onehot = F.one_hot(labels, logits.size(-1)).float()
+    loss = ((logits.softmax(-1) - onehot) ** 2)[labels != pad_id].mean()
+    loss.backward()
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    opt.step()
+    sched.step()
+    return loss.item(), norm.item()
+
+
+@wrong("train_step", r"'real tokens left out of the loss'", listed=False)
+def step_ignores_eos(model, src, tgt, opt, sched, max_norm, pad_id, eps):
+    # EOS treated like padding, "it carries no content"
+    model.train()
+    opt.zero_grad()
+    tgt_in, labels = shift_targets(tgt)
+    labels = labels.masked_fill(labels == 2, pad_id)
+    loss = sequence_loss(model(src, tgt_in), labels, pad_id, eps)
+    loss.backward()
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    opt.step()
+    sched.step()
+    return loss.item(), norm.item()
+
+
+@wrong("train_step", r"'weights changed outside optimizer.step\(\)'", listed=False)
+def step_decay_by_hand(model, src, tgt, opt, sched, max_norm, pad_id, eps):
+    # weight decay added by hand after the step
+    model.train()
+    opt.zero_grad()
+    tgt_in, labels = shift_targets(tgt)
+    loss = sequence_loss(model(src, tgt_in), labels, pad_id, eps)
+    loss.backward()
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    opt.step()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(1 - 1e-3)
+    sched.step()
+    return loss.item(), norm.item()
+
+
+# ======================================================================== greedy_decode
+# ------------------------------------------------------------------------------- right
+
+@right("greedy_decode")
+def greedy_as_in_the_text(model, src, max_len, bos_id, eos_id, pad_id):
+    model.eval()
+    with torch.no_grad():
+        memory, src_mask = model.encode(src)
+        out = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)
+        finished = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
+        for _ in range(max_len):
+            mask = causal_mask(out.size(1), src.device)
+            logits = model.decode(out, memory, src_mask, mask)
+            nxt = logits[:, -1].argmax(dim=-1).masked_fill(finished, pad_id)
+            out = torch.cat([out, nxt[:, None]], dim=1)
+            finished |= nxt == eos_id
+            if finished.all():
+                break
+    return out
+
+
+@right("greedy_decode")
+@torch.no_grad()
+def greedy_column_list(model, src, max_len, bos_id, eos_id, pad_id):
+    model.eval()
+    memory, src_mask = model.encode(src)
+    columns = [torch.full((src.shape[0],), bos_id, dtype=torch.long)]
+    alive = torch.ones(src.shape[0], dtype=torch.bool)
+    while alive.any() and len(columns) <= max_len:
+        ys = torch.stack(columns, dim=1)
+        t = ys.shape[1]
+        keep = torch.ones(t, t, dtype=torch.bool).tril()
+        scores = model.decode(ys, memory, src_mask, keep)[:, t - 1, :]
+        padding = torch.full_like(alive, pad_id, dtype=torch.long)
+        token = torch.where(alive, scores.argmax(-1), padding)
+        columns.append(token)
+        alive &= token != eos_id
+    return torch.stack(columns, dim=1)
+
+
+@right("greedy_decode")
+def greedy_row_by_row(model, src, max_len, bos_id, eos_id, pad_id):
+    model.eval()
+    rows = []
+    with torch.inference_mode():
+        for i in range(src.size(0)):
+            memory, src_mask = model.encode(src[i:i + 1])
+            ys = [bos_id]
+            for _ in range(max_len):
+                n = len(ys)
+                mask = torch.tril(torch.ones(n, n)).bool()[None, None]
+                logits = model.decode(torch.tensor([ys]), memory, src_mask, mask)
+                ys.append(int(logits[0, -1].argmax()))
+                if ys[-1] == eos_id:
+                    break
+            rows.append(ys)
+    width = max(len(r) for r in rows)
+    return torch.tensor([r + [pad_id] * (width - len(r)) for r in rows])
+
+
+@right("greedy_decode")
+def greedy_preallocated(model, src, max_len, bos_id, eos_id, pad_id):
+    model.eval()
+    b = src.size(0)
+    out = torch.full((b, max_len + 1), pad_id, dtype=torch.long, device=src.device)
+    out[:, 0] = bos_id
+    done = torch.zeros(b, dtype=torch.bool, device=src.device)
+    with torch.no_grad():
+        memory, src_mask = model.encode(src)
+        for t in range(1, max_len + 1):
+            tri = torch.ones(t, t, dtype=torch.bool, device=src.device).tril()
+            logits = model.decode(out[:, :t], memory, src_mask, tri)
+            nxt = logits[:, -1].argmax(-1)
+            out[:, t] = torch.where(done, torch.full_like(nxt, pad_id), nxt)
+            done = done | (nxt == eos_id)
+            if bool(done.all()):
+                break
+    return out  # full width: the columns after the last EOS stay padding
+
+
+@right("greedy_decode")
+def greedy_max_indices(model, src, max_len, bos_id, eos_id, pad_id):
+    model.eval()
+    with torch.no_grad():
+        memory, src_mask = model.encode(src)
+        ys = torch.ones(src.size(0), 1, dtype=torch.long, device=src.device) * bos_id
+        ended = torch.zeros_like(ys[:, 0], dtype=torch.bool)
+        step = 0
+        while step < max_len and not ended.all():
+            t = ys.size(1)
+            mask = torch.tril(torch.ones(1, 1, t, t, device=src.device)).bool()
+            nxt = model.decode(ys, memory, src_mask, tgt_mask=mask)[:, -1, :].max(
+                dim=-1).indices
+            nxt[ended] = pad_id
+            ys = torch.cat((ys, nxt.unsqueeze(1)), dim=-1)
+            ended = ended | nxt.eq(eos_id)
+            step += 1
+    return ys
+
+
+@right("greedy_decode")
+def greedy_softmax_then_argmax(model, src, max_len, bos_id, eos_id, pad_id):
+    model.eval()
+    with torch.no_grad():
+        memory, src_mask = model.encode(src)
+        seq = torch.full((len(src), 1), bos_id, device=src.device)
+        finished = torch.zeros(len(src), dtype=torch.bool, device=src.device)
+        for _ in range(max_len):
+            probs = model.decode(seq, memory, src_mask,
+                                 causal_mask(seq.shape[1], src.device)).softmax(-1)
+            token = probs[:, -1].argmax(-1)
+            token = token.masked_fill(finished, pad_id)
+            seq = torch.cat([seq, token.view(-1, 1)], 1)
+            finished = finished | (token == eos_id)
+            if finished.all():
+                break
+    return seq
+
+
+@right("greedy_decode")
+def greedy_rows_share_one_encoding(model, src, max_len, bos_id, eos_id, pad_id):
+    model.eval()
+    results = []
+    with torch.no_grad():
+        memory, src_mask = model.encode(src)  # once for the whole batch
+        for i in range(src.size(0)):
+            ys = torch.tensor([[bos_id]], device=src.device)
+            for _ in range(max_len):
+                mask = causal_mask(ys.size(1), src.device)
+                logits = model.decode(ys, memory[i:i + 1], src_mask[i:i + 1], mask)
+                token = logits[0, -1].argmax().view(1, 1)
+                ys = torch.cat([ys, token], dim=1)
+                if token.item() == eos_id:
+                    break
+            results.append(ys[0])
+    return torch.nn.utils.rnn.pad_sequence(results, batch_first=True,
+                                           padding_value=pad_id)
+
+
+@right("greedy_decode")
+def greedy_list_of_lists(model, src, max_len, bos_id, eos_id, pad_id):
+    model.eval()
+    with torch.no_grad():
+        memory, src_mask = model.encode(src)
+        seqs = [[bos_id] for _ in range(src.size(0))]
+        for _ in range(max_len):
+            if all(eos_id in s for s in seqs):
+                break
+            inp = torch.tensor(seqs, device=src.device)
+            t = inp.size(1)
+            logits = model.decode(inp, memory, src_mask,
+                                  torch.tril(torch.ones(t, t, device=src.device)) > 0)
+            best = logits[:, -1].argmax(-1).tolist()
+            for s, tok in zip(seqs, best):
+                s.append(pad_id if eos_id in s else tok)
+    return torch.tensor(seqs, dtype=torch.long, device=src.device)
+
+
+# ------------------------------------------------------------------ wrong, listed
+
+@wrong("greedy_decode", r"'stops the whole batch at the first EOS'", listed=True)
+def greedy_stops_at_any_eos(model, src, max_len, bos_id, eos_id, pad_id):
+    # "stop at EOS" applied to the batch: the first row to finish ends everyone's
+    model.eval()
+    with torch.no_grad():
+        memory, src_mask = model.encode(src)
+        out = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)
+        for _ in range(max_len):
+            logits = model.decode(out, memory, src_mask, causal_mask(out.size(1)))
+            nxt = logits[:, -1].argmax(-1)
+            out = torch.cat([out, nxt[:, None]], dim=1)
+            if (nxt == eos_id).any():
+                break
+    return out
+
+
+@wrong("greedy_decode", r"'argmax of the first position'", listed=True)
+def greedy_first_position(model, src, max_len, bos_id, eos_id, pad_id):
+    # logits[:, 0]: "the prediction" of a one-token input, kept for longer ones
+    model.eval()
+    with torch.no_grad():
+        memory, src_mask = model.encode(src)
+        out = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)
+        done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
+        for _ in range(max_len):
+            logits = model.decode(out, memory, src_mask, causal_mask(out.size(1)))
+            nxt = logits[:, 0].argmax(-1).masked_fill(done, pad_id)
+            out = torch.cat([out, nxt[:, None]], dim=1)
+            done |= nxt == eos_id
+            if done.all():
+                break
+    return out
+
+
+# ---------------------------------------------------------------- wrong, unlisted
+
+@wrong("greedy_decode", r"'decoding in training mode'", listed=False)
+def greedy_no_eval(model, src, max_len, bos_id, eos_id, pad_id):
+    # no_grad remembered, eval() forgotten: dropout stays on
+    with torch.no_grad():
+        memory, src_mask = model.encode(src)
+        out = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)
+        done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
+        for _ in range(max_len):
+            logits = model.decode(out, memory, src_mask, causal_mask(out.size(1)))
+            nxt = logits[:, -1].argmax(-1).masked_fill(done, pad_id)
+            out = torch.cat([out, nxt[:, None]], dim=1)
+            done |= nxt == eos_id
+            if done.all():
+                break
+    return out
+
+
+@wrong("greedy_decode", r"'decoding with gradients enabled'", listed=False)
+def greedy_no_no_grad(model, src, max_len, bos_id, eos_id, pad_id):
+    # eval() is thought to switch autograd off too
+    model.eval()
+    memory, src_mask = model.encode(src)
+    out = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)
+    done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
+    for _ in range(max_len):
+        logits = model.decode(out, memory, src_mask, causal_mask(out.size(1)))
+        nxt = logits[:, -1].argmax(-1).masked_fill(done, pad_id)
+        out = torch.cat([out, nxt[:, None]], dim=1)
+        done |= nxt == eos_id
+        if done.all():
+            break
+    return out
+
+
+@wrong("greedy_decode", r"'source encoded at every step'", listed=False)
+def greedy_full_forward(model, src, max_len, bos_id, eos_id, pad_id):
+    # model(src, ys) as in training: the encoder runs again at every step
+    model.eval()
+    with torch.no_grad():
+        ys = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)
+        done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
+        for _ in range(max_len):
+            nxt = model(src, ys)[:, -1].argmax(-1).masked_fill(done, pad_id)
+            ys = torch.cat([ys, nxt[:, None]], dim=1)
+            done |= nxt == eos_id
+            if done.all():
+                break
+    return ys
+
+
+@wrong("greedy_decode", r"'source encoded at every step'", listed=False)
+def greedy_encode_in_loop(model, src, max_len, bos_id, eos_id, pad_id):
+    # encode moved inside the loop by accident
+    model.eval()
+    with torch.no_grad():
+        ys = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)
+        done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
+        for _ in range(max_len):
+            memory, src_mask = model.encode(src)
+            logits = model.decode(ys, memory, src_mask, causal_mask(ys.size(1)))
+            nxt = logits[:, -1].argmax(-1).masked_fill(done, pad_id)
+            ys = torch.cat([ys, nxt[:, None]], dim=1)
+            done |= nxt == eos_id
+            if done.all():
+                break
+    return ys
+
+
+@wrong("greedy_decode", r"'greedy decoding without the causal mask'.*None",
+       listed=False)
+def greedy_no_mask(model, src, max_len, bos_id, eos_id, pad_id):
+    # "at inference there is no future to hide", so no mask
+    model.eval()
+    with torch.no_grad():
+        memory, src_mask = model.encode(src)
+        out = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)
+        done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
+        for _ in range(max_len):
+            logits = model.decode(out, memory, src_mask)
+            nxt = logits[:, -1].argmax(-1).masked_fill(done, pad_id)
+            out = torch.cat([out, nxt[:, None]], dim=1)
+            done |= nxt == eos_id
+            if done.all():
+                break
+    return out
+
+
+@wrong("greedy_decode", r"'upper triangular target mask'", listed=False)
+def greedy_triu(model, src, max_len, bos_id, eos_id, pad_id):
+    # triu where tril was meant
+    model.eval()
+    with torch.no_grad():
+        memory, src_mask = model.encode(src)
+        out = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)
+        done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
+        for _ in range(max_len):
+            t = out.size(1)
+            logits = model.decode(out, memory, src_mask,
+                                  torch.triu(torch.ones(t, t, dtype=torch.bool)))
+            nxt = logits[:, -1].argmax(-1).masked_fill(done, pad_id)
+            out = torch.cat([out, nxt[:, None]], dim=1)
+            done |= nxt == eos_id
+            if done.all():
+                break
+    return out
+
+
+@wrong("greedy_decode", r"'greedy decoding without the causal mask'.*neither",
+       listed=False)
+def greedy_inverted_mask(model, src, max_len, bos_id, eos_id, pad_id):
+    # nn.Transformer's convention (True = blocked) handed to a True = keep model
+    model.eval()
+    with torch.no_grad():
+        memory, src_mask = model.encode(src)
+        out = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)
+        done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
+        for _ in range(max_len):
+            blocked = torch.ones(out.size(1), out.size(1), dtype=torch.bool).triu(1)
+            logits = model.decode(out, memory, src_mask, blocked)
+            nxt = logits[:, -1].argmax(-1).masked_fill(done, pad_id)
+            out = torch.cat([out, nxt[:, None]], dim=1)
+            done |= nxt == eos_id
+            if done.all():
+                break
+    return out
+
+
+@wrong("greedy_decode", r"'start token not a LongTensor'.*float32", listed=False)
+def greedy_float_start(model, src, max_len, bos_id, eos_id, pad_id):
+    # the seed's torch.ones(1, 1).fill_(SOS): a float tensor
+    model.eval()
+    with torch.no_grad():
+        memory, src_mask = model.encode(src)
+        out = torch.ones(src.size(0), 1).fill_(bos_id)
+        done = torch.zeros(src.size(0), dtype=torch.bool)
+        for _ in range(max_len):
+            logits = model.decode(out, memory, src_mask, causal_mask(out.size(1)))
+            nxt = logits[:, -1].argmax(-1).masked_fill(done, pad_id)
+            out = torch.cat([out, nxt[:, None].float()], dim=1)
+            done |= nxt == eos_id
+            if done.all():
+                break
+    return out.long()
+
+
+@wrong("greedy_decode", r"'decoding does not start from BOS'.*bos_id=12", listed=False)
+def greedy_bos_hard_coded(model, src, max_len, bos_id, eos_id, pad_id):
+    # BOS is 1 in the course, so 1 it is
+    model.eval()
+    with torch.no_grad():
+        memory, src_mask = model.encode(src)
+        out = torch.full((src.size(0), 1), 1, dtype=torch.long, device=src.device)
+        done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
+        for _ in range(max_len):
+            logits = model.decode(out, memory, src_mask, causal_mask(out.size(1)))
+            nxt = logits[:, -1].argmax(-1).masked_fill(done, pad_id)
+            out = torch.cat([out, nxt[:, None]], dim=1)
+            done |= nxt == eos_id
+            if done.all():
+                break
+    return out
+
+
+@wrong("greedy_decode", r"'decoding does not start from BOS'.*read \[0", listed=False)
+def greedy_starts_from_zeros(model, src, max_len, bos_id, eos_id, pad_id):
+    # an empty-looking start column of zeros (PAD), then BOS written into the output
+    model.eval()
+    with torch.no_grad():
+        memory, src_mask = model.encode(src)
+        out = torch.zeros(src.size(0), 1, dtype=torch.long, device=src.device)
+        done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
+        for _ in range(max_len):
+            logits = model.decode(out, memory, src_mask, causal_mask(out.size(1)))
+            nxt = logits[:, -1].argmax(-1).masked_fill(done, pad_id)
+            out = torch.cat([out, nxt[:, None]], dim=1)
+            done |= nxt == eos_id
+            if done.all():
+                break
+    out[:, 0] = bos_id
+    return out
+
+
+@wrong("greedy_decode", r"'decoder fed only the newest token'", listed=False)
+def greedy_newest_token_only(model, src, max_len, bos_id, eos_id, pad_id):
+    # "only the new token is new": as with a KV cache, but there is none
+    model.eval()
+    with torch.no_grad():
+        memory, src_mask = model.encode(src)
+        out = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)
+        done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
+        for _ in range(max_len):
+            logits = model.decode(out[:, -1:], memory, src_mask, causal_mask(1))
+            nxt = logits[:, -1].argmax(-1).masked_fill(done, pad_id)
+            out = torch.cat([out, nxt[:, None]], dim=1)
+            done |= nxt == eos_id
+            if done.all():
+                break
+    return out
+
+
+@wrong("greedy_decode", r"'memory from encode not used'", listed=False)
+def greedy_zero_memory(model, src, max_len, bos_id, eos_id, pad_id):
+    # a memory "placeholder" of the right shape, never replaced by the real one
+    model.eval()
+    with torch.no_grad():
+        memory, src_mask = model.encode(src)
+        context = torch.zeros_like(memory)
+        out = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)
+        done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
+        for _ in range(max_len):
+            logits = model.decode(out, context, src_mask, causal_mask(out.size(1)))
+            nxt = logits[:, -1].argmax(-1).masked_fill(done, pad_id)
+            out = torch.cat([out, nxt[:, None]], dim=1)
+            done |= nxt == eos_id
+            if done.all():
+                break
+    return out
+
+
+@wrong("greedy_decode", r"'output without the leading BOS'", listed=False)
+def greedy_drops_bos(model, src, max_len, bos_id, eos_id, pad_id):
+    # "BOS is not part of the translation", so it is cut off
+    model.eval()
+    with torch.no_grad():
+        memory, src_mask = model.encode(src)
+        out = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)
+        done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
+        for _ in range(max_len):
+            logits = model.decode(out, memory, src_mask, causal_mask(out.size(1)))
+            nxt = logits[:, -1].argmax(-1).masked_fill(done, pad_id)
+            out = torch.cat([out, nxt[:, None]], dim=1)
+            done |= nxt == eos_id
+            if done.all():
+                break
+    return out[:, 1:]
+
+
+@wrong("greedy_decode", r"'next token is not the argmax of the last position'.*argmin",
+       listed=False)
+def greedy_argmin(model, src, max_len, bos_id, eos_id, pad_id):
+    # thinks of the logits as losses: the smallest is the best
+    model.eval()
+    with torch.no_grad():
+        memory, src_mask = model.encode(src)
+        out = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)
+        done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
+        for _ in range(max_len):
+            logits = model.decode(out, memory, src_mask, causal_mask(out.size(1)))
+            nxt = logits[:, -1].argmin(-1).masked_fill(done, pad_id)
+            out = torch.cat([out, nxt[:, None]], dim=1)
+            done |= nxt == eos_id
+            if done.all():
+                break
+    return out
+
+
+@wrong("greedy_decode",
+       r"'next token is not the argmax of the last position'.*positions axis",
+       listed=False)
+def greedy_argmax_over_time(model, src, max_len, bos_id, eos_id, pad_id):
+    # argmax(dim=1) on [B, t, V]: the axis of positions, not of the vocabulary
+    model.eval()
+    with torch.no_grad():
+        memory, src_mask = model.encode(src)
+        out = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)
+        done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
+        for _ in range(max_len):
+            logits = model.decode(out, memory, src_mask, causal_mask(out.size(1)))
+            nxt = logits.argmax(dim=1)[:, -1].masked_fill(done, pad_id)
+            out = torch.cat([out, nxt[:, None]], dim=1)
+            done |= nxt == eos_id
+            if done.all():
+                break
+    return out
+
+
+@wrong("greedy_decode",
+       r"'next token is not the argmax of the last position'.*last position's argmax",
+       listed=False)
+def greedy_softmax_over_positions(model, src, max_len, bos_id, eos_id, pad_id):
+    # softmax over dim=1 (positions) before the argmax changes which token wins
+    model.eval()
+    with torch.no_grad():
+        memory, src_mask = model.encode(src)
+        out = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)
+        done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
+        for _ in range(max_len):
+            logits = model.decode(out, memory, src_mask, causal_mask(out.size(1)))
+            probs = torch.softmax(logits, dim=1)
+            nxt = probs[:, -1].argmax(-1).masked_fill(done, pad_id)
+            out = torch.cat([out, nxt[:, None]], dim=1)
+            done |= nxt == eos_id
+            if done.all():
+                break
+    return out
+
+
+@wrong("greedy_decode",
+       r"'next token is not the argmax of the last position'.*last position's argmax",
+       listed=False)
+def greedy_samples(model, src, max_len, bos_id, eos_id, pad_id):
+    # samples from the softmax: that is sampling, not greedy decoding
+    model.eval()
+    with torch.no_grad():
+        memory, src_mask = model.encode(src)
+        out = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)
+        done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
+        g = torch.Generator(device=src.device).manual_seed(0)
+        for _ in range(max_len):
+            logits = model.decode(out, memory, src_mask, causal_mask(out.size(1)))
+            probs = logits[:, -1].softmax(-1)
+            nxt = torch.multinomial(probs, 1, generator=g)[:, 0]
+            nxt = nxt.masked_fill(done, pad_id)
+            out = torch.cat([out, nxt[:, None]], dim=1)
+            done |= nxt == eos_id
+            if done.all():
+                break
+    return out
+
+
+@wrong("greedy_decode", r"'max_len counted wrong'.*\[7\] new tokens.*max_len=8",
+       listed=False)
+def greedy_one_step_short(model, src, max_len, bos_id, eos_id, pad_id):
+    # range(max_len - 1) "because BOS is already there"
+    model.eval()
+    with torch.no_grad():
+        memory, src_mask = model.encode(src)
+        out = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)
+        done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
+        for _ in range(max_len - 1):
+            logits = model.decode(out, memory, src_mask, causal_mask(out.size(1)))
+            nxt = logits[:, -1].argmax(-1).masked_fill(done, pad_id)
+            out = torch.cat([out, nxt[:, None]], dim=1)
+            done |= nxt == eos_id
+            if done.all():
+                break
+    return out
+
+
+@wrong("greedy_decode", r"'max_len counted wrong'.*\[7\] new tokens", listed=False)
+def greedy_total_length_max_len(model, src, max_len, bos_id, eos_id, pad_id):
+    # max_len read as the output's total length, BOS included
+    model.eval()
+    with torch.no_grad():
+        memory, src_mask = model.encode(src)
+        out = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)
+        done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
+        while out.size(1) < max_len and not done.all():
+            logits = model.decode(out, memory, src_mask, causal_mask(out.size(1)))
+            nxt = logits[:, -1].argmax(-1).masked_fill(done, pad_id)
+            out = torch.cat([out, nxt[:, None]], dim=1)
+            done |= nxt == eos_id
+    return out
+
+
+@wrong("greedy_decode", r"'max_len counted wrong'.*\[9\] new tokens", listed=False)
+def greedy_one_step_long(model, src, max_len, bos_id, eos_id, pad_id):
+    # range(max_len + 1) "so that max_len tokens come after BOS"
+    model.eval()
+    with torch.no_grad():
+        memory, src_mask = model.encode(src)
+        out = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)
+        done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
+        for _ in range(max_len + 1):
+            logits = model.decode(out, memory, src_mask, causal_mask(out.size(1)))
+            nxt = logits[:, -1].argmax(-1).masked_fill(done, pad_id)
+            out = torch.cat([out, nxt[:, None]], dim=1)
+            done |= nxt == eos_id
+            if done.all():
+                break
+    return out
+
+
+@wrong("greedy_decode", r"'finished rows not padded with pad_id'.*hold (2|11);",
+       listed=False)
+def greedy_pads_with_eos(model, src, max_len, bos_id, eos_id, pad_id):
+    # finished rows repeat EOS instead of PAD
+    model.eval()
+    with torch.no_grad():
+        memory, src_mask = model.encode(src)
+        out = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)
+        done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
+        for _ in range(max_len):
+            logits = model.decode(out, memory, src_mask, causal_mask(out.size(1)))
+            nxt = logits[:, -1].argmax(-1).masked_fill(done, eos_id)
+            out = torch.cat([out, nxt[:, None]], dim=1)
+            done |= nxt == eos_id
+            if done.all():
+                break
+    return out
+
+
+@wrong("greedy_decode", r"'finished rows not padded with pad_id'.*hold 0; pad_id=10",
+       listed=False)
+def greedy_pad_hard_coded(model, src, max_len, bos_id, eos_id, pad_id):
+    # PAD written as 0, the course's usual id
+    model.eval()
+    with torch.no_grad():
+        memory, src_mask = model.encode(src)
+        out = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)
+        done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
+        for _ in range(max_len):
+            logits = model.decode(out, memory, src_mask, causal_mask(out.size(1)))
+            nxt = logits[:, -1].argmax(-1).masked_fill(done, 0)
+            out = torch.cat([out, nxt[:, None]], dim=1)
+            done |= nxt == eos_id
+            if done.all():
+                break
+    return out
+
+
+@wrong("greedy_decode", r"'greedy decoding does not stop at EOS'.*went on",
+       listed=False)
+def greedy_never_breaks(model, src, max_len, bos_id, eos_id, pad_id):
+    # pads finished rows but always runs max_len steps
+    model.eval()
+    with torch.no_grad():
+        memory, src_mask = model.encode(src)
+        out = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)
+        done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
+        for _ in range(max_len):
+            logits = model.decode(out, memory, src_mask, causal_mask(out.size(1)))
+            nxt = logits[:, -1].argmax(-1).masked_fill(done, pad_id)
+            out = torch.cat([out, nxt[:, None]], dim=1)
+            done |= nxt == eos_id
+    return out
+
+
+@wrong("greedy_decode", r"'greedy decoding does not stop at EOS'", listed=False)
+def greedy_forgets_finished(model, src, max_len, bos_id, eos_id, pad_id):
+    # finished overwritten at each step instead of accumulated
+    model.eval()
+    with torch.no_grad():
+        memory, src_mask = model.encode(src)
+        out = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)
+        finished = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
+        for _ in range(max_len):
+            logits = model.decode(out, memory, src_mask, causal_mask(out.size(1)))
+            nxt = logits[:, -1].argmax(-1).masked_fill(finished, pad_id)
+            out = torch.cat([out, nxt[:, None]], dim=1)
+            finished = nxt == eos_id
+            if finished.all():
+                break
+    return out
+
+
+@wrong("greedy_decode", r"'greedy decoding does not stop at EOS'.*eos_id=11|"
+       r"'greedy decoding does not stop at EOS'.*after its EOS", listed=False)
+def greedy_eos_hard_coded(model, src, max_len, bos_id, eos_id, pad_id):
+    # EOS written as 2, the course's usual id
+    model.eval()
+    with torch.no_grad():
+        memory, src_mask = model.encode(src)
+        out = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)
+        done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
+        for _ in range(max_len):
+            logits = model.decode(out, memory, src_mask, causal_mask(out.size(1)))
+            nxt = logits[:, -1].argmax(-1).masked_fill(done, pad_id)
+            out = torch.cat([out, nxt[:, None]], dim=1)
+            done |= nxt == 2
+            if done.all():
+                break
+    return out
+
+
+@wrong("greedy_decode", r"expected a LongTensor \[B=6, T\].*got list", listed=False)
+def greedy_returns_lists(model, src, max_len, bos_id, eos_id, pad_id):
+    # a list of token lists, "easier to print"
+    model.eval()
+    with torch.no_grad():
+        memory, src_mask = model.encode(src)
+        out = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)
+        done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
+        for _ in range(max_len):
+            logits = model.decode(out, memory, src_mask, causal_mask(out.size(1)))
+            nxt = logits[:, -1].argmax(-1).masked_fill(done, pad_id)
+            out = torch.cat([out, nxt[:, None]], dim=1)
+            done |= nxt == eos_id
+            if done.all():
+                break
+    return out.tolist()
+
+
+@wrong("greedy_decode", r"'output not a LongTensor'.*float32", listed=False)
+def greedy_float_output(model, src, max_len, bos_id, eos_id, pad_id):
+    # keeps a float buffer for the output and casts only what goes into the model
+    model.eval()
+    with torch.no_grad():
+        memory, src_mask = model.encode(src)
+        out = torch.full((src.size(0), 1), float(bos_id), device=src.device)
+        done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
+        for _ in range(max_len):
+            mask = causal_mask(out.size(1))
+            logits = model.decode(out.long(), memory, src_mask, mask)
+            nxt = logits[:, -1].argmax(-1).masked_fill(done, pad_id)
+            out = torch.cat([out, nxt[:, None].float()], dim=1)
+            done |= nxt == eos_id
+            if done.all():
+                break
+    return out
+
+
+@wrong("greedy_decode", r"expected a LongTensor \[B=6, T\].*shape \[1, ", listed=False)
+def greedy_first_row_only(model, src, max_len, bos_id, eos_id, pad_id):
+    # written for one sentence: src[0] only, the rest of the batch is dropped
+    model.eval()
+    with torch.no_grad():
+        memory, src_mask = model.encode(src[:1])
+        ys = torch.tensor([[bos_id]], device=src.device)
+        for _ in range(max_len):
+            logits = model.decode(ys, memory, src_mask, causal_mask(ys.size(1)))
+            token = logits[0, -1].argmax()
+            ys = torch.cat([ys, token.view(1, 1)], dim=1)
+            if token.item() == eos_id:
+                break
+    return ys
+
+
+@wrong("greedy_decode", r"'rows cut short'", listed=False)
+def greedy_breaks_before_appending(model, src, max_len, bos_id, eos_id, pad_id):
+    # tests for the end before the last token is added: the final EOS is lost
+    model.eval()
+    with torch.no_grad():
+        memory, src_mask = model.encode(src)
+        out = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)
+        done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
+        for _ in range(max_len):
+            logits = model.decode(out, memory, src_mask, causal_mask(out.size(1)))
+            nxt = logits[:, -1].argmax(-1).masked_fill(done, pad_id)
+            done |= nxt == eos_id
+            if done.all():
+                break
+            out = torch.cat([out, nxt[:, None]], dim=1)
+    return out
+
+
+@wrong("greedy_decode", r"'output without the leading BOS'", listed=False)
+def greedy_prepends(model, src, max_len, bos_id, eos_id, pad_id):
+    # new tokens concatenated in front of the sequence
+    model.eval()
+    with torch.no_grad():
+        memory, src_mask = model.encode(src)
+        out = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)
+        done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
+        for _ in range(max_len):
+            logits = model.decode(out, memory, src_mask, causal_mask(out.size(1)))
+            nxt = logits[:, -1].argmax(-1).masked_fill(done, pad_id)
+            out = torch.cat([nxt[:, None], out], dim=1)
+            done |= nxt == eos_id
+            if done.all():
+                break
+    return out

@@ -1,0 +1,327 @@
+"""What chapter 6's train_step check observes of a learner's training step.
+
+The learner's step drives a model, an optimizer and a scheduler that the check
+built to record how they are used: every ``decode`` call (training flag, decoder
+input, logits, and the gradient that reaches the logits in backward), every
+``optimizer.step()`` (the learning rate and the gradients it applied) and
+``zero_grad()``, and every ``scheduler.step()``, in order. A twin model with the
+same weights gives the reference gradient of each batch. The measurements here
+turn those records into numbers (the loss's normaliser and label smoothing, read
+off the gradient at the logits; the gradient at ``optimizer.step()`` as a mix of
+this batch's and what was left from the last one); ``ch06`` names the mistakes.
+
+Shape letters: B batch, St target length, V vocabulary, P all parameters
+flattened.
+"""
+from __future__ import annotations
+
+import copy
+import types
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch.optim.lr_scheduler import LambdaLR
+
+from tformer_ref.baselines import TorchTransformer
+from tformer_ref.device import get_device
+
+from ..guard.integrity import seal
+from .diagnosis import run_or_fail
+
+VOCAB = 13
+_CONFIG = dict(d_model=16, n_heads=8, n_layers=2, d_ff=32, dropout=0.0, max_len=32)
+
+
+class RecordingTransformer(TorchTransformer):
+    """A TorchTransformer whose ``decode`` (which ``forward`` calls) records each call
+    in ``self.log``: ``("forward", ForwardCall)``, and ``("backward", None)`` when the
+    gradient reaches its logits. Optimizer and scheduler append to the same log."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.log = []
+
+    def decode(self, tgt_in, memory, src_mask, tgt_mask=None):
+        logits = super().decode(tgt_in, memory, src_mask, tgt_mask)
+        call = ForwardCall(self.training, tgt_in.detach().clone(),
+                           logits.detach().double())
+        self.log.append(("forward", call))
+        if logits.requires_grad:
+            logits.register_hook(lambda g, call=call: self._reached(call, g))
+        return logits
+
+    def _reached(self, call, grad):
+        call.grads.append(grad.detach().double())
+        self.log.append(("backward", None))
+
+
+@dataclass
+class ForwardCall:
+    """One decode call: mode, ``tgt_in [B, t]``, ``logits [B, t, V]`` (float64) and the
+    gradients backward brought to them."""
+
+    training: bool
+    tgt_in: torch.Tensor
+    logits: torch.Tensor
+    grads: list = field(default_factory=list)
+
+
+def build_models(seed: int):
+    """(model, twin, its weights): the small model the step trains, a copy for the
+    reference, and the state dict to reset both to; built under ``seed`` without
+    touching the notebook's random state."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = RecordingTransformer(VOCAB, VOCAB, **_CONFIG).to(get_device())
+    start = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    return model, copy.deepcopy(model), start
+
+
+def flat_grad(model) -> torch.Tensor:
+    """[P] float64: every parameter's gradient (zeros where None), on the CPU."""
+    return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p))
+                      .detach().flatten().double().cpu() for p in model.parameters()])
+
+
+def flat_params(model) -> torch.Tensor:
+    return torch.cat([p.detach().flatten().double().cpu() for p in model.parameters()])
+
+
+def param_slices(model) -> list[slice]:
+    """Where each parameter tensor lies in the flat [P] vectors."""
+    out, at = [], 0
+    for p in model.parameters():
+        out.append(slice(at, at + p.numel()))
+        at += p.numel()
+    return out
+
+
+def recording_optimizer(model, lr: float):
+    """SGD over ``model``'s parameters whose ``step()`` logs ``("step", StepCall)`` and
+    whose ``zero_grad()`` logs ``("zero_grad", None)`` to ``model.log``.
+
+    The wrappers replace the *instance's* methods, bound, as LambdaLR's own step
+    wrapper expects."""
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    step, zero_grad = opt.step, opt.zero_grad
+
+    def logged_step(self, *args, **kwargs):
+        model.log.append(("step", StepCall(self.param_groups[0]["lr"],
+                                           flat_grad(model))))
+        return step(*args, **kwargs)
+
+    def logged_zero_grad(self, *args, **kwargs):
+        model.log.append(("zero_grad", None))
+        return zero_grad(*args, **kwargs)
+
+    opt.step = types.MethodType(logged_step, opt)
+    opt.zero_grad = types.MethodType(logged_zero_grad, opt)
+    return opt
+
+
+def _halving(step):
+    return 0.5 ** step
+
+
+def recording_scheduler(opt, model):
+    """LambdaLR halving the rate at every step; ``step()`` logs ``("sched", None)``."""
+    sched = LambdaLR(opt, _halving)
+    step = sched.step
+
+    def logged_step(self, *args, **kwargs):
+        model.log.append(("sched", None))
+        return step(*args, **kwargs)
+
+    sched.step = types.MethodType(logged_step, sched)
+    return sched
+
+
+@dataclass(frozen=True)
+class StepCall:
+    """One optimizer.step(): the rate it used and the gradient [P] it applied."""
+
+    lr: float
+    grad: torch.Tensor
+
+
+@dataclass(frozen=True)
+class Want:
+    """The reference's view of one batch at the learner's current weights."""
+
+    loss: float
+    grad: torch.Tensor  # [P] unclipped gradient of the mean real-token loss
+    norm: float  # its total norm
+    labels: torch.Tensor  # [B, St-1]
+    real: torch.Tensor  # [B, St-1] bool, True = a real (non-pad) label
+
+
+def batch_loss(model, src, tgt, pad_id, eps):
+    """The mean cross-entropy over the real tokens, teacher forced."""
+    logits = model(src, tgt[:, :-1])
+    return F.cross_entropy(logits.flatten(0, 1), tgt[:, 1:].flatten(),
+                           ignore_index=pad_id, label_smoothing=eps)
+
+
+def reference_view(twin, model, src, tgt, pad_id, eps) -> Want:
+    """Load ``model``'s weights into ``twin``; the batch's loss and gradient there."""
+    twin.load_state_dict(model.state_dict())
+    twin.train()
+    twin.zero_grad(set_to_none=True)
+    loss = batch_loss(twin, src, tgt, pad_id, eps)
+    loss.backward()
+    grad = flat_grad(twin)
+    labels = tgt[:, 1:]
+    return Want(loss.item(), grad, grad.norm().item(), labels, labels != pad_id)
+
+
+def loss_at(twin, state, src, tgt, pad_id, eps) -> float:
+    """The batch's loss at the weights of ``state`` (a state dict), without gradient."""
+    twin.load_state_dict(state)
+    with torch.no_grad():
+        return batch_loss(twin, src, tgt, pad_id, eps).item()
+
+
+# ------------------------------------------------------------------- measurements
+
+def loss_fit(logits, grad, labels):
+    """Read a cross-entropy's normaliser and label smoothing off its gradient.
+
+    For a real position with label l, d loss / d logits_v = (p_v - eps/V - (1 - eps)
+    [v = l]) / N, p = softmax(logits). Solve for (N, eps) by least squares at each
+    position. ``logits``, ``grad`` [n, V] float64 (the positions that got gradient),
+    ``labels`` [n]. Returns (N [n], eps [n], relative residual [n])."""
+    v = logits.size(-1)
+    p = logits.softmax(-1)
+    onehot = F.one_hot(labels, v).double()
+    a = torch.stack([grad, 1.0 / v - onehot], dim=-1)  # [n, V, 2]
+    rhs = (p - onehot)[..., None]  # [n, V, 1]
+    sol = torch.linalg.lstsq(a, rhs).solution  # [n, 2, 1]
+    resid = (a @ sol - rhs).norm(dim=(1, 2)) / rhs.norm(dim=(1, 2))
+    return sol[:, 0, 0], sol[:, 1, 0], resid
+
+
+def mix_fit(got, this, left):
+    """``got`` [P] as alpha * ``this`` + beta * ``left``: (alpha, beta, relative
+    residual). ``left`` may be all zeros (then beta = 0)."""
+    if left.norm() <= 1e-12 * max(float(this.norm()), 1e-30):
+        basis = this[:, None]
+    else:
+        basis = torch.stack([this, left], dim=1)
+    coef = torch.linalg.lstsq(basis, got[:, None]).solution[:, 0]
+    resid = (basis @ coef - got).norm() / max(float(got.norm()), 1e-30)
+    beta = float(coef[1]) if coef.numel() > 1 else 0.0
+    return float(coef[0]), beta, float(resid)
+
+
+def per_tensor_scales(got, want, slices):
+    """For each parameter tensor: the factor s with got ≈ s · want, and the worst
+    relative residual over tensors."""
+    scales, worst = [], 0.0
+    for sl in slices:
+        g, w = got[sl], want[sl]
+        s = float(g @ w) / max(float(w @ w), 1e-30)
+        worst = max(worst, float((g - s * w).norm()) / max(float(g.norm()), 1e-30))
+        scales.append(s)
+    return scales, worst
+
+
+def clipped(grad, max_norm):
+    """What clip_grad_norm_ leaves: grad · min(1, max_norm / (norm + 1e-6))."""
+    return grad * min(1.0, max_norm / (float(grad.norm()) + 1e-6))
+
+
+def close(a: float, b: float, rel: float = 2e-3, abs_: float = 1e-7) -> bool:
+    return abs(a - b) <= abs_ + rel * abs(b)
+
+
+# ------------------------------------------------------------------- observing a step
+
+@dataclass(frozen=True)
+class StepCase:
+    """One run of the learner's step: ``updates`` batches (drawn from ``seed``) on the
+    model reset to its first weights."""
+
+    label: str
+    seed: int
+    pad_id: int
+    eps: float
+    max_norm: float
+    updates: int = 2
+
+
+@dataclass
+class Seen:
+    """What one update of the learner's step did, and the reference's view of it."""
+
+    case: StepCase
+    update: int  # 1-based
+    src: torch.Tensor
+    tgt: torch.Tensor
+    log: list  # (event, payload) in order: forward, backward, zero_grad, step, sched
+    left: torch.Tensor  # [P] gradient on the weights when the step began
+    end: torch.Tensor  # [P] gradient when it returned
+    before: torch.Tensor  # [P] weights when the step began
+    after: torch.Tensor  # [P] weights when it returned
+    out: object  # what it returned
+    want: Want
+    lr: float  # the rate the scheduler had set for this update
+    state_after: dict  # the weights the step left, as a state dict
+    slices: list
+    twin: TorchTransformer
+
+    def loss_after(self) -> float:
+        """The batch's loss at the weights the step left."""
+        return loss_at(self.twin, self.state_after, self.src, self.tgt,
+                       self.case.pad_id, self.case.eps)
+
+    def events(self, kind):
+        return [payload for event, payload in self.log if event == kind]
+
+    def where(self) -> str:
+        return f"In case {self.case.label}, update {self.update}"
+
+
+def batches(case: StepCase, update: int, pad_id: int):
+    """(src [4, 6], tgt [4, 7]) of update ``update``, rows padded to varying lengths."""
+    g = torch.Generator().manual_seed(1000 * case.seed + update)
+
+    def rows(b, s):
+        out = torch.full((b, s), pad_id, dtype=torch.long)
+        for i in range(b):
+            n = s if i == 0 else int(torch.randint(3, s, (1,), generator=g))
+            out[i, :n] = torch.randint(4, VOCAB, (n,), generator=g)
+            out[i, 0], out[i, n - 1] = 1, 2
+        return out.to(get_device())
+    return rows(4, 6), rows(4, 7)
+
+
+def observe(title, step_fn, case: StepCase, model: RecordingTransformer, twin,
+            start: dict) -> list[Seen]:
+    """Run the learner's step ``case.updates`` times on ``model`` reset to the weights
+    ``start``; each update begins with the model left in eval mode (as after an
+    evaluation) and is recorded. ``twin`` computes the reference's view."""
+    __tracebackhide__ = True
+    model.load_state_dict(start)
+    model.zero_grad(set_to_none=True)
+    opt = recording_optimizer(model, lr=0.5)
+    sched = recording_scheduler(opt, model)
+    seen = []
+    for k in range(1, case.updates + 1):
+        src, tgt = batches(case, k, case.pad_id)
+        model.eval()
+        want = reference_view(twin, model, src, tgt, case.pad_id, case.eps)
+        model.log = []
+        left, before = flat_grad(model), flat_params(model)
+        lr = opt.param_groups[0]["lr"]
+        args = (model, src, tgt, opt, sched, case.max_norm, case.pad_id, case.eps)
+        out = run_or_fail(title, step_fn, args, f"case {case.label}, update {k}: "
+                          "your train_step")
+        after = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        seen.append(Seen(case, k, src, tgt, model.log, left, flat_grad(model), before,
+                         flat_params(model), out, want, lr, after, param_slices(model),
+                         twin))
+    return seen
+
+
+seal(__name__)
