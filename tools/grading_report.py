@@ -1,7 +1,7 @@
 """How the checks do on the measured bank (tests/bank/bank_chNN.py): per chapter and
-exercise, how many wrong answers were rejected, how many of those named the actual mistake
-(or the measured quantity that is off), how many got only the generic "where, not why"
-message, how many a wrong name, and how many right answers were accepted.
+exercise, how many wrong answers were rejected, how many of those named the actual
+mistake (or the measured quantity that is off), how many got only the generic "where,
+not why" message, how many a wrong name, and how many right answers were accepted.
 
 Usage: python tools/grading_report.py [--json] [chNN ...]     (make grading-report)
 """
@@ -42,7 +42,8 @@ def measure(chapter: str) -> dict[str, dict[str, float]]:
             row["rejected"] += kind in ("named", "generic", "misnamed")
             row[kind] += kind != "accepted"
     total = sum(rows.values(), Counter())
-    return {name: {c: row[c] for c in COLUMNS} for name, row in {**rows, "all": total}.items()}
+    rows["all"] = total
+    return {name: {c: row[c] for c in COLUMNS} for name, row in rows.items()}
 
 
 def main(argv=None) -> int:
@@ -56,7 +57,8 @@ def main(argv=None) -> int:
     if args.json:
         print(json.dumps(table, indent=1))
         return 0
-    print(f"{'chapter / exercise':<30}" + "".join(f"{c:>9}" for c in COLUMNS) + f"{'named %':>9}")
+    header = "".join(f"{c:>9}" for c in COLUMNS)
+    print(f"{'chapter / exercise':<30}{header}{'named %':>9}")
     for chapter, rows in table.items():
         for name, row in rows.items():
             label = chapter if name == "all" else f"  {name}"

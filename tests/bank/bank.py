@@ -1,4 +1,4 @@
-"""The measured bank: literal learner answers, each with the verdict the checks must give.
+"""The measured bank: literal learner answers, each with the verdict the checks give.
 
 A chapter's bank is ``tests/bank/bank_chNN.py`` (a long chapter may split it:
 ``bank_chNN_topic.py``, reported on its own row). It registers answers with the two
@@ -51,8 +51,8 @@ class Entry:
 
 @dataclass(frozen=True)
 class Verdict:
-    """What the checks made of an answer: ``kind`` is accepted, named, generic, misnamed or
-    crashed (a check raised something other than a CheckFailure: the course's bug)."""
+    """What the checks made of an answer: ``kind`` is accepted, named, generic, misnamed
+    or crashed (a check raised something other than CheckFailure: the course's bug)."""
 
     kind: str
     message: str = ""
@@ -64,14 +64,16 @@ ENTRIES: list[Entry] = []
 def _chapter_of(fn: Callable) -> str:
     match = re.search(r"bank_(ch\d\d\w*)$", fn.__module__)
     if not match:
-        raise ValueError(f"bank entries live in tests/bank/bank_chNN.py, not {fn.__module__}")
+        raise ValueError(
+            f"bank entries live in tests/bank/bank_chNN.py, not {fn.__module__}")
     return match.group(1)
 
 
 def right(exercise: str) -> Callable:
     """Register a right answer to ``exercise``: every check must accept it."""
     def register(answer):
-        ENTRIES.append(Entry(_chapter_of(answer), exercise, answer.__name__, answer, None))
+        chapter = _chapter_of(answer)
+        ENTRIES.append(Entry(chapter, exercise, answer.__name__, answer, None))
         return answer
     return register
 
@@ -81,14 +83,15 @@ def wrong(exercise: str, expect: str, *, listed: bool) -> Callable:
     matching ``expect`` (or with the generic fallback, when ``expect`` is GENERIC)."""
     re.compile(expect)
     def register(answer):
-        ENTRIES.append(Entry(_chapter_of(answer), exercise, answer.__name__, answer, expect,
-                             listed))
+        chapter = _chapter_of(answer)
+        ENTRIES.append(
+            Entry(chapter, exercise, answer.__name__, answer, expect, listed))
         return answer
     return register
 
 
 def grade(entry: Entry, graders: dict[str, Callable[[Any], None]]) -> Verdict:
-    """Run every check of the entry's exercise on its answer and classify the outcome."""
+    """Run every check of the entry's exercise on its answer; classify the outcome."""
     try:
         with contextlib.redirect_stdout(io.StringIO()):  # the checks' ✓ lines
             graders[entry.exercise](entry.answer)

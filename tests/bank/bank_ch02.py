@@ -8,7 +8,8 @@ from bank import GENERIC, right, wrong  # noqa: F401
 from tformer_grading.checks import ch02
 
 GRADERS = {
-    "attention": lambda fn: (ch02.check_attention(fn), ch02.check_attention_by_hand(fn)),
+    "attention": lambda fn: (ch02.check_attention(fn),
+                             ch02.check_attention_by_hand(fn)),
     "attention_entropy": ch02.check_attention_entropy,
 }
 

@@ -1,7 +1,7 @@
-"""Every answer in the measured bank gets the verdict it records, and every chapter's bank
-meets the standard: per exercise at least 25 wrong answers (15 of them mistakes the checks
-list no variant for) and 8 right ones; per chapter every wrong answer rejected, at least
-85 % with the mistake named, none with a wrong name, every right answer accepted."""
+"""Every answer in the measured bank gets the verdict it records, and every chapter's
+bank meets the standard: per exercise at least 25 wrong answers (15 of them mistakes
+the checks list no variant for) and 8 right ones; per chapter every wrong answer
+rejected, at least 85 % with the mistake named, none misnamed, every right one accepted."""
 from __future__ import annotations
 
 import functools
@@ -11,12 +11,13 @@ import pytest
 
 from bank import Entry, Verdict, entries, expected_kind, grade, load
 
-CHAPTERS = sorted(p.stem[len("bank_"):] for p in Path(__file__).parent.glob("bank_ch*.py"))
+BANKS = Path(__file__).parent.glob("bank_ch*.py")
+CHAPTERS = sorted(p.stem[len("bank_"):] for p in BANKS)
 
 
 def _load_all() -> tuple[list[Entry], dict[str, str]]:
-    """Every bank's entries, and the banks that do not import (reported by a test of their
-    own rather than stopping the collection of the others)."""
+    """Every bank's entries, and the banks that do not import (reported by a test of
+    their own rather than stopping the collection of the others)."""
     found, broken = [], {}
     for chapter in CHAPTERS:
         try:
@@ -37,7 +38,7 @@ def verdict(entry: Entry) -> Verdict:
 
 
 def group(chapter: str):
-    # A chapter's answers and its standard run on one xdist worker, so each is graded once.
+    # A chapter's answers and its standard run on one xdist worker: each graded once.
     return pytest.mark.xdist_group(f"bank-{chapter}")
 
 
@@ -66,9 +67,10 @@ def test_chapter_bank_meets_the_standard(chapter: str):
         wrong = [e for e in mine if e.expect is not None]
         unlisted = [e for e in wrong if not e.listed]
         right = [e for e in mine if e.expect is None]
-        assert len(wrong) >= MIN_WRONG, f"{chapter} {exercise}: {len(wrong)} wrong answers"
-        assert len(unlisted) >= MIN_UNLISTED, f"{chapter} {exercise}: {len(unlisted)} unlisted"
-        assert len(right) >= MIN_RIGHT, f"{chapter} {exercise}: {len(right)} right answers"
+        where = f"{chapter} {exercise}"
+        assert len(wrong) >= MIN_WRONG, f"{where}: {len(wrong)} wrong answers"
+        assert len(unlisted) >= MIN_UNLISTED, f"{where}: {len(unlisted)} unlisted"
+        assert len(right) >= MIN_RIGHT, f"{where}: {len(right)} right answers"
     kinds = {e.id: verdict(e).kind for e in bank}
     wrong = [e for e in bank if e.expect is not None]
     assert all(kinds[e.id] in ("named", "generic", "misnamed") for e in wrong), [
