@@ -1,7 +1,7 @@
 """Every answer in the measured bank gets the verdict it records, and every chapter's
 bank meets the standard: per exercise at least 25 wrong answers (15 of them mistakes
 the checks list no variant for) and 8 right ones; per chapter every wrong answer
-rejected, at least 85 % with the mistake named, none misnamed, every right one accepted."""
+rejected, at least 85 % named, none misnamed, every right one accepted."""
 from __future__ import annotations
 
 import functools
