@@ -232,6 +232,20 @@ def split_off_by_one_slices(x, n_heads):  # starts at feature 1, wraps the last 
     return torch.stack(heads, dim=1)
 
 
+@wrong("split_heads", r"'gradient does not reach the input'.*no gradient back to x",
+       listed=False)
+def split_detached(x, n_heads):  # "no gradient needed for a reshape": detaches x first
+    b, s, d = x.shape
+    return x.detach().view(b, s, n_heads, d // n_heads).transpose(1, 2)
+
+
+@wrong("split_heads", r"'gradient does not reach the input'.*no gradient back to x",
+       listed=False)
+def split_under_no_grad(x, n_heads):  # no_grad "to save memory": a split is no maths
+    with torch.no_grad():
+        return torch.stack(x.chunk(n_heads, dim=-1), dim=1)
+
+
 # ------------------------------------------------------------------ merge_heads: right
 
 @right("merge_heads")
@@ -420,6 +434,13 @@ def merge_sequence_first(x):  # [S, B, D], nn.MultiheadAttention's default layou
 @wrong("merge_heads", r"raised RuntimeError.*at line \d+ of your code", listed=False)
 def merge_fixed_shape(x):  # sizes from the lesson's example, not from x
     return x.transpose(1, 2).reshape(2, 5, 8)
+
+
+@wrong("merge_heads", r"'gradient does not reach the input'.*no gradient back to x",
+       listed=False)
+def merge_through_data(x):  # .data "to skip autograd's bookkeeping" on a pure reshape
+    b, h, s, dh = x.shape
+    return x.data.permute(0, 2, 1, 3).reshape(b, s, h * dh)
 
 
 # ---------------------------------------------------------------- multi_head_attention
@@ -1184,3 +1205,57 @@ class MHAScalesQueryInPlace(nn.Module):  # query *= s "saves a copy", edits the 
         q, k, v = (split_heads(f(x), self.h)
                    for f, x in ((self.wq, query), (self.wk, key), (self.wv, value)))
         return self.wo(merge_heads((q @ k.transpose(-2, -1)).softmax(-1) @ v))
+
+
+@wrong("multi_head_attention", r"'wrong number of heads'.*8 heads of 3 features.*"
+       r"head size was passed where the head count goes", listed=False)
+class MHASplitByHeadSize(nn.Module):  # split_heads(x, self.d_k): size for the count
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.n_heads = n_heads
+        self.d_k = d_model // n_heads
+        self.w_q = nn.Linear(d_model, d_model)
+        self.w_k = nn.Linear(d_model, d_model)
+        self.w_v = nn.Linear(d_model, d_model)
+        self.w_o = nn.Linear(d_model, d_model)
+
+    def forward(self, query, key, value, mask=None):
+        q = split_heads(self.w_q(query), self.d_k)
+        k = split_heads(self.w_k(key), self.d_k)
+        v = split_heads(self.w_v(value), self.d_k)
+        w = (q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))).softmax(-1)
+        return self.w_o(merge_heads(w @ v))
+
+
+@wrong("multi_head_attention", r"'wrong number of heads'.*2 heads of 8 features "
+       r"\(D=16, H=4\).*1 head of 12 features \(D=12, H=2\)", listed=False)
+class MHAFixedHeadSize(nn.Module):  # "heads of 8 features", as in the lesson's figure
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.d_head = 8
+        self.proj = nn.ModuleList(nn.Linear(d_model, d_model) for _ in range(4))
+
+    def forward(self, query, key, value, mask=None):
+        b, sq, d = query.shape
+        heads = max(d // self.d_head, 1)
+        q, k, v = (p(x).view(b, -1, heads, d // heads).transpose(1, 2)
+                   for p, x in zip(self.proj, (query, key, value)))
+        w = torch.softmax(q @ k.transpose(-2, -1) * (d // heads) ** -0.5, dim=-1)
+        return self.proj[3]((w @ v).transpose(1, 2).reshape(b, sq, d))
+
+
+@wrong("multi_head_attention", r"'gradient does not reach an input'.*`key`",
+       listed=False)
+class MHADetachedMemory(nn.Module):  # "the encoder memory is fixed": detaches k and v
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.h = n_heads
+        self.wq, self.wk, self.wv, self.wo = (nn.Linear(d_model, d_model)
+                                              for _ in range(4))
+
+    def forward(self, query, key, value, mask=None):
+        key, value = key.detach(), value.detach()
+        q, k, v = (split_heads(f(x), self.h)
+                   for f, x in ((self.wq, query), (self.wk, key), (self.wv, value)))
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+        return self.wo(merge_heads(scores.softmax(-1) @ v))

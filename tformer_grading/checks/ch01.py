@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Callable, Sequence
 
 import torch
@@ -149,11 +150,14 @@ def _fallback(title: str, runs: Sequence[Run], atol: float, rtol: float,
 
 def _staged(title: str, runs: Sequence[Run], pitfalls: Sequence[Pitfall],
             stages: Sequence[Callable], atol: float, rtol: float,
-            known: str = "") -> None:
-    """Pass, or fail with the first stage that explains the difference."""
+            known: str = "", when_right: Callable | None = None) -> None:
+    """Pass, or fail with the first stage that explains the difference.
+    ``when_right(title, runs)`` checks what right values cannot show (the gradient)."""
     __tracebackhide__ = True
     verify_integrity()
     if all(_is_right(r, atol, rtol) for r in runs):
+        if when_right is not None:
+            when_right(title, runs)
         passed(title, f"matches the reference on {len(runs)} cases")
         return
     _name_listed(title, runs, pitfalls, atol, rtol)
@@ -221,6 +225,55 @@ def _values_stage(title: str, r: Run) -> None:
                                    f"times {scale.item():.4g}.")
     VALUES_CHANGED.fail(title, f"On case {r.label} (each value of x distinct) your "
                                "output holds numbers that are not elements of x.")
+
+
+# ------------------------------------------------------------- the gradient reaches x
+# split_heads and merge_heads sit inside a model that is trained through them: right
+# values are not enough, the gradient must flow back to x. A rearrangement's gradient
+# is the inverse rearrangement of the upstream gradient, so with the upstream gradient
+# G a tensor of codes, x's gradient must be G moved back (merge_heads(G) for a split).
+
+GRADIENT_CUT = Diagnosis(
+    "gradient does not reach the input",
+    "The model is trained through split_heads and merge_heads, so the gradient must "
+    "flow back to x unchanged in layout: the gradient of a rearrangement is the "
+    "inverse rearrangement of the upstream gradient. Rearrange x itself with tensor "
+    "ops (view, reshape, transpose, permute): no .detach(), .data, torch.no_grad() "
+    "or copies through NumPy/lists.", S_SPLIT)
+
+
+def _input_gradient(fn: Callable, x: torch.Tensor, rest: tuple, upstream):
+    """d sum(fn(x, *rest) * upstream) / dx, or None when autograd cannot reach x."""
+    x = x.detach().clone().requires_grad_(True)
+    with torch.enable_grad():
+        out = fn(x, *rest)
+        if not isinstance(out, torch.Tensor) or not out.requires_grad:
+            return None
+        (grad,) = torch.autograd.grad(out, x, upstream, allow_unused=True)
+    return grad
+
+
+def _gradient_stage(fn: Callable, inverse: Callable, title: str,
+                    runs: Sequence[Run]) -> None:
+    """On every case, x's gradient must be the upstream gradient G [shape of the
+    output] moved back by ``inverse(G, x)``."""
+    __tracebackhide__ = True
+    for r in runs:
+        x, rest = r.ref_args[0], tuple(r.ref_args[1:])
+        upstream = _codes(*r.want.shape).to(r.want.dtype)
+        grad = run(_input_gradient, (fn, x, rest, upstream))
+        if isinstance(grad, Raised):
+            fail(title, f"your code raised {grad!r} while the check took the gradient "
+                        f"through it on case {r.label}.", S_SPLIT)
+        if grad is None:
+            GRADIENT_CUT.fail(title, f"On case {r.label} your output is right but "
+                                     "carries no gradient back to x (autograd cannot "
+                                     "reach x from it).")
+        diff = describe_difference(grad, inverse(upstream, x), 0, 0)
+        if diff:
+            GRADIENT_CUT.fail(title, f"On case {r.label} your output is right, but "
+                                     "the gradient reaching x is not the upstream "
+                                     f"gradient rearranged back: {diff}.")
 
 
 # ------------------------------------------------------------------------- split_heads
@@ -388,7 +441,19 @@ def check_split_heads(split_heads_fn) -> None:
     with single_thread():
         runs = [_run_function(c, split_heads_fn, split_heads, ("x", "n_heads"))
                 for c in _split_cases()]
-        _staged("split_heads", runs, SPLIT_PITFALLS, (_split_layout_stage,), 0, 0)
+        gradient = partial(_gradient_stage, split_heads_fn, _merge_back)
+        _staged("split_heads", runs, SPLIT_PITFALLS, (_split_layout_stage,), 0, 0,
+                when_right=gradient)
+
+
+def _merge_back(g: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """The gradient a split hands back to x: the upstream [B, H, S, Dh] merged."""
+    return merge_heads(g)
+
+
+def _split_back(g: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """The gradient a merge hands back to x [B, H, S, Dh]: the upstream split."""
+    return split_heads(g, x.size(1))
 
 
 # ------------------------------------------------------------------------- merge_heads
@@ -521,7 +586,9 @@ def check_merge_heads(merge_heads_fn) -> None:
     with single_thread():
         runs = [_run_function(c, merge_heads_fn, merge_heads, ("x",))
                 for c in _merge_cases()]
-        _staged("merge_heads", runs, MERGE_PITFALLS, (_merge_layout_stage,), 0, 0)
+        gradient = partial(_gradient_stage, merge_heads_fn, _split_back)
+        _staged("merge_heads", runs, MERGE_PITFALLS, (_merge_layout_stage,), 0, 0,
+                when_right=gradient)
 
 
 # ---------------------------------------------------------------- multi-head attention
@@ -1125,6 +1192,11 @@ HEADS_FIXED = Diagnosis(
     "number of heads fixed",
     "Use the n_heads the constructor receives (and Dh = d_model // n_heads), never a "
     "number that happened to fit your first test.", S_SPLIT)
+HEADS_WRONG = Diagnosis(
+    "wrong number of heads",
+    "The attention runs on H = n_heads heads of Dh = d_model // n_heads features: "
+    "split_heads(x, n_heads) takes the head *count*, and the scores are divided by "
+    "√Dh of those heads.", S_SPLIT)
 CAUSAL_WITHOUT_MASK = Diagnosis(
     "causal mask without being asked",
     "With mask=None every query attends to every key; masks come in through the mask "
@@ -1186,10 +1258,6 @@ READINGS = (
             "projected key", KEY_VALUE_SWAPPED, swap_kv=True),
     Reading("your output is single-head attention over all D features",
             HEADS_NEVER_SPLIT, heads=1),
-    Reading("your module splits into 2 heads whatever n_heads is", HEADS_FIXED,
-            heads=2),
-    Reading("your module splits into 4 heads whatever n_heads is", HEADS_FIXED,
-            heads=4),
     Reading("", WEIGHTS_RESCALED, rescaled=True),
     Reading(f"{_INTERLEAVED}, and {_DH_MAJOR}", HEAD_LAYOUT, split=_split_interleaved,
             merge=_merge_dh_major),
@@ -1308,11 +1376,13 @@ def _scale_name(runs: Sequence[Run], divisors: list) -> str:
 
 
 def _scale_finding(runs: Sequence[Run], divisors: list,
-                   heads: int | None) -> str | None:
+                   heads: Sequence[int] | None) -> str | None:
     """The divisors, unless they are √ of the head size the learner's heads have (a
-    module with a fixed number of ``heads`` is told about that, not about its scale)."""
+    module with the wrong number of ``heads`` per case is told about that, not about
+    its scale)."""
     expected = [math.sqrt(d / h) for d, h in map(_d_h, runs)]
-    own = [math.sqrt(d / (heads or h)) for d, h in map(_d_h, runs)]
+    heads = heads or [h for _, h in map(_d_h, runs)]
+    own = [math.sqrt(d / n) for (d, _), n in zip(map(_d_h, runs), heads)]
     if all(abs(s / e - 1) < 2e-3 for s, e in zip(divisors, own)):
         return None
     shapes = ", ".join(f"{s:.4g} (D={d}, H={h})" for s, (d, h) in
@@ -1378,12 +1448,63 @@ def _mha_measure_stage(title: str, runs: Sequence[Run]) -> None:
         sums = _weight_sums(runs, factors) if reading.rescaled else None
         if sums:
             findings.append((WEIGHTS_RESCALED, sums))
-        scale = _scale_finding(runs, divisors, reading.heads)
+        heads = [reading.heads] * len(runs) if reading.heads else None
+        scale = _scale_finding(runs, divisors, heads)
         if scale:
             findings.append((WRONG_SCALE, scale))
         if findings:
             _fail_findings(title, findings)
         return
+    _head_count_readings(title, runs)
+
+
+def _fit_heads(r: Run) -> tuple | None:
+    """(H', divisor): the first head count H' dividing D (n_heads tried first) with
+    which the reference, its divisor fitted, reproduces the case; None if none does."""
+    d, h = _d_h(r)
+    for n in [h] + [n for n in range(1, d + 1) if d % n == 0 and n != h]:
+        divisor, err, _ = _fit_divisor(Reading("", None, heads=n), r)
+        if _close(r, err):
+            return n, divisor
+    return None
+
+
+def _heads_pattern(runs: Sequence[Run], heads: list) -> tuple:
+    """(diagnosis, what the measured head counts have in common, if anything)."""
+    sizes = [d // n for (d, _), n in zip(map(_d_h, runs), heads)]
+    if all(n == d // h for (d, h), n in zip(map(_d_h, runs), heads)):
+        return HEADS_WRONG, ("; that is d_model // n_heads heads: the head size was "
+                             "passed where the head count goes")
+    if len(set(heads)) == 1:
+        return HEADS_FIXED, f": your module splits into {heads[0]} heads whatever " \
+                            "n_heads is"
+    if len(set(sizes)) == 1:
+        return HEADS_WRONG, (f": your heads always have {sizes[0]} features, "
+                             "whatever n_heads is")
+    return HEADS_WRONG, ""
+
+
+def _head_count_readings(title: str, runs: Sequence[Run]) -> None:
+    """The attention computed with H' != n_heads heads on some case, H' measured per
+    case (the reference with H' heads reproduces every case)."""
+    __tracebackhide__ = True
+    fitted = [_fit_heads(r) for r in runs]
+    if any(f is None for f in fitted):
+        return
+    heads = [n for n, _ in fitted]
+    if all(n == h for n, (_, h) in zip(heads, map(_d_h, runs))):
+        return
+    diagnosis, pattern = _heads_pattern(runs, heads)
+    measured = ", ".join(f"{n} head{'s' * (n != 1)} of {d // n} features "
+                         f"(D={d}, H={h})" for n, (d, h) in zip(heads, map(_d_h, runs)))
+    wanted = ", ".join(f"{h} of {d // h}" for d, h in map(_d_h, runs))
+    findings = [(diagnosis, f"the attention was computed with {measured}; expected "
+                            f"H = n_heads heads of D // H features: {wanted}"
+                            f"{pattern}")]
+    scale = _scale_finding(runs, [s for _, s in fitted], heads)
+    if scale:
+        findings.append((WRONG_SCALE, scale))
+    _fail_findings(title, findings)
 
 
 def _adds_input_stage(title: str, runs: Sequence[Run]) -> None:
@@ -1447,6 +1568,55 @@ def _mha_probe_stage(title: str, runs: Sequence[Run]) -> None:
     probe_batch_independence(title, self_attend, x, BATCH_ENTRIES_LEAK)
 
 
+INPUT_GRADIENT_CUT = Diagnosis(
+    "gradient does not reach an input",
+    "Training sends the gradient back through the attention to query, key and value "
+    "(the embeddings, the encoder, the previous block learn from it): compute with "
+    "tensor ops on the inputs themselves, no .detach(), .data or torch.no_grad() in "
+    "forward.", S_PROJ)
+
+
+def _input_gradients(module, xs: tuple, upstream: torch.Tensor):
+    """d sum(module(q, k, v) * upstream) / d(q, k, v), None per input autograd cannot
+    reach (None in all when the output carries no gradient)."""
+    leaves = [x.detach().clone().requires_grad_(True) for x in xs]
+    with torch.enable_grad():
+        out = module(*leaves)
+        if not isinstance(out, torch.Tensor) or not out.requires_grad:
+            return (None,) * len(xs)
+        return torch.autograd.grad(out, leaves, upstream, allow_unused=True)
+
+
+def _reference_gradients(ref_args: tuple, upstream: torch.Tensor) -> tuple:
+    w, h, *xs = ref_args
+    leaves = [x.detach().clone().requires_grad_(True) for x in xs]
+    with torch.enable_grad():
+        out = _mha_reference(w, h, *leaves)
+        return torch.autograd.grad(out, leaves, upstream)
+
+
+def _mha_gradient_stage(title: str, runs: Sequence[Run]) -> None:
+    """Right outputs: the gradient must still reach query, key and value as the
+    reference's does (measured on the cross-attention case, key != value)."""
+    __tracebackhide__ = True
+    r = next(r for r in runs if r.args[1].size(1) != r.args[0].size(1))
+    upstream = randn(*r.want.shape, seed=77, dtype=r.want.dtype)
+    got = run(_input_gradients, (r.extra[0], r.args, upstream))
+    if isinstance(got, Raised):
+        fail(title, f"your code raised {got!r} while the check took the gradient "
+                    f"through your module on case {r.label}.", S_PROJ)
+    wanted = _reference_gradients(r.ref_args, upstream)
+    for name, g, want in zip(("query", "key", "value"), got, wanted):
+        if g is None:
+            INPUT_GRADIENT_CUT.fail(title, f"On case {r.label} your output is right "
+                                           f"but no gradient reaches `{name}`.")
+        diff = describe_difference(g, want, 1e-4, 1e-3)
+        if diff:
+            INPUT_GRADIENT_CUT.fail(title, f"On case {r.label} your output is right "
+                                           f"but the gradient reaching `{name}` "
+                                           f"differs from the reference's: {diff}.")
+
+
 _MHA_STAGES = (_raised_stage, _determinism_stage, _mha_form_stage, _mha_measure_stage,
                _adds_input_stage, _mha_probe_stage)
 
@@ -1462,7 +1632,7 @@ def check_multi_head_attention(cls) -> None:
         known = (f"Your projections ({runs[0].extra[2].describe()}) were found by what "
                  "they are applied to and given the check's weights. ")
         _staged("MultiHeadAttention", runs, MHA_PITFALLS, _MHA_STAGES, 1e-5, 1e-4,
-                known)
+                known, when_right=_mha_gradient_stage)
 
 
 def check_multi_head_attention_behaviour(cls) -> None:

@@ -46,6 +46,11 @@ device = get_device()
 # an input whose values are their own positions, to see where each number went). Only rearrange the
 # numbers: no arithmetic on them, the input's dtype kept, and `x` itself left unchanged (no in-place
 # ops such as `resize_` or `transpose_` on it). Return one tensor.
+#
+# The model is trained through this function, so it must be differentiable: the gradient flows
+# back to `x` unchanged in layout (the gradient of a rearrangement is the upstream gradient
+# rearranged back). Rearrange `x` itself with tensor ops: no `.detach()`, `.data`,
+# `torch.no_grad()` or copies through NumPy or lists. The check takes that gradient too.
 
 # %% nbgrader="solution:split_heads"
 def split_heads(x, n_heads):
@@ -69,7 +74,7 @@ ch01.check_by_hand("split_heads", split_heads, (torch.randn(2, 3, 8), 2))
 # Careful: what `split_heads` returns is not contiguous in memory. Lesson §1.3.
 #
 # As for `split_heads`: sizes from `x`, numbers only rearranged, dtype kept, `x` left unchanged,
-# one tensor returned.
+# one tensor returned, and the gradient flowing back to `x` (the upstream gradient split again).
 
 # %% nbgrader="solution:merge_heads"
 def merge_heads(x):
@@ -94,7 +99,8 @@ ch01.check_by_hand("merge_heads", merge_heads, (torch.randn(2, 2, 3, 4),))
 # to `[B, Sq, D]`:
 #
 # 1. project the query, key and value, each with its own `nn.Linear(d_model, d_model)` (lesson §1.5);
-# 2. split each into heads with your `split_heads`;
+# 2. split each into `n_heads` heads of `Dh = d_model // n_heads` features with your `split_heads`
+#    (it takes the head *count*);
 # 3. scores $= QK^\top / \sqrt{D_h}$, softmax over the keys, weights $\times V$ (lesson §1.4, §1.6);
 # 4. merge the heads and apply the output projection `nn.Linear(d_model, d_model)`.
 #
@@ -110,7 +116,9 @@ ch01.check_by_hand("merge_heads", merge_heads, (torch.randn(2, 2, 3, 4),))
 # `forward` returns one tensor `[B, Sq, D]` with the dtype of `query`, leaves its arguments
 # unchanged (no in-place ops on them), and gives the same output twice in a row in eval mode
 # (dropout, if any, only in training). With `mask=None` every query attends to every key: you may
-# ignore `mask` in this chapter (chapter 3 is about masks), but do not build one in.
+# ignore `mask` in this chapter (chapter 3 is about masks), but do not build one in. Training sends
+# the gradient back through `forward` to `query`, `key` and `value`: no `.detach()`, `.data` or
+# `torch.no_grad()` on them (the check compares those gradients with the reference's).
 # Write the attention yourself: a hidden test fails a module that calls PyTorch's or the reference's.
 
 # %% nbgrader="solution:multi_head_attention"
