@@ -1172,3 +1172,176 @@ class BlockHalfDropout(Parts):  # p / 2 "because there are two dropouts"
             return x + F.dropout(self.ff(self.norm2(x)), p, self.training)
         x = self.norm1(x + F.dropout(self.attn(x, x, x, mask=mask), p, self.training))
         return self.norm2(x + F.dropout(self.ff(x), p, self.training))
+
+
+# ------------------------------------------- held-out trial: dropout rates and eps
+
+@wrong("feed_forward",
+       r"2\d% of your FeedForward's output \(the second Linear's\) were zeroed",
+       listed=False)
+class FFDropoutOnOutput(nn.Module):  # "dropout after every layer": the last one too
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.w1, self.w2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x):
+        return self.drop(self.w2(F.relu(self.w1(x))))
+
+
+@wrong("feed_forward", r"of the first Linear's input \(x\) were zeroed", listed=False)
+class FFDropoutOnInput(nn.Module):  # input dropout, as in some MLP recipes
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.p = dropout
+        self.inner = nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(),
+                                   nn.Linear(d_ff, d_model))
+
+    def forward(self, x):
+        return self.inner(F.dropout(x, self.p, self.training))
+
+
+@wrong("feed_forward", r"lost 10% at dropout=0\.2 and 10% at dropout=0\.5",
+       listed=False)
+class FFHardCodedDropout(nn.Module):  # the paper's 0.1 typed in, the argument ignored
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.w1, self.w2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+        self.drop = nn.Dropout(0.1)
+
+    def forward(self, x):
+        return self.w2(self.drop(F.relu(self.w1(x))))
+
+
+@wrong("feed_forward", r"lost [78]\d% at dropout=0\.2 and [45]\d% at dropout=0\.5",
+       listed=False)
+class FFKeepProbability(nn.Module):  # dropout read as the keep probability (TF1 habit)
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.fc_in = nn.Linear(d_model, d_ff)
+        self.fc_out = nn.Linear(d_ff, d_model)
+        self.keep_prob = dropout
+
+    def forward(self, x):
+        h = torch.relu(self.fc_in(x))
+        return self.fc_out(F.dropout(h, 1 - self.keep_prob, self.training))
+
+
+class HeldParts(nn.Module):
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
+        super().__init__()
+        self.norm_first = norm_first
+        self.attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
+        self.ff = FeedForward(d_model, d_ff, dropout)
+        self.ln1, self.ln2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+        self.do1, self.do2 = nn.Dropout(dropout), nn.Dropout(dropout)
+
+    def forward(self, x, mask=None):
+        if self.norm_first:
+            h = self.ln1(x)
+            x = x + self.do1(self.attn(h, h, h, mask=mask))
+            return x + self.do2(self.ff(self.ln2(x)))
+        x = self.ln1(x + self.do1(self.attn(x, x, x, mask=mask)))
+        return self.ln2(x + self.do2(self.ff(x)))
+
+
+@wrong("encoder_block", r"dropout=0\.3, your block's MultiHeadAttention drops its "
+       r"attention weights at p = 0\b", listed=False)
+class BlockAttentionWithoutDropout(HeldParts):  # MultiHeadAttention's default kept
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
+        super().__init__(d_model, n_heads, d_ff, dropout, norm_first)
+        self.attn = MultiHeadAttention(d_model, n_heads)
+
+
+@wrong("encoder_block", r"dropout=0\.3, your block's MultiHeadAttention drops its "
+       r"attention weights at p = 0\.1\b", listed=False)
+class BlockAttentionFixedDropout(nn.Module):  # the paper's 0.1 typed into the attention
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
+        super().__init__()
+        self.pre = norm_first
+        self.mha = MultiHeadAttention(d_model, n_heads, 0.1)
+        self.ffn = FeedForward(d_model, d_ff, dropout)
+        self.norms = nn.ModuleList([nn.LayerNorm(d_model), nn.LayerNorm(d_model)])
+        self.p = dropout
+
+    def forward(self, x, mask=None):
+        drop = lambda t: F.dropout(t, self.p, self.training)  # noqa: E731
+        if self.pre:
+            h = self.norms[0](x)
+            x = x + drop(self.mha(h, h, h, mask=mask))
+            return x + drop(self.ffn(self.norms[1](x)))
+        x = self.norms[0](x + drop(self.mha(x, x, x, mask=mask)))
+        return self.norms[1](x + drop(self.ffn(x)))
+
+
+@wrong("encoder_block", r"p = 0\.5 in train mode, [23]\d% of the attention branch .* "
+       r"expected about 50%",
+       listed=False)
+class BlockDropoutTypedIn(HeldParts):  # dropout 0.3 typed in, the argument ignored
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
+        super().__init__(d_model, n_heads, d_ff, dropout, norm_first)
+        self.do1, self.do2 = nn.Dropout(0.3), nn.Dropout(0.3)
+
+
+@wrong("encoder_block", r"uses eps = 1e-06\b", listed=False)
+class BlockEps1e6(HeldParts):  # the Annotated Transformer's eps
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
+        super().__init__(d_model, n_heads, d_ff, dropout, norm_first)
+        self.ln1 = nn.LayerNorm(d_model, eps=1e-6)
+        self.ln2 = nn.LayerNorm(d_model, eps=1e-6)
+
+
+@wrong("encoder_block", r"uses eps = 1e-12\b", listed=False)
+class BlockFunctionalNormBertEps(nn.Module):  # F.layer_norm with BERT's eps
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
+        super().__init__()
+        self.norm_first = norm_first
+        self.attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
+        self.ff = FeedForward(d_model, d_ff, dropout)
+        self.g = nn.ParameterList([nn.Parameter(torch.ones(d_model)) for _ in "ab"])
+        self.b = nn.ParameterList([nn.Parameter(torch.zeros(d_model)) for _ in "ab"])
+        self.drop = nn.Dropout(dropout)
+
+    def norm(self, i, t):
+        return F.layer_norm(t, t.shape[-1:], self.g[i], self.b[i], eps=1e-12)
+
+    def forward(self, x, mask=None):
+        if self.norm_first:
+            h = self.norm(0, x)
+            x = x + self.drop(self.attn(h, h, h, mask=mask))
+            return x + self.drop(self.ff(self.norm(1, x)))
+        x = self.norm(0, x + self.drop(self.attn(x, x, x, mask=mask)))
+        return self.norm(1, x + self.drop(self.ff(x)))
+
+
+@right("encoder_block")
+class BlockSharedDropoutLoop(nn.Module):  # one shared Dropout, (norm, fn) pairs looped
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
+        super().__init__()
+        self.norm_first = norm_first
+        self.mha = MultiHeadAttention(d_model, n_heads, dropout=dropout)
+        self.mlp = FeedForward(d_model, d_ff, dropout)
+        self.norms = nn.ModuleList([nn.LayerNorm(d_model) for _ in range(2)])
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x, mask=None):
+        subs = [lambda h: self.mha(h, h, h, mask=mask), self.mlp]
+        for norm, f in zip(self.norms, subs):
+            if self.norm_first:
+                x = x + self.drop(f(norm(x)))
+            else:
+                x = norm(x + self.drop(f(x)))
+        return x
+
+
+@right("feed_forward")
+class FFThreshold(nn.Module):  # F.threshold as the ReLU, layers in a ModuleDict
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.layers = nn.ModuleDict({"up": nn.Linear(d_model, d_ff),
+                                     "down": nn.Linear(d_ff, d_model)})
+        self.p = dropout
+
+    def forward(self, x):
+        h = F.threshold(self.layers["up"](x), 0.0, 0.0)
+        return self.layers["down"](F.dropout(h, self.p, training=self.training))

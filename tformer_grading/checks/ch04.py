@@ -13,7 +13,9 @@ activation between the Linear layers, the fraction of a branch dropout zeroed.
 """
 from __future__ import annotations
 
+import contextlib
 import inspect
+import io
 from dataclasses import dataclass, field, replace
 
 import torch
@@ -405,20 +407,140 @@ def _ff_explain(title, cls):
             pass
 
 
+# ------------------------------------------------------ FeedForward dropout, train mode
+# Eval mode hides dropout, so the module is also run in train mode at two moderate
+# rates: each path's zeroed fraction is measured and compared with the rate given.
+
+FF_DROPOUT_PS = (0.2, 0.5)
+#: (D, d_ff, leading dimensions of x, dtype): ~2000 positive hidden values per probe.
+FF_DROPOUT_CONFIG = (8, 32, (8, 16), torch.float64)
+
+FF_DROPOUT = Diagnosis(
+    "feed-forward dropout in the wrong place or at the wrong rate",
+    "The feed-forward's dropout (optional) acts on the hidden layer only, between the "
+    "ReLU and the second Linear, at the rate `dropout` given to the constructor "
+    "(nn.Dropout(dropout) or F.dropout(h, dropout, self.training)); x goes into the "
+    "first Linear untouched and nothing comes after the second Linear, not even "
+    "dropout (the block drops the sublayer's output itself).", S_FF)
+
+
+def _ff_train_trace(title, cls, p):
+    """The first and second Linear calls and the output of ``cls(D, d_ff, p)`` in
+    train mode on x [8, 16, 8] float64: (label, x, first, second, y)."""
+    __tracebackhide__ = True
+    d, f, lead, dtype = FF_DROPOUT_CONFIG
+    label = f"D={d}, d_ff={f}, x {list(lead) + [d]}, {dtype}, dropout={p}, train mode"
+    module = build_module(title, cls, (d, f, p), dtype, seed=45).train()
+    x = randn(*lead, d, seed=450, dtype=dtype)
+    torch.manual_seed(46)
+    try:
+        first, second, y = _ff_trace(module, x, f)
+    except Exception as exc:  # noqa: BLE001 - the learner's code may raise anything
+        fail(title, f"your FeedForward raised {Raised(exc)!r} while the check ran case "
+                    f"{label}.", S_FF)
+    return label, x, first, second, y
+
+
+def _fraction_zeroed(t, before) -> float:
+    """The fraction of ``before``'s non-zero entries that are zero in ``t``."""
+    alive = before.abs() > 1e-6
+    return float(((t == 0) & alive).double().sum() / alive.double().sum().clamp_min(1))
+
+
+def _ff_train_ends(title, label, x, first, second, y, p):
+    """In train mode too, the first Linear reads x and the output is the second
+    Linear's: a dropout on either end is measured and named."""
+    __tracebackhide__ = True
+    ends = ((first.inp, x, "the first Linear's input (x)"),
+            (y, second.out, "your FeedForward's output (the second Linear's)"))
+    for got, want, what in ends:
+        if not isinstance(got, torch.Tensor) or got.shape != want.shape:
+            continue
+        if torch.allclose(got, want):
+            continue
+        zeroed = _fraction_zeroed(got, want)
+        if zeroed > 0.02:
+            FF_DROPOUT.fail(title, f"On case {label}, {zeroed:.0%} of {what} were "
+                                   f"zeroed in train mode: a dropout there.")
+        fail(title, f"on case {label}, in train mode {what} differs from the eval-mode "
+                    f"computation: {describe_difference(got, want, 1e-5, 1e-4)}; "
+                    f"{UNEXPLAINED}.", S_FF)
+
+
+def _ff_hidden_rate(first, second):
+    """(fraction of the positive hidden activations zeroed, kept scale) between
+    ReLU(first Linear) and the second Linear; the scale is None when unmeasurable."""
+    h = F.relu(first.out)
+    return _fraction_zeroed(second.inp, h), _kept_scale(second.inp, h)
+
+
+def _ff_rates_fit(rates):
+    """Either no hidden dropout at any p, or one at the rate given, scaled by
+    1/(1-p)."""
+    none = all(r < 0.02 and (s is None or abs(s - 1) < 0.02) for p, r, s in rates)
+    given = all(abs(r - p) < 0.06 and (s is None or abs(s * (1 - p) - 1) < 0.03)
+                for p, r, s in rates)
+    return none or given
+
+
+def _check_ff_signature(title, cls):
+    """``FeedForward(d_model, d_ff, dropout)``: the block passes its rate on."""
+    __tracebackhide__ = True
+    try:
+        inspect.signature(cls).bind(8, 32, 0.1)
+    except TypeError:
+        fail(title, f"{cls.__name__}{inspect.signature(cls)} does not take the "
+                    "exercise's FeedForward(d_model, d_ff, dropout=0.0): the dropout "
+                    "rate is its third argument (the block builds FeedForward("
+                    "d_model, d_ff, dropout)).", S_FF)
+    except ValueError:  # no signature to read: the calls below will tell
+        pass
+
+
+def _check_ff_dropout(title, cls):
+    """Train mode at dropout 0.2 and 0.5: dropout only on the hidden layer, at the
+    rate given (or none), kept values scaled by 1/(1-p)."""
+    __tracebackhide__ = True
+    _check_ff_signature(title, cls)
+    rates = []
+    for p in FF_DROPOUT_PS:
+        label, x, first, second, y = _ff_train_trace(title, cls, p)
+        if first is None or second is None:
+            return
+        _ff_train_ends(title, label, x, first, second, y, p)
+        rates.append((p, *_ff_hidden_rate(first, second)))
+    if _ff_rates_fit(rates):
+        return
+    said = " and ".join(f"{r:.0%} at dropout={p}" for p, r, _ in rates)
+    scales = " and ".join(f"{s:.3g}" for _, _, s in rates if s is not None)
+    FF_DROPOUT.fail(title, f"In train mode your hidden layer lost {said} of its "
+                           f"positive activations (kept ones scaled by {scales}); "
+                           "expected about the rate given (20 % and 50 %, kept ones "
+                           "scaled by 1/(1-p)), or none at all: the rate must follow "
+                           "the dropout argument.")
+
+
 @single_threaded
 def check_feed_forward(cls) -> None:
-    """``cls(d_model, d_ff)``: an nn.Module mapping x [..., D] to [..., D] (Linear,
-    ReLU, Linear)."""
+    """``cls(d_model, d_ff, dropout=0.0)``: an nn.Module mapping x [..., D] to
+    [..., D] (Linear, ReLU, Linear), compared in eval mode; then measured in train
+    mode at dropout 0.2 and 0.5 (dropout only on the hidden layer, at the rate
+    given, or none)."""
     __tracebackhide__ = True
     cases = _ff_cases(cls)
     module, _, _ = cases[0].make()  # fails early, and clearly, without the two layers
     _ff_linears("FeedForward", module, 8, 32)
+    said = io.StringIO()  # the success line waits for the train-mode probe
     try:
-        compare_to_reference("FeedForward", cases, _call_ff, _ff_reference, FF_PITFALLS)
+        with contextlib.redirect_stdout(said):
+            compare_to_reference("FeedForward", cases, _call_ff, _ff_reference,
+                                 FF_PITFALLS)
     except CheckFailure as failure:
         if UNEXPLAINED in str(failure):
             _ff_explain("FeedForward", cls)
         raise
+    _check_ff_dropout("FeedForward", cls)
+    print(said.getvalue(), end="")
 
 
 # ------------------------------------------------------------------------- EncoderBlock
@@ -453,8 +575,10 @@ SHARED_NORM = Diagnosis(
     "nn.LayerNorm(d_model) and use each once.", S_NORM)
 NORM_EPS = Diagnosis(
     "LayerNorm eps",
-    "nn.LayerNorm(d_model) uses eps = 1e-5 inside the square root; a much larger eps "
-    "no longer normalises small activations.", S_NORM)
+    "The exercise asks for nn.LayerNorm(d_model) with its defaults, eps = 1e-5 inside "
+    "the square root (keep the defaults: `eps=1e-5`, `elementwise_affine=True`); a "
+    "larger eps no longer normalises small activations, and another eps is not the "
+    "block the exercise specifies.", S_NORM)
 MISSING_NORM = Diagnosis(
     "a sublayer without its LayerNorm",
     "Each sublayer has its own LayerNorm: Post-LN x = LayerNorm(x + Sublayer(x)), "
@@ -582,6 +706,14 @@ def _reject_other_norms(title, calls):
         OTHER_NORM.fail(title, f"Your block calls {', '.join(others)}.")
 
 
+def _check_default_eps(title, eps):
+    """The eps a layer_norm call was given is the default 1e-5 the exercise asks for
+    (read from the call itself: 1e-6 changes outputs by ~1e-7, below any tolerance)."""
+    __tracebackhide__ = True
+    if not isinstance(eps, (int, float)) or abs(eps / 1e-5 - 1) > 1e-3:
+        NORM_EPS.fail(title, f"Your LayerNorm uses eps = {eps:g}.")
+
+
 def _check_norm_calls(title, calls, d_model, module):
     """Each layer_norm call normalises the D features with a gain and a bias that are
     parameters of the block."""
@@ -596,6 +728,7 @@ def _check_norm_calls(title, calls, d_model, module):
             missing = "gain (weight=None" if weight is None else "bias (bias=None"
             NO_AFFINE.fail(title, f"Your LayerNorm has no learnable {missing}, as "
                                   "elementwise_affine=False gives).")
+        _check_default_eps(title, _norm_args(e)[3])
         if id(weight) not in params or id(bias) not in params:
             NORM_IN_FORWARD.fail(title, "Your LayerNorm's gain or bias is not a "
                                         "parameter of the block.")
@@ -1221,7 +1354,7 @@ def _kept_scale(branch, before):
     return float((branch[kept] / before[kept]).median())
 
 
-def _dropout_observations(st, norm_first):
+def _dropout_observations(st, norm_first, p=P_PROBE):
     """[(key, what, tensor, expected zeroed fraction, tensor before dropout)] in the
     order the block computes them; ``key`` says which kind of placement a departure
     there shows."""
@@ -1249,10 +1382,9 @@ def _dropout_observations(st, norm_first):
             ("residual", "the residual path the attention's output is added to",
              s1 - attn.out, 0, None),
             *ff_res,
-            ("branch", "the attention branch (what is added to x)", s1 - st.x, P_PROBE,
+            ("branch", "the attention branch (what is added to x)", s1 - st.x, p,
              attn.out),
-            ("branch", "the feed-forward branch (what is added to h)", s2 - h, P_PROBE,
-             f)]
+            ("branch", "the feed-forward branch (what is added to h)", s2 - h, p, f)]
 
 
 @dataclass(frozen=True)
@@ -1268,28 +1400,28 @@ class Finding:
         DROPOUT_MEASURED.fail(self.title, self.detail)
 
 
-def _departure(key, what, t, want, before, name):
+def _departure(key, what, t, want, before, name, p=P_PROBE):
     """A Finding when ``t``'s zeroed fraction (or its kept scale) is off, else None."""
     got = _zeroed(t)
-    where = f"In the {name} block at p = {P_PROBE} in train mode"
+    where = f"In the {name} block at p = {p} in train mode"
     if abs(got - want) > (0.1 if want else 0.05):
         expected = f"about {want:.0%}" if want else "none"
         kind = "branch_none" if want and got < 0.02 else key
         return kind, f"{where}, {got:.0%} of {what} were zeroed, expected {expected}."
     scale = _kept_scale(t, before) if want else None
-    if scale is not None and abs(scale * (1 - P_PROBE) - 1) > 0.02:
+    if scale is not None and abs(scale * (1 - p) - 1) > 0.02:
         return "scale", (f"{where}, the kept activations of {what} were multiplied by "
-                         f"{scale:.3g}, expected 1/(1-p) = {1 / (1 - P_PROBE):.3g}.")
+                         f"{scale:.3g}, expected 1/(1-p) = {1 / (1 - p):.3g}.")
     return None
 
 
-def _measure_dropout(title, cls, norm_first):
+def _measure_dropout(title, cls, norm_first, p=P_PROBE):
     """At dropout p = 0.3 in train mode, the first observed tensor whose zeroed
     fraction (or kept scale) is off, as a Finding; None when all are as expected or
     the block cannot be observed."""
     __tracebackhide__ = True
     name = "Pre-LN" if norm_first else "Post-LN"
-    case = _block_cases(cls, norm_first, P_PROBE, True, DROPOUT_PROBE_CONFIG, title)[0]
+    case = _block_cases(cls, norm_first, p, True, DROPOUT_PROBE_CONFIG, title)[0]
     module, x, mask, parts = case.make()
     torch.manual_seed(7)
     try:
@@ -1300,8 +1432,8 @@ def _measure_dropout(title, cls, norm_first):
     st = Stream(events, x, y, parts)
     if st.first("attn") is None or not isinstance(y, torch.Tensor):
         return None
-    for key, what, t, want, before in _dropout_observations(st, norm_first):
-        found = _departure(key, what, t, want, before, name)
+    for key, what, t, want, before in _dropout_observations(st, norm_first, p):
+        found = _departure(key, what, t, want, before, name, p)
         if found:
             return Finding(found[0], found[1], title)
     return None
@@ -1323,6 +1455,36 @@ def _consistent(pitfalls, finding):
                  if finding.key in dict(DROPOUT_SIGNATURES).get(p.name, ()))
 
 
+#: A second rate: a dropout constant that happens to equal P_PROBE is caught there.
+P_SECOND = 0.5
+
+ATTENTION_DROPOUT = Diagnosis(
+    "the attention's dropout is not the block's rate",
+    "The exercise asks for MultiHeadAttention(d_model, n_heads, dropout=dropout): the "
+    "attention drops its weights at the block's rate too (its `dropout` argument, "
+    "default 0.0, is the rate on the attention weights).", S_DROPOUT)
+
+
+def _attention_rate(title, cls, p):
+    """The rate the block's MultiHeadAttention drops its weights at (its ``dropout``)
+    when the block is built with ``dropout=p``; None when it cannot be seen."""
+    module = build_module(title, cls, (16, 4, 32, p, False), seed=0)
+    attns = [m for m in module.modules() if isinstance(m, MultiHeadAttention)]
+    rate = getattr(attns[0], "dropout", None) if len(attns) == 1 else None
+    return float(rate) if isinstance(rate, (int, float)) else None
+
+
+def _check_attention_rate(title, cls):
+    """The attention is built with the block's rate, at both probe rates."""
+    __tracebackhide__ = True
+    for p in (P_PROBE, P_SECOND):
+        rate = _attention_rate(title, cls, p)
+        if rate is not None and abs(rate - p) > 1e-9:
+            ATTENTION_DROPOUT.fail(title, f"Built with dropout={p}, your block's "
+                                          "MultiHeadAttention drops its attention "
+                                          f"weights at p = {rate:g}.")
+
+
 @single_threaded
 def check_dropout_placement(cls) -> None:
     """Dropout sits on each sublayer's output, before the residual add.
@@ -1338,7 +1500,8 @@ def check_dropout_placement(cls) -> None:
     for norm_first in (False, True):
         _reject_input_mutation(title, cls, norm_first, P_PROBE)
     for name, norm_first, reference, pitfalls, configs in DROPOUT_ROUNDS:
-        finding = _measure_dropout(title, cls, norm_first)
+        finding = (_measure_dropout(title, cls, norm_first)
+                   or _measure_dropout(title, cls, norm_first, P_SECOND))
         cases = [Case(f"{case.label}, {name}, dropout=1, train mode", case.make)
                  for case in _block_cases(cls, norm_first, 1.0, True, configs, title)]
         compare_with_roles(title, cases, _call_block, reference,
@@ -1346,8 +1509,10 @@ def check_dropout_placement(cls) -> None:
                            announce=False, explain=finding and finding.fail)
         if finding is not None:
             finding.fail()
+    _check_attention_rate(title, cls)
     passed(title, "on each sublayer's output, before the residual add (Post-LN and "
-                  "Pre-LN); at p = 0.3 each branch loses about 30 %")
+                  "Pre-LN), at the block's rate: at p = 0.3 and 0.5 each branch loses "
+                  "about 30 % and 50 %, and the attention drops its weights at p")
 
 
 # --------------------------------------------------------------------------- behaviour

@@ -42,8 +42,12 @@ device = get_device()
 # the same shape: $\mathrm{FFN}(x) = \max(0,\ xW_1 + b_1)\,W_2 + b_2$, with `nn.Linear(d_model, d_ff)`
 # then `nn.Linear(d_ff, d_model)`: the hidden width is the argument `d_ff`, the activation is ReLU (not
 # GELU or another), and nothing comes after the second Linear (no ReLU, no residual: the block adds
-# that). Leave `x` unchanged (no in-place op on it). A dropout on the hidden layer is allowed (PyTorch's
-# own layer has one), but it must be off in eval mode. Lesson §4.2.
+# that). Leave `x` unchanged (no in-place op on it). A dropout is allowed on the hidden layer only
+# (between the ReLU and the second Linear, as in PyTorch's own layer), at the rate `dropout` given to
+# the constructor (`nn.Dropout(dropout)`, never a constant), and off in eval mode; nothing is dropped
+# before the first Linear or after the second. The check also runs it in train mode at `dropout=0.2`
+# and `0.5` and measures the fraction of hidden activations zeroed: none, or about the rate given.
+# Lesson §4.2.
 
 # %% nbgrader="solution:feed_forward"
 class FeedForward(nn.Module):
@@ -73,11 +77,13 @@ ch04.check_feed_forward(FeedForward)
 # (True = attend) that you pass on to the attention. Build it from:
 #
 # * one `MultiHeadAttention(d_model, n_heads, dropout=dropout)` (imported above; call it as
-#   `attn(h, h, h, mask=mask)`, self-attention, with the `mask` you were given, unchanged),
+#   `attn(h, h, h, mask=mask)`, self-attention, with the `mask` you were given, unchanged); pass
+#   `dropout=dropout`: the attention drops its weights at the block's rate (its default is 0.0),
 # * your `FeedForward(d_model, d_ff, dropout)` (hidden width `d_ff`),
 # * two nn.LayerNorm(d_model) (or F.layer_norm with your own weight and bias of shape [D]), one per
 #   sublayer, with their learnable gain and bias: create them in `__init__`, keep the defaults
-#   (`eps=1e-5`, `elementwise_affine=True`), and give each sublayer its own (never one shared norm);
+#   (`eps=1e-5`, `elementwise_affine=True`; the checks read the eps of each `layer_norm` call, so
+#   another eps, 1e-6 included, is rejected), and give each sublayer its own (never one shared norm);
 # * dropout at the rate `dropout` (`nn.Dropout(dropout)` or `F.dropout(t, dropout, self.training)`),
 #   off in eval mode.
 #
@@ -140,8 +146,10 @@ ch04.check_encoder_block(EncoderBlock, norm_first=True)
 # In eval mode dropout does nothing, so the checks above cannot see where it sits. This one runs your
 # block in train mode with `dropout=0.3` and measures, on each path, the fraction of activations that
 # came out zeroed: about 30 % of each sublayer's output (the others scaled by 1/(1-p), as `nn.Dropout`
-# does), none of the input, the residual sums or the normalised stream. Then it runs it with
-# `dropout=1.0`, where every dropped path is exactly zero and the output shows where the dropout is.
+# does), none of the input, the residual sums or the normalised stream; and again with `dropout=0.5`
+# (about 50 %), so the rate must follow the `dropout` argument. Then it runs it with `dropout=1.0`,
+# where every dropped path is exactly zero and the output shows where the dropout is. Last, it checks
+# that your `MultiHeadAttention` was built with `dropout=dropout`.
 
 # %% nbgrader="test:test_dropout_placement:2"
 ch04.check_dropout_placement(EncoderBlock)
