@@ -462,6 +462,94 @@ def accum_first_backward_twice(model, micro_batches, optimizer, scheduler, loss_
     scheduler.step()
 
 
+@wrong("accumulation_step", r"'gradient rescaled as a whole \(clipped\)'.*rescaled as "
+       r"a whole to norm 1 ", listed=False)
+def accum_clips(model, micro_batches, optimizer, scheduler, loss_fn):
+    # Held out: clips the gradient to 1.0 before the step (a train_step habit).
+    optimizer.zero_grad()
+    n_total = sum(int((b[:, 1:] != PAD).sum()) for b in micro_batches)
+    for b in micro_batches:
+        loss_sum, _ = loss_fn(model, b)
+        (loss_sum / n_total).backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    scheduler.step()
+
+
+@wrong("accumulation_step", r"'gradient rescaled as a whole \(clipped\)'.*rescaled as "
+       r"a whole to norm 0\.5 ", listed=False)
+def accum_normalises_gradient(model, micro_batches, optimizer, scheduler, loss_fn):
+    # Hand-written "stabiliser": scales the summed gradient down to norm 0.5.
+    for p in model.parameters():
+        p.grad = None
+    total = sum(n for _, n in (loss_fn(model, b) for b in micro_batches))
+    for b in micro_batches:
+        (loss_fn(model, b)[0] / total).backward()
+    norm = torch.sqrt(sum((p.grad ** 2).sum() for p in model.parameters()))
+    if norm > 0.5:
+        for p in model.parameters():
+            p.grad.mul_(0.5 / norm)
+    optimizer.step()
+    scheduler.step()
+
+
+@wrong("accumulation_step", r"'gradient rescaled as a whole \(clipped\)'.*rescaled as "
+       r"a whole to norm 0\.577\d? ", listed=False)
+def accum_clip_per_sqrt_k(model, micro_batches, optimizer, scheduler, loss_fn):
+    # Clips at 1 / sqrt(k) "because the k micro-batch gradients add up".
+    optimizer.zero_grad()
+    counts = [int((b[:, 1:] != PAD).sum()) for b in micro_batches]
+    for b in micro_batches:
+        loss_fn(model, b)[0].mul(1.0 / sum(counts)).backward()
+    params = list(model.parameters())
+    torch.nn.utils.clip_grad_norm_(params, len(micro_batches) ** -0.5)
+    optimizer.step()
+    scheduler.step()
+
+
+@wrong("accumulation_step", r"'only the last micro-batch reached the step'",
+       listed=False)
+def accum_autograd_overwrites(model, micro_batches, optimizer, scheduler, loss_fn):
+    # Held out: torch.autograd.grad per micro-batch, p.grad = g keeps only the last.
+    optimizer.zero_grad()
+    params = [p for p in model.parameters() if p.requires_grad]
+    n_total = sum(int((b[:, 1:] != PAD).sum()) for b in micro_batches)
+    for b in micro_batches:
+        loss_sum, _ = loss_fn(model, b)
+        grads = torch.autograd.grad(loss_sum / n_total, params, allow_unused=True)
+        for p, g in zip(params, grads):
+            p.grad = g
+    optimizer.step()
+    scheduler.step()
+
+
+@wrong("accumulation_step", r"'only the last micro-batch reached the step'",
+       listed=False)
+def accum_grad_none_each_batch(model, micro_batches, optimizer, scheduler, loss_fn):
+    # Sets .grad to None by hand before each backward "to save memory".
+    n = sum(int((b[:, 1:] != PAD).sum()) for b in micro_batches)
+    for b in micro_batches:
+        for p in model.parameters():
+            p.grad = None
+        loss_fn(model, b)[0].div(n).backward()
+    optimizer.step()
+    scheduler.step()
+
+
+@right("accumulation_step")
+def accum_two_pass(model, micro_batches, optimizer, scheduler, loss_fn):
+    # Held out: counts tokens with a no-grad pass of loss_fn, then backward per batch.
+    with torch.no_grad():
+        total = sum(loss_fn(model, b)[1] for b in micro_batches)
+    for p in model.parameters():
+        p.grad = None
+    for b in micro_batches:
+        s, _ = loss_fn(model, b)
+        s.div(total).backward()
+    optimizer.step()
+    scheduler.step()
+
+
 # ============================================================================= amp_step
 
 @right("amp_step")
@@ -958,7 +1046,8 @@ def amp_hard_coded_scale(model, batch, loss_fn, optimizer, scaler, max_norm):
     return loss
 
 
-@wrong("amp_step", r"'gradients not clipped'.*gradient norm 1\.[78]\d* ", listed=False)
+@wrong("amp_step", r"'clipped after the optimizer step'.*gradient norm 1\.[78]\d* ",
+       listed=False)
 def amp_clip_after_step(model, batch, loss_fn, optimizer, scaler, max_norm):
     # Clips after the step: the update already used the unclipped gradients.
     kind = next(model.parameters()).device.type
@@ -1070,6 +1159,39 @@ def amp_clip_hard_coded_one(model, batch, loss_fn, optimizer, scaler, max_norm):
     scaler.step(optimizer)
     scaler.update()
     return loss
+
+
+@wrong("amp_step", r"'clipped after the optimizer step'.*scaler\.step → .*"
+       r"scaler\.unscale_", listed=False)
+def amp_unscale_after_step(model, batch, loss_fn, optimizer, scaler, max_norm):
+    # Held out: unscale_ + clip placed after scaler.step (the step saw unclipped grads).
+    dt = next(model.parameters()).device.type
+    optimizer.zero_grad()
+    half = torch.float16 if dt == "cuda" else torch.bfloat16
+    with torch.amp.autocast(dt, dtype=half):
+        loss = loss_fn(model, batch)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.unscale_(optimizer)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    scaler.update()
+    return loss
+
+
+@wrong("amp_step", r"'clipped after the optimizer step'.*a change of the gradients",
+       listed=False)
+def amp_unscale_step_then_clip(model, batch, loss_fn, optimizer, scaler, max_norm):
+    # Unscales in the right place but clips once the step is done ("tidy up at the end")
+    kind = next(model.parameters()).device.type
+    optimizer.zero_grad(set_to_none=True)
+    with torch.autocast(device_type=kind, dtype=_half_for(kind)):
+        loss = loss_fn(model, batch)
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)
+    scaler.step(optimizer)
+    scaler.update()
+    torch.nn.utils.clip_grad_norm_(list(model.parameters()), max_norm)
+    return loss.detach()
 
 
 # ========================================================================== make_loader

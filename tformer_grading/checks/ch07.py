@@ -307,6 +307,18 @@ class _TapedLambdaLR(LambdaLR):
         return super().step(*args, **kwargs)
 
 
+class _TapedZeroGrad:
+    """Stands in for the probe model's zero_grad: writes "model.zero_grad" on ``tape``
+    (an object, not a closure, so that a deepcopy of the model zeroes the copy)."""
+
+    def __init__(self, module: torch.nn.Module, tape: _Tape):
+        self.module, self.tape = module, tape
+
+    def __call__(self, set_to_none: bool = True):
+        self.tape.events.append("model.zero_grad")
+        torch.nn.Module.zero_grad(self.module, set_to_none)
+
+
 def _taped_loss_fn(tape: _Tape, loss_fn):
     def recorded(model, batch):
         tape.events.append("loss_fn")
@@ -350,7 +362,8 @@ def _summed_loss_gradients(model, micro_batches) -> list:
     out = []
     for batch in micro_batches:
         twin = copy.deepcopy(model)
-        twin.zero_grad(set_to_none=True)
+        for param in twin.parameters():
+            param.grad = None
         lm_loss_sum(twin, batch, PAD)[0].backward()
         out.append(_grad_vector(twin.parameters()))
     return out
@@ -387,6 +400,7 @@ def _run_accum_probe(title, accumulation_step) -> list:
     __tracebackhide__ = True
     tape = _Tape()
     model = _model(seed=7)
+    model.zero_grad = _TapedZeroGrad(model, tape)  # zeroing is part of what is seen
     optimizer = _TapedSGD(model.parameters(), tape, lr=PROBE_LR)
     scheduler = _TapedLambdaLR(optimizer, _warm_up, tape)
     n = sum(PROBE_SIZES)
@@ -467,6 +481,13 @@ WRONG_DIVISOR = Diagnosis(
     "micro-batch's summed token loss is divided by the same number: the total number "
     "of real target tokens of the step (count_targets summed over the micro-batches).",
     S_ACCUM)
+GRADIENT_FACTOR = Diagnosis(
+    "whole gradient off by a constant factor",
+    "The step's gradient points the right way but has the wrong size: the big "
+    "batch's loss is the mean over all of its target tokens, so every micro-batch's "
+    "summed loss is divided by the step's total target tokens, and nothing rescales "
+    "the gradient between the backward and optimizer.step().",
+    S_ACCUM)
 WRONG_WEIGHTING = Diagnosis(
     "micro-batches weighted, not tokens",
     "Your step gives the micro-batches' losses different divisors, so a token in one "
@@ -492,9 +513,10 @@ def _name_uniform(title, divisor: float, info: _MicroInfo, seen: str) -> None:
         SUM_NOT_DIVIDED.fail(title, seen)
     what = next((f", which is {text}" for text, value in _uniform_divisors(info)
                  if _close(divisor, value)), "")
-    WRONG_DIVISOR.fail(title, f"{seen} Every micro-batch's summed loss was divided by "
-                              f"{divisor:.6g}{what}; expected {n}, the step's real "
-                              "target tokens.")
+    # A divisor none of the step's counts explains is reported as the measured factor.
+    (WRONG_DIVISOR if what else GRADIENT_FACTOR).fail(
+        title, f"{seen} Every micro-batch's summed loss was divided by {divisor:.6g}"
+               f"{what}; expected {n}, the step's real target tokens.")
 
 
 def _name_per_batch(title, divisors, info: _MicroInfo, seen: str) -> None:
@@ -510,9 +532,10 @@ def _name_per_batch(title, divisors, info: _MicroInfo, seen: str) -> None:
                                 f"{sum(info.targets)}.")
 
 
-def _stage_weights(title, call: _AccumCall) -> None:
+def _stage_weights(title, call: _AccumCall, others: tuple = ()) -> None:
     """The gradient optimizer.step() used, as a weighted sum of the micro-batches'
-    summed-loss gradients: the weights are 1 / the divisor each micro-batch got."""
+    summed-loss gradients: the weights are 1 / the divisor each micro-batch got.
+    ``others``: the probe's other calls (a clip gives each the same norm)."""
     __tracebackhide__ = True
     info, n = call.info, sum(call.info.targets)
     columns = list(call.sums) + ([call.leftover] if call.leftover.any() else [])
@@ -530,13 +553,89 @@ def _stage_weights(title, call: _AccumCall) -> None:
             f"{list(info.targets)}) by {_divisors_text(divisors)}.")
     lost = [i + 1 for i, d in enumerate(divisors) if math.isinf(d)]
     if lost:
-        if lost == list(range(1, info.k)) and _close(divisors[-1], n):
-            ZERO_EACH_MICRO_STEP.fail(title, seen)
-        LOST_MICRO_BATCHES.fail(title, f"{seen} Micro-batches {lost} of {info.k} added "
-                                       "nothing to it.")
+        _name_lost(title, call, lost, divisors, seen)
     if all(_close(d, divisors[0]) for d in divisors):
+        _stage_rescaled(title, call, seen, others)
         _name_uniform(title, divisors[0], info, seen)
     _name_per_batch(title, divisors, info, seen)
+
+
+ONLY_LAST_MICRO_BATCH = Diagnosis(
+    "only the last micro-batch reached the step",
+    "Only the last micro-batch's gradient reached optimizer.step(): the earlier ones "
+    "were overwritten or zeroed (p.grad = g, zero_grad or set_to_none between "
+    "micro-batches). Each backward must add to .grad: call loss.backward() on every "
+    "micro-batch and zero the gradients once, before the first.",
+    S_ACCUM)
+
+
+def _zeroed_between_micro_batches(events: list, k: int) -> bool:
+    """The recorded calls prove it: at least k - 1 zero_grad() calls (optimizer's or
+    model's) after the first loss_fn and before the optimizer step."""
+    if "loss_fn" not in events or "optimizer.step" not in events:
+        return False
+    inside = events[events.index("loss_fn"):events.index("optimizer.step")]
+    zeros = inside.count("optimizer.zero_grad") + inside.count("model.zero_grad")
+    return zeros >= k - 1
+
+
+def _name_lost(title, call: _AccumCall, lost: list, divisors, seen: str) -> None:
+    """Some micro-batches' gradients are missing from the step: name the cause only
+    when the recorded calls show it."""
+    __tracebackhide__ = True
+    info, n = call.info, sum(call.info.targets)
+    if lost == list(range(1, info.k)) and _close(divisors[-1], n):
+        if _zeroed_between_micro_batches(call.events, info.k):
+            ZERO_EACH_MICRO_STEP.fail(title, seen)
+        ONLY_LAST_MICRO_BATCH.fail(title, f"{seen} zero_grad() was not called "
+                                          "between the micro-batches.")
+    LOST_MICRO_BATCHES.fail(title, f"{seen} Micro-batches {lost} of {info.k} added "
+                                   "nothing to it.")
+
+
+GRADIENT_RESCALED = Diagnosis(
+    "gradient rescaled as a whole (clipped)",
+    "Clipping is not part of this exercise: accumulation_step must step with exactly "
+    "the big batch's gradient, whatever its norm (clip_grad_norm_ belongs to the "
+    "training loop's own settings, not to accumulation).",
+    S_ACCUM)
+
+
+def _round_number(x: float, rel: float = 1e-5) -> bool:
+    """``x`` is a number with at most 2 significant digits (1.0, 0.5, 0.25, 5, ...):
+    what a max_norm usually is."""
+    return x > 0 and _close(x, float(f"{x:.1e}"), rel)
+
+
+def _step_norms(call: _AccumCall) -> tuple:
+    """(the norm of the gradient the step used, the norm of the right gradient)."""
+    if not call.steps:
+        return math.nan, math.nan
+    return (float(call.steps[-1][1].norm()),
+            float((sum(call.sums) / sum(call.info.targets)).norm()))
+
+
+def _clipped_to(norms: list) -> bool:
+    """Each call's step gradient is below the right one's, and all have one norm
+    (a clip's max_norm; a divisor would scale each call's own norm)."""
+    got = [g for g, _ in norms]
+    return (len(norms) > 1 and all(g < w * (1 - 1e-6) for g, w in norms)
+            and all(_close(g, got[0], 1e-5) for g in got))
+
+
+def _stage_rescaled(title, call: _AccumCall, seen: str, others: tuple) -> None:
+    """A uniform factor that shrinks the whole gradient to a round norm below the
+    right gradient's, or to the same norm in every call: a clip (clip_grad_norm_),
+    not a loss divisor."""
+    __tracebackhide__ = True
+    got, want = _step_norms(call)
+    norms = [(got, want)] + [_step_norms(c) for c in others]
+    if not ((got < want * (1 - 1e-6) and _round_number(got)) or _clipped_to(norms)):
+        return
+    GRADIENT_RESCALED.fail(title, f"{seen} The gradient at the step was rescaled as "
+                                  f"a whole to norm {got:.4g} (the big batch's "
+                                  f"gradient has norm {want:.4g}): that is "
+                                  f"clip_grad_norm_(..., {got:.4g}).")
 
 
 def _weights_unexplained(title, call: _AccumCall, residual: float) -> None:
@@ -613,10 +712,10 @@ LR_CHANGED = Diagnosis(
     S_ACCUM)
 
 
-def _diagnose_first_call(title, call: _AccumCall) -> None:
+def _diagnose_first_call(title, call: _AccumCall, others: tuple = ()) -> None:
     __tracebackhide__ = True
     _stage_optimizer_steps(title, call)
-    _stage_weights(title, call)
+    _stage_weights(title, call, others)
 
 
 def _diagnose_accumulation(title, accumulation_step) -> None:
@@ -625,12 +724,12 @@ def _diagnose_accumulation(title, accumulation_step) -> None:
     calls, raised = _run_accum_probe(title, accumulation_step)
     if raised is not None:
         if len(calls) > 1:  # the first call is measured first: it may say why
-            _diagnose_first_call(title, calls[0])
+            _diagnose_first_call(title, calls[0], tuple(calls[1:]))
         _report_accum_raised(title, raised, len(calls) - 1)
-    _diagnose_first_call(title, calls[0])
+    _diagnose_first_call(title, calls[0], tuple(calls[1:]))
     _stage_optimizer_steps(title, calls[1])
     _stage_zeroing(title, calls[1])
-    _stage_weights(title, calls[1])
+    _stage_weights(title, calls[1], tuple(calls[:1]))
     for call in calls:
         _stage_scheduler(title, call)
 
@@ -956,7 +1055,7 @@ class _AmpCall:
     backward [P] (None when no backward reached the parameters); the gradients
     scaler.unscale_ found [P]; the optimizer steps
     (lr, gradient [P]); the parameters before and after [P]; what it returned and the
-    loss loss_fn returned."""
+    loss loss_fn returned; the gradient [P] the parameters held when it ended."""
 
     index: int
     events: list
@@ -973,6 +1072,7 @@ class _AmpCall:
     loss: float | None
     max_norm: float
     sizes: tuple
+    at_exit: torch.Tensor
 
 
 def _amp_probe_setup(overflow: bool, seed: int):
@@ -1011,7 +1111,8 @@ def _run_amp_probe(title, amp_step, overflow: bool, max_norm: float = 0.05):
         calls.append(_AmpCall(index, tape.since(start), scale, scaler.get_scale(), true,
                               leftover, after_backward, list(tape.at_unscale),
                               tape.steps[first_step:],
-                              before, _flat(model), out, loss, max_norm, sizes))
+                              before, _flat(model), out, loss, max_norm, sizes,
+                              _grad_vector(model.parameters())))
         if isinstance(out, Raised):
             break  # what the step did before it raised is still measured
     return calls, loss_fn
@@ -1161,6 +1262,7 @@ def _stage_step_gradient(title, call: _AmpCall, unclipped) -> None:
             f"{abs(r) * norm:.4g} ({r:.4g} × the true gradient, whose norm is "
             f"{norm:.4g}); clipped at max_norm={m:g} it is {want * norm:.4g}. The "
             f"scale was {s:g}.")
+    _stage_after_step(title, call, seen)
     if abs(r) < 1e-9:
         GRADIENT_WIPED.fail(title, seen)
     if _rel_close(r, 1.0):
@@ -1172,6 +1274,45 @@ def _stage_step_gradient(title, call: _AmpCall, unclipped) -> None:
     if _rel_close(r, want / s) or _rel_close(r, _clip_coefficient(s * norm, m)):
         _scale_sized_gradient(title, call, seen, unclipped())
     STEP_GRADIENT.fail(title, seen)
+
+
+CLIPPED_AFTER_STEP = Diagnosis(
+    "clipped after the optimizer step",
+    "The optimizer step uses the gradients as they are when scaler.step(optimizer) "
+    "runs: unscaling or clipping them afterwards changes nothing in this step's "
+    "update. The order is scaler.scale(loss).backward(), scaler.unscale_(optimizer), "
+    "clip_grad_norm_(model.parameters(), max_norm), then scaler.step(optimizer).",
+    S_SCALER)
+
+
+def _changed_after_step(call: _AmpCall) -> list:
+    """What the learner did to the gradients after the optimizer step, as the tape
+    and the gradients show it: unscale_ calls, and a gradient at exit that is neither
+    the stepped one nor zeroed."""
+    events = call.events
+    first = next((i for i, e in enumerate(events) if e.startswith("optimizer.step")),
+                 None)
+    if first is None:
+        return []
+    found = (["a scaler.unscale_ call"] if "scaler.unscale_" in events[first:]
+             else [])
+    g_step, g_exit = call.steps[-1][1], call.at_exit
+    if g_exit.any() and g_exit.isfinite().all() and not torch.allclose(
+            g_exit, g_step, rtol=1e-6, atol=1e-12):
+        found.append(f"a change of the gradients (norm {float(g_step.norm()):.4g} at "
+                     f"the step, {float(g_exit.norm()):.4g} when your step ended)")
+    return found
+
+
+def _stage_after_step(title, call: _AmpCall, seen: str) -> None:
+    """The step's gradient is wrong and the learner unscaled or clipped after the
+    step: that placement is the cause, whatever the size."""
+    __tracebackhide__ = True
+    found = _changed_after_step(call)
+    if found:
+        CLIPPED_AFTER_STEP.fail(title, f"{seen} After the optimizer step your code "
+                                       f"made {' and '.join(found)}; your calls were "
+                                       f"{_calls_text(call.events)}.")
 
 
 def _scale_sized_gradient(title, call: _AmpCall, seen: str, free: float) -> None:

@@ -59,7 +59,8 @@ def count_targets(batch):
 #    between micro-batches;
 # 2. call backward for every micro-batch, so that the gradient `optimizer.step()` uses is the
 #    gradient of the big batch's mean loss: every token weighs the same, whichever micro-batch
-#    holds it;
+#    holds it, and nothing rescales it before the step (no clipping: that is not part of
+#    this exercise);
 # 3. call `optimizer.step()` once, after the last micro-batch, then `scheduler.step()` once (the
 #    schedule counts optimizer steps, and the step uses the learning rate before it advances).
 #
@@ -104,7 +105,8 @@ ch07.check_accumulation_by_hand(accumulation_step)
 # 3. backward on `scaler.scale(loss)`, unscale the gradients once (`scaler.unscale_(optimizer)`),
 #    clip the norm of all the gradients together to `max_norm` (`clip_grad_norm_`), step through
 #    the scaler (`scaler.step(optimizer)` skips a step whose gradients overflowed: do not also call
-#    `optimizer.step()`) and update it once (`scaler.update()`), in this order (lesson §7.2);
+#    `optimizer.step()`) and update it once (`scaler.update()`), in this order (lesson §7.2):
+#    the step uses the gradients as they are when `scaler.step` runs;
 # 4. return the loss `loss_fn` returned, unscaled (a tensor or a float): not `scaler.scale(loss)`.
 #
 # The check records your calls on the scaler and the optimizer, the gradient right after your
