@@ -355,7 +355,8 @@ def padding_greater_than(tokens, pad_id):  # assumes the pad id is the smallest 
     return (tokens > pad_id)[:, None, None, :]
 
 
-@wrong("padding_mask", r"'padding assumed at the end'", listed=False)
+@wrong("padding_mask", r"'padding located by position'.*first L positions",
+       listed=False)
 def padding_by_lengths(tokens, pad_id):  # lengths, then a range: right-padding only
     lengths = (tokens != pad_id).sum(dim=1, keepdim=True)
     positions = torch.arange(tokens.size(1), device=tokens.device)
@@ -454,6 +455,20 @@ def padding_first_row_only(tokens, pad_id):  # tokens[0] where tokens was meant
 @wrong("padding_mask", r"raised TypeError.*at line \d+ of your code", listed=False)
 def padding_unsqueeze_tuple(tokens, pad_id):  # unsqueeze takes one axis, not two
     return (tokens != pad_id).unsqueeze((1, 2))
+
+
+@wrong("padding_mask", r"'padding located by position'.*before the first pad",
+       listed=False)
+def padding_until_first_pad(tokens, pad_id):  # True until the first pad: right padding
+    m = (tokens == pad_id).long().cumsum(dim=-1) == 0
+    return m[:, None, None, :]
+
+
+@wrong("padding_mask", r"'padding located by position'.*from the first real token on",
+       listed=False)
+def padding_after_leading_pads(tokens, pad_id):  # written for left-padded batches
+    seen_real = torch.cumsum((tokens != pad_id).int(), dim=1) > 0
+    return seen_real.unsqueeze(1).unsqueeze(1)
 
 
 @wrong("padding_mask", r"must return a torch\.Tensor, got list", listed=False)
@@ -865,3 +880,23 @@ def masked_divide_by_sqrt_keys(q, k, v, mask):  # √Sk, the number of keys
     scores = q @ k.transpose(-2, -1) / math.sqrt(k.size(-2))
     weights = scores.masked_fill(~mask, torch.finfo(scores.dtype).min).softmax(-1)
     return weights @ v, weights
+
+
+@wrong("masked_attention", r"'whole rows of weights zeroed'.*every key visible",
+       listed=False)
+def masked_all_instead_of_not_any(q, k, v, mask):  # mask.all where ~mask.any belongs
+    s = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    s = s.masked_fill(~mask, torch.finfo(s.dtype).min)
+    w = s.softmax(-1)
+    w = w.masked_fill(mask.all(dim=-1, keepdim=True), 0.0)
+    return w @ v, w
+
+
+@wrong("masked_attention", r"'whole rows of weights zeroed'.*only some keys visible",
+       listed=False)
+def masked_zero_rows_with_any_hidden(q, k, v, mask):  # "a row with padding is unsafe"
+    scores = torch.einsum("bhqd,bhkd->bhqk", q, k) / q.shape[-1] ** 0.5
+    weights = torch.softmax(scores.masked_fill(~mask, -1e4), dim=-1)
+    has_hidden = (~mask).any(dim=-1, keepdim=True)
+    weights = torch.where(has_hidden, torch.zeros_like(weights), weights)
+    return torch.einsum("bhqk,bhkd->bhqd", weights, v), weights

@@ -344,6 +344,25 @@ def pe_cosines_never_written(n_positions, d_model):  # the second assignment for
     return pe
 
 
+@wrong("sinusoidal_encoding", r"the exp\(\) of div_term is missing", listed=False)
+def pe_forgot_exp(n_positions, d_model):  # div_term left as the exponent: no exp()
+    position = torch.arange(n_positions, dtype=torch.float32).unsqueeze(1)
+    div_term = torch.arange(0, d_model, 2, dtype=torch.float32) * (
+        -math.log(10000.0) / d_model)
+    pe = torch.zeros(n_positions, d_model)
+    pe[:, 0::2] = torch.sin(position * div_term)
+    pe[:, 1::2] = torch.cos(position * div_term)
+    return pe
+
+
+@wrong("sinusoidal_encoding", r"ω_i = 0 \+ i·\(0\.125\), changing linearly",
+       listed=False)
+def pe_linear_frequencies(n_positions, d_model):  # "frequency grows with the index"
+    freqs = torch.arange(0, d_model, 2).double() / d_model  # 10000 ** ... forgotten
+    angles = torch.outer(torch.arange(n_positions).double(), freqs)
+    return torch.stack([angles.sin(), angles.cos()], dim=-1).flatten(1)
+
+
 @wrong("sinusoidal_encoding", r"row 0 is position 2\b", listed=False)
 # "positions 0 and 1 are special tokens"
 def pe_skips_bos_and_pad(n_positions, d_model):
@@ -1444,3 +1463,47 @@ class DecoderPlainNorms(nn.Module):  # "no parameters in the norm, fewer to trai
         c = self.cross_attn(x, memory, memory, mask=src_mask)
         x = self.norms[1](x + self.dropout(c))
         return self.norms[2](x + self.dropout(self.ff(x)))
+
+
+@wrong("decoder_block", r"0% of the cross-attention's output was zeroed.*expected "
+       r"about 30%", listed=False)
+class DecoderNoCrossDropout(nn.Module):  # dropout forgotten on the middle sublayer
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
+        self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
+        self.ff = nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(),
+                                nn.Linear(d_ff, d_model))
+        self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(d_model) for _ in range(3))
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x, memory, src_mask=None):
+        st = x.size(1)
+        causal = torch.tril(torch.ones(st, st, dtype=torch.bool,
+                                       device=x.device))[None, None]
+        x = self.norm1(x + self.dropout(self.self_attn(x, x, x, mask=causal)))
+        x = self.norm2(x + self.cross_attn(x, memory, memory, mask=src_mask))
+        return self.norm3(x + self.dropout(self.ff(x)))
+
+
+@wrong("decoder_block", r"\d+% of the feed-forward's output was zeroed.*expected "
+       r"about 30%", listed=False)
+class DecoderFixedFFDropout(nn.Module):  # "0.1 like the paper", hard-coded in one place
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1):
+        super().__init__()
+        self.p = dropout
+        self.attn1 = MultiHeadAttention(d_model, n_heads, dropout=dropout)
+        self.attn2 = MultiHeadAttention(d_model, n_heads, dropout=dropout)
+        self.lin1, self.lin2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+        self.ln = nn.ModuleList([nn.LayerNorm(d_model) for _ in range(3)])
+
+    def forward(self, x, memory, src_mask=None):
+        n = x.shape[1]
+        keep = torch.ones(n, n, device=x.device).tril().bool().view(1, 1, n, n)
+        a = F.dropout(self.attn1(x, x, x, mask=keep), self.p, self.training)
+        x = self.ln[0](x + a)
+        c = F.dropout(self.attn2(x, memory, memory, mask=src_mask), self.p,
+                      self.training)
+        x = self.ln[1](x + c)
+        f = F.dropout(self.lin2(F.relu(self.lin1(x))), 0.1, self.training)
+        return self.ln[2](x + f)

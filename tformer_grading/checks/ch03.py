@@ -342,11 +342,11 @@ PAD_RULE = Diagnosis(
     "and whatever the other ids: (tokens != pad_id)[:, None, None, :].",
     S_PADDING)
 PAD_BY_POSITION = Diagnosis(
-    "padding assumed at the end",
-    "Your mask keeps the first L positions of each sequence, L = its number of real "
-    "tokens, so it is right only when all the padding comes last. Compare each token "
-    "with pad_id instead: the padding may sit anywhere (left-padded batches put it "
-    "first).",
+    "padding located by position",
+    "Your mask marks positions by where the padding starts or ends in each sequence "
+    "(before the first pad, after the last one, the first or last L positions), so it "
+    "is right only for one way of padding. Compare each token with pad_id instead: "
+    "the padding may sit anywhere (left-padded batches put it first).",
     S_PADDING)
 PAD_CONSTANT = Diagnosis(
     "padding mask constant",
@@ -413,12 +413,42 @@ def _by_position(tokens: torch.Tensor, pad_id: int) -> torch.Tensor:
     return torch.arange(tokens.size(1), device=tokens.device) < real
 
 
+def _positional_rules(tokens: torch.Tensor, pad_id: int):
+    """(text, keep [B, S]) for masks that place the padding by *where it starts or
+    ends* in each sequence instead of comparing every token with pad_id."""
+    pad = (tokens == pad_id).long()
+    real = 1 - pad
+    back = lambda t: t.flip(-1).cumsum(-1).flip(-1)  # noqa: E731 (sum from the right)
+    yield "the positions before the first pad (assumes right padding)", \
+        pad.cumsum(-1) == 0
+    yield "the positions after the last pad (assumes left padding)", back(pad) == 0
+    yield "the positions from the first real token on (assumes left padding)", \
+        real.cumsum(-1) > 0
+    yield "the positions up to the last real token (assumes right padding)", \
+        back(real) > 0
+    yield ("the first L positions, L = the number of real tokens (assumes right "
+           "padding)"), _by_position(tokens, pad_id)
+    yield ("the last L positions, L = the number of real tokens (assumes left "
+           "padding)"), _by_position(tokens.flip(-1), pad_id).flip(-1)
+
+
+def _positional_problem(keep: torch.Tensor, tokens, pad_id):
+    for text, rule in _positional_rules(tokens, pad_id):
+        if torch.equal(keep, rule):
+            return PAD_BY_POSITION, (f"it is True exactly on {text}, not on the "
+                                     "tokens != pad_id")
+    return None
+
+
 def _pad_pattern_problem(keep: torch.Tensor, tokens, pad_id):
     """(Diagnosis or None, what was seen) for a [B, S] bool pattern that is not
     tokens != pad_id; None when it is right."""
     want = tokens != pad_id
     if torch.equal(keep, want):
         return None
+    positional = _positional_problem(keep, tokens, pad_id)
+    if positional is not None:
+        return positional
     if keep.all() or not keep.any():
         return PAD_CONSTANT, ("it is True everywhere: no key counts as padding"
                               if keep.all() else
@@ -428,9 +458,6 @@ def _pad_pattern_problem(keep: torch.Tensor, tokens, pad_id):
                                      "(tokens == pad_id)")
     if torch.equal(keep, want[:1].expand_as(want)):
         return PAD_RULE, "every sequence gets the mask of sequence 0"
-    if torch.equal(keep, _by_position(tokens, pad_id)):
-        return PAD_BY_POSITION, ("it keeps the first L positions of each sequence (L = "
-                                 "its number of real tokens), not the non-pad tokens")
     for text, rule in _pad_rules(tokens, pad_id):
         if torch.equal(keep, rule):
             return PAD_RULE, (f"it is True exactly where {text}; expected tokens != "
@@ -480,7 +507,20 @@ def _judge_padding(title: str, padding_mask_fn) -> None:
     pitfall = _reproduced(theirs, cases, PADDING_PITFALLS)
     if pitfall is not None:
         pitfall.fail(title)
-    _fail_stage(title, *problems[0], S_PADDING)
+    diagnosis, seen = problems[0]
+    if diagnosis is PAD_CONSTANT and not _constant_everywhere(theirs):
+        diagnosis, seen = None, (f"{seen}, although on other cases your mask changes "
+                                 "with the tokens")
+    _fail_stage(title, diagnosis, seen, S_PADDING)
+
+
+def _constant_everywhere(results) -> bool:
+    """The learner's masks are one value (all True or all False) on every case: only
+    then does the mask really not depend on the tokens."""
+    if not all(isinstance(r, torch.Tensor) and r.numel() for r in results):
+        return False
+    values = {bool(v) for r in results for v in torch.unique(r != 0).tolist()}
+    return len(values) == 1
 
 
 @single_threaded
@@ -720,6 +760,13 @@ ALLOWED_KEYS_ZEROED = Diagnosis(
     "F.dropout defaults to training=True, the exercise has no dropout), or a second "
     "mask is applied.",
     S_FILL)
+ROWS_ZEROED = Diagnosis(
+    "whole rows of weights zeroed",
+    "Only a query that may attend to no key (its mask row all False, ~mask.any(-1)) "
+    "may get all-zero weights; every other query's weights over its allowed keys sum "
+    "to 1. Zero exactly the rows where ~mask.any(dim=-1, keepdim=True) is True (not "
+    "mask.all(-1), not rows that contain a masked key).",
+    S_FILL)
 OUTPUT_NOT_WEIGHTS_V = Diagnosis(
     "output not computed from the returned weights",
     "The output is the returned weights times the values: out = weights @ v, with the "
@@ -811,6 +858,25 @@ def _finite_stage(seen: _Seen):
 def _span(t: torch.Tensor) -> str:
     lo, hi = t.min().item(), t.max().item()
     return f"{lo:.4g}" if abs(hi - lo) < 5e-5 else f"{lo:.4g} to {hi:.4g}"
+
+
+def _zeroed_rows_stage(seen: _Seen):
+    """Queries that have keys to attend to but whose weights are all (practically)
+    zero: something zeroed whole rows after the softmax. Named by which keys those
+    queries may see (all of them, or some)."""
+    zeroed = (seen.weights.abs() < 1e-7).all(-1) & ~seen.empty
+    if not zeroed.any():
+        return None
+    full = seen.keep.all(-1)
+    kinds = [what for what, rows in (("every key visible", zeroed & full),
+                                     ("only some keys visible", zeroed & ~full))
+             if rows.any()]
+    first = tuple(zeroed.nonzero()[0].tolist())
+    return ROWS_ZEROED, (
+        f"On case {seen.label}: rows of queries with {' and with '.join(kinds)} have "
+        f"all-zero weights ({int(zeroed.sum())} of the {int((~seen.empty).sum())} "
+        f"queries that may attend to some key; first at {first}, whose mask row is "
+        f"{_ints(seen.keep[first].int().tolist())}).")
 
 
 def _axis_stage(seen: _Seen):
@@ -1050,8 +1116,8 @@ def _output_stage(seen: _Seen):
                   f"weights @ v (largest difference {gap:.3g})")
 
 
-_MEASURING_STAGES = (_finite_stage, _axis_stage, _pattern_stage, _value_stage,
-                     _empty_rows_stage, _output_stage)
+_MEASURING_STAGES = (_finite_stage, _zeroed_rows_stage, _axis_stage, _pattern_stage,
+                     _value_stage, _empty_rows_stage, _output_stage)
 
 
 def _attention_problem(case: Case, fn, matched: bool):

@@ -28,7 +28,8 @@ from ..guard.integrity import seal
 from .blocks import (Parts, check_block_not_delegated, find_parts, keep,
                      norm_orders, post_ln, pre_ln, randomise_norms)
 from .cases import build_module, randn
-from .ch04 import BATCHNORM, DROPOUT_IN_EVAL, S_PLACEMENT, S_RESIDUAL
+from .ch04 import (BATCHNORM, DROPOUT_IN_EVAL, S_DROPOUT, S_PLACEMENT,
+                   S_RESIDUAL)
 from .delegation import check_by_hand  # noqa: F401 (test cells call ch05.check_by_hand)
 from .diagnosis import (Case, Diagnosis, Pitfall, Raised, Section,
                         describe_difference, fail, fail_unexplained, passed, quiet, run,
@@ -263,11 +264,26 @@ def _form_problem(got, n: int, d: int) -> str | None:
         return f"your table has NaN or inf values (first at [row, column] = {where})"
     if not got.any():
         return "your table is all zeros: it was allocated but never filled"
-    unwritten = (got == 0).all(0).nonzero().flatten().tolist()
+    unwritten = [j for j in (got == 0).all(0).nonzero().flatten().tolist()
+                 if not _frequency_zero_sine(got, j)]
     if n > 1 and unwritten:
         return (f"columns {unwritten[:6]}{'...' if len(unwritten) > 6 else ''} of your "
                 "table are all zero: never written")
     return None
+
+
+def _frequency_zero_sine(table, j: int) -> bool:
+    """Column ``j`` (all zero) is explained as written: it is sin(0·pos) = 0, the sine
+    of a pair whose partner column (j ± 1 interleaved, j ± D/2 concatenated) is a
+    nonzero constant, cos(0·pos). Only a zero column with no such partner is evidence
+    that the column was never written."""
+    d = table.size(1)
+    partners = {j ^ 1, (j + d // 2) % d} - {j}
+    for k in (k for k in partners if 0 <= k < d):
+        col = table[:, k]
+        if col.abs().min() > 0 and bool((col == col[0]).all()):
+            return True
+    return False
 
 
 # Stage 2, the fit: every layout is tried; in a right one each (sine, cosine) column
@@ -371,7 +387,8 @@ def _frequency_problem(omega, d) -> str | None:
     log_w, idx = omega[usable].log(), i[usable]
     slope, intercept = _log_line(idx, log_w)
     if (log_w - (intercept + slope * idx)).abs().max() > 1e-2:
-        return shown + ": they are not a geometric sequence in the pair index i"
+        return _arithmetic_words(omega, d) or (
+            shown + ": they are not a geometric sequence in the pair index i")
     return shown + ". " + _geometric_reading(-slope, math.exp(intercept), d)
 
 
@@ -458,11 +475,56 @@ def _measure_table(title, got, n, d, where) -> None:
         fitted = "; ".join(_fit_problems(fit, d))
         SINUSOID_FITTED.fail(title, f"Fitted on case {where}: {fitted}.")
     if fit is None and n >= 8:
+        arithmetic = _arithmetic_reading(got.detach().double().cpu(), d)
+        if arithmetic:
+            SINUSOID_FITTED.fail(title, f"Fitted on case {where}: {arithmetic}.")
         columns = _column_problems(got.detach().double().cpu(), d)
         if columns:
             SINUSOID_FITTED.fail(title, "No sin/cos pairing fits your table, so it "
                                         f"was read column by column on case {where}: "
                                         f"{'; '.join(columns)}.")
+
+
+def _signed_frequencies(table):
+    """table [n, D] float64 read as interleaved (sin, cos) pairs of phase 0 whose
+    frequencies may have any sign -> ω [D/2] in (-π, π] (the angle per position
+    step, which is all integer positions can show), or None when that does not
+    rebuild the table."""
+    s, c = table[:, 0::2], table[:, 1::2]
+    if s.shape != c.shape or s[0].abs().max() > 1e-4 or (c[0] - 1).abs().max() > 1e-4:
+        return None
+    omega = torch.atan2(s[1], c[1])
+    angle = torch.arange(table.size(0), dtype=torch.float64)[:, None] * omega
+    if (angle.sin() - s).abs().max() > 1e-3 or (angle.cos() - c).abs().max() > 1e-3:
+        return None
+    return omega
+
+
+def _arithmetic_reading(table, d) -> str | None:
+    """Pairs whose frequencies form an arithmetic sequence ω_i = i·b (mod 2π), the
+    mark of an exponent used as the frequency itself (the exp() of div_term left
+    out): the geometric 10000^(-2i/D) becomes its log, -2i·ln(10000)/D."""
+    omega = _signed_frequencies(table)
+    return None if omega is None else _arithmetic_words(omega, d)
+
+
+def _arithmetic_words(omega, d) -> str | None:
+    """omega [D/2] (mod 2π) against ω_i = ω_0 + i·b; None when it is not that."""
+    if omega.numel() < 3:
+        return None
+    i = torch.arange(omega.numel(), dtype=torch.float64)
+    start, step = omega[0].item() + 0.0, _wrap(omega[1] - omega[0]).item()
+    if abs(step) < 1e-6 or _wrap(omega - start - i * step).abs().max() > 1e-3:
+        return None
+    words = (f"your pairs turn at ω = {_numbers(omega[:4] + 0.0)}... per position "
+             f"(read mod 2π): ω_i = {start:.4g} + i·({step:.4g}), changing linearly "
+             "with the pair index i instead of shrinking geometrically as "
+             "10000^(-2i/D) (multiplied by the same factor from one pair to the next)")
+    log_step = -2 * math.log(10000.0) / d
+    if abs(_wrap(torch.tensor(step - log_step)).item()) < 1e-3:
+        words += (f"; {step:.4g} = -2·ln(10000)/D: your frequencies are the *log* of "
+                  "10000^(-2i/D), so the exp() of div_term is missing")
+    return words
 
 
 # Stage 2b, when no pairing fits: each column on its own. A sinusoid c(p) of
@@ -1533,7 +1595,102 @@ def check_decoder_block(cls) -> None:
     _probe(cls)
     _grade_decoder(title, cls)
     _without_src_mask(title, cls)
-    passed(title, "matches the reference on 4 cases")
+    _check_sublayer_dropout(title, cls)
+    passed(title, "matches the reference on 4 cases; in train mode each sublayer's "
+                  "output is dropped at the block's rate")
+
+
+# ------------------------------------------------------- decoder dropout, train mode
+# Eval mode hides dropout, so the block also runs in train mode at a moderate rate. In
+# a Post-LN block norm k reads stream_k + Dropout(sublayer_k(...)), so its input minus
+# the stream it started from is the dropped branch: the fraction of the sublayer's
+# output zeroed there is measured for each of the three sublayers.
+
+DROPOUT_PS = (0.3, 0.5)
+#: (D, H, d_ff, B, St, Ss): 4·8·16 = 512 entries per branch, so the measured fraction
+#: is within ±0.1 of p by far (its standard deviation is about 0.02).
+DROPOUT_CONFIG = (16, 4, 32, 4, 8, 6)
+SUBLAYERS = ("the masked self-attention", "the cross-attention", "the feed-forward")
+
+SUBLAYER_DROPOUT = Diagnosis(
+    "sublayer dropout missing or at the wrong rate",
+    "Each of the three sublayers is wrapped as LayerNorm(x + Dropout(Sublayer(x))): "
+    "in train mode dropout zeroes a fraction p (the block's `dropout`) of *every* "
+    "sublayer's output, self-attention, cross-attention and feed-forward alike, and "
+    "scales the rest by 1/(1-p) (nn.Dropout(dropout), or F.dropout(t, dropout, "
+    "self.training)).", S_DROPOUT)
+
+
+def _train_trace(title, cls, p):
+    """(label, x, the calls) of one train-mode call of ``cls(D, H, d_ff, p)`` in
+    float64 on x [B, St, D], memory [B, Ss, D], no source mask."""
+    __tracebackhide__ = True
+    d, h, f, b, st, ss = DROPOUT_CONFIG
+    label = (f"D={d}, H={h}, d_ff={f}, x [{b}, {st}, {d}], memory [{b}, {ss}, {d}], "
+             f"torch.float64, dropout={p}, train mode")
+    module = build_module("DecoderBlock", cls, (d, h, f, p), torch.float64, seed=51)
+    x = randn(b, st, d, seed=510, dtype=torch.float64)
+    memory = randn(b, ss, d, seed=511, dtype=torch.float64)
+    with torch.random.fork_rng(devices=[]), quiet():
+        torch.manual_seed(52)
+        out, calls = trace_block(module.train(), decoder_parts(module, d, f), x,
+                                 memory, None)
+    if isinstance(out, Raised):
+        fail(title, f"your block raised {out!r} in train mode on case {label}.",
+             S_DECODER)
+    return label, x, calls
+
+
+def _branches(x, calls):
+    """[(sublayer name, what was added to the stream, the sublayer's output)] for the
+    three sublayers, read from the calls in order; [] when they cannot be read."""
+    attns = [c.output for c in calls if c.kind == "attn"]
+    ff2 = [c.output for c in calls if c.kind == "ff2"]
+    norms = [c for c in calls if c.kind == "norm"]
+    if len(attns) != 2 or len(ff2) != 1 or len(norms) != 3:
+        return []
+    streams = (x, norms[0].output, norms[1].output)
+    return [(name, norm.inputs[0] - stream, before) for name, norm, stream, before
+            in zip(SUBLAYERS, norms, streams, (*attns, ff2[0]))
+            if isinstance(norm.inputs[0], torch.Tensor)
+            and norm.inputs[0].shape == before.shape == stream.shape]
+
+
+def _branch_rates(x, calls):
+    """[(sublayer name, fraction of its output zeroed on the branch, kept scale)]."""
+    found = []
+    for name, branch, before in _branches(x, calls):
+        alive = before.abs() > 1e-6
+        zeroed = float(((branch == 0) & alive).double().sum()
+                       / alive.double().sum().clamp_min(1))
+        kept = (branch != 0) & alive
+        scale = (float((branch[kept] / before[kept]).median())
+                 if kept.sum() >= 10 else None)
+        found.append((name, zeroed, scale))
+    return found
+
+
+def _rate_problem(name, zeroed, scale, p) -> str | None:
+    """What is off in one sublayer's measured dropout at rate ``p``, or None."""
+    if abs(zeroed - p) > 0.1:
+        return (f"{zeroed:.0%} of {name}'s output was zeroed on its way into the "
+                f"residual sum, expected about {p:.0%} (p = {p})")
+    if scale is not None and abs(scale * (1 - p) - 1) > 0.02:
+        return (f"the kept entries of {name}'s output were multiplied by "
+                f"{scale:.3g}, expected 1/(1-p) = {1 / (1 - p):.3g}")
+    return None
+
+
+def _check_sublayer_dropout(title, cls):
+    """At dropout 0.3 and 0.5 in train mode each sublayer's output loses about that
+    fraction on its way into the residual sum, the kept values scaled by 1/(1-p)."""
+    __tracebackhide__ = True
+    for p in DROPOUT_PS:
+        label, x, calls = _train_trace(title, cls, p)
+        for name, zeroed, scale in _branch_rates(x, calls):
+            problem = _rate_problem(name, zeroed, scale, p)
+            if problem:
+                SUBLAYER_DROPOUT.fail(title, f"On case {label}: {problem}.")
 
 
 # -------------------------------------------------------------------- decoder behaviour

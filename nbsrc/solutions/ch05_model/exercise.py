@@ -105,7 +105,10 @@ ch05.check_embed(embed)
 # 3. the **feed-forward** `Linear(d_model, d_ff) -> ReLU -> Linear(d_ff, d_model)`.
 #
 # Each is wrapped as `x = LayerNorm(x + Dropout(Sublayer(x)))`, with x that sublayer's own input, before
-# the next one starts. Use two `MultiHeadAttention` (called as `attn(query, key, value, mask=...)`) and
+# the next one starts: the dropout (rate `dropout`) acts on *each* of the three sublayers' outputs,
+# cross-attention included (the check runs the block in train mode at dropout 0.3 and 0.5 and
+# measures that about that fraction of every sublayer's output is zeroed, the rest scaled by
+# 1/(1-p)). Use two `MultiHeadAttention` (called as `attn(query, key, value, mask=...)`) and
 # three `nn.LayerNorm(d_model)` (with their weight and bias), each module used for one sublayer only.
 # `forward(x, memory)` without a mask must work (`src_mask` defaults to None), `forward` leaves `x` and
 # `memory` as they were (no `x += ...` on the input), and in eval mode the block is deterministic.
