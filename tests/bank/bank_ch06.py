@@ -196,7 +196,8 @@ def shift_input_starts_with_pad(tgt):  # overwrites BOS with PAD "as a start tok
     return tgt_in, tgt[:, 1:]
 
 
-@wrong("shift_targets", r"'token ids converted'.*float32", listed=False)
+@wrong("shift_targets", r"'token ids converted to another dtype'.*float32",
+       listed=False)
 def shift_float_labels(tgt):  # converts to float "for the loss"
     return tgt[:, :-1], tgt[:, 1:].float()
 
@@ -275,6 +276,18 @@ def shift_bos_prepended_and_cut(tgt):  # the seed's "prepend BOS" on data that h
 def shift_labels_padded_back(tgt):  # shifts twice, pads the end to keep St-1 columns
     pad = torch.zeros_like(tgt[:, :1])
     return tgt[:, :-1], torch.cat([tgt[:, 2:], pad], dim=1)
+
+
+@wrong("shift_targets", r"'token ids converted to another dtype'.*torch\.int32 your "
+       r"decoder input is torch\.int64", listed=False)
+def shift_casts_long(tgt):  # .long() on both halves "for cross_entropy"
+    return tgt[:, :-1].long(), tgt[:, 1:].long()
+
+
+@wrong("shift_targets", r"'token ids converted to another dtype'.*torch\.int32 your "
+       r"label tensor is torch\.int64", listed=False)
+def shift_labels_to_int64(tgt):  # only the labels made int64, "as nll_loss wants"
+    return tgt.narrow(1, 0, tgt.size(1) - 1), tgt[:, 1:].to(torch.int64)
 
 
 # ---------------------------------------------------------------- sequence_loss: right
@@ -612,6 +625,29 @@ def loss_value_only(logits, labels, pad_id, eps):  # "keeps the graph" with 0 * 
 def loss_log_softmax_wrong_axis(logits, labels, pad_id, eps):  # dim=1 is time, not V
     logp = F.log_softmax(logits, dim=1)
     return F.nll_loss(logp.flatten(0, 1), labels.flatten(), ignore_index=pad_id)
+
+
+@wrong("sequence_loss", r"'arguments modified in place'.*9 entries of the labels",
+       listed=False)
+def loss_overwrites_labels(logits, labels, pad_id, label_smoothing):  # -100: default
+    labels[labels == pad_id] = -100  # ignore_index, written into the caller's labels
+    return F.cross_entropy(logits.reshape(-1, logits.size(-1)), labels.reshape(-1),
+                           label_smoothing=label_smoothing)
+
+
+@wrong("sequence_loss", r"'arguments modified in place'.*entries of the labels",
+       listed=False)
+def loss_masked_fill_labels(logits, labels, pad_id, eps):  # masked_fill_ by habit
+    flat = labels.view(-1).masked_fill_(labels.view(-1) == pad_id, -100)
+    return F.cross_entropy(logits.view(-1, logits.shape[-1]), flat, label_smoothing=eps)
+
+
+@wrong("sequence_loss", r"'arguments modified in place'.*entries of the logits",
+       listed=False)
+def loss_stabilises_logits_in_place(logits, labels, pad_id, eps):  # "stable" softmax
+    logits -= logits.max(dim=-1, keepdim=True).values.detach()
+    return F.cross_entropy(logits.transpose(1, 2), labels, ignore_index=pad_id,
+                           label_smoothing=eps)
 
 
 # ------------------------------------------------------------------------- noam: right

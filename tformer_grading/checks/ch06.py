@@ -133,16 +133,20 @@ SHIFT_DEVICE = Diagnosis(
     "Return the slices on tgt's device (slicing keeps it; no .cpu() or .to(...)).",
     S_SHIFT)
 SHIFT_DTYPE = Diagnosis(
-    "token ids converted",
-    "Keep the token ids as they come (torch.long): the embedding and cross_entropy "
-    "need integer ids.", S_SHIFT)
+    "token ids converted to another dtype",
+    "Keep the token ids in tgt's own dtype, whatever it is (torch.long, torch.int32, "
+    "...): no .long(), .int() or .to(...). The exercise says: \"the shift only "
+    "slices, so every token keeps its id and its dtype\".", S_SHIFT)
 
 
 def _shift_cases():
-    # (6, 7): B = St - 1 catches axis mix-ups that keep the shapes right.
-    shapes = [(3, 7), (4, 5), (6, 7), (1, 4), (5, 9)]
-    return [Case(f"tgt [B={b}, St={s}]", lambda b=b, s=s, i=i: (_tokens(b, s, seed=i),))
-            for i, (b, s) in enumerate(shapes)]
+    # (6, 7): B = St - 1 catches axis mix-ups that keep the shapes right. The int32
+    # cases show any conversion of the ids: the shift must keep tgt's dtype.
+    shapes = [(3, 7, torch.long), (4, 5, torch.int32), (6, 7, torch.long),
+              (1, 4, torch.long), (5, 9, torch.int32)]
+    return [Case(f"tgt [B={b}, St={s}] {dtype}",
+                 lambda b=b, s=s, i=i, dtype=dtype: (_tokens(b, s, seed=i).to(dtype),))
+            for i, (b, s, dtype) in enumerate(shapes)]
 
 
 def _pair(title, out, label):
@@ -527,13 +531,36 @@ class _LossSeen:
     grad: torch.Tensor
 
 
+LOSS_MODIFIES_INPUTS = Diagnosis(
+    "arguments modified in place",
+    "Your sequence_loss wrote into a tensor it was given: the caller's logits or "
+    "labels change under it (train_step logs and reuses them). Leave both unchanged: "
+    "work on new tensors (masked_fill, not masked_fill_; no labels[...] = ...), or use "
+    "ignore_index=pad_id.", S_LOSS)
+
+
+def _unchanged_arguments(title, given, originals, label) -> None:
+    """Fail when the learner's call changed any of ``given`` (logits [B, St, V],
+    labels [B, St]) from ``originals``."""
+    __tracebackhide__ = True
+    for name, now, was in zip(("logits", "labels"), given, originals):
+        now = now.detach()
+        if now.shape != was.shape or not torch.equal(now, was.to(now)):
+            changed = (int((now != was.to(now)).sum()) if now.shape == was.shape
+                       else f"all (now shape {list(now.shape)})")
+            LOSS_MODIFIES_INPUTS.fail(title, f"In case {label} your code changed "
+                                             f"{changed} entries of the {name} it was "
+                                             "given.")
+
+
 def _loss_value(title, loss_fn, logits, labels, pad, eps, label):
     """Run the learner's loss on a graph-connected copy of ``logits`` (so in-place
     writes are the learner's business) and check it is a scalar tensor with a graph."""
     __tracebackhide__ = True
     leaf = logits.detach().clone().requires_grad_(True)
-    out = run_or_fail(title, loss_fn, (leaf.clone(), labels.clone(), pad, eps),
-                      f"case {label}: your code")
+    given = (leaf.clone(), labels.clone())
+    out = run_or_fail(title, loss_fn, (*given, pad, eps), f"case {label}: your code")
+    _unchanged_arguments(title, given, (logits, labels), label)
     if isinstance(out, (float, int)):  # a loss.item() returned
         LOSS_DETACHED.fail(title, f"Yours is a Python {type(out).__name__}.")
     if type(out) is not torch.Tensor:
@@ -1653,6 +1680,12 @@ TRAIN_CLIP_NORM = Diagnosis(
     "clipped to the wrong norm",
     "clip_grad_norm_ rescales all the gradients together to total norm max_norm, "
     "only when their norm exceeds it: use the max_norm argument.", S_CLIP)
+TRAIN_CLIP_NORM_TYPE = Diagnosis(
+    "clipped in another norm than the 2-norm",
+    "clip_grad_norm_ measures the total norm with norm_type=2 by default (the "
+    "Euclidean norm of all the gradients together), and the exercise clips that: "
+    "leave norm_type at its default, clip_grad_norm_(model.parameters(), max_norm).",
+    S_CLIP)
 TRAIN_CLIP_PER_TENSOR = Diagnosis(
     "each parameter clipped on its own",
     "You clipped each parameter's gradient separately, which changes the update's "
@@ -1893,9 +1926,31 @@ def _clipping_of(seen, got):
                                    f"batch's loss (norm {want.norm:.4g}).")
     if close(alpha, 1.0):
         return _why_unclipped(seen, where)
+    norm_type = _clipped_norm_type(got, m)
+    if norm_type is not None and norm_type != "L2":
+        return TRAIN_CLIP_NORM_TYPE, (
+            f"{where}: its {norm_type} norm is {_norms(got)[norm_type]:.4g} = "
+            f"max_norm={m:g}, its L2 norm {got.norm():.4g}: you clipped the "
+            f"{norm_type} norm (norm_type={_NORM_TYPES[norm_type]}).")
     return TRAIN_CLIP_NORM, (f"{where}: you clipped to total norm {got.norm():.4g}; "
                              f"with max_norm={m:g} and a norm of {want.norm:.4g} "
                              f"before clipping it should be {min(want.norm, m):.4g}.")
+
+
+_NORM_TYPES = {"L1": "1", "L2": "2", "max (L-inf)": "inf"}
+
+
+def _norms(grad) -> dict:
+    """The flat gradient's norms, by the names of _NORM_TYPES."""
+    return {"L1": float(grad.abs().sum()), "L2": float(grad.norm()),
+            "max (L-inf)": float(grad.abs().max())}
+
+
+def _clipped_norm_type(grad, max_norm) -> str | None:
+    """Which norm of the clipped gradient (flat) equals max_norm: the norm_type
+    clip_grad_norm_ used; None when none does."""
+    return next((name for name, value in _norms(grad).items()
+                 if close(value, max_norm, rel=1e-3)), None)
 
 
 def _returned_number(seen, i):
@@ -2000,6 +2055,10 @@ def _returned_norm(seen):
               f"clipping was {want:.6g}")
     if close(got, clip, rel=1e-4, abs_=1e-6):
         return TRAIN_NORM_AFTER_CLIP, f"{detail}, after clipping {clip:.6g}."
+    other = next((name for name, value in _norms(seen.want.grad).items()
+                  if name != "L2" and close(got, value, rel=1e-4, abs_=1e-6)), None)
+    if other is not None:
+        return TRAIN_WRONG_NORM, f"{detail}: yours is its {other} norm."
     return TRAIN_WRONG_NORM, f"{detail} (yours is {got / want:.4g} × it)."
 
 
@@ -2314,13 +2373,57 @@ class _Decoding:
     encoded_rows: int
 
 
-def _raised_in_decode(title, label, calls, raised) -> None:
+TOKEN_IDS_OUT_OF_RANGE = Diagnosis(
+    "appended tokens are not vocabulary ids",
+    "Each step appends one id per row, a LongTensor [B] in 0 .. V-1: "
+    "logits[:, -1].argmax(-1), the argmax over the vocabulary (the last axis) of each "
+    "row's last position. An argmax without dim flattens the whole tensor and returns "
+    "one index into all B·V (or B·T·V) scores.", S_DECODE)
+
+
+def _flat_argmax(logits, ids) -> str | None:
+    """Which argmax without ``dim`` over ``logits`` [B, T, V] gives ``ids`` [B]."""
+    flats = (("logits[:, -1]", logits[:, -1]), ("logits", logits))
+    name = next((name for name, z in flats
+                 if bool((ids == z.reshape(-1).argmax().to(ids.device)).all())), None)
+    if name is None:
+        return None
+    return (f"the flat index of the largest of all the scores in {name}, the whole "
+            "batch's: an argmax without dim, one index for every row")
+
+
+def _out_of_range_ids(calls, vocab) -> str | None:
+    """What the first decode call fed ids outside 0 .. vocab-1 saw, or None."""
+    def outside(ids):
+        return ids.dtype == torch.long and bool(((ids < 0) | (ids >= vocab)).any())
+
+    k = next((k for k, c in enumerate(calls) if outside(c["prefix"])), None)
+    if k is None:
+        return None
+    bad = calls[k]["prefix"]
+    seen = (f"your decoder input [B={bad.size(0)}, {bad.size(1)}] held ids from "
+            f"{int(bad.min())} to {int(bad.max())}; the vocabulary has V = {vocab} "
+            f"ids, 0 .. {vocab - 1}.")
+    before = calls[k - 1] if k else None
+    if before is not None and bad.size(1) == before["length"] + 1:
+        seen += f" The column you appended was {bad[:, -1].tolist()}"
+        flat = _flat_argmax(before["logits"], bad[:, -1])
+        seen += f": {flat}." if flat else "."
+    return seen
+
+
+def _raised_in_decode(title, label, model, raised) -> None:
     """The learner's loop raised: name what the model saw first, else say where."""
     __tracebackhide__ = True
+    calls = model.calls
     bad = next((c for c in calls if c["dtype"] != torch.long), None)
     if bad is not None:
         START_NOT_LONG.fail(title, f"In case {label}, your decoder input had dtype "
                                    f"{bad['dtype']} (and the embedding raised).")
+    out_of_range = _out_of_range_ids(calls, model.inner.out.out_features)
+    if out_of_range is not None:
+        TOKEN_IDS_OUT_OF_RANGE.fail(title, f"In case {label}, {out_of_range} Then "
+                                           f"your code raised {raised!r}")
     fail(title, f"case {label}: your code raised {raised!r}")
 
 
@@ -2354,7 +2457,7 @@ def _decode_case(title, greedy_fn, model, label, eos_bias, batch, max_len, seed,
     model.train()
     got = run(greedy_fn, (model, src, max_len, *ids))
     if isinstance(got, Raised):
-        _raised_in_decode(title, label, model.calls, got)
+        _raised_in_decode(title, label, model, got)
     out = _returned_ids(title, label, got, batch)
     return _Decoding(label, model, src, max_len, batch, ids, eos_bias, out,
                      _rows(out[:, 1:], eos, pad), want, want_steps, tuple(model.calls),

@@ -73,7 +73,8 @@ ch06.check_by_hand("shift_targets", shift_targets, (torch.tensor([[1, 5, 2, 0]])
 # before any softmax) and `labels [B, St]` and returns the mean cross-entropy over the real label
 # tokens: every label that is not `pad_id` counts once and equally (a mean over tokens, not over
 # sequences), every `pad_id` label not at all. Return it as a scalar tensor in the logits' dtype that
-# gradients flow through (no `.item()`). Label smoothing is PyTorch's: with
+# gradients flow through (no `.item()`), and leave `logits` and `labels` unchanged (write into
+# neither: no `labels[...] = ...`, no in-place ops on them). Label smoothing is PyTorch's: with
 # `label_smoothing` $= \varepsilon$ the target puts $1 - \varepsilon$ on the label and spreads
 # $\varepsilon$ evenly over all $V$ classes, the label included ($\varepsilon / V$ each), exactly as
 # `F.cross_entropy(..., label_smoothing=ε)` does; the loss is the cross-entropy to that target (not
@@ -147,7 +148,8 @@ ch06.check_noam_scheduler(make_scheduler)
 #    `sequence_loss(logits, labels, pad_id, label_smoothing)`, unscaled;
 # 4. `loss.backward()`, once;
 # 5. `torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)`: all the gradients together, to
-#    total norm `max_norm` (not element by element, not each parameter on its own);
+#    total norm `max_norm` (not element by element, not each parameter on its own), the norm
+#    being the 2-norm (`clip_grad_norm_`'s default `norm_type=2`);
 # 6. `optimizer.step()` once, then `scheduler.step()` once.
 #
 # Return `(loss, grad_norm)` as two Python floats (`loss.item()`, `norm.item()`, not tensors): the
@@ -192,8 +194,8 @@ ch06.check_train_step_by_hand(train_step)
 # `nn.TransformerDecoder`, no mask means *no* masking. Put the model in eval mode, turn gradients
 # off, encode once and pass that memory to every step, feed the decoder the whole prefix so far
 # (BOS and every token since: there is no cache), append the argmax over the vocabulary of the last
-# position at each step, and stop as soon as every row has produced EOS (or after `max_len` new
-# tokens). Lesson §6.7.
+# position at each step (one id in 0 .. V-1 per row), and stop as soon as every row has produced
+# EOS (or after `max_len` new tokens). Lesson §6.7.
 
 # %% nbgrader="solution:greedy_decode"
 def greedy_decode(model, src, max_len, bos_id, eos_id, pad_id):
