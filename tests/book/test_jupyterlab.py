@@ -60,6 +60,11 @@ def lab(tmp_path):
     notification = tmp_path / "settings" / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
     notification.parent.mkdir(parents=True)
     notification.write_text('{"fetchNews": "false"}')
+    # Render every cell: by default JupyterLab leaves cells outside the window out of the page,
+    # and this test reads the outputs of all of them.
+    tracker = tmp_path / "settings" / "@jupyterlab" / "notebook-extension" / "tracker.jupyterlab-settings"
+    tracker.parent.mkdir(parents=True)
+    tracker.write_text('{"windowingMode": "none"}')
     token, port = secrets.token_hex(16), free_port()
     env = dict(os.environ, PYTHONPATH=str(course), JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
                JUPYTER_CONFIG_DIR=str(tmp_path / "config"), JUPYTERLAB_SETTINGS_DIR=str(tmp_path / "settings"),
