@@ -55,8 +55,9 @@ bench: env
 grading-report: env
 	$(BIN)/python tools/grading_report.py
 
-# Regenerate the .ipynb files from nbsrc/ and the student exercises from solutions/.
+# Regenerate the diagrams, the .ipynb files from nbsrc/ and the student exercises from solutions/.
 notebooks: env
+	$(BIN)/python tools/figures.py
 	$(BIN)/python tools/nbsync.py
 	$(BIN)/python tools/release.py
 
