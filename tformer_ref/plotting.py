@@ -54,7 +54,7 @@ def attention_heatmaps(weights, tokens: Sequence[str] | None = None, *,
                        title: str | None = None, max_cols: int = 4) -> Figure:
     """One heatmap per head, on a shared colour scale.
 
-    Used in §1.9 'Explore: one head's attention map' (book/ch01_shapes).
+    Used in §1.12 'Explore: one head's attention map' (book/ch01_shapes).
     The capstone's "Where the decoder looks" uses it too.
 
     Args:
@@ -105,7 +105,7 @@ def attention_png(weights, tokens: Sequence[str] | None = None, *,
 
     ``vmax`` fixes the top of the colour scale, so that maps of different heads compare.
 
-    Used in §1.9 'Explore: one head's attention map' (book/ch01_shapes).
+    Used in §1.12 'Explore: one head's attention map' (book/ch01_shapes).
     (Through :func:`tformer_ref.widgets.head_explorer`.)
 
     Examples::
@@ -138,7 +138,7 @@ def heads_cost_figure(heads: Sequence[int], ms_per_iter: Sequence[float],
     """Two panels against the number of heads: time per iteration, and size of the score
     tensor.
 
-    Used in §1.8 'Heads, memory and speed, re-measured' (book/ch01_shapes).
+    Used in §1.11 'Heads, memory and speed, re-measured' (book/ch01_shapes).
 
     Args:
         heads: the numbers of heads measured, e.g. (1, 8, 16).

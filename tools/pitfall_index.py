@@ -14,23 +14,39 @@ from docutils.statemachine import StringList
 from sphinx.util.docutils import SphinxDirective
 
 
-def collect_pitfalls():
-    """[(module name, Diagnosis)] for every chapter module, in chapter order, without duplicates."""
+# The checks' shared machinery, not the checks of an exercise.
+INFRASTRUCTURE = {"blocks", "cases", "delegation", "diagnosis"}
+
+
+def assignment_of(module) -> str | None:
+    """The assignment whose exercise runs ``module``'s checks: its ``ASSIGNMENT``, if it names
+    one (the bug hunts, the own-model exercise), else None: the chapter of each section."""
+    return getattr(module, "ASSIGNMENT", None)
+
+
+def check_modules():
+    """Every module of exercise checks, ordered as the course runs them."""
     import tformer_grading.checks as checks
+
+    modules = [importlib.import_module(f"tformer_grading.checks.{info.name}")
+               for info in pkgutil.iter_modules(checks.__path__)
+               if info.name not in INFRASTRUCTURE]
+    return sorted(modules, key=lambda m: assignment_of(m) or m.__name__.rsplit(".", 1)[1])
+
+
+def collect_pitfalls():
+    """[(module, Diagnosis)] for every check module, in course order, without duplicates."""
     from tformer_grading.checks.diagnosis import Diagnosis
 
     found = []
-    for info in sorted(pkgutil.iter_modules(checks.__path__), key=lambda m: m.name):
-        if not info.name.startswith("ch"):
-            continue
-        module = importlib.import_module(f"tformer_grading.checks.{info.name}")
+    for module in check_modules():
         seen = set()
         for value in vars(module).values():
             items = value if isinstance(value, (list, tuple)) else [value]
             for item in items:
                 if isinstance(item, Diagnosis) and (item.name, item.section) not in seen:
                     seen.add((item.name, item.section))
-                    found.append((info.name, item))
+                    found.append((module, item))
     return found
 
 
@@ -51,12 +67,14 @@ class PitfallIndex(SphinxDirective):
         rows = ["| chapter | diagnosis (what the check says) | explained in | exercise |", "|---|---|---|---|"]
         for module, pitfall in collect_pitfalls():
             section = pitfall.section
-            lesson, exercise = f"book/{section.chapter}/lesson", f"book/{section.chapter}/exercise"
+            assignment = assignment_of(module) or section.chapter
+            lesson, exercise = f"book/{section.chapter}/lesson", f"book/{assignment}/exercise"
             where = f"§{section.number} {_cell(section.title)}"
             if lesson in docs:
                 where = f"{{doc}}`§{section.number} {_cell(section.title)} <{lesson.removeprefix(here + '/')}>`"
-            ex = f"{{doc}}`{section.chapter} <{exercise.removeprefix(here + '/')}>`" if exercise in docs else section.chapter
-            rows.append(f"| {module} | {_cell(pitfall.name)} | {where} | {ex} |")
+            ex = f"{{doc}}`{assignment} <{exercise.removeprefix(here + '/')}>`" if exercise in docs else assignment
+            name = module.__name__.rsplit(".", 1)[1]
+            rows.append(f"| {name} | {_cell(pitfall.name)} | {where} | {ex} |")
         if len(rows) == 2:
             return [nodes.paragraph(text="No check names a pitfall yet.")]
         container = nodes.container()

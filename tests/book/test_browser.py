@@ -187,7 +187,7 @@ def test_notebook_pages_have_download_and_launch_buttons(site):
 def test_landing_page_shows_the_course_map(site):
     driver = open_page(site, "book/intro.html")
     text = driver.find_element("css selector", "article").text
-    for words in ("Prerequisites", "Course map", "Shapes and heads", "Masks"):
+    for words in ("Prerequisites", "Course map", "Attention, then heads", "Masks"):
         assert words in text, words
     path = screenshot(driver, "intro")
     assert path.stat().st_size > 10_000

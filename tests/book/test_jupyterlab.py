@@ -132,7 +132,7 @@ def test_learner_runs_an_exercise_in_jupyterlab(lab, tmp_path, capsys):
         wait_for(driver, "const s = document.querySelector('.jp-NotebookPanel-toolbar .jp-Notebook-ExecutionIndicator');"
                          "return s.getAttribute('data-status') === 'idle'", timeout=120, what="the run to finish")
         outputs = driver.execute_script(OUTPUT_TEXT)
-        assert DIAGNOSIS in outputs and "§1.6" in outputs, outputs[-3000:]
+        assert DIAGNOSIS in outputs and "§1.9" in outputs, outputs[-3000:]
         # The other answers are right, so their checks pass and say so.
         assert outputs.count("✓") >= 2, outputs[-3000:]
         assert "NotImplementedError" not in outputs, outputs[-3000:]

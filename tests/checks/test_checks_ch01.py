@@ -61,7 +61,7 @@ def test_split_heads_rejects_wrong_implementations(fn, diagnosis):
 def test_split_heads_failure_points_to_the_lesson():
     with pytest.raises(CheckFailure) as info:
         ch01.check_split_heads(split_wrong_view_straight)
-    assert "§1.2 'Splitting into heads' in book/ch01_shapes/lesson.ipynb" in str(info.value)
+    assert "§1.5 'Splitting into heads' in book/ch01_shapes/lesson.ipynb" in str(info.value)
 
 
 # --------------------------------------------------------------------------- merge_heads
@@ -339,7 +339,7 @@ def test_shared_linear_diagnosis_gives_the_parameter_counts():
     with pytest.raises(CheckFailure) as info:
         ch01.check_multi_head_attention(WrongSharedPerHeadLinear)
     message = str(info.value)
-    assert "320 parameters" in message and "4·(D²+D) = 1,088" in message and "§1.5 'Per-head projections'" in message
+    assert "320 parameters" in message and "4·(D²+D) = 1,088" in message and "§1.8 'Per-head projections'" in message
 
 
 @pytest.mark.parametrize("cls,diagnosis", [

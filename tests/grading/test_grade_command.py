@@ -57,7 +57,7 @@ def test_self_grading_prints_points_total_and_diagnoses(tmp_path):
         max_points = {"test_mha_matches_reference": 4}.get(cell, 2)
         assert f"{cell}" in out and f" {points} / {max_points}" in out.split(cell, 1)[1].splitlines()[0]
     assert "Total: 4 / 12" in out
-    assert "merged without transpose" in out and "§1.3 'Merging heads back'" in out
+    assert "merged without transpose" in out and "§1.6 'Merging heads back'" in out
     assert "calls scaled_dot_product_attention" in out
     assert proc.stderr == ""
 

@@ -31,11 +31,11 @@ from .diagnosis import (UNEXPLAINED, Case, Diagnosis, Pitfall, Raised, Section,
                         single_thread, verify_integrity)
 
 CHAPTER = "ch01_shapes"
-S_SPLIT = Section(CHAPTER, "1.2", "Splitting into heads")
-S_MERGE = Section(CHAPTER, "1.3", "Merging heads back")
-S_EINSUM = Section(CHAPTER, "1.4", "einsum and matmul")
-S_PROJ = Section(CHAPTER, "1.5", "Per-head projections")
-S_SCALE = Section(CHAPTER, "1.6", "Scaling by the head size")
+S_SPLIT = Section(CHAPTER, "1.5", "Splitting into heads")
+S_MERGE = Section(CHAPTER, "1.6", "Merging heads back")
+S_EINSUM = Section(CHAPTER, "1.7", "einsum and matmul")
+S_PROJ = Section(CHAPTER, "1.8", "Per-head projections")
+S_SCALE = Section(CHAPTER, "1.9", "Scaling by the head size")
 
 
 # ----------------------------------------------------------------------- staged checks

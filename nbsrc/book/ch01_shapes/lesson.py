@@ -13,35 +13,57 @@
 # ---
 
 # %% [markdown]
-# # Chapter 1 — Shapes and heads
+# # Chapter 1 — Attention, then heads
+
+# %% [markdown]
+# ```{figure} ../figures/model_ch01.svg
+# :alt: Diagram of the encoder–decoder Transformer: on the left the encoder stack (embedding, positional encoding, then N blocks of self-attention and feed-forward, each followed by add & norm), on the right the decoder stack (masked self-attention, cross-attention over the encoder output, feed-forward) topped by a linear layer and softmax, with its three multi-head attention sublayers highlighted and everything else grey.
+# :name: fig-model-ch01
+# :width: 100%
 #
-# Multi-head attention is a handful of matrix products. Almost every bug in a
-# first implementation is a bug of **shapes and axes**: a `view` that reads memory
-# in the wrong order, an `einsum` whose letters name the wrong axes, a projection
-# that gives each head less than it should see. Such bugs rarely crash: the output
-# has the right shape and the model even trains, a little worse.
+# The whole model. This chapter builds the highlighted part, multi-head attention: first one head, then many side by side.
+# ```
+
+# %% [markdown]
+# Attention lets every token of a sequence look at the other tokens and take in what
+# it finds useful. This chapter first shows what attention computes, for one head, on
+# numbers small enough to follow by hand. Then it builds multi-head attention, which
+# is the same computation for several heads side by side, and that is where the
+# **shapes and axes** come in. Almost every bug in a first implementation is a bug of
+# shapes: a `view` that reads memory in the wrong order, an `einsum` whose letters name
+# the wrong axes, a projection that gives each head less than it should see. Such bugs
+# rarely crash: the output has the right shape and the model even trains, a little worse.
 #
 # In this chapter you will:
 #
-# - follow one batch through multi-head attention and write down every shape;
+# - compute attention for one query by hand: scores, softmax weights, a weighted
+#   average of values (§1.1);
+# - average the past with a lower-triangular matrix, the idea behind the causal
+#   attention of chapter 3 (§1.2);
+# - write one head of scaled dot-product attention, assert every shape, and compare it
+#   with PyTorch's (§1.3);
+# - follow one batch through multi-head attention and write down every shape (§1.4);
 # - split a tensor into heads and merge it back, and see why `view`, `transpose`,
-#   `reshape` and `.contiguous()` appear where they do;
+#   `reshape` and `.contiguous()` appear where they do (§1.5, §1.6);
 # - compute attention scores with `matmul` and with `einsum`, and break `einsum` the
-#   way one of the seed write-ups does;
-# - count parameters and FLOPs, and re-measure how heads affect speed and memory;
-# - explore one head's attention map, then hunt four bugs in the seed's code.
+#   way one of the seed write-ups does (§1.7);
+# - give each head its own projections and scale its scores by its own size (§1.8, §1.9);
+# - count FLOPs, and re-measure how heads affect speed and memory (§1.10, §1.11);
+# - explore one head's attention map, then hunt three bugs in the seed's code (§1.12, §1.13).
 #
-# **The seed claims this chapter checks.** The course grew out of two beginners'
-# write-ups of an 8-head, 2-layer Transformer. This chapter checks the following claims of theirs:
+# **The seed claims this chapter checks.** The course grew out of two beginners' write-ups
+# of an 8-head, 2-layer Transformer. This chapter checks the following claims of theirs:
 #
 # | claim | verdict | section |
 # |---|---|---|
-# | split `[B, S, D]` → `[B, S, H, Dh]` → `[B, H, S, Dh]`; call `.contiguous()` after `transpose` | right | 1.2, 1.3 |
-# | "einsum is concise but easy to get the axis order wrong" | right — and the other seed's `SelfAttention` does exactly that | 1.4, 1.10 |
-# | one `Linear(head_dim, head_dim)` shared by all heads | a different, much smaller model | 1.5 |
-# | with $d_k = 512$ the dot products have standard deviation $\sqrt{512} \approx 22.6$ | right, but a head's $d_k$ is $D_h$, not $D$ | 1.6 |
-# | multi-head attention costs $O(n^2 d / h)$, so more heads are faster | wrong: $O(n^2 d)$ for any $h$ | 1.7 |
-# | heads 1/8/16 use 1200/1800/2500 MB and run at 85/78/65 it/s | no set-up given; re-measured here | 1.8 |
+# | softmax turns the similarities into a probability distribution (paraphrased) | right: positive weights that sum to 1 | 1.1 |
+# | $\operatorname{Attention}(Q, K, V) = \operatorname{softmax}(QK^\top / \sqrt{d_k})\,V$ | right: written out for one head and compared with PyTorch's | 1.3 |
+# | split `[B, S, D]` → `[B, S, H, Dh]` → `[B, H, S, Dh]`; call `.contiguous()` after `transpose` | right | 1.5, 1.6 |
+# | "einsum is concise but easy to get the axis order wrong" | right — and the other seed's `SelfAttention` does exactly that | 1.7, 1.13 |
+# | one `Linear(head_dim, head_dim)` shared by all heads | a different, much smaller model | 1.8 |
+# | with $d_k = 512$ the dot products have standard deviation $\sqrt{512} \approx 22.6$ | right, but a head's $d_k$ is $D_h$, not $D$ | 1.9 |
+# | multi-head attention costs $O(n^2 d / h)$, so more heads are faster | wrong: $O(n^2 d)$ for any $h$ | 1.10 |
+# | heads 1/8/16 use 1200/1800/2500 MB and run at 85/78/65 it/s | no set-up given; re-measured here | 1.11 |
 #
 # Everything runs on the CPU in well under a minute, and unchanged on a GPU.
 
@@ -66,14 +88,192 @@ from tformer_ref.widgets import head_explorer
 
 device = get_device()  # CUDA when available; set TFORMER_DEVICE=cpu to override
 seed_everything(0)
-# This lesson only inspects forward values; §1.8 switches gradients back on to time backward passes.
+# This lesson only inspects forward values; §1.11 switches gradients back on to time backward passes.
 torch.set_grad_enabled(False)
 print(f"device: {device}, torch {torch.__version__}")
 
 # %% [markdown]
-# ## 1.1 From [B, S, D] to heads
+# ## 1.1 Attention as a soft lookup
 #
-# The letters used throughout the course:
+# A Python `dict` is a *hard* lookup: you give it a key, and you get back the value
+# stored under exactly that key. Attention is a *soft* lookup. A **query** is compared
+# with every **key**; each comparison becomes a weight; and what comes back is a
+# weighted average of all the **values**, with most of the weight on the values whose
+# keys match the query best. Queries, keys and values are vectors of numbers.
+#
+# Three steps, for one query $q$ and keys $k_1 \dots k_n$ with values $v_1 \dots v_n$:
+#
+# 1. **scores**: how well each key matches the query, the dot product $s_j = q \cdot k_j$;
+# 2. **weights**: softmax turns the scores into positive weights that sum to 1,
+#    $w_j = e^{s_j} / \sum_i e^{s_i}$ (a larger score, a larger weight);
+# 3. **output**: the weighted average of the values, $\sum_j w_j v_j$.
+#
+# Here are one query, four keys and four values, each a vector of two numbers, picked
+# so that you can follow them by hand. The dot products are $2 \cdot 1 + 1 \cdot 0 = 2$,
+# then $1$, $-2$ and $2 \cdot 1 + 1 \cdot 1 = 3$: the last key matches best.
+
+# %%
+query = torch.tensor([2.0, 1.0])                      # [2]
+keys = torch.tensor([[1.0, 0.0],                      # [4, 2]: one row per key
+                     [0.0, 1.0],
+                     [-1.0, 0.0],
+                     [1.0, 1.0]])
+values = torch.tensor([[10.0, 0.0],                   # [4, 2]: the value under each key
+                       [0.0, 10.0],
+                       [-10.0, 0.0],
+                       [5.0, 5.0]])
+
+scores_1q = keys @ query                              # [4]: one score per key
+assert torch.equal(scores_1q, torch.tensor([2.0, 1.0, -2.0, 3.0]))
+
+weights_1q = scores_1q.exp() / scores_1q.exp().sum()  # [4]: softmax, written out
+assert torch.allclose(weights_1q, scores_1q.softmax(dim=0))
+assert (weights_1q > 0).all() and torch.isclose(weights_1q.sum(), torch.tensor(1.0))
+assert torch.equal(weights_1q.argsort(), scores_1q.argsort())   # the scores' order
+
+output_1q = weights_1q @ values                       # [2]: weighted average of values
+by_hand = sum(w * v for w, v in zip(weights_1q, values))
+assert torch.allclose(output_1q, by_hand)
+
+print("scores :", scores_1q.tolist())
+print("weights:", [round(w, 3) for w in weights_1q.tolist()],
+      f"(sum {weights_1q.sum().item():.3f})")
+print("output :", [round(o, 3) for o in output_1q.tolist()])
+print("hard lookup of the best key:", values[scores_1q.argmax()].tolist())
+
+# %% [markdown]
+# The best-matching key gets the largest weight, but not all of it: the output is
+# pulled towards that key's value `[5, 5]` and still takes in a little of every other
+# value. Make the scores larger and the softmax gets sharper; multiplied by 10, it is
+# almost a hard lookup. (Chapter 2 shows why so sharp a softmax is bad for training:
+# its gradients vanish.)
+
+# %%
+sharp = (10 * scores_1q).softmax(dim=0)               # [4]
+print("weights with the scores × 10:", [f"{w:.1e}" for w in sharp.tolist()])
+assert torch.allclose(sharp @ values, values[3], atol=1e-3)
+
+# %% [markdown]
+# In self-attention, every token of a sequence is at once a query, a key and a value:
+# each token looks up the others. Where the three vectors come from is §1.3.
+
+# %% [markdown]
+# ## 1.2 Averaging the past
+#
+# A language model predicts each token from the tokens before it, so token $t$ may look
+# at tokens $0 \dots t$ and never at the future. The simplest way to let a token take in
+# its past is to average it: output $t$ = the mean of tokens $0 \dots t$. Andrej
+# Karpathy's lecture "Let's build GPT: from scratch, in code, spelled out" builds
+# attention from exactly this trick: the running mean is a matrix product.
+#
+# Take four tokens of two features each. The loop is the definition; a lower-triangular
+# matrix of ones with each row divided by its sum computes the same thing in one product.
+
+# %%
+T = 4
+tokens_t = torch.tensor([[1.0, 2.0],                  # [T, 2]: token t in row t
+                         [3.0, 0.0],
+                         [5.0, 4.0],
+                         [-1.0, 6.0]])
+running_mean = torch.stack([tokens_t[: t + 1].mean(dim=0) for t in range(T)])   # [T, 2]
+
+tril = torch.tril(torch.ones(T, T))                   # [T, T]: ones in columns 0..t
+average = tril / tril.sum(dim=1, keepdim=True)        # each row sums to 1
+assert torch.allclose(average @ tokens_t, running_mean)
+print("averaging weights (row t: query t, column s: token s):\n", average)
+print("average @ tokens == running mean:\n", average @ tokens_t)
+
+# %% [markdown]
+# Row $t$ of that matrix is a set of weights, like §1.1's: positive, summing to 1, equal
+# for every past token and 0 for the future. Softmax produces the same weights from
+# scores that are all equal, once every score above the diagonal (a future token) is
+# replaced by $-\infty$, because $e^{-\infty} = 0$:
+
+# %%
+flat_scores = torch.zeros(T, T)                       # [T, T]: no token preferred
+flat_scores = flat_scores.masked_fill(tril == 0, float("-inf"))   # ... no looking ahead
+softmax_weights = flat_scores.softmax(dim=-1)
+assert torch.allclose(softmax_weights, average)
+print("scores:\n", flat_scores)
+
+# %% [markdown]
+# Attention makes one change: the zeros become real scores $q_t \cdot k_s$, computed from
+# the tokens, so each token chooses *which* past tokens to average and how much. The
+# $-\infty$ above the diagonal stays: that is **causal** self-attention, the decoder's
+# (chapter 3 §3.2). The diagonal is never masked, so every row keeps at least one finite
+# score; chapter 3 §3.5 shows what goes wrong when a whole row is $-\infty$.
+
+# %% [markdown]
+# ## 1.3 One head of attention in code
+#
+# A real layer gets its queries, keys and values from the tokens themselves. Each token
+# (a vector of `D` features) goes through three learned linear maps: its **query** (what
+# it looks for), its **key** (what it can be found by) and its **value** (what it hands
+# over when found), each of `Dh` features. Then it is §1.1 for every query at once:
+#
+# $$\operatorname{Attention}(Q, K, V) = \operatorname{softmax}\!\left(\frac{QK^\top}{\sqrt{D_h}}\right) V$$
+#
+# This is the formula of the paper {cite}`vaswani2017attention`, whose $d_k$ is our $D_h$.
+# The division by $\sqrt{D_h}$ keeps the scores at the same scale whatever the size of the
+# vectors (§1.9 gives the one fact this chapter needs; chapter 2, the whole story).
+#
+# A batch of `B = 2` sequences of `S = 5` tokens, `D = 12` features each, and one head of
+# `Dh = 4` features. Every step's shape is asserted:
+
+# %%
+B, S, D, Dh = 2, 5, 12, 4
+seed_everything(0)
+x_one = torch.randn(B, S, D, device=device)           # [B, S, D]: the tokens
+to_query, to_key, to_value = (nn.Linear(D, Dh, bias=False).to(device) for _ in range(3))
+
+q1, k1, v1 = to_query(x_one), to_key(x_one), to_value(x_one)
+assert q1.shape == k1.shape == v1.shape == (B, S, Dh)
+
+scores1 = q1 @ k1.transpose(-2, -1) / math.sqrt(Dh)   # [B, S, S]: query i · key j
+assert scores1.shape == (B, S, S)
+
+weights1 = scores1.softmax(dim=-1)                    # over the keys: row i for query i
+assert weights1.shape == (B, S, S)
+assert torch.allclose(weights1.sum(dim=-1), torch.ones(B, S, device=device))
+
+out1 = weights1 @ v1                                  # [B, S, Dh]: an average per query
+assert out1.shape == (B, S, Dh)
+# Row 2 of sequence 0 is §1.1's weighted average, for query 2:
+row2 = (weights1[0, 2, :, None] * v1[0]).sum(dim=0)   # [Dh]
+assert torch.allclose(out1[0, 2], row2, atol=1e-6)
+
+# PyTorch's fused function computes the same thing.
+torch_out1 = F.scaled_dot_product_attention(q1, k1, v1)
+assert torch.allclose(out1, torch_out1, atol=1e-5)
+print("x", tuple(x_one.shape), "-> q, k, v", tuple(q1.shape),
+      "-> scores", tuple(scores1.shape), "-> out", tuple(out1.shape))
+print("largest difference from F.scaled_dot_product_attention:",
+      f"{(out1 - torch_out1).abs().max().item():.1e}")
+
+# %% [markdown]
+# And §1.2's $-\infty$ above the diagonal turns it into causal attention, which PyTorch's
+# function computes when asked with `is_causal=True` (chapter 3 is about masks):
+
+# %%
+# [S, S]: True above the diagonal, where the key is in the query's future
+future = torch.ones(S, S, dtype=torch.bool, device=device).triu(diagonal=1)
+causal_weights1 = scores1.masked_fill(future, float("-inf")).softmax(dim=-1)  # [B,S,S]
+causal_out1 = causal_weights1 @ v1                    # [B, S, Dh]
+torch_causal = F.scaled_dot_product_attention(q1, k1, v1, is_causal=True)
+assert torch.allclose(causal_out1, torch_causal, atol=1e-5)
+assert torch.allclose(causal_out1[:, 0], v1[:, 0], atol=1e-6)  # token 0: itself only
+
+# %% [markdown]
+# That is one head. **Multi-head attention** runs `H` such heads side by side, each with
+# its own projections of the whole token to `Dh = D / H` features, so that each head can
+# look for something different, and glues their `H` outputs back into `D` features. A
+# Python loop over the heads would work; the rest of the chapter does it for all heads at
+# once with a 4-dimensional tensor `[B, H, S, Dh]`, and that is where the shape bugs live.
+
+# %% [markdown]
+# ## 1.4 From [B, S, D] to heads
+#
+# The letters used throughout the course (§1.3 has already used four of them):
 #
 # | letter | meaning | the seed's example |
 # |---|---|---|
@@ -85,7 +285,7 @@ print(f"device: {device}, torch {torch.__version__}")
 #
 # A multi-head self-attention layer takes `x` of shape `[B, S, D]` and returns the same
 # shape. On the way, every head gets its own `Dh`-dimensional query, key and value for
-# every token:
+# every token, and does §1.3's computation with them; all heads at once:
 #
 # ```text
 # x                                [B, S, D]
@@ -142,7 +342,15 @@ print("x", tuple(x.shape), "-> q", tuple(q4.shape), "->", tuple(qh.shape),
       "-> scores", tuple(scores.shape), "-> out", tuple(out_h.shape), "-> y", tuple(y.shape))
 
 # %% [markdown]
-# ## 1.2 Splitting into heads
+# ## 1.5 Splitting into heads
+#
+# ```{figure} ../figures/heads_split_merge.svg
+# :alt: A vertical flow with the shape written on every arrow: x [B, S, D] goes through the linear W_q to [B, S, D], view(B, S, H, Dh) to [B, S, H, Dh], transpose(1, 2) to [B, H, S, Dh], attention in every head to [B, H, S, Dh], transpose(1, 2) back to [B, S, H, Dh], reshape(B, S, D) to [B, S, D] and the output linear W_o; the view and transpose steps are bracketed as split, the last transpose and reshape as merge.
+# :name: fig-heads-split-merge
+# :width: 100%
+#
+# Splitting into heads and merging them back. `view` cuts each token's `D` features into `H` slices of `Dh`; `transpose` brings the heads in front so that each head attends over the sequence on its own; after attention the same two steps, undone in reverse order, glue the heads side by side again.
+# ```
 #
 # **How a tensor sits in memory.** A contiguous `[B, S, D]` tensor stores, for each
 # token, its `D` features one after the other; then the next token. Its *strides*
@@ -183,7 +391,7 @@ assert right.data_ptr() == wrong.data_ptr() == x_small.data_ptr()
 
 # %% [markdown]
 # The correct split is what the reference `tformer_ref.heads.split_heads` does.
-# Check it on the random `x` of §1.1, and check the meaning of a head: head `h` is
+# Check it on the random `x` of §1.4, and check the meaning of a head: head `h` is
 # the slice `x[..., h·Dh:(h+1)·Dh]` of every token.
 
 # %%
@@ -196,7 +404,7 @@ assert not torch.equal(heads, x.view(B, H, S, Dh))     # the straight view is wr
 print("split_heads:", tuple(x.shape), "->", tuple(heads.shape), "strides", heads.stride())
 
 # %% [markdown]
-# ## 1.3 Merging heads back
+# ## 1.6 Merging heads back
 #
 # After attention, each head's output is `[B, H, S, Dh]` and we need `[B, S, D]` again:
 # transpose back to `[B, S, H, Dh]`, then glue the heads side by side.
@@ -250,7 +458,7 @@ print("merge(split(x)) == x; reshape without transpose differs by up to",
       f"{(no_transpose - x).abs().max().item():.2f}")
 
 # %% [markdown]
-# ## 1.4 einsum and matmul
+# ## 1.7 einsum and matmul
 #
 # `torch.einsum` names every axis with a letter; letters that appear in the inputs
 # but not in the output are summed over. On `[B, H, S, Dh]` tensors the scores are
@@ -267,7 +475,7 @@ assert torch.allclose(s_matmul, s_einsum, atol=1e-6)
 # %% [markdown]
 # **The letters are names, not meanings.** `einsum` does not know that you *meant*
 # `h` to be the heads; it takes the axes in the order the tensor has them. The seed's
-# `SelfAttention` (§1.10) applies this very string to tensors still laid out as
+# `SelfAttention` (§1.13) applies this very string to tensors still laid out as
 # `[B, S, H, Dh]` (it never transposes). Then `b` = batch, `h` = **sequence**, `q` and
 # `k` = **heads**, `d` = head features. The "scores" are `[B, S, H, H]`: for each token,
 # how much each of its heads attends to its *other heads*. No token ever looks at
@@ -364,7 +572,7 @@ assert not torch.allclose(cols.sum(dim=-1), torch.ones(B, H, S, device=device))
 print("row sums with dim=-2:", cols[0, 0].sum(dim=-1))
 
 # %% [markdown]
-# ## 1.5 Per-head projections
+# ## 1.8 Per-head projections
 #
 # In the paper {cite}`vaswani2017attention`, head $i$ has its own projections
 # $W_i^Q, W_i^K, W_i^V \in \mathbb{R}^{D \times D_h}$ of the **whole** `D`-dimensional
@@ -441,7 +649,7 @@ for xq, xkv in ((x, x), (x, x_kv)):
 print("tformer_ref MultiHeadAttention == nn.MultiheadAttention(batch_first=True), self- and cross-attention")
 
 # %% [markdown]
-# ## 1.6 Scaling by the head size
+# ## 1.9 Scaling by the head size
 #
 # Chapter 2 is all about the scale; here is the one fact this chapter needs. If the
 # entries of `q` and `k` have mean 0 and variance 1, the dot product
@@ -470,7 +678,7 @@ for dh in (16, 64, 256):
     assert abs(var_model * 8 - 1) < 0.10   # scaled by √D: variance 1/H
 
 # %% [markdown]
-# ## 1.7 Cost: O(n²·d) whatever the number of heads
+# ## 1.10 Cost: O(n²·d) whatever the number of heads
 #
 # One of the seeds says: splitting $d$ into $h$ heads makes attention cost
 # $O(n^2 d / h)$, "so with parallelism it is faster". The first half is true **per
@@ -520,7 +728,7 @@ print(f"attention's share of the FLOPs at n={n}, d={d}: {n / (n + 2 * d):.0%} (=
 # or larger does the $n^2$ term dominate.
 
 # %% [markdown]
-# ## 1.8 Heads, memory and speed, re-measured
+# ## 1.11 Heads, memory and speed, re-measured
 #
 # The seed reports, for `B = 32, S = 64, d = 512`, without saying on what hardware,
 # for which model, in which precision or how memory was measured:
@@ -598,7 +806,7 @@ heads_cost_figure(head_counts, ms_per_iter, score_mib,
 # %% [markdown]
 # **What drives these numbers.**
 #
-# - **FLOPs do not depend on H** (§1.7). At `S = 64, D = 512` attention proper is only
+# - **FLOPs do not depend on H** (§1.10). At `S = 64, D = 512` attention proper is only
 #   $\frac{64}{64 + 1024} \approx 6\,\%$ of the layer's matrix FLOPs: the four `D × D`
 #   projections dominate, and they are the same for every `H`. So the time per
 #   iteration changes little with `H`. On a CPU the differences are of the order of
@@ -623,7 +831,7 @@ heads_cost_figure(head_counts, ms_per_iter, score_mib,
 # the plain implementation.
 
 # %% [markdown]
-# ## 1.9 Explore: one head's attention map
+# ## 1.12 Explore: one head's attention map
 #
 # Each head produces one `[S, S]` matrix of weights per sequence: row `i` says how query
 # `i` spreads its attention over the keys. Let us look at the maps of a small layer
@@ -672,17 +880,22 @@ attention_heatmaps(attn[0], tokens, title="Attention weights of an untrained 4-h
 
 # %% [markdown]
 # Things to notice: each row is a probability distribution over the ten keys; the
-# heads differ from each other because each has its own projections (§1.5); and the
+# heads differ from each other because each has its own projections (§1.8); and the
 # two rows for "the", like its two columns, are identical in every head. Attention by
 # itself does not know word order.
 
 # %% [markdown]
-# ## 1.10 Bug hunt: the seed's SelfAttention
+# ## 1.13 Bug hunt: the seed's SelfAttention
 #
 # Here is the `SelfAttention` class from the second seed, copied as it is (its
 # comments translated). **It is buggy.** It runs, and for self-attention it returns a
-# tensor of the right shape. Before reading on, look for four bugs, using what this
-# chapter has shown.
+# tensor of the right shape. Before reading on, look for three bugs, using what §1.7,
+# §1.8 and §1.9 have shown; each answer below stays folded until you open it.
+#
+# The class has a fourth bug, in its mask line, which shows only in float16:
+# chapter 3 hunts it, in §3.5, once masks have been introduced. The graded bug hunt,
+# [exercise `ch03_bughunt`](../ch03_bughunt/exercise.ipynb), gives you
+# this very code with all four bugs to fix, and grades each fix.
 
 # %%
 class SelfAttention(nn.Module):
@@ -748,12 +961,15 @@ assert y_buggy.shape == (B, S, D)                      # the shape gives nothing
 print("seed's SelfAttention:", tuple(x.shape), "->", tuple(y_buggy.shape))
 
 # %% [markdown]
-# **Bug 1 — the einsum attends across heads, not tokens (§1.4).** `values`, `keys` and
-# `query` are `[N, L, H, Dh]` when the einsum reads them as `bhqd`: `h` is the sequence,
-# `q` and `k` are heads. Probe: change token 0; nothing else changes. And with a
-# different key length (as in the decoder's encoder–decoder attention), it fails.
+# :::{dropdown} Bug 1 — look at the einsum
+# **The einsum attends across heads, not tokens (§1.7).** `values`, `keys` and `query`
+# are `[N, L, H, Dh]` when the einsum reads them as `bhqd`: `h` is the sequence, `q` and
+# `k` are heads. Probe: change token 0; nothing else changes. And with a different key
+# length (as in the decoder's encoder–decoder attention), it fails. The cell below
+# (its code is folded too) runs both probes.
+# :::
 
-# %%
+# %% tags=["hide-input"]
 y_changed = buggy(x_changed, x_changed, x_changed, None)
 assert torch.allclose(y_buggy[:, 1:], y_changed[:, 1:], atol=1e-6)   # tokens never mix
 print("largest change at positions 1..:", f"{(y_buggy - y_changed)[:, 1:].abs().max().item():.1e}")
@@ -768,11 +984,13 @@ except RuntimeError as err:
 assert raised
 
 # %% [markdown]
-# **Bug 2 — one `Linear(head_dim, head_dim)` shared by all heads (§1.5).** Each head sees
-# only its own slice of the embedding, through the same matrix as every other head.
-# The course's exercise check recognises this by the parameter shapes and says so:
+# :::{dropdown} Bug 2 — look at the three projections
+# **One `Linear(head_dim, head_dim)` shared by all heads (§1.8).** Each head sees only its
+# own slice of the embedding, through the same matrix as every other head. The course's
+# exercise check recognises this by the parameter shapes and says so in the cell below.
+# :::
 
-# %%
+# %% tags=["hide-input"]
 assert sum(p.numel() for p in SelfAttention(512, 8).parameters()) == 274_944
 assert sum(p.numel() for p in MultiHeadAttention(512, 8).parameters()) == 1_050_624
 try:
@@ -783,10 +1001,12 @@ else:
     raise AssertionError("the check should have rejected the seed's SelfAttention")
 
 # %% [markdown]
-# **Bug 3 — divided by `embed_size ** (1/2)` instead of `head_dim ** 0.5` (§1.6).**
-# The scores come out $\sqrt{H}$ times too small. At the seed's size:
+# :::{dropdown} Bug 3 — look at the scaling
+# **Divided by `embed_size ** (1/2)` instead of `head_dim ** 0.5` (§1.9).** The scores
+# come out $\sqrt{H}$ times too small. The cell below measures it at the seed's size.
+# :::
 
-# %%
+# %% tags=["hide-input"]
 qs = torch.randn(n_samples, 64, device=device)        # [n_samples, Dh = 64]: one head at the seed's size
 ks = torch.randn(n_samples, 64, device=device)
 std_right = ((qs * ks).sum(-1) / math.sqrt(64)).std().item()
@@ -797,46 +1017,19 @@ assert abs(std_right - 1) < 0.05                       # unit scale, as intended
 assert abs(std_seed * math.sqrt(8) - 1) < 0.05         # √8 ≈ 2.8 times too small
 
 # %% [markdown]
-# **Bug 4 — the mask value −1e20 overflows float16.** The largest float16 is 65504.
-# Under mixed precision (chapter 7) the seed's `masked_fill` refuses the value outright,
-# and −1e20 converted to float16 is −∞; a row whose keys are all masked then holds only
-# −∞, and its softmax is NaN. The safe fill is the most negative *finite* value of the
-# dtype, `torch.finfo(dtype).min` (chapter 3 goes further).
+# :::{dropdown} The corrected version
+# Project the whole input first, then split; label the einsum axes as they really are;
+# divide by $\sqrt{D_h}$. We also put the arguments in PyTorch's order
+# `(query, key, value)`. The `mask` argument is left to chapter 3, which adds it together
+# with the fix of the fourth bug. The cell below (folded) defines the class and checks it
+# against the reference and against the exercise's checks.
+# :::
 
-# %%
-assert torch.isinf(torch.tensor(-1e20).half())
-print("torch.tensor(-1e20).half() =", torch.tensor(-1e20).half().item())
-
-scores16 = torch.zeros(1, 4, dtype=torch.float16, device=device)   # one query, four keys
-all_masked = torch.zeros(1, 4, dtype=torch.bool, device=device)    # False = may not attend
-raised = False
-try:
-    scores16.masked_fill(all_masked == 0, float("-1e20"))
-except RuntimeError as err:
-    raised = True
-    print("masked_fill(..., -1e20) in float16, RuntimeError:", err)
-assert raised
-
-inf_row = scores16.masked_fill(all_masked == 0, float("-inf")).float().softmax(dim=-1)
-safe_row = scores16.masked_fill(all_masked == 0, torch.finfo(torch.float16).min).float().softmax(dim=-1)
-assert torch.isnan(inf_row).all() and not torch.isnan(safe_row).any()
-print("fully masked row: with -inf", inf_row.tolist(), "| with finfo.min", safe_row.tolist())
-
-# %% [markdown]
-# (A fifth problem follows from bug 1: the energies are `[N, L, H, H]`, so a padding mask
-# of shape `[N, 1, 1, L]` lines up with the key *heads* axis, and fails unless `L == H`.)
-#
-# **The corrected version.** Project the whole input first, then split; label the
-# einsum axes as they really are; divide by $\sqrt{D_h}$; fill with a finite value. We
-# also put the arguments in PyTorch's order `(query, key, value, mask)`, with a
-# boolean mask where True means "may attend" (chapter 3).
-
-# %%
+# %% tags=["hide-input"]
 class FixedSelfAttention(nn.Module):
-    """The seed's SelfAttention with its four bugs fixed.
+    """The seed's SelfAttention with bugs 1 to 3 fixed (no mask yet: chapter 3).
 
-    forward(query [N, Lq, D], keys [N, Lk, D], values [N, Lk, D], mask=None) -> [N, Lq, D];
-    mask: bool, True = may attend, broadcastable to [N, H, Lq, Lk].
+    forward(query [N, Lq, D], keys [N, Lk, D], values [N, Lk, D]) -> [N, Lq, D].
     """
 
     def __init__(self, embed_size, heads):
@@ -850,6 +1043,8 @@ class FixedSelfAttention(nn.Module):
         self.fc_out = nn.Linear(embed_size, embed_size)
 
     def forward(self, query, keys, values, mask=None):
+        if mask is not None:
+            raise NotImplementedError("masks: chapter 3 (§3.5 fixes the mask line)")
         N, query_len, key_len = query.shape[0], query.shape[1], keys.shape[1]
         # Project first, then split: [N, L, D] -> [N, L, H, Dh].
         q = self.queries(query).reshape(N, query_len, self.heads, self.head_dim)
@@ -858,9 +1053,6 @@ class FixedSelfAttention(nn.Module):
         # Fix 1: the letters name the axes of [N, L, H, Dh] as they are; scores are [N, H, Lq, Lk].
         energy = torch.einsum("nqhd,nkhd->nhqk", q, k)
         energy = energy / math.sqrt(self.head_dim)     # Fix 3: the size of the vectors being dotted
-        if mask is not None:
-            # Fix 4: the most negative finite value, safe in float16 too.
-            energy = energy.masked_fill(mask == 0, torch.finfo(energy.dtype).min)
         attention = energy.softmax(dim=-1)             # over the keys
         out = torch.einsum("nhqk,nkhd->nqhd", attention, v).reshape(N, query_len, self.embed_size)
         return self.fc_out(out)
@@ -874,26 +1066,29 @@ for mine, ref in ((fixed.queries, reference.q_proj), (fixed.keys, reference.k_pr
     ref.weight.copy_(mine.weight)
     ref.bias.copy_(mine.bias)
 
-pad = torch.ones(B, 1, 1, 7, dtype=torch.bool, device=device)   # [B, 1, 1, Sk]: True = real token
-pad[1, ..., 5:] = False                                          # sequence 1 has two padding tokens
-assert torch.allclose(fixed(x, x, x), reference(x), atol=1e-5)                                   # self-attention
-assert torch.allclose(fixed(x, encoder_out, encoder_out, pad), reference(x, encoder_out, encoder_out, pad),
-                      atol=1e-5)                                                                  # cross, padded
 y_fixed = fixed(x, x, x)
-assert not torch.allclose(fixed(x_changed, x_changed, x_changed)[:, 1:], y_fixed[:, 1:], atol=1e-3)  # tokens mix
-print("FixedSelfAttention == tformer_ref MultiHeadAttention (self- and cross-attention, with padding)")
+assert torch.allclose(y_fixed, reference(x), atol=1e-5)                     # self-attention
+assert torch.allclose(fixed(x, encoder_out, encoder_out),
+                      reference(x, encoder_out, encoder_out), atol=1e-5)    # cross-attention
+y_fixed_changed = fixed(x_changed, x_changed, x_changed)
+assert not torch.allclose(y_fixed_changed[:, 1:], y_fixed[:, 1:], atol=1e-3)  # tokens mix
+print("FixedSelfAttention == tformer_ref MultiHeadAttention (self- and cross-attention)")
 
-# %% [markdown]
-# And the exercise's checks accept it, including the behaviour probes (tokens mix, batch
-# entries stay apart, eval mode is deterministic):
-
-# %%
+# The exercise's checks accept it, including the behaviour probes
+# (tokens mix, batch entries stay apart, eval mode is deterministic).
 check_multi_head_attention(FixedSelfAttention)
 check_multi_head_attention_behaviour(FixedSelfAttention)
 
 # %% [markdown]
-# ## 1.11 Recap
+# ## 1.14 Recap
 #
+# - Attention is a soft lookup: scores $q \cdot k_j$, softmax weights that are positive
+#   and sum to 1, a weighted average of the values.
+# - A lower-triangular matrix of row-normalised ones averages the past; softmax over
+#   scores with $-\infty$ above the diagonal gives the same weights, and with real scores
+#   it is causal attention (chapter 3).
+# - One head: `q, k, v = x Wq, x Wk, x Wv` `[B, S, Dh]`; `softmax(q @ kᵀ / √Dh, dim=-1) @ v`;
+#   `F.scaled_dot_product_attention` computes the same thing.
 # - Shapes: `[B, S, D]` → `view` → `[B, S, H, Dh]` → `transpose(1, 2)` → `[B, H, S, Dh]`
 #   → scores `[B, H, Sq, Sk]` → `[B, H, Sq, Dh]` → `transpose(1, 2)` → `reshape` → `[B, S, D]`.
 #   Write the shape next to every line.
@@ -912,9 +1107,80 @@ check_multi_head_attention_behaviour(FixedSelfAttention)
 # - Divide the scores by $\sqrt{D_h}$, the size of a head, not $\sqrt{D}$.
 # - Cost is $O(n^2 d)$ for any number of heads; heads are for quality. The plain
 #   implementation's score memory grows as $B \cdot H \cdot n^2$.
-# - Mask with a finite value (`torch.finfo(dtype).min`), not −1e20 or −1e9, which overflow
-#   float16.
+# - The seed's `SelfAttention` has a fourth bug, in its mask line: chapter 3 §3.5.
 #
 # **Now practise:** open [the chapter 1 exercise](exercise.ipynb) in this folder. You will
 # write `split_heads`, `merge_heads` and a `MultiHeadAttention`; its check cells tell you
 # which of this chapter's pitfalls you hit and send you back to the right section.
+
+# %% [markdown]
+# ## Check your understanding
+#
+# **1.** One query scores [2, 1, −2, 3] against four keys. Does attention return the value of the
+# best key? And in a `[B, H, Sq, Sk]` score tensor, over which axis does the softmax run?
+#
+# :::{dropdown} Answer
+# No: it returns a weighted average of *all* the values. Softmax turns the scores into positive
+# weights that sum to 1, in the order of the scores, so the output is pulled towards the fourth
+# key's value and still takes in a little of every other value: a soft lookup, not a hard one
+# (scores ten times larger make it almost hard). The softmax runs over the last axis, the keys
+# (`dim=-1`): row i is query i's distribution over the keys. With `dim=-2` each key's column sums
+# to 1 instead, and the rows do not. Read §1.1 'Attention as a soft lookup' and §1.7 'einsum and
+# matmul'.
+# :::
+#
+# **2.** A colleague splits into heads with `x.view(B, H, S, Dh)`. The output has the right
+# shape. What is wrong, and what shows it? And why does `out.transpose(1, 2).view(B, S, D)` raise
+# an error when merging back?
+#
+# :::{dropdown} Answer
+# `view`, like `reshape`, reads memory in order. A contiguous `[B, S, D]` tensor stores each
+# token's D features one after the other, so viewing it straight as `[B, H, S, Dh]` gives head 0
+# the first S·Dh numbers: the features of the first few tokens, cut and re-glued, instead of the
+# first Dh features of every token. The right split is `x.view(B, S, H, Dh).transpose(1, 2)`. It
+# shows on a small `arange` input, and in the test that head h equals `x[..., h*Dh:(h+1)*Dh]` for
+# every token. After `transpose` the tensor is not contiguous, so `view` cannot glue its last two
+# axes: merge with `.contiguous().view(B, S, D)` or `.reshape(B, S, D)`, and check that merging a
+# split gives `x` back. Skipping the transpose glues rows of different tokens together. Read §1.5
+# 'Splitting into heads' and §1.6 'Merging heads back'.
+# :::
+#
+# **3.** The seed applies `torch.einsum("bhqd,bhkd->bhqk", q, k)` to `q` and `k` of shape `[B, S,
+# H, Dh]`. What does it compute, and which probe shows it?
+#
+# :::{dropdown} Answer
+# `einsum` takes the axes in the order the tensor has them, whatever the letters were meant to
+# say: here `h` is the sequence axis and `q`, `k` are the heads. The "scores" are `[B, S, H, H]`,
+# each token's heads attending to its own other heads, and no token ever looks at another; the
+# layer still returns `[B, S, D]`. The probe: change token 0 and look at the outputs at the other
+# positions. With the seed's einsum they do not move at all; with real attention every one of
+# them does. (With Sq ≠ Sk, as in cross-attention, the seed's einsum fails outright.) On `[B, S,
+# H, Dh]` the right labels are `'bqhd,bkhd->bhqk'`. Read §1.7 'einsum and matmul'.
+# :::
+#
+# **4.** In an 8-head layer with D = 512, what does each head project a token to, and by what are
+# its scores divided? What does the seed's single shared `Linear(Dh, Dh)` change?
+#
+# :::{dropdown} Answer
+# Each head has its own projections of the whole 512-feature token to Dh = 64 features; one
+# `Linear(D, D)` followed by a split is exactly H such projections side by side (rows h·Dh …
+# (h+1)·Dh − 1 of its weight are head h's). The scores are divided by √Dh = 8, the size of the
+# vectors being dotted: dividing by √D makes them √H times too small and the attention too flat.
+# The seed cuts `x` into heads first and applies one shared `Linear(Dh, Dh)` to every slice: a
+# block-diagonal D × D matrix with H identical blocks, where each head sees only its own 64
+# features of the token. That is a different and much smaller model, with 274,944 parameters
+# against 1,050,624. Read §1.8 'Per-head projections' and §1.9 'Scaling by the head size'.
+# :::
+#
+# **5.** One seed says that splitting d into h heads makes attention cost O(n² d / h), "so more
+# heads are faster". What is the cost, and what does grow with the number of heads?
+#
+# :::{dropdown} Answer
+# O(n² d) for any h. Each head costs 4 n² Dh FLOPs for QKᵀ and AV, and H heads of Dh = D / H
+# features add up to 4 n² D per sequence, as in Table 1 of {cite:t}`vaswani2017attention`; the
+# four projections do not depend on H either. `FlopCounterMode` counted the same attention FLOPs
+# for every number of heads. Heads are there for quality, not speed. What grows with H is the
+# score tensor `[B, H, n, n]` that the plain implementation stores, and the number of matrix
+# products, each smaller and so less efficient. Read §1.10 'Cost: O(n²·d) whatever the number of
+# heads' and §1.11 'Heads, memory and speed, re-measured'.
+# :::

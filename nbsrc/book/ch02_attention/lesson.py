@@ -11,8 +11,10 @@
 #
 # $$\operatorname{Attention}(Q, K, V) = \operatorname{softmax}\!\left(\frac{QK^\top}{\sqrt{d_k}}\right) V$$
 #
-# Both seed write-ups quote this formula, and both say something about the $\sqrt{d_k}$. This chapter
-# measures what they claim:
+# Chapter 1 computed it for one query by hand (§1.1), wrote it in code for one head and compared it
+# with PyTorch's (§1.3), and stated the one fact about the scale that multi-head attention needs
+# (§1.9). This chapter is about that division by $\sqrt{d_k}$. Both seed write-ups quote the formula
+# and say something about the $\sqrt{d_k}$; this chapter measures what they claim:
 #
 # * "Without the scaling, gradients *exploded*" and "the scaling improves accuracy by 2–3 %". The
 #   first is backwards: an unscaled softmax saturates and its gradients **vanish** (§2.3); the paper
@@ -24,6 +26,15 @@
 #
 # Shape letters: B batch, H heads, Sq and Sk query and key lengths, Dh = $d_k$ the size of one head,
 # D = $d_\text{model}$ = H·Dh.
+
+# %% [markdown]
+# ```{figure} ../figures/model_ch02.svg
+# :alt: Diagram of the encoder–decoder Transformer with its three attention sublayers (encoder self-attention, masked decoder self-attention and cross-attention) highlighted and labelled softmax(QKᵀ/√d_k)V, everything else grey.
+# :name: fig-model-ch02
+# :width: 100%
+#
+# The whole model; this chapter builds the highlighted part: the scaled dot-product attention $\operatorname{softmax}(QK^\top/\sqrt{d_k})V$ that every head of all three attention sublayers computes.
+# ```
 
 # %%
 import math
@@ -45,10 +56,11 @@ print("device:", device)
 # %% [markdown]
 # ## 2.1 Attention step by step
 #
-# One query asks "which keys look like me?": the dot product $q \cdot k_j$ scores every key $j$; softmax
-# turns the scores of one query into weights that are positive and sum to 1; the output is the
-# weighted average of the values. For all heads and queries at once, with `q` of shape `[B, H, Sq, Dh]`
-# and `k`, `v` of shape `[B, H, Sk, Dh]`:
+# The three steps of chapter 1 (§1.1 by hand, §1.3 for one head): scores $q \cdot k_j / \sqrt{d_k}$, a
+# softmax over the keys, the weighted average of the values. Here they run for every batch entry, head
+# and query at once, on the multi-head layout of chapter 1 (§1.4): `q` of shape `[B, H, Sq, Dh]` and
+# `k`, `v` of shape `[B, H, Sk, Dh]`, where the number of keys `Sk` may differ from the number of
+# queries `Sq` (as in cross-attention):
 
 # %%
 B, H, Sq, Sk, Dh = 2, 4, 5, 7, 16
@@ -307,3 +319,70 @@ assert not torch.autograd.gradcheck(with_dropout, (x_small,), raise_exception=Fa
 # * `gradcheck` wants tiny shapes, double precision throughout, and `eval()` mode.
 #
 # Next: the exercise ([exercise.ipynb](exercise.ipynb)), then masks in chapter 3.
+
+# %% [markdown]
+# ## Check your understanding
+#
+# **1.** A colleague computes the weights with `scores.softmax(dim=-2)` on scores of shape `[B,
+# H, Sq, Sk]`. The output still has the shape `[B, H, Sq, Dh]`. What is wrong, and which one-line
+# assertion catches it?
+#
+# :::{dropdown} Answer
+# `dim=-2` normalises over the *queries*: each key's column sums to 1, so a query's weights are
+# no longer a distribution over the keys and its output is not a weighted average of the values.
+# Softmax runs over the last axis, the keys. `assert torch.allclose(weights.sum(-1),
+# torch.ones(B, H, Sq))` catches it: every query's row must sum to 1. Against
+# `F.scaled_dot_product_attention` the right axis agrees to rounding and the wrong one is clearly
+# off. Read §2.1 'Attention step by step'.
+# :::
+#
+# **2.** The entries of `q` and `k` are independent, with mean 0 and variance 1, and a head has
+# Dh = 64. What is the standard deviation of one score `q · k`, and why divide by √Dh?
+#
+# :::{dropdown} Answer
+# `q · k` is a sum of 64 independent products of variance 1, so its variance is 64 and its
+# standard deviation 8 (√d_k in general). Dividing by √d_k brings the standard deviation back to
+# 1 *whatever the head size*, so softmax works in the same regime for every model width: the
+# lesson's measured variances follow the line d_k, and the scaled ones stay at 1. This is the
+# argument of {cite:t}`vaswani2017attention` (their footnote 4). Read §2.2 'Why the scores grow
+# with d_k'.
+# :::
+#
+# **3.** A seed write-up says that without the scaling "the gradients exploded". What does the
+# missing scaling really do to the gradients, and why?
+#
+# :::{dropdown} Answer
+# They **vanish**. Unscaled scores of a head of size 512 have a standard deviation of about √512
+# ≈ 22.6, so softmax puts almost all of each row's weight on one key. There its Jacobian,
+# p_i(δ_ij − p_j), is nearly zero: small changes of the scores change nothing, and almost no
+# gradient reaches the queries and keys. Training stalls; it does not blow up. Exploding
+# gradients have other usual suspects (a large learning rate without warm-up, Post-LN in deep
+# stacks), and the seed's "2–3 % accuracy" figure is not in the paper. Read §2.3 'Saturation and
+# vanishing gradients'.
+# :::
+#
+# **4.** An 8-head model with D = 512 divides its scores by `self.embed_size ** 0.5`. What is d_k
+# here, what does this divisor do to the attention, and why does the bug survive?
+#
+# :::{dropdown} Answer
+# d_k is the size of one head, Dh = 512 / 8 = 64, not D. Dividing by √512 = √8 · √64 makes every
+# logit √H = √8 times too small, so attention starts too flat, closer to a plain average of the
+# values: its entropy is nearer the uniform ln S than with √Dh (the lesson printed the entropies
+# for √Dh, √D and no scaling). It runs and trains, because the model can learn larger weights to
+# make up for it, which is why nobody notices; but it is not the paper's model. Read §2.5
+# 'Scaling by √d_model is a bug', and §2.4 'Entropy: how peaked is attention' for the entropy.
+# :::
+#
+# **5.** Why can `gradcheck(MultiHeadAttention(), torch.randn(32, 64, 512, requires_grad=True,
+# dtype=torch.double))` not work? Write a call that does.
+#
+# :::{dropdown} Answer
+# Three separate reasons. (1) The module's weights are float32 and the input float64: the first
+# matmul raises a dtype error. (2) Finite differences need two forward passes per input entry,
+# and this input has about a million entries: it never finishes. (3) With dropout active every
+# call draws a new mask, so f(x + ε) and f(x − ε) are different functions; and in float32 a step
+# of 1e-6 is mostly rounding noise, so even a correct module fails. Use tiny shapes, double
+# precision throughout and eval mode: `gradcheck(MultiHeadAttention(8, 2).double().eval(),
+# (torch.randn(2, 3, 8, dtype=torch.double, requires_grad=True),))`. Read §2.6 'Gradcheck done
+# right'.
+# :::

@@ -27,6 +27,15 @@
 # **Convention of this course** (and of `F.scaled_dot_product_attention`): a bool mask, **True = may
 # attend**, broadcastable to the scores `[B, H, Sq, Sk]`.
 
+# %% [markdown]
+# ```{figure} ../figures/model_ch03.svg
+# :alt: Diagram of the encoder–decoder Transformer with its mask inputs highlighted: a padding mask into the encoder's self-attention, a causal mask combined with padding into the decoder's masked self-attention, and the source padding mask into cross-attention.
+# :name: fig-model-ch03
+# :width: 100%
+#
+# The whole model; this chapter builds the highlighted part: the padding mask, the causal mask, and where each one enters an attention sublayer.
+# ```
+
 # %%
 import math
 
@@ -138,6 +147,14 @@ assert torch.all(w[0, 0].triu(1) == 0)
 # A decoder needs both masks: a query may attend to a key only if the key is real **and** not in the
 # future. With keep-masks that is a logical AND, and broadcasting does the shapes:
 # `[B, 1, 1, S] & [1, 1, S, S] -> [B, 1, S, S]`.
+#
+# ```{figure} ../figures/mask_patterns.svg
+# :alt: Three 5 by 5 grids of queries (rows) by keys (columns) for the tokens the, cat, sat, PAD, PAD: the padding mask masks the two PAD columns, the causal mask masks every cell above the diagonal, and their AND masks both, leaving a lower triangle over the first three keys.
+# :name: fig-mask-patterns
+# :width: 100%
+#
+# The padding mask, the causal mask and their AND for one sequence of three tokens padded to five, like sequence 0 below: ✓ may attend (True), hatched × masked (False). The last two rows are padded queries, and they still attend to the real keys.
+# ```
 
 # %%
 both = combine_masks(pad_mask, causal)  # the same as pad_mask & causal
@@ -221,18 +238,31 @@ print("additive mask:\n", to_additive_mask(keep, torch.float16)[0, 0])
 # %% [markdown]
 # ## 3.5 Fill values, half precision and NaN
 #
-# A masked score must become so negative that `exp()` of it is 0. The seeds use `-1e9` and `-1e20`. In
-# float32 (largest value about 3.4·10³⁸) that works. Float16's range ends at ±65504:
+# A masked score must become so negative that `exp()` of it is 0. The seeds use `-1e9` (the snippet at
+# the top of this chapter) and `-1e20`: the second seed's `SelfAttention`, whose first three bugs
+# chapter 1 hunted (§1.13), masks with
+#
+# ```python
+# energy = energy.masked_fill(mask == 0, float("-1e20"))
+# ```
+#
+# and that line is its fourth bug. In float32 (largest value about 3.4·10³⁸) both values work. But
+# float16's range ends at ±65504, and under mixed precision (chapter 7) the scores are float16:
 
 # %%
 for dtype in (torch.float16, torch.bfloat16, torch.float32):
-    print(f"{str(dtype):15s} largest {torch.finfo(dtype).max:10.4g}   -1e9 becomes {torch.tensor(-1e9, dtype=dtype).item():.4g}")
+    print(f"{str(dtype):15s} largest {torch.finfo(dtype).max:10.4g}   "
+          f"-1e9 becomes {torch.tensor(-1e9, dtype=dtype).item():.4g}   "
+          f"-1e20 becomes {torch.tensor(-1e20, dtype=dtype).item():.4g}")
+assert torch.isinf(torch.tensor(-1e9).half())
+assert torch.isinf(torch.tensor(-1e20).half())
 half_scores = torch.randn(4, dtype=torch.float16)
-try:
-    half_scores.masked_fill(torch.tensor([False, False, True, True]), -1e9)
-    raise AssertionError("expected an overflow error")
-except RuntimeError as exc:
-    print("masked_fill(-1e9) in float16:", exc)
+for fill in (-1e9, float("-1e20")):
+    try:
+        half_scores.masked_fill(torch.tensor([False, False, True, True]), fill)
+        raise AssertionError("expected an overflow error")
+    except RuntimeError as exc:
+        print(f"masked_fill({fill:g}) in float16:", exc)
 
 # %% [markdown]
 # `masked_fill` refuses; written another way (`torch.where`, an additive mask built in float16) the
@@ -246,6 +276,27 @@ nothing = torch.tensor([[False, False, False]])
 print("all masked, -inf fill:   ", row.masked_fill(~nothing, float("-inf")).softmax(-1))
 print("all masked, finite fill: ", row.masked_fill(~nothing, masked_fill_value(row.dtype)).softmax(-1))
 assert torch.isnan(row.masked_fill(~nothing, float("-inf")).softmax(-1)).all()
+
+# %% [markdown]
+# So the seed's fourth bug has a one-line fix that needs no literal at all: fill with the most negative
+# *finite* value of the scores' own dtype (−65504 in float16),
+#
+# ```python
+# energy = energy.masked_fill(mask == 0, torch.finfo(energy.dtype).min)
+# ```
+#
+# In float16, with one query that may see two of its four keys and one that may see none (the graded
+# bug hunt, [exercise `ch03_bughunt`](../ch03_bughunt/exercise.ipynb), gives you the seed's
+# `SelfAttention` with all four bugs to fix):
+
+# %%
+energy16 = torch.randn(2, 4, dtype=torch.float16)       # [queries, keys]
+mask01 = torch.tensor([[1, 1, 0, 0], [0, 0, 0, 0]])     # the seed's: 0 = masked
+fixed16 = energy16.masked_fill(mask01 == 0, torch.finfo(energy16.dtype).min)
+weights16 = fixed16.float().softmax(dim=-1)
+print("weights:\n", weights16)
+assert torch.isfinite(weights16).all() and torch.all(weights16[0, 2:] == 0)
+assert torch.allclose(weights16[1], torch.full((4,), 0.25))   # no key: a uniform row
 
 # %% [markdown]
 # A finite fill gives a uniform row instead — finite, but it averages the padding. The reference
@@ -392,3 +443,69 @@ plt.show()
 # * Test masking by behaviour: the causality probe and the pad-invariance probe.
 #
 # Next: the exercise ([exercise.ipynb](exercise.ipynb)).
+
+# %% [markdown]
+# ## Check your understanding
+#
+# **1.** A colleague's padding mask is `(tokens != pad_id).unsqueeze(1)`, of shape `[B, 1, S]`.
+# Their test, with a batch of 4 sequences and 4 heads, runs without an error and returns the
+# right shape. What is wrong, and which probe shows it?
+#
+# :::{dropdown} Answer
+# Broadcasting aligns shapes from the right, so against scores `[B, H, Sq, Sk]` a `[B, 1, S]`
+# mask is read as `[1, B, 1, S]`: its batch axis lands on the heads axis. With B ≠ H that is an
+# error; with B == H it runs, and head h of every sequence is masked with sequence h's padding.
+# The mask must be `[B, 1, 1, S]`: `(tokens != pad_id)[:, None, None, :]`. The pad-invariance
+# probe shows it: append padding, or change what sits at the padded positions, and the real
+# tokens' outputs must not move; with the mask on the heads axis they do. That is why the
+# exercise's checks always include a case with B == H. Read §3.1 'Padding masks' and §3.6
+# 'Probes: causality and pad invariance'.
+# :::
+#
+# **2.** Which triangle is the causal keep-mask (True = may attend)? What do `triu()` and
+# `triu(diagonal=1)` give instead?
+#
+# :::{dropdown} Answer
+# `tril`: query i sees keys 0..i. `triu()` is its mirror image: the first query sees every key
+# and the last one only itself, so the model can read the token it must predict. The causality
+# probe catches it: change the tokens after position t, and the outputs at 0..t must not move;
+# with `triu` they do. `triu(diagonal=1)` is the *ignore*-form of the causal mask, True above the
+# diagonal, which is what `nn.MultiheadAttention` wants. Read §3.2 'The causal mask' and §3.6
+# 'Probes: causality and pad invariance'.
+# :::
+#
+# **3.** You pass the course's causal keep-mask unchanged as `attn_mask` to
+# `F.scaled_dot_product_attention` and to `nn.MultiheadAttention`. Which result is right? And
+# what does the seed's float `torch.tril(torch.ones(T, T))` do as a mask?
+#
+# :::{dropdown} Answer
+# SDPA reads a bool mask as True = attend, so it is right. `nn.MultiheadAttention` (like
+# `nn.Transformer`) reads True as *ignore*: the same mask masks exactly the opposite, and in the
+# lesson query 0 attended to the future keys and not to itself. Convert with `~`
+# (`to_ignore_mask`). A float mask is *added* to the scores: the seed's 1/0 tensor adds 1 to the
+# allowed scores and 0 to the future ones, so it masks nothing. An additive mask holds 0 where a
+# query may attend and a very negative number elsewhere. Read §3.4 'Three conventions for one
+# mask'.
+# :::
+#
+# **4.** A model runs in float32 but fails in float16 at `scores.masked_fill(~mask, -1e9)` (or at
+# the seed's `float("-1e20")`). Why, and why is `float("-inf")` not the fix?
+#
+# :::{dropdown} Answer
+# Float16's range ends at ±65504: neither `-1e9` nor `-1e20` exists there. `masked_fill` refuses
+# them; written another way (`torch.where`, an additive mask built in float16) they silently
+# become `-inf`. And `-inf` is harmless only while a row keeps at least one real key: for a
+# query whose keys are all masked, softmax computes 0 / 0 = NaN, and the next layer spreads the NaN to every token. Fill
+# with `torch.finfo(dtype).min`, which fits every dtype, and give a row with no key zero weight.
+# Read §3.5 'Fill values, half precision and NaN'.
+# :::
+#
+# **5.** In the combined padding-and-causal mask, the padded *query* rows of a short sequence
+# still attend to its real keys. Is that a bug?
+#
+# :::{dropdown} Answer
+# No. Those rows are the outputs of padded positions, which the loss ignores. The rows to worry
+# about are queries that can see no key at all (left padding, or a sequence that is all padding):
+# those are the rows that must get zero weight instead of NaN (§3.5). Read §3.3 'Combining
+# masks'.
+# :::

@@ -26,6 +26,15 @@
 #
 # Shape letters: B batch, S sequence length, D = d_model, H heads, F = d_ff.
 
+# %% [markdown]
+# ```{figure} ../figures/model_ch04.svg
+# :alt: Diagram of the encoder–decoder Transformer with every add & norm box, the residual connections that feed them, and every feed-forward sublayer highlighted, the attention sublayers grey.
+# :name: fig-model-ch04
+# :width: 100%
+#
+# The whole model; this chapter builds the highlighted part: the residual connections, LayerNorm and dropout (add & norm) and the feed-forward sublayer that turn attention into encoder and decoder blocks.
+# ```
+
 # %%
 import math
 
@@ -263,6 +272,14 @@ assert zeros_paper == 0.0 and 0.05 < zeros_seed < 0.15
 # the same weights both equal PyTorch's `nn.TransformerEncoderLayer(..., norm_first=...)` to 1e-5
 # (tests/reference/test_blocks.py).
 #
+# ```{figure} ../figures/blocks_post_pre_ln.svg
+# :alt: Four block diagrams: a Post-LN encoder block and decoder block, where each sublayer is followed by dropout, the residual addition and a LayerNorm, and a Pre-LN encoder block and decoder block, where a LayerNorm comes before each sublayer, the residual addition comes last, and one final LayerNorm follows each stack.
+# :name: fig-blocks-post-pre-ln
+# :width: 100%
+#
+# An encoder block and a decoder block, Post-LN as in the paper (left) and Pre-LN (right); the sublayers are highlighted, and the residual connections run beside them. A Pre-LN stack needs the final LayerNorm (dashed), because its residual stream is never normalised otherwise.
+# ```
+#
 # Xiong et al. (2020) showed why Post-LN needs a learning-rate warm-up: at initialisation, the gradient
 # of the parameters *near the output* is large, and it shrinks layer by layer towards the input; in
 # Pre-LN the gradient norm is about the same in every layer. We can measure that: a 6-layer
@@ -402,3 +419,68 @@ print("tied: still one matrix after a step; copied: two different matrices")
 # Next, chapter 5 adds positions and assembles the whole model. The exercise
 # ([exercise.ipynb](exercise.ipynb)) has you build the block and its checks name each of these
 # pitfalls.
+
+# %% [markdown]
+# ## Check your understanding
+#
+# **1.** Stack six attention sublayers, each followed by a LayerNorm, without residual
+# connections. What happens to the tokens' vectors, and why?
+#
+# :::{dropdown} Answer
+# They collapse into one vector: in the lesson the mean cosine similarity between different
+# tokens climbed to nearly 1 within a few layers, while with residuals the tokens stayed
+# distinct. Each attention output is an average of value vectors, and averages of averages
+# converge. The residual `x + Sublayer(x)` keeps every token's own input on a direct path through
+# the block, and the same path carries the gradient back. Read §4.1 'Residual connections'.
+# :::
+#
+# **2.** The seed says BatchNorm is unstable in a Transformer "because the sequence length
+# varies". Name three concrete ways in which BatchNorm fails and LayerNorm does not.
+#
+# :::{dropdown} Answer
+# (1) Padding pollutes its batch statistics: the same sentence is normalised differently
+# depending on how much padding its neighbours forced on the batch, and the attention mask never
+# reaches the norm. (2) A batch of one token, as in generation: BatchNorm refuses it in train
+# mode, and few values make noisy statistics. (3) Train and eval mode compute different things:
+# eval mode uses the running averages of the training batches. LayerNorm normalises each token
+# over its own D features, the same way in both modes. Read §4.3 'LayerNorm, not BatchNorm'.
+# :::
+#
+# **3.** The seed's block computes `x = self.dropout(self.norm1(attention + query))`. What is
+# wrong, why does no inference test notice, and which probe does?
+#
+# :::{dropdown} Answer
+# Dropout comes *after* the norm, so it drops features of the whole residual stream, input
+# included. The paper applies it to each sublayer's output before the residual add: `LayerNorm(x +
+# Dropout(Sublayer(x)))`. In eval mode dropout is the identity, so both blocks agree at
+# inference. The probe: set p = 1 in train mode. The paper's block then returns `norm2(norm1(x))`
+# (both sublayers dropped), the seed's block returns all zeros. Read §4.4 'Where dropout goes'.
+# :::
+#
+# **4.** At initialisation, in which arrangement, Post-LN or Pre-LN, do the gradients grow
+# towards the output layers? What does that arrangement need in training, and what does the other
+# one need in the model?
+#
+# :::{dropdown} Answer
+# Post-LN, the paper's: the lesson measured the feed-forward weights' gradient norms growing
+# several-fold from the bottom decoder layer to the top one, while Pre-LN's stayed within a small
+# factor of each other, the qualitative result of {cite:t}`xiong2020layer`. Post-LN therefore
+# needs a learning-rate warm-up (§6.4 'Learning rate and warm-up'). Pre-LN trains without one but
+# needs a final LayerNorm after the stack, since otherwise its residual stream is never
+# normalised. {cite:t}`liu2020understanding` find that a well-tuned Post-LN model can end
+# slightly better: a trade-off, not a verdict. Read §4.5 'Post-LN and Pre-LN'.
+# :::
+#
+# **5.** To tie the output projection to the target embedding, a colleague writes
+# `generator.weight = nn.Parameter(tgt_embed.weight.detach().clone())`. Is that a tie? And why
+# must tying come after the initialisation loop?
+#
+# :::{dropdown} Answer
+# No: it is a copy, two Parameters that start equal and differ after one optimiser step. A tie is
+# one Parameter object used in both places (`model.generator.weight is model.tgt_embed.weight`):
+# `parameters()` yields it once, the optimizer updates it once with the sum of both gradients,
+# and it saves V·D parameters. Tie *after* initialising: a loop that runs afterwards
+# re-initialises the shared matrix as whichever module it visits last, and the seed's `p.dim() >
+# 1` Xavier loop would give the shared matrix the embedding scale problem of §4.6 'Xavier
+# initialisation'. Read §4.7 'Weight tying'.
+# :::

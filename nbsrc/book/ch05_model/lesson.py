@@ -23,6 +23,15 @@
 #
 # Shape letters: B batch, S sequence length (Ss source, St target), D = d_model, H heads, V vocabulary.
 
+# %% [markdown]
+# ```{figure} ../figures/model_ch05.svg
+# :alt: Diagram of the encoder–decoder Transformer with the token embeddings scaled by √d_model, the positional encodings added to them, the two stacks of N blocks and the encoder output feeding the decoder's cross-attention highlighted.
+# :name: fig-model-ch05
+# :width: 100%
+#
+# The whole model; this chapter builds the highlighted part: embeddings and positional encoding, the encoder and decoder stacks, and the cross-attention that joins them.
+# ```
+
 # %%
 import math
 
@@ -377,3 +386,64 @@ assert logits.shape == (2, 5, 50) and count_parameters(lm) == formula
 #
 # The exercise ([exercise.ipynb](exercise.ipynb)) has you write the sinusoidal table, the embedding
 # step and the decoder block. Chapter 6 trains this model.
+
+# %% [markdown]
+# ## Check your understanding
+#
+# **1.** Feed an encoder that has no positional encoding the tokens of "dog bites man", then
+# those of "man bites dog". What comes out?
+#
+# :::{dropdown} Answer
+# The same set of vectors, permuted: self-attention compares tokens by content only, so permuting
+# the input permutes the outputs the same way (permutation equivariance); the lesson asserted it
+# for a 2-layer encoder. Order has to be put into the input, by adding a position-dependent
+# vector to each token before the first block. Read §5.1 'Attention ignores order'.
+# :::
+#
+# **2.** What makes the sinusoidal encoding suited to relative positions? And why is its table a
+# buffer rather than a parameter?
+#
+# :::{dropdown} Answer
+# Each column pair (2i, 2i+1) turns on a circle at its own frequency, so moving k positions is
+# the same rotation R_k whatever the starting position: PE[pos + k] = PE[pos] R_k, and the dot
+# product of two encodings depends only on their distance. The table is a fixed function of D: as
+# a buffer it moves with `.to(device)`, but the optimizer never changes it and it adds no
+# parameters. Read §5.2 'Sinusoidal positional encoding'.
+# :::
+#
+# **3.** "The sinusoidal encoding extrapolates to sequences longer than those seen in training."
+# Which part of that is true? And what does the seed's learned `nn.Embedding(max_length, D)` do
+# with a longer input?
+#
+# :::{dropdown} Answer
+# The formula has a value at every position, so nothing crashes; the learned table has
+# `max_length` rows and nothing after them, so a longer input fails (an `IndexError`, a
+# device-side assert on a GPU). But neither makes a trained model *work* past its training
+# length: the slow dimensions reach values never seen in training (the lesson counted the
+# dimensions that leave their training range), and {cite:t}`press2022train` measured a sinusoidal
+# model's perplexity degrading quickly beyond it. {cite:t}`vaswani2017attention` only say the
+# sinusoids "may allow" it. Read §5.3 'Learned positions and max_length' and §5.4 'What
+# "extrapolates" means'.
+# :::
+#
+# **4.** The seed computes `word_embedding(x) + position_embedding(positions)`. With embeddings
+# initialised at N(0, 1/D) and sinusoidal positions, why does the missing √D matter?
+#
+# :::{dropdown} Answer
+# A token's embedding then has a length of about 1 and a sinusoidal row a length of √(D/2), 16 at
+# D = 512: unscaled, the positions drown the tokens. Multiply the token embeddings by √D first,
+# which makes a token carry a bit more weight than its position, then add the positions, and
+# apply dropout to the sum. Read §5.5 'Embeddings scaled by sqrt(d_model)'.
+# :::
+#
+# **5.** In a decoder block's cross-attention, where do the queries, the keys and the values come
+# from, and which mask does it take? Which mask does the decoder's self-attention always take?
+#
+# :::{dropdown} Answer
+# The queries come from the decoder (the output of its masked self-attention sublayer), the keys
+# and values from the encoder's output, the memory, masked with the source padding mask: this is
+# the only place where the target reads the source. The decoder's self-attention always takes the
+# causal mask (combined with the target padding mask), so that position i sees 0..i. Two probes
+# check both: changing a later target token must not change earlier logits, and extra source
+# padding must change nothing. Read §5.6 'Encoder, decoder and cross-attention'.
+# :::

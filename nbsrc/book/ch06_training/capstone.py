@@ -36,6 +36,15 @@
 #
 # The clock counts training steps only; evaluation is excluded (and shown separately).
 
+# %% [markdown]
+# ```{figure} ../figures/model_capstone.svg
+# :alt: Diagram of the encoder–decoder Transformer with every part highlighted: the capstone assembles and trains all of it.
+# :name: fig-model-capstone
+# :width: 100%
+#
+# The whole model; the capstone puts every highlighted part together, with the seeds' 8 heads and 2 layers, and trains it.
+# ```
+
 # %%
 # %matplotlib inline
 import time

@@ -47,6 +47,15 @@
 #
 # Everything runs on the CPU in under a minute, and unchanged on a GPU.
 
+# %% [markdown]
+# ```{figure} ../figures/model_ch07.svg
+# :alt: Diagram of the encoder–decoder Transformer with every part highlighted, since this chapter trains the whole model with mixed precision, gradient accumulation and DistributedDataParallel.
+# :name: fig-model-ch07
+# :width: 100%
+#
+# The whole model; this chapter builds the highlighted part, which is all of it: the same model, trained with mixed precision, gradient accumulation and several processes.
+# ```
+
 # %%
 # %matplotlib inline
 import statistics
@@ -577,3 +586,74 @@ plt.show()
 # **Now practise:** open [the chapter 7 exercise](exercise.ipynb) in this folder. You will
 # write an accumulation step, a mixed-precision step and a DDP loader; its check cells tell
 # you which of this chapter's pitfalls you hit and send you back to the right section.
+
+# %% [markdown]
+# ## Check your understanding
+#
+# **1.** On a machine without a GPU, a colleague trains inside `with autocast():`, imported from
+# `torch.cuda.amp`, and sees no change at all. Why? What does the current API look like, and
+# which dtype do the weights have inside it?
+#
+# :::{dropdown} Answer
+# `torch.cuda.amp.autocast` is deprecated and only ever affects CUDA operations: on a CPU it
+# silently does nothing. The current API names the device: `torch.amp.autocast(device_type,
+# dtype=...)`, with bfloat16 on a CPU. Autocast does not convert the model: the weights stay
+# float32 (the master weights the optimizer updates), matrix products run in 16 bits, and
+# operations that need range, such as the losses, run in float32; in the lesson the logits came
+# out in the autocast dtype and the loss in float32. Read §7.1 'Mixed precision with torch.amp'.
+# :::
+#
+# **2.** Why does float16 training need a `GradScaler` and bfloat16 training does not?
+#
+# :::{dropdown} Answer
+# Float16 has a narrow range: values below about 6e-8 underflow to 0 (the lesson's 1e-8 became 0)
+# and values past 65504 become infinite. Bfloat16 keeps float32's range with fewer digits, so
+# small gradients do not underflow and need no scaling. The scaler multiplies the loss by a large
+# factor s so that the gradients stay representable, and divides them by s again before the
+# optimizer uses them. Read §7.1 'Mixed precision with torch.amp' and §7.2 'GradScaler, unscale_
+# and clipping'.
+# :::
+#
+# **3.** With a `GradScaler`, a colleague calls `clip_grad_norm_(params, 1.0)` right after
+# `scaler.scale(loss).backward()`. What does that clip at? What is the right order, and when
+# should the scheduler step?
+#
+# :::{dropdown} Answer
+# The gradients are still multiplied by the scale s, so clipping them at 1.0 clips the true
+# gradients at 1/s: in the lesson the update came out smaller than the right one by the scale
+# factor. The order is `scaler.scale(loss).backward()`, `scaler.unscale_(optimizer)`, clip,
+# `scaler.step(optimizer)` (which does not unscale twice, and skips a step whose gradients hold
+# an inf or NaN), `scaler.update()`. Step the scheduler only when the optimizer really stepped.
+# Read §7.2 'GradScaler, unscale_ and clipping'.
+# :::
+#
+# **4.** The seed accumulates gradients with `loss = loss / accumulation_steps`, where `loss` is
+# the mean over each micro-batch's tokens. When does that give the big batch's gradient, and what
+# is right in general? What else happens once per optimizer step?
+#
+# :::{dropdown} Answer
+# Only when every micro-batch holds the same number of target tokens. The big batch weights every
+# token by 1/N; the mean divided by k gives the tokens of short micro-batches more weight than
+# those of long ones. In general, divide each micro-batch's *summed* loss by the total token
+# count N of the whole step, counted before the first backward: in the lesson only that version
+# matched the big batch's gradients when the lengths varied. Zero the gradients once per
+# optimizer step (zeroing per micro-batch keeps only the last one), step the scheduler once per
+# optimizer step, and under AMP unscale and clip once, after the last micro-batch. Read §7.3
+# 'Gradient accumulation'.
+# :::
+#
+# **5.** The seed lists DistributedDataParallel under "model parallelism: split the model across
+# cards", and its DDP loop has no `DistributedSampler`. What does DDP really do? What do the
+# sampler and `set_epoch` fix?
+#
+# :::{dropdown} Answer
+# DDP is data parallel: every process holds the whole model and reads its own slice of every
+# batch, and an all-reduce averages the gradients after each backward, so the replicas take
+# identical steps; the lesson's two processes ended with the same parameters as one process
+# trained on the union of their batches. Without a `DistributedSampler` every rank reads the
+# whole dataset and the all-reduce averages identical gradients: the extra processes do the same
+# work for nothing. `sampler.set_epoch(epoch)` gives every epoch a new shuffle; without it every
+# epoch repeats epoch 0's order. With accumulation, run all but the last micro-batch's backward
+# under `model.no_sync()`. Read §7.4 'DistributedDataParallel is data parallel' and §7.5
+# 'DistributedSampler and set_epoch'.
+# :::
