@@ -163,8 +163,9 @@ assert torch.allclose(sharp @ values, values[3], atol=1e-3)
 # A language model predicts each token from the tokens before it, so token $t$ may look
 # at tokens $0 \dots t$ and never at the future. The simplest way to let a token take in
 # its past is to average it: output $t$ = the mean of tokens $0 \dots t$. Andrej
-# Karpathy's lecture "Let's build GPT: from scratch, in code, spelled out" builds
-# attention from exactly this trick: the running mean is a matrix product.
+# Karpathy's lecture "Let's build GPT: from scratch, in code, spelled out"
+# {cite}`karpathy2023gpt` builds attention from exactly this trick: the running mean
+# is a matrix product.
 #
 # Take four tokens of two features each. The loop is the definition; a lower-triangular
 # matrix of ones with each row divided by its sum computes the same thing in one product.
