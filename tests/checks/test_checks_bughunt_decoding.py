@@ -435,3 +435,12 @@ def test_on_cuda_the_seeds_mask_raises_and_the_check_names_it(monkeypatch):
     assert verdicts(FIXED) == {name: None for name in CHECKS}
     for name in RIGHT:
         assert verdicts(RIGHT[name]) == {check: None for check in CHECKS}, name
+
+
+def test_the_padding_check_names_a_target_mask_that_is_not_causal():
+    # Source masks right, target mask triu: the tokens differ for that reason, said so.
+    answer = seed_with(FIX_ENCODER_MASK, FIX_DECODER_MASK, (
+        "trg_mask = model.decoder.create_trg_mask(trg)",
+        "trg_mask = torch.triu(torch.ones(trg.size(1), trg.size(1), device=device))"))
+    with pytest.raises(CheckFailure, match="causal mask inverted"):
+        bughunt.check_source_padding(learner(answer))
