@@ -5,8 +5,8 @@ Works with any model that has
 ``decode(tgt_in [B, St], memory, src_mask) -> logits [B, St, V]`` (the decoder builds
 its causal mask itself). Both searches run in eval mode without gradients, encode the
 source once, and stop as soon as every sequence has produced EOS. (The seed's loop
-called a ``create_trg_mask`` method that does not exist and fed a float tensor to
-``nn.Embedding``.)
+called a ``create_trg_mask`` method that does not exist, built its causal mask without
+a device and attended to the source's padding: the bug hunt ``book/ch06_bughunt``.)
 
 Outputs are [B, T] LongTensors that start with BOS; after a sequence's EOS come PAD
 tokens.

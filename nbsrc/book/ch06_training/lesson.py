@@ -33,9 +33,18 @@
 # | "1e-3 oscillated, 1e-4 worked"; use the paper's warm-up schedule | right idea; the seed's scheduler divides by zero at step 0 and steps the optimizer itself | 6.4 |
 # | without clipping the gradients became NaN at batch 10; clip at 1.0 | clipping is right, and must come between `backward` and `step` | 6.5 |
 # | pad each batch to its own longest sequence, and use `pack_padded_sequence` | dynamic padding is right; `pack_padded_sequence` is for RNNs only | 6.6 |
-# | greedy decoding with `model.decoder.create_trg_mask`, `torch.ones(1, 1).fill_(SOS)`; beam search is better | no such method, and a float tensor cannot index an embedding; eval mode, no grad, encode once, stop at EOS | 6.7 |
+# | greedy decoding with `model.decoder.create_trg_mask`, start token `torch.ones(1, 1).fill_(SOS_IDX).long().to(device)`; beam search is better | no such method (the seed's `create_trg_mask` is a free function, and builds its mask without a device); the start token is right; eval mode, no grad, encode once, stop at EOS | 6.7, bug hunt |
 #
 # Everything runs on the CPU in under a minute, and unchanged on a GPU.
+
+# %% [markdown]
+# ```{figure} ../figures/model_ch06.svg
+# :alt: Diagram of the encoder–decoder Transformer with its output path highlighted: the decoder's input shifted right, the final linear layer and softmax, the cross-entropy loss against the targets tgt[:, 1:] with padding ignored, and greedy or beam decoding.
+# :name: fig-model-ch06
+# :width: 100%
+#
+# The whole model; this chapter builds the highlighted part: shifted targets, the output layer, a loss that ignores padding, and decoding.
+# ```
 
 # %%
 # %matplotlib inline
@@ -503,8 +512,12 @@ assert speedup > 1.1  # a timing: the margin allows for a busy machine (measured
 #   what the model learned to produce);
 # - **stops** when every sequence has produced `EOS`, padding the finished ones.
 #
-# The seed's loop calls `model.decoder.create_trg_mask`, which does not exist, and builds the start
-# token with `torch.ones(1, 1).fill_(SOS)`, a float tensor that `nn.Embedding` refuses:
+# The seed's loop has this shape, but it calls `model.decoder.create_trg_mask`, which does not
+# exist: the seed defines `create_trg_mask` as a free function, which builds its mask on the CPU
+# whatever the device, and the loop passes `None` as the source mask, so the decoder attends to
+# the source's padding. Fixing them is the graded {doc}`bug hunt <../ch06_bughunt/exercise>`.
+# Its start token, `torch.ones(1, 1).fill_(SOS_IDX).long().to(device)`, is right, and the
+# `.long()` in it matters: `nn.Embedding` only takes integer ids. Without it:
 
 # %%
 try:
@@ -512,7 +525,7 @@ try:
 except (RuntimeError, TypeError) as exc:
     print(type(exc).__name__ + ":", str(exc).splitlines()[0][:110])
 else:
-    raise AssertionError("a float tensor should not index an embedding")
+    raise AssertionError("a float tensor should not index an embedding")  # why .long()
 
 # %% [markdown]
 # **Greedy** decoding takes the most likely token at each step. **Beam search** keeps the `k` most
@@ -563,7 +576,62 @@ print(f"{vocab.decode(src_test[0])!r} -> {example!r}")
 # (`length_penalty`).
 
 # %% [markdown]
-# ## 6.8 Recap
+# ## 6.8 Why so many heads?
+#
+# The seed ends with its author sending the working model to a supervisor:
+#
+# > 那次把 Transformer 跑通后，我发给导师看。导师回了句：“代码写得还行，但你知道为什么这么多头吗？”
+#
+# ("Once the Transformer ran, I sent it to my supervisor, who replied: 'The code is not bad, but
+# do you know why there are so many heads?'") The seed's own answer, given earlier without a
+# measurement, is
+#
+# > 单头 Attention 只能在一个子空间里计算相似度，Multi-Head 让模型能在多个子空间里关注不同信息。
+#
+# ("Single-head attention can only compute similarity in one subspace; multi-head attention lets
+# the model attend to different information in several subspaces.")
+#
+# Chapter 1 showed what heads do *not* change: at a fixed width $D$, the projections are the same
+# four `D × D` matrices and the matrix FLOPs are the same for every number of heads $H$. Heads
+# only decide how the $D$ features are cut up: $H$ softmaxes, each over dot products of size
+# $D_h = D / H$. With one head, a query gets one set of weights, so what it needs from two
+# different positions arrives as one weighted average; with many heads each head's dot products
+# are shorter. The paper's reason is the first point: "Multi-head attention allows the model to
+# jointly attend to information from different representation subspaces at different positions.
+# With a single attention head, averaging inhibits this." ({cite:t}`vaswani2017attention`,
+# §3.2.2)
+#
+# Since no weight depends on $H$, the same seed gives the *same* model for every $H$, down to the
+# initial weights; only the split differs. The cell checks that, and counts what does grow with $H$: the attention scores,
+# $B \cdot H \cdot S^2$ per attention layer, against $B \cdot S \cdot D$ numbers in one activation.
+
+# %%
+from tformer_ref.model import count_parameters
+
+HEADS = (1, 2, 4, 8)
+by_heads = {h: make_model(n_heads=h, n_layers=1) for h in HEADS}
+first = by_heads[1].state_dict()
+for h, m in by_heads.items():  # Linear(D, D) is H projections of size Dh side by side
+    assert all(torch.equal(first[k], v) for k, v in m.state_dict().items())
+width = by_heads[1].d_model
+src, _ = next(iter(loader()))
+B, S = src.shape
+n_params = count_parameters(by_heads[1])
+print(f"every model: {n_params:,} parameters, the same initial weights")
+print(f"one batch: B={B}, S={S} source tokens, D={width}")
+print("  H  Dh   scores [B, H, S, S] per layer   one activation [B, S, D]")
+for h in HEADS:
+    print(f"{h:3d} {width // h:3d} {B * h * S * S:31,d} {B * S * width:26,d}")
+assert B * 8 * S * S > B * S * width  # at 8 heads: more scores than activation entries
+print(f"at 8 heads: {8 * S / width:.1f} scores per entry of an activation")
+
+# %% [markdown]
+# Whether the split matters is an experiment: the same model trained with 1, 2, 4 and 8 heads,
+# two seeds each, against what the paper measured at full scale. It has its own page,
+# {doc}`heads`, so that this lesson stays within its time budget.
+
+# %% [markdown]
+# ## 6.9 Recap
 #
 # - Teacher forcing on batch-first tensors: decoder input `tgt[:, :-1]`, labels `tgt[:, 1:]`. The
 #   seed's `trg[:-1, :]` is for sequence-first data. A wrong shift gives a *low* loss and a model that
@@ -577,5 +645,79 @@ print(f"{vocab.decode(src_test[0])!r} -> {example!r}")
 #   RNNs.
 # - Decoding: eval mode, no grad, encode once, causal mask, stop at EOS. Beam search finds more
 #   likely outputs; a well-trained model rarely needs it.
+# - Heads: at a fixed width every head count has the same parameters and matrix FLOPs; only the
+#   split of $D$ into $H$ heads of size $D/H$ changes. Compare head counts against seed noise
+#   (several seeds, each giving every head count the same weights and batches). The paper found
+#   one head worse and too many heads worse too (Table 3, rows (A)).
 #
 # Next: the [exercise](exercise.ipynb), then the [capstone](capstone.ipynb).
+
+# %% [markdown]
+# ## Check your understanding
+#
+# **1.** Three runs differ only in the target shift: input `tgt[:, :-1]` with labels `tgt[:,
+# 1:]`, the reverse, and labels not shifted at all. Two of them reach a *lower* training loss
+# than the first. Are they better? And what do the seed's slices `trg[:-1, :]` and `trg[1:, :]`
+# do to batch-first tensors?
+#
+# :::{dropdown} Answer
+# No: the two low-loss runs are the broken ones, and they predict the next character far worse on
+# held-out dates. Shifted the wrong way, position t reads token t+1 and must output token t,
+# which it read one position earlier; unshifted, it must output the token it is reading. Both are
+# copying, not predicting what comes next. A loss that falls too fast is a symptom; the test is a
+# held-out measure of what decoding needs, such as next-token accuracy. The seed's slices cut
+# axis 0, which is time only for sequence-first tensors `[S, B]`; on batch-first `[B, S]` data
+# they drop the last and the first sentence of the batch, and the model refuses the mismatched
+# batches. Read §6.2 'Teacher forcing and the shift'.
+# :::
+#
+# **2.** Every batch is padded to 32 tokens and the loss is `F.cross_entropy(logits.flatten(0,
+# 1), labels.flatten())`. It reads lower than the loss with `ignore_index=pad_id`. Is the model
+# better?
+#
+# :::{dropdown} Answer
+# No, worse. The padding is counted: the PAD labels after EOS are trivially predictable, so they
+# make the average look better, and the real tokens get a smaller share of the gradient. In the
+# lesson the model trained on the padded loss got fewer held-out characters right. Leave padding
+# out of both the sum and the count: `ignore_index=pad_id`. Read §6.3 'A loss that ignores
+# padding'.
+# :::
+#
+# **3.** The seed's Noam schedule computes `step ** -0.5` with the step counter starting at 0,
+# and its `step()` calls `optimizer.step()` itself. What goes wrong, and how is the schedule
+# written in PyTorch?
+#
+# :::{dropdown} Answer
+# At step 0, `0 ** -0.5` raises `ZeroDivisionError`; and next to the training loop's own
+# `optimizer.step()`, every batch is applied twice (and under mixed precision the `GradScaler` is
+# bypassed). In PyTorch the schedule is a `LambdaLR` on an optimizer whose lr is 1.0, with n =
+# step + 1 because `LambdaLR` counts from 0; the scheduler sets the rate and never steps the
+# optimizer. Warm-up is what lets a Post-LN model take large steps later: in the lesson the Noam
+# run peaking at 1e-2 ended better than both a constant 1e-2 and a constant 1e-3. Read §6.4
+# 'Learning rate and warm-up'.
+# :::
+#
+# **4.** Where in a training step does `clip_grad_norm_` go, and what should you do with the
+# number it returns?
+#
+# :::{dropdown} Answer
+# After `loss.backward()` and before `optimizer.step()`: before `backward` there are no gradients
+# yet (or last batch's), after `step` it is too late. It rescales all gradients together when
+# their total norm exceeds `max_norm`, keeping their direction, and returns the norm *before*
+# clipping: log it, and a bad batch shows up at once. In the lesson one bad batch without
+# clipping flooded Adam's second-moment estimate and cost the run dozens of steps; clipped, it
+# counted as an ordinary batch. Read §6.5 'Exploding gradients and clipping'.
+# :::
+#
+# **5.** Besides taking the most likely token at each step, what must a correct greedy decoding
+# loop do? The seed builds its start token with `torch.ones(1, 1).fill_(SOS_IDX).long()`: why
+# does the `.long()` matter?
+#
+# :::{dropdown} Answer
+# Put the model in eval mode and turn gradients off; encode the source once and reuse the memory
+# at every step; decode the whole prefix with the causal mask, as in training; stop when every
+# sequence has produced EOS, padding the finished ones. `torch.ones` makes a float tensor, and
+# `nn.Embedding` only takes integer indices: without `.long()` the first decoder call fails. Beam search finds
+# outputs that are at least as likely on average, at a few times the cost; a well-trained model
+# rarely needs it. Read §6.7 'Greedy and beam decoding'.
+# :::
