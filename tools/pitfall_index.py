@@ -14,13 +14,10 @@ from docutils.statemachine import StringList
 from sphinx.util.docutils import SphinxDirective
 
 
-# The checks' shared machinery, not the checks of an exercise.
-INFRASTRUCTURE = {"blocks", "cases", "delegation", "diagnosis"}
-
-
 def assignment_of(module) -> str | None:
-    """The assignment whose exercise runs ``module``'s checks: its ``ASSIGNMENT``, if it names
-    one (the bug hunts, the own-model exercise), else None: the chapter of each section."""
+    """The assignment whose exercise runs ``module``'s checks: its ``ASSIGNMENT`` if it
+    names one (the bug hunts, the own-model exercise), else None (each section's
+    chapter)."""
     return getattr(module, "ASSIGNMENT", None)
 
 
@@ -30,12 +27,15 @@ def check_modules():
 
     modules = [importlib.import_module(f"tformer_grading.checks.{info.name}")
                for info in pkgutil.iter_modules(checks.__path__)
-               if info.name not in INFRASTRUCTURE]
-    return sorted(modules, key=lambda m: assignment_of(m) or m.__name__.rsplit(".", 1)[1])
+               if info.name not in checks.SHARED_MODULES]
+    def short(module):
+        return module.__name__.rsplit(".", 1)[1]
+
+    return sorted(modules, key=lambda m: assignment_of(m) or short(m))
 
 
 def collect_pitfalls():
-    """[(module, Diagnosis)] for every check module, in course order, without duplicates."""
+    """[(module, Diagnosis)] for every check module, in course order, no duplicates."""
     from tformer_grading.checks.diagnosis import Diagnosis
 
     found = []
@@ -68,11 +68,14 @@ class PitfallIndex(SphinxDirective):
         for module, pitfall in collect_pitfalls():
             section = pitfall.section
             assignment = assignment_of(module) or section.chapter
-            lesson, exercise = f"book/{section.chapter}/lesson", f"book/{assignment}/exercise"
+            lesson = f"book/{section.chapter}/lesson"
+            exercise = f"book/{assignment}/exercise"
             where = f"§{section.number} {_cell(section.title)}"
             if lesson in docs:
                 where = f"{{doc}}`§{section.number} {_cell(section.title)} <{lesson.removeprefix(here + '/')}>`"
-            ex = f"{{doc}}`{assignment} <{exercise.removeprefix(here + '/')}>`" if exercise in docs else assignment
+            ex = assignment
+            if exercise in docs:
+                ex = f"{{doc}}`{assignment} <{exercise.removeprefix(here + '/')}>`"
             name = module.__name__.rsplit(".", 1)[1]
             rows.append(f"| {name} | {_cell(pitfall.name)} | {where} | {ex} |")
         if len(rows) == 2:

@@ -27,9 +27,8 @@ POINTER = re.compile(r"(?:Taught|Used) in §(\d+\.\d+) '(.+?)' \(book/(ch\d\d_\w
 
 
 def _check_modules():
-    # Every module of exercise checks (chapters, bug hunts, own model), not the shared machinery.
-    infrastructure = {"blocks", "cases", "delegation", "diagnosis"}
-    names = [m.name for m in pkgutil.iter_modules(checks.__path__) if m.name not in infrastructure]
+    names = [m.name for m in pkgutil.iter_modules(checks.__path__)
+             if m.name not in checks.SHARED_MODULES]
     return [importlib.import_module(f"tformer_grading.checks.{n}") for n in sorted(names)]
 
 

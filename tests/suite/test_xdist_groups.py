@@ -1,8 +1,9 @@
 """Regression: tests that share one expensive setup must run on one xdist worker.
 
-The bug: with pytest 9.2 and pytest-xdist 3.8, ``--dist loadgroup`` silently ignored every
-``xdist_group`` mark. xdist names a group by appending ``@group`` to ``item._nodeid``, and
-pytest 9 no longer reads that attribute, so the groups were split across both workers.
+The bug: with pytest 9.2 and pytest-xdist 3.8, ``--dist loadgroup`` silently ignored
+every ``xdist_group`` mark. xdist names a group by appending ``@group`` to
+``item._nodeid``, and pytest 9 no longer reads that attribute, so the groups were split
+across both workers.
 Each chapter's nbgrader round trip ran twice (once per worker) and the book was built on
 one worker while the other waited on its lock: about nine minutes of a 20-minute suite.
 The cause was found by the doubled setup times in ``--durations``.
@@ -29,7 +30,7 @@ def test_a_grouped_test_carries_its_group_in_its_id(request):
 
 @pytest.fixture(scope="module")
 def worker_log(tmp_path_factory):
-    # One file per test run, shared by the workers (basetemp's parent is common to them).
+    # One file per test run, shared by the workers (their basetemps share a parent).
     return Path(tmp_path_factory.getbasetemp()).parent / "xdist-groups-workers.txt"
 
 

@@ -24,6 +24,9 @@ import types
 import torch
 
 PACKAGES = ("tformer_ref", "tformer_grading")
+# The modules of tformer_grading.checks that are shared machinery, not one exercise's
+# checks (re-exported as tformer_grading.checks.SHARED_MODULES).
+SHARED_CHECK_MODULES = frozenset({"blocks", "cases", "delegation", "diagnosis"})
 _MISSING = object()
 _SEALS: dict[str, "_Seal"] = {}
 # Functions a verdict depends on, captured when this module is imported (before learner code runs).
@@ -187,19 +190,17 @@ def _main_problems() -> list[str]:
     out = []
     for name, seal_ in list(_SEALS.items()):
         short = name.rsplit(".", 1)[-1]
-        # Test cells reach the checks through the names of the exercise modules only (`ch01`,
-        # `bughunt_attention`, `own_model`, ...); the shared machinery's short names
-        # (`blocks`, `cases`) a learner may well use for their own imports.
-        if not name.startswith("tformer_grading.checks.") or short in _SHARED_CHECK_MODULES:
+        # Test cells reach the checks through the names of the exercise modules only
+        # (`ch01`, `bughunt_attention`, `own_model`, ...); the shared machinery's short
+        # names (`blocks`, `cases`) a learner may well use for their own imports.
+        if (not name.startswith("tformer_grading.checks.")
+                or short in SHARED_CHECK_MODULES):
             continue
         for ns in namespaces:
             value = ns.get(short, _MISSING)
             if value is not _MISSING and value is not seal_.module and _looks_like_checks(value):
                 out.append(f"the notebook's '{short}' is not {name}")
     return out
-
-
-_SHARED_CHECK_MODULES = {"blocks", "cases", "delegation", "diagnosis"}
 
 
 def _ours(name: str) -> bool:
