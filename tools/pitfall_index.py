@@ -1,4 +1,6 @@
-"""Sphinx extension: the ``{pitfall-index}`` directive, a table of every diagnosis the checks can name.
+"""Sphinx extension: the ``{pitfall-index}`` directive, a table of every diagnosis the checks can name,
+and the ``{section}`` and ``{check}`` roles of the hand-written pitfall tables (resolved by
+``tools/pitfall_refs.py``: a reference to a section or check that does not exist is an error).
 
 It reads the ``Diagnosis`` objects (``Pitfall`` among them) of every ``tformer_grading.checks.chNN`` module, so a new chapter's
 checks appear in the book's pitfall index without any edit here. Each row gives the diagnosis,
@@ -11,7 +13,9 @@ import pkgutil
 
 from docutils import nodes
 from docutils.statemachine import StringList
-from sphinx.util.docutils import SphinxDirective
+from sphinx.util.docutils import SphinxDirective, SphinxRole
+
+import pitfall_refs
 
 
 def assignment_of(module) -> str | None:
@@ -95,8 +99,48 @@ def _merge(app, env, docnames, other):
     env.tformer_pitfall_docs = getattr(env, "tformer_pitfall_docs", set()) | getattr(other, "tformer_pitfall_docs", set())
 
 
+def _doc_link(target: str, label: str, env) -> nodes.Node:
+    from sphinx.addnodes import pending_xref
+
+    ref = pending_xref("", refdomain="std", reftype="doc", reftarget="/" + target,
+                       refexplicit=True, refwarn=True, refdoc=env.docname)
+    ref += nodes.inline(label, label)
+    return ref
+
+
+class _ReferenceRole(SphinxRole):
+    def run(self):
+        try:
+            return self.nodes(), []
+        except pitfall_refs.UnresolvedReference as error:
+            message = self.inliner.reporter.error(str(error), line=self.lineno)
+            return [self.inliner.problematic(self.rawtext, self.rawtext, message)], [message]
+
+
+class SectionRole(_ReferenceRole):
+    """``{section}`3.5```: a link to the lesson section, with its title."""
+
+    def nodes(self):
+        section = pitfall_refs.resolve_section(self.text)
+        return [_doc_link(section.doc, section.label, self.env)]
+
+
+class CheckRole(_ReferenceRole):
+    """``{check}`check_fn``` or ``{check}`check_fn: diagnosis```: the exercise and check."""
+
+    def nodes(self):
+        check = pitfall_refs.resolve_check(self.text)
+        out = [_doc_link(check.doc, check.exercise_label, self.env), nodes.Text(": "),
+               nodes.literal(check.function, check.function)]
+        if check.diagnosis:
+            out.append(nodes.Text(f" names “{check.diagnosis}”"))
+        return out
+
+
 def setup(app):
     app.add_directive("pitfall-index", PitfallIndex)
+    app.add_role("section", SectionRole())
+    app.add_role("check", CheckRole())
     app.connect("env-get-outdated", _always_outdated)
     app.connect("env-merge-info", _merge)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -63,17 +63,17 @@ device = get_device()
 #
 # | seed's comment | in English |
 # |---|---|
-# | `线性变换生成 Q, K, V` | linear maps producing Q, K, V |
-# | `输出投影` | output projection |
-# | `分割多头` | split into heads |
-# | `线性变换` | linear maps |
-# | `计算 attention scores` | compute the attention scores |
-# | `einsum 解释：b=batch, h=heads, q=query_len, k=key_len, d=head_dim` | einsum legend: b=batch, h=heads, q=query_len, k=key_len, d=head_dim |
-# | `缩放` | scaling |
-# | `应用 mask（可选）` | apply the mask (optional) |
-# | `softmax 得到注意力权重` | softmax gives the attention weights |
-# | `加权求和` | weighted sum |
-# | `拼接多头` | concatenate the heads |
+# | {seed}`004:线性变换生成 Q, K, V` | linear maps producing Q, K, V |
+# | {seed}`004:输出投影` | output projection |
+# | {seed}`004:分割多头` | split into heads |
+# | {seed}`004:线性变换` | linear maps |
+# | {seed}`004:计算 attention scores` | compute the attention scores |
+# | {seed}`004:einsum 解释：b=batch, h=heads, q=query_len, k=key_len, d=head_dim` | einsum legend: b=batch, h=heads, q=query_len, k=key_len, d=head_dim |
+# | {seed}`004:缩放` | scaling |
+# | {seed}`004:应用 mask（可选）` | apply the mask (optional) |
+# | {seed}`004:softmax 得到注意力权重` | softmax gives the attention weights |
+# | {seed}`004:加权求和` | weighted sum |
+# | {seed}`004:拼接多头` | concatenate the heads |
 #
 # Shapes: `values`, `keys` `[N, key_len, embed_size]`, `query` `[N, query_len, embed_size]`, `mask`
 # `None` or a keep-mask (0 or False = masked) that broadcasts against the scores, such as a padding

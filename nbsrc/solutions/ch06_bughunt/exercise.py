@@ -24,7 +24,7 @@
 # loop, and [§3.1 'Padding masks' and §3.2 'The causal
 # mask'](../ch03_masks/lesson.ipynb) for the masks.
 #
-# **How to work.** Run the setup cell, read the seed's code, run the "try it" cell, then
+# **How to work.** Run the setup cell, read the seed's code, run the *try it* cell, then
 # edit the answer cell and run the check cells below it. Do not edit the check cells:
 # they are restored before grading, and some grading cases are hidden.
 #
@@ -45,8 +45,8 @@
 #
 # The setup cell also defines what the seed's loop uses besides the model:
 #
-# - `create_trg_mask`, the seed's own function, verbatim, from its section "4. 掩码（Mask）写错"
-#   ("4. The mask written wrong");
+# - `create_trg_mask`, the seed's own function, verbatim, from its section {seed}`004:4. 掩码（Mask）写错`
+#   ({seedtr}`004:4. The mask written wrong`);
 # - `create_src_mask`: the seed's `Transformer.forward` calls `create_src_mask(src)` but the seed
 #   never defines it, so here is the padding mask of the other seed,
 #   `(x != 0).unsqueeze(1).unsqueeze(2)`, with `PAD_IDX` for 0: `[N, 1, 1, S]`, `True` at real
@@ -89,22 +89,23 @@ def create_src_mask(src):
 # %% [markdown]
 # ## The seed's loop
 #
-# Under the heading "生成文本" ("Generating text"), the seed writes "用训练好的模型生成文本："
-# ("Generate text with the trained model:") and then the code in the answer cell below.
+# Under the heading {seed}`004:生成文本` ({seedtr}`004:Generating text`), the seed writes
+# {seed}`004:用训练好的模型生成文本：` ({seedtr}`004:Generate text with the trained model:`)
+# and then the code in the answer cell below.
 # Its comments, in order:
 #
 # | the seed's comment | in English |
 # |---|---|
-# | `# 编码源序列` | encode the source sequence |
-# | `# 初始化目标序列为 <SOS> token` | initialise the target sequence to the `<SOS>` token |
-# | `# 创建 target mask` | create the target mask |
-# | `# 前向传播` | forward pass |
-# | `# 取最后一个 token 的输出` | take the output at the last token |
-# | `# 拼接到目标序列` | append it to the target sequence |
-# | `# 如果生成了 <EOS> token，停止生成` | if the `<EOS>` token was generated, stop generating |
+# | {seed}`004:# 编码源序列` | encode the source sequence |
+# | {seed}`004:# 初始化目标序列为 <SOS> token` | initialise the target sequence to the `<SOS>` token |
+# | {seed}`004:# 创建 target mask` | create the target mask |
+# | {seed}`004:# 前向传播` | forward pass |
+# | {seed}`004:# 取最后一个 token 的输出` | take the output at the last token |
+# | {seed}`004:# 拼接到目标序列` | append it to the target sequence |
+# | {seed}`004:# 如果生成了 <EOS> token，停止生成` | if the `<EOS>` token was generated, stop generating |
 #
-# and after the code: "生成文本时用贪婪解码，也可以用 beam search 提升质量。" ("Text is generated
-# with greedy decoding; beam search can also be used to improve quality.")
+# and after the code: {seed}`004:生成文本时用贪婪解码，也可以用 beam search 提升质量。`
+# ({seedtr}`004:Text is generated greedily; beam search can also improve quality.`)
 #
 # Where to look: what the loop calls, on which device each tensor it builds lives (the
 # check runs on a CPU too, and follows every tensor your loop makes), and what the model
