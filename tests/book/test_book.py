@@ -155,3 +155,32 @@ def test_figures_have_alt_text_and_captions(built):
             if in_output and not any(t == "figure" for t, _ in enclosing):
                 problems.append(f"{name} is a notebook output without a figure caption")
     assert not problems, "\n".join(problems)
+
+
+@pytest.mark.slow
+def test_pages_name_no_author_and_no_doubled_title(built):
+    """The reader review found "By The course authors" in every footer and the home page's tab
+    title doubled ("Transformers from scratch … — Transformers from scratch …")."""
+    index = (HTML / "book" / "intro.html").read_text(encoding="utf-8")
+    title = html.unescape(re.search(r"<title>(.*?)</title>", index, re.S).group(1)).strip()
+    book_title = "Transformers from scratch, pitfall by pitfall"
+    assert title.count(book_title) == 1, title
+    for page in pages():
+        text = page.read_text(encoding="utf-8")
+        assert not re.search(r">\s*By\s", re.sub(r"<script.*?</script>", "", text, flags=re.S)), page
+
+
+@pytest.mark.slow
+def test_seed_quotations_are_attributed_and_the_seeds_are_in_the_book(built):
+    """Every {seed-quote} block ends with its attribution, linked to the seeds' page."""
+    seeds = (HTML / "book" / "seeds" / "index.html").read_text(encoding="utf-8")
+    assert "关于Transformer 架构的几点记录" in seeds and "从零实现8头自注意力机制" in seeds
+    blocks = 0
+    for page in pages():
+        text = page.read_text(encoding="utf-8")
+        for start in (m.start() for m in re.finditer("seed-quote-block", text)):
+            blocks += 1
+            after = text[start:start + 60000]
+            credit = after.find("seed-attribution")
+            assert credit >= 0 and "seeds/index.html" in after[credit:credit + 600], page
+    assert blocks >= 1
