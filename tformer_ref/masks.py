@@ -209,8 +209,13 @@ def to_additive_mask(keep: torch.Tensor,
     """Keep-mask -> float mask *added* to the scores: 0 where attended, the most
     negative finite value of ``dtype`` where masked. Same shape.
 
-    A finite fill, not -inf: a fully masked row then stays finite (softmax gives a
-    uniform row, not NaN), and it never overflows the way -1e9 does in float16.
+    A finite value, not -inf, and not a literal such as -1e9 (which is -inf in
+    float16). Added to scores of the same ``dtype``, it stays finite in float32 and
+    bfloat16 (a fully masked row then gets a uniform softmax, not NaN). In float16 it
+    does not: a score of -16 or less plus -65504 overflows to -inf, and a fully
+    masked row is NaN again. So add a float16 mask to float32 scores, or, to stay in
+    float16, build the mask from a moderate value such as -1e4 instead. (``masked_fill``
+    with ``torch.finfo(dtype).min`` has no such problem: it replaces the score.)
 
     Taught in §3.4 'Three conventions for one mask' (book/ch03_masks).
 

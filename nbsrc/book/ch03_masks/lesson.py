@@ -11,16 +11,23 @@
 #
 # A mask says which keys a query may look at. Transformers need two: a **padding mask**, so that no
 # query attends to the filler tokens that make sequences of a batch the same length, and a **causal
-# mask**, so that a decoder cannot read the future it is asked to predict. The seed's snippet is
+# mask**, so that a decoder cannot read the future it is asked to predict. Seed 000's padding mask
+# is
 #
-# ```python
-# mask = (x != 0).unsqueeze(1).unsqueeze(2)        # [32, 1, 1, 64]
+# ```{seed-quote} 000
+# :code: python
+# # 创建 padding 掩码 [32,64]
+# mask = (x != 0).unsqueeze(1).unsqueeze(2)  # [32,1,1,64]
+#
+# # 计算注意力时应用
 # scores = scores.masked_fill(mask == 0, -1e9)
 # ```
 #
-# and a causal mask `torch.tril(torch.ones(T, T))`. That is correct, with four caveats this chapter
-# demonstrates: the pad id is hard-coded to 0 (§3.1); PyTorch's own APIs disagree about what `True` means
-# (§3.4); `-1e9` does not exist in float16 (§3.5); and a mask with one axis too few still "works" when
+# (its comments: {seedtr}`000:create the padding mask [32,64]` and
+# {seedtr}`000:apply it when computing attention`), and seed 004 builds its causal mask as
+# {seed}`004:torch.tril(torch.ones((trg_len, trg_len)))`. That is correct, with four caveats this
+# chapter demonstrates: the pad id is hard-coded to 0 (§3.1); PyTorch's own APIs disagree about
+# what `True` means (§3.4); `-1e9` does not exist in float16 (§3.5); and a mask with one axis too few still "works" when
 # the batch size equals the number of heads — with wrong values (§3.1). Then two probes that catch any
 # masking bug by behaviour (§3.6), and an explorer to play with (§3.7).
 #
@@ -108,8 +115,9 @@ except ValueError as exc:
     print("tformer_ref:", str(exc).split(";")[0])
 
 # %% [markdown]
-# Exercise checks therefore always include a case with B == H. The other caveat of the seed's snippet:
-# `x != 0` assumes the pad id is 0. Tokenizers choose their own (often 1, or the last id); pass it in.
+# Exercise checks therefore always include a case with B == H. The other caveat of seed 000's
+# snippet: {seed}`000:(x != 0)` assumes the pad id is 0.
+# Tokenizers choose their own (often 1, or the last id); pass it in.
 
 # %%
 other_tokens = torch.tensor([[0, 3, 1, 1]], device=device)  # pad id 1; 0 is a real token here
@@ -204,7 +212,8 @@ assert not torch.allclose(confused[:, :3], reference[:, :3], atol=1e-3)
 
 # %% [markdown]
 # Query 0 attends to keys 1..3 — the future — and not to itself. The conversion is a `~`, which
-# `to_ignore_mask` / `from_ignore_mask` spell out. For a mask that differs per sequence, `nn.MultiheadAttention`
+# `to_ignore_mask` / `from_ignore_mask` spell out.
+# For a mask that differs per sequence, `nn.MultiheadAttention`
 # takes either `key_padding_mask` `[B, S]` (True = pad) or an `attn_mask` of shape `[B·H, Sq, Sk]`
 # (`to_mha_masks`):
 
@@ -221,13 +230,16 @@ print("keep-mask -> ignore-masks: nn.MultiheadAttention agrees with the referenc
 
 # %% [markdown]
 # The third convention: a **float** mask is *added* to the scores, so it must hold 0 where attended and a
-# very negative number elsewhere (`to_additive_mask`). The seed's `torch.tril(torch.ones(T, T))` is a
-# float 1/0 tensor: passed as it is, it adds 1 to the allowed scores and 0 to the future — it masks
-# nothing.
+# very negative number elsewhere (`to_additive_mask`). Seed 004's causal mask,
+# {seed}`004:torch.tril(torch.ones((trg_len, trg_len)))`, is a float 1/0 tensor, and the seed uses
+# it correctly: {seed}`004:energy.masked_fill(mask == 0, float("-1e20"))` compares it with 0 first,
+# which makes it a bool mask. But if you passed that float tensor as `attn_mask` to SDPA or
+# `nn.MultiheadAttention`, it would be *added*: 1 to the allowed scores and 0 to the future ones,
+# which masks nothing.
 
 # %%
 qs = torch.randn(1, 1, 4, 8, device=device)
-float_tril = torch.tril(torch.ones(4, 4, device=device))
+float_tril = torch.tril(torch.ones(4, 4, device=device))  # seed 004's 1/0 pattern
 leaky = F.scaled_dot_product_attention(qs, qs, qs, attn_mask=float_tril)
 proper = F.scaled_dot_product_attention(qs, qs, qs, attn_mask=to_additive_mask(keep, qs.dtype))
 assert torch.allclose(proper, F.scaled_dot_product_attention(qs, qs, qs, attn_mask=keep), atol=1e-6)
@@ -238,11 +250,12 @@ print("additive mask:\n", to_additive_mask(keep, torch.float16)[0, 0])
 # %% [markdown]
 # ## 3.5 Fill values, half precision and NaN
 #
-# A masked score must become so negative that `exp()` of it is 0. The seeds use `-1e9` (the snippet at
-# the top of this chapter) and `-1e20`: the second seed's `SelfAttention`, whose first three bugs
-# chapter 1 hunted (§1.13), masks with
+# A masked score must become so negative that `exp()` of it is 0. The seeds use `-1e9` (seed 000's
+# snippet at the top of this chapter) and `-1e20`: seed 004's `SelfAttention`, whose first three
+# bugs chapter 1 hunted (§1.13), masks with
 #
-# ```python
+# ```{seed-quote} 004
+# :code: python
 # energy = energy.masked_fill(mask == 0, float("-1e20"))
 # ```
 #
@@ -278,7 +291,7 @@ print("all masked, finite fill: ", row.masked_fill(~nothing, masked_fill_value(r
 assert torch.isnan(row.masked_fill(~nothing, float("-inf")).softmax(-1)).all()
 
 # %% [markdown]
-# So the seed's fourth bug has a one-line fix that needs no literal at all: fill with the most negative
+# So seed 004's fourth bug has a one-line fix that needs no literal at all: fill with the most negative
 # *finite* value of the scores' own dtype (−65504 in float16),
 #
 # ```python
@@ -300,8 +313,33 @@ assert torch.allclose(weights16[1], torch.full((4,), 0.25))   # no key: a unifor
 
 # %% [markdown]
 # A finite fill gives a uniform row instead — finite, but it averages the padding. The reference
-# fills with the dtype's own minimum, `torch.finfo(dtype).min`, which fits every dtype, and then sets the
-# weights of a query with no key to zero. `nn.MultiheadAttention` returns NaN for a fully padded sequence
+# fills with the dtype's own minimum, `torch.finfo(dtype).min`, and then sets the weights of a query
+# with no key to zero. `masked_fill` *replaces* the score, so that value fits every dtype.
+#
+# An **additive** mask is another matter: it is *added* to the scores, and in float16 a score of
+# −16 or less plus −65504 lies past the end of the range. It becomes `-inf`, and a fully masked row is
+# NaN again, exactly what the finite value was meant to avoid:
+
+# %%
+# One query whose three keys are all masked:
+scores16 = torch.tensor([-20.0, -30.0, -40.0], dtype=torch.float16)
+fill16 = torch.finfo(torch.float16).min
+added16 = scores16 + fill16
+print("float16 scores + finfo(float16).min:", added16,
+      "-> softmax", added16.float().softmax(-1))
+added32 = scores16.float() + fill16  # the same mask added to float32 scores
+moderate = scores16 + torch.tensor(-1e4, dtype=torch.float16)  # a moderate fill
+print("added in float32:", added32, "-> softmax", added32.softmax(-1))
+print("-1e4 in float16: ", moderate, "-> softmax", moderate.float().softmax(-1))
+assert torch.isinf(added16).all() and torch.isnan(added16.float().softmax(-1)).all()
+assert torch.isfinite(added32.softmax(-1)).all()
+assert torch.isfinite(moderate.float().softmax(-1)).all()
+
+# %% [markdown]
+# So the rule for additive masks: add them to **float32** scores, or, when the scores must stay in
+# float16, use a moderate value such as −1e4, whose `exp()` is still exactly 0 next to any ordinary
+# score. For `masked_fill` the dtype's own minimum is always safe.
+# `nn.MultiheadAttention` returns NaN for a fully padded sequence
 # (with its default `need_weights=True`); the reference gives it zero attention, so its output is just the
 # output projection's bias — finite, in every precision:
 
@@ -436,10 +474,12 @@ plt.show()
 # * Causal mask: `tril` (query *i* sees keys 0..*i*). `triu` shows it the future; `triu(1)` is the
 #   ignore-form of the causal mask.
 # * Combine keep-masks with `&`; broadcasting gives `[B, 1, S, S]`.
-# * `F.scaled_dot_product_attention`: True = attend. `nn.MultiheadAttention` and `nn.Transformer`: True =
-#   ignore. A float mask is *added*: a 1/0 mask masks nothing.
-# * `-1e9` overflows float16; `-inf` turns a fully masked row into NaN. Fill with `torch.finfo(dtype).min`
-#   and give rows with no key zero weight.
+# * `F.scaled_dot_product_attention`: True = attend. `nn.MultiheadAttention` and
+#   `nn.Transformer`: True = ignore. A float mask is *added*: a 1/0 mask passed as `attn_mask`
+#   masks nothing.
+# * `-1e9` overflows float16; `-inf` turns a fully masked row into NaN. `masked_fill` with
+#   `torch.finfo(dtype).min`, and give rows with no key zero weight. An *additive* mask of that
+#   value overflows when added to float16 scores: add it in float32, or use −1e4 in float16.
 # * Test masking by behaviour: the causality probe and the pad-invariance probe.
 #
 # Next: the exercise ([exercise.ipynb](exercise.ipynb)).
@@ -476,15 +516,18 @@ plt.show()
 #
 # **3.** You pass the course's causal keep-mask unchanged as `attn_mask` to
 # `F.scaled_dot_product_attention` and to `nn.MultiheadAttention`. Which result is right? And
-# what does the seed's float `torch.tril(torch.ones(T, T))` do as a mask?
+# what would seed 004's float causal mask, {seed}`004:torch.tril(torch.ones((trg_len, trg_len)))`,
+# do if you passed it as `attn_mask` to SDPA?
 #
 # :::{dropdown} Answer
 # SDPA reads a bool mask as True = attend, so it is right. `nn.MultiheadAttention` (like
 # `nn.Transformer`) reads True as *ignore*: the same mask masks exactly the opposite, and in the
 # lesson query 0 attended to the future keys and not to itself. Convert with `~`
-# (`to_ignore_mask`). A float mask is *added* to the scores: the seed's 1/0 tensor adds 1 to the
-# allowed scores and 0 to the future ones, so it masks nothing. An additive mask holds 0 where a
-# query may attend and a very negative number elsewhere. Read §3.4 'Three conventions for one
+# (`to_ignore_mask`). A float `attn_mask` is *added* to the scores: the 1/0 tensor would add 1 to
+# the allowed scores and 0 to the future ones, so it would mask nothing. (The seed itself uses it
+# correctly, through `masked_fill(mask == 0, ...)`, which compares it with 0 first.) An additive
+# mask holds 0 where a query may attend and a very negative number elsewhere.
+# Read §3.4 'Three conventions for one
 # mask'.
 # :::
 #
@@ -495,8 +538,11 @@ plt.show()
 # Float16's range ends at ±65504: neither `-1e9` nor `-1e20` exists there. `masked_fill` refuses
 # them; written another way (`torch.where`, an additive mask built in float16) they silently
 # become `-inf`. And `-inf` is harmless only while a row keeps at least one real key: for a
-# query whose keys are all masked, softmax computes 0 / 0 = NaN, and the next layer spreads the NaN to every token. Fill
-# with `torch.finfo(dtype).min`, which fits every dtype, and give a row with no key zero weight.
+# query whose keys are all masked, softmax computes 0 / 0 = NaN, and the next layer spreads the
+# NaN to every token. Fill with `torch.finfo(dtype).min`, which `masked_fill` can write in every
+# dtype because it replaces the score, and give a row with no key zero weight. (Added as an
+# additive mask to float16 scores, that value would overflow to `-inf` too: add in float32, or use
+# −1e4.)
 # Read §3.5 'Fill values, half precision and NaN'.
 # :::
 #

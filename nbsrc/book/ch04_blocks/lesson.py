@@ -13,16 +13,21 @@
 # in three more pieces: a residual connection, a LayerNorm and dropout. This chapter builds the block
 # and checks what the seed write-ups say about it:
 #
-# * the seed's `TransformerBlock` computes `x = self.dropout(self.norm1(attention + query))`: the
-#   residual and the norm are in the paper's places, **dropout is not** (§4.4);
-# * "LayerNorm, not BatchNorm, because the sequence length varies": true, but the stronger reasons are
-#   padding, batches of one and the train/eval switch (§4.3);
-# * "residual connections help gradients flow": true, and we show what goes wrong without them (§4.1);
-# * the Xavier loop `for p in model.parameters(): if p.dim() > 1: xavier_uniform_(p)`: fine for the
-#   Linear layers, but it also re-initialises the embedding tables (§4.6).
+# * seed 004's `TransformerBlock` computes
+#   {seed}`004:x = self.dropout(self.norm1(attention + query))`: the residual and the norm are in
+#   the paper's places, **dropout is not** (§4.4);
+# * seed 004 prefers LayerNorm to BatchNorm because
+#   {seedtr}`004:BatchNorm depends on batch statistics, while the sequence length may vary, which makes the normalisation unstable`:
+#   true, but the stronger reasons are padding, batches of one and the train/eval switch (§4.3);
+# * the residual connection, in seed 004's words,
+#   {seedtr}`004:adds the original input to the output, helping the gradients flow and avoiding vanishing gradients in deep networks`:
+#   true, and we show what goes wrong without it (§4.1);
+# * seed 000's Xavier loop,
+#   {seed}`000:for p in model.parameters(): if p.dim() > 1: nn.init.xavier_uniform_(p)`: fine for
+#   the Linear layers, but it also re-initialises the embedding tables (§4.6).
 #
 # We also compare the paper's Post-LN block with the Pre-LN block almost every model since uses
-# (Xiong et al. 2020), and see what weight tying really shares (§4.7).
+# {cite:p}`xiong2020layer`, and see what weight tying really shares (§4.7).
 #
 # Shape letters: B batch, S sequence length, D = d_model, H heads, F = d_ff.
 
@@ -42,6 +47,7 @@ import matplotlib.pyplot as plt
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from myst_nb import glue
 
 from tformer_ref.attention import MultiHeadAttention
 from tformer_ref.blocks import EncoderBlock, FeedForward
@@ -63,7 +69,8 @@ print("device:", device)
 # once without the residual, and measure how alike the 50 tokens' vectors become (mean cosine
 # similarity between different tokens; 0 = unrelated, 1 = identical). Each attention output is an
 # average of value vectors, and averages of averages converge: without the residual the tokens become
-# indistinguishable within a few layers (the "rank collapse" of pure attention).
+# indistinguishable within a few layers (what {cite:t}`dong2021attention` call the rank collapse of
+# pure attention).
 
 # %%
 torch.manual_seed(0)
@@ -91,19 +98,27 @@ with torch.no_grad():
         print(f"residual={residual!s:5}: similarity after each layer", [round(s, 3) for s in row])
 
 assert similarity[False][-1] > 0.99  # without residuals the tokens have collapsed to one vector
-assert similarity[True][-1] < 0.8  # with them, they are still told apart
+assert similarity[True][-1] < 0.8  # with them, they are still told apart...
+assert similarity[True][-1] > 2 * similarity[True][0]  # ...but they too grow more alike
+glue("ch04_sim_plain_last", similarity[False][-1], display=False)
+glue("ch04_sim_res_first", similarity[True][0], display=False)
+glue("ch04_sim_res_last", similarity[True][-1], display=False)
 
 # %% [markdown]
-# Without residuals the six layers have turned 50 different tokens into one vector: nothing the
-# following layers compute can tell the positions apart any more. With residuals the tokens keep their
-# identity. The same identity path carries the gradient backwards, which is the seed's point about
-# vanishing gradients. (In a full block the feed-forward sublayer slows the collapse further.)
+# Without residuals the six layers have turned 50 different tokens into one vector (similarity
+# {glue:text}`ch04_sim_plain_last:.3f`): nothing the following layers compute can tell the positions
+# apart any more. With residuals the similarity still climbs, from
+# {glue:text}`ch04_sim_res_first:.3f` after the first layer to {glue:text}`ch04_sim_res_last:.2f`
+# after the sixth: residuals *slow* the collapse, they do not stop it. In a full block the
+# feed-forward sublayer slows it further {cite:p}`dong2021attention`. The same identity path
+# carries the gradient backwards, which is seed 004's point about vanishing gradients.
 #
 # ## 4.2 The feed-forward sublayer
 #
 # The second sublayer is a two-layer MLP applied to every position on its own
 # (Vaswani et al. §3.3): $\mathrm{FFN}(x) = \max(0,\ xW_1 + b_1)W_2 + b_2$, with an inner width
-# $F = 4D$ (2048 for D = 512). The seed's `forward_expansion = 4` is that factor.
+# $F = 4D$ (2048 for D = 512). Seed 004's `forward_expansion` is that factor
+# ({seed}`004:nn.Linear(embed_size, forward_expansion * embed_size)`; its classifier passes 4).
 
 # %%
 ff = FeedForward(512, 4 * 512).to(device).eval()
@@ -133,8 +148,11 @@ print(f"feed-forward: {ff_params:,} parameters; attention: {attn_params:,}")
 # * **LayerNorm** normalises each token over its own D features: no other token, no other sequence, and
 #   the same computation in train and eval mode.
 #
-# The seed says BatchNorm is unstable "because the sequence length varies". Here is what that means in
-# practice, in three measurable failures. We use `BatchNorm1d(D)` on [B, D, S] (its layout), against
+# Seed 004 says that LayerNorm {seedtr}`004:normalises within each sample`. More exactly, within each
+# *token*: a sample is a whole sequence, and LayerNorm does not mix its positions either; each
+# token's D features are normalised on their own (the first cell below checks it). And it says
+# BatchNorm is unstable because the sequence length may vary. Here is what that means in practice,
+# in three measurable failures. We use `BatchNorm1d(D)` on [B, D, S] (its layout), against
 # `LayerNorm(D)`.
 
 # %%
@@ -162,6 +180,8 @@ bn_change = (bn_short - bn_long).abs().max().item()
 ln_change = (ln_short - ln_long).abs().max().item()
 print(f"(1) same sentence, different padding: BatchNorm output moves by {bn_change:.3f}, LayerNorm by {ln_change:.1e}")
 assert bn_change > 0.1 and ln_change < 1e-6
+# LayerNorm works per token: the first token alone is normalised exactly as inside its sentence.
+assert torch.allclose(layer_norm(sentence[:, :1]), layer_norm(sentence)[:, :1])
 
 # %% [markdown]
 # **(1) Padding pollutes the batch statistics.** The pad vectors enter BatchNorm's mean and variance, so
@@ -178,12 +198,21 @@ print("(2) batch of one token, train mode:", raised)
 assert raised is not None and "more than 1 value per channel" in raised
 with torch.no_grad():
     one = layer_norm(torch.randn(1, 1, D, device=device))
-print("    LayerNorm on the same input: fine, shape", tuple(one.shape))
+print("    LayerNorm on a batch of one token: fine, shape", tuple(one.shape))
+batch_norm.eval()  # generation runs in eval mode: running statistics, no batch needed
+with torch.no_grad():
+    one_bn = batch_norm(torch.randn(1, D, 1, device=device))
+batch_norm.train()  # back to train mode for (3)
+print("    BatchNorm in eval mode on a batch of one token: fine, shape",
+      tuple(one_bn.shape))
 
 # %% [markdown]
-# **(2) Batch size 1.** Generating text, a decoder sees one sequence growing one token at a time: there
-# is no batch to take statistics over. BatchNorm refuses outright in train mode, and with few values
-# its statistics are noise. LayerNorm needs nothing but the token itself.
+# **(2) Batch size 1 in training.** With one value per feature there are no statistics to take:
+# BatchNorm refuses outright in train mode, and with a few values (a small batch of short sequences)
+# its statistics are noise. Generating text, a decoder does see one sequence growing one token at a
+# time, but generation runs in eval mode, where BatchNorm uses its running statistics and accepts a
+# batch of one, as the cell shows. The problem at generation time is (3) below. LayerNorm needs
+# nothing but the token itself, in either mode.
 
 # %%
 with torch.no_grad():
@@ -204,8 +233,10 @@ assert bn_gap > 0.1 and ln_gap == 0.0
 
 # %% [markdown]
 # **(3) Train/eval mismatch.** In eval mode BatchNorm uses the running averages of the training batches,
-# which need not match the data it now sees (the seed's "good in training, unstable at inference"
-# is this). LayerNorm computes the same thing in both modes.
+# which need not match the data it now sees. Seed 004's experience,
+# {seedtr}`004:in training it worked all right, but at inference the results were unstable`, is most
+# likely this.
+# LayerNorm computes the same thing in both modes.
 #
 # ## 4.4 Where dropout goes
 #
@@ -214,7 +245,7 @@ assert bn_gap > 0.1 and ln_gap == 0.0
 #
 # $$x \leftarrow \mathrm{LayerNorm}\big(x + \mathrm{Dropout}(\mathrm{Sublayer}(x))\big).$$
 #
-# The seed's block writes `x = self.dropout(self.norm1(attention + query))`: dropout *after* the norm.
+# Seed 004's block writes {seed}`004:x = self.dropout(self.norm1(attention + query))`: dropout *after* the norm.
 # That drops features of the whole residual stream, the input included, and the next block receives a
 # vector with holes in it. One way to see where dropout sits, whatever the code looks like: set
 # `p = 1` in train mode. Every dropped path is then exactly zero. In the paper's block both sublayers
@@ -243,7 +274,8 @@ print("p = 1: the paper's block returns norm2(norm1(x)); the seed's block return
 
 # %% [markdown]
 # With the usual `p = 0.1` the difference is a matter of degree, and just as visible: the seed's block
-# outputs exact zeros in about 10 % of the features of every token, the paper's block none.
+# outputs exact zeros in {glue:text}`ch04_zeros_seed:.1%` of the output features (dropout with
+# p = 0.1 zeroes a tenth of them), the paper's block in {glue:text}`ch04_zeros_paper:.1%`.
 
 # %%
 for block in (paper, seed_block):
@@ -254,10 +286,47 @@ with torch.no_grad():
     zeros_seed = (seed_block(x) == 0).float().mean().item()
 print(f"share of exact zeros in the output: paper {zeros_paper:.1%}, seed {zeros_seed:.1%}")
 assert zeros_paper == 0.0 and 0.05 < zeros_seed < 0.15
+glue("ch04_zeros_seed", zeros_seed, display=False)
+glue("ch04_zeros_paper", zeros_paper, display=False)
 
 # %% [markdown]
 # In eval mode dropout is the identity, so the two blocks agree there: a bug that no inference test
 # can see. (The exercise's checks use the `p = 1` probe for that reason.)
+#
+# One dropout that eval mode does **not** switch off: the `dropout_p` argument of
+# `F.scaled_dot_product_attention`. SDPA is a function, not a module, so it does not know the
+# module's mode; its documentation's reference implementation applies
+# `torch.dropout(attn_weight, dropout_p, train=True)` whatever the mode {cite:p}`pytorchdocs`. An
+# attention module that passes `dropout_p=self.p` keeps dropping attention weights in eval mode:
+
+# %%
+class SdpaAttention(nn.Module):
+    """Single-head self-attention through SDPA, with attention dropout p."""
+
+    def __init__(self, p, guard):
+        super().__init__()
+        self.p, self.guard = p, guard
+
+    def forward(self, x):
+        p = (self.p if self.training else 0.0) if self.guard else self.p
+        return F.scaled_dot_product_attention(x, x, x, dropout_p=p)
+
+
+torch.manual_seed(0)
+x = torch.randn(2, 1, 6, 16, device=device)  # [B, H, S, Dh]
+naive = SdpaAttention(0.1, guard=False).eval()
+guarded = SdpaAttention(0.1, guard=True).eval()
+with torch.no_grad():
+    naive_gap = (naive(x) - naive(x)).abs().max().item()  # two eval-mode calls
+    guarded_gap = (guarded(x) - guarded(x)).abs().max().item()
+print(f"eval mode, two calls, one input: dropout_p=self.p differs by {naive_gap:.3f}; "
+      f"dropout_p=self.p if self.training else 0.0 by {guarded_gap:.1e}")
+assert naive_gap > 1e-3 and guarded_gap == 0.0
+
+# %% [markdown]
+# The fix is one expression: `dropout_p=self.p if self.training else 0.0`, as
+# `tformer_ref.attention` does. The checks of exercises 1 and 4 catch the bug by behaviour: in eval
+# mode, two calls on the same input must give the same output.
 #
 # ## 4.5 Post-LN and Pre-LN
 #
@@ -280,13 +349,13 @@ assert zeros_paper == 0.0 and 0.05 < zeros_seed < 0.15
 # An encoder block and a decoder block, Post-LN as in the paper (left) and Pre-LN (right); the sublayers are highlighted, and the residual connections run beside them. A Pre-LN stack needs the final LayerNorm (dashed), because its residual stream is never normalised otherwise.
 # ```
 #
-# Xiong et al. (2020) showed why Post-LN needs a learning-rate warm-up: at initialisation, the gradient
+# {cite:t}`xiong2020layer` showed why Post-LN needs a learning-rate warm-up: at initialisation, the gradient
 # of the parameters *near the output* is large, and it shrinks layer by layer towards the input; in
 # Pre-LN the gradient norm is about the same in every layer. We can measure that: a 6-layer
 # encoder–decoder at initialisation, one batch of random tokens, and the norm of the gradient of each
 # decoder layer's feed-forward weight $W_2$ (their Figure 3 plots such per-layer gradient norms).
 
-# %% mystnb={"figure": {"caption": "Gradient norm of each decoder layer's feed-forward weight at initialisation: Post-LN grows towards the output, Pre-LN stays level (the qualitative result of Xiong et al. 2020).", "name": "fig-ch04-postln-preln"}, "image": {"alt": "Line plot over six decoder layers: the Post-LN curve rises several-fold from layer 1 to layer 6, the Pre-LN curve stays nearly flat."}}
+# %% mystnb={"figure": {"caption": "Gradient norm of each decoder layer's feed-forward weight at initialisation: Post-LN grows several-fold towards the output, Pre-LN stays within a small factor (the qualitative result of Xiong et al. 2020).", "name": "fig-ch04-postln-preln"}, "image": {"alt": "Line plot over six decoder layers: the Post-LN curve rises several-fold from layer 1 to layer 6, the Pre-LN curve changes far less, drifting gently."}}
 def ffn_grad_norms(norm_first, seed=0):
     torch.manual_seed(seed)
     model = Transformer(100, 100, d_model=64, n_heads=4, n_layers=6, d_ff=256, dropout=0.0,
@@ -313,14 +382,20 @@ print("Post-LN:", [f"{g:.3f}" for g in post])
 print("Pre-LN: ", [f"{g:.3f}" for g in pre])
 assert post[-1] / post[0] > 5  # Post-LN: grows several-fold towards the output
 assert 0.4 < pre[-1] / pre[0] < 1.5 and max(pre) / min(pre) < 2.5  # Pre-LN: within a small factor
+glue("ch04_post_growth", post[-1] / post[0], display=False)
+glue("ch04_pre_spread", max(pre) / min(pre), display=False)
+glue("ch04_pre_drift", "downwards" if pre[-1] < pre[0] else "upwards", display=False)
 
 # %% [markdown]
-# The qualitative result of Xiong et al. is reproduced: Post-LN's gradients grow about tenfold from
-# the bottom layer to the top one; Pre-LN's stay within a factor of two of each other (here drifting
-# slightly downwards). With a large learning rate from step one, the
-# top of a Post-LN model takes steps that are too big, which is why the paper needs warm-up (§5.3 of
-# the paper; chapter 6). Pre-LN trains without warm-up, although Liu et al. (2020) find that a
-# well-tuned Post-LN model can end slightly better: this is a trade-off, not a verdict.
+# The qualitative result of Xiong et al. is reproduced: Post-LN's gradients grow by a factor of
+# {glue:text}`ch04_post_growth:.1f` from the bottom layer to the top one; Pre-LN's largest and
+# smallest differ by a factor of {glue:text}`ch04_pre_spread:.2f` (here drifting slightly
+# {glue:text}`ch04_pre_drift:s`). With a large learning rate from step one, the top of a Post-LN
+# model takes steps that are too big, which is why the paper needs warm-up (§5.3 of the paper;
+# chapter 6). {cite:t}`xiong2020layer` report that Pre-LN trains without warm-up (this chapter
+# only measures the gradients; chapter 6 compares the two in training), although
+# {cite:t}`liu2020understanding` find that a well-tuned Post-LN model can end slightly better:
+# this is a trade-off, not a verdict.
 #
 # The course keeps the paper's Post-LN as the default, and `final_norm=None` means "a final LayerNorm
 # after the stack exactly when Pre-LN needs it". PyTorch's `nn.Transformer` always adds one, for both
@@ -328,28 +403,38 @@ assert 0.4 < pre[-1] / pre[0] < 1.5 and max(pre) / min(pre) < 2.5  # Pre-LN: wit
 #
 # ## 4.6 Xavier initialisation
 #
-# The seed initialises with
-# ```python
+# Seed 000 initialises with
+#
+# ```{seed-quote} 000
+# :code: python
 # for p in model.parameters():
 #     if p.dim() > 1:
 #         nn.init.xavier_uniform_(p)
 # ```
+#
 # Xavier (Glorot) uniform draws a weight of shape [fan_out, fan_in] from
 # $U(-a, a)$ with $a = \sqrt{6/(\text{fan\_in} + \text{fan\_out})}$, so that the variance of the
 # activations (forward) and of the gradients (backward) stays about the same from layer to layer.
-# For the Linear layers that is what we want; PyTorch's default for `nn.Linear` is smaller
-# (a uniform bound of $1/\sqrt{\text{fan\_in}}$).
+# For the Linear layers that is what we want. PyTorch's default for `nn.Linear` is a uniform bound
+# of $1/\sqrt{\text{fan\_in}}$, which is smaller than Xavier's only when fan_out < 5·fan_in: for the
+# feed-forward's `Linear(512, 2048)` the default bound is {glue:text}`ch04_default_ff:.4f` against
+# Xavier's {glue:text}`ch04_xavier_ff:.4f`, but for an output projection `Linear(512, 10000)` Xavier's
+# {glue:text}`ch04_xavier_out:.4f` is the smaller of the two (the default stays
+# {glue:text}`ch04_default_ff:.4f`, as it depends on fan_in alone).
 #
 # But `p.dim() > 1` is also true of the embedding tables [V, D]. Xavier gives them a spread that depends
 # on the vocabulary size, which has nothing to do with how embeddings are used: with V = 10 000 and
-# D = 512 the entries get a standard deviation of about 0.014, so even after the paper's √D scale
-# (chapter 5) a token's embedding is less than half the size of the positional encoding added to it. The course's `xavier_init_` uses Xavier for Linear weights, zero biases, and $N(0, 1/D)$ for
-# embeddings, so that `embedding · √D` has unit-size entries.
+# D = 512 the entries get a standard deviation of {glue:text}`ch04_xavier_embed_std:.4f`, so even
+# after the paper's √D scale (chapter 5) a token's entries have a spread of
+# {glue:text}`ch04_seed_scale:.2f`, against {glue:text}`ch04_pe_scale:.2f` for the positional
+# encoding added to them. The course's `xavier_init_` uses Xavier for Linear weights, zero biases,
+# and $N(0, 1/D)$ for embeddings, so that `embedding · √D` has unit-size entries.
 
 # %%
 V, D = 10_000, 512
 table = torch.empty(V, D)
 nn.init.xavier_uniform_(table)
+embed_std = table.std().item()
 seed_scale = (table * math.sqrt(D)).std().item()
 ours = nn.Embedding(V, D)
 xavier_init_(ours)
@@ -358,13 +443,34 @@ pe_scale = math.sqrt(0.5)  # std of sin/cos values over many positions
 print(f"entries of embedding·√D: seed's loop {seed_scale:.2f}, course's init {our_scale:.2f}; "
       f"positional encoding {pe_scale:.2f}")
 assert seed_scale < 0.4 and abs(our_scale - 1.0) < 0.05
+glue("ch04_xavier_embed_std", embed_std, display=False)
+glue("ch04_seed_scale", seed_scale, display=False)
+glue("ch04_pe_scale", pe_scale, display=False)
 
-linear = nn.Linear(512, 2048)
-bound = math.sqrt(6 / (512 + 2048))
-default_max = linear.weight.abs().max().item()
-xavier_init_(linear)
-print(f"Linear(512, 2048): default init max |w| = {default_max:.4f}, Xavier bound = {bound:.4f}")
-assert linear.weight.abs().max().item() <= bound
+
+def default_bound(fan_in):
+    """nn.Linear's default, kaiming_uniform_(a=√5): U(-1/√fan_in, 1/√fan_in)."""
+    return 1 / math.sqrt(fan_in)
+
+
+def xavier_bound(fan_in, fan_out):
+    return math.sqrt(6 / (fan_in + fan_out))
+
+
+for fan_out in (2048, 10_000):
+    linear = nn.Linear(512, fan_out)
+    default_max = linear.weight.abs().max().item()  # the largest weight PyTorch drew
+    xavier_init_(linear)
+    print(f"Linear(512, {fan_out}): default bound {default_bound(512):.4f} "
+          f"(largest weight drawn {default_max:.4f}), "
+          f"Xavier bound {xavier_bound(512, fan_out):.4f}")
+    assert default_max <= default_bound(512)
+    assert linear.weight.abs().max().item() <= xavier_bound(512, fan_out)
+assert default_bound(512) < xavier_bound(512, 2048)  # fan_out < 5·fan_in: default smaller
+assert xavier_bound(512, 10_000) < default_bound(512)  # fan_out > 5·fan_in: Xavier is
+glue("ch04_default_ff", default_bound(512), display=False)
+glue("ch04_xavier_ff", xavier_bound(512, 2048), display=False)
+glue("ch04_xavier_out", xavier_bound(512, 10_000), display=False)
 
 # %% [markdown]
 # ## 4.7 Weight tying
@@ -396,23 +502,53 @@ print("tied: still one matrix after a step; copied: two different matrices")
 
 # %% [markdown]
 # `parameters()` yields a shared Parameter once, so the optimizer updates it once, with the sum of the
-# gradients from both uses. Tie *after* initialising (as `tformer_ref.model.Transformer` does): an
-# initialisation loop that runs afterwards re-initialises the shared matrix as whichever module it
-# visits last, and the seed's Xavier loop would give it the embedding scale problem of §4.6.
+# gradients from both uses.
+#
+# Tie *after* initialising, as `tformer_ref.model.Transformer` does. An initialisation loop that runs
+# after the tie meets the shared matrix twice, once as the embedding and once as the output
+# Linear, and whichever it visits last wins. Run the course's own `xavier_init_` on the tied model
+# again: it visits `generator` after `tgt_embed`, so the embedding ends with the Linear's Xavier
+# scale, the problem of §4.6 (seed 000's loop gives it that scale too, tied or not):
+
+# %%
+def embed_spread(m):
+    """Spread of the target embedding's entries after the √D scale (chapter 5)."""
+    return (m.tgt_embed.weight * math.sqrt(m.d_model)).std().item()
+
+
+torch.manual_seed(0)
+tied_model = Transformer(1000, 1000, d_model=64, n_heads=4, n_layers=1, d_ff=128,
+                         tie_embeddings=True)
+before = embed_spread(tied_model)  # initialised, then tied
+xavier_init_(tied_model)  # initialised again, after the tie
+after = embed_spread(tied_model)
+print(f"spread of embedding·√D entries: tied after init {before:.2f}; "
+      f"init run again after the tie {after:.2f}")
+assert tied_model.generator.weight is tied_model.tgt_embed.weight
+assert abs(before - 1.0) < 0.05 and after < 0.5
+glue("ch04_tie_before", before, display=False)
+glue("ch04_tie_after", after, display=False)
+
+# %% [markdown]
+# The embedding's entries went from {glue:text}`ch04_tie_before:.2f` to
+# {glue:text}`ch04_tie_after:.2f`: the loop's embedding rule ran, and then the output Linear's rule
+# overwrote it on the same matrix. Initialise first, then tie.
 #
 # ## 4.8 Recap
 #
 # * A block is two sublayers (self-attention, feed-forward), each wrapped in a **residual**
 #   connection, a **LayerNorm** and **dropout**. Without residuals, stacked attention collapses all
-#   tokens to one vector within a few layers.
+#   tokens to one vector within a few layers; residuals slow that collapse.
 # * The feed-forward is a per-position MLP with $F = 4D$; it holds two thirds of a block's parameters.
-# * **LayerNorm**, not BatchNorm: BatchNorm's statistics are polluted by padding, undefined for a batch
-#   of one, and different between train and eval mode.
+# * **LayerNorm** (per token), not BatchNorm: BatchNorm's statistics are polluted by padding,
+#   undefined for a batch of one in training, and different between train and eval mode.
 # * **Dropout** goes on each sublayer's output *before* the residual add,
 #   $\mathrm{LN}(x + \mathrm{Drop}(F(x)))$; the seed's $\mathrm{Drop}(\mathrm{LN}(x + F(x)))$ drops the
 #   residual stream itself, invisibly in eval mode.
 # * **Post-LN vs Pre-LN**: at initialisation Post-LN's gradients grow towards the output layers (hence
 #   warm-up); Pre-LN's stay within a small factor, and Pre-LN needs a final LayerNorm.
+# * **SDPA's `dropout_p`** drops attention weights whatever the module's mode: pass
+#   `dropout_p=self.p if self.training else 0.0`.
 # * **Xavier** for the Linear layers; not for embeddings (the seed's loop hits those too).
 # * **Weight tying** shares one Parameter object, after initialisation; a copy is not a tie.
 #
@@ -429,24 +565,27 @@ print("tied: still one matrix after a step; copied: two different matrices")
 # :::{dropdown} Answer
 # They collapse into one vector: in the lesson the mean cosine similarity between different
 # tokens climbed to nearly 1 within a few layers, while with residuals the tokens stayed
-# distinct. Each attention output is an average of value vectors, and averages of averages
+# distinct, although they too grew more alike layer by layer (residuals slow the collapse).
+# Each attention output is an average of value vectors, and averages of averages
 # converge. The residual `x + Sublayer(x)` keeps every token's own input on a direct path through
 # the block, and the same path carries the gradient back. Read §4.1 'Residual connections'.
 # :::
 #
-# **2.** The seed says BatchNorm is unstable in a Transformer "because the sequence length
-# varies". Name three concrete ways in which BatchNorm fails and LayerNorm does not.
+# **2.** Seed 004 says BatchNorm is unstable in a Transformer because the sequence length may
+# vary. Name three concrete ways in which BatchNorm fails and LayerNorm does not.
 #
 # :::{dropdown} Answer
 # (1) Padding pollutes its batch statistics: the same sentence is normalised differently
 # depending on how much padding its neighbours forced on the batch, and the attention mask never
-# reaches the norm. (2) A batch of one token, as in generation: BatchNorm refuses it in train
-# mode, and few values make noisy statistics. (3) Train and eval mode compute different things:
-# eval mode uses the running averages of the training batches. LayerNorm normalises each token
+# reaches the norm. (2) A batch of one token in training: BatchNorm refuses it in train mode,
+# and few values make noisy statistics. (Generation runs in eval mode, where a batch of one is
+# accepted.) (3) Train and eval mode compute different things: eval mode uses the running
+# averages of the training batches, which is what goes wrong at generation time.
+# LayerNorm normalises each token
 # over its own D features, the same way in both modes. Read §4.3 'LayerNorm, not BatchNorm'.
 # :::
 #
-# **3.** The seed's block computes `x = self.dropout(self.norm1(attention + query))`. What is
+# **3.** Seed 004's block computes {seed}`004:x = self.dropout(self.norm1(attention + query))`. What is
 # wrong, why does no inference test notice, and which probe does?
 #
 # :::{dropdown} Answer
@@ -465,7 +604,7 @@ print("tied: still one matrix after a step; copied: two different matrices")
 # Post-LN, the paper's: the lesson measured the feed-forward weights' gradient norms growing
 # several-fold from the bottom decoder layer to the top one, while Pre-LN's stayed within a small
 # factor of each other, the qualitative result of {cite:t}`xiong2020layer`. Post-LN therefore
-# needs a learning-rate warm-up (§6.4 'Learning rate and warm-up'). Pre-LN trains without one but
+# needs a learning-rate warm-up (chapter 6). Pre-LN trains without one, Xiong et al. report, but
 # needs a final LayerNorm after the stack, since otherwise its residual stream is never
 # normalised. {cite:t}`liu2020understanding` find that a well-tuned Post-LN model can end
 # slightly better: a trade-off, not a verdict. Read §4.5 'Post-LN and Pre-LN'.
@@ -480,7 +619,7 @@ print("tied: still one matrix after a step; copied: two different matrices")
 # one Parameter object used in both places (`model.generator.weight is model.tgt_embed.weight`):
 # `parameters()` yields it once, the optimizer updates it once with the sum of both gradients,
 # and it saves V·D parameters. Tie *after* initialising: a loop that runs afterwards
-# re-initialises the shared matrix as whichever module it visits last, and the seed's `p.dim() >
-# 1` Xavier loop would give the shared matrix the embedding scale problem of §4.6 'Xavier
-# initialisation'. Read §4.7 'Weight tying'.
+# re-initialises the shared matrix as whichever module it visits last; in the lesson, running
+# `xavier_init_` again after the tie gave the embedding the output Linear's Xavier scale, the
+# problem of §4.6 'Xavier initialisation'. Read §4.7 'Weight tying'.
 # :::

@@ -13,13 +13,15 @@
 # decoder joined by cross-attention, and builds the seed's model: 8 heads, 2 layers, d_model = 512.
 # Along the way we check the seeds' claims:
 #
-# * "the sinusoidal encoding gives every position a unique code **and extrapolates to sequences longer
-#   than those seen in training**": the first half is right; the second is what the paper calls a hope
-#   ("may allow the model to extrapolate"), and it mostly fails in practice (§5.4);
-# * the seed's `Encoder` uses a learned `nn.Embedding(max_length, embed_size)` for positions: fine,
-#   until a sequence is longer than `max_length` (§5.3);
-# * the seed adds `word_embedding(x) + position_embedding(positions)` without the paper's √d_model
-#   scale (§5.5).
+# * seed 004 on the sinusoidal encoding:
+#   {seedtr}`004:every position gets a unique code, and it can extrapolate to sequences longer than those seen in training`.
+#   The first half is right; the second is only a hope in the paper (§3.5), and a trained model
+#   does not get it for free {cite:p}`press2022train` (§5.4);
+# * seed 004's `Encoder` uses a learned table for positions,
+#   {seed}`004:self.position_embedding = nn.Embedding(max_length, embed_size)`: fine, until a
+#   sequence is longer than `max_length` (§5.3);
+# * it adds {seed}`004:self.word_embedding(x) + self.position_embedding(positions)` without the
+#   paper's √d_model scale (§5.5).
 #
 # Shape letters: B batch, S sequence length (Ss source, St target), D = d_model, H heads, V vocabulary.
 
@@ -38,6 +40,7 @@ import math
 import matplotlib.pyplot as plt
 import torch
 import torch.nn as nn
+from myst_nb import glue
 
 from tformer_ref.device import get_device, seed_everything
 from tformer_ref.masks import causal_mask, padding_mask
@@ -80,11 +83,13 @@ print("encoder(permuted x) == permuted encoder(x): order is invisible without po
 #
 # Each pair of columns $(2i, 2i+1)$ is a point turning on a circle as the position grows, at angular
 # frequency $\omega_i = 10000^{-2i/D}$: the first pair turns by one radian per position (wavelength
-# $2\pi$), the last ones so slowly that their wavelength is about $2\pi \cdot 10000$ positions. Read
+# $2\pi$), the last one so slowly that its wavelength is $2\pi \cdot 10000^{(D-2)/D}$, which is
+# {glue:text}`ch05_longest_wavelength:,.0f` positions for D = 64 (it approaches
+# $2\pi \cdot 10000$ only as D grows). Read
 # across a row, the fast pairs tell nearby positions apart and the slow pairs say roughly *where* in
 # a long sequence we are, like the hands of a clock.
 
-# %% mystnb={"figure": {"caption": "The sinusoidal positional encoding for 100 positions and D = 64: low dimensions oscillate fast, high dimensions slowly.", "name": "fig-ch05-sinusoidal"}, "image": {"alt": "Heat map with positions on the horizontal axis and dimensions on the vertical axis: fast stripes at the bottom, slowly varying bands at the top."}}
+# %% mystnb={"figure": {"caption": "The sinusoidal positional encoding for 100 positions and D = 64: the low dimensions (top rows) oscillate fast, the high dimensions (bottom rows) slowly.", "name": "fig-ch05-sinusoidal"}, "image": {"alt": "Heat map with positions on the horizontal axis and dimensions on the vertical axis, dimension 0 at the top: fast stripes in the top rows, slowly varying bands towards the bottom."}}
 pe = sinusoidal_encoding(100, 64)  # [100, 64]
 fig, ax = plt.subplots(figsize=(7, 3.5))
 im = ax.imshow(pe.T, aspect="auto", cmap="RdBu", vmin=-1, vmax=1)
@@ -96,11 +101,15 @@ plt.show()
 
 wavelengths = 2 * math.pi * 10000 ** (torch.arange(0, 64, 2) / 64)
 print(f"wavelengths of the 32 pairs: from {wavelengths[0]:.2f} to {wavelengths[-1]:,.0f} positions")
+assert math.isclose(wavelengths[-1].item(), 2 * math.pi * 10000 ** (62 / 64),
+                    rel_tol=1e-5)
+glue("ch05_longest_wavelength", wavelengths[-1].item(), display=False)
 assert torch.allclose(pe[0, 0::2], torch.zeros(32)) and torch.allclose(pe[0, 1::2], torch.ones(32))
 
 # %% [markdown]
-# Row 0 is `[0, 1, 0, 1, ...]` (sin 0, cos 0). The top rows of the heatmap (fast pairs) alternate
-# quickly; the bottom ones are almost constant over 100 positions.
+# Row 0 of the table, position 0 (the left edge of the heat map), is `[0, 1, 0, 1, ...]` (sin 0,
+# cos 0). The top rows of the heat map (dimension 0 and the other fast pairs) alternate quickly; the
+# bottom ones are almost constant over 100 positions.
 #
 # Because a sine and its cosine share a frequency, moving $k$ positions is the *same rotation* for every
 # starting position: $PE_{pos+k} = PE_{pos}\,R_k$ with a block-diagonal rotation $R_k$ that does not
@@ -137,9 +146,13 @@ print("parameters:", len(list(module.parameters())), "| buffers:", [n for n, _ i
 # %% [markdown]
 # ## 5.3 Learned positions and max_length
 #
-# The seed's encoder learns its positions instead: `nn.Embedding(max_length, embed_size)`, one
-# trained vector per position, as BERT and GPT-2 do. That table has `max_length` rows and nothing
-# after them, so a longer sequence fails. With a bare `nn.Embedding` the error is an obscure
+# Seed 004's encoder learns its positions instead,
+# {seed}`004:self.position_embedding = nn.Embedding(max_length, embed_size)`: one trained vector per
+# position, as BERT and GPT-2 do. Oddly, the same write-up also defines a sinusoidal
+# `PositionalEncoding` class (the one whose extrapolation it praises), but its `Encoder` never uses
+# it: the model it builds has the learned table, and the learned table's limit. That table has
+# `max_length` rows and nothing after them, so a longer sequence fails.
+# With a bare `nn.Embedding` the error is an obscure
 # `IndexError` (on a GPU, a device-side assert that can take the whole process down):
 
 # %%
@@ -168,21 +181,25 @@ assert "past max_len=8" in message
 #
 # ## 5.4 What "extrapolates" means
 #
-# The seed: sinusoids "can extrapolate to sequences longer than in training". Two different things hide
-# in that sentence:
+# Seed 004 says the sinusoids
+# {seedtr}`004:can extrapolate to sequences longer than those seen in training`. Two different
+# things hide in that sentence:
 #
 # 1. **The formula has a value at every position.** True: `SinusoidalPositionalEncoding` computes rows
 #    past its precomputed `max_len` on the fly, and nothing crashes.
 # 2. **A model trained on short sequences works on longer ones.** That is an empirical claim about the
 #    trained model, and mostly false. The paper only says the sinusoids "may allow" it (§3.5), and
-#    found learned and sinusoidal positions "nearly identical" on its task. Press et al. (2022)
-#    measured it: a sinusoidal language model's perplexity degrades quickly once the input is longer
-#    than the training length (their ALiBi was designed to fix this).
+#    found learned and sinusoidal positions "nearly identical" on its task.
+#    {cite:t}`press2022train` measured it: a sinusoidal language model's perplexity degrades
+#    quickly once the input is longer than the training length (their ALiBi was designed to fix
+#    this).
 #
-# Why would it fail? Past the training length the encodings are not just new positions, they are
-# *new kinds of vectors*: the slow pairs reach angles never seen in training. Count, for positions
-# 64..255 of a model trained on lengths up to 64, the dimensions whose values go more than 0.1 outside
-# the range that dimension took during training:
+# This chapter does not train a model on short sequences and test it on long ones; that
+# degradation is Press et al.'s measurement, cited, not shown. What we can show is a reason to
+# expect it, a proxy: past the training length the encodings are not just new positions, they are
+# *new kinds of vectors*, with angles some pairs never reached in training. Count, for positions
+# 64..255 of a model trained on lengths up to 64, the dimensions whose values go more than 0.1
+# outside the range that dimension took during training:
 
 # %%
 train_len, d_model = 64, 64
@@ -194,37 +211,94 @@ outside = (unseen < seen.min(0).values - 0.1) | (unseen > seen.max(0).values + 0
 dims_outside = outside.any(0).nonzero().flatten().tolist()
 print(f"{len(dims_outside)} of {d_model} dimensions leave their training range: dims {dims_outside}")
 assert table.shape == (256, 64) and len(dims_outside) >= 16 and min(dims_outside) >= 16
+assert max(dims_outside) < d_model - 4  # the slowest pairs stay in range too
+# The wavelength of each pair:
+period = 2 * math.pi * 10000 ** (torch.arange(0, d_model, 2) / d_model)
+glue("ch05_outside_count", len(dims_outside), display=False)
+glue("ch05_outside_first", min(dims_outside), display=False)
+glue("ch05_outside_last", max(dims_outside), display=False)
+glue("ch05_inside_slow", max(dims_outside) + 1, display=False)
+glue("ch05_outside_first_wl", period[min(dims_outside) // 2].item(), display=False)
+glue("ch05_outside_last_wl", period[max(dims_outside) // 2].item(), display=False)
 
 # %% [markdown]
-# The fast pairs have gone round their circle many times during training, so nothing is new there.
-# The slow ones have not: at a new length they move into a region of input space the trained weights
-# were never fitted to, and nothing guarantees sensible outputs. So: sinusoids *compute* everywhere,
-# learned tables do not; neither makes a trained model *work* beyond its training length. (Rotary
-# embeddings and ALiBi are the usual remedies; they are beyond this course.)
+# The dimensions that leave their range are neither the fastest nor the slowest: dims
+# {glue:text}`ch05_outside_first:d` to {glue:text}`ch05_outside_last:d`
+# ({glue:text}`ch05_outside_count:d` of them, listed above), pairs whose wavelengths run from
+# {glue:text}`ch05_outside_first_wl:,.0f` to {glue:text}`ch05_outside_last_wl:,.0f` positions. The
+# faster pairs went round most or all of their circle during the 64 training positions, so their
+# values are not new. The slowest ones (dims {glue:text}`ch05_inside_slow:d` to 63) turn so little
+# that even by position 255 they stay within 0.1 of what training saw. The pairs in between move
+# into a region of input space the trained weights were never fitted to, and nothing guarantees
+# sensible outputs there. So: sinusoids *compute* everywhere, learned tables do not; neither makes
+# a trained model *work* beyond its training length.
+#
+# The remedies change how positions enter attention. ALiBi {cite:p}`press2022train` adds a
+# distance penalty to the scores instead of adding vectors to the input, and was built to
+# extrapolate. Rotary embeddings (RoPE), used by most recent language models, extrapolate only
+# somewhat better than sinusoids in Press et al.'s measurements; RoPE models are run on longer
+# inputs by rescaling their positions or frequencies, with position interpolation
+# {cite:p}`chen2023extending` or NTK-aware scaling and YaRN {cite:p}`peng2024yarn`, usually with
+# some fine-tuning at the new length. All of this is beyond this course.
 #
 # ## 5.5 Embeddings scaled by sqrt(d_model)
 #
-# The paper multiplies the token embeddings by $\sqrt{D}$ before adding the positions (§3.4); the
-# seed does not. Why it matters is a matter of sizes. With embeddings initialised at $N(0, 1/D)$
-# (the usual choice, and the course's), a token's vector has length about 1; a sinusoidal row has
-# length $\sqrt{D/2}$ (16 for D = 512). Unscaled, the positions drown the tokens.
+# The paper multiplies the token embeddings by $\sqrt{D}$ before adding the positions (§3.4); seed 004
+# does not. Why it matters is a matter of sizes, and they depend on how the embedding table was
+# initialised. A sinusoidal row has length $\sqrt{D/2}$ (16 for D = 512): half its entries are
+# sines, half cosines, and $\sin^2 + \cos^2 = 1$ for each pair. A token vector with $N(0, \sigma^2)$
+# entries has length about $\sigma\sqrt{D}$, and three choices of $\sigma$ are common:
+#
+# * $N(0, 1/D)$, tensor2tensor's {cite:p}`vaswani2018tensor2tensor` and the course's
+#   (`xavier_init_`): length about 1, and $\sqrt{D}$ after the scale;
+# * $N(0, 0.02^2)$, GPT-2's and BERT's (as in nanoGPT {cite:p}`karpathy2022nanogpt`), which add
+#   learned positions and no scale;
+# * $N(0, 1)$, the default of `nn.Embedding` {cite:p}`pytorchdocs`, and what seed 004's tables
+#   get, since the write-up initialises nothing: length about $\sqrt{D}$, and about $D$ after the
+#   scale.
 
 # %%
 D, V = 512, 1000
-table = nn.Embedding(V, D)
-nn.init.normal_(table.weight, std=D ** -0.5)
 tokens = torch.randint(0, V, (4, 50))
 pe512 = sinusoidal_encoding(50, D)
-token_len = table(tokens).norm(dim=-1).mean().item()
-scaled_len = (table(tokens) * math.sqrt(D)).norm(dim=-1).mean().item()
 position_len = pe512.norm(dim=-1).mean().item()
-print(f"length of a token embedding: {token_len:.2f} unscaled, {scaled_len:.1f} scaled by √D; "
-      f"of a positional encoding: {position_len:.1f}")
-assert token_len < 0.1 * position_len and 1.0 < scaled_len / position_len < 2.0
+print(f"length of a positional encoding: {position_len:.1f}")
+INITS = (("N(0, 1/D)", D ** -0.5), ("N(0, 0.02²)", 0.02),
+         ("N(0, 1), nn.Embedding's default", 1.0))
+lengths = {}
+for name, std in INITS:
+    table = nn.Embedding(V, D)
+    if std != 1.0:  # N(0, 1) is what nn.Embedding already drew
+        nn.init.normal_(table.weight, std=std)
+    with torch.no_grad():
+        unscaled = table(tokens).norm(dim=-1).mean().item()
+    lengths[name] = (unscaled, unscaled * math.sqrt(D))
+    print(f"token embedding, {name:32s}: length {unscaled:6.2f} unscaled, "
+          f"{unscaled * math.sqrt(D):6.1f} scaled by √D")
+small_unscaled, small_scaled = lengths["N(0, 1/D)"]
+big_unscaled, big_scaled = lengths["N(0, 1), nn.Embedding's default"]
+assert small_unscaled < 0.1 * position_len and 1.0 < small_scaled / position_len < 2.0
+assert big_scaled > 20 * position_len  # the default, scaled: tokens drown the positions
+glue("ch05_pe_len", position_len, display=False)
+glue("ch05_small_unscaled", small_unscaled, display=False)
+glue("ch05_small_scaled", small_scaled, display=False)
+glue("ch05_gpt_unscaled", lengths["N(0, 0.02²)"][0], display=False)
+glue("ch05_big_unscaled", big_unscaled, display=False)
+glue("ch05_big_scaled", big_scaled, display=False)
 
 # %% [markdown]
-# Scaled, the token carries a bit more weight than its position, as it should. `Transformer.embed` does
-# `Dropout(table(tokens) · √D + PE)`: dropout on the sum, as in §5.4 of the paper.
+# With $N(0, 1/D)$, unscaled, a token's vector has length {glue:text}`ch05_small_unscaled:.2f`
+# against the position's {glue:text}`ch05_pe_len:.1f`: the positions drown the tokens. Scaled by √D
+# it has length {glue:text}`ch05_small_scaled:.1f`, a bit more than its position, as it should.
+# The opposite trap is the default: `nn.Embedding`'s $N(0, 1)$ scaled by √D gives tokens of length
+# {glue:text}`ch05_big_scaled:.0f`, and the positions, of length {glue:text}`ch05_pe_len:.1f`,
+# drown in them. The √D scale belongs with an $N(0, 1/D)$ table; with the default
+# initialisation, scaling makes things worse. (GPT-2's $N(0, 0.02^2)$, length
+# {glue:text}`ch05_gpt_unscaled:.2f`, goes with learned positions of the same small size, and no
+# scale.) Seed 004's own model adds two tables left at $N(0, 1)$, tokens and learned positions,
+# both of length about $\sqrt{D}$: there the missing scale does no harm. It matters as soon as
+# one side changes, such as sinusoidal positions with an $N(0, 1/D)$ table. `Transformer.embed` does `Dropout(table(tokens) · √D + PE)`: dropout on the sum, as in
+# §5.4 of the paper.
 #
 # ## 5.6 Encoder, decoder and cross-attention
 #
@@ -277,7 +351,11 @@ print("causal: the future never changes the past; source padding is invisible")
 # ## 5.7 The seed's model, counted
 #
 # The seeds' model: 8 heads, 2 encoder and 2 decoder layers, d_model = 512, d_ff = 4·512 = 2048. They
-# give no vocabulary, so we take 10 000 tokens on each side. Counting by hand, per piece:
+# give no vocabulary, so we take 10 000 tokens on each side. Nor could seed 004's own translation
+# model be run as printed: its `Transformer.forward` calls {seed}`004:src_mask = create_src_mask(src)`,
+# a function the write-up never defines, and builds a `Decoder` class it never shows (only
+# `DecoderBlock` appears). So we count the model the seeds describe, built from `tformer_ref`'s
+# pieces. Counting by hand, per piece:
 #
 # | piece | formula | D = 512, F = 2048 |
 # |---|---|---|
@@ -308,10 +386,11 @@ del seed_model, one_head
 
 # %% [markdown]
 # The number of heads does not appear in any formula (chapter 1): 8 heads of 64 dimensions are one
-# `Linear(512, 512)` per role, cut into slices. The seed's own `SelfAttention`, with one
-# `Linear(head_dim, head_dim)` shared by all heads, has $3 \cdot 64^2 + 512^2 + 512 = 274{,}944$
-# parameters instead of 1,050,624: across the model's six attention sublayers (2 in the encoder, 4 in
-# the decoder) that is 4,654,080 parameters fewer, and a different, weaker model.
+# `Linear(512, 512)` per role, cut into slices. Seed 004's own `SelfAttention`, with one
+# {seed}`004:nn.Linear(self.head_dim, self.head_dim, bias=False)` per role shared by all heads,
+# has $3 \cdot 64^2 + 512^2 + 512 = 274{,}944$ parameters instead of 1,050,624: across the model's
+# six attention sublayers (2 in the encoder, 4 in the decoder) that is 4,654,080 parameters fewer,
+# and a different model, in which every head applies the same 64-by-64 map to its slice.
 
 # %%
 assert 6 * (4 * (512**2 + 512) - (3 * 64**2 + 512**2 + 512)) == 4_654_080
@@ -375,9 +454,12 @@ assert logits.shape == (2, 5, 50) and count_parameters(lm) == formula
 #   ones; shifting by k is one rotation for every position, and the table is a buffer, not a parameter.
 # * **Learned** positions have `max_len` rows and nothing more: a longer input is an error (a clear one
 #   in `tformer_ref`).
-# * "Extrapolates": sinusoids *compute* at any position; a trained model does not thereby *work* at
-#   lengths it never saw (Press et al. 2022): the slow dimensions leave the range seen in training.
-# * Multiply token embeddings by **√d_model**, then add positions; dropout on the sum.
+# * Extrapolation: sinusoids *compute* at any position; a trained model does not thereby *work* at
+#   lengths it never saw. We showed a proxy (the intermediate-frequency dimensions leave the range
+#   seen in training); the degradation itself is measured by {cite:t}`press2022train`. ALiBi, or
+#   position interpolation for RoPE, is the remedy.
+# * Multiply token embeddings by **√d_model**, then add positions; dropout on the sum. The scale
+#   assumes an $N(0, 1/D)$ table: with `nn.Embedding`'s default $N(0, 1)$ it drowns the positions.
 # * **Cross-attention**: queries from the decoder, keys and values from the encoder's memory, with the
 #   source padding mask; decoder self-attention is always **causal**.
 # * The seed's model (8 heads, 2+2 layers, D = 512, F = 2048, V = 10 000) has **30,082,832**
@@ -411,29 +493,34 @@ assert logits.shape == (2, 5, 50) and count_parameters(lm) == formula
 # parameters. Read §5.2 'Sinusoidal positional encoding'.
 # :::
 #
-# **3.** "The sinusoidal encoding extrapolates to sequences longer than those seen in training."
-# Which part of that is true? And what does the seed's learned `nn.Embedding(max_length, D)` do
-# with a longer input?
+# **3.** Seed 004 says the sinusoidal encoding
+# {seedtr}`004:can extrapolate to sequences longer than those seen in training`. Which part of
+# that is true? And what does its learned `nn.Embedding(max_length, embed_size)` do with a longer
+# input?
 #
 # :::{dropdown} Answer
 # The formula has a value at every position, so nothing crashes; the learned table has
 # `max_length` rows and nothing after them, so a longer input fails (an `IndexError`, a
 # device-side assert on a GPU). But neither makes a trained model *work* past its training
-# length: the slow dimensions reach values never seen in training (the lesson counted the
-# dimensions that leave their training range), and {cite:t}`press2022train` measured a sinusoidal
-# model's perplexity degrading quickly beyond it. {cite:t}`vaswani2017attention` only say the
+# length: dimensions of intermediate frequency reach values never seen in training (the lesson
+# counted the dimensions that leave their training range, a proxy), and
+# {cite:t}`press2022train` measured a sinusoidal model's perplexity degrading quickly beyond it.
+# {cite:t}`vaswani2017attention` only say the
 # sinusoids "may allow" it. Read §5.3 'Learned positions and max_length' and §5.4 'What
 # "extrapolates" means'.
 # :::
 #
-# **4.** The seed computes `word_embedding(x) + position_embedding(positions)`. With embeddings
-# initialised at N(0, 1/D) and sinusoidal positions, why does the missing √D matter?
+# **4.** Seed 004 computes {seed}`004:self.word_embedding(x) + self.position_embedding(positions)`.
+# With embeddings initialised at N(0, 1/D) and sinusoidal positions, why does the missing √D
+# matter? And what would the √D do to a table left at `nn.Embedding`'s default N(0, 1)?
 #
 # :::{dropdown} Answer
 # A token's embedding then has a length of about 1 and a sinusoidal row a length of √(D/2), 16 at
 # D = 512: unscaled, the positions drown the tokens. Multiply the token embeddings by √D first,
 # which makes a token carry a bit more weight than its position, then add the positions, and
-# apply dropout to the sum. Read §5.5 'Embeddings scaled by sqrt(d_model)'.
+# apply dropout to the sum. With the default N(0, 1), a token already has a length of about √D,
+# and the scale makes it about D (512): now the tokens drown the positions. Read §5.5
+# 'Embeddings scaled by sqrt(d_model)'.
 # :::
 #
 # **5.** In a decoder block's cross-attention, where do the queries, the keys and the values come

@@ -88,16 +88,17 @@ ch03.check_padding_mask(padding_mask)
 # only be attended where `mask` is True. `q` is `[B, H, Sq, Dh]`, `k` and `v` are `[B, H, Sk, Dh]`,
 # `mask` is bool and broadcasts to `[B, H, Sq, Sk]`. Return `(out [B, H, Sq, Dh], weights [B, H, Sq, Sk])`.
 #
-# * The scores are `q @ kᵀ / √Dh` (exercise 2). Masked keys must get weight exactly 0,
-#   each query's weights over the keys (the last axis) still sum to 1, and
-#   `out = weights @ v` (lesson §3.5). No dropout.
+# * The scores are `q @ kᵀ / √Dh` (exercise 2). For every query that may attend to at
+#   least one key: its masked keys get weight exactly 0, its weights over the keys (the
+#   last axis) sum to 1, and its output is `weights @ v` (lesson §3.5). No dropout.
 # * It must work in `float16` and `bfloat16` too (the check runs it there): choose a fill
 #   value that fits every dtype, and return `out` and `weights` in the dtype of `q`
 #   (lesson §3.5).
 # * A query whose keys are **all** masked (a fully padded sequence, say) has nothing to
-#   attend to. Its weights and output must be finite, never NaN. Its weights may be all
-#   zeros (what the course's reference returns) or any row that sums to 1 (a finite fill
-#   gives a uniform one).
+#   attend to, and the rules above cannot all hold for it. Its weights and its output
+#   must be finite, never NaN, and its weights must be either all zeros (what the
+#   course's reference returns) or non-negative and summing to 1 (a finite fill gives a
+#   uniform row). Nothing else is checked for such a query.
 # * Do not modify `q`, `k`, `v` or `mask` in place (`q /= ...`, `mask.logical_not_()`):
 #   the caller still uses them.
 #
