@@ -32,7 +32,10 @@
 # **shapes and axes** come in. Almost every bug in a first implementation is a bug of
 # shapes: a `view` that reads memory in the wrong order, an `einsum` whose letters name
 # the wrong axes, a projection that gives each head less than it should see. Such bugs
-# rarely crash: the output has the right shape and the model even trains, a little worse.
+# often do not crash where you first try them: the output has the right shape, and
+# nothing says that, for instance, no token ever looks at another one (§1.7). Some fail
+# only later, on an input of another shape: the same `einsum` bug raises an error as
+# soon as queries and keys have different lengths, as in cross-attention (§1.7).
 #
 # In this chapter you will:
 #
@@ -47,7 +50,8 @@
 #   `reshape` and `.contiguous()` appear where they do (§1.5, §1.6);
 # - compute attention scores with `matmul` and with `einsum`, and break `einsum` the
 #   way one of the seed write-ups does (§1.7);
-# - give each head its own projections and scale its scores by its own size (§1.8, §1.9);
+# - give each head its own projections and scale its scores by its own size, then run
+#   one seed's multi-head attention, verbatim, through the exercise's check (§1.8, §1.9);
 # - count FLOPs, and re-measure how heads affect speed and memory (§1.10, §1.11);
 # - explore one head's attention map, then hunt three bugs in the seed's code (§1.12, §1.13).
 #
@@ -59,13 +63,15 @@
 # | softmax turns the similarities into a probability distribution (paraphrased) | right: positive weights that sum to 1 | 1.1 |
 # | $\operatorname{Attention}(Q, K, V) = \operatorname{softmax}(QK^\top / \sqrt{d_k})\,V$ | right: written out for one head and compared with PyTorch's | 1.3 |
 # | split `[B, S, D]` → `[B, S, H, Dh]` → `[B, H, S, Dh]`; call `.contiguous()` after `transpose` | right | 1.5, 1.6 |
-# | "einsum is concise but easy to get the axis order wrong" | right — and the other seed's `SelfAttention` does exactly that | 1.7, 1.13 |
+# | {seedtr}`000:einsum is concise but it is easy to get the order of the dimensions wrong` | right — and the other seed's `SelfAttention` does exactly that | 1.7, 1.13 |
 # | one `Linear(head_dim, head_dim)` shared by all heads | a different, much smaller model | 1.8 |
 # | with $d_k = 512$ the dot products have standard deviation $\sqrt{512} \approx 22.6$ | right, but a head's $d_k$ is $D_h$, not $D$ | 1.9 |
+# | seed 000's `MultiHeadAttention` class | right: it passes the exercise's check | 1.9 |
 # | multi-head attention costs $O(n^2 d / h)$, so more heads are faster | wrong: $O(n^2 d)$ for any $h$ | 1.10 |
-# | heads 1/8/16 use 1200/1800/2500 MB and run at 85/78/65 it/s | no set-up given; re-measured here | 1.11 |
+# | 8 heads is an empirical value that works well in BERT and similar models (paraphrased) | BERT uses 12 and 16; the evidence for a head count is an ablation | 1.10 |
+# | a table of memory and training speed for 1, 8 and 16 heads | no set-up given; re-measured here | 1.11 |
 #
-# Everything runs on the CPU in well under a minute, and unchanged on a GPU.
+# Everything runs on the CPU in under a minute, and unchanged on a GPU.
 
 # %%
 # %matplotlib inline
@@ -76,6 +82,7 @@ import time
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from myst_nb import glue
 from torch.utils.flop_counter import FlopCounterMode
 
 from tformer_ref.attention import MultiHeadAttention
@@ -438,7 +445,9 @@ assert torch.equal(via_reshape, merge_heads(out_h))
 assert via_reshape.data_ptr() != out_h.data_ptr()     # here reshape had to copy
 
 # %% [markdown]
-# The seed's `transpose(1, 2).contiguous().view(...)` is therefore right. The
+# Seed 000's merge,
+# {seed}`000:output = output.transpose(1, 2).contiguous().view(batch_size, -1, self.num_heads * self.d_head)`,
+# is therefore right. The
 # reference `merge_heads` uses `reshape`, which copies only when it must.
 #
 # Merging must undo splitting exactly. And skipping the transpose, reshaping
@@ -476,7 +485,8 @@ assert torch.allclose(s_matmul, s_einsum, atol=1e-6)
 # %% [markdown]
 # **The letters are names, not meanings.** `einsum` does not know that you *meant*
 # `h` to be the heads; it takes the axes in the order the tensor has them. The seed's
-# `SelfAttention` (§1.13) applies this very string to tensors still laid out as
+# `SelfAttention` (§1.13) applies the same subscripts,
+# {seed}`004:"bhqd, bhkd -> bhqk"`, to tensors still laid out as
 # `[B, S, H, Dh]` (it never transposes). Then `b` = batch, `h` = **sequence**, `q` and
 # `k` = **heads**, `d` = head features. The "scores" are `[B, S, H, H]`: for each token,
 # how much each of its heads attends to its *other heads*. No token ever looks at
@@ -659,9 +669,10 @@ print("tformer_ref MultiHeadAttention == nn.MultiheadAttention(batch_first=True)
 # $\sqrt{D_h}$. Dividing by $\sqrt{D_h}$ brings the scores back to variance 1.
 #
 # The vectors being dotted belong to **one head**: their length is $D_h$, not $D$.
-# The seed is right that $\sqrt{512} \approx 22.6$, but in its 8-head model a head's
-# $d_k$ is $64$; dividing by $\sqrt{D} = \sqrt{512}$ makes the scores $\sqrt{H} \approx 2.8$
-# times too small, and the attention too flat.
+# Seed 004 is right that $\sqrt{512} \approx 22.6$, but in an 8-head model of width 512,
+# such as seed 000's, a head's $d_k$ is $64$; dividing by $\sqrt{D} = \sqrt{512}$ makes
+# the scores $\sqrt{H} \approx 2.8$ times too small, and the attention flatter
+# (chapter 2 §2.5 measures how much).
 
 # %%
 n_samples = 20_000
@@ -679,12 +690,93 @@ for dh in (16, 64, 256):
     assert abs(var_model * 8 - 1) < 0.10   # scaled by √D: variance 1/H
 
 # %% [markdown]
+# **Seed 000's own module gets all of this right.** Its `MultiHeadAttention` projects
+# the whole input with `Linear(d_model, d_model)`, splits with `view` then
+# `transpose(1, 2)`, divides by $\sqrt{D_h}$ (`self.d_head`) and merges with
+# `transpose(1, 2).contiguous().view(...)`. The cell below holds its class verbatim,
+# Chinese comments included, and runs it through the check of the chapter 1 exercise.
+# The seed's `forward(x, mask=None)` is self-attention only, while the check calls
+# `forward(query, key, value)` and also tries cross-attention; a small adapter, outside
+# the seed's lines, hands each projection its own input (a forward pre-hook replaces
+# the argument a module receives) and calls the seed's `forward` unchanged.
+
+# %%
+# Seed 000's MultiHeadAttention, verbatim (book/seeds/000.txt); only the class.
+class MultiHeadAttention(nn.Module):
+    def __init__(self, d_model=512, num_heads=8):
+        super().__init__()
+        assert d_model % num_heads == 0  # 确保可以整除
+        self.d_head = d_model // num_heads
+        self.num_heads = num_heads
+
+        # 初始化 QKV 投影矩阵
+        self.W_q = nn.Linear(d_model, d_model)
+        self.W_k = nn.Linear(d_model, d_model)
+        self.W_v = nn.Linear(d_model, d_model)
+
+        # 输出投影
+        self.W_o = nn.Linear(d_model, d_model)
+
+    def forward(self, x, mask=None):
+        # x: [batch, seq_len, d_model]
+        batch_size = x.size(0)
+
+        # 1. 投影 QKV [32,64,512] → [32,64,512]
+        Q = self.W_q(x)
+        K = self.W_k(x)
+        V = self.W_v(x)
+
+        # 2. 分割多头 [32,64,512] → [32,64,8,64] → [32,8,64,64]
+        Q = Q.view(batch_size, -1, self.num_heads, self.d_head).transpose(1, 2)
+        K = K.view(batch_size, -1, self.num_heads, self.d_head).transpose(1, 2)
+        V = V.view(batch_size, -1, self.num_heads, self.d_head).transpose(1, 2)
+
+        # 3. 计算缩放点积注意力
+        scores = torch.matmul(Q, K.transpose(-2, -1)) / torch.sqrt(torch.tensor(self.d_head, dtype=torch.float32))
+        if mask is not None:
+            scores = scores.masked_fill(mask == 0, -1e9)
+        attn = F.softmax(scores, dim=-1)
+        output = torch.matmul(attn, V)  # [32,8,64,64]
+
+        # 4. 合并多头 [32,8,64,64] → [32,64,512]
+        output = output.transpose(1, 2).contiguous().view(batch_size, -1, self.num_heads * self.d_head)
+
+        return self.W_o(output)
+
+
+SeedMultiHeadAttention = MultiHeadAttention
+from tformer_ref.attention import MultiHeadAttention  # noqa: E402  the reference again
+
+
+class SeedForTheCheck(SeedMultiHeadAttention):
+    """Adapter, not seed code: forward(query, key, value, mask=None) as the check calls it.
+
+    Each of W_q, W_k, W_v receives its own input through a forward pre-hook, then the
+    seed's forward(x, mask) runs unchanged (x = query gives the batch size).
+    """
+
+    def forward(self, query, key, value, mask=None):
+        inputs = {self.W_q: query, self.W_k: key, self.W_v: value}
+        hooks = [proj.register_forward_pre_hook(lambda proj, args: (inputs[proj],))
+                 for proj in inputs]
+        try:
+            return super().forward(query, mask)
+        finally:
+            for hook in hooks:
+                hook.remove()
+
+
+check_multi_head_attention(SeedForTheCheck)
+check_multi_head_attention_behaviour(SeedForTheCheck)
+
+# %% [markdown]
 # ## 1.10 Cost: O(n²·d) whatever the number of heads
 #
-# One of the seeds says: splitting $d$ into $h$ heads makes attention cost
-# $O(n^2 d / h)$, "so with parallelism it is faster". The first half is true **per
-# head**. But there are $h$ heads, and running them in parallel does not make their
-# work disappear.
+# Seed 000 says that a single head costs $O(n^2 d)$ and that, with $d$ split into $h$
+# heads of $d / h$ dimensions each,
+# {seedtr}`000:the computational complexity becomes O(n²d/h); through parallelisation it is actually faster`.
+# The first half is true **per head**. But there are $h$ heads, and running them in
+# parallel does not make their work disappear.
 #
 # Count the floating-point operations (a multiply and an add per term) for a batch of
 # $B$ sequences of length $n = S$. Per head, $QK^\top$ multiplies an $n \times D_h$
@@ -724,6 +816,15 @@ print(f"attention's share of the FLOPs at n={n}, d={d}: {n / (n + 2 * d):.0%} (=
 # Heads are there for *quality*: each head can attend to a different position for a
 # different reason {cite}`vaswani2017attention`. They are not a speed-up.
 #
+# How many, then? Seed 000 says
+# {seedtr}`000:8 heads is an empirical value: it works well in models such as BERT, balancing expressiveness and computational cost`.
+# Eight is the paper's choice for its base model {cite}`vaswani2017attention`, but not
+# BERT's: BERT-base has 12 heads and BERT-large 16 {cite}`devlin2019bert` (widths 768
+# and 1024, so 64 features per head in both). The evidence for a head count is an
+# ablation: in row (A) of Table 3 of {cite:t}`vaswani2017attention`, at a fixed width,
+# one head is 0.9 BLEU worse than eight, and 32 heads of 16 features are worse too.
+# Chapter 6 runs such an ablation on this course's task: {doc}`../ch06_training/heads`.
+#
 # Note also the share: $4Bn^2D$ against $8BnD^2$ makes attention proper
 # $\frac{n}{n + 2D}$ of the layer's matrix FLOPs. Only when $n$ is comparable to $D$
 # or larger does the $n^2$ term dominate.
@@ -731,21 +832,31 @@ print(f"attention's share of the FLOPs at n={n}, d={d}: {n / (n + 2 * d):.0%} (=
 # %% [markdown]
 # ## 1.11 Heads, memory and speed, re-measured
 #
-# The seed reports, for `B = 32, S = 64, d = 512`, without saying on what hardware,
-# for which model, in which precision or how memory was measured:
+# Seed 000 reports a table for `B = 32, S = 64, d = 512`, without saying on what hardware,
+# for which model, in which precision or how memory was measured (its columns: heads,
+# memory in MB, training speed in iterations per second):
 #
-# | heads | memory (MB) | speed (it/s) |
-# |---|---|---|
-# | 1 | 1200 | 85 |
-# | 8 | 1800 | 78 |
-# | 16 | 2500 | 65 |
+# ```{seed-quote} 000
+# :code: text
+# 头数	显存占用(MB)	训练速度(iter/s)
+# 1	1200	85
+# 8	1800	78
+# 16	2500	65
+# ```
 #
 # We cannot check those numbers, so we measure what we can, on the machine running
 # this notebook: one `tformer_ref` `MultiHeadAttention` layer (plain matmul–softmax–matmul
-# path, float32), forward + backward on `[32, 64, 512]`, median of 5 timed runs after
-# a warm-up, the three head counts taking turns so that a slow moment of the machine
-# hits all of them. For memory we compute the part that grows with `H`, the score
-# tensor `[B, H, S, S]` of float32: $B \cdot H \cdot S^2 \cdot 4$ bytes (1 MiB = $2^{20}$
+# path, float32), forward + backward on `[32, 64, 512]`. Each time is the fastest of 7
+# runs after a warm-up, the head counts taking turns: other programs on the machine can
+# only slow a run down, so the fastest run is the least disturbed one. On a CPU the cell
+# times with **one thread**: the machines that build this book are shared, and one
+# thread is far less disturbed by other programs than two that keep waiting for each
+# other. Next to the whole layer we time three of its parts on their own, for every `H`
+# (each forward + backward): the four projections, the two batched products $QK^\top$
+# and $AV$, and the scaling and softmax of the `[B, H, S, S]` scores. What is left of the
+# layer's time is the rest: the copies that split and merge the heads, and autograd's
+# bookkeeping. For memory we compute the part that grows with `H`, the score
+# tensor `[B, H, S, S]` of float32: $B \cdot H \cdot S^2 \cdot 4$ bytes (a MiB is $2^{20}$
 # bytes). On a GPU the notebook also reports the peak memory PyTorch allocated.
 
 # %%
@@ -755,29 +866,79 @@ def synchronize():
         torch.cuda.synchronize()
 
 
-def forward_backward_seconds(module, x_in):
-    """Seconds for one forward + backward pass of module on x_in [B, S, D]."""
-    module.zero_grad(set_to_none=True)
+def milliseconds(step):
+    """Milliseconds for one call of step(), GPU work included."""
     synchronize()
     start = time.perf_counter()
-    module(x_in).sum().backward()
+    step()
     synchronize()
-    return time.perf_counter() - start
+    return 1000 * (time.perf_counter() - start)
+
+
+def layer_step(module, x_in):
+    """One forward + backward pass of the whole layer on x_in [B, S, D]."""
+    module.zero_grad(set_to_none=True)
+    module(x_in).sum().backward()
+
+
+def projections_step(module, x_in):
+    """Forward + backward of the layer's four D×D projections alone (no attention)."""
+    outs = [proj(x_in) for proj in (module.q_proj, module.k_proj, module.v_proj,
+                                    module.out_proj)]
+    torch.autograd.grad(sum(o.sum() for o in outs), list(module.parameters()))
+
+
+def products_step(q, k, v, w, upstream):
+    """Forward + backward of the two batched products alone: q k^T and w v, where
+    q, k, v are [B, H, S, Dh] and w, upstream are [B, H, S, S] and [B, H, S, Dh]."""
+    scores_, out_ = q @ k.transpose(-2, -1), w @ v
+    torch.autograd.grad((scores_, out_), (q, k, v, w), (w, upstream))
+
+
+def softmax_step(scores_in, upstream):
+    """Forward + backward of the scaling and softmax alone, on scores_in [B, H, S, S]."""
+    weights_ = (scores_in / math.sqrt(D8 // scores_in.size(1))).softmax(dim=-1)
+    torch.autograd.grad(weights_, scores_in, upstream)
+
+
+def ms_text(ms):
+    """Three significant digits, at least one decimal: 129.6, 14.1, 0.392."""
+    return f"{ms:.{max(1, 2 - math.floor(math.log10(ms)))}f}"
 
 
 B8, S8, D8 = 32, 64, 512
 head_counts = (1, 8, 16)
+parts = ("layer", "projections", "products", "softmax")
 seed_everything(0)
 x8 = torch.randn(B8, S8, D8, device=device)                         # [B, S, D]
 modules = {h: MultiHeadAttention(D8, h).to(device).train() for h in head_counts}
-times = {h: [] for h in head_counts}
+steps = {}
+for h in head_counts:
+    dh = D8 // h
+    q8, k8, v8 = (torch.randn(B8, h, S8, dh, device=device, requires_grad=True)
+                  for _ in range(3))                                # [B, H, S, Dh]
+    w8 = torch.randn(B8, h, S8, S8, device=device, requires_grad=True)   # [B, H, S, S]
+    up8 = torch.randn(B8, h, S8, dh, device=device)                 # [B, H, S, Dh]
+    steps[h] = {"layer": lambda h=h: layer_step(modules[h], x8),
+                "projections": lambda h=h: projections_step(modules[h], x8),
+                "products": lambda q=q8, k=k8, v=v8, w=w8, u=up8: products_step(q, k, v, w, u),
+                "softmax": lambda w=w8: softmax_step(w, w.detach())}
+times = {(h, part): [] for h in head_counts for part in parts}
+threads = torch.get_num_threads()
+torch.set_num_threads(1)                                 # CPU: one thread, less disturbed
 with torch.enable_grad():
     for h in head_counts:                                # warm-up: first calls pay for allocations
-        forward_backward_seconds(modules[h], x8)
-    for _ in range(5):                                   # round robin, so that a slow moment hits every H
-        for h in head_counts:
-            times[h].append(forward_backward_seconds(modules[h], x8))
-ms_per_iter = [1000 * statistics.median(times[h]) for h in head_counts]
+        for part in parts:
+            steps[h][part]()
+    for _ in range(7):                                   # round robin, so that a slow moment hits every H
+        for part in parts:                               # a part's head counts run back to back
+            for h in head_counts:
+                times[h, part].append(milliseconds(steps[h][part]))
+torch.set_num_threads(threads)
+best = {key: min(ms) for key, ms in times.items()}       # the least disturbed run
+for h in head_counts:                                    # the three parts together
+    best[h, "parts"] = sum(best[h, part] for part in parts[1:])
+ms_per_iter = [best[h, "layer"] for h in head_counts]
 
 score_mib, peak_mib = [], []
 for h in head_counts:
@@ -794,42 +955,140 @@ for h in head_counts:
 
 assert score_mib == [0.5, 4.0, 8.0]                    # grows linearly with H: B·H·S²·4 bytes
 activation_mib = B8 * S8 * D8 * 4 / 2**20               # one [B, S, D] float32 tensor: x, q, k, v, ...
-print(f"one [B, S, D] activation: {activation_mib:.0f} MiB (does not depend on H)")
-print(" heads   ms/iter   it/s   scores (MiB)" + ("   peak CUDA (MiB)" if peak_mib else ""))
+weight_mib = sum(p.numel() * 4 for p in modules[1].parameters()) / 2**20
+print(f"one [B, S, D] activation: {activation_mib:.1f} MiB, the layer's weights: "
+      f"{weight_mib:.1f} MiB (neither depends on H)")
+where = "one CPU thread" if device.type == "cpu" else device.type
+print(f"fastest of 7 runs on {where}, forward + backward, in ms:")
+print(" heads   layer    it/s   projections   QKᵀ and AV   softmax   the three   scores (MiB)"
+      + ("   peak CUDA (MiB)" if peak_mib else ""))
 for i, h in enumerate(head_counts):
     extra = f"   {peak_mib[i]:15.1f}" if peak_mib else ""
-    print(f"{h:6d} {ms_per_iter[i]:9.1f} {1000 / ms_per_iter[i]:6.1f} {score_mib[i]:13.1f}{extra}")
+    print(f"{h:6d} {best[h, 'layer']:7.2f} {1000 / best[h, 'layer']:7.1f} "
+          f"{best[h, 'projections']:13.2f} {best[h, 'products']:12.2f} "
+          f"{best[h, 'softmax']:9.2f} {best[h, 'parts']:11.2f} {score_mib[i]:13.1f}{extra}")
 
-# %% mystnb={"figure": {"caption": "Time per forward+backward step and size of the attention-score tensor for 1, 8 and 16 heads, measured on this machine.", "name": "fig-ch01-heads-cost"}, "image": {"alt": "Two panels: left, milliseconds per iteration against the number of heads; right, megabytes of attention scores growing linearly with the number of heads."}}
+# %% [markdown]
+# The numbers above, read in words. This cell computes the words from the numbers, so
+# that the text below says what this run measured, on whatever machine built the page.
+
+# %%
+def change(before, after):
+    """'rises from 14.1 to 18.2 ms (×1.29)': the direction is computed, not assumed."""
+    ratio = after / before
+    if abs(ratio - 1) < 0.05:
+        return f"stays at about {ms_text(before)} ms (×{ratio:.2f})"
+    word = "rises" if after > before else "falls"
+    return f"{word} from {ms_text(before)} to {ms_text(after)} ms (×{ratio:.2f})"
+
+
+layer_ms = [best[h, "layer"] for h in head_counts]
+if layer_ms[0] < layer_ms[1] < layer_ms[2]:
+    layer_trend = "rises with every step in the number of heads"
+elif layer_ms[0] > layer_ms[1] > layer_ms[2]:
+    layer_trend = "falls with every step in the number of heads"
+else:
+    layer_trend = "does not move steadily with the number of heads"
+its = {h: 1000 / best[h, "layer"] for h in head_counts}
+its_drop = 1 - its[16] / its[1]                          # relative loss of speed, 1 -> 16 heads
+seed_its = {1: 85, 8: 78, 16: 65}                        # the seed's table
+seed_drop = 1 - seed_its[16] / seed_its[1]
+if its_drop <= 0:
+    versus_seed = "no drop at all, unlike the seed's table"
+elif abs(its_drop - seed_drop) < 0.05:
+    versus_seed = "about the same relative drop as the seed's"
+elif its_drop > seed_drop:
+    versus_seed = "a larger relative drop than the seed's"
+else:
+    versus_seed = "a smaller relative drop than the seed's"
+speed_change = f"{its_drop:.0%} fewer" if its_drop >= 0 else f"{-its_drop:.0%} more"
+layer_delta = best[16, "layer"] - best[1, "layer"]       # ms gained (or lost) by 16 heads
+
+glue("ch01_where", where, display=False)
+glue("ch01_layer_trend", layer_trend, display=False)
+glue("ch01_speed_change", speed_change, display=False)
+glue("ch01_seed_drop", float(seed_drop), display=False)
+glue("ch01_versus_seed", versus_seed, display=False)
+glue("ch01_layer_delta", f"{layer_delta:+.{1 if abs(layer_delta) >= 1 else 3}f}",
+     display=False)
+for h in head_counts:
+    glue(f"ch01_layer_ms_{h}", ms_text(best[h, "layer"]), display=False)
+    glue(f"ch01_its_{h}", float(its[h]), display=False)
+for part in ("projections", "products", "softmax", "parts"):
+    glue(f"ch01_{part}_change", change(best[1, part], best[16, part]), display=False)
+    delta = best[16, part] - best[1, part]
+    glue(f"ch01_{part}_delta", f"{delta:+.{1 if abs(delta) >= 1 else 3}f}", display=False)
+glue("ch01_projections_share_1",
+     float(best[1, "projections"] / best[1, "layer"]), display=False)
+glue("ch01_softmax_share_16", float(best[16, "softmax"] / best[16, "layer"]), display=False)
+glue("ch01_activation_mib", float(activation_mib), display=False)
+glue("ch01_weight_mib", float(weight_mib), display=False)
+for h, mib in zip(head_counts, score_mib):
+    glue(f"ch01_score_mib_{h}", float(mib), display=False)
+print(f"layer: {layer_trend}, {change(best[1, 'layer'], best[16, 'layer'])} from 1 to 16 "
+      f"heads; it/s: {speed_change} (seed: {seed_drop:.0%} fewer), {versus_seed}")
+for part in ("projections", "products", "softmax", "parts"):
+    print(f"{part:11s} {change(best[1, part], best[16, part])} from 1 to 16 heads")
+
+# %% mystnb={"figure": {"caption": "Time per forward+backward step and size of the attention-score tensor for 1, 8 and 16 heads, measured on the machine that built this page.", "name": "fig-ch01-heads-cost"}, "image": {"alt": "Two panels: left, milliseconds per iteration against the number of heads; right, megabytes of attention scores growing linearly with the number of heads."}}
 heads_cost_figure(head_counts, ms_per_iter, score_mib,
                   title=f"One attention layer, B={B8}, S={S8}, D={D8}, forward+backward on {device.type}")
 
 # %% [markdown]
-# **What drives these numbers.**
+# **What this run shows** (on {glue:text}`ch01_where:s`). One forward + backward step
+# takes {glue:text}`ch01_layer_ms_1:s` ms with one head, {glue:text}`ch01_layer_ms_8:s`
+# ms with 8 and {glue:text}`ch01_layer_ms_16:s` ms with 16: the time
+# {glue:text}`ch01_layer_trend:s`. In the seed's unit that is
+# {glue:text}`ch01_its_1:.1f`, {glue:text}`ch01_its_8:.1f` and {glue:text}`ch01_its_16:.1f`
+# iterations per second, {glue:text}`ch01_speed_change:s` at 16 heads than at 1. The seed's
+# table goes from {seed}`000:85` to {seed}`000:65` it/s, {glue:text}`ch01_seed_drop:.0%`
+# fewer: this run shows {glue:text}`ch01_versus_seed:s`. The absolute speeds cannot be
+# compared (one layer here, an unknown model on unknown hardware there), and neither,
+# strictly, can the trends.
 #
-# - **FLOPs do not depend on H** (§1.10). At `S = 64, D = 512` attention proper is only
-#   $\frac{64}{64 + 1024} \approx 6\,\%$ of the layer's matrix FLOPs: the four `D × D`
-#   projections dominate, and they are the same for every `H`. So the time per
-#   iteration changes little with `H`. On a CPU the differences are of the order of
-#   the noise between runs: run the cell again and the points may swap places.
-#   (That is why the notebook does not assert timings.)
-# - **More heads means more, smaller matrix products.** With `H = 16` each head's
-#   `[S, Dh] @ [Dh, S]` has `Dh = 32`: B·H = 512 small products instead of 32 larger
-#   ones, which use the hardware less efficiently. The softmax and the element-wise
-#   work on the `[B, H, S, S]` scores grow with `H` too. This is where a real slowdown
-#   with more heads comes from. It can weigh more on a GPU, where the projections are
-#   cheap and the memory traffic of the `[B, H, S, S]` tensors counts relatively more.
-# - **Memory that grows with H is the scores**: 0.5 → 4 → 8 MiB here, next to 4 MiB for
-#   *each* `[B, S, D]` activation (x, q, k, v, the merged output, …) and 4 MiB of
-#   weights. At `S = 64` it is a small part; it grows as $H \cdot S^2$, so for long
-#   sequences it dominates. Fused attention kernels (`F.scaled_dot_product_attention`
-#   with a flash or memory-efficient backend, chapter 7) never materialise it.
+# **What drives these numbers.** From 1 to 16 heads the layer's time changes by
+# {glue:text}`ch01_layer_delta:s` ms. The parts, timed on their own:
 #
-# The seed's absolute figures (1.2–2.5 GB) must include much more than one layer — a
-# whole model, optimizer state, the CUDA context and the allocator's cache — and their
-# trend cannot be separated from that set-up. What holds in general: more heads cost no
-# extra FLOPs, a little extra time from smaller kernels, and `B·H·S²` extra memory in
-# the plain implementation.
+# - **The four projections**: their time {glue:text}`ch01_projections_change:s`. Their work is
+#   identical for every `H` (the same four `D × D` matrices on the same input), so this
+#   row is the yardstick of how much the machine itself varies between runs. At
+#   `S = 64, D = 512` they are most of the layer's matrix FLOPs: attention proper is
+#   only $\frac{64}{64 + 1024} \approx 6\,\%$ of them (§1.10). Here they take
+#   {glue:text}`ch01_projections_share_1:.0%` of the layer's time with one head.
+# - **The two batched products** $QK^\top$ and $AV$: their time
+#   {glue:text}`ch01_products_change:s`. Their FLOPs do not depend on `H` (§1.10),
+#   but with `H = 16` they are B·H = 512 products of `Dh = 32` features instead of 32
+#   of 512. Smaller matrix products can use the hardware less efficiently, and this row
+#   measures how much that costs here.
+# - **The scaling and softmax** of the `[B, H, S, S]` scores: their time
+#   {glue:text}`ch01_softmax_change:s`, and at 16 heads they take
+#   {glue:text}`ch01_softmax_share_16:.0%` of the layer's time. They do few FLOPs
+#   per number, but they read and write every score, forward and backward, and there are
+#   `H` times more scores with `H` heads: their cost is memory traffic, which grows with
+#   `H` although the layer's FLOPs do not. Dropout on the weights, in training, would add
+#   the same kind of work.
+# - **Together** the three parts change by {glue:text}`ch01_parts_delta:s` ms, against
+#   the layer's {glue:text}`ch01_layer_delta:s` ms. The difference is what the parts
+#   leave out (the copies that split and merge the heads, autograd's bookkeeping) plus
+#   the machine's noise, whose size the projections' row shows.
+#
+# On a GPU these tensors are so small that every operation costs little more than its
+# launch, and the picture can differ; that is why this text is computed from the run,
+# and why the notebook asserts no timing.
+#
+# **Memory that grows with H is the scores**: {glue:text}`ch01_score_mib_1:.1f` →
+# {glue:text}`ch01_score_mib_8:.1f` → {glue:text}`ch01_score_mib_16:.1f` MiB here, next to
+# {glue:text}`ch01_activation_mib:.1f` MiB for *each* `[B, S, D]` activation (x, q, k, v,
+# the merged output, …) and {glue:text}`ch01_weight_mib:.1f` MiB of weights. At `S = 64`
+# it is a small part; it grows as $H \cdot S^2$, so for long sequences it dominates. Fused
+# attention kernels (`F.scaled_dot_product_attention` with a flash or memory-efficient
+# backend, chapter 7) never materialise it.
+#
+# The seed's absolute figures (from {seed}`000:1200` to {seed}`000:2500` MB) must include
+# much more than one layer — a whole model, optimizer state, the CUDA context and the
+# allocator's cache — and their trend cannot be separated from that set-up. What holds in
+# general: more heads cost no extra FLOPs, some extra time from smaller products and a
+# larger softmax, and `B·H·S²` extra memory in the plain implementation.
 
 # %% [markdown]
 # ## 1.12 Explore: one head's attention map
@@ -1003,7 +1262,8 @@ else:
 
 # %% [markdown]
 # :::{dropdown} Bug 3 — look at the scaling
-# **Divided by `embed_size ** (1/2)` instead of `head_dim ** 0.5` (§1.9).** The scores
+# **Divided by `embed_size ** (1/2)` instead of `head_dim ** 0.5` (§1.9):**
+# {seed}`004:energy = energy / (self.embed_size ** (1/2))`. The scores
 # come out $\sqrt{H}$ times too small. The cell below measures it at the seed's size.
 # :::
 
@@ -1107,7 +1367,10 @@ check_multi_head_attention_behaviour(FixedSelfAttention)
 #   `nn.MultiheadAttention` packs q, k, v into `in_proj_weight` `[3D, D]`; use `batch_first=True`.
 # - Divide the scores by $\sqrt{D_h}$, the size of a head, not $\sqrt{D}$.
 # - Cost is $O(n^2 d)$ for any number of heads; heads are for quality. The plain
-#   implementation's score memory grows as $B \cdot H \cdot n^2$.
+#   implementation's score memory grows as $B \cdot H \cdot n^2$, and so does the work of
+#   its softmax; with the smaller products, that is what more heads cost in time (§1.11
+#   measures how much on the machine at hand). BERT uses 12 or 16 heads, the paper 8;
+#   the evidence for a number is an ablation.
 # - The seed's `SelfAttention` has a fourth bug, in its mask line: chapter 3 §3.5.
 #
 # **Now practise:** open [the chapter 1 exercise](exercise.ipynb) in this folder. You will
@@ -1146,8 +1409,9 @@ check_multi_head_attention_behaviour(FixedSelfAttention)
 # 'Splitting into heads' and §1.6 'Merging heads back'.
 # :::
 #
-# **3.** The seed applies `torch.einsum("bhqd,bhkd->bhqk", q, k)` to `q` and `k` of shape `[B, S,
-# H, Dh]`. What does it compute, and which probe shows it?
+# **3.** The seed's `SelfAttention` computes its scores with
+# {seed}`004:energy = torch.einsum("bhqd, bhkd -> bhqk", [query, keys])`, where `query` and
+# `keys` have the shape `[B, S, H, Dh]`. What does it compute, and which probe shows it?
 #
 # :::{dropdown} Answer
 # `einsum` takes the axes in the order the tensor has them, whatever the letters were meant to
@@ -1173,8 +1437,9 @@ check_multi_head_attention_behaviour(FixedSelfAttention)
 # against 1,050,624. Read §1.8 'Per-head projections' and §1.9 'Scaling by the head size'.
 # :::
 #
-# **5.** One seed says that splitting d into h heads makes attention cost O(n² d / h), "so more
-# heads are faster". What is the cost, and what does grow with the number of heads?
+# **5.** Seed 000 says that splitting d into h heads makes attention cost O(n² d / h), and so,
+# run in parallel, more heads are faster. What is the cost, and what does grow with the number
+# of heads?
 #
 # :::{dropdown} Answer
 # O(n² d) for any h. Each head costs 4 n² Dh FLOPs for QKᵀ and AV, and H heads of Dh = D / H

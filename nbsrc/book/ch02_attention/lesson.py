@@ -16,13 +16,20 @@
 # (§1.9). This chapter is about that division by $\sqrt{d_k}$. Both seed write-ups quote the formula
 # and say something about the $\sqrt{d_k}$; this chapter measures what they claim:
 #
-# * "Without the scaling, gradients *exploded*" and "the scaling improves accuracy by 2–3 %". The
-#   first is backwards: an unscaled softmax saturates and its gradients **vanish** (§2.3); the paper
+# * Seed 004 left the scaling out at first, and
+#   {seedtr}`004:halfway through training the gradients exploded`; it then explains this by
+#   saturation, {seedtr}`004:softmax enters its saturated region and the gradient is close to 0`.
+#   The explanation is right and contradicts the symptom: an unscaled softmax saturates and its
+#   gradients **vanish** (§2.3). How much depends on the head size, and this chapter measures it.
+# * Seed 000 says the scaling {seedtr}`000:in practice improves accuracy by about 2-3%`. The paper
 #   {cite}`vaswani2017attention` (§3.2.1, footnote 4) gives the variance argument (§2.2) and no
 #   accuracy figure.
-# * One seed divides by `embed_size ** 0.5` — that is $\sqrt{d_\text{model}}$, not $\sqrt{d_k}$ (§2.5).
-# * One seed checks its gradients with `gradcheck(MultiHeadAttention(), torch.randn(32, 64, 512, dtype=torch.double))`.
-#   That call cannot work, for three separate reasons (§2.6).
+# * Seed 004 divides by {seed}`004:energy = energy / (self.embed_size ** (1/2))` — that is
+#   $\sqrt{d_\text{model}}$, not $\sqrt{d_k}$ (§2.5).
+# * Seed 000 checks its gradients with
+#   {seed}`000:test = gradcheck(MultiHeadAttention(), input, eps=1e-6, atol=1e-4)`, on an input of
+#   shape `[32, 64, 512]` in double precision. That call cannot work, for two reasons; a third
+#   waits for the first module you check that has dropout (§2.6).
 #
 # Shape letters: B batch, H heads, Sq and Sk query and key lengths, Dh = $d_k$ the size of one head,
 # D = $d_\text{model}$ = H·Dh.
@@ -45,6 +52,8 @@ import matplotlib.pyplot as plt
 import torch
 import torch.nn.functional as F
 from IPython.display import display
+
+from myst_nb import glue
 
 from tformer_ref.attention import MultiHeadAttention, scaled_dot_product_attention
 from tformer_ref.device import get_device, seed_everything
@@ -128,17 +137,19 @@ plt.show()
 # %% [markdown]
 # ## 2.3 Saturation and vanishing gradients
 #
-# Softmax of scores with a standard deviation of 22 puts almost all the weight on one key. At that point
+# Softmax of scores with a standard deviation of 22 puts most of the weight on one key (on average
+# {glue:text}`ch02_maxw_unscaled512:.0%` of it, in the table below). At that point
 # softmax is *flat*: its Jacobian $\partial p_i / \partial s_j = p_i(\delta_{ij} - p_j)$ is nearly 0 when one
-# $p$ is nearly 1 and the others nearly 0. Small changes to the scores change nothing, so almost no gradient
+# $p$ is nearly 1 and the others nearly 0. Small changes to the scores change almost nothing, so little gradient
 # flows back to the queries and keys. The gradient **vanishes**; it does not explode.
 #
-# Below, rows of 16 scores with standard deviation `std` (1 is what scaling gives; √512 ≈ 22.6 is an
-# unscaled head of size 512). For each we measure the largest weight (mean over rows) and the size of
+# Below, rows of 16 scores with standard deviation `std` (1 is what scaling gives; 8 is an unscaled
+# head of size 64, the head size of seed 000's 8-head model of width 512; √512 ≈ 22.6 is an
+# unscaled head of size 512, seed 004's example). For each we measure the largest weight (mean over rows) and the size of
 # the softmax Jacobian for a typical row (median over rows: the mean is dominated by the rare rows whose
 # two largest scores happen to tie).
 
-# %% mystnb={"figure": {"caption": "Larger scores saturate softmax: its Jacobian (left) shrinks by orders of magnitude and the largest weight (right) approaches 1. Unscaled scores at d_k = 512 sit deep in that region: gradients vanish.", "name": "fig-ch02-saturation"}, "image": {"alt": "Left: median Jacobian norm of softmax falling steeply as the score standard deviation grows, with markers at 1 and √512. Right: mean largest attention weight rising towards 1."}}
+# %% mystnb={"figure": {"caption": "Larger scores saturate softmax: its Jacobian (left) shrinks by orders of magnitude and the largest weight (right) approaches 1. Unscaled scores at d_k = 512 sit deep in that region: gradients vanish. At d_k = 64 (std 8) the Jacobian is only a few times smaller than with scaling.", "name": "fig-ch02-saturation"}, "image": {"alt": "Left: median Jacobian norm of softmax falling steeply as the score standard deviation grows, with markers at 1, 8 and √512. Right: mean largest attention weight rising towards 1."}}
 def softmax_jacobian_norm(s: torch.Tensor) -> torch.Tensor:
     """s [N, S] scores -> [N], the Frobenius norm of d softmax(s) / d s for every row."""
     p = s.softmax(dim=-1)
@@ -156,6 +167,7 @@ for s, j, m in zip(stds, jac_norms, max_weights):
 fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.2))
 ax1.loglog(stds, jac_norms, "o-")
 ax1.axvline(1, color="g", ls=":", label="scaled (std 1)")
+ax1.axvline(8, color="orange", ls=":", label="unscaled, d_k = 64")
 ax1.axvline(math.sqrt(512), color="r", ls=":", label="unscaled, d_k = 512")
 ax1.set_xlabel("standard deviation of the scores")
 ax1.set_ylabel("median |d softmax / d scores|")
@@ -165,13 +177,37 @@ ax2.set_xlabel("standard deviation of the scores")
 ax2.set_ylabel("mean largest weight")
 plt.tight_layout()
 plt.show()
-assert jac_norms[stds.index(1)] > 100 * jac_norms[stds.index(math.sqrt(512))]  # vanishing, not exploding
+jac_scaled, jac_64, jac_512 = (jac_norms[stds.index(s)] for s in (1, 8, math.sqrt(512)))
+assert jac_scaled > 100 * jac_512  # vanishing, not exploding, at d_k = 512
+assert 1.5 < jac_scaled / jac_64 < 10  # at Dh = 64: smaller, by a few times only
+for name, value in (("jac_scaled", jac_scaled), ("jac_unscaled64", jac_64),
+                    ("jac_unscaled512", jac_512), ("jac_ratio64", jac_scaled / jac_64),
+                    ("jac_ratio512", jac_scaled / jac_512),
+                    ("maxw_scaled", max_weights[stds.index(1)]),
+                    ("maxw_unscaled64", max_weights[stds.index(8)]),
+                    ("maxw_unscaled512", max_weights[stds.index(math.sqrt(512))])):
+    glue(f"ch02_{name}", float(value), display=False)
 
 # %% [markdown]
-# What about the seed's "halfway through training the gradients exploded"? Exploding gradients in a Transformer
-# have other usual suspects (a too large learning rate without warm-up, Post-LN in deep stacks,
-# chapter 4 and 6); missing scaling makes training *stall*, with near one-hot attention at
-# initialisation. And the "2–3 % accuracy" figure has no source: it is not in the paper.
+# What about seed 004's {seedtr}`004:halfway through training the gradients exploded`? Its own
+# explanation, saturation, predicts the opposite: through a saturated softmax the gradients vanish.
+# Exploding gradients in a Transformer have other usual suspects (a too large learning rate without
+# warm-up, Post-LN in deep stacks, chapters 4 and 6).
+#
+# How much the missing scaling hurts depends on the head size, and the table shows it. At seed
+# 004's example, $d_k = 512$, the median Jacobian is {glue:text}`ch02_jac_unscaled512:.2e` against
+# {glue:text}`ch02_jac_scaled:.2e` with the scaling, {glue:text}`ch02_jac_ratio512:.0f` times
+# smaller, and the largest weight is {glue:text}`ch02_maxw_unscaled512:.2f` on average. But in
+# seed 000's 8-head model of width 512 a head has $D_h = 64$, so the unscaled scores have a standard deviation of
+# 8: there the Jacobian is only {glue:text}`ch02_jac_ratio64:.1f` times smaller
+# ({glue:text}`ch02_jac_unscaled64:.2e`) and the largest weight {glue:text}`ch02_maxw_unscaled64:.2f`
+# (against {glue:text}`ch02_maxw_scaled:.2f` with the scaling). An unscaled head of that size
+# starts with sharper attention and weaker gradients through its softmax, not frozen ones; the
+# $d_k = 512$ example describes a single head of width 512 and overstates the effect for an
+# 8-head model. This lesson trains nothing: it shows the mechanism at initialisation, not what it
+# does to a training curve, which also depends on the initialisation and the learning rate. And
+# seed 000's figure of {seedtr}`000:about 2-3%` more accuracy has no source: it is not in the
+# paper.
 
 # %% [markdown]
 # ## 2.4 Entropy: how peaked is attention
@@ -235,11 +271,16 @@ assert entropies[0] > entropies[-1] and entropies[-1] < 0.5
 # %% [markdown]
 # ## 2.5 Scaling by √d_model is a bug
 #
-# In multi-head attention each head dots vectors of size $D_h = d_\text{model} / H$, so $d_k = D_h$. One
-# seed divides by `self.embed_size ** (1/2)`, that is $\sqrt{d_\text{model}} = \sqrt{H}\sqrt{D_h}$: the
-# logits come out $\sqrt{H}$ times too small and attention starts too flat — close to a plain average. It
-# runs and trains (the model can learn larger weights to compensate), which is why the bug survives; but it
-# is not the model of the paper, and the checks of chapter 1 name it.
+# In multi-head attention each head dots vectors of size $D_h = d_\text{model} / H$, so $d_k = D_h$. Seed
+# 004 divides by `self.embed_size ** (1/2)`, that is $\sqrt{d_\text{model}} = \sqrt{H}\sqrt{D_h}$: the
+# logits come out $\sqrt{H}$ times too small, as if the softmax ran at a temperature of $\sqrt{H}$, and
+# attention starts flatter, closer to a plain average. The cell below measures it for $H = 8$: the mean
+# entropy rises from {glue:text}`ch02_entropy_dhead:.2f` nats with the right scaling to
+# {glue:text}`ch02_entropy_dmodel:.2f` with $\sqrt{d_\text{model}}$, where a plain average (uniform
+# weights) has {glue:text}`ch02_entropy_uniform:.2f`. (The entropy does not grow by a factor of
+# $\sqrt{H}$; it is the logits that shrink by it.) The code runs and trains (the model can learn larger
+# weights to compensate), which is why the bug survives; but it is not the model of the paper, and the
+# checks of chapter 1 name it.
 
 # %%
 d_model, n_heads = 512, 8
@@ -247,20 +288,36 @@ d_head = d_model // n_heads
 qh = torch.randn(1, n_heads, 32, d_head, device=device)
 kh = torch.randn(1, n_heads, 32, d_head, device=device)
 raw = qh @ kh.transpose(-2, -1)
-for name, divisor in [("÷√d_head", math.sqrt(d_head)), ("÷√d_model", math.sqrt(d_model)), ("none", 1.0)]:
+entropy = {}
+for name, divisor in [("dhead", math.sqrt(d_head)), ("dmodel", math.sqrt(d_model)), ("none", 1.0)]:
     s = raw / divisor
-    ent = attention_entropy(s.softmax(-1)).mean().item()
-    print(f"{name:10s} std of logits {s.std().item():5.2f}   mean entropy {ent:.2f} (uniform {math.log(32):.2f})")
+    entropy[name] = attention_entropy(s.softmax(-1)).mean().item()
+    label = {"dhead": "÷√d_head", "dmodel": "÷√d_model", "none": "none"}[name]
+    print(f"{label:10s} std of logits {s.std().item():5.2f}   mean entropy {entropy[name]:.2f} "
+          f"(uniform {math.log(32):.2f})")
 ratio = (raw / math.sqrt(d_head)).std() / (raw / math.sqrt(d_model)).std()
 assert abs(ratio.item() - math.sqrt(n_heads)) < 1e-3  # exactly √H times smaller
+assert entropy["none"] + 1 < entropy["dhead"] < entropy["dmodel"] - 0.1 < math.log(32)
+for name, value in entropy.items():
+    glue(f"ch02_entropy_{name}", float(value), display=False)
+glue("ch02_entropy_uniform", math.log(32), display=False)
 
 # %% [markdown]
 # ## 2.6 Gradcheck done right
 #
 # `torch.autograd.gradcheck` compares the gradients autograd computes with finite differences
-# $(f(x+\varepsilon) - f(x-\varepsilon)) / 2\varepsilon$, one input entry at a time. The seed calls it as
-# `gradcheck(MultiHeadAttention(), torch.randn(32, 64, 512, requires_grad=True, dtype=torch.double))`.
-# Three things are wrong with that.
+# $(f(x+\varepsilon) - f(x-\varepsilon)) / 2\varepsilon$, one input entry at a time. Seed 000 calls it on
+# its `MultiHeadAttention` (chapter 1 runs that module, verbatim, in §1.9):
+#
+# ```{seed-quote} 000
+# :code: python
+# input = torch.randn(32,64,512, requires_grad=True, dtype=torch.double)
+# test = gradcheck(MultiHeadAttention(), input, eps=1e-6, atol=1e-4)
+# ```
+#
+# Two things are wrong with that call, and a third waits for the next module you check: the seed's
+# module has no dropout and its input is already in double precision, but most modules have dropout,
+# and inputs are float32 by default.
 #
 # **1. The dtypes do not match.** The module's weights are float32; the input is float64. The first
 # matmul refuses:
@@ -275,11 +332,11 @@ except RuntimeError as exc:
     print("RuntimeError:", str(exc).splitlines()[0])
 
 # %% [markdown]
-# **2. The size.** Finite differences need two forward passes *per input entry*: 32 × 64 × 512 ≈ 1.05
-# million entries, so two million forward passes of the whole module, and an analytical Jacobian of
+# **2. The size.** Finite differences need two forward passes *per input entry*:
+# $32 \cdot 64 \cdot 512 \approx 1.05$ million entries, so two million forward passes of the whole module, and an analytical Jacobian of
 # 10¹² entries. It never finishes. (We do not run it.) A gradient check needs tiny shapes.
 #
-# **3. Dropout and precision.** With dropout active every call draws a new mask, so $f(x+\varepsilon)$ and
+# **3. Dropout and precision (not in the seed's call).** With dropout active every call draws a new mask, so $f(x+\varepsilon)$ and
 # $f(x-\varepsilon)$ are different functions and the check fails for the wrong reason; the module must be
 # in `eval()` mode. And in float32 a step of $\varepsilon = 10^{-6}$ is only a few rounding steps of
 # the outputs, so the finite differences are mostly rounding noise and even a correct module fails:
@@ -313,10 +370,13 @@ assert not torch.autograd.gradcheck(with_dropout, (x_small,), raise_exception=Fa
 #   computes the same thing.
 # * $\operatorname{var}(q\cdot k) = d_k$ for unit-variance entries (measured above); dividing by $\sqrt{d_k}$
 #   keeps the logits at standard deviation 1.
-# * Without it softmax saturates: near one-hot rows and **vanishing** gradients — not exploding ones, and no
-#   "2–3 % accuracy" figure comes from the paper.
-# * $d_k$ is the head size. Dividing by $\sqrt{d_\text{model}}$ makes attention $\sqrt{H}$ times too flat.
-# * `gradcheck` wants tiny shapes, double precision throughout, and `eval()` mode.
+# * Without it softmax saturates: sharper rows and **vanishing** gradients through the softmax, not
+#   exploding ones. The effect grows fast with the head size: modest at $D_h = 64$, severe at
+#   $d_k = 512$. The paper gives no accuracy figure for the scaling.
+# * $d_k$ is the head size. Dividing by $\sqrt{d_\text{model}}$ makes the logits $\sqrt{H}$ times too
+#   small (a softmax temperature of $\sqrt{H}$), and attention flatter: a higher entropy.
+# * `gradcheck` wants tiny shapes, double precision throughout (weights and input), and `eval()` mode
+#   when the module has dropout.
 #
 # Next: the exercise ([exercise.ipynb](exercise.ipynb)), then masks in chapter 3.
 
@@ -348,17 +408,20 @@ assert not torch.autograd.gradcheck(with_dropout, (x_small,), raise_exception=Fa
 # with d_k'.
 # :::
 #
-# **3.** A seed write-up says that without the scaling "the gradients exploded". What does the
+# **3.** Seed 004 says that without the scaling {seedtr}`004:the gradients exploded`. What does the
 # missing scaling really do to the gradients, and why?
 #
 # :::{dropdown} Answer
 # They **vanish**. Unscaled scores of a head of size 512 have a standard deviation of about √512
-# ≈ 22.6, so softmax puts almost all of each row's weight on one key. There its Jacobian,
-# p_i(δ_ij − p_j), is nearly zero: small changes of the scores change nothing, and almost no
-# gradient reaches the queries and keys. Training stalls; it does not blow up. Exploding
-# gradients have other usual suspects (a large learning rate without warm-up, Post-LN in deep
-# stacks), and the seed's "2–3 % accuracy" figure is not in the paper. Read §2.3 'Saturation and
-# vanishing gradients'.
+# ≈ 22.6, so softmax puts most of each row's weight on one key. There its Jacobian,
+# p_i(δ_ij − p_j), is nearly zero: small changes of the scores change little, and little
+# gradient reaches the queries and keys. The gradients shrink; they do not blow up. How much
+# depends on the head size: in the lesson's table the Jacobian is
+# {glue:text}`ch02_jac_ratio512:.0f` times smaller at d_k = 512, but only
+# {glue:text}`ch02_jac_ratio64:.1f` times smaller at Dh = 64, the head size of an 8-head model of
+# width 512. Exploding gradients have other usual suspects (a large learning rate without
+# warm-up, Post-LN in deep stacks), and the paper gives no accuracy figure for the scaling. Read
+# §2.3 'Saturation and vanishing gradients'.
 # :::
 #
 # **4.** An 8-head model with D = 512 divides its scores by `self.embed_size ** 0.5`. What is d_k
@@ -373,15 +436,18 @@ assert not torch.autograd.gradcheck(with_dropout, (x_small,), raise_exception=Fa
 # 'Scaling by √d_model is a bug', and §2.4 'Entropy: how peaked is attention' for the entropy.
 # :::
 #
-# **5.** Why can `gradcheck(MultiHeadAttention(), torch.randn(32, 64, 512, requires_grad=True,
-# dtype=torch.double))` not work? Write a call that does.
+# **5.** Seed 000 runs `gradcheck` on its `MultiHeadAttention()` (width 512, float32 weights) with
+# an input of shape `[32, 64, 512]` in double precision. Why can that not work? Write a call that
+# does.
 #
 # :::{dropdown} Answer
-# Three separate reasons. (1) The module's weights are float32 and the input float64: the first
-# matmul raises a dtype error. (2) Finite differences need two forward passes per input entry,
-# and this input has about a million entries: it never finishes. (3) With dropout active every
-# call draws a new mask, so f(x + ε) and f(x − ε) are different functions; and in float32 a step
-# of 1e-6 is mostly rounding noise, so even a correct module fails. Use tiny shapes, double
+# Two reasons, and a third for other modules. (1) The module's weights are float32 and the input
+# float64: the first matmul raises a dtype error. (2) Finite differences need two forward passes
+# per input entry, and this input has about a million entries: it never finishes. (3) Not in this
+# call, since the seed's module has no dropout and its input is already double, but next time:
+# with dropout active every call draws a new mask, so f(x + ε) and f(x − ε) are different
+# functions; and in float32 a step of 1e-6 is mostly rounding noise, so even a correct module
+# fails. Use tiny shapes, double
 # precision throughout and eval mode: `gradcheck(MultiHeadAttention(8, 2).double().eval(),
 # (torch.randn(2, 3, 8, dtype=torch.double, requires_grad=True),))`. Read §2.6 'Gradcheck done
 # right'.
