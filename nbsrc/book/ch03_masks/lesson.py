@@ -28,8 +28,10 @@
 # {seed}`004:torch.tril(torch.ones((trg_len, trg_len)))`. That is correct, with four caveats this
 # chapter demonstrates: the pad id is hard-coded to 0 (§3.1); PyTorch's own APIs disagree about
 # what `True` means (§3.4); `-1e9` does not exist in float16 (§3.5); and a mask with one axis too few still "works" when
-# the batch size equals the number of heads — with wrong values (§3.1). Then two probes that catch any
-# masking bug by behaviour (§3.6), and an explorer to play with (§3.7).
+# the batch size equals the number of heads — with wrong values (§3.1). (A fifth, about devices: the
+# seed builds that mask without a device, so it sits on the CPU, and on a GPU it meets CUDA
+# scores; the chapter 6 {doc}`bug hunt <../ch06_bughunt/exercise>` grades it.) Then two probes that catch the
+# usual masking bugs by behaviour (§3.6), and an explorer to play with (§3.7).
 #
 # **Convention of this course** (and of `F.scaled_dot_product_attention`): a bool mask, **True = may
 # attend**, broadcastable to the scores `[B, H, Sq, Sk]`.
@@ -97,8 +99,8 @@ except RuntimeError as exc:
 
 # %% [markdown]
 # With 3 heads — **B == H** — the shapes fit and nothing complains. Head *h* of every sequence is masked
-# with sequence *h*'s padding: sequence 1 (no padding) has heads that ignore its real tokens 1..4, and
-# sequence 2 has heads that read its padding.
+# with sequence *h*'s padding: sequence 1 (no padding) has heads that ignore some of its real tokens
+# (head 2, masked like sequence 2, ignores tokens 1..4), and sequence 2 has heads that read its padding.
 
 # %%
 H = 3
@@ -334,11 +336,15 @@ print("-1e4 in float16: ", moderate, "-> softmax", moderate.float().softmax(-1))
 assert torch.isinf(added16).all() and torch.isnan(added16.float().softmax(-1)).all()
 assert torch.isfinite(added32.softmax(-1)).all()
 assert torch.isfinite(moderate.float().softmax(-1)).all()
+# finite, but not masked: the fully masked row follows its original scores
+assert torch.allclose(added32.softmax(-1), scores16.float().softmax(-1))
 
 # %% [markdown]
 # So the rule for additive masks: add them to **float32** scores, or, when the scores must stay in
 # float16, use a moderate value such as −1e4, whose `exp()` is still exactly 0 next to any ordinary
-# score. For `masked_fill` the dtype's own minimum is always safe.
+# score. For `masked_fill` the dtype's own minimum is always safe. Both fixes only keep the row
+# finite: a fully masked row under an additive mask still follows its original scores (the weights
+# printed above), so a query with no key still needs its weights set to zero.
 # `nn.MultiheadAttention` returns NaN for a fully padded sequence
 # (with its default `need_weights=True`); the reference gives it zero attention, so its output is just the
 # output projection's bias — finite, in every precision:

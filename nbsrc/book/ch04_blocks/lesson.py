@@ -26,8 +26,8 @@
 #   {seed}`000:for p in model.parameters(): if p.dim() > 1: nn.init.xavier_uniform_(p)`: fine for
 #   the Linear layers, but it also re-initialises the embedding tables (§4.6).
 #
-# We also compare the paper's Post-LN block with the Pre-LN block almost every model since uses
-# {cite:p}`xiong2020layer`, and see what weight tying really shares (§4.7).
+# We also compare the paper's Post-LN block with the Pre-LN block that GPT-2 and most large models
+# since use {cite:p}`xiong2020layer`, and see what weight tying really shares (§4.7).
 #
 # Shape letters: B batch, S sequence length, D = d_model, H heads, F = d_ff.
 
@@ -389,7 +389,7 @@ glue("ch04_pre_drift", "downwards" if pre[-1] < pre[0] else "upwards", display=F
 # %% [markdown]
 # The qualitative result of Xiong et al. is reproduced: Post-LN's gradients grow by a factor of
 # {glue:text}`ch04_post_growth:.1f` from the bottom layer to the top one; Pre-LN's largest and
-# smallest differ by a factor of {glue:text}`ch04_pre_spread:.2f` (here drifting slightly
+# smallest differ by a factor of {glue:text}`ch04_pre_spread:.2f` (here drifting
 # {glue:text}`ch04_pre_drift:s`). With a large learning rate from step one, the top of a Post-LN
 # model takes steps that are too big, which is why the paper needs warm-up (§5.3 of the paper;
 # chapter 6). {cite:t}`xiong2020layer` report that Pre-LN trains without warm-up (this chapter

@@ -289,7 +289,8 @@ glue("ch05_big_scaled", big_scaled, display=False)
 # %% [markdown]
 # With $N(0, 1/D)$, unscaled, a token's vector has length {glue:text}`ch05_small_unscaled:.2f`
 # against the position's {glue:text}`ch05_pe_len:.1f`: the positions drown the tokens. Scaled by √D
-# it has length {glue:text}`ch05_small_scaled:.1f`, a bit more than its position, as it should.
+# it has length {glue:text}`ch05_small_scaled:.1f`, a bit more than its position: the two are of
+# comparable size, and neither drowns the other.
 # The opposite trap is the default: `nn.Embedding`'s $N(0, 1)$ scaled by √D gives tokens of length
 # {glue:text}`ch05_big_scaled:.0f`, and the positions, of length {glue:text}`ch05_pe_len:.1f`,
 # drown in them. The √D scale belongs with an $N(0, 1/D)$ table; with the default
@@ -463,7 +464,8 @@ assert logits.shape == (2, 5, 50) and count_parameters(lm) == formula
 # * **Cross-attention**: queries from the decoder, keys and values from the encoder's memory, with the
 #   source padding mask; decoder self-attention is always **causal**.
 # * The seed's model (8 heads, 2+2 layers, D = 512, F = 2048, V = 10 000) has **30,082,832**
-#   parameters; heads change nothing in the count. It equals `nn.Transformer` given `final_norm=True`.
+#   parameters; heads change nothing in the count. Its encoder and decoder stacks equal
+#   `nn.Transformer`'s, given `final_norm=True`.
 # * A **decoder-only** model is a causal stack of encoder blocks.
 #
 # The exercise ([exercise.ipynb](exercise.ipynb)) has you write the sinusoidal table, the embedding
