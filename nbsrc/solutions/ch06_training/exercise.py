@@ -196,6 +196,15 @@ ch06.check_train_step_by_hand(train_step)
 # (BOS and every token since: there is no cache), append the argmax over the vocabulary of the last
 # position at each step (one id in 0 .. V-1 per row), and stop as soon as every row has produced
 # EOS (or after `max_len` new tokens). Lesson §6.7.
+#
+# **Which model.** The check runs your function on its own small model with exactly the
+# interface above: four arguments to `decode`, and no causal mask unless you pass one. The
+# lesson's `tformer_ref.model.Transformer` is different: its `decode(tgt_in, memory, src_mask)`
+# takes three arguments and builds the causal mask itself, so your four-argument call raises a
+# `TypeError` on it. To try your loop on a lesson model, give it a `decode` that takes the mask
+# and leaves it to the model, for example
+# `model.decode = lambda tgt_in, memory, src_mask, tgt_mask=None: Transformer.decode(model, tgt_in, memory, src_mask)`
+# (with `from tformer_ref.model import Transformer`).
 
 # %% nbgrader="solution:greedy_decode"
 def greedy_decode(model, src, max_len, bos_id, eos_id, pad_id):
@@ -230,4 +239,4 @@ ch06.check_greedy_by_hand(greedy_decode)
 # ## Done?
 #
 # Run the self-grading command above. Then open the [capstone](capstone.ipynb): the same pieces
-# train the seed's 8-head, 2-layer model to 99 % exact match in about a minute on a laptop CPU.
+# train the seed's 8-head, 2-layer model until it gets nearly every held-out date exactly right.
