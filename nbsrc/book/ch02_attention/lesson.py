@@ -204,8 +204,10 @@ for name, value in (("jac_scaled", jac_scaled), ("jac_unscaled64", jac_64),
 # (against {glue:text}`ch02_maxw_scaled:.2f` with the scaling). An unscaled head of that size
 # starts with sharper attention and weaker gradients through its softmax, not frozen ones; the
 # $d_k = 512$ example describes a single head of width 512 and overstates the effect for an
-# 8-head model. This lesson trains nothing: it shows the mechanism at initialisation, not what it
-# does to a training curve, which also depends on the initialisation and the learning rate. And
+# 8-head model. This lesson trains nothing: it shows the mechanism for queries and keys of unit
+# variance (what Xavier-initialised projections of unit-variance inputs give; PyTorch's default
+# `nn.Linear` initialisation gives a variance of about 1/3, and milder scores), not what it does to
+# a training curve, which also depends on the initialisation and the learning rate. And
 # seed 000's figure of {seedtr}`000:about 2-3%` more accuracy has no source: it is not in the
 # paper.
 
@@ -261,7 +263,7 @@ axes[0].legend()
 for ax, (f, name) in zip(axes[1:], [(1 / math.sqrt(8), "÷√d_model (H=8)"), (1.0, "÷√d_k"), (math.sqrt(512), "no scaling")]):
     w = (unit_scores * f).softmax(-1)[0, 0].cpu()
     ax.imshow(w, vmin=0, vmax=1, cmap="viridis")
-    ax.set_title(f"{name}: H = {attention_entropy(w).mean().item():.2f}")
+    ax.set_title(f"{name}: entropy {attention_entropy(w).mean().item():.2f}")
     ax.set_xticks([])
     ax.set_yticks([])
 plt.tight_layout()
@@ -279,8 +281,9 @@ assert entropies[0] > entropies[-1] and entropies[-1] < 0.5
 # {glue:text}`ch02_entropy_dmodel:.2f` with $\sqrt{d_\text{model}}$, where a plain average (uniform
 # weights) has {glue:text}`ch02_entropy_uniform:.2f`. (The entropy does not grow by a factor of
 # $\sqrt{H}$; it is the logits that shrink by it.) The code runs and trains (the model can learn larger
-# weights to compensate), which is why the bug survives; but it is not the model of the paper, and the
-# checks of chapter 1 name it.
+# weights to compensate), which is why the bug survives; but it is not the paper's parametrisation:
+# it starts flatter, and its query and key weights must grow to make up the factor $\sqrt{H}$ before
+# it computes what the paper's would. The checks of chapter 1 name it.
 
 # %%
 d_model, n_heads = 512, 8
@@ -333,8 +336,10 @@ except RuntimeError as exc:
 
 # %% [markdown]
 # **2. The size.** Finite differences need two forward passes *per input entry*:
-# $32 \cdot 64 \cdot 512 \approx 1.05$ million entries, so two million forward passes of the whole module, and an analytical Jacobian of
-# 10¹² entries. It never finishes. (We do not run it.) A gradient check needs tiny shapes.
+# $32 \cdot 64 \cdot 512 \approx 1.05$ million entries, so two million forward passes of the whole module, and Jacobians
+# (numerical and analytical) of 10¹² entries each. `gradcheck` keeps the numerical one in memory,
+# one column per input entry: 8 TiB in double precision. It cannot finish. (We do not run it.) A
+# gradient check needs tiny shapes.
 #
 # **3. Dropout and precision (not in the seed's call).** With dropout active every call draws a new mask, so $f(x+\varepsilon)$ and
 # $f(x-\varepsilon)$ are different functions and the check fails for the wrong reason; the module must be
@@ -432,7 +437,8 @@ assert not torch.autograd.gradcheck(with_dropout, (x_small,), raise_exception=Fa
 # logit √H = √8 times too small, so attention starts too flat, closer to a plain average of the
 # values: its entropy is nearer the uniform ln S than with √Dh (the lesson printed the entropies
 # for √Dh, √D and no scaling). It runs and trains, because the model can learn larger weights to
-# make up for it, which is why nobody notices; but it is not the paper's model. Read §2.5
+# make up for it, which is why nobody notices; but it is not the paper's parametrisation: it starts
+# flatter, and its query and key weights must grow to make up the factor √H. Read §2.5
 # 'Scaling by √d_model is a bug', and §2.4 'Entropy: how peaked is attention' for the entropy.
 # :::
 #
@@ -443,7 +449,8 @@ assert not torch.autograd.gradcheck(with_dropout, (x_small,), raise_exception=Fa
 # :::{dropdown} Answer
 # Two reasons, and a third for other modules. (1) The module's weights are float32 and the input
 # float64: the first matmul raises a dtype error. (2) Finite differences need two forward passes
-# per input entry, and this input has about a million entries: it never finishes. (3) Not in this
+# per input entry, and this input has about a million entries: two million forward passes, and a
+# Jacobian of 10¹² entries (8 TiB in double precision) to hold. It cannot finish. (3) Not in this
 # call, since the seed's module has no dropout and its input is already double, but next time:
 # with dropout active every call draws a new mask, so f(x + ε) and f(x − ε) are different
 # functions; and in float32 a step of 1e-6 is mostly rounding noise, so even a correct module
