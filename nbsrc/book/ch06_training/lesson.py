@@ -34,7 +34,7 @@
 # | {seedtr}`004:with 0.001 the loss kept oscillating; with 0.0001 it began to fall normally`; the paper's warm-up schedule, as a class `AdamWarmup` | right idea; the class counts from 1 and works as a *replacement* for `optimizer.step()`, but it ties the schedule to the update (called next to `optimizer.step()` it steps twice; it cannot go through a `GradScaler`); the same formula in a `LambdaLR` divides by zero unless $n = \text{step} + 1$ | 6.4 |
 # | {seedtr}`004:without gradient clipping, the gradients became NaN at the 10th batch`; clip at 1.0 | clipping is right, and must come between `backward` and `step` | 6.5 |
 # | dynamic padding with {seed}`004:pad_sequence(src_batch, batch_first=True, padding_idx=PAD_IDX)`, and `pack_padded_sequence` | dynamic padding is right, but `pad_sequence` has no `padding_idx` (the seed's `collate_fn` raises `TypeError`); `pack_padded_sequence` is for RNNs only | 6.6 |
-# | greedy decoding with {seed}`004:model.decoder.create_trg_mask(trg)`, start token {seed}`004:torch.ones(1, 1).fill_(SOS_IDX).long().to(device)`; beam search is better | no such method (the seed's `create_trg_mask` is a free function, and builds its mask without a device); the start token is right, and so are the eval mode, the `no_grad` and the stop at EOS | 6.7, bug hunt |
+# | greedy decoding with {seed}`004:model.decoder.create_trg_mask(trg)`, start token {seed}`004:torch.ones(1, 1).fill_(SOS_IDX).long().to(device)`; beam search is better | a method the seed never defines (its `create_trg_mask` is a free function, and builds its mask without a device); no source mask; the start token is right, and so are the eval mode, the `no_grad` and the stop at EOS | 6.7, bug hunt |
 #
 # Everything runs on the CPU, and unchanged on a GPU. The longer experiments (warm-up against
 # Post-LN and Pre-LN, §6.4) have their own page, {doc}`schedules`.
@@ -107,7 +107,8 @@ assert not {t for _, t in train_pairs} & {t for _, t in test_pairs}  # held-out 
 
 # %% [markdown]
 # A small model keeps the lesson fast: `d_model = 32`, 8 heads, 2 layers (the seed's shape,
-# narrower). Every run below starts from the same initial weights and sees the same batches.
+# narrower). Within each comparison below, every run starts from the same initial weights and
+# sees the same batches.
 
 # %%
 BATCH = 32
@@ -349,25 +350,30 @@ glue("ch06_ls_cos", min(cos1, cos2), display=False)
 glue("ch06_ls_entropy", float(h_target), display=False)
 
 # %% [markdown]
-# They are close, not identical. PyTorch's `label_smoothing` is exactly the KL divergence to *its*
-# target plus that target's entropy ({glue:text}`ch06_ls_entropy:.4f` nats here, a constant; the
-# cell checks it), so as a training signal it is a smoothed KL loss with the ε/V target. The
-# hand-written loss uses another target, and the two gradients differ by a fixed offset at each
-# real position, the difference of the two targets, whatever the logits; they point in nearly
-# the same direction (cosine at least {glue:text}`ch06_ls_cos:.4f`). The difference is PAD.
-# Lowering the PAD logit by 100 raises PyTorch's loss (from {glue:text}`ch06_ls_ours_a:.4f` to
+# As training signals they are close, not identical; as numbers they are not close at all. PyTorch's
+# `label_smoothing` is exactly the KL divergence to *its* target plus that target's entropy
+# ({glue:text}`ch06_ls_entropy:.4f` nats here, a constant; the cell checks it), so as a training
+# signal it is a smoothed KL loss with the ε/V target. The hand-written loss uses another
+# target, and the two gradients differ by a fixed offset at each real position, the difference
+# of the two targets, whatever the logits; they point in nearly the same direction (cosine at
+# least {glue:text}`ch06_ls_cos:.6f`). The two targets differ everywhere, a little: the label
+# gets $1 - \varepsilon$ instead of $1 - \varepsilon + \varepsilon / V$, the other classes
+# $\varepsilon / (V - 2)$ instead of $\varepsilon / V$, and PAD nothing instead of
+# $\varepsilon / V$. PAD is the difference that matters. Lowering the PAD logit by 100 raises
+# PyTorch's loss (from {glue:text}`ch06_ls_ours_a:.4f` to
 # {glue:text}`ch06_ls_ours_b:.4f`), which wants ε/V on PAD, and lowers the hand-written one (from
 # {glue:text}`ch06_ls_theirs_a:.4f` to {glue:text}`ch06_ls_theirs_b:.4f`), which drives the PAD
-# logit down without limit. Their difference grows by exactly $100 \cdot \varepsilon / V$, PyTorch's
-# price for each nat of PAD probability below its target (the cell checks it). So the two losses
-# do not differ by a constant, and their values are not comparable across code bases.
+# logit down without limit. Their difference grows by exactly $100 \cdot \varepsilon / V$:
+# PyTorch charges $\varepsilon / V$ for each nat by which $\log p(\text{PAD})$ falls (the cell
+# checks it). So the two losses do not differ by a constant, and their values are not comparable
+# across code bases.
 #
 # What does counting padding do to training? Pad every batch to a fixed 32 tokens, as a tokenizer's
 # `padding="max_length"` would, and train once with padding counted and once without, for the same
 # steps. The counted run also records its loss on the real tokens alone, the number the other run
 # reports:
 
-# %% mystnb={"figure": {"caption": "Reported training loss when padding is counted and when it is ignored, and the padding-counted run's loss on its real tokens alone.", "name": "fig-ch06-padding-loss"}, "image": {"alt": "Three loss curves on a log scale; the padding-counted reported loss sits far below the same run's loss on real tokens, which is close to the padding-ignored run's loss."}}
+# %% mystnb={"figure": {"caption": "Reported training loss when padding is counted and when it is ignored, and the padding-counted run's loss on its real tokens alone.", "name": "fig-ch06-padding-loss"}, "image": {"alt": "Three loss curves on a log scale; the padding-counted reported loss sits far below the same run's loss on real tokens, which stays above the padding-ignored run's loss."}}
 def run_padding(count_padding, steps=50):
     model = make_model()
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
@@ -417,6 +423,8 @@ glue("ch06_pad_acc_counted", float(counted_acc), display=False)
 glue("ch06_pad_acc_ignored", float(ignored_acc), display=False)
 glue("ch06_pad_acc_word", "fewer" if counted_acc < ignored_acc else "more",
      display=False)
+glue("ch06_pad_real_word", "above" if tail["counted_real"] > tail["ignored"] else "below",
+     display=False)
 
 # %% [markdown]
 # The counted loss is an average in which {glue:text}`ch06_pad_label_share:.0%` of the label
@@ -426,12 +434,15 @@ glue("ch06_pad_acc_word", "fewer" if counted_acc < ignored_acc else "more",
 # padding: {glue:text}`ch06_pad_ignored:.3f`). With padding counted, the loss rewards predicting
 # PAD, and the number you watch no longer says how well the model translates.
 #
-# Counting padding also gives the real tokens a smaller share of the gradient. With Adam, which
-# divides each update by a running estimate of the gradient's size, that costs less than it
-# sounds; in this short run the padding-counted model got {glue:text}`ch06_pad_acc_word:s`
-# held-out characters right ({glue:text}`ch06_pad_acc_counted:.1%` against
-# {glue:text}`ch06_pad_acc_ignored:.1%`), and both models are far from trained. The dependable
-# harm is the misleading number.
+# Counting padding also gives the real tokens a smaller share of the gradient. Adam divides each
+# update by a running estimate of the gradient's size, which undoes a constant scale, but not
+# the PAD positions' own pull on the weights while the model is learning to predict PAD. In
+# this short run the padding-counted model's loss on the real tokens stayed
+# {glue:text}`ch06_pad_real_word:s` that of the run that ignores padding, and it got
+# {glue:text}`ch06_pad_acc_word:s` held-out characters right
+# ({glue:text}`ch06_pad_acc_counted:.1%` against {glue:text}`ch06_pad_acc_ignored:.1%`). Both
+# models are far from trained, and whether the gap lasts is not measured here. The harm that does
+# not depend on the run is the misleading number.
 
 # %% [markdown]
 # ## 6.4 Learning rate and warm-up
@@ -669,9 +680,10 @@ trained_model = clip["model"]  # decoded in §6.7
 # - **The jump: the first moment.** With $\beta_1 = 0.9$, the running mean $m$ takes a tenth of
 #   the bad gradient, $0.1 \cdot 1000\,g$, which swamps everything else in it; the second moment
 #   $v$ takes $0.02 \cdot (1000\,g)^2$. Their ratio $m / \sqrt v$ is then about the same in
-#   *every* coordinate, $0.1 / \sqrt{0.02} \approx 0.7$ (a little less after Adam's bias
-#   correction), with the sign of the bad batch's gradient: the update at step 50 has a root mean square
-#   of {glue:text}`ch06_clip_size_spike:.2f` learning rates, against
+#   *every* coordinate, $0.1 / \sqrt{0.02} \approx 0.71$, with the sign of the bad batch's
+#   gradient. Adam's bias correction multiplies it, at this 51st update, by
+#   $\sqrt{1 - 0.98^{51}} / (1 - 0.9^{51}) \approx 0.81$, to about 0.57: the update at
+#   step 50 has a root mean square of {glue:text}`ch06_clip_size_spike:.2f` learning rates, against
 #   {glue:text}`ch06_clip_size_before:.2f` just before. And $m$ forgets slowly (by 0.9 a step), so
 #   the following updates keep pointing the same way: their cosine with the bad batch's update is
 #   {glue:text}`ch06_clip_cos5:.2f` five steps later, {glue:text}`ch06_clip_cos10:.2f` ten steps
@@ -846,7 +858,7 @@ assert shares["dynamic + bucketing"] < shares["pad to 32"] / 3  # the data: dete
 assert shares["dynamic + bucketing"] < shares["dynamic, shuffled batches"]
 # A CPU's time follows the positions; a small model on a GPU is bound by kernel launches,
 # and may show no speed-up at all.
-if device.type == "cpu":  # measured 1.4 to 1.9 here, on a busy machine
+if device.type == "cpu":  # measured 1.4 to 2.0 here, on a busy machine
     assert speedup > 1.1
 glue("ch06_bucket_batches", N_TIMED, display=False)
 glue("ch06_pad_fixed", shares["pad to 32"], display=False)
@@ -863,8 +875,11 @@ glue("ch06_bucket_device", device.type, display=False)
 # ratio is the machine's, not the data's: a CPU's time grows with the number of positions it
 # computes (and attention's with their square), while a GPU running a model this small spends
 # most of its time launching kernels, whatever their size, and may show little difference.
-# Buckets change the batch composition a little (similar lengths together), which does not hurt
-# here; sorting the whole dataset would, since every batch would then be of one length only.
+# Buckets also change what a batch holds: similar lengths together. On this task a date's style
+# fixes most of its length, so a bucketed batch holds only a few of the seven styles; the
+# {doc}`capstone <capstone>` counts them, and trains on shuffled batches for that reason. This
+# lesson's short runs do not measure whether it hurts. Sorting the whole dataset would go
+# further still: every batch would then be of one length only.
 
 # %% [markdown]
 # ## 6.7 Greedy and beam decoding
@@ -881,9 +896,11 @@ glue("ch06_bucket_device", device.type, display=False)
 #
 # The seed's loop has this shape: it calls `model.eval()` and `torch.no_grad()`, encodes once and
 # stops at EOS. But it calls {seed}`004:trg_mask = model.decoder.create_trg_mask(trg)`, a method
-# that does not exist: the seed defines `create_trg_mask` as a free function, which builds its
-# mask on the CPU whatever the device; and it encodes with {seed}`004:enc_src = model.encoder(src, None)`,
-# passing no source mask, so the decoder attends to the source's padding. Fixing them is the
+# the seed never defines (its `Decoder` class is not shown): the seed defines `create_trg_mask`
+# as a free function, which builds its mask on the CPU whatever the device; and it encodes with
+# {seed}`004:enc_src = model.encoder(src, None)`, passing no source mask to the encoder or the
+# decoder. For one unpadded sentence that changes nothing; a source that ends with padding (a
+# row taken from a padded batch) then has its padding attended to. Fixing them is the
 # graded {doc}`bug hunt <../ch06_bughunt/exercise>`. Its start token,
 # {seed}`004:trg = torch.ones(1, 1).fill_(SOS_IDX).long().to(device)`, is right, and the `.long()`
 # in it matters: `torch.ones` makes a float tensor, and `nn.Embedding` only takes integer ids.
@@ -1027,7 +1044,7 @@ print(f"at 8 heads: {8 * S / width:.1f} scores per entry of an activation")
 #   reads better than the model is. Label smoothing is one argument of `cross_entropy`; a
 #   hand-written smoothed KL loss is close to it, not identical (its target gives PAD nothing).
 # - Warm-up: at a high rate from the first step, a Post-LN model went wrong and stayed wrong, while
-#   the same rate after a warm-up, or Pre-LN, trained ({doc}`schedules`). Write Noam as a
+#   the same rate after a warm-up, or Pre-LN, kept learning ({doc}`schedules`). Write Noam as a
 #   `LambdaLR` with $n = \text{step} + 1$; the scheduler sets the rate and never steps the
 #   optimizer (the seed's class steps it itself).
 # - Clip between `backward` and `step`; log the norm `clip_grad_norm_` returns. Unclipped, one bad
@@ -1071,9 +1088,9 @@ print(f"at 8 heads: {8 * S / width:.1f} scores per entry of an activation")
 # Not as far as that number says. The padding is counted: the PAD labels after EOS are trivially
 # predictable, so they pull the average down, and the loss rewards predicting PAD. In the lesson
 # the padding-counted run reported a loss far below its own loss on the real tokens. The real
-# tokens also get a smaller share of the gradient (Adam's rescaling softens that). Leave padding
-# out of both the sum and the count: `ignore_index=pad_id`. Read §6.3 'A loss that ignores
-# padding'.
+# tokens also get a smaller share of the gradient (Adam's rescaling softens that, not entirely).
+# Leave padding out of both the sum and the count: `ignore_index=pad_id`. Read §6.3 'A loss
+# that ignores padding'.
 # :::
 #
 # **3.** The seed's `AdamWarmup.step()` counts the step, sets the Noam rate and then calls
@@ -1100,9 +1117,10 @@ print(f"at 8 heads: {8 * S / width:.1f} scores per entry of an activation")
 # yet (or last batch's), after `step` it is too late. It rescales all gradients together when
 # their total norm exceeds `max_norm`, keeping their direction, and returns the norm *before*
 # clipping: log it, and a bad batch shows up at once. In the lesson one bad batch without
-# clipping entered Adam's first moment, which then took near-full steps in that batch's
-# direction for many steps (the loss jumped), and its second moment, which shrank every later
-# step (the slow recovery); clipped, it counted as an ordinary batch. Read §6.5 'Exploding
+# clipping entered Adam's first moment, which then moved every coordinate by about 0.6 learning
+# rates in that batch's direction, and kept that direction for some ten to twenty steps (the loss
+# jumped), and its second moment, which shrank every later step (the slow recovery); clipped, it
+# counted as an ordinary batch. Read §6.5 'Exploding
 # gradients and clipping'.
 # :::
 #
@@ -1115,8 +1133,8 @@ print(f"at 8 heads: {8 * S / width:.1f} scores per entry of an activation")
 # at every step; decode the whole prefix with the causal mask, as in training; stop when every
 # sequence has produced EOS, padding the finished ones. `torch.ones` makes a float tensor, and
 # `nn.Embedding` only takes integer indices: without `.long()` the first decoder call fails. The
-# seed's loop does all of this except the mask: it calls a `create_trg_mask` method that does not
-# exist and passes no source mask (the bug hunt). Beam search finds outputs that are at least as
+# seed's loop does all of this except the masks: it calls a `create_trg_mask` method that the
+# seed never defines, and passes no source mask (the bug hunt). Beam search finds outputs that are at least as
 # likely on average, at a higher cost; on an under-trained model more likely is not more correct.
 # Read §6.7 'Greedy and beam decoding'.
 # :::

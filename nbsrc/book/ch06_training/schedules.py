@@ -108,7 +108,7 @@ runs = {"Post-LN, constant": run()}
 # %%
 runs["Post-LN, warm-up then constant"] = run(warmup=WARMUP)
 
-# %% mystnb={"figure": {"caption": "Three runs at the same peak rate: Post-LN from the first step, Post-LN after a linear warm-up, Pre-LN from the first step. Loss (left), gradient norm (middle), learning rate (right).", "name": "fig-ch06-warmup"}, "image": {"alt": "Left: three loss curves on a log scale; the Post-LN run without warm-up stays far above the other two. Middle: gradient norms; the Post-LN run without warm-up has the largest spikes. Right: two flat learning-rate lines and one that rises linearly, then stays flat at the same value."}}
+# %% mystnb={"figure": {"caption": "Three runs at the same peak rate: Post-LN from the first step, Post-LN after a linear warm-up, Pre-LN from the first step. Loss (left), gradient norm (middle), learning rate (right).", "name": "fig-ch06-warmup"}, "image": {"alt": "Left: three loss curves on a log scale; the Post-LN run without warm-up stays far above the other two. Middle: gradient norms on a log scale, which vary from step to step and spike now and then. Right: two flat learning-rate lines and one that rises linearly, then stays flat at the same value."}}
 runs["Pre-LN, constant"] = run(post_ln=False)
 fig, axes = plt.subplots(1, 3, figsize=(12, 3))
 for name, (h, acc) in runs.items():
@@ -171,13 +171,16 @@ glue("ch06_wu_ratio_again", hot1 / warm1, display=False)
 # panel shows them step by step): even on this small model, with LayerNorm in every block, the gradient norm
 # is not a fixed few units, and is worth logging.
 #
-# Why does warm-up help? Two explanations are published, and these runs do not tell them apart. Adam
-# divides each step by a running estimate of the gradient's second moment, and over the first
-# steps that estimate rests on a handful of batches: its variance is large, and so are the steps
-# it allows {cite:p}`liu2019variance`. And in a Post-LN Transformer the gradients of the
+# Why does warm-up help? Two explanations are published, and these runs cannot settle between
+# them. Adam divides each step by a running estimate of the gradient's second moment, and over the
+# first steps that estimate rests on a handful of batches: its variance is large, and so are the
+# steps it allows {cite:p}`liu2019variance`. And in a Post-LN Transformer the gradients of the
 # parameters near the output are large at initialisation; warm-up meets them with small steps
 # {cite:p}`xiong2020layer`. The same authors show that Pre-LN keeps those gradients small at
-# initialisation, which fits the Pre-LN run training here without warm-up.
+# initialisation, which fits the Pre-LN run training here without warm-up. That run uses the
+# same Adam, its first estimates resting on the same few batches: Adam's noisy start alone did
+# not derail it, and what made the difference here is the layer layout, which is what the second
+# explanation is about. One small model does not decide how the two causes share the blame.
 #
 # The runs are short: with seed 0, held-out characters right are {glue:text}`ch06_wu_acc_hot:.0%` (Post-LN,
 # constant), {glue:text}`ch06_wu_acc_warm:.0%` (warm-up) and {glue:text}`ch06_wu_acc_pre:.0%`
