@@ -238,8 +238,10 @@ class BucketBatchSampler(Sampler[list[int]]):
 
     Each epoch: shuffle, cut into pools of ``batch_size * pool`` items, sort each pool
     by length, cut it into batches, shuffle the batches. Sorting only within pools
-    keeps batches random enough for SGD while padding almost nothing. Seeded: epoch e
-    uses ``seed + e``.
+    keeps the order of batches random while padding almost nothing; the items *within*
+    a batch are alike in length, and so in whatever goes with length (on the date task,
+    the style: the capstone counts the styles per batch). Seeded: epoch e uses
+    ``seed + e``.
 
     Taught in §6.6 'Dynamic padding and bucketing' (book/ch06_training).
 

@@ -15,7 +15,7 @@
 # %% [markdown]
 # # Chapter 7 — Mixed precision, accumulation and DDP
 #
-# The model of the previous chapters trains on one CPU in a minute. Real models do not fit
+# The model of the previous chapters trains on one CPU core. Real models do not fit
 # that budget, and three techniques stretch it: **mixed precision** (do most arithmetic in
 # 16 bits), **gradient accumulation** (a big batch built from several small ones) and
 # **DistributedDataParallel** (several processes, each on its own slice of the data). Each
@@ -32,20 +32,27 @@
 # - start two real processes with `torchrun`, train with DDP, and check that they end with
 #   the same parameters as one process on the whole batch;
 # - measure fused attention against the plain $O(n^2)$ scores as the sequence grows.
+# - keep a block's input instead of its activations with gradient checkpointing, and measure
+#   what that saves and costs.
 #
-# **The seed claims this chapter checks.** One seed write-up ends with "performance
-# experience": mixed precision, gradient accumulation and "model parallelism".
+# **The seed claims this chapter checks.** One seed write-up ends with a section on
+# {seedtr}`004:performance optimisation experience`: mixed precision, gradient accumulation and
+# {seedtr}`004:model parallelism`, and lists what Hugging Face offers instead
+# (gradient checkpointing among them).
 #
 # | claim or code | verdict | section |
 # |---|---|---|
-# | `from torch.cuda.amp import autocast, GradScaler`; `with autocast():` | works on CUDA but deprecated; does nothing on a CPU. Use `torch.amp.autocast(device_type, dtype)` | 7.1 |
-# | "FP16 for most computation, FP32 only where needed" | right; autocast decides per operation, and the weights stay float32 | 7.1 |
+# | `from torch.cuda.amp import autocast, GradScaler`; `with autocast():` | works on CUDA but deprecated (it warns); on a CPU it warns and disables itself. Use `torch.amp.autocast(device_type, dtype)` | 7.1 |
+# | {seedtr}`004:FP16 for most of the computation, FP32 only where necessary` | right; autocast decides per operation, and the weights stay float32 | 7.1 |
+# | {seedtr}`004:mixed precision speeds training up significantly` | depends on the hardware: measured here | 7.1 |
 # | `scaler.scale(loss).backward(); scaler.step(optimizer); scaler.update()` | right, but clipping (which the seed does elsewhere, at 1.0) must come after `scaler.unscale_` | 7.2 |
-# | accumulation: `loss = loss / accumulation_steps`, step every k batches | right only when every micro-batch holds as many tokens; no scheduler step shown | 7.3 |
-# | DDP listed under "model parallel: split the model across cards" | wrong: DDP is *data* parallel, every process holds the whole model | 7.4 |
-# | DDP loop: no `DistributedSampler`, no `zero_grad` | every rank reads the whole dataset; gradients pile up | 7.4, 7.5 |
+# | accumulation: `loss = loss / accumulation_steps`, step every k batches | right only when every micro-batch holds as many tokens; no scheduler step shown; when the epoch's batch count is not a multiple of k, the last micro-batches leak into the next epoch | 7.3 |
+# | DDP listed under {seedtr}`004:model parallelism: when one card's memory is not enough, split the model across several cards` | wrong: DDP is *data* parallel, every process holds the whole model | 7.4 |
+# | DDP loop: no `DistributedSampler`, no `zero_grad`; `mp` imported, never spawned | every rank reads the whole dataset; gradients pile up; nothing starts the processes | 7.4, 7.5 |
+# | {seedtr}`004:the communication overhead is large; with a small model it may be slower than one card` | plausible, not measured here (two CPU processes are not a GPU interconnect) | 7.4 |
+# | gradient checkpointing, listed among Hugging Face's optimisations | one call, `torch.utils.checkpoint`: memory for a second forward | 7.7 |
 #
-# Everything runs on the CPU in under a minute, and unchanged on a GPU.
+# Everything runs on a CPU, and unchanged on a GPU.
 
 # %% [markdown]
 # ```{figure} ../figures/model_ch07.svg
@@ -61,11 +68,14 @@
 import statistics
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 import torch
 import torch.nn.functional as F
+from myst_nb import glue
+from torch.utils.checkpoint import checkpoint
 
 from tformer_ref import distributed as ddp_demo
 from tformer_ref.accumulation import train_accumulated, train_big_batch
@@ -136,15 +146,37 @@ assert tiny_grad.bfloat16() > 0 and big_logit.bfloat16().isfinite()
 # %% [markdown]
 # **float16** has a narrow range: gradients below about $6\cdot10^{-8}$ become 0 and values
 # past 65504 become infinite (so does the classic mask value −1e9: the course's masks fill
-# with `torch.finfo(dtype).min` instead, chapter 3). **bfloat16** keeps float32's range with
-# fewer digits: nothing underflows, so it needs no loss scaling. GPUs have fast float16
-# (and, since Ampere, bfloat16); recent x86 CPUs have fast bfloat16 instructions (AVX-512
-# BF16, AMX). The course therefore uses **bfloat16 on a CPU and float16 + `GradScaler` on
-# CUDA** (`tformer_ref.amp.amp_dtype`).
+# with `torch.finfo(dtype).min` instead, chapter 3). **bfloat16** keeps float32's exponent
+# range with fewer digits: its smallest normal number is float32's (the table's 1.18e-38), so
+# gradients practically never underflow, and no loss scaling is needed. GPUs have fast
+# float16 (and, since Ampere, bfloat16); some x86 CPUs have bfloat16 matrix instructions
+# (AVX-512 BF16, AMX). The course uses **bfloat16 on a CPU** (no scaler to get wrong) **and float16 + `GradScaler` on CUDA**
+# (`tformer_ref.amp.amp_dtype`); whether bfloat16 is fast on a given CPU is measured below.
 #
 # The seed writes `from torch.cuda.amp import autocast` and `with autocast():`. That API is
-# deprecated, and it only ever affects CUDA operations: on a CPU it silently does nothing.
-# The current API names the device: `torch.amp.autocast(device_type, dtype=...)`.
+# deprecated, and it only ever affects CUDA operations. It does not fail quietly, though: the
+# cell below runs the seed's `with autocast():` on a `Linear` and prints the warnings it
+# raises (caught, so that none reaches the notebook's error stream). The current API names
+# the device: `torch.amp.autocast(device_type, dtype=...)`.
+
+# %%
+layer = torch.nn.Linear(8, 8).to(device)
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    with torch.cuda.amp.autocast():  # the seed's API (its `from torch.cuda.amp import autocast`)
+        seed_out = layer(torch.randn(2, 8, device=device))
+for w in caught:
+    print(f"{w.category.__name__}: {w.message}")
+print(f"on {device.type}: the Linear's output is {seed_out.dtype}")
+assert any("deprecated" in str(w.message) for w in caught)
+if device.type == "cpu":  # a CPU operation: torch.cuda.amp never touches it
+    assert seed_out.dtype == torch.float32
+    assert any("Disabling autocast" in str(w.message) for w in caught)
+
+# %% [markdown]
+# On a CPU the seed's block warns twice: the API is deprecated, and CUDA is not available, so
+# autocast disables itself; the `Linear` stays float32. On a GPU only the deprecation warning
+# comes, and the `Linear` runs in float16.
 #
 # Autocast does not convert the model. The weights stay float32 (the "master weights" the
 # optimizer updates); inside the `with` block, each operation picks its precision from a
@@ -166,55 +198,89 @@ print("weights:", model.head.weight.dtype, "| logits (a Linear):", logits.dtype,
 assert model.head.weight.dtype == torch.float32 and logits.dtype == dtype and loss.dtype == torch.float32
 
 # %% [markdown]
-# **What it saves here.** We measure the course's decoder-only model from chapter 5,
-# `DecoderOnlyLM` (2 layers, 4 heads, `d_model = 256`, `d_ff = 1024`, fused attention), on a
-# batch of 16 sequences of 128 tokens, forward + backward, in float32 and under autocast. Memory: the bytes autograd
-# keeps for the backward pass (the activations, which is what grows with batch and
-# sequence), counted by `saved_activation_bytes` with a hook on every saved tensor; the
-# weights are not counted. Time: the median of 3 runs on 4 of the 16 sequences (a bfloat16
-# step can take seconds on a CPU). On a GPU the peak allocated memory is reported too.
+# **What it saves here.** Memory first: the course's decoder-only model from chapter 5,
+# `DecoderOnlyLM` (2 layers, 4 heads, `d_model = 256`, `d_ff = 1024`, fused attention), on 16
+# sequences of 128 tokens, in float32 and under autocast. We count the bytes autograd keeps
+# for the backward pass (the activations, which is what grows with batch and sequence) with
+# `saved_activation_bytes`, a hook on every saved tensor; the weights are not counted. Then
+# time, on the operation autocast is for: one square matrix product, in float32 and in the
+# autocast dtype ($256 \times 256$ on a CPU, $4096 \times 4096$ on a GPU), median of 3 runs.
 
 # %%
 seed_everything(0)
 big_model = DecoderOnlyLM(vocab=512, d_model=256, n_heads=4, n_layers=2, d_ff=1024, dropout=0.0,
                           max_len=128).to(device)
 big_batch = make_token_data(16, 129, vocab=512, min_len=100, seed=2).to(device)
-# Timed on 4 of them: on a CPU without bfloat16 matrix units one bfloat16 step takes seconds.
-time_batch = big_batch[:4]
-
-
-def fwd_bwd(dt):
-    big_model.zero_grad(set_to_none=True)
+half = amp_dtype(device)
+half_name = str(half).replace("torch.", "")
+saved_mib = {}
+for name, dt in (("float32", None), (half_name, half)):
     with autocast(device, dt, enabled=dt is not None):
-        loss_sum, n = lm_loss_sum(big_model, time_batch)
-    (loss_sum / n).backward()
+        _, saved = saved_activation_bytes(lm_loss_sum, big_model, big_batch,
+                                          exclude=big_model.parameters())
+    saved_mib[name] = saved / 2**20
+mem_ratio = saved_mib[half_name] / saved_mib["float32"]
+print(f"saved activations: float32 {saved_mib['float32']:.1f} MiB, "
+      f"{half_name} {saved_mib[half_name]:.1f} MiB (ratio {mem_ratio:.2f})")
+assert mem_ratio < 0.75  # the activations really are kept in 16 bits
 
 
-rows = {}
-for name, dt in [("float32", None), (str(amp_dtype(device)).replace("torch.", ""), amp_dtype(device))]:
-    with autocast(device, dt, enabled=dt is not None):
-        _, saved = saved_activation_bytes(lm_loss_sum, big_model, big_batch, exclude=big_model.parameters())
-    peak = None
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats()
-        fwd_bwd(dt)
-        peak = torch.cuda.max_memory_allocated() / 2**20
-    rows[name] = (saved / 2**20, median_ms(lambda: fwd_bwd(dt), repeats=3), peak)
-print(f"{'':10s} saved activations (MiB)   fwd+bwd (ms)" + ("   peak CUDA (MiB)" if device.type == "cuda" else ""))
-for name, (mib, ms, peak) in rows.items():
-    print(f"{name:10s} {mib:20.1f} {ms:17.1f}" + (f" {peak:17.1f}" if peak is not None else ""))
-(fp32_mib, fp32_ms, _), (half_mib, half_ms, _) = rows.values()
-assert half_mib < 0.75 * fp32_mib  # the activations really are kept in 16 bits
-print(f"memory ratio {half_mib / fp32_mib:.2f}, speed-up {fp32_ms / half_ms:.2f}x")
+def cpu_flags():
+    """The CPU's instruction-set flags (Linux; empty elsewhere)."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return set()
+    return {f for line in lines if line.startswith("flags") for f in line.split(":")[1].split()}
+
+
+n_mm = 4096 if device.type == "cuda" else 256
+a32, b32 = (torch.randn(n_mm, n_mm, device=device) for _ in range(2))
+a16, b16 = a32.to(half), b32.to(half)
+mm_ms = {"float32": median_ms(lambda: a32 @ b32, repeats=3),
+         half_name: median_ms(lambda: a16 @ b16, repeats=3),
+         # what an emulation would do: convert both to float32, multiply, round back
+         "convert": median_ms(lambda: (a16.float() @ b16.float()).to(half), repeats=3)}
+mm_ratio = mm_ms[half_name] / mm_ms["float32"]
+flags = cpu_flags()
+bf16_flags = ", ".join(f"{f}: {'yes' if f in flags else 'no'}"
+                       for f in ("avx512f", "avx512_bf16", "amx_bf16"))
+print(f"{n_mm} x {n_mm} matrix product on {device.type}: float32 {mm_ms['float32']:.2f} ms, "
+      f"{half_name} {mm_ms[half_name]:.2f} ms ({mm_ratio:.1f} times as long); "
+      f"convert + float32 product + round back {mm_ms['convert']:.2f} ms")
+print(f"CPU flags: {bf16_flags}")
+if device.type == "cpu" and not flags & {"avx512f", "avx512_bf16", "amx_bf16"}:
+    # no bfloat16 (nor AVX-512) instructions: PyTorch's generic bfloat16 kernel
+    assert mm_ratio > 2 and mm_ms["convert"] < mm_ms[half_name] / 2
+glue("ch07_amp_name", half_name, display=False)
+glue("ch07_amp_mem_ratio", float(mem_ratio), display=False)
+glue("ch07_mm_n", n_mm, display=False)
+glue("ch07_mm_fp32_ms", float(mm_ms["float32"]), display=False)
+glue("ch07_mm_half_ms", float(mm_ms[half_name]), display=False)
+glue("ch07_mm_convert_ms", float(mm_ms["convert"]), display=False)
+glue("ch07_mm_ratio", float(mm_ratio), display=False)
+glue("ch07_mm_word", "slower" if mm_ratio > 1 else "faster", display=False)
+glue("ch07_device", device.type, display=False)
+glue("ch07_cpu_flags", bf16_flags, display=False)
 
 # %% [markdown]
-# The activations shrink to a little over half (the float32 parts, such as the loss and the
-# layer norms' statistics, stay). The speed depends entirely on the hardware: on a CPU with
-# native bfloat16 instructions autocast can be faster; on one without them the conversions
-# cost more than they save and it is *slower*. On a recent GPU, float16 tensor cores make
-# large matrix products several times faster. Measure on your machine before you believe a
-# speed claim, the seed's "significantly faster" included. (This notebook does not assert
-# a speed-up, for that reason.)
+# Under autocast the activations take {glue:text}`ch07_amp_mem_ratio:.2f` of their float32
+# size, not half: the float32 parts (the loss, the layer norms' statistics) stay, and the
+# 16-bit copies of the weights that autocast makes for the matrix products are kept for the
+# backward too (a fixed cost, which weighs less as the batch grows). The speed depends entirely on the hardware. On this run
+# ({glue:text}`ch07_device:s`), one {glue:text}`ch07_mm_n:d`-square matrix product took
+# {glue:text}`ch07_mm_fp32_ms:.2f` ms in float32 and {glue:text}`ch07_mm_half_ms:.2f` ms in
+# {glue:text}`ch07_amp_name:s`: {glue:text}`ch07_mm_ratio:.1f` times as long, so
+# {glue:text}`ch07_mm_word:s`. The CPU's flags here: {glue:text}`ch07_cpu_flags:s`. A CPU
+# without bfloat16 instructions (AVX512-BF16, AMX) has no hardware path for a bfloat16 matrix
+# product: PyTorch emulates it, or on a CPU without AVX-512 at all, like many AMD and older
+# Intel ones, runs a generic kernel that is many times slower than the tuned float32 one. It is
+# not the conversions that cost: converting both operands to float32, multiplying in float32
+# and rounding the result back took {glue:text}`ch07_mm_convert_ms:.2f` ms. On such a CPU
+# autocast saves memory and costs time. On CPUs with those instructions, and on GPUs with
+# float16 tensor cores (where this cell times a larger product), the 16-bit product is the
+# fast one. Measure on your machine before you believe a speed claim, the seed's
+# {seedtr}`004:significantly faster` included; this notebook asserts no speed-up.
 #
 # Mixed precision still trains. Fifty steps of bfloat16 autocast on the CPU (or float16 with
 # a scaler on a GPU), on a small `DecoderOnlyLM`:
@@ -299,16 +365,24 @@ assert not stepped and scale_after == 512
 #
 # `backward` *adds* into `.grad` until something zeroes it. So k micro-batches, each followed
 # by `backward`, leave the sum of their gradients; one optimizer step then uses a batch k
-# times larger than fits in memory. The seed's version:
+# times larger than fits in memory. The seed's version, verbatim:
 #
-# ```python
+# ```{seed-quote} 004
+# :code: python
+# accumulation_steps = 4
+#
 # for i, batch in enumerate(train_loader):
 #     with autocast():
-#         ...
+#         output = model(src, trg[:-1, :])
+#         loss = criterion(output.reshape(-1, output.shape[2]), trg[1:, :].reshape(-1))
 #         loss = loss / accumulation_steps
+#
 #     scaler.scale(loss).backward()
+#
 #     if (i + 1) % accumulation_steps == 0:
-#         scaler.step(optimizer); scaler.update(); optimizer.zero_grad()
+#         scaler.step(optimizer)
+#         scaler.update()
+#         optimizer.zero_grad()
 # ```
 #
 # Is it the big batch? The big batch's loss is the mean over **all its target tokens**,
@@ -348,21 +422,26 @@ equal = make_token_data(16, 12, min_len=12, seed=4).to(device)   # every sequenc
 varied = make_token_data(16, 12, min_len=3, seed=4).to(device)   # lengths 3..12
 print("tokens per micro-batch, equal: ", [count_targets(m) for m in equal.chunk(4)])
 print("tokens per micro-batch, varied:", [count_targets(m) for m in varied.chunk(4)])
+grad_diff = {}
 for name, batch in [("equal", equal), ("varied", varied)]:
     want = big_batch_grads(batch)
     for by_tokens in (False, True):
         diff = (accumulated_grads(batch, 4, by_tokens) - want).abs().max().item()
+        grad_diff[name, by_tokens] = diff
         how = "sum / N_total" if by_tokens else "mean / k     "
         print(f"{name:6s} lengths, k=4, {how}: max |grad - big-batch grad| = {diff:.2e}")
+glue("ch07_acc_equal_diff", max(grad_diff["equal", False], grad_diff["equal", True]), display=False)
+glue("ch07_acc_varied_mean_diff", grad_diff["varied", False], display=False)
 
 assert torch.allclose(accumulated_grads(equal, 4, False), big_batch_grads(equal), atol=1e-6)
 assert torch.allclose(accumulated_grads(varied, 4, True), big_batch_grads(varied), atol=1e-6)
 assert not torch.allclose(accumulated_grads(varied, 4, False), big_batch_grads(varied), atol=1e-4)
 
 # %% [markdown]
-# With equal lengths both agree with the big batch to float32 rounding (about $10^{-8}$).
-# With varied lengths only the token-normalised version does; dividing by k gives the
-# tokens of short micro-batches more weight than those of long ones.
+# With equal lengths both agree with the big batch to float32 rounding (a largest difference
+# of {glue:text}`ch07_acc_equal_diff:.1e` here). With varied lengths only the token-normalised
+# version does; dividing by k (off by up to {glue:text}`ch07_acc_varied_mean_diff:.1e`) gives
+# the tokens of short micro-batches more weight than those of long ones.
 #
 # Three more things make a whole step right:
 #
@@ -395,10 +474,62 @@ print(f"after 4 steps: max |parameter difference| = {diff:.2e}")
 assert diff < 1e-5 and sch_acc.last_epoch == sch_big.last_epoch == 4
 
 # %% [markdown]
+# **The epoch's last micro-batches.** The seed steps when `(i + 1) % accumulation_steps == 0`.
+# When the loader's length is not a multiple of k, the last `len(loader) % k` micro-batches
+# of an epoch run `backward` but no step follows, and nothing zeroes their gradients: they are
+# added into the first step of the next epoch, which then holds more micro-batches than k.
+# Below is a loop of the seed's shape over 10 micro-batches per epoch with k = 4, on a
+# one-parameter model whose every micro-batch adds exactly 1/k to the gradient, so that the
+# gradient times k counts the micro-batches each optimizer step used. Two fixes follow: step
+# at the epoch's last batch too, or zero the gradients when an epoch starts (which drops the
+# tail).
+
+# %%
+def micro_batches_per_step(n_batches, k, epochs=2, fix=None):
+    """The seed's accumulation loop; returns how many micro-batches each step's gradient sums."""
+    w = torch.nn.Parameter(torch.zeros((), device=device))
+    opt = torch.optim.SGD([w], lr=0.0)  # lr 0: we only read the gradient
+    loader = range(n_batches)
+    counts = []
+    for epoch in range(epochs):
+        if fix == "zero_grad at epoch start":
+            opt.zero_grad()
+        for i, _ in enumerate(loader):
+            loss = w / k  # each micro-batch's loss / accumulation_steps: d loss / dw = 1/k
+            loss.backward()
+            last = fix == "step at the last batch" and i + 1 == len(loader)
+            if (i + 1) % k == 0 or last:
+                counts.append(round(w.grad.item() * k))
+                opt.step()
+                opt.zero_grad()
+    return counts
+
+
+leak = {fix: micro_batches_per_step(10, 4, fix=fix)
+        for fix in (None, "step at the last batch", "zero_grad at epoch start")}
+for fix, counts in leak.items():
+    label = fix or "the seed's loop"
+    print(f"{label:26s}: micro-batches per optimizer step, 2 epochs: {counts}")
+assert leak[None] == [4, 4, 6, 4]  # epoch 2's first step holds epoch 1's last two too
+assert leak["step at the last batch"] == [4, 4, 2, 4, 4, 2]
+assert leak["zero_grad at epoch start"] == [4, 4, 4, 4]
+
+# %% [markdown]
+# In the seed's loop the first step of the second epoch sums six micro-batches (the first
+# epoch's two leftovers and four new ones), and the learning-rate schedule sees one step fewer than
+# the data suggest. Stepping at the last batch keeps every micro-batch and makes the
+# tail a short step; dividing each step's summed loss by that step's own token count (the
+# rule above) then weights it right, where the seed's division by k would leave it at 2/4 of
+# its size. Zeroing at each epoch's start is the simpler fix when dropping a few examples
+# per epoch does not matter. (`train_accumulated` takes the micro-batches of one step as a
+# list, so a step never spans two epochs.)
+
+# %% [markdown]
 # ## 7.4 DistributedDataParallel is data parallel
 #
-# The seed files DDP under "model parallelism: split the model across several cards". That is
-# a different technique. The two:
+# The seed files DDP under {seed}`004:3. 模型并行`, {seedtr}`004:model parallelism`, with
+# {seedtr}`004:when one card's memory is not enough, the model can be split across several cards`.
+# That is a different technique. The two:
 #
 # | | data parallel (DDP) | model parallel (tensor / pipeline) |
 # |---|---|---|
@@ -413,7 +544,10 @@ assert diff < 1e-5 and sch_acc.last_epoch == sch_big.last_epoch == 4
 #
 # - **Each process must read different data**: a `DistributedSampler` (§7.5). The seed has
 #   none, so every rank reads the whole dataset, and the all-reduce averages W identical
-#   gradients: W times the work for nothing. (Its loop also never calls `zero_grad`.)
+#   gradients: W times the work for nothing. (Its loop also never calls `zero_grad`. And it
+#   writes {seed}`004:import torch.multiprocessing as mp` but never calls `mp.spawn`, so
+#   nothing ever starts its `train(rank, world_size)`: one process per rank must be started,
+#   by `mp.spawn(train, args=(world_size,), nprocs=world_size)` or by `torchrun`, as below.)
 # - **The loss normalisation must match the big batch.** DDP *averages* gradients across W
 #   processes. With token normalisation each process divides its summed loss by the global
 #   token count (one `all_reduce` of an integer) and multiplies by W, which the averaging
@@ -459,6 +593,14 @@ assert diff < 1e-6
 # script counts DDP's gradient all-reduces with a communication hook: 4 in 4 steps of 2
 # micro-batches, because the first micro-batch of each step ran under `no_sync()`; without
 # it there would be 8, each sending every gradient.
+#
+# The seed also says that {seedtr}`004:the communication overhead is large, and with a small
+# model it may be slower than a single card`. That is plausible (each step waits for an
+# all-reduce of every gradient, and a small model has little computation to hide it behind),
+# but this run cannot test it: its two processes share this machine's CPU cores and talk
+# through gloo on the loopback interface, which is neither a second card nor a GPU
+# interconnect, and the time printed above includes starting both processes. A claim about
+# cards needs a run on cards: the same steps on one GPU and on two, timed per step.
 #
 # ## 7.5 DistributedSampler and set_epoch
 #
@@ -538,8 +680,18 @@ for i, s in enumerate(seq_lens):
 # Doubling S: the plain path's memory grows ~4x (S²), the fused one's ~2x (S).
 assert mem["plain"][-1] / mem["plain"][-2] > 3.5 and mem["fused"][-1] / mem["fused"][-2] < 2.5
 assert mem["plain"][-1] >= B6 * H6 * seq_lens[-1] ** 2 * 4 / 2**20
+glue("ch07_attn_S", seq_lens[-1], display=False)
+glue("ch07_attn_plain_mib", mem["plain"][-1], display=False)
+glue("ch07_attn_fused_mib", mem["fused"][-1], display=False)
+glue("ch07_attn_mem_ratio", mem["plain"][-1] / mem["fused"][-1], display=False)
+glue("ch07_attn_plain_ms", ms["plain"][-1], display=False)
+glue("ch07_attn_fused_ms", ms["fused"][-1], display=False)
+glue("ch07_attn_plain_growth", ms["plain"][-1] / ms["plain"][-2], display=False)
+glue("ch07_attn_fused_growth", ms["fused"][-1] / ms["fused"][-2], display=False)
+glue("ch07_attn_time_ratio", ms["plain"][-1] / ms["fused"][-1], display=False)
+glue("ch07_attn_time_word", "less" if ms["fused"][-1] < ms["plain"][-1] else "more", display=False)
 
-# %% mystnb={"figure": {"caption": "Plain attention keeps one score-sized tensor for backward, so its memory grows as S squared; the fused kernel's grows as S. Both take time roughly quadratic in S.", "name": "fig-ch07-fused-vs-plain"}, "image": {"alt": "Two log-log panels against sequence length 128 to 2048: left, memory kept for backward, the plain line on the dotted score-tensor line with slope 2 and the fused line far below with slope 1; right, forward plus backward milliseconds, both rising, fused below plain."}}
+# %% mystnb={"figure": {"caption": "Plain attention keeps one score-sized tensor for backward, so its memory grows as S squared; the fused kernel's grows as S. Both take time roughly quadratic in S.", "name": "fig-ch07-fused-vs-plain"}, "image": {"alt": "Two log-log panels against sequence length 128 to 2048: left, memory kept for backward, the plain line on the dotted score-tensor line with slope 2 and the fused line far below with slope 1; right, forward plus backward milliseconds, both rising."}}
 fig, (ax_mem, ax_time) = plt.subplots(1, 2, figsize=(10, 3.6))
 for name, style in (("plain", "o-"), ("fused", "s-")):
     ax_mem.plot(seq_lens, mem[name], style, label=f"{name} attention")
@@ -559,31 +711,87 @@ plt.show()
 # %% [markdown]
 # On a log–log plot a slope of 2 is quadratic and a slope of 1 is linear. What the plain
 # path keeps besides q, k and v is exactly one score-sized tensor, the softmax weights that
-# the backward needs: it lies on the dotted line. The fused kernel keeps the output and one
-# log-sum-exp per row: linear in S, 64 times less at S = 2048 here. Both times grow
-# roughly quadratically (the work is $O(S^2)$ either way); the fused kernel is usually
-# faster because it does not write the big matrix to memory and read it back. The reference
-# `MultiHeadAttention(..., fused=True)` uses this kernel; the lessons use the plain path
-# because it shows the weights.
+# the backward needs: it lies on the dotted line, {glue:text}`ch07_attn_plain_mib:.1f` MiB at
+# S = {glue:text}`ch07_attn_S:d`. The fused kernel keeps the output and one log-sum-exp per
+# row, and recomputes the scores block by block in the backward: linear in S,
+# {glue:text}`ch07_attn_fused_mib:.2f` MiB, {glue:text}`ch07_attn_mem_ratio:.0f` times less
+# at S = {glue:text}`ch07_attn_S:d` here.
 #
-# ## 7.7 Recap
+# Time is $O(S^2)$ for both, since both compute every score: from S = 1024 to 2048 the plain
+# path's time grew {glue:text}`ch07_attn_plain_growth:.1f` times and the fused kernel's
+# {glue:text}`ch07_attn_fused_growth:.1f` times (exactly quadratic growth would be 4; more
+# than that means memory traffic, not arithmetic, sets the pace). At S = {glue:text}`ch07_attn_S:d` the fused kernel took
+# {glue:text}`ch07_attn_fused_ms:.1f` ms against {glue:text}`ch07_attn_plain_ms:.1f` ms,
+# {glue:text}`ch07_attn_time_word:s` time on this run ({glue:text}`ch07_device:s`). What it
+# saves is memory traffic: the plain path writes the score matrix, reads it for the softmax,
+# writes the weights and reads them again in the backward, while the fused kernel keeps each
+# block in cache or on-chip memory; it pays with the recomputation in the backward. On a GPU,
+# where memory bandwidth is usually the limit, that trade tends to favour the fused kernel; on
+# a CPU the balance depends on the kernel and the sizes, so read the table rather than a
+# rule. The reference `MultiHeadAttention(..., fused=True)` uses this kernel; the lessons use
+# the plain path because it shows the weights.
 #
-# - `torch.amp.autocast(device_type, dtype=...)`, not `torch.cuda.amp` (deprecated, and a
-#   no-op on a CPU). bfloat16 on CPUs (float32's range, no scaler), float16 on GPUs with a
-#   `torch.amp.GradScaler`. Weights stay float32; activations shrink to about half. Whether
-#   it is faster depends on the hardware: measure.
+# ## 7.7 Gradient checkpointing
+#
+# The seed lists gradient checkpointing among what Hugging Face offers. It trades time for
+# memory, one block at a time: run the block's forward without keeping its activations, keep
+# only its input, and in the backward run the forward once more to get them back. PyTorch has it
+# as `torch.utils.checkpoint.checkpoint(block, *inputs, use_reentrant=False)`. We measure one
+# block of the chapter's `DecoderOnlyLM` on 4 sequences of 128 tokens: the bytes kept for the
+# backward (as in §7.1, the block's weights excluded) and the forward + backward time.
+
+# %%
+block = big_model.blocks.layers[0]
+x_ck = torch.randn(4, 128, 256, device=device, requires_grad=True)
+ck_runs = {"plain": lambda: block(x_ck, None),
+           "checkpointed": lambda: checkpoint(block, x_ck, None, use_reentrant=False)}
+ck_mib, ck_ms = {}, {}
+for name, fn in ck_runs.items():
+    _, saved = saved_activation_bytes(fn, exclude=block.parameters())
+    ck_mib[name] = saved / 2**20
+    ck_ms[name] = median_ms(lambda: fn().sum().backward(), repeats=3)
+    print(f"{name:13s}: kept for backward {ck_mib[name]:6.2f} MiB, fwd+bwd {ck_ms[name]:6.1f} ms")
+x_mib = x_ck.numel() * x_ck.element_size() / 2**20
+print(f"the block's input alone: {x_mib:.2f} MiB")
+# Checkpointed, the block keeps only its input; its forward runs twice.
+assert ck_mib["checkpointed"] <= x_mib + 1e-6 and ck_mib["plain"] > 4 * x_mib
+glue("ch07_ck_plain_mib", ck_mib["plain"], display=False)
+glue("ch07_ck_mib", ck_mib["checkpointed"], display=False)
+glue("ch07_ck_time_ratio", ck_ms["checkpointed"] / ck_ms["plain"], display=False)
+
+# %% [markdown]
+# Checkpointed, the block kept {glue:text}`ch07_ck_mib:.2f` MiB for its backward instead of
+# {glue:text}`ch07_ck_plain_mib:.2f` MiB: at most its input, which the previous block's output
+# is anyway. The price is a second forward in the backward pass: forward + backward took
+# {glue:text}`ch07_ck_time_ratio:.2f` times as long on this run. In a deep model one wraps
+# every block (`for layer in layers: x = checkpoint(layer, x, mask, use_reentrant=False)`),
+# and the activations kept shrink from all the blocks' internals to one input per block,
+# plus one block's internals during its recomputation. It composes with autocast and DDP;
+# `use_reentrant=False` is the variant PyTorch recommends (the older one warns when not
+# chosen explicitly, and mishandles inputs that do not require gradients).
+#
+# ## 7.8 Recap
+#
+# - `torch.amp.autocast(device_type, dtype=...)`, not `torch.cuda.amp` (deprecated, and on a
+#   CPU it warns and disables itself). bfloat16 on CPUs (float32's range, no scaler), float16
+#   on GPUs with a `torch.amp.GradScaler`. Weights stay float32; the memory kept for the
+#   backward shrinks, here to {glue:text}`ch07_amp_mem_ratio:.2f` of float32's. Whether it is faster depends
+#   on the hardware: on a CPU without bfloat16 instructions it is slower; measure.
 # - With a scaler: `scale(loss).backward()` → `unscale_` → clip → `scaler.step` →
 #   `scaler.update`. Clipping before `unscale_` clips at `max_norm / scale`. `scaler.step`
 #   skips steps with inf/NaN gradients; step the scheduler only when the optimizer stepped.
 # - Accumulation equals the big batch when the micro-batch losses add up to the big batch's
 #   loss: divide each summed loss by the step's total token count (dividing the mean by k is
-#   right only for equal token counts). Zero once per step, step the scheduler once per step.
+#   right only for equal token counts). Zero once per step, step the scheduler once per step,
+#   and do not let an epoch's leftover micro-batches leak into the next epoch's first step.
 # - DDP is data parallel: whole model everywhere, different data per rank, gradients averaged.
 #   `DistributedSampler` + `set_epoch(epoch)`; `no_sync()` on all but the last micro-batch;
 #   gloo on CPUs, NCCL on GPUs; started by `torchrun`. Two processes ended with the same
 #   parameters as one process on the whole batch.
 # - Fused attention (`F.scaled_dot_product_attention`) has the same FLOPs as the plain scores
 #   but memory linear in the sequence length instead of quadratic.
+# - Gradient checkpointing keeps a block's input instead of its activations and pays with a
+#   second forward of the block in the backward pass.
 #
 # **Now practise:** open [the chapter 7 exercise](exercise.ipynb) in this folder. You will
 # write an accumulation step, a mixed-precision step and a DDP loader; its check cells tell
@@ -598,7 +806,8 @@ plt.show()
 #
 # :::{dropdown} Answer
 # `torch.cuda.amp.autocast` is deprecated and only ever affects CUDA operations: on a CPU it
-# silently does nothing. The current API names the device: `torch.amp.autocast(device_type,
+# warns that it is deprecated and that CUDA is not available, and disables itself, so the
+# colleague's computation runs in float32 exactly as before. The current API names the device: `torch.amp.autocast(device_type,
 # dtype=...)`, with bfloat16 on a CPU. Autocast does not convert the model: the weights stay
 # float32 (the master weights the optimizer updates), matrix products run in 16 bits, and
 # operations that need range, such as the losses, run in float32; in the lesson the logits came
@@ -609,8 +818,9 @@ plt.show()
 #
 # :::{dropdown} Answer
 # Float16 has a narrow range: values below about 6e-8 underflow to 0 (the lesson's 1e-8 became 0)
-# and values past 65504 become infinite. Bfloat16 keeps float32's range with fewer digits, so
-# small gradients do not underflow and need no scaling. The scaler multiplies the loss by a large
+# and values past 65504 become infinite. Bfloat16 keeps float32's exponent range with fewer
+# digits (the same smallest normal number, about 1.2e-38), so gradients practically never
+# underflow and need no scaling. The scaler multiplies the loss by a large
 # factor s so that the gradients stay representable, and divides them by s again before the
 # optimizer uses them. Read §7.1 'Mixed precision with torch.amp' and §7.2 'GradScaler, unscale_
 # and clipping'.
@@ -644,8 +854,8 @@ plt.show()
 # 'Gradient accumulation'.
 # :::
 #
-# **5.** The seed lists DistributedDataParallel under "model parallelism: split the model across
-# cards", and its DDP loop has no `DistributedSampler`. What does DDP really do? What do the
+# **5.** The seed lists DistributedDataParallel under {seedtr}`004:model parallelism`, splitting
+# the model across cards, and its DDP loop has no `DistributedSampler`. What does DDP really do? What do the
 # sampler and `set_epoch` fix?
 #
 # :::{dropdown} Answer
