@@ -184,7 +184,7 @@ print(f"time per step on this {device.type}: {ms_one:.1f} ms with one head, "
 # does not use 8: BERT-base has 12 heads and BERT-large 16 {cite:p}`devlin2019bert`, both of
 # size 64 ($768 / 12$ and $1024 / 16$). Like the paper, BERT keeps the head size and lets the
 # number of heads grow with the width.
-# And the seed's picture of heads specialising (syntax in one, meaning in another) is a
+# And seed 004's picture of heads specialising (syntax in one, meaning in another) is a
 # hypothesis this experiment does not test; looking at each head's weights (chapter 1's attention
 # maps) is how one would start.
 #

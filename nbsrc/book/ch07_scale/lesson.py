@@ -31,7 +31,7 @@
 #   what to divide by when the micro-batches hold different numbers of tokens;
 # - start two real processes with `torchrun`, train with DDP, and check that they end with
 #   the same parameters as one process on the whole batch;
-# - measure fused attention against the plain $O(n^2)$ scores as the sequence grows.
+# - measure fused attention against the plain $O(n^2)$ scores as the sequence grows;
 # - keep a block's input instead of its activations with gradient checkpointing, and measure
 #   what that saves and costs.
 #
@@ -144,7 +144,8 @@ assert tiny_grad.half() == 0 and big_logit.half().isinf() and torch.tensor(-1e9)
 assert tiny_grad.bfloat16() > 0 and big_logit.bfloat16().isfinite()
 
 # %% [markdown]
-# **float16** has a narrow range: gradients below about $6\cdot10^{-8}$ become 0 and values
+# **float16** has a narrow range: gradients below about $3\cdot10^{-8}$ become 0 (below its
+# smallest normal number, the table's 6.1e-05, they already lose digits) and values
 # past 65504 become infinite (so does the classic mask value −1e9: the course's masks fill
 # with `torch.finfo(dtype).min` instead, chapter 3). **bfloat16** keeps float32's exponent
 # range with fewer digits: its smallest normal number is float32's (the table's 1.18e-38), so
@@ -265,7 +266,8 @@ glue("ch07_cpu_flags", bf16_flags, display=False)
 
 # %% [markdown]
 # Under autocast the activations take {glue:text}`ch07_amp_mem_ratio:.2f` of their float32
-# size, not half: the float32 parts (the loss, the layer norms' statistics) stay, and the
+# size, not half: the float32 parts stay (the logits the loss reads, and the layer norms,
+# which read the float32 residual stream), and the
 # 16-bit copies of the weights that autocast makes for the matrix products are kept for the
 # backward too (a fixed cost, which weighs less as the batch grows). The speed depends entirely on the hardware. On this run
 # ({glue:text}`ch07_device:s`), one {glue:text}`ch07_mm_n:d`-square matrix product took
@@ -720,7 +722,9 @@ plt.show()
 # Time is $O(S^2)$ for both, since both compute every score: from S = 1024 to 2048 the plain
 # path's time grew {glue:text}`ch07_attn_plain_growth:.1f` times and the fused kernel's
 # {glue:text}`ch07_attn_fused_growth:.1f` times (exactly quadratic growth would be 4; more
-# than that means memory traffic, not arithmetic, sets the pace). At S = {glue:text}`ch07_attn_S:d` the fused kernel took
+# than 4 means each score got dearer, as when the plain path's score tensors outgrow the
+# caches and every pass over them goes to main memory; three timings on a shared machine are
+# also noisy, so read the growth as rough). At S = {glue:text}`ch07_attn_S:d` the fused kernel took
 # {glue:text}`ch07_attn_fused_ms:.1f` ms against {glue:text}`ch07_attn_plain_ms:.1f` ms,
 # {glue:text}`ch07_attn_time_word:s` time on this run ({glue:text}`ch07_device:s`). What it
 # saves is memory traffic: the plain path writes the score matrix, reads it for the softmax,
@@ -767,8 +771,9 @@ glue("ch07_ck_time_ratio", ck_ms["checkpointed"] / ck_ms["plain"], display=False
 # every block (`for layer in layers: x = checkpoint(layer, x, mask, use_reentrant=False)`),
 # and the activations kept shrink from all the blocks' internals to one input per block,
 # plus one block's internals during its recomputation. It composes with autocast and DDP;
-# `use_reentrant=False` is the variant PyTorch recommends (the older one warns when not
-# chosen explicitly, and mishandles inputs that do not require gradients).
+# `use_reentrant=False` is the variant PyTorch recommends (leaving the argument out warns and
+# falls back to the older, reentrant variant, which gives the block's weights no gradient when
+# none of its inputs requires one).
 #
 # ## 7.8 Recap
 #
@@ -817,7 +822,7 @@ glue("ch07_ck_time_ratio", ck_ms["checkpointed"] / ck_ms["plain"], display=False
 # **2.** Why does float16 training need a `GradScaler` and bfloat16 training does not?
 #
 # :::{dropdown} Answer
-# Float16 has a narrow range: values below about 6e-8 underflow to 0 (the lesson's 1e-8 became 0)
+# Float16 has a narrow range: values below about 3e-8 underflow to 0 (the lesson's 1e-8 became 0)
 # and values past 65504 become infinite. Bfloat16 keeps float32's exponent range with fewer
 # digits (the same smallest normal number, about 1.2e-38), so gradients practically never
 # underflow and need no scaling. The scaler multiplies the loss by a large
