@@ -53,7 +53,7 @@ def split_role_text(text: str) -> tuple[str, str]:
     return match.group(1), match.group(2)
 
 
-def _seeds_page_ref(env, seed_id: str, text: str) -> nodes.Node:
+def _seeds_page_ref(text: str) -> nodes.Node:
     """A link to the seeds' page (book/seeds/index), relative to the current page."""
     from sphinx.addnodes import pending_xref
 
@@ -63,31 +63,32 @@ def _seeds_page_ref(env, seed_id: str, text: str) -> nodes.Node:
     return ref
 
 
-class SeedRole(SphinxRole):
+class _SeedRole(SphinxRole):
+    """A role whose text reads ``NNN:text``; a malformed one is reported where it stands."""
+
+    def run(self):
+        try:
+            seed_id, text = split_role_text(self.text)
+        except ValueError as error:
+            message = self.inliner.reporter.error(str(error), line=self.lineno)
+            return [self.inliner.problematic(self.rawtext, self.rawtext, message)], [message]
+        return self.nodes(seed_id, text), []
+
+
+class SeedRole(_SeedRole):
     """``{seed}`NNN:text```: verbatim words of seed NNN, as inline code."""
 
-    def run(self):
-        try:
-            seed_id, text = split_role_text(self.text)
-        except ValueError as error:
-            message = self.inliner.reporter.error(str(error), line=self.lineno)
-            return [self.inliner.problematic(self.rawtext, self.rawtext, message)], [message]
-        node = nodes.literal(text, text, classes=["seed-quote", f"seed-{seed_id}"])
-        return [node], []
+    def nodes(self, seed_id, text):
+        return [nodes.literal(text, text, classes=["seed-quote", f"seed-{seed_id}"])]
 
 
-class SeedTranslationRole(SphinxRole):
+class SeedTranslationRole(_SeedRole):
     """``{seedtr}`NNN:text```: an English translation of seed NNN's words."""
 
-    def run(self):
-        try:
-            seed_id, text = split_role_text(self.text)
-        except ValueError as error:
-            message = self.inliner.reporter.error(str(error), line=self.lineno)
-            return [self.inliner.problematic(self.rawtext, self.rawtext, message)], [message]
+    def nodes(self, seed_id, text):
         quoted = nodes.inline("", f"“{text}” ", classes=["seed-translation"])
         note = nodes.inline("", "(translated)", classes=["seed-translation-note"])
-        return [quoted, note], []
+        return [quoted, note]
 
 
 class SeedQuote(SphinxDirective):
@@ -108,7 +109,7 @@ class SeedQuote(SphinxDirective):
             body = nodes.block_quote("", *[nodes.paragraph(p, p)
                                            for p in text.split("\n\n") if p.strip()])
         attribution = nodes.paragraph("", "— ", classes=["seed-attribution"])
-        attribution += _seeds_page_ref(self.env, seed_id, f"seed {seed_id}")
+        attribution += _seeds_page_ref(f"seed {seed_id}")
         attribution += nodes.Text(", verbatim")
         container = nodes.container("", body, attribution, classes=["seed-quote-block"])
         self.set_source_info(container)
