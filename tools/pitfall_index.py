@@ -8,49 +8,24 @@ the lesson section that explains it (a link when that lesson is in the book) and
 """
 from __future__ import annotations
 
-import importlib
-import pkgutil
 
 from docutils import nodes
 from docutils.statemachine import StringList
 from sphinx.util.docutils import SphinxDirective, SphinxRole
 
 import pitfall_refs
-
-
-def assignment_of(module) -> str | None:
-    """The assignment whose exercise runs ``module``'s checks: its ``ASSIGNMENT`` if it
-    names one (the bug hunts, the own-model exercise), else None (each section's
-    chapter)."""
-    return getattr(module, "ASSIGNMENT", None)
-
-
-def check_modules():
-    """Every module of exercise checks, ordered as the course runs them."""
-    import tformer_grading.checks as checks
-
-    modules = [importlib.import_module(f"tformer_grading.checks.{info.name}")
-               for info in pkgutil.iter_modules(checks.__path__)
-               if info.name not in checks.SHARED_MODULES]
-    def short(module):
-        return module.__name__.rsplit(".", 1)[1]
-
-    return sorted(modules, key=lambda m: assignment_of(m) or short(m))
+from pitfall_refs import assignment_of, check_modules, module_diagnoses
 
 
 def collect_pitfalls():
     """[(module, Diagnosis)] for every check module, in course order, no duplicates."""
-    from tformer_grading.checks.diagnosis import Diagnosis
-
     found = []
     for module in check_modules():
         seen = set()
-        for value in vars(module).values():
-            items = value if isinstance(value, (list, tuple)) else [value]
-            for item in items:
-                if isinstance(item, Diagnosis) and (item.name, item.section) not in seen:
-                    seen.add((item.name, item.section))
-                    found.append((module, item))
+        for item in module_diagnoses(module):
+            if (item.name, item.section) not in seen:
+                seen.add((item.name, item.section))
+                found.append((module, item))
     return found
 
 

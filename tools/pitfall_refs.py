@@ -99,30 +99,41 @@ def exercise_label(assignment: str) -> str:
     return f"exercise {chapter}"
 
 
-def _check_module_of(function: str):
+def assignment_of(module) -> str | None:
+    """The assignment whose exercise runs ``module``'s checks: its ``ASSIGNMENT`` if it
+    names one (the bug hunts, the own-model exercise), else None (each section's
+    chapter)."""
+    return getattr(module, "ASSIGNMENT", None)
+
+
+def check_modules():
+    """Every module of exercise checks, ordered as the course runs them."""
     import importlib
     import pkgutil
 
     import tformer_grading.checks as checks
 
-    for info in pkgutil.iter_modules(checks.__path__):
-        if info.name in checks.SHARED_MODULES:
-            continue
-        module = importlib.import_module(f"tformer_grading.checks.{info.name}")
+    modules = [importlib.import_module(f"tformer_grading.checks.{info.name}")
+               for info in pkgutil.iter_modules(checks.__path__)
+               if info.name not in checks.SHARED_MODULES]
+    return sorted(modules, key=lambda m: assignment_of(m) or m.__name__.rsplit(".", 1)[1])
+
+
+def module_diagnoses(module):
+    """Every ``Diagnosis`` ``module`` defines, alone or in a list or tuple, in order."""
+    from tformer_grading.checks.diagnosis import Diagnosis
+
+    for value in vars(module).values():
+        items = value if isinstance(value, (list, tuple)) else [value]
+        yield from (item for item in items if isinstance(item, Diagnosis))
+
+
+def _check_module_of(function: str):
+    for module in check_modules():
         value = getattr(module, function, None)
         if callable(value) and getattr(value, "__module__", None) == module.__name__:
             return module
     return None
-
-
-def _diagnosis_names(module) -> set[str]:
-    from tformer_grading.checks.diagnosis import Diagnosis
-
-    names = set()
-    for value in vars(module).values():
-        items = value if isinstance(value, (list, tuple)) else [value]
-        names.update(item.name for item in items if isinstance(item, Diagnosis))
-    return names
 
 
 def resolve_check(text: str) -> CheckRef:
@@ -135,7 +146,7 @@ def resolve_check(text: str) -> CheckRef:
     if not callers:
         raise UnresolvedReference(f"{function}() is defined in {module.__name__} but no "
                                   "exercise calls it")
-    if diagnosis and diagnosis not in _diagnosis_names(module):
+    if diagnosis and diagnosis not in {d.name for d in module_diagnoses(module)}:
         raise UnresolvedReference(f"{module.__name__} names no diagnosis {diagnosis!r}")
     assignment = callers[0]
     return CheckRef(function, diagnosis or None, assignment, exercise_label(assignment))
