@@ -135,7 +135,8 @@ class MultiHeadAttention(nn.Module):
             return F.linear(query, w, b).chunk(3, dim=-1)
         return self.q_proj(query), self.k_proj(key), self.v_proj(value)
 
-    def forward(self, query, key=None, value=None, mask=None, return_weights=False):
+    def forward(self, query, key=None, value=None, mask=None, return_weights=False,
+                *, kv=None):
         """Attend from ``query`` to ``key``/``value`` (self-attention when they are
         omitted).
 
@@ -145,15 +146,23 @@ class MultiHeadAttention(nn.Module):
             mask: optional bool, True = attend, broadcastable to [B, H, Sq, Sk].
             return_weights: also return the attention weights [B, H, Sq, Sk]
                 (uses the plain path, since the fused kernel does not expose them).
+            kv: a :class:`~tformer_ref.kv_cache.LayerKV` (self-attention only): the
+                new keys and values are appended to it, and the queries attend to all
+                of its keys, Sk = cached + Sq (§8.7 'The KV cache').
 
         Returns:
             [B, Sq, D], or ([B, Sq, D], [B, H, Sq, Sk]) when ``return_weights``.
         """
+        if kv is not None and any(t is not None and t is not query
+                                  for t in (key, value)):
+            raise ValueError("a KV cache is for self-attention: pass the query alone")
         key = query if key is None else key
         value = key if value is None else value
         self._check_inputs(query, key, value)
         projected = self._project_qkv(query, key, value)
         q, k, v = (split_heads(t, self.n_heads) for t in projected)
+        if kv is not None:
+            k, v = kv.append(k, v)
         p = self.dropout if self.training else 0.0
         if self.fused and not return_weights:
             out = self._fused(q, k, v, mask, p)

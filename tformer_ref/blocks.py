@@ -144,11 +144,12 @@ class EncoderBlock(nn.Module):
         """True for Pre-LN, False for Post-LN (fixed when the block is built)."""
         return self.attn_sub.norm_first
 
-    def forward(self, x: torch.Tensor,
-                mask: torch.Tensor | None = None) -> torch.Tensor:
-        """x [B, S, D], mask: bool (True = attend) broadcastable to [B, H, S, S].
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
+                kv=None) -> torch.Tensor:
+        """x [B, S, D], mask: bool (True = attend) broadcastable to [B, H, S, Sk]
+        (Sk = S, or cached + S with ``kv``, a :class:`~tformer_ref.kv_cache.LayerKV`).
         Returns [B, S, D]."""
-        x = self.attn_sub(x, lambda h: self.self_attn(h, h, h, mask=mask))
+        x = self.attn_sub(x, lambda h: self.self_attn(h, h, h, mask=mask, kv=kv))
         return self.ff_sub(x, self.ff)
 
 

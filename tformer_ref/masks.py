@@ -76,10 +76,13 @@ def padding_mask(tokens: torch.Tensor, pad_id: int) -> torch.Tensor:
     return (tokens != pad_id)[:, None, None, :]
 
 
-def causal_mask(size: int, device=None) -> torch.Tensor:
-    """[1, 1, S, S] keep-mask, lower triangular: query i may attend to keys 0..i.
+def causal_mask(size: int, device=None, *, past: int = 0) -> torch.Tensor:
+    """[1, 1, S, past + S] keep-mask, lower triangular: query i may attend to keys
+    0..past + i.
 
     ``triu`` would be the opposite: every query would see only itself and the future.
+    ``past`` is for decoding with a KV cache: the S new queries sit at positions
+    past..past + S - 1 and the keys are the ``past`` cached ones and theirs (§8.8).
 
     Taught in §3.2 'The causal mask' (book/ch03_masks).
 
@@ -91,10 +94,16 @@ def causal_mask(size: int, device=None) -> torch.Tensor:
         tensor([[1, 0, 0],
                 [1, 1, 0],
                 [1, 1, 1]], dtype=torch.int32)
+        >>> causal_mask(2, past=3)[0, 0].int()  # 2 new queries after 3 cached tokens
+        tensor([[1, 1, 1, 1, 0],
+                [1, 1, 1, 1, 1]], dtype=torch.int32)
     """
     if int(size) != size or size < 1:
         raise ValueError(f"size must be a positive int, got {size!r}")
-    return torch.ones(size, size, dtype=torch.bool, device=device).tril()[None, None]
+    if int(past) != past or past < 0:
+        raise ValueError(f"past must be an int >= 0, got {past!r}")
+    keep = torch.ones(size, past + size, dtype=torch.bool, device=device)
+    return keep.tril(diagonal=past)[None, None]
 
 
 def _expect_bool(mask, name: str = "mask") -> None:

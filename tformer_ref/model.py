@@ -69,12 +69,13 @@ class Encoder(nn.Module):
             for _ in range(n_layers))
         self.norm = _final_norm(d_model, norm_first, final_norm)
 
-    def forward(self, x: torch.Tensor,
-                mask: torch.Tensor | None = None) -> torch.Tensor:
-        """x [B, S, D]; mask: bool keep-mask broadcastable to [B, H, S, S]
-        (the padding mask [B, 1, 1, S])."""
-        for layer in self.layers:
-            x = layer(x, mask)
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
+                cache=None) -> torch.Tensor:
+        """x [B, S, D]; mask: bool keep-mask broadcastable to [B, H, S, Sk]
+        (the padding mask [B, 1, 1, S]); cache: a :class:`~tformer_ref.kv_cache.KVCache`
+        whose layer i serves block i (then Sk = cached + S)."""
+        for i, layer in enumerate(self.layers):
+            x = layer(x, mask) if cache is None else layer(x, mask, cache.layer(i))
         return self.norm(x)
 
 
@@ -254,9 +255,16 @@ class DecoderOnlyLM(nn.Module):
     given the causal mask.
 
     ``forward(tokens [B, S]) -> logits [B, S, vocab]``; position i only sees tokens
-    0..i. Arguments as :class:`Transformer`.
+    0..i. Arguments as :class:`Transformer`; ``pad_id=None`` masks no token (one
+    stream of text has no padding, and a pad id that is also a real token's id would
+    hide that token from every query).
+
+    ``forward(tokens, cache=cache)`` decodes incrementally: ``tokens`` are the next S
+    tokens after the ``cache.length`` ones the :class:`~tformer_ref.kv_cache.KVCache`
+    holds, and the cache grows by S.
 
     Taught in §5.8 'A decoder-only model' (book/ch05_model).
+    The cache: §8.7 'The KV cache' (book/ch08_generation).
 
     Examples::
 
@@ -269,14 +277,14 @@ class DecoderOnlyLM(nn.Module):
 
     def __init__(self, vocab: int, d_model: int = 512, n_heads: int = 8,
                  n_layers: int = 2, d_ff: int = 2048, *, dropout: float = 0.1,
-                 max_len: int = 512, pad_id: int = 0, norm_first: bool = False,
+                 max_len: int = 512, pad_id: int | None = 0, norm_first: bool = False,
                  positions: str = "sinusoidal", tie_embeddings: bool = False,
                  fused: bool = True, final_norm: bool | None = None):
         super().__init__()
         if tie_embeddings not in (False, True):
             raise ValueError(
                 f"tie_embeddings must be False or True, got {tie_embeddings!r}")
-        self.d_model, self.pad_id = d_model, pad_id
+        self.d_model, self.pad_id, self.max_len = d_model, pad_id, max_len
         self.tok_embed = nn.Embedding(vocab, d_model)
         self.pos = make_positions(positions, d_model, max_len)
         self.dropout = nn.Dropout(dropout)
@@ -289,13 +297,21 @@ class DecoderOnlyLM(nn.Module):
         if tie_embeddings:
             self.lm_head.weight = self.tok_embed.weight
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        """tokens [B, S] -> logits [B, S, vocab]."""
+    def forward(self, tokens: torch.Tensor, cache=None) -> torch.Tensor:
+        """tokens [B, S] -> logits [B, S, vocab]; with ``cache``, the S tokens come
+        after the cached ones."""
         _check_tokens(tokens, "tokens")
-        causal = causal_mask(tokens.size(1), device=tokens.device)
-        mask = padding_mask(tokens, self.pad_id) & causal
-        x = self.dropout(self.pos(self.tok_embed(tokens) * math.sqrt(self.d_model)))
-        return self.lm_head(self.blocks(x, mask))
+        past = 0 if cache is None else cache.length
+        if cache is not None and self.pad_id is not None:
+            raise ValueError(
+                "a KV cache needs a model built with pad_id=None: the cache keeps no "
+                f"padding mask for the past tokens (this model has pad_id={self.pad_id})")
+        mask = causal_mask(tokens.size(1), device=tokens.device, past=past)
+        if self.pad_id is not None:
+            mask = padding_mask(tokens, self.pad_id) & mask
+        x = self.tok_embed(tokens) * math.sqrt(self.d_model)
+        x = self.dropout(self.pos(x, start=past))
+        return self.lm_head(self.blocks(x, mask, cache))
 
 
 # ------------------------------------------------------------------ parameter counting

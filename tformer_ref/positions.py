@@ -84,10 +84,11 @@ class SinusoidalPositionalEncoding(nn.Module):
             return self.pe[:length]
         return sinusoidal_encoding(length, self.d_model, device=self.pe.device)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """x [B, S, D] -> [B, S, D]."""
+    def forward(self, x: torch.Tensor, start: int = 0) -> torch.Tensor:
+        """x [B, S, D] at positions start..start + S - 1 -> [B, S, D]
+        (``start`` > 0 when decoding with a KV cache, §8.8)."""
         _check_input(x, self.d_model)
-        return x + self.table(x.size(1)).to(x.dtype)
+        return x + self.table(start + x.size(1))[start:].to(x.dtype)
 
 
 class LearnedPositionalEmbedding(nn.Module):
@@ -115,16 +116,17 @@ class LearnedPositionalEmbedding(nn.Module):
         self.d_model, self.max_len = d_model, max_len
         self.embedding = nn.Embedding(max_len, d_model)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """x [B, S, D] -> [B, S, D]; needs S <= max_len."""
+    def forward(self, x: torch.Tensor, start: int = 0) -> torch.Tensor:
+        """x [B, S, D] at positions start..start + S - 1 -> [B, S, D]; needs
+        start + S <= max_len (``start`` > 0 when decoding with a KV cache, §8.8)."""
         _check_input(x, self.d_model)
-        length = x.size(1)
+        length = start + x.size(1)
         if length > self.max_len:
             raise ValueError(
                 f"sequence length {length} is past max_len={self.max_len}: a learned "
                 f"position table has rows 0..{self.max_len - 1} only. Build the model "
                 "with a larger max_len, or cut the input")
-        return x + self.embedding.weight[:length].to(x.dtype)
+        return x + self.embedding.weight[start:length].to(x.dtype)
 
 
 def _check_input(x, d_model: int) -> None:
