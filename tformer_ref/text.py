@@ -117,19 +117,33 @@ class BytePairTokenizer:
     def train(cls, text: str, vocab_size: int) -> "BytePairTokenizer":
         if vocab_size < 256:
             raise ValueError(f"vocab_size must be at least 256 (the bytes), got {vocab_size}")
-        words = collections.Counter(_PIECES.findall(text))
-        seqs = {w: list(w.encode("utf-8")) for w in words}
+        counts = collections.Counter(_PIECES.findall(text))
+        freqs = list(counts.values())
+        seqs = [list(w.encode("utf-8")) for w in counts]
+        pairs = collections.Counter()
+        where = collections.defaultdict(set)  # pair -> the pieces it occurs in
+        for w, seq in enumerate(seqs):
+            for pair in zip(seq, seq[1:]):
+                pairs[pair] += freqs[w]
+                where[pair].add(w)
         merges = []
         for new_id in range(256, vocab_size):
-            pairs = collections.Counter()
-            for w, seq in seqs.items():
-                for pair in zip(seq, seq[1:]):
-                    pairs[pair] += words[w]
             if not pairs:
                 break
-            best = max(pairs, key=pairs.get)
+            # Ties go to the smaller pair, so training does not depend on dict order.
+            best = max(pairs, key=lambda pair: (pairs[pair], -pair[0], -pair[1]))
             merges.append(best)
-            seqs = {w: _merge(seq, best, new_id) for w, seq in seqs.items()}
+            # Only the pieces that contain the pair change: recount just those.
+            for w in where.pop(best):
+                old = seqs[w]
+                for pair in zip(old, old[1:]):
+                    pairs[pair] -= freqs[w]
+                    if not pairs[pair]:
+                        del pairs[pair]
+                seqs[w] = _merge(old, best, new_id)
+                for pair in zip(seqs[w], seqs[w][1:]):
+                    pairs[pair] += freqs[w]
+                    where[pair].add(w)
         return cls(merges)
 
     def encode(self, text: str) -> list[int]:
