@@ -3,9 +3,9 @@ import json
 import sys
 from pathlib import Path
 
-from . import attention, training
+from . import attention, generation, training
 
-BENCHMARKS = [attention.run, training.run]
+BENCHMARKS = [attention.run, training.run, generation.run]
 
 
 def main() -> int:

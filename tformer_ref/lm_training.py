@@ -80,7 +80,10 @@ def weight_decay_groups(model: nn.Module, weight_decay: float) -> list[dict]:
 @dataclass
 class LMHistory:
     """What :func:`train_lm` records: the training loss of every step, and the held-out
-    loss every ``eval_every`` steps (as (step, loss) pairs)."""
+    loss every ``eval_every`` steps (as (step, loss) pairs).
+
+    Taught in §8.3 'Next-token loss on one stream' (book/ch08_generation).
+    """
 
     train_loss: list[float] = field(default_factory=list)
     val_loss: list[tuple[int, float]] = field(default_factory=list)
@@ -91,6 +94,8 @@ def evaluate_lm(model: nn.Module, ids: torch.Tensor, context: int, batches: int 
                 batch_size: int = 32, seed: int = 0) -> float:
     """Mean next-token loss of ``model`` on ``batches`` seeded random windows of
     ``ids`` [N] (the same windows every call).
+
+    Taught in §8.3 'Next-token loss on one stream' (book/ch08_generation).
 
     Examples::
 

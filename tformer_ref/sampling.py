@@ -147,7 +147,7 @@ def sample_next(logits: torch.Tensor, temperature: float = 1.0, top_k: int | Non
     return torch.multinomial(probs, 1, generator=generator)[:, 0]
 
 
-def context_length(model: nn.Module) -> int:
+def _context_length(model: nn.Module) -> int:
     """How many positions ``model`` takes: its ``max_len``."""
     return int(model.max_len)
 
@@ -194,7 +194,7 @@ def generate(model: nn.Module, prompt: torch.Tensor, max_new_tokens: int, *,
         _check_top_k(top_k)
     if top_p is not None:
         _check_top_p(top_p)
-    context = context_length(model)
+    context = _context_length(model)
     total = prompt.size(1) + max_new_tokens
     if total > context:
         raise ValueError(

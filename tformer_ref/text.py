@@ -206,6 +206,8 @@ def train_val_split(ids: torch.Tensor, val_fraction: float = 0.1):
     """A stream of ids [N] -> (train [N - n], val [n]): the last ``val_fraction``
     held out, as one piece (random windows from both halves would overlap).
 
+    Taught in §8.3 'Next-token loss on one stream' (book/ch08_generation).
+
     Examples::
 
         >>> train, val = train_val_split(torch.arange(10), 0.2)

@@ -169,6 +169,8 @@ CHAPTERS = {
     "ch06": ("Chapter 6: training and decoding",
              {"inputs", "linear", "loss", "decoding"}),
     "ch07": ("Chapter 7: the whole model, trained at scale", ALL_PARTS),
+    "ch08": ("Chapter 8: the decoder alone, generating text",
+             {"embed", "pe", "dec_attn", "causal_mask", "ffn", "linear", "decoding"}),
     "capstone": ("Capstone: the whole model, trained", ALL_PARTS),
 }
 
