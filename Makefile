@@ -19,6 +19,7 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 	touch $@
 
 book: env
+	$(BIN)/python tools/preexecute.py --threads 1
 	$(BIN)/jupyter-book build . --warningiserror --nitpick --keep-going
 	@echo "Open _build/html/index.html"
 
