@@ -40,7 +40,8 @@ def next_token_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor
 
 
 def weight_decay_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    """AdamW parameter groups: decay on the weight matrices of ``nn.Linear``, none on
+    """AdamW parameter groups: decay on every weight matrix (2-D or more) outside
+    embeddings and LayerNorms (in these models, the weights of ``nn.Linear``), none on
     biases, LayerNorm gains and shifts, and embedding tables.
 
     Decay pulls a parameter towards 0 at every step. That is a prior worth having for

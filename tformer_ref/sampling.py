@@ -70,6 +70,8 @@ def top_p_filter(logits: torch.Tensor, p: float) -> torch.Tensor:
 
     The token that carries the sum across ``p`` is *in* the set, so the set is never
     empty: when the most likely token alone has more than ``p``, it is kept alone.
+    ``p = 1`` keeps every token (in float32 the running sum can reach 1.0 before the
+    tail, so it is not left to the comparison).
 
     Taught in §8.6 'Top-k and top-p' (book/ch08_generation).
 
@@ -83,6 +85,8 @@ def top_p_filter(logits: torch.Tensor, p: float) -> torch.Tensor:
     """
     _check_logits(logits)
     _check_top_p(p)
+    if p >= 1:
+        return logits
     probs, order = logits.softmax(-1).sort(dim=-1, descending=True)
     before = probs.cumsum(-1) - probs  # the mass of the tokens ranked above each one
     # A token is kept when the tokens above it have not reached p yet; the first never

@@ -179,3 +179,8 @@ def test_generation_restores_training_mode_and_keeps_no_graph():
     lm = tiny_lm().train()
     out = generate(lm, prompts(1, 3), 4)
     assert lm.training and not out.requires_grad
+
+
+def test_top_p_of_one_keeps_every_token_even_where_float32_sums_reach_one_early():
+    logits = torch.randn(200, 768, generator=torch.Generator().manual_seed(0)) * 10
+    assert top_p_filter(logits, 1.0).isfinite().all()
