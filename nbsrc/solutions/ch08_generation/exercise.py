@@ -54,9 +54,10 @@ device = get_device()
 #    it is kept alone (lesson §8.6);
 # 3. renormalise: the kept tokens' probabilities sum to 1, every other token gets exactly 0.
 #
-# `top_p = 1` keeps every token. The check compares your probabilities with the reference on
-# several temperatures and values of `top_p`; when they differ it compares the tokens you keep with
-# the reference's and measures the temperature your distribution has.
+# `top_p = 1` keeps every token (the reference returns the logits unchanged). The check compares
+# your probabilities with the reference on several temperatures and values of `top_p`; when they
+# differ it compares the tokens you keep with the reference's and measures the temperature your
+# distribution has.
 
 # %% nbgrader="solution:next_token_probs"
 def next_token_probs(logits, temperature, top_p):
@@ -87,7 +88,7 @@ ch08.check_next_token_probs_by_hand(next_token_probs)
 # `cache`, a `KVCache`. `tokens` is `[B, S]`; it returns the logits `[B, S, V]` of the new tokens and
 # leaves the cache holding `T + S` tokens. It must give what `model(tokens, cache=cache)` gives,
 # on an empty cache (`T = 0`: the prompt) and after earlier steps. Build it from the model's parts,
-# in the model's order (lesson §8.7):
+# in the model's order (lesson §8.8, `step_from_parts`):
 #
 # - `model.tok_embed(tokens)` scaled by `math.sqrt(model.d_model)`;
 # - `model.pos(x, start=...)`: the new tokens sit at positions `T .. T + S - 1`;
@@ -160,8 +161,8 @@ ch08.check_generate_greedy_by_hand(generate_greedy)
 # Not graded. The cell trains a tiny character-level model on *The Devil's Dictionary* for a few
 # seconds (far too short to learn words: expect the letters, spaces and punctuation of English in
 # roughly the right proportions), then samples from it with **your** `next_token_probs` and `lm_step`.
-# The draws use a seeded `torch.Generator` (lesson §8.9), so the lines are the same every run. Try
-# other temperatures and values of `top_p`.
+# The draws use a seeded `torch.Generator` (lesson §8.9), so the lines are the same every run on
+# the same machine. Try other temperatures and values of `top_p`.
 
 # %%
 from tformer_ref.lm_training import train_lm
@@ -183,6 +184,8 @@ def sample_text(model, tok, prompt, n_tokens, temperature, top_p, seed=0):
     return tok.decode(out[0].tolist())
 
 
+n_threads = torch.get_num_threads()
+torch.set_num_threads(1)  # a small model: one thread is much faster on a shared CPU
 text = load_corpus()
 tok = CharTokenizer(text)
 train_ids, val_ids = train_val_split(torch.tensor(tok.encode(text)), 0.1)
@@ -199,6 +202,8 @@ try:
         print(f"T={temperature}, top_p={top_p}: {line!r}")
 except NotImplementedError:
     print("Write next_token_probs and lm_step above first.")
+finally:
+    torch.set_num_threads(n_threads)  # leave your kernel as it was
 
 # %% [markdown]
 # ## Done?
