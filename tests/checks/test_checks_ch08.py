@@ -3,8 +3,11 @@ its named diagnosis) and right ones written differently (each accepted). Each on
 written as a learner might type it, not as the check's own variant is."""
 import math
 
+import types
+
 import pytest
 import torch
+import torch.nn.functional as F
 
 from tformer_grading.checks import CheckFailure, ch08
 from tformer_grading.checks.diagnosis import UNEXPLAINED
@@ -30,7 +33,7 @@ def probs_right_zero_and_divide(logits, temperature, top_p):
     probs = torch.softmax(logits / temperature, dim=-1)
     values, idx = torch.sort(probs, descending=True)
     cum = torch.cumsum(values, dim=-1)
-    remove = cum > top_p
+    remove = cum >= top_p  # once the sum reaches top_p, the rest can go
     remove[..., 1:] = remove[..., :-1].clone()  # the crossing token stays
     remove[..., 0] = False
     values = values.masked_fill(remove, 0.0)
@@ -85,6 +88,23 @@ def probs_right_in_float64(logits, temperature, top_p):
     drop = (ranked.cumsum(-1) - ranked) >= top_p
     p = p.scatter(-1, order, ranked.masked_fill(drop, 0.0))
     return p / p.sum(-1, keepdim=True)
+
+
+def probs_right_own_softmax(logits, temperature, top_p):
+    """Its own softmax, the row's largest logit subtracted first; a boolean loop."""
+    z = logits / temperature
+    e = torch.exp(z - z.max(dim=-1, keepdim=True).values)
+    probs = e / e.sum(dim=-1, keepdim=True)
+    order = torch.argsort(probs, dim=-1, descending=True)
+    out = torch.zeros_like(probs)
+    for b in range(probs.shape[0]):
+        mass = 0.0
+        for i in order[b]:
+            if mass >= top_p:
+                break
+            out[b, i] = probs[b, i]
+            mass += probs[b, i].item()
+    return out / out.sum(dim=-1, keepdim=True)
 
 
 def probs_cumsum_below_p(logits, temperature, top_p):
@@ -180,6 +200,45 @@ def probs_samples(logits, temperature, top_p):
     return torch.multinomial(probs_right(logits, temperature, top_p), 1)[:, 0]
 
 
+def probs_strict_shift(logits, temperature, top_p):
+    # Bug: removes where cumsum > top_p, then shifts: when the sum reaches top_p
+    # exactly, the next token is kept too.
+    probs = torch.softmax(logits / temperature, dim=-1)
+    values, idx = torch.sort(probs, descending=True)
+    cum = torch.cumsum(values, dim=-1)
+    remove = cum > top_p
+    remove[..., 1:] = remove[..., :-1].clone()
+    remove[..., 0] = False
+    values = values.masked_fill(remove, 0.0)
+    out = torch.zeros_like(probs).scatter(-1, idx, values)
+    return out / out.sum(dim=-1, keepdim=True)
+
+
+def probs_loop_until_above_p(logits, temperature, top_p):
+    # Bug: the loop stops once the kept mass is *above* top_p, not once it reaches it.
+    out = torch.zeros_like(logits)
+    for b in range(logits.size(0)):
+        p = torch.softmax(logits[b] / temperature, dim=0)
+        total = 0.0
+        for i in torch.argsort(p, descending=True):
+            out[b, i] = p[i]
+            total += p[i].item()
+            if total > top_p:
+                break
+    return out / out.sum(-1, keepdim=True)
+
+
+def probs_exp_without_max(logits, temperature, top_p):
+    # Bug: its own softmax, without subtracting the largest logit first.
+    e = torch.exp(logits / temperature)
+    probs = e / e.sum(dim=-1, keepdim=True)
+    s, i = probs.sort(descending=True)
+    keep = (s.cumsum(-1) - s) < top_p
+    keep = torch.zeros_like(keep).scatter(-1, i, keep)
+    probs = probs * keep
+    return probs / probs.sum(-1, keepdim=True)
+
+
 def probs_smoothed(logits, temperature, top_p):
     # Bug no diagnosis knows: adds 0.01 to each kept probability, then renormalises.
     probs = probs_right(logits, temperature, top_p)
@@ -188,7 +247,8 @@ def probs_smoothed(logits, temperature, top_p):
 
 
 RIGHT_PROBS = [probs_right, probs_right_zero_and_divide, probs_right_row_loop,
-               probs_right_power, probs_right_log_softmax, probs_right_in_float64]
+               probs_right_power, probs_right_log_softmax, probs_right_in_float64,
+               probs_right_own_softmax]
 
 
 @pytest.mark.parametrize("fn", RIGHT_PROBS)
@@ -211,6 +271,12 @@ def test_next_token_probs_accepts_right_implementations(fn, capsys):
     (probs_top_p_first, "top-p applied before the temperature"),
     (probs_returns_logits, "returns something other than probabilities"),
     (probs_samples, r"expected shape \[2, 8\], got \[2\].*a sampled token"),
+    (probs_strict_shift, "top-p keeps one token too many when the mass reaches p "
+                         "exactly"),
+    (probs_loop_until_above_p, "top-p keeps one token too many when the mass reaches "
+                               "p exactly"),
+    (probs_exp_without_max, r"softmax overflows on large logits \(exp without "
+                            r"subtracting the max\)"),
     (probs_smoothed, UNEXPLAINED),
 ])
 def test_next_token_probs_rejects_wrong_implementations(fn, diagnosis, capsys):
@@ -229,6 +295,20 @@ def test_next_token_probs_names_the_crossing_token():
     with pytest.raises(CheckFailure, match=r"is the one that carries the sum across "
                                            r"top_p = 0.9"):
         ch08.check_next_token_probs(probs_cumsum_below_p)
+
+
+def test_next_token_probs_names_the_token_kept_past_p():
+    with pytest.raises(CheckFailure, match=r"you keep 3 token\(s\) \[0, 1, 2\] holding "
+                                           r"0.875.*token 2 \(probability 0.125\) is "
+                                           r"one too many"):
+        ch08.check_next_token_probs(probs_strict_shift)
+
+
+def test_next_token_probs_says_the_output_overflows():
+    with pytest.raises(CheckFailure, match=r"around 60, temperature=0.5.*your output "
+                                           r"has NaN or inf; on the same logits minus "
+                                           r"each row's largest .* it is right"):
+        ch08.check_next_token_probs(probs_exp_without_max)
 
 
 def test_next_token_probs_says_which_line_raised():
@@ -254,17 +334,37 @@ def test_probability_cases_decide_the_kept_set_with_margin():
     """No cumulative sum lies within 1e-3 of top_p, so float rounding never decides
     which tokens a right implementation keeps; kept probabilities are far above KEPT;
     the temperature cases keep a set other than the temperature-1 one."""
+    exact = ch08.prob_cases()[-1].label  # reaches top_p exactly, on purpose
     for case in ch08.prob_cases():
         logits, t, p = case.make()
         full = ch08._full(logits, t)
         probs = full.sort(-1, descending=True).values
-        if p < 1:
+        if p < 1 and case.label != exact:
             assert (probs.cumsum(-1) - p).abs().min() > 1e-3, case.label
         ref = ch08._reference_probs(logits, t, p)
         assert ref[ref > 0].min() > 1e-6, case.label
         if t != 1 and p < 1:
             at_one = ch08._top_p_set(ch08._full(logits, 1.0), p)
             assert not torch.equal(at_one, ref > 0), case.label
+
+
+def test_exact_case_reaches_top_p_exactly_in_float32():
+    """The exact case's softmax gives the powers of two themselves, and the two most
+    likely tokens of each row hold exactly top_p: the reference keeps those two."""
+    logits, t, p = ch08.prob_cases()[-1].make()
+    probs = (logits / t).softmax(-1)
+    assert torch.equal(probs.cpu(), torch.tensor(ch08.EXACT_PROBS))
+    top2 = probs.sort(-1, descending=True).values[:, :2].sum(-1)
+    assert torch.equal(top2.cpu(), torch.full((2,), p))
+    assert ((ch08._reference_probs(logits, t, p) > 0).sum(-1) == 2).all()
+    assert torch.allclose(ch08._reference_probs(logits, t, p), ch08._exact_answer())
+
+
+def test_large_case_overflows_a_plain_exp():
+    """The large case's logits / T pass 88.7, where exp overflows float32."""
+    logits, t, _ = ch08.prob_cases()[ch08.LARGE].make()
+    assert torch.isinf(torch.exp(logits / t)).any()
+    assert torch.isfinite(ch08._reference_probs(logits, t, 0.9)).all()
 
 
 # ---------------------------------------------------------------------------- lm_step
@@ -326,6 +426,84 @@ def step_right_last_rows(model, tokens, cache):
     mask = full[-s:].view(1, 1, s, past + s)
     x = model.dropout(model.pos(model.tok_embed(tokens) * math.sqrt(model.d_model),
                                 start=past))
+    for i, block in enumerate(model.blocks.layers):
+        x = block(x, mask, cache.layer(i))
+    return model.lm_head(model.blocks.norm(x))
+
+
+def step_right_functional_dropout(model, tokens, cache):
+    """F.dropout told the mode: nothing dropped in eval mode."""
+    past = cache.length
+    mask = causal_mask(tokens.size(1), tokens.device, past=past)
+    x = model.pos(model.tok_embed(tokens) * math.sqrt(model.d_model), start=past)
+    x = F.dropout(x, model.dropout.p, training=model.training)
+    for i, block in enumerate(model.blocks.layers):
+        x = block(x, mask, cache.layer(i))
+    return model.lm_head(model.blocks.norm(x))
+
+
+def step_functional_dropout(model, tokens, cache):
+    # Bug: F.dropout's training argument defaults to True: it drops in eval mode too.
+    past = cache.length
+    mask = causal_mask(tokens.size(1), tokens.device, past=past)
+    x = model.pos(model.tok_embed(tokens) * math.sqrt(model.d_model), start=past)
+    x = F.dropout(x, model.dropout.p)
+    for i, block in enumerate(model.blocks.layers):
+        x = block(x, mask, cache.layer(i))
+    return model.lm_head(model.blocks.norm(x))
+
+
+def step_switches_to_train(model, tokens, cache):
+    # Bug: "make sure dropout is set up": puts the model in train mode.
+    model.train()
+    past = cache.length
+    mask = causal_mask(tokens.size(1), tokens.device, past=past)
+    x = model.dropout(model.pos(model.tok_embed(tokens) * math.sqrt(model.d_model),
+                                start=past))
+    for i, block in enumerate(model.blocks.layers):
+        x = block(x, mask, cache.layer(i))
+    return model.lm_head(model.blocks.norm(x))
+
+
+def step_positions_from_one(model, tokens, cache):
+    # Bug: counts positions from 1.
+    past = cache.length
+    mask = causal_mask(tokens.size(1), tokens.device, past=past)
+    x = model.tok_embed(tokens) * math.sqrt(model.d_model)
+    x = model.dropout(model.pos(x, start=past + 1))
+    for i, block in enumerate(model.blocks.layers):
+        x = block(x, mask, cache.layer(i))
+    return model.lm_head(model.blocks.norm(x))
+
+
+def step_positions_from_last(model, tokens, cache):
+    # Bug: starts at "the position of the last token", past + S - 1 (right for S = 1).
+    past, s = cache.length, tokens.size(1)
+    mask = causal_mask(s, tokens.device, past=past)
+    x = model.tok_embed(tokens) * math.sqrt(model.d_model)
+    x = model.dropout(model.pos(x, start=past + s - 1))
+    for i, block in enumerate(model.blocks.layers):
+        x = block(x, mask, cache.layer(i))
+    return model.lm_head(model.blocks.norm(x))
+
+
+def step_positions_twice(model, tokens, cache):
+    # Bug: adds the positions, then again before the dropout.
+    past = cache.length
+    mask = causal_mask(tokens.size(1), tokens.device, past=past)
+    x = model.pos(model.tok_embed(tokens) * math.sqrt(model.d_model), start=past)
+    x = model.dropout(model.pos(x, start=past))
+    for i, block in enumerate(model.blocks.layers):
+        x = block(x, mask, cache.layer(i))
+    return model.lm_head(model.blocks.norm(x))
+
+
+def step_positions_added_to_x(model, tokens, cache):
+    # Bug: takes model.pos for the encodings alone and adds them to x.
+    past = cache.length
+    mask = causal_mask(tokens.size(1), tokens.device, past=past)
+    x = model.tok_embed(tokens) * math.sqrt(model.d_model)
+    x = model.dropout(x + model.pos(x, start=past))
     for i, block in enumerate(model.blocks.layers):
         x = block(x, mask, cache.layer(i))
     return model.lm_head(model.blocks.norm(x))
@@ -463,7 +641,7 @@ def step_last_position_only(model, tokens, cache):
 
 
 def step_positions_doubled(model, tokens, cache):
-    # Bug no diagnosis names: every position is read twice as far along.
+    # Bug: every position is read twice as far along (no start reproduces it).
     past = cache.length
     mask = causal_mask(tokens.size(1), tokens.device, past=past)
     x = model.tok_embed(tokens) * math.sqrt(model.d_model)
@@ -474,8 +652,19 @@ def step_positions_doubled(model, tokens, cache):
     return model.lm_head(model.blocks.norm(x))
 
 
+def step_scaled_by_half(model, tokens, cache):
+    # Bug no diagnosis names: the embeddings scaled by sqrt(d_model) / 2.
+    past = cache.length
+    mask = causal_mask(tokens.size(1), tokens.device, past=past)
+    x = model.pos(model.tok_embed(tokens) * math.sqrt(model.d_model) / 2, start=past)
+    for i, block in enumerate(model.blocks.layers):
+        x = block(x, mask, cache.layer(i))
+    return model.lm_head(model.blocks.norm(x))
+
+
 RIGHT_STEPS = [step_right, step_right_whole_stack, step_right_own_mask,
-               step_right_per_layer_length, step_right_last_rows]
+               step_right_per_layer_length, step_right_last_rows,
+               step_right_functional_dropout]
 
 
 @pytest.mark.parametrize("fn", RIGHT_STEPS)
@@ -503,7 +692,17 @@ def test_lm_step_accepts_right_implementations(fn, capsys):
     (step_not_scaled, r"embeddings not scaled by sqrt\(d_model\)"),
     (step_no_final_norm, "final LayerNorm skipped"),
     (step_last_position_only, r"got \[2, 11\] \(only the last position"),
-    (step_positions_doubled, UNEXPLAINED),
+    (step_functional_dropout, r"dropout active at inference \(F.dropout without "
+                              r"training=model.training, or the model left in train "
+                              r"mode\)"),
+    (step_switches_to_train, "dropout active at inference"),
+    (step_positions_from_one, r"positions added wrongly \(twice, or from the wrong "
+                              r"start\)"),
+    (step_positions_from_last, "positions added wrongly"),
+    (step_positions_twice, "positions added wrongly"),
+    (step_positions_added_to_x, "positions added wrongly"),
+    (step_positions_doubled, "positions added wrongly"),
+    (step_scaled_by_half, UNEXPLAINED),
 ])
 def test_lm_step_rejects_wrong_implementations(fn, diagnosis, capsys):
     with pytest.raises(CheckFailure, match=diagnosis) as info:
@@ -516,6 +715,34 @@ def test_lm_step_measures_the_positions():
     with pytest.raises(CheckFailure, match=r"sat at position\(s\) 0; after 6 cached "
                                            r"tokens they belong at 6\."):
         ch08.check_lm_step(step_positions_from_zero)
+
+
+@pytest.mark.parametrize("fn,seen", [
+    (step_positions_from_one, r"tokens \[2, 5\] your 5 token\(s\) sat at "
+                              r"position\(s\) 1..5 \(a start of 1 instead of "
+                              r"cache.length = 0\); on an empty cache they belong at "
+                              r"0..4"),
+    (step_positions_from_last, r"sat at position\(s\) 4..8 \(a start of S - 1"),
+    (step_positions_twice, r"encodings added twice"),
+    (step_positions_added_to_x, r"x \+ model.pos\(x\)"),
+])
+def test_lm_step_measures_positions_on_an_empty_cache(fn, seen):
+    with pytest.raises(CheckFailure, match=seen):
+        ch08.check_lm_step(fn)
+
+
+def test_lm_step_says_how_far_dropout_moves_the_logits():
+    with pytest.raises(CheckFailure, match=r"model 5 .*dropout=0.1, in eval mode.*the "
+                                           r"same call, made twice .* differ by up to"):
+        ch08.check_lm_step(step_functional_dropout)
+
+
+def test_lm_step_leaves_the_models_in_eval_mode():
+    """A step that calls model.train() is put back: the next case still runs in eval
+    mode, so one learner's train() cannot make the check's own models random."""
+    case = ch08.step_cases()[-1]
+    got = ch08._run_case(step_switches_to_train, case)
+    assert got.trained and not case.model.training
 
 
 def test_lm_step_says_which_keys_a_query_sees():
@@ -679,8 +906,9 @@ def gen_uncached(model, prompt, max_new_tokens):
     return tokens
 
 
-def gen_with_wrong_step(model, prompt, max_new_tokens):
-    # Bug: the loop is right, the step is not (positions from 0).
+def gen_with_own_wrong_step(model, prompt, max_new_tokens):
+    # Bug: the loop is right, but it runs a step of its own, not the notebook's
+    # (right) lm_step, and that step's positions start from 0.
     cache = KVCache()
     logits = step_positions_from_zero(model, prompt, cache)
     tokens = prompt
@@ -691,7 +919,94 @@ def gen_with_wrong_step(model, prompt, max_new_tokens):
     return tokens
 
 
-RIGHT_GENERATE = [gen_right, gen_right_collect, gen_right_prompt_token_by_token]
+def in_notebook(generate_greedy, lm_step):
+    """``generate_greedy``'s own code, in a notebook whose ``lm_step`` is the one
+    given (the grader finds the learner's lm_step by its name there)."""
+    namespace = {**generate_greedy.__globals__, "lm_step": lm_step}
+    name = f"{generate_greedy.__name__}_over_{lm_step.__name__}"
+    return types.FunctionType(generate_greedy.__code__, namespace, name,
+                              generate_greedy.__defaults__)
+
+
+def gen_cache_on_model(model, prompt, max_new_tokens):
+    # Bug: keeps "the model's cache" on the model, made on the first call only.
+    if not hasattr(model, "kv_cache"):
+        model.kv_cache = KVCache()
+    logits = lm_step(model, prompt, model.kv_cache)
+    tokens = prompt
+    for _ in range(max_new_tokens):
+        nxt = logits[:, -1].argmax(dim=-1, keepdim=True)
+        tokens = torch.cat([tokens, nxt], dim=1)
+        logits = lm_step(model, nxt, model.kv_cache)
+    return tokens
+
+
+CACHES = {}
+
+
+def gen_cache_per_batch_size(model, prompt, max_new_tokens):
+    # Bug: one cache per batch size, "so that the shapes always fit", kept forever.
+    cache = CACHES.setdefault(prompt.shape[0], KVCache())
+    logits = lm_step(model, prompt, cache)
+    out = prompt
+    for _ in range(max_new_tokens):
+        out = torch.cat([out, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+        logits = lm_step(model, out[:, -1:], cache)
+    return out
+
+
+def gen_new_cache_each_step(model, prompt, max_new_tokens):
+    # Bug: a new KVCache for every call of lm_step.
+    logits = lm_step(model, prompt, KVCache())
+    tokens = prompt
+    for _ in range(max_new_tokens):
+        nxt = logits[:, -1].argmax(dim=-1, keepdim=True)
+        tokens = torch.cat([tokens, nxt], dim=1)
+        logits = lm_step(model, nxt, KVCache())
+    return tokens
+
+
+def gen_reset_each_step(model, prompt, max_new_tokens):
+    # Bug: "a clean cache for each token": resets it inside the loop.
+    cache = KVCache()
+    step_input, new = prompt, []
+    for _ in range(max_new_tokens):
+        logits = lm_step(model, step_input, cache)
+        step_input = logits[:, -1].argmax(-1, keepdim=True)
+        new.append(step_input)
+        cache.reset()
+    return torch.cat([prompt] + new, dim=1)
+
+
+def gen_float_tokens(model, prompt, max_new_tokens):
+    # Bug: the output buffer is torch.zeros: float32 ids.
+    b, s = prompt.shape
+    out = torch.zeros(b, s + max_new_tokens, device=prompt.device)
+    out[:, :s] = prompt
+    cache = KVCache()
+    logits = lm_step(model, prompt, cache)
+    for j in range(s, s + max_new_tokens):
+        out[:, j] = logits[:, -1].argmax(-1)
+        logits = lm_step(model, out[:, j:j + 1].long(), cache)
+    return out
+
+
+def gen_right_preallocated(model, prompt, max_new_tokens):
+    """Fills a preallocated LongTensor in place; its cache is a local variable."""
+    b, s = prompt.shape
+    out = torch.empty(b, s + max_new_tokens, dtype=torch.long, device=prompt.device)
+    out[:, :s] = prompt
+    local_cache = KVCache()
+    logits = lm_step(model, prompt, local_cache)
+    for j in range(s, s + max_new_tokens):
+        out[:, j] = logits[:, -1].argmax(-1)
+        if j + 1 < s + max_new_tokens:
+            logits = lm_step(model, out[:, j:j + 1], local_cache)
+    return out
+
+
+RIGHT_GENERATE = [gen_right, gen_right_collect, gen_right_prompt_token_by_token,
+                  gen_right_preallocated]
 
 
 @pytest.mark.parametrize("fn", RIGHT_GENERATE)
@@ -713,11 +1028,23 @@ def test_generate_greedy_accepts_right_implementations(fn, capsys):
     (gen_first_position, "the next token is not the argmax of the last position"),
     (gen_samples, "the next token is not the argmax of the last position"),
     (gen_uncached, "decoding without the cache"),
-    (gen_with_wrong_step, "the step's logits are wrong"),
+    (in_notebook(gen_right, step_positions_from_zero), "the step's logits are wrong"),
+    (in_notebook(gen_right, step_new_cache), "the step's logits are wrong"),
+    (gen_with_own_wrong_step, UNEXPLAINED),
+    (gen_cache_on_model, "a cache carried over between prompts"),
+    (gen_cache_per_batch_size, "a cache carried over between prompts"),
+    (gen_new_cache_each_step, "a new or reset cache at every step: each new token "
+                              "sees only itself"),
+    (gen_reset_each_step, "a new or reset cache at every step"),
+    (in_notebook(gen_new_cache_each_step, step_positions_from_zero),
+     "a new or reset cache at every step"),
+    (gen_float_tokens, r"the tokens must be a LongTensor \[B, S \+ N\] = \[2, 11\] of "
+                       r"ids \(torch.int64\) on cpu, got torch.float32"),
 ])
 def test_generate_greedy_rejects_wrong_implementations(fn, diagnosis, capsys):
     if fn is gen_global_cache:
         SHARED_CACHE.reset()
+    CACHES.clear()
     with pytest.raises(CheckFailure, match=diagnosis) as info:
         ch08.check_generate_greedy(fn)
     assert "Read §8." in str(info.value)
@@ -740,6 +1067,27 @@ def test_generate_greedy_catches_a_cache_carried_even_when_used_before():
     gen_cache_default_used(model, ch08.gen_cases()[0].prompt, 2)
     with pytest.raises(CheckFailure, match="a cache carried over between prompts"):
         ch08.check_generate_greedy(gen_cache_default_used)
+
+
+def test_generate_greedy_says_what_the_cache_held():
+    CACHES.clear()
+    with pytest.raises(CheckFailure, match=r"Call 3 .*prompt \[2, 2\].*: when its "
+                                           r"prompt went in, the first block's cache "
+                                           r"already held 11 token\(s\)"):
+        ch08.check_generate_greedy(gen_cache_per_batch_size)
+    with pytest.raises(CheckFailure, match=r"When step 1 began, the first block's "
+                                           r"cache held 0 token\(s\); it should hold "
+                                           r"the 3 before the step's token"):
+        ch08.check_generate_greedy(gen_new_cache_each_step)
+
+
+def test_generate_greedy_blames_a_step_that_drops_the_cache():
+    """A right loop over a notebook lm_step that keeps no keys looks like a new cache
+    at every step: the step is tested, and named, before the loop is blamed."""
+    with pytest.raises(CheckFailure, match=r"does not grow the cache it is given "
+                                           r"\(check_lm_step says 'the cache is not "
+                                           r"grown'\)"):
+        ch08.check_generate_greedy(in_notebook(gen_right, step_new_cache))
 
 
 def test_generate_greedy_names_the_missing_token():

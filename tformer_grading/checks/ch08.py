@@ -5,20 +5,27 @@ incremental step of a ``DecoderOnlyLM`` with a KV cache) and ``generate_greedy``
 (greedy decoding with a fresh cache). Every check judges behaviour only:
 
 - probabilities: which tokens the learner keeps (against the reference's set, the
-  set at temperature 1, the crossing token), whether rows sum to 1, and the
-  effective temperature read off the slope of log-probability against the logits;
+  set at temperature 1, the crossing token, the token after a sum that reaches top_p
+  exactly), whether rows sum to 1, the effective temperature read off the slope of
+  log-probability against the logits, and, on large logits, whether the same logits
+  shifted down (the same distribution) come out right (an exp that overflows);
 - ``lm_step``: the cache's length after each call, the outputs on an empty cache and
-  after cached tokens, the same calls on a copy of the model whose positional table
-  is constant (any position mistake vanishes there), and which earlier tokens each
-  new query is influenced by (what the mask lets it attend to);
-- ``generate_greedy``: the tokens, their length, the same call twice, and what the
-  loop fed the model (a hook on the token embedding) and got back (on ``lm_head``).
+  after cached tokens, the same call twice on a model with dropout in eval mode, the
+  same calls on a copy of the model whose positional table is constant (any position
+  mistake vanishes there) and the start position that reproduces a call, and which
+  earlier tokens each new query is influenced by (what the mask lets it attend to);
+- ``generate_greedy``: the tokens, their dtype and length, the same call twice, what
+  the loop fed the model (a hook on the token embedding) and got back (on
+  ``lm_head``), and how many tokens the first block's cache held at each step (a
+  pre-hook on its attention): none at a step after the first is a cache made anew,
+  some at a call's first step is a cache carried over.
 """
 from __future__ import annotations
 
 import copy
 import functools
 import inspect
+import re
 from dataclasses import dataclass
 
 import torch
@@ -32,9 +39,9 @@ from tformer_ref.model import DecoderOnlyLM
 from tformer_ref.positions import LearnedPositionalEmbedding
 from ..guard.integrity import seal
 from .delegation import check_not_delegated
-from .diagnosis import (UNEXPLAINED, Case, Diagnosis, Pitfall, Raised, Section,
-                        describe_difference, fail, passed, quiet, run, single_threaded,
-                        verify_integrity)
+from .diagnosis import (UNEXPLAINED, Case, CheckFailure, Diagnosis, Pitfall, Raised,
+                        Section, describe_difference, fail, passed, quiet, run,
+                        single_threaded, verify_integrity)
 
 CHAPTER = "ch08_generation"
 # Some diagnoses point to chapter 5's sections: the pitfall index still lists them
@@ -74,36 +81,70 @@ def _tokens_text(ids) -> str:
 
 
 # =========================================================================== probs
-# Cases: (B, V, seed, temperature, top_p, boost). ``boost`` raises one logit of row 0
-# so that its token alone holds more than top_p. The seeds are chosen so that no
-# cumulative sum lies within 1e-3 of top_p (float rounding never decides the set).
+# Cases: (B, V, seed, temperature, top_p, boost, offset). ``boost`` raises one logit of
+# row 0 so that its token alone holds more than top_p; ``offset`` is added to every
+# logit (the distribution is the same). The seeds are chosen so that no cumulative sum
+# lies within 1e-3 of top_p (float rounding never decides the set), except in the exact
+# case below, where the sum reaches top_p exactly on purpose.
 
 PROB_CASES = (
-    (2, 8, 11, 1.0, 1.0, 0.0),
-    (3, 10, 12, 1.0, 0.9, 0.0),
-    (2, 8, 35, 1.0, 0.5, 4.0),
-    (3, 10, 14, 0.5, 0.8, 0.0),
-    (2, 12, 15, 2.0, 0.9, 0.0),
-    (2, 8, 16, 0.7, 1.0, 0.0),
-    (2, 30, 17, 1.5, 0.6, 0.0),
+    (2, 8, 11, 1.0, 1.0, 0.0, 0.0),
+    (3, 10, 12, 1.0, 0.9, 0.0, 0.0),
+    (2, 8, 35, 1.0, 0.5, 4.0, 0.0),
+    (3, 10, 14, 0.5, 0.8, 0.0, 0.0),
+    (2, 12, 15, 2.0, 0.9, 0.0, 0.0),
+    (2, 8, 16, 0.7, 1.0, 0.0, 0.0),
+    (2, 30, 17, 1.5, 0.6, 0.0, 0.0),
+    # Logits around 60 at temperature 0.5: logits / T reaches 120, and exp(120)
+    # overflows float32 (its largest is about 3.4e38 = exp(88.7)) unless the row's
+    # largest logit is subtracted first, as torch.softmax does.
+    (2, 10, 45, 0.5, 0.9, 0.0, 60.0),
 )
+#: The case whose logits are large (an exp without the max subtracted overflows), and
+#: the exact case (last in prob_cases()).
+LARGE, EXACT = len(PROB_CASES) - 1, len(PROB_CASES)
+
+#: Probabilities that are powers of two: float32 holds them, their sums and softmax's
+#: results exactly, so the two most likely tokens reach top_p = 0.75 *exactly*. The
+#: smallest set reaching p is those two; a strict comparison keeps a third.
+EXACT_PROBS = ((0.5, 0.25, 0.125, 0.0625, 0.03125, 0.03125),
+               (0.03125, 0.125, 0.0625, 0.5, 0.03125, 0.25))
+EXACT_P = 0.75
 
 
-def _prob_logits(b, v, seed, boost):
+def _prob_logits(b, v, seed, boost, offset=0.0):
     g = torch.Generator().manual_seed(seed)
     logits = torch.randn(b, v, generator=g) * 1.5
     if boost:
         logits[0, int(torch.randint(v, (1,), generator=g))] += boost
-    return logits.to(get_device())
+    return (logits + offset).to(get_device())
 
 
-def _prob_case(b, v, seed, t, p, boost) -> Case:
-    label = f"logits [{b}, {v}], temperature={t}, top_p={p}"
-    return Case(label, lambda: (_prob_logits(b, v, seed, boost), t, p))
+def _prob_case(b, v, seed, t, p, boost, offset) -> Case:
+    around = f" around {offset:g}" if offset else ""
+    label = f"logits [{b}, {v}]{around}, temperature={t}, top_p={p}"
+    return Case(label, lambda: (_prob_logits(b, v, seed, boost, offset), t, p))
+
+
+def _exact_case() -> Case:
+    b, v = len(EXACT_PROBS), len(EXACT_PROBS[0])
+    label = (f"logits [{b}, {v}] whose probabilities are 1/2, 1/4, 1/8, ... exactly, "
+             f"temperature=1.0, top_p={EXACT_P} (two tokens reach it exactly)")
+    return Case(label, lambda: (torch.tensor(EXACT_PROBS).log().to(get_device()), 1.0,
+                                EXACT_P))
 
 
 def prob_cases() -> list[Case]:
-    return [_prob_case(*spec) for spec in PROB_CASES]
+    return [_prob_case(*spec) for spec in PROB_CASES] + [_exact_case()]
+
+
+def _exact_answer() -> torch.Tensor:
+    """The exact case's answer from the powers of two themselves: the two most likely
+    tokens of each row, renormalised (2/3 and 1/3)."""
+    probs = torch.tensor(EXACT_PROBS, dtype=torch.float64)
+    keep = _top_p_set(probs, EXACT_P)
+    kept = probs * keep
+    return (kept / kept.sum(-1, keepdim=True)).float().to(get_device())
 
 
 def _as_float32(out):
@@ -143,6 +184,23 @@ DROPS_CROSSING = Diagnosis(
     "token, and keeps nothing at all when the top token alone exceeds top_p. Compare "
     "the mass *before* each token with top_p (cumsum - probs < top_p).",
     S_TOP_P)
+KEEPS_ONE_TOO_MANY = Diagnosis(
+    "top-p keeps one token too many when the mass reaches p exactly",
+    "The nucleus is the *smallest* set whose probability reaches top_p: once the "
+    "tokens kept hold top_p exactly, the next one is not needed. A strict comparison "
+    "(removing where cumsum > top_p and shifting by one, or keeping where cumsum - "
+    "probs <= top_p, or a loop that stops only when the sum is > top_p) keeps it too. "
+    "Keep a token when the tokens ranked above it hold *less* than top_p "
+    "(cumsum - probs < top_p); equivalently, remove where cumsum >= top_p, then shift.",
+    S_TOP_P)
+SOFTMAX_OVERFLOW = Diagnosis(
+    "softmax overflows on large logits (exp without subtracting the max)",
+    "exp of a logit above about 88 is inf in float32, and inf / inf is NaN: logits "
+    "around 60 divided by a temperature of 0.5 get there. Subtracting each row's "
+    "largest logit before the exp changes nothing in the result (softmax(x) = "
+    "softmax(x - max x)) and keeps every exp in [0, 1]: use torch.softmax, which does "
+    "it for you, or x - x.max(dim=-1, keepdim=True).values before your exp.",
+    S_TEMPERATURE)
 NOT_TOP_TOKENS = Diagnosis(
     "top-p keeps tokens that are not the most likely",
     "The nucleus is made of the *most likely* tokens: sort the probabilities in "
@@ -309,12 +367,38 @@ def _drops_crossing(r: _Row) -> bool:
     return bool(r.full[missing] == r.full[ref].min())
 
 
+def _reaches_exactly(r: _Row) -> bool:
+    """The reference's kept set holds top_p exactly (the exact case)."""
+    return abs(float(r.full[r.ref_kept].sum()) - r.top_p) < 1e-7
+
+
 def _crossing_text(r: _Row) -> str:
     missing = int((r.ref_kept & ~r.kept).nonzero()[0])
+    how = (f"brings the sum up to top_p = {r.top_p} exactly (the set must *reach* "
+           "top_p)" if _reaches_exactly(r) else
+           f"carries the sum across top_p = {r.top_p}")
     return (f"On {r.where} you keep {_kept_text(r.kept, r.full)}; the reference keeps "
             f"{_kept_text(r.ref_kept, r.full)}: token {missing} (probability "
-            f"{float(r.full[missing]):.3f}) is the one that carries the sum across "
-            f"top_p = {r.top_p}.")
+            f"{float(r.full[missing]):.3f}) is the one that {how}.")
+
+
+def _keeps_one_more(r: _Row) -> bool:
+    """The reference's set plus exactly one token, the most likely of those it drops."""
+    ref, kept = r.ref_kept, r.kept
+    if int(kept.sum()) != int(ref.sum()) + 1 or (ref & ~kept).any():
+        return False
+    extra = int((kept & ~ref).nonzero()[0])
+    return bool(r.full[extra] == r.full[~ref].max())
+
+
+def _one_more_text(r: _Row) -> str:
+    extra = int((r.kept & ~r.ref_kept).nonzero()[0])
+    held = float(r.full[r.ref_kept].sum())
+    exactly = " exactly" if _reaches_exactly(r) else ""
+    return (f"On {r.where} you keep {_kept_text(r.kept, r.full)}; the reference keeps "
+            f"{_kept_text(r.ref_kept, r.full)}: those already hold {held:.3f}, "
+            f"which is top_p = {r.top_p}{exactly}, so token {extra} (probability "
+            f"{float(r.full[extra]):.3f}) is one too many.")
 
 
 def _support_problems(title, rows: list[_Row]) -> None:
@@ -334,6 +418,13 @@ def _support_problems(title, rows: list[_Row]) -> None:
                                    "token is dropped.")
     if all(_drops_crossing(r) for r in differ):
         DROPS_CROSSING.fail(title, _crossing_text(first))
+    if all(_keeps_one_more(r) for r in differ):
+        exact = [r for r in differ if _reaches_exactly(r)]
+        if exact:
+            KEEPS_ONE_TOO_MANY.fail(title, _one_more_text(exact[0]))
+        fail(title, f"{_one_more_text(first)} The nucleus is the smallest set of most "
+                    f"likely tokens whose probability reaches top_p. It {UNEXPLAINED}.",
+             S_TOP_P)
     if all(r.kept.all() for r in differ):
         TOP_P_NOT_APPLIED.fail(title, observed)
     fail(title, f"the tokens you keep differ from the reference's. {observed} The "
@@ -445,6 +536,35 @@ def _sums_problems(title, rows: list[_Row]) -> None:
                                          f"{total:.4f}.{note}")
 
 
+def _shifted_down(case: Case) -> tuple:
+    """The case's arguments with each row's largest logit subtracted: the same
+    distribution, every logit <= 0."""
+    logits, t, p = case.make()
+    return logits - logits.max(dim=-1, keepdim=True).values, t, p
+
+
+def _overflow_problems(title, fn, cases, theirs, ours) -> None:
+    """Wrong on the large logits, right on the same logits shifted down: the learner's
+    exp overflows (a right function cannot tell the two apart)."""
+    __tracebackhide__ = True
+    case, got, want = cases[LARGE], theirs[LARGE], ours[LARGE]
+    if _right(got, want) or not isinstance(got, torch.Tensor):
+        return
+    args = _shifted_down(case)
+    shifted = _as_float32(run(fn, args))
+    finite = isinstance(shifted, torch.Tensor) and bool(shifted.isfinite().all())
+    broken = not bool(got.isfinite().all())
+    if not (_right(shifted, _reference_probs(*args)) or (broken and finite)):
+        return
+    logits, t, _ = case.make()
+    what = ("has NaN or inf" if broken else
+            f"is off by up to {float((got.double() - want.double()).abs().max()):.3g}")
+    SOFTMAX_OVERFLOW.fail(title, f"On case {case.label} (logits / temperature up to "
+                                 f"{float(logits.max()) / t:.0f}) your output {what}; "
+                                 "on the same logits minus each row's largest (the "
+                                 "same distribution) it is right.")
+
+
 @single_threaded
 @keeps_random_state
 def check_next_token_probs(next_token_probs) -> None:
@@ -461,11 +581,31 @@ def check_next_token_probs(next_token_probs) -> None:
     for case, want in zip(cases, ours):
         if isinstance(want, Raised):
             raise RuntimeError(f"reference failed on case {case.label}: {want!r}")
+    if _right(theirs[EXACT], _exact_answer()):
+        # Where a device's exp rounds the powers of two, the reference's float32 sum
+        # may fall a hair off top_p; the exact answer is right all the same.
+        ours[EXACT] = _exact_answer()
     if all(_right(g, w) for g, w in zip(theirs, ours)):
         passed(title, f"matches the reference on {len(cases)} cases "
                       "(temperatures 0.5 to 2, top_p 0.5 to 1)")
         return
     _probs_form(title, cases, theirs, ours)
+    # The large and the exact case catch what the others cannot; a mistake the others
+    # show is read off those alone, as if the two were not there.
+    plain = [i for i in range(len(cases)) if i not in (LARGE, EXACT)]
+    if all(_right(theirs[i], ours[i]) for i in plain):
+        _overflow_problems(title, next_token_probs, cases, theirs, ours)
+        focus = [LARGE, EXACT]
+    else:
+        focus = plain
+    _probs_problems(title, [cases[i] for i in focus], [theirs[i] for i in focus],
+                    [ours[i] for i in focus])
+
+
+def _probs_problems(title, cases, theirs, ours) -> None:
+    """Name the mistake the wrong ones among ``cases`` show (after the form is
+    right)."""
+    __tracebackhide__ = True
     rows = _wrong_rows(cases, theirs, ours)
     _probs_empty(title, rows)
     _not_probabilities(title, rows)
@@ -498,14 +638,15 @@ def check_next_token_probs_by_hand(next_token_probs) -> None:
 # =========================================================================== models
 
 def lm(seed: int, *, norm_first: bool, positions: str, std: float | None = None,
-       **kwargs) -> DecoderOnlyLM:
+       dropout: float = 0.0, **kwargs) -> DecoderOnlyLM:
     """A tiny seeded DecoderOnlyLM(V=11, D=16, H=2, L=2, F=32, max_len=24) in eval mode
     on the course's device; ``std`` redraws every weight matrix from N(0, std²) (an
     untrained model with Xavier weights repeats one token forever)."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = DecoderOnlyLM(11, 16, 2, 2, 32, dropout=0.0, max_len=24, pad_id=None,
-                              norm_first=norm_first, positions=positions, **kwargs)
+        model = DecoderOnlyLM(11, 16, 2, 2, 32, dropout=dropout, max_len=24,
+                              pad_id=None, norm_first=norm_first, positions=positions,
+                              **kwargs)
         if std is not None:
             with torch.no_grad():
                 for p in model.parameters():
@@ -548,13 +689,20 @@ def _model_3():
               tie_embeddings=True)
 
 
+def _model_5():
+    # Dropout 0.1 in eval mode: the model's own forward drops nothing, a dropout that
+    # ignores the mode (F.dropout's training=True default) drops at random.
+    return lm(5, norm_first=True, positions="learned", std=0.5, dropout=0.1)
+
+
 M1 = "model 1 (Post-LN, sinusoidal positions)"
 M2 = "model 2 (Pre-LN, learned positions, final LayerNorm)"
 M3 = "model 3 (Post-LN, learned positions, tied embeddings)"
+M5 = "model 5 (Pre-LN, learned positions, dropout=0.1, in eval mode)"
 
 
 def step_cases() -> list[StepCase]:
-    m1, m2, m3 = _model_1(), _model_2(), _model_3()
+    m1, m2, m3, m5 = _model_1(), _model_2(), _model_3(), _model_5()
     return [
         StepCase(f"{M1}, empty cache, tokens [2, 5]", m1, None, (_ids(2, 5, 80),)),
         StepCase(f"{M2}, empty cache, tokens [2, 4]", m2, None, (_ids(2, 4, 81),)),
@@ -567,6 +715,9 @@ def step_cases() -> list[StepCase]:
         StepCase(f"{M2}, an empty cache and your lm_step called 5 times with tokens "
                  "[1, 4], [1, 1], [1, 1], [1, 2], [1, 1]", m2, None,
                  tuple(_ids(1, s, 90 + i) for i, s in enumerate((4, 1, 1, 2, 1)))),
+        StepCase(f"{M5}, empty cache, tokens [2, 4]", m5, None, (_ids(2, 4, 96),)),
+        StepCase(f"{M5}, the cache holding 3 tokens (filled by the reference), tokens "
+                 "[2, 2]", m5, _ids(2, 3, 97), (_ids(2, 2, 98),)),
     ]
 
 
@@ -580,14 +731,17 @@ def _layer_lengths(cache) -> tuple:
 
 @dataclass
 class StepRun:
-    """Each call's output (or Raised) and the cache's layer lengths before and after."""
+    """Each call's output (or Raised), the cache's layer lengths before and after, and
+    whether a call left part of the model in train mode (put back in eval mode)."""
 
     outputs: list
     lengths: list  # [(before, after)] per call, tuples of layer lengths
+    trained: bool = False
 
 
 def _run_steps(step, model, past, chunks) -> StepRun:
     cache = KVCache()
+    trained = False
     with torch.no_grad(), quiet():
         if past is not None:
             model(past, cache=cache)
@@ -595,11 +749,14 @@ def _run_steps(step, model, past, chunks) -> StepRun:
         for chunk in chunks:
             before = _layer_lengths(cache)
             out = run(step, (model, chunk, cache))
+            if any(m.training for m in model.modules()):
+                trained = True
+                model.eval()
             outputs.append(out)
             lengths.append((before, _layer_lengths(cache)))
             if isinstance(out, Raised):
                 break
-    return StepRun(outputs, lengths)
+    return StepRun(outputs, lengths, trained)
 
 
 def _run_case(step, case: StepCase, model=None) -> StepRun:
@@ -665,6 +822,25 @@ MASK_ROWS = Diagnosis(
     "The new query i sits at position cache.length + i and may attend to every key up "
     "to there: the rows of the mask are the *last* S rows of the full-length causal "
     "mask (causal_mask(S, device, past=cache.length)), not its first S rows.",
+    S_CACHE_PITFALLS)
+
+
+S_DROPOUT = Section("ch04_blocks", "4.4", "Where dropout goes")
+DROPOUT_ACTIVE = Diagnosis(
+    "dropout active at inference (F.dropout without training=model.training, or the "
+    "model left in train mode)",
+    "In eval mode dropout must do nothing, so that the same tokens always give the "
+    "same logits. model.dropout (an nn.Dropout) follows model.eval() by itself; "
+    "F.dropout(x, p) does not: its training argument defaults to True, so it drops "
+    "at inference too. Call model.dropout(x), or F.dropout(x, p, "
+    "training=model.training); and never call model.train() in a decoding step.",
+    S_DROPOUT)
+POSITIONS_WRONG = Diagnosis(
+    "positions added wrongly (twice, or from the wrong start)",
+    "The S tokens of a step sit at positions cache.length .. cache.length + S - 1, "
+    "and each gets its position's encoding once: x = model.pos(x, start=cache.length) "
+    "(model.pos returns x with the encodings added; do not add it to x again, and "
+    "call it once). On an empty cache that is positions 0 .. S - 1.",
     S_CACHE_PITFALLS)
 
 
@@ -810,11 +986,123 @@ def _empty_cache_problems(title, step, cases, runs, refs) -> None:
     for pitfall in EMPTY_CACHE_PITFALLS:
         if all(_same_run(runs[i], _run_case(pitfall.impl, cases[i])) for i in empty):
             pitfall.fail(title, "Its logits equal yours on every empty-cache case.")
+    _empty_position_problems(title, step, cases, runs, empty, wrong)
     i = wrong[0]
     k, problem = _first_problem(runs[i], refs[i])
     fail(title, f"wrong already on an empty cache (no cached token): case "
                 f"{cases[i].label}: {problem}. It {UNEXPLAINED}; compare your code "
                 "with the model's forward step by step.", S_LM)
+
+
+def _has_dropout(model) -> bool:
+    return any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in model.modules())
+
+
+def _dropout_problems(title, step, cases, runs, refs) -> None:
+    """The learner's step left the model in train mode, or gives different logits for
+    the same call on a model with dropout (in eval mode, where it must do nothing)."""
+    __tracebackhide__ = True
+    for case, got in zip(cases, runs):
+        if got.trained:
+            DROPOUT_ACTIVE.fail(title, f"After your lm_step ran on case {case.label}, "
+                                       "the model (or a part of it) was in train mode.")
+    for case, got, want in zip(cases, runs, refs):
+        if not _has_dropout(case.model) or _case_right(got, want):
+            continue
+        again = []
+        for seed in (1, 2):
+            torch.manual_seed(seed)
+            again.append(_run_case(step, case))
+        outs = again[0].outputs + again[1].outputs
+        if outs and all(type(o) is torch.Tensor for o in outs) \
+                and not _same_run(*again):
+            off = max(float((x - y).abs().max()) for x, y in
+                      zip(again[0].outputs, again[1].outputs) if x.shape == y.shape)
+            DROPOUT_ACTIVE.fail(title, f"On case {case.label} the same call, made "
+                                       "twice (under two random seeds), gave logits "
+                                       f"that differ by up to {off:.3g}: something "
+                                       "random runs although the model is in eval "
+                                       "mode.")
+
+
+def _positions_twice(model, tokens, cache):
+    past = cache.length
+    x = model.tok_embed(tokens) * model.d_model ** 0.5
+    x = model.pos(model.pos(x, start=past), start=past)
+    return model.lm_head(model.blocks(model.dropout(x), causal_mask_for(tokens, past),
+                                      cache))
+
+
+def _embeddings_plus_positions(model, tokens, cache):
+    past = cache.length
+    x = model.tok_embed(tokens) * model.d_model ** 0.5
+    x = x + model.pos(x, start=past)
+    return model.lm_head(model.blocks(model.dropout(x), causal_mask_for(tokens, past),
+                                      cache))
+
+
+def _start_used(step, case: StepCase) -> int | None:
+    """The start position other than 0 that reproduces the learner's one call on an
+    empty cache, or None."""
+    got = _run_case(step, case)
+    s = case.chunks[0].size(1)
+    for start in range(1, case.model.max_len - s + 1):
+        if _same_run(got, _run_case(_at_start(start), case)):
+            return start
+    return None
+
+
+def _empty_position_problems(title, step, cases, runs, empty, wrong) -> None:
+    """Wrong on an empty cache because of the positions: the tokens placed from the
+    wrong start, the encodings added twice, or (on a copy whose positional table is
+    the same at every position) right where the positions cannot matter."""
+    __tracebackhide__ = True
+    starts = []
+    for i in wrong:
+        start = _start_used(step, cases[i])
+        if start is None:
+            break
+        starts.append(start)
+    if len(starts) == len(wrong):
+        case, start = cases[wrong[0]], starts[0]
+        s = case.chunks[0].size(1)
+        sizes = [cases[i].chunks[0].size(1) for i in wrong]
+        note = ""
+        if all(k == n - 1 for k, n in zip(starts, sizes)):
+            note = " (a start of S - 1, the last token's position)"
+        elif all(k == starts[0] for k in starts):
+            note = f" (a start of {start} instead of cache.length = 0)"
+        POSITIONS_WRONG.fail(title, f"On case {case.label} your {s} token(s) sat at "
+                                    f"position(s) {_ranges(range(start, start + s))}"
+                                    f"{note}; on an empty cache they belong at "
+                                    f"{_ranges(range(s))}.")
+    for impl, what in (
+            (_positions_twice, "the positions' encodings added twice (model.pos "
+                               "applied two times)"),
+            (_embeddings_plus_positions, "x + model.pos(x): model.pos already "
+                                         "returns x plus the encodings, so the "
+                                         "embeddings count twice")):
+        if all(_same_run(runs[i], _run_case(impl, cases[i])) for i in empty):
+            POSITIONS_WRONG.fail(title, f"On every empty-cache case your logits are "
+                                        f"those of {what}.")
+    models = {id(cases[i].model): cases[i].model for i in wrong}
+    once = {k: _neutral(m) for k, m in models.items()}
+    twice = {k: _neutral(m, scale=2.0) for k, m in models.items()}
+
+    def agrees(table, ours):
+        return all(_case_right(_run_case(step, cases[i], table[id(cases[i].model)]),
+                               _run_case(_reference_step, cases[i],
+                                         ours[id(cases[i].model)])) for i in wrong)
+    if agrees(once, once):
+        POSITIONS_WRONG.fail(title, "Your logits are wrong already on an empty cache, "
+                                    "and all right on a copy of the model whose "
+                                    "positional table is the same at every position: "
+                                    "the positions your tokens get are wrong.")
+    if agrees(once, twice):
+        POSITIONS_WRONG.fail(title, "On a copy of the model whose positional table is "
+                                    "the same row at every position, your logits are "
+                                    "those of the reference with that row doubled: "
+                                    "the encodings are added twice.")
 
 
 def _same_run(a: StepRun, b: StepRun) -> bool:
@@ -825,13 +1113,13 @@ def _same_run(a: StepRun, b: StepRun) -> bool:
                     for x, y in zip(a.outputs, b.outputs)))
 
 
-def _neutral(model: DecoderOnlyLM) -> DecoderOnlyLM:
-    """A copy whose positional table has the same row at every position: a position
-    mistake changes nothing there."""
+def _neutral(model: DecoderOnlyLM, scale: float = 1.0) -> DecoderOnlyLM:
+    """A copy whose positional table has the same row at every position (``scale``
+    times a fixed one): a position mistake changes nothing there."""
     out = copy.deepcopy(model)
     pos = LearnedPositionalEmbedding(model.max_len, model.d_model)
     g = torch.Generator().manual_seed(7)
-    row = torch.randn(1, model.d_model, generator=g) * 0.5
+    row = torch.randn(1, model.d_model, generator=g) * 0.5 * scale
     with torch.no_grad():
         pos.embedding.weight.copy_(row.expand(model.max_len, -1))
     out.pos = pos.to(next(model.parameters()).device)
@@ -943,17 +1231,30 @@ def check_lm_step(lm_step) -> None:
     __tracebackhide__ = True
     title = "lm_step"
     verify_integrity()
+    n_cases = _lm_step_problems(title, lm_step)
+    passed(title, f"matches the model's forward on {n_cases} cases, empty cache and "
+                  "after cached tokens, with dropout in eval mode, and grows the cache "
+                  "by S")
+
+
+def _lm_step_problems(title, lm_step) -> int:
+    """Raise the lm_step failure, or return the number of cases when it is right
+    (printing nothing: check_generate_greedy asks it too)."""
+    __tracebackhide__ = True
     cases = step_cases()
     refs = [_run_case(_reference_step, c) for c in cases]
     runs = [_run_case(lm_step, c) for c in cases]
     if all(_case_right(g, w) for g, w in zip(runs, refs)):
         _growth_problems(title, cases, runs)
-        passed(title, f"matches the model's forward on {len(cases)} cases, empty cache "
-                      "and after cached tokens, and grows the cache by S")
-        return
+        return len(cases)
     _growth_problems(title, cases, runs)
     _raised_problems(title, cases, runs)
     _form_problems(title, cases, runs, refs)
+    _dropout_problems(title, lm_step, cases, runs, refs)
+    # A mistake the cases without dropout show is read off those alone.
+    plain = [i for i, c in enumerate(cases) if not _has_dropout(c.model)]
+    if not all(_case_right(runs[i], refs[i]) for i in plain):
+        cases, runs, refs = ([xs[i] for i in plain] for xs in (cases, runs, refs))
     _empty_cache_problems(title, lm_step, cases, runs, refs)
     wrong = [i for i, (g, w) in enumerate(zip(runs, refs)) if not _case_right(g, w)]
     _position_problems(title, lm_step, cases, wrong)
@@ -1019,21 +1320,36 @@ def _reference_greedy(model, prompt, n):
 @dataclass
 class GenRun:
     """The output (or Raised), and what the loop fed the model: per forward, the token
-    ids the embedding saw and the logits lm_head returned."""
+    ids the embedding saw and the logits lm_head returned; per call of the first
+    block's attention, the tokens its cache layer held before the call (None: no
+    cache) and the number of new queries."""
 
     output: object
     fed: list
     logits: list
     prompt_changed: bool
+    attended: list
+
+
+def _record_cache(attended):
+    def hook(module, args, kwargs):
+        kv = kwargs.get("kv")
+        query = args[0] if args else kwargs.get("query")
+        cached = getattr(kv, "length", None) if kv is not None else None
+        attended.append((cached if isinstance(cached, int) else None,
+                         int(query.size(1)) if isinstance(query, torch.Tensor) else 0))
+    return hook
 
 
 def _run_generate(fn, case: GenCase, seed: int = 0) -> GenRun:
-    fed, logits = [], []
+    fed, logits, attended = [], [], []
     model = case.model
     hooks = [model.tok_embed.register_forward_hook(
                  lambda m, args, out: fed.append(args[0].detach().clone())),
              model.lm_head.register_forward_hook(
-                 lambda m, args, out: logits.append(out.detach().clone()))]
+                 lambda m, args, out: logits.append(out.detach().clone())),
+             model.blocks.layers[0].self_attn.register_forward_pre_hook(
+                 _record_cache(attended), with_kwargs=True)]
     prompt = case.prompt.clone()
     devices = [prompt.device] if prompt.device.type == "cuda" else []
     try:
@@ -1043,16 +1359,16 @@ def _run_generate(fn, case: GenCase, seed: int = 0) -> GenRun:
     finally:
         for h in hooks:
             h.remove()
-    return GenRun(output, fed, logits, not torch.equal(prompt, case.prompt))
+    return GenRun(output, fed, logits, not torch.equal(prompt, case.prompt), attended)
 
 
 CACHE_CARRIED = Diagnosis(
     "a cache carried over between prompts",
-    "Two calls with the same model, the same prompt and the same random seed gave "
-    "different tokens, or a later call failed on the cache: state survives from one "
-    "call to the next. Make a new KVCache() inside generate_greedy on every call; a "
-    "default argument (cache=KVCache()) or a global is made once and shared by all "
-    "calls, so the next prompt attends to the last one's tokens.",
+    "State survives from one call to the next: the same call twice gives different "
+    "tokens (or fails on the cache), and the next prompt attends to the last one's "
+    "tokens. Make a new KVCache() inside generate_greedy on every call; a default "
+    "argument (cache=KVCache()), a global, an attribute set on the model or a dict of "
+    "caches is made once and shared by all calls.",
     S_CACHE_PITFALLS)
 ONLY_NEW_TOKENS = Diagnosis(
     "returns only the new tokens",
@@ -1084,6 +1400,14 @@ NOT_CACHED = Diagnosis(
     "every step. The exercise is incremental decoding: the prompt once, then one token "
     "per step with the cache, each token through the model once.",
     S_CACHE)
+NEW_CACHE_EACH_STEP = Diagnosis(
+    "a new or reset cache at every step: each new token sees only itself",
+    "One KVCache serves the whole call: the prompt's keys and values go in first, and "
+    "every step adds its token's, so that the new token attends to everything before "
+    "it. A KVCache() made (or cache.reset() called) inside the loop leaves each new "
+    "token attending to itself alone, at position 0. Make the cache once, before the "
+    "loop.",
+    S_CACHE_PITFALLS)
 STEP_LOGITS_WRONG = Diagnosis(
     "the step's logits are wrong",
     "Your loop feeds the prompt and then each chosen token as it should, but the "
@@ -1136,9 +1460,12 @@ def _gen_form(title, case, got, want) -> None:
                     f"[B, S + N] = {[b, total]}, got {type(out).__name__}.", S_CACHE)
     if out.dtype != torch.long or out.device != want.device or out.dim() != 2 \
             or out.size(0) != b:
-        fail(title, f"on case {case.label}: expected a LongTensor [B, S + N] = "
-                    f"{[b, total]} on {want.device}, got {out.dtype} "
-                    f"{list(out.shape)} on {out.device}.", S_CACHE)
+        hint = (" (argmax gives int64 ids; a float tensor of ids, from torch.zeros or "
+                "torch.empty filled in place, is not a token tensor)"
+                if out.dtype.is_floating_point else "")
+        fail(title, f"on case {case.label}: the tokens must be a LongTensor [B, S + N] "
+                    f"= {[b, total]} of ids (torch.int64) on {want.device}, got "
+                    f"{out.dtype} {list(out.shape)} on {out.device}{hint}.", S_CACHE)
     if got.prompt_changed:
         fail(title, f"on case {case.label} your generate_greedy changed the prompt in "
                     "place: build the output with torch.cat, leave the caller's tensor "
@@ -1189,7 +1516,76 @@ def _expected_feed(out, s) -> list:
     return [out[:, :s]] + [out[:, j:j + 1] for j in range(s, out.size(1) - 1)]
 
 
-def _trace_problems(title, case, got, want) -> None:
+def _learners_step(fn):
+    """The notebook's lm_step, the one generate_greedy is asked to use (None when the
+    namespace of the learner's function has none)."""
+    step = getattr(inspect.unwrap(fn), "__globals__", {}).get("lm_step")
+    return step if callable(step) and step is not fn else None
+
+
+def _step_failure(step) -> str | None:
+    """None when ``step`` passes check_lm_step's cases, else what that check names."""
+    try:
+        _lm_step_problems("lm_step", step)
+    except CheckFailure as failure:
+        text = str(failure)
+        named = re.search(r"the pitfall '(.+?)'\.", text)
+        return f"'{named.group(1)}'" if named else "a mistake"
+    return None
+
+
+def _grows_cache(step) -> bool:
+    """The step leaves the tokens it is given in the caller's cache."""
+    case = step_cases()[0]
+    got = _run_case(step, case)
+    s = case.chunks[0].size(1)
+    return bool(got.lengths) and all(n == s for n in got.lengths[0][1]) \
+        and len(got.lengths[0][1]) == len(case.model.blocks.layers)
+
+
+def _step_cache_problems(title, fn, seen, k, cached, want_cached) -> None:
+    """Step k's logits are wrong: was its cache the one the loop should have grown?
+    ``cached``: what the first block's cache layer held when step k began."""
+    __tracebackhide__ = True
+    step = _learners_step(fn)
+    if cached is None or cached == want_cached:
+        if step is not None and cached is not None and _step_failure(step) is None:
+            fail(title, f"{seen} The cache held the {want_cached} earlier tokens, "
+                        "as it should, and your lm_step passes check_lm_step's cases: "
+                        "what your loop runs for a step is not your lm_step as it is. "
+                        f"It {UNEXPLAINED}; compare your loop with the lesson step by "
+                        "step.", S_CACHE)
+        return  # the step is what is wrong
+    observed = (f"{seen} When step {k} began, the first block's cache held {cached} "
+                f"token(s); it should hold the {want_cached} before the step's token.")
+    if cached == 0 and k >= 1:
+        if step is not None and not _grows_cache(step):
+            STEP_LOGITS_WRONG.fail(title, f"{observed} Your lm_step does not grow the "
+                                          "cache it is given (check_lm_step says "
+                                          f"{_step_failure(step)}).")
+        NEW_CACHE_EACH_STEP.fail(title, observed)
+    if k == 0:
+        CACHE_CARRIED.fail(title, observed)
+    named = _step_failure(step) if step is not None else "it is not found"
+    if named is None:
+        fail(title, f"{observed} Your lm_step passes check_lm_step's cases. It "
+                    f"{UNEXPLAINED}; compare your loop with the lesson step by step.",
+             S_CACHE)
+    # The step grows the cache wrongly (twice, say): it is the step's fault.
+
+
+def _carried_seen(title, cases, runs) -> None:
+    """A call whose very first step found tokens in the cache: they came from an
+    earlier call."""
+    __tracebackhide__ = True
+    for k, (case, got) in enumerate(zip(cases, runs)):
+        if got.attended and got.attended[0][0]:
+            CACHE_CARRIED.fail(title, f"Call {k + 1} (case {case.label}): when its "
+                                      "prompt went in, the first block's cache "
+                                      f"already held {got.attended[0][0]} token(s).")
+
+
+def _trace_problems(title, fn, case, got, want) -> None:
     """Same length, wrong tokens: read what the loop fed and got back."""
     __tracebackhide__ = True
     out, fed = got.output, got.fed
@@ -1228,9 +1624,12 @@ def _trace_problems(title, case, got, want) -> None:
             return
         if not torch.allclose(logits, want_logits, atol=1e-4, rtol=1e-3):
             off = float((logits - want_logits).abs().max())
-            STEP_LOGITS_WRONG.fail(title, seen + f" The logits of step {k} (0: the "
-                                                 "prompt) differ from the model's by "
-                                                 f"up to {off:.3g}.")
+            differ = (f" The logits of step {k} (0: the prompt) differ from the "
+                      f"model's by up to {off:.3g}.")
+            cached = got.attended[k][0] if len(got.attended) == len(fed) else None
+            _step_cache_problems(title, fn, seen + differ, k, cached,
+                                 end - chunk.size(1))
+            STEP_LOGITS_WRONG.fail(title, seen + differ)
         chosen = out[:, end] if end < out.size(1) else None
         best = logits[:, -1].argmax(-1)
         if chosen is not None and not torch.equal(chosen, best):
@@ -1271,9 +1670,9 @@ def check_generate_greedy(generate_greedy) -> None:
         wants = [_reference_greedy(c.model, c.prompt, c.n) for c in cases]
     runs = [_run_generate(generate_greedy, c) for c in cases]
     right = [isinstance(r.output, torch.Tensor) and type(r.output) is torch.Tensor
-             and r.output.shape == w.shape and r.output.device == w.device
-             and torch.equal(r.output, w) and not r.prompt_changed
-             for r, w in zip(runs, wants)]
+             and r.output.dtype == w.dtype and r.output.shape == w.shape
+             and r.output.device == w.device and torch.equal(r.output, w)
+             and not r.prompt_changed for r, w in zip(runs, wants)]
     if all(right):
         for case, got in zip(cases, runs):
             s = case.prompt.size(1)
@@ -1285,6 +1684,7 @@ def check_generate_greedy(generate_greedy) -> None:
         passed(title, f"equals uncached greedy decoding on {len(cases)} prompts in a "
                       "row, each token through the model once")
         return
+    _carried_seen(title, cases, runs)
     _gen_raised(title, cases, runs)
     if any(right):
         _carried(title, generate_greedy, cases[0])
@@ -1294,7 +1694,7 @@ def check_generate_greedy(generate_greedy) -> None:
     _dropped_or_repeated(title, case, got, want)
     _carried(title, generate_greedy, case)
     with torch.no_grad():
-        _trace_problems(title, case, got, want)
+        _trace_problems(title, generate_greedy, case, got, want)
     out = got.output
     j = _first_wrong_token(out, want)
     fail(title, f"wrong on case {case.label}: the first wrong token is at position {j} "
