@@ -24,8 +24,12 @@ book: env
 	@echo "Open _build/html/index.html"
 
 # The suite in tests/ on two pytest-xdist workers (tests that share one built book or one graded class
-# run on the same worker), and beside it nbval over every lesson and solution notebook. nbval runs in
-# its own pytest: its cells are test items that must stay in one kernel, which xdist cannot promise.
+# run on the same worker), and beside it nbval over every solution notebook. nbval runs in its own
+# pytest: its cells are test items that must stay in one kernel, which xdist cannot promise. The
+# book's own pages (lessons, capstone, ...) are not run by nbval here: the suite's book build
+# (tests/book/test_book.py) executes every one of them and fails on any cell's error
+# (nb_execution_raise_on_error), so nbval would only run them a second time. `make test-gpu`, which
+# builds no book, runs nbval over the lessons too.
 test: env
 	$(MAKE) --no-print-directory -j2 --output-sync=target test-suite test-notebooks
 
@@ -33,7 +37,7 @@ test-suite: env
 	$(BIN)/python -m pytest -n 2 --dist loadgroup --durations=25 tests
 
 test-notebooks: env
-	$(BIN)/python -m pytest --durations=10 book solutions
+	$(BIN)/python -m pytest --durations=10 solutions
 
 # The quick part: the package, its checks and the notebook files, without executing notebooks.
 test-fast: env

@@ -26,10 +26,13 @@ ASSET_DIRS = ("_static", "_sources", "_images", "_downloads")
 
 def _build() -> subprocess.CompletedProcess:
     jupyter_book = Path(sys.executable).parent / "jupyter-book"
-    # As `make book`: the notebooks two at a time into the build's cache. A notebook that
-    # fails is not cached, so the build runs it again and reports myst-nb's own error.
-    subprocess.run([sys.executable, str(ROOT / "tools" / "preexecute.py"), "--threads", "1"],
-                   cwd=ROOT, timeout=1200)
+    # As `make book`, the notebooks are executed into the build's cache first, but one at a
+    # time: under `make test` the other cores already run kernels (nbval, nbgrader), and more
+    # kernels starting at once make jupyter_client's port choice race (a kernel that dies
+    # before kernel_info). A notebook that fails is not cached, so the build runs it again
+    # and reports myst-nb's own error.
+    subprocess.run([sys.executable, str(ROOT / "tools" / "preexecute.py"), "--jobs", "1",
+                    "--threads", "1"], cwd=ROOT, timeout=1200)
     return subprocess.run([str(jupyter_book), "build", ".", "--warningiserror", "--nitpick", "--keep-going"],
                           cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=1200)
 

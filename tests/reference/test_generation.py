@@ -35,7 +35,7 @@ def test_cached_greedy_equals_uncached_token_for_token(positions):
     assert torch.equal(cached[:, :5], prompt)
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("seed", [0, 1])
 def test_cached_sampling_equals_uncached_under_the_same_seed(seed):
     lm, prompt = tiny_lm(seed=seed), prompts(seed=seed)
 

@@ -6,8 +6,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from tformer_ref.lm_training import (evaluate_lm, next_token_loss, train_lm,
-                                     weight_decay_groups)
+from tformer_ref.lm_training import next_token_loss, weight_decay_groups
 from tformer_ref.model import DecoderOnlyLM
 from tformer_ref.text import (_PIECES, BytePairTokenizer, CharTokenizer, _merge,
                               check_vocab, lm_windows, load_corpus, train_val_split)
@@ -122,15 +121,3 @@ def test_a_tied_head_is_the_embedding_and_does_not_decay():
     assert sum(p is lm.tok_embed.weight for p in no_decay["params"]) == 1
     torch.optim.AdamW([decay, no_decay])
 
-
-def test_a_small_model_learns_the_dictionary(text):
-    tok = CharTokenizer(text)
-    ids = torch.tensor(tok.encode(text[:60000]))
-    train, val = train_val_split(ids)
-    torch.manual_seed(0)
-    lm = DecoderOnlyLM(len(tok), 32, 2, 1, 64, dropout=0.0, max_len=32, pad_id=None,
-                       norm_first=True, positions="learned")
-    before = evaluate_lm(lm, val, 32, batches=4)
-    history = train_lm(lm, train, val, 80, context=32, eval_every=40)
-    assert history.val_loss[-1][1] < 0.7 * before
-    assert len(history.train_loss) == 80 and not lm.training
