@@ -10,6 +10,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .decoding import _eval_mode
 from .text import lm_windows
 
 # Modules whose weights are not matrices that mix features: their parameters never
@@ -105,16 +106,17 @@ def evaluate_lm(model: nn.Module, ids: torch.Tensor, context: int, batches: int 
         >>> 0 < evaluate_lm(lm, torch.arange(50) % 7, context=8, batches=2) < 10
         True
     """
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
-    g = torch.Generator().manual_seed(seed)
-    losses = []
-    for _ in range(batches):
-        x, y = lm_windows(ids, context, batch_size, g)
-        losses.append(next_token_loss(model(x.to(device)), y.to(device)).item())
-    model.train(was_training)
-    return sum(losses) / len(losses)
+    restore = _eval_mode(model)
+    try:
+        device = next(model.parameters()).device
+        g = torch.Generator().manual_seed(seed)
+        losses = []
+        for _ in range(batches):
+            x, y = lm_windows(ids, context, batch_size, g)
+            losses.append(next_token_loss(model(x.to(device)), y.to(device)).item())
+        return sum(losses) / len(losses)
+    finally:
+        restore()
 
 
 def train_lm(model: nn.Module, train_ids: torch.Tensor, val_ids: torch.Tensor,
