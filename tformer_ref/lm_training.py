@@ -31,7 +31,8 @@ def next_token_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor
     Examples::
 
         >>> logits = torch.zeros(2, 3, 5)  # uniform over V = 5
-        >>> round(next_token_loss(logits, torch.tensor([[1, 2, 3], [4, 0, 1]])).item(), 4)
+        >>> targets = torch.tensor([[1, 2, 3], [4, 0, 1]])
+        >>> round(next_token_loss(logits, targets).item(), 4)
         1.6094
     """
     if logits.dim() != 3 or targets.shape != logits.shape[:2]:
@@ -138,7 +139,8 @@ def train_lm(model: nn.Module, train_ids: torch.Tensor, val_ids: torch.Tensor,
         if step < warmup:
             return (step + 1) / warmup
         progress = (step - warmup) / max(1, steps - warmup)
-        return 0.1 + 0.9 * 0.5 * (1 + torch.cos(torch.tensor(progress * torch.pi)).item())
+        cosine = torch.cos(torch.tensor(progress * torch.pi)).item()
+        return 0.1 + 0.9 * 0.5 * (1 + cosine)
 
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor)
     g = torch.Generator().manual_seed(seed)

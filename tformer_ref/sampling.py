@@ -18,10 +18,9 @@ from .kv_cache import KVCache
 
 def _check_logits(logits) -> None:
     if not isinstance(logits, torch.Tensor) or not logits.is_floating_point():
+        dtype = f" of dtype {logits.dtype}" if isinstance(logits, torch.Tensor) else ""
         raise TypeError("logits must be a float tensor [B, V], got "
-                        f"{type(logits).__name__}"
-                        + (f" of dtype {logits.dtype}" if isinstance(logits, torch.Tensor)
-                           else ""))
+                        f"{type(logits).__name__}{dtype}")
     if logits.dim() != 2:
         raise ValueError(f"logits must have shape [B, V], got {tuple(logits.shape)}")
 
@@ -97,7 +96,8 @@ def top_p_filter(logits: torch.Tensor, p: float) -> torch.Tensor:
 
 
 def next_token_probs(logits: torch.Tensor, temperature: float = 1.0,
-                     top_k: int | None = None, top_p: float | None = None) -> torch.Tensor:
+                     top_k: int | None = None,
+                     top_p: float | None = None) -> torch.Tensor:
     """The distribution the next token is drawn from: logits [B, V] -> probs [B, V].
 
     Temperature divides the *logits*, before the softmax; 0 puts all the mass on the
@@ -129,8 +129,8 @@ def next_token_probs(logits: torch.Tensor, temperature: float = 1.0,
     return logits.softmax(-1)
 
 
-def sample_next(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
-                top_p: float | None = None,
+def sample_next(logits: torch.Tensor, temperature: float = 1.0,
+                top_k: int | None = None, top_p: float | None = None,
                 generator: torch.Generator | None = None) -> torch.Tensor:
     """Draw one token per row: logits [B, V] -> ids [B].
 

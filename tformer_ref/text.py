@@ -53,7 +53,7 @@ class CharTokenizer:
         >>> tok.encode("é")
         Traceback (most recent call last):
         ...
-        KeyError: "character 'é' is not in the tokenizer's vocabulary (4 ids, built ..."
+        KeyError: "character 'é' is not in the tokenizer's vocabulary (4 ids, ..."
     """
 
     def __init__(self, text: str, specials: Sequence[str] = ()):
@@ -116,7 +116,8 @@ class BytePairTokenizer:
     @classmethod
     def train(cls, text: str, vocab_size: int) -> "BytePairTokenizer":
         if vocab_size < 256:
-            raise ValueError(f"vocab_size must be at least 256 (the bytes), got {vocab_size}")
+            raise ValueError(
+                f"vocab_size must be at least 256 (the bytes), got {vocab_size}")
         counts = collections.Counter(_PIECES.findall(text))
         freqs = list(counts.values())
         seqs = [list(w.encode("utf-8")) for w in counts]

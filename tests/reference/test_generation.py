@@ -53,7 +53,8 @@ def test_cached_logits_equal_full_logits_at_every_step():
     lm, tokens = tiny_lm(), prompts(2, 20)
     full = lm(tokens)
     cache, pieces = KVCache(), []
-    for chunk in tokens.split([7, 1, 1, 5, 6], dim=1):  # a prompt, single tokens, chunks
+    # A prompt, single tokens, then chunks.
+    for chunk in tokens.split([7, 1, 1, 5, 6], dim=1):
         pieces.append(lm(chunk, cache=cache))
     torch.testing.assert_close(torch.cat(pieces, dim=1), full, atol=1e-5, rtol=1e-4)
     assert cache.length == 20
@@ -132,7 +133,8 @@ def test_top_p_of_one_keeps_everything_and_top_k_keeps_k():
 
 def test_temperature_divides_the_logits_before_the_softmax():
     logits = torch.randn(3, 7)
-    torch.testing.assert_close(next_token_probs(logits, 0.5), (logits / 0.5).softmax(-1))
+    want = (logits / 0.5).softmax(-1)
+    torch.testing.assert_close(next_token_probs(logits, 0.5), want)
     torch.testing.assert_close(next_token_probs(logits, 1.0), logits.softmax(-1))
 
 

@@ -80,7 +80,8 @@ def test_decoding_token_by_token_breaks_a_multibyte_character():
 def test_bad_vocab_sizes_raise_clear_errors():
     with pytest.raises(ValueError, match="at least 256"):
         BytePairTokenizer.train("abc", 100)
-    with pytest.raises(ValueError, match="tokenizer has 4 ids but the model's embedding"):
+    with pytest.raises(ValueError,
+                       match="tokenizer has 4 ids but the model's embedding"):
         check_vocab(3, CharTokenizer("abc", specials=("<pad>",)))
 
 
