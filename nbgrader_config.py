@@ -7,6 +7,7 @@ copies it into ``book/<chapter>/`` where the book and learners read it.
 (nbgrader replaces its whole release folder, so it must not write into book/
 directly, where the lessons live.)
 """
+
 c = get_config()  # noqa: F821  (provided by nbgrader)
 
 c.CourseDirectory.root = "."
@@ -16,7 +17,13 @@ c.CourseDirectory.submitted_directory = "submitted"
 c.CourseDirectory.autograded_directory = "autograded"
 c.CourseDirectory.feedback_directory = "feedback"
 c.CourseDirectory.db_url = "sqlite:///gradebook.db"
-c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", "*.py"]
+c.CourseDirectory.ignore = [
+    ".ipynb_checkpoints",
+    "*.pyc",
+    "__pycache__",
+    "feedback",
+    "*.py",
+]
 
 # Grading: a cell that loops forever is stopped and the run goes on.
 c.Execute.timeout = 60
@@ -36,7 +43,9 @@ c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedE
 # grades as usual, without these guards.
 import importlib.util  # noqa: E402
 
-if importlib.util.find_spec("tformer_grading") is not None:  # found without importing it (and torch)
+if (
+    importlib.util.find_spec("tformer_grading") is not None
+):  # found without importing it (and torch)
     c.Autograde.autograde_preprocessors = [
         "tformer_grading.guard.execute.GuardedExecute",
         "tformer_grading.guard.verify.VerifyReceipts",

@@ -1,4 +1,5 @@
 """Run every benchmark, print a table, write bench/results/latest.json. Exit 1 if a budget is missed."""
+
 import json
 import sys
 from pathlib import Path
@@ -13,11 +14,16 @@ def main() -> int:
     missed = []
     for r in results:
         budget = r.get("budget")
-        verdict = "" if budget is None else ("ok" if r["ratio"] <= budget else "OVER BUDGET")
+        verdict = (
+            "" if budget is None else ("ok" if r["ratio"] <= budget else "OVER BUDGET")
+        )
         if verdict == "OVER BUDGET":
             missed.append(r["benchmark"])
-        print(f"{r['benchmark']}: ours {r['ours_ms']:.2f} ms, peer {r['peer_ms']:.2f} ms, "
-              f"ratio {r['ratio']:.3f}" + (f" (budget {budget}: {verdict})" if budget else ""))
+        print(
+            f"{r['benchmark']}: ours {r['ours_ms']:.2f} ms, peer {r['peer_ms']:.2f} ms, "
+            f"ratio {r['ratio']:.3f}"
+            + (f" (budget {budget}: {verdict})" if budget else "")
+        )
     out = Path(__file__).parent / "results"
     out.mkdir(exist_ok=True)
     (out / "latest.json").write_text(json.dumps(results, indent=2))

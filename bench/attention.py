@@ -4,6 +4,7 @@ Budget (DESIGN.md §6): the fused path at most 1.1x PyTorch's module, same shape
 fp32, CPU. The plain path (the one the lessons teach) is reported for
 information: it materialises the [B, H, S, S] scores.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -58,9 +59,13 @@ def run(rounds: int = 5, iters: int = 3) -> list[dict]:
     results = []
     for name in ("tformer_ref fused", "tformer_ref plain"):
         ours = statistics.median(times[name])
-        results.append({
-            "benchmark": f"MHA fwd+bwd B={B} S={S} D={D} H={H} fp32 CPU: {name}",
-            "ours_ms": ours * 1e3, "peer_ms": peer * 1e3, "ratio": ours / peer,
-            "budget": 1.1 if name == "tformer_ref fused" else None,
-        })
+        results.append(
+            {
+                "benchmark": f"MHA fwd+bwd B={B} S={S} D={D} H={H} fp32 CPU: {name}",
+                "ours_ms": ours * 1e3,
+                "peer_ms": peer * 1e3,
+                "ratio": ours / peer,
+                "budget": 1.1 if name == "tformer_ref fused" else None,
+            }
+        )
     return results

@@ -10,6 +10,7 @@ plain loop.
   against the same draw written as the usual plain loop body (divide, sort, cumulative
   sum, mask, softmax, multinomial). Budget: at most 1.2x the plain version.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -27,8 +28,18 @@ B, V = 16, 50257
 
 def _model() -> DecoderOnlyLM:
     torch.manual_seed(0)
-    return DecoderOnlyLM(96, 128, 4, 4, 512, dropout=0.0, max_len=max(LENGTHS),
-                         pad_id=None, norm_first=True, positions="learned").eval()
+    return DecoderOnlyLM(
+        96,
+        128,
+        4,
+        4,
+        512,
+        dropout=0.0,
+        max_len=max(LENGTHS),
+        pad_id=None,
+        norm_first=True,
+        positions="learned",
+    ).eval()
 
 
 def _generation_time(model, prompt, new_tokens: int, use_cache: bool) -> float:
@@ -69,13 +80,17 @@ def _kv_cache(rounds: int) -> list[dict]:
             for use_cache in (True, False):
                 times[use_cache].append(_generation_time(model, prompt, new, use_cache))
         ours, peer = statistics.median(times[True]), statistics.median(times[False])
-        results.append({
-            "benchmark": f"generate {new} tokens to length {length}, greedy, CPU: "
-                         f"KV cache ({new / ours:.0f} tok/s) vs none ({new / peer:.0f} "
-                         "tok/s)",
-            "ours_ms": ours * 1e3, "peer_ms": peer * 1e3, "ratio": ours / peer,
-            "budget": 1.0 if length == max(LENGTHS) else None,
-        })
+        results.append(
+            {
+                "benchmark": f"generate {new} tokens to length {length}, greedy, CPU: "
+                f"KV cache ({new / ours:.0f} tok/s) vs none ({new / peer:.0f} "
+                "tok/s)",
+                "ours_ms": ours * 1e3,
+                "peer_ms": peer * 1e3,
+                "ratio": ours / peer,
+                "budget": 1.0 if length == max(LENGTHS) else None,
+            }
+        )
     return results
 
 
@@ -90,10 +105,14 @@ def _sampler(rounds: int, iters: int = 5) -> dict:
         times["ours"].append(_draw_time(ours, logits, iters))
         times["plain"].append(_draw_time(_plain_top_p_draw, logits, iters))
     mine, peer = statistics.median(times["ours"]), statistics.median(times["plain"])
-    return {"benchmark": f"sample_next temperature+top-p B={B} V={V} CPU vs a plain "
-                         "loop body",
-            "ours_ms": mine * 1e3, "peer_ms": peer * 1e3, "ratio": mine / peer,
-            "budget": 1.2}
+    return {
+        "benchmark": f"sample_next temperature+top-p B={B} V={V} CPU vs a plain "
+        "loop body",
+        "ours_ms": mine * 1e3,
+        "peer_ms": peer * 1e3,
+        "ratio": mine / peer,
+        "budget": 1.2,
+    }
 
 
 def run(rounds: int = 3) -> list[dict]:

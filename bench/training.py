@@ -13,6 +13,7 @@
 
 Clock: training steps only (evaluation excluded), wall time. Threads: 1.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -22,7 +23,13 @@ import torch
 from torch.utils.data import DataLoader
 
 from tformer_ref.baselines import TorchTransformer
-from tformer_ref.data import BucketBatchSampler, CharVocab, Collate, PairDataset, make_pairs
+from tformer_ref.data import (
+    BucketBatchSampler,
+    CharVocab,
+    Collate,
+    PairDataset,
+    make_pairs,
+)
 from tformer_ref.decoding import evaluate_accuracy
 from tformer_ref.model import Transformer
 from torch.optim.lr_scheduler import LambdaLR
@@ -33,7 +40,15 @@ from tformer_ref.training import noam_lambda, train_step
 # since moved to d_ff 128, shuffled batches and 440 steps (its own page says why); the
 # benchmark keeps this recipe so that its ratios stay comparable from run to run.
 CONFIG = dict(d_model=64, n_heads=8, n_layers=2, d_ff=256, dropout=0.0, max_len=32)
-N_TRAIN, N_TEST, BATCH, WARMUP, COOLDOWN, STEPS, SEED = 20000, 500, 64, 200, 400, 1000, 0
+N_TRAIN, N_TEST, BATCH, WARMUP, COOLDOWN, STEPS, SEED = (
+    20000,
+    500,
+    64,
+    200,
+    400,
+    1000,
+    0,
+)
 
 
 def _data():
@@ -50,11 +65,18 @@ def _model(cls, vocab_size):
 def _setup(cls, vocab_size):
     model = _model(cls, vocab_size)
     opt = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
-    sched = LambdaLR(opt, lambda s: noam_lambda(s, CONFIG["d_model"], WARMUP) * min(1.0, (STEPS - s) / COOLDOWN))
+    sched = LambdaLR(
+        opt,
+        lambda s: (
+            noam_lambda(s, CONFIG["d_model"], WARMUP) * min(1.0, (STEPS - s) / COOLDOWN)
+        ),
+    )
     return model, opt, sched
 
 
-def time_to_accuracy(target: float = 0.99, eval_every: int = 100) -> dict[str, tuple[float | None, int]]:
+def time_to_accuracy(
+    target: float = 0.99, eval_every: int = 100
+) -> dict[str, tuple[float | None, int]]:
     """Train tformer_ref's Transformer ("ours") and nn.Transformer ("peer") in lockstep, batch by batch.
 
     Both take the same train_step on the same batch in turn, each with its own clock, so that
@@ -63,9 +85,16 @@ def time_to_accuracy(target: float = 0.99, eval_every: int = 100) -> dict[str, t
     timed). Returns name -> (seconds of training until the first evaluation >= target, or None; that step).
     """
     vocab, train, test = _data()
-    loader = DataLoader(train, batch_sampler=BucketBatchSampler(train.lengths(), BATCH, seed=SEED), collate_fn=Collate())
+    loader = DataLoader(
+        train,
+        batch_sampler=BucketBatchSampler(train.lengths(), BATCH, seed=SEED),
+        collate_fn=Collate(),
+    )
     test_batches = list(DataLoader(test, batch_size=N_TEST, collate_fn=Collate()))
-    runs = {"ours": _setup(Transformer, len(vocab)), "peer": _setup(TorchTransformer, len(vocab))}
+    runs = {
+        "ours": _setup(Transformer, len(vocab)),
+        "peer": _setup(TorchTransformer, len(vocab)),
+    }
     clock = {k: 0.0 for k in runs}
     reached: dict[str, tuple[float | None, int]] = {k: (None, 0) for k in runs}
     step = 0
@@ -78,7 +107,10 @@ def time_to_accuracy(target: float = 0.99, eval_every: int = 100) -> dict[str, t
                 t0 = time.perf_counter()
                 train_step(model, src, tgt, opt, sched, max_norm=1.0)
                 clock[name] += time.perf_counter() - t0
-                if step % eval_every == 0 and evaluate_accuracy(model, test_batches, 20) >= target:
+                if (
+                    step % eval_every == 0
+                    and evaluate_accuracy(model, test_batches, 20) >= target
+                ):
                     reached[name] = (clock[name], step)
             if step >= STEPS or all(t is not None for t, _ in reached.values()):
                 break
@@ -89,7 +121,10 @@ def step_times(rounds: int = 5, iters: int = 5) -> dict[str, float]:
     """Median seconds per training step of both models on the same batch, interleaved round by round."""
     vocab, train, _ = _data()
     src, tgt = Collate()([train[i] for i in range(BATCH)])
-    models = {"ours": _model(Transformer, len(vocab)), "peer": _model(TorchTransformer, len(vocab))}
+    models = {
+        "ours": _model(Transformer, len(vocab)),
+        "peer": _model(TorchTransformer, len(vocab)),
+    }
     opts = {k: torch.optim.Adam(m.parameters(), lr=1e-4) for k, m in models.items()}
     for k in models:
         for _ in range(2):
@@ -111,12 +146,24 @@ def epoch_time(pad_to: str | None, n: int = 4000) -> float:
     items = [train[i] for i in range(n)]
     if pad_to is not None:
         longest = (max(len(s) for s, _ in items), max(len(t) for _, t in items))
-        size = longest if pad_to == "longest" else (CONFIG["max_len"], CONFIG["max_len"])
-        loader = DataLoader(items, batch_size=BATCH, shuffle=True, collate_fn=Collate(pad_to=size),
-                            generator=torch.Generator().manual_seed(SEED))
+        size = (
+            longest if pad_to == "longest" else (CONFIG["max_len"], CONFIG["max_len"])
+        )
+        loader = DataLoader(
+            items,
+            batch_size=BATCH,
+            shuffle=True,
+            collate_fn=Collate(pad_to=size),
+            generator=torch.Generator().manual_seed(SEED),
+        )
     else:
-        loader = DataLoader(items, batch_sampler=BucketBatchSampler([len(s) for s, _ in items], BATCH, seed=SEED),
-                            collate_fn=Collate())
+        loader = DataLoader(
+            items,
+            batch_sampler=BucketBatchSampler(
+                [len(s) for s, _ in items], BATCH, seed=SEED
+            ),
+            collate_fn=Collate(),
+        )
     model = _model(Transformer, len(vocab))
     opt = torch.optim.Adam(model.parameters(), lr=1e-4)
     t0 = time.perf_counter()
@@ -137,21 +184,50 @@ def run() -> list[dict]:
 def _run() -> list[dict]:
     results = []
     steps = step_times()
-    results.append({"benchmark": "training step, 8-head 2-layer d=64 (tformer_ref Transformer vs nn.Transformer)",
-                    "ours_ms": steps["ours"] * 1e3, "peer_ms": steps["peer"] * 1e3,
-                    "ratio": steps["ours"] / steps["peer"], "budget": 1.1})
+    results.append(
+        {
+            "benchmark": "training step, 8-head 2-layer d=64 (tformer_ref Transformer vs nn.Transformer)",
+            "ours_ms": steps["ours"] * 1e3,
+            "peer_ms": steps["peer"] * 1e3,
+            "ratio": steps["ours"] / steps["peer"],
+            "budget": 1.1,
+        }
+    )
     reached = time_to_accuracy()
     (ours_s, ours_steps), (peer_s, peer_steps) = reached["ours"], reached["peer"]
     if ours_s is None or peer_s is None:
-        raise RuntimeError(f"a model did not reach 99 % (ours: {ours_s}, peer: {peer_s})")
-    results.append({"benchmark": "time to 99% exact match, date task (tformer_ref Transformer vs nn.Transformer)",
-                    "ours_ms": ours_s * 1e3, "peer_ms": peer_s * 1e3, "ratio": ours_s / peer_s, "budget": 1.1,
-                    "ours_steps": ours_steps, "peer_steps": peer_steps})
+        raise RuntimeError(
+            f"a model did not reach 99 % (ours: {ours_s}, peer: {peer_s})"
+        )
+    results.append(
+        {
+            "benchmark": "time to 99% exact match, date task (tformer_ref Transformer vs nn.Transformer)",
+            "ours_ms": ours_s * 1e3,
+            "peer_ms": peer_s * 1e3,
+            "ratio": ours_s / peer_s,
+            "budget": 1.1,
+            "ours_steps": ours_steps,
+            "peer_steps": peer_steps,
+        }
+    )
     # Interleave the two padding strategies twice and keep the better of each (less noise).
-    runs = [(epoch_time(None), epoch_time("longest"), epoch_time("max_len")) for _ in range(2)]
+    runs = [
+        (epoch_time(None), epoch_time("longest"), epoch_time("max_len"))
+        for _ in range(2)
+    ]
     dyn, longest, max_len = (min(r[i] for r in runs) for i in range(3))
-    for name, fixed in (("the dataset's longest sequence", longest), (f"max_len={CONFIG['max_len']}", max_len)):
-        results.append({"benchmark": f"one epoch, dynamic padding + bucketing vs padding to {name}",
-                        "ours_ms": dyn * 1e3, "peer_ms": fixed * 1e3, "ratio": dyn / fixed, "budget": None,
-                        "speedup": fixed / dyn})
+    for name, fixed in (
+        ("the dataset's longest sequence", longest),
+        (f"max_len={CONFIG['max_len']}", max_len),
+    ):
+        results.append(
+            {
+                "benchmark": f"one epoch, dynamic padding + bucketing vs padding to {name}",
+                "ours_ms": dyn * 1e3,
+                "peer_ms": fixed * 1e3,
+                "ratio": dyn / fixed,
+                "budget": None,
+                "speedup": fixed / dyn,
+            }
+        )
     return results

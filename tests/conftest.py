@@ -11,7 +11,9 @@ ROOT = Path(__file__).resolve().parent.parent
 for _helpers in ("grading", "book"):
     sys.path.insert(0, str(Path(__file__).resolve().parent / _helpers))
 # The tests and the notebooks they execute see the same package and the same environment's tools.
-os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+os.environ["PATH"] = os.pathsep.join(
+    [str(Path(sys.executable).parent), os.environ.get("PATH", "")]
+)
 os.environ.setdefault("PYTHONPATH", str(ROOT))
 
 
@@ -48,11 +50,14 @@ def pytest_collection_modifyitems(config, items):
         items[:] = [item for item in items if "gpu" not in item.keywords]
     elif not torch.cuda.is_available():
         for item in gpu_items:
-            item.add_marker(pytest.mark.skip(reason="needs CUDA (torch.cuda.is_available() is False); run `make test-gpu` on a GPU machine"))
+            item.add_marker(
+                pytest.mark.skip(
+                    reason="needs CUDA (torch.cuda.is_available() is False); run `make test-gpu` on a GPU machine"
+                )
+            )
 
 
 def pytest_generate_tests(metafunc):
     """One grading test per buggy learner of a chapter (tests/grading/course.py, GradedChapter)."""
     if "buggy_student" in metafunc.fixturenames:
         metafunc.parametrize("buggy_student", sorted(metafunc.cls.buggy))
-

@@ -5,6 +5,7 @@ Run in a course folder as ``python -m tformer_grading.autograde_one CHAPTER STUD
 waits for a self-grade, so generate_assignment (which records the source's cells
 and points) and autograde share one process.
 """
+
 from __future__ import annotations
 
 import sys
@@ -24,8 +25,10 @@ def autograde_one(chapter: str, student: str, timeout: int = 0) -> str | None:
         config.Execute.timeout = timeout
     config.CourseDirectory.root = "."
     api = NbGraderAPI(coursedir=CourseDirectory(config=config), config=config)
-    for step in (lambda: api.generate_assignment(chapter, force=True),
-                 lambda: api.autograde(chapter, student, force=True)):
+    for step in (
+        lambda: api.generate_assignment(chapter, force=True),
+        lambda: api.autograde(chapter, student, force=True),
+    ):
         result = step()
         if not result["success"]:
             return f"{result.get('log', '')} {result.get('error', '')}"
@@ -35,7 +38,9 @@ def autograde_one(chapter: str, student: str, timeout: int = 0) -> str | None:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) not in (2, 3):
-        print("usage: python -m tformer_grading.autograde_one CHAPTER STUDENT [TIMEOUT]")
+        print(
+            "usage: python -m tformer_grading.autograde_one CHAPTER STUDENT [TIMEOUT]"
+        )
         return 2
     problem = autograde_one(args[0], args[1], int(args[2]) if len(args) == 3 else 0)
     if problem:

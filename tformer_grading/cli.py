@@ -10,6 +10,7 @@ Instructor, a folder of submissions into the course's gradebook::
 
 Chapters are found from ``solutions/*/exercise.ipynb``; nothing here names one.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,16 +30,37 @@ def _parser() -> argparse.ArgumentParser:
     add = parser.add_argument
     add("notebook", nargs="?", type=Path, help="a learner's exercise notebook to grade")
     add("--chapter", help="the chapter (default: the notebook's folder name)")
-    add("--visible-only", action="store_true",
-        help="skip the hidden tests even if solutions/ exists")
-    add("--timeout", type=int, help="seconds per cell (default: nbgrader_config.py's, 60)")
+    add(
+        "--visible-only",
+        action="store_true",
+        help="skip the hidden tests even if solutions/ exists",
+    )
+    add(
+        "--timeout",
+        type=int,
+        help="seconds per cell (default: nbgrader_config.py's, 60)",
+    )
     add("--json", action="store_true", help="print the result as JSON")
-    add("--course", type=Path, help="instructor: the course folder (with nbgrader_config.py)")
-    add("--assignment", help="instructor: the assignment (a chapter folder under solutions/)")
-    add("--submissions", type=Path,
-        help="instructor: folder of <student>/[<assignment>/]exercise.ipynb")
-    add("--out", type=Path, help="instructor: where grades.csv, cells.csv and feedback/ go "
-                                 "(default: <course>/grades/<assignment>)")
+    add(
+        "--course",
+        type=Path,
+        help="instructor: the course folder (with nbgrader_config.py)",
+    )
+    add(
+        "--assignment",
+        help="instructor: the assignment (a chapter folder under solutions/)",
+    )
+    add(
+        "--submissions",
+        type=Path,
+        help="instructor: folder of <student>/[<assignment>/]exercise.ipynb",
+    )
+    add(
+        "--out",
+        type=Path,
+        help="instructor: where grades.csv, cells.csv and feedback/ go "
+        "(default: <course>/grades/<assignment>)",
+    )
     return parser
 
 
@@ -51,20 +73,35 @@ def _grade_class(args) -> None:
         return
     for student, row in sorted(table.items()):
         print(f"{student:<24} {row['score']:g} / {row['max_score']:g}")
-    print(f"grades: {out / 'grades.csv'}, per cell: {out / 'cells.csv'}, "
-          f"feedback: {out / 'feedback'}")
+    print(
+        f"grades: {out / 'grades.csv'}, per cell: {out / 'cells.csv'}, "
+        f"feedback: {out / 'feedback'}"
+    )
 
 
 def _grade_notebook(args) -> None:
-    result = grade_notebook(args.notebook, chapter=args.chapter, timeout=args.timeout,
-                            visible_only=args.visible_only)
+    result = grade_notebook(
+        args.notebook,
+        chapter=args.chapter,
+        timeout=args.timeout,
+        visible_only=args.visible_only,
+    )
     if not args.json:
         print(report(result, args.notebook))
         return
-    print(json.dumps({"chapter": result.chapter, "hidden_tests": result.hidden_tests,
-                      "score": result.score, "max_score": result.max_score,
-                      "seconds": round(result.seconds, 2),
-                      "cells": [vars(c) for c in result.cells]}, indent=1))
+    print(
+        json.dumps(
+            {
+                "chapter": result.chapter,
+                "hidden_tests": result.hidden_tests,
+                "score": result.score,
+                "max_score": result.max_score,
+                "seconds": round(result.seconds, 2),
+                "cells": [vars(c) for c in result.cells],
+            },
+            indent=1,
+        )
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -72,8 +109,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     instructor = args.submissions or args.course or args.assignment
     if instructor and not (args.submissions and args.assignment):
-        parser.error("instructor mode needs --assignment and --submissions (and --course, "
-                     "default .)")
+        parser.error(
+            "instructor mode needs --assignment and --submissions (and --course, "
+            "default .)"
+        )
     if not instructor and args.notebook is None:
         parser.error("give a notebook to grade, or --assignment and --submissions")
     try:

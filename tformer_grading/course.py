@@ -1,4 +1,5 @@
 """The course folder as nbgrader sees it: where chapters are, and how to run nbgrader there."""
+
 from __future__ import annotations
 
 import json
@@ -22,20 +23,26 @@ def find_course_root(start: Path) -> Path:
     for folder in [start, *start.parents]:
         if (folder / "nbgrader_config.py").is_file():
             return folder
-    raise GradeError(f"no nbgrader_config.py in {start} or above: run this from inside the "
-                     "course folder")
+    raise GradeError(
+        f"no nbgrader_config.py in {start} or above: run this from inside the "
+        "course folder"
+    )
 
 
 def chapters(root: Path) -> list[str]:
     """Every chapter with an exercise: from solutions/ when present, else from book/."""
     found = {p.parent.name for p in (root / "solutions").glob(f"*/{NOTEBOOK}.ipynb")}
-    return sorted(found or {p.parent.name for p in (root / "book").glob(f"*/{NOTEBOOK}.ipynb")})
+    return sorted(
+        found or {p.parent.name for p in (root / "book").glob(f"*/{NOTEBOOK}.ipynb")}
+    )
 
 
 def grade_ids(path: Path) -> list[str]:
     """The grade_ids of a notebook's nbgrader cells, in order."""
     nb = json.loads(path.read_text())
-    ids = [c.get("metadata", {}).get("nbgrader", {}).get("grade_id") for c in nb["cells"]]
+    ids = [
+        c.get("metadata", {}).get("nbgrader", {}).get("grade_id") for c in nb["cells"]
+    ]
     return [i for i in ids if i]
 
 
@@ -50,29 +57,42 @@ def chapter_of(notebook: Path, root: Path) -> str:
             candidate = root / folder / chapter / f"{NOTEBOOK}.ipynb"
             if ids and candidate.is_file() and set(grade_ids(candidate)) >= ids:
                 return chapter
-    raise GradeError(f"cannot tell which chapter {notebook} is; known chapters: "
-                     f"{', '.join(known) or 'none'}. Use --chapter.")
+    raise GradeError(
+        f"cannot tell which chapter {notebook} is; known chapters: "
+        f"{', '.join(known) or 'none'}. Use --chapter."
+    )
 
 
 def grading_env(root: Path | None = None) -> dict:
     """The environment nbgrader and its kernels run in: this interpreter's tools first on PATH
     (nbgrader calls `alembic` by name) and, with ``root``, the course's packages importable."""
     env = dict(os.environ)
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    env["PATH"] = os.pathsep.join(
+        [str(Path(sys.executable).parent), env.get("PATH", "")]
+    )
     if root is not None:
-        env["PYTHONPATH"] = os.pathsep.join(p for p in [str(root), env.get("PYTHONPATH", "")] if p)
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in [str(root), env.get("PYTHONPATH", "")] if p
+        )
     env.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
     return env
 
 
 def run_python(cwd: Path, root: Path | None, *args: str) -> subprocess.CompletedProcess:
     """``python ARGS`` in ``cwd`` with :func:`grading_env`, output and errors captured together."""
-    return subprocess.run([sys.executable, *args], cwd=cwd, env=grading_env(root), text=True,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    return subprocess.run(
+        [sys.executable, *args],
+        cwd=cwd,
+        env=grading_env(root),
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
 
 
-def nbgrader(course: Path, root: Path | None, *args: str,
-             check: bool = True) -> subprocess.CompletedProcess:
+def nbgrader(
+    course: Path, root: Path | None, *args: str, check: bool = True
+) -> subprocess.CompletedProcess:
     """``nbgrader ARGS`` in ``course``; with ``check``, a failure raises :class:`GradeError`."""
     proc = run_python(course, root, "-m", "nbgrader", *args)
     if check and proc.returncode != 0:
@@ -80,15 +100,20 @@ def nbgrader(course: Path, root: Path | None, *args: str,
     return proc
 
 
-def read_scores(course: Path, assignment: str) -> dict[str, dict[str, tuple[float, float]]]:
+def read_scores(
+    course: Path, assignment: str
+) -> dict[str, dict[str, tuple[float, float]]]:
     """student -> {grade_id: (score, max_score)} from the course's gradebook."""
     from nbgrader.api import Gradebook
 
     result = {}
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
         for submission in gb.assignment_submissions(assignment):
-            result[submission.student.id] = {g.name: (float(g.score), float(g.max_score))
-                                             for nb in submission.notebooks for g in nb.grades}
+            result[submission.student.id] = {
+                g.name: (float(g.score), float(g.max_score))
+                for nb in submission.notebooks
+                for g in nb.grades
+            }
     return result
 
 
@@ -101,13 +126,21 @@ def diagnoses(autograded: Path) -> dict[str, str]:
         if not meta.get("grade") or cell.get("cell_type") != "code":
             continue
         outputs = cell.get("outputs", [])
-        errors = [f"{o.get('ename')}: {o.get('evalue')}" for o in outputs
-                  if o["output_type"] == "error"]
-        stderr = [o.get("text", "") for o in outputs
-                  if o["output_type"] == "stream" and o.get("name") == "stderr"]
+        errors = [
+            f"{o.get('ename')}: {o.get('evalue')}"
+            for o in outputs
+            if o["output_type"] == "error"
+        ]
+        stderr = [
+            o.get("text", "")
+            for o in outputs
+            if o["output_type"] == "stream" and o.get("name") == "stderr"
+        ]
         if errors:
             out[meta["grade_id"]] = "\n".join(_ANSI.sub("", e) for e in errors)
         elif stderr:
-            out[meta["grade_id"]] = ("the cell wrote to stderr (nbgrader gives such a cell 0): "
-                                     + "".join(stderr)[:500])
+            out[meta["grade_id"]] = (
+                "the cell wrote to stderr (nbgrader gives such a cell 0): "
+                + "".join(stderr)[:500]
+            )
     return out

@@ -7,6 +7,7 @@ each graded cell's points and the diagnosis of every cell that lost points.
 Without ``solutions/`` (a course that keeps its solutions private) only the
 visible checks run, and :func:`report` says so.
 """
+
 from __future__ import annotations
 
 import shutil
@@ -16,12 +17,22 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .course import (NOTEBOOK, GradeError, chapter_of, diagnoses, find_course_root, grade_ids,
-                     read_scores, run_python)
+from .course import (
+    NOTEBOOK,
+    GradeError,
+    chapter_of,
+    diagnoses,
+    find_course_root,
+    grade_ids,
+    read_scores,
+    run_python,
+)
 
 STUDENT = "you"
-_EDITED = ("raise AssertionError('this check cell was edited, and without the original it "
-           "cannot be graded: restore it from the course repository')")
+_EDITED = (
+    "raise AssertionError('this check cell was edited, and without the original it "
+    "cannot be graded: restore it from the course repository')"
+)
 
 
 @dataclass
@@ -48,16 +59,22 @@ class Result:
         return sum(c.max_score for c in self.cells)
 
 
-def _pristine_student_version(notebook: Path, root: Path, chapter: str,
-                              scratch: Path) -> Path | None:
+def _pristine_student_version(
+    notebook: Path, root: Path, chapter: str, scratch: Path
+) -> Path | None:
     """An unedited student version to restore the check cells from, when solutions/ is absent."""
     released = root / "book" / chapter / f"{NOTEBOOK}.ipynb"
     if released.is_file() and released.resolve() != notebook.resolve():
         return released
     try:  # the learner edits the committed file itself: git still has the original
         rel = released.resolve().relative_to(root)
-        text = subprocess.run(["git", "show", f"HEAD:{rel.as_posix()}"], cwd=root,
-                              capture_output=True, text=True, timeout=30)
+        text = subprocess.run(
+            ["git", "show", f"HEAD:{rel.as_posix()}"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         if text.returncode == 0 and text.stdout.strip():
             copy = scratch / f"pristine-{NOTEBOOK}.ipynb"
             copy.write_text(text.stdout)
@@ -76,26 +93,42 @@ def _visible_source(student_version: Path):
     nb = nbformat.read(student_version, as_version=4)
     for cell in nb.cells:
         meta = cell.metadata.get("nbgrader", {})
-        if meta.get("locked") and "checksum" in meta and compute_checksum(cell) != meta["checksum"]:
+        if (
+            meta.get("locked")
+            and "checksum" in meta
+            and compute_checksum(cell) != meta["checksum"]
+        ):
             cell.source = _EDITED
         meta.pop("checksum", None)
     return nb
 
 
-def _write_source(course: Path, notebook: Path, root: Path, chapter: str, hidden: bool) -> None:
+def _write_source(
+    course: Path, notebook: Path, root: Path, chapter: str, hidden: bool
+) -> None:
     import nbformat
 
     src = course / "solutions" / chapter
     src.mkdir(parents=True, exist_ok=True)
     if hidden:
-        shutil.copy(root / "solutions" / chapter / f"{NOTEBOOK}.ipynb", src / f"{NOTEBOOK}.ipynb")
+        shutil.copy(
+            root / "solutions" / chapter / f"{NOTEBOOK}.ipynb",
+            src / f"{NOTEBOOK}.ipynb",
+        )
     else:
-        pristine = _pristine_student_version(notebook, root, chapter, course) or notebook
+        pristine = (
+            _pristine_student_version(notebook, root, chapter, course) or notebook
+        )
         nbformat.write(_visible_source(pristine), src / f"{NOTEBOOK}.ipynb")
 
 
-def grade_notebook(notebook: Path, *, chapter: str | None = None, timeout: int | None = None,
-                   visible_only: bool = False) -> Result:
+def grade_notebook(
+    notebook: Path,
+    *,
+    chapter: str | None = None,
+    timeout: int | None = None,
+    visible_only: bool = False,
+) -> Result:
     """Autograde one learner notebook in a temporary course; return per-cell points and
     diagnoses."""
     started = time.perf_counter()
@@ -113,18 +146,29 @@ def grade_notebook(notebook: Path, *, chapter: str | None = None, timeout: int |
         handed_in = course / "submitted" / STUDENT / chapter
         handed_in.mkdir(parents=True)
         shutil.copy(notebook, handed_in / f"{NOTEBOOK}.ipynb")
-        proc = run_python(course, root, "-m", "tformer_grading.autograde_one", chapter, STUDENT,
-                          str(timeout or 0))
+        proc = run_python(
+            course,
+            root,
+            "-m",
+            "tformer_grading.autograde_one",
+            chapter,
+            STUDENT,
+            str(timeout or 0),
+        )
         autograded = course / "autograded" / STUDENT / chapter / f"{NOTEBOOK}.ipynb"
         if proc.returncode != 0 or not autograded.is_file():
-            raise GradeError(f"nbgrader could not grade {notebook}:\n{proc.stdout[-4000:]}")
+            raise GradeError(
+                f"nbgrader could not grade {notebook}:\n{proc.stdout[-4000:]}"
+            )
         why = diagnoses(autograded)
         scores = read_scores(course, chapter)[STUDENT]
     result = Result(chapter, hidden)
     for grade_id, (score, max_score) in scores.items():
         lost = why.get(grade_id, "") if score < max_score else ""
         result.cells.append(CellResult(grade_id, score, max_score, lost))
-    order = {gid: i for i, gid in enumerate(grade_ids(solution if hidden else notebook))}
+    order = {
+        gid: i for i, gid in enumerate(grade_ids(solution if hidden else notebook))
+    }
     result.cells.sort(key=lambda c: order.get(c.grade_id, len(order)))
     result.seconds = time.perf_counter() - started
     return result
@@ -134,15 +178,21 @@ def report(result: Result, notebook: Path) -> str:
     """The self-grade as the learner reads it: one line per graded cell, diagnoses under it."""
     lines = [f"Grading {notebook} ({result.chapter})"]
     if result.hidden_tests:
-        lines.append("Hidden tests included (from solutions/). This is what the course's "
-                     "autograder would give.")
+        lines.append(
+            "Hidden tests included (from solutions/). This is what the course's "
+            "autograder would give."
+        )
     else:
-        lines.append("VISIBLE CHECKS ONLY: this copy of the course has no solutions/ folder, so "
-                     "the hidden tests did not run. The instructor's grade can be lower.")
+        lines.append(
+            "VISIBLE CHECKS ONLY: this copy of the course has no solutions/ folder, so "
+            "the hidden tests did not run. The instructor's grade can be lower."
+        )
     width = max((len(c.grade_id) for c in result.cells), default=10)
     for c in result.cells:
         mark = "✓" if c.score == c.max_score else "✗"
         lines.append(f"  {mark} {c.grade_id:<{width}}  {c.score:g} / {c.max_score:g}")
         lines += [f"      {d}" for d in c.diagnosis.splitlines()]
-    lines.append(f"Total: {result.score:g} / {result.max_score:g}   ({result.seconds:.1f} s)")
+    lines.append(
+        f"Total: {result.score:g} / {result.max_score:g}   ({result.seconds:.1f} s)"
+    )
     return "\n".join(lines)

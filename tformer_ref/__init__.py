@@ -9,6 +9,7 @@ Import what you need from the submodules, e.g.
 docstring names the lesson section that teaches it ("Taught in §N.k ...") and shows an
 example.
 """
+
 from .attention import MultiHeadAttention, scaled_dot_product_attention
 from .device import get_device, seed_everything
 from .heads import merge_heads, split_heads

@@ -17,6 +17,7 @@ counts updates, not micro-batches), and under DDP skip the gradient all-reduce o
 all but the last micro-batch with ``model.no_sync()``: the accumulated gradients
 are then reduced once.
 """
+
 from __future__ import annotations
 
 from contextlib import nullcontext
@@ -52,13 +53,18 @@ def global_count(n: int, device) -> int:
     return int(t.item())
 
 
-def train_accumulated(model: torch.nn.Module, micro_batches: Sequence,
-                      optimizer: torch.optim.Optimizer, loss_fn: LossFn, *,
-                      count_tokens: Callable[[object], int] | None = None,
-                      scheduler=None,
-                      scaler: torch.amp.GradScaler | None = None,
-                      max_norm: float | None = None,
-                      amp_dtype: torch.dtype | None = None) -> float:
+def train_accumulated(
+    model: torch.nn.Module,
+    micro_batches: Sequence,
+    optimizer: torch.optim.Optimizer,
+    loss_fn: LossFn,
+    *,
+    count_tokens: Callable[[object], int] | None = None,
+    scheduler=None,
+    scaler: torch.amp.GradScaler | None = None,
+    max_norm: float | None = None,
+    amp_dtype: torch.dtype | None = None,
+) -> float:
     """One optimizer step from ``micro_batches``; returns the step's mean token loss
     (this process's).
 
@@ -104,7 +110,8 @@ def train_accumulated(model: torch.nn.Module, micro_batches: Sequence,
         n_total = global_count(sum(int(count_tokens(b)) for b in micro_batches), device)
         if n_total == 0:
             raise ValueError(
-                "the micro-batches hold no target tokens (count_tokens summed to 0)")
+                "the micro-batches hold no target tokens (count_tokens summed to 0)"
+            )
     optimizer.zero_grad(set_to_none=True)
     loss_total, tokens_total = 0.0, 0
     for i, batch in enumerate(micro_batches):
@@ -129,9 +136,14 @@ def train_accumulated(model: torch.nn.Module, micro_batches: Sequence,
     return loss_total / max(tokens_total, 1)
 
 
-def train_big_batch(model: torch.nn.Module, batch, optimizer: torch.optim.Optimizer,
-                    loss_fn: LossFn, scheduler=None,
-                    max_norm: float | None = None) -> float:
+def train_big_batch(
+    model: torch.nn.Module,
+    batch,
+    optimizer: torch.optim.Optimizer,
+    loss_fn: LossFn,
+    scheduler=None,
+    max_norm: float | None = None,
+) -> float:
     """The reference the accumulation is compared with: one step on the whole batch,
     mean token loss.
 

@@ -14,6 +14,7 @@ CUDA-only (on a CPU it silently does nothing). The current API names the device:
   then returns a *disabled* scaler, whose methods are pass-throughs, so one
   training loop serves both devices.
 """
+
 from __future__ import annotations
 
 import torch
@@ -23,8 +24,10 @@ def _device_type(device) -> str:
     if isinstance(device, str):
         device = torch.device(device)
     if not isinstance(device, torch.device):
-        raise TypeError("device must be a torch.device or a string such as 'cpu' or "
-                        f"'cuda', got {type(device).__name__}")
+        raise TypeError(
+            "device must be a torch.device or a string such as 'cpu' or "
+            f"'cuda', got {type(device).__name__}"
+        )
     return device.type
 
 
@@ -59,12 +62,14 @@ def autocast(device, dtype: torch.dtype | None = None, enabled: bool = True):
     dtype = amp_dtype(device) if dtype is None else dtype
     if dtype not in (torch.float16, torch.bfloat16):
         raise ValueError(
-            f"autocast dtype must be torch.float16 or torch.bfloat16, got {dtype}")
+            f"autocast dtype must be torch.float16 or torch.bfloat16, got {dtype}"
+        )
     return torch.amp.autocast(_device_type(device), dtype=dtype, enabled=enabled)
 
 
-def make_grad_scaler(device, dtype: torch.dtype | None = None,
-                     **kwargs) -> torch.amp.GradScaler:
+def make_grad_scaler(
+    device, dtype: torch.dtype | None = None, **kwargs
+) -> torch.amp.GradScaler:
     """A GradScaler for ``device``, enabled only for float16 (bfloat16 and float32 need
     no scaling).
 
@@ -82,9 +87,12 @@ def make_grad_scaler(device, dtype: torch.dtype | None = None,
     return torch.amp.GradScaler(_device_type(device), enabled=enabled, **kwargs)
 
 
-def optimizer_step(optimizer: torch.optim.Optimizer, parameters,
-                   scaler: torch.amp.GradScaler | None = None,
-                   max_norm: float | None = None) -> bool:
+def optimizer_step(
+    optimizer: torch.optim.Optimizer,
+    parameters,
+    scaler: torch.amp.GradScaler | None = None,
+    max_norm: float | None = None,
+) -> bool:
     """Clip and step after the gradients are in; return whether the optimizer really
     stepped.
 
@@ -153,4 +161,3 @@ def saved_activation_bytes(fn, *args, exclude=(), **kwargs) -> tuple[object, int
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         out = fn(*args, **kwargs)
     return out, sum(seen.values())
-

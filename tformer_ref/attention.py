@@ -3,6 +3,7 @@
 Shape letters: B batch, Sq query length, Sk key length, D = d_model,
 H heads, Dh = D // H.
 """
+
 import math
 
 import torch
@@ -97,12 +98,21 @@ class MultiHeadAttention(nn.Module):
         (torch.Size([2, 5, 8]), torch.Size([2, 2, 5, 5]))
     """
 
-    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, *,
-                 bias: bool = True, fused: bool = False):
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        dropout: float = 0.0,
+        *,
+        bias: bool = True,
+        fused: bool = False,
+    ):
         super().__init__()
         if n_heads <= 0 or d_model % n_heads:
-            raise ValueError("d_model must be divisible by n_heads, "
-                             f"got d_model={d_model}, n_heads={n_heads}")
+            raise ValueError(
+                "d_model must be divisible by n_heads, "
+                f"got d_model={d_model}, n_heads={n_heads}"
+            )
         self.d_model, self.n_heads, self.d_head = d_model, n_heads, d_model // n_heads
         self.dropout, self.fused = dropout, fused
         self.q_proj = nn.Linear(d_model, d_model, bias=bias)
@@ -113,17 +123,25 @@ class MultiHeadAttention(nn.Module):
     def _check_inputs(self, query, key, value):
         for name, t in (("query", query), ("key", key), ("value", value)):
             if not isinstance(t, torch.Tensor):
-                raise TypeError(f"{name} must be a tensor of shape "
-                                f"[B, S, {self.d_model}], got {type(t).__name__}")
+                raise TypeError(
+                    f"{name} must be a tensor of shape "
+                    f"[B, S, {self.d_model}], got {type(t).__name__}"
+                )
             if t.dim() != 3 or t.size(-1) != self.d_model:
-                raise ValueError(f"{name} must have shape [B, S, D={self.d_model}], "
-                                 f"got {tuple(t.shape)}")
+                raise ValueError(
+                    f"{name} must have shape [B, S, D={self.d_model}], "
+                    f"got {tuple(t.shape)}"
+                )
         if not query.size(0) == key.size(0) == value.size(0):
-            raise ValueError("query, key and value must share the batch size B, got "
-                             f"{query.size(0)}, {key.size(0)}, {value.size(0)}")
+            raise ValueError(
+                "query, key and value must share the batch size B, got "
+                f"{query.size(0)}, {key.size(0)}, {value.size(0)}"
+            )
         if key.size(1) != value.size(1):
-            raise ValueError("key and value must have the same length Sk, "
-                             f"got {key.size(1)} and {value.size(1)}")
+            raise ValueError(
+                "key and value must have the same length Sk, "
+                f"got {key.size(1)} and {value.size(1)}"
+            )
 
     def _project_qkv(self, query, key, value):
         if query is key and key is value:
@@ -135,8 +153,9 @@ class MultiHeadAttention(nn.Module):
             return F.linear(query, w, b).chunk(3, dim=-1)
         return self.q_proj(query), self.k_proj(key), self.v_proj(value)
 
-    def forward(self, query, key=None, value=None, mask=None, return_weights=False,
-                *, kv=None):
+    def forward(
+        self, query, key=None, value=None, mask=None, return_weights=False, *, kv=None
+    ):
         """Attend from ``query`` to ``key``/``value`` (self-attention when they are
         omitted).
 
@@ -153,8 +172,9 @@ class MultiHeadAttention(nn.Module):
         Returns:
             [B, Sq, D], or ([B, Sq, D], [B, H, Sq, Sk]) when ``return_weights``.
         """
-        if kv is not None and any(t is not None and t is not query
-                                  for t in (key, value)):
+        if kv is not None and any(
+            t is not None and t is not query for t in (key, value)
+        ):
             raise ValueError("a KV cache is for self-attention: pass the query alone")
         key = query if key is None else key
         value = key if value is None else value
@@ -181,6 +201,7 @@ class MultiHeadAttention(nn.Module):
         # they are then zeroed to match the plain path.
         bias = torch.zeros(mask.shape, dtype=q.dtype, device=q.device)
         bias = bias.masked_fill(~mask, masked_fill_value(q.dtype))
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias,
-                                             dropout_p=dropout_p)
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=bias, dropout_p=dropout_p
+        )
         return out.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)

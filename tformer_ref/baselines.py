@@ -9,6 +9,7 @@ Shape letters: B batch, Ss source length, St target length, D = d_model, V vocab
 Masks follow the package convention (True = may attend); ``nn.Transformer`` wants
 the opposite (True = ignore), so they are inverted right where they are handed over.
 """
+
 from __future__ import annotations
 
 import math
@@ -56,12 +57,20 @@ class TokenEmbedding(nn.Module):
         torch.Size([1, 3, 8])
     """
 
-    def __init__(self, vocab: int, d_model: int, max_len: int, dropout: float,
-                 positions: str, pad_id: int):
+    def __init__(
+        self,
+        vocab: int,
+        d_model: int,
+        max_len: int,
+        dropout: float,
+        positions: str,
+        pad_id: int,
+    ):
         super().__init__()
         if positions not in ("sinusoidal", "learned"):
             raise ValueError(
-                f"positions must be 'sinusoidal' or 'learned', got {positions!r}")
+                f"positions must be 'sinusoidal' or 'learned', got {positions!r}"
+            )
         self.tokens = nn.Embedding(vocab, d_model, padding_idx=pad_id)
         self.max_len, self.scale = max_len, math.sqrt(d_model)
         if positions == "learned":
@@ -75,7 +84,8 @@ class TokenEmbedding(nn.Module):
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         if ids.size(1) > self.max_len:
             raise ValueError(
-                f"sequence length must be <= max_len={self.max_len}, got {ids.size(1)}")
+                f"sequence length must be <= max_len={self.max_len}, got {ids.size(1)}"
+            )
         table = self.positions.weight if self.positions is not None else self.table
         pos = table[: ids.size(1)]
         return self.dropout(self.tokens(ids) * self.scale + pos)
@@ -114,29 +124,53 @@ class TorchTransformer(nn.Module):
         torch.Size([1, 2, 13])
     """
 
-    def __init__(self, src_vocab: int, tgt_vocab: int, d_model: int = 512,
-                 n_heads: int = 8, n_layers: int = 2, d_ff: int = 2048, *,
-                 dropout: float = 0.1, max_len: int = 512, pad_id: int = 0,
-                 norm_first: bool = False, positions: str = "sinusoidal",
-                 tie_embeddings: bool = False, fused: bool = True):
+    def __init__(
+        self,
+        src_vocab: int,
+        tgt_vocab: int,
+        d_model: int = 512,
+        n_heads: int = 8,
+        n_layers: int = 2,
+        d_ff: int = 2048,
+        *,
+        dropout: float = 0.1,
+        max_len: int = 512,
+        pad_id: int = 0,
+        norm_first: bool = False,
+        positions: str = "sinusoidal",
+        tie_embeddings: bool = False,
+        fused: bool = True,
+    ):
         super().__init__()
         if n_heads <= 0 or d_model % n_heads:
-            raise ValueError("d_model must be divisible by n_heads, "
-                             f"got d_model={d_model}, n_heads={n_heads}")
+            raise ValueError(
+                "d_model must be divisible by n_heads, "
+                f"got d_model={d_model}, n_heads={n_heads}"
+            )
         self.d_model, self.n_heads, self.n_layers = d_model, n_heads, n_layers
         self.pad_id = pad_id
         embedding = dict(dropout=dropout, positions=positions, pad_id=pad_id)
         self.src_embed = TokenEmbedding(src_vocab, d_model, max_len, **embedding)
         self.tgt_embed = TokenEmbedding(tgt_vocab, d_model, max_len, **embedding)
-        enc_layer = nn.TransformerEncoderLayer(d_model, n_heads, d_ff, dropout,
-                                               batch_first=True, norm_first=norm_first)
+        enc_layer = nn.TransformerEncoderLayer(
+            d_model, n_heads, d_ff, dropout, batch_first=True, norm_first=norm_first
+        )
         # enable_nested_tensor=False: the nested-tensor fast path warns for Pre-LN and
         # we never want warnings.
-        encoder = nn.TransformerEncoder(enc_layer, n_layers, nn.LayerNorm(d_model),
-                                        enable_nested_tensor=False)
-        self.transformer = nn.Transformer(d_model, n_heads, n_layers, n_layers, d_ff,
-                                          dropout, batch_first=True,
-                                          norm_first=norm_first, custom_encoder=encoder)
+        encoder = nn.TransformerEncoder(
+            enc_layer, n_layers, nn.LayerNorm(d_model), enable_nested_tensor=False
+        )
+        self.transformer = nn.Transformer(
+            d_model,
+            n_heads,
+            n_layers,
+            n_layers,
+            d_ff,
+            dropout,
+            batch_first=True,
+            norm_first=norm_first,
+            custom_encoder=encoder,
+        )
         self.out = nn.Linear(d_model, tgt_vocab)
         for p in self.parameters():
             if p.dim() > 1:
@@ -150,12 +184,18 @@ class TorchTransformer(nn.Module):
         token)."""
         _check_ids("src", src)
         src_mask = padding_mask(src, self.pad_id)
-        memory = self.transformer.encoder(self.src_embed(src),
-                                          src_key_padding_mask=~src_mask[:, 0, 0])
+        memory = self.transformer.encoder(
+            self.src_embed(src), src_key_padding_mask=~src_mask[:, 0, 0]
+        )
         return memory, src_mask
 
-    def decode(self, tgt_in: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor,
-               tgt_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def decode(
+        self,
+        tgt_in: torch.Tensor,
+        memory: torch.Tensor,
+        src_mask: torch.Tensor,
+        tgt_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """tgt_in [B, St], memory [B, Ss, D], src_mask [B, 1, 1, Ss]
         -> logits [B, St, V].
 
@@ -171,7 +211,10 @@ class TorchTransformer(nn.Module):
             ignore = ~tgt_mask.reshape(st, st)
             causal = False
         out = self.transformer.decoder(
-            self.tgt_embed(tgt_in), memory, tgt_mask=ignore, tgt_is_causal=causal,
+            self.tgt_embed(tgt_in),
+            memory,
+            tgt_mask=ignore,
+            tgt_is_causal=causal,
             tgt_key_padding_mask=tgt_in == self.pad_id,
             memory_key_padding_mask=~src_mask[:, 0, 0],
         )

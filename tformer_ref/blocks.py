@@ -17,6 +17,7 @@ With the same weights these blocks equal ``nn.TransformerEncoderLayer`` and
 ``nn.TransformerDecoderLayer`` (``batch_first=True``, ReLU, same ``norm_first``);
 tests/reference/test_blocks.py proves it.
 """
+
 from __future__ import annotations
 
 from typing import Callable
@@ -55,8 +56,9 @@ class FeedForward(nn.Module):
     def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0):
         super().__init__()
         if d_model <= 0 or d_ff <= 0:
-            raise ValueError("d_model and d_ff must be positive, "
-                             f"got d_model={d_model}, d_ff={d_ff}")
+            raise ValueError(
+                f"d_model and d_ff must be positive, got d_model={d_model}, d_ff={d_ff}"
+            )
         self.linear1 = nn.Linear(d_model, d_ff)
         self.linear2 = nn.Linear(d_ff, d_model)
         self.dropout = nn.Dropout(dropout)
@@ -100,8 +102,9 @@ class SublayerConnection(nn.Module):
         self.norm = nn.LayerNorm(d_model)
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, x: torch.Tensor,
-                f: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, f: Callable[[torch.Tensor], torch.Tensor]
+    ) -> torch.Tensor:
         """x [B, S, D] and the sublayer f ([B, S, D] -> [B, S, D]) -> [B, S, D]."""
         if self.norm_first:
             return x + self.dropout(f(self.norm(x)))
@@ -131,8 +134,16 @@ class EncoderBlock(nn.Module):
         (False, True)
     """
 
-    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1,
-                 norm_first: bool = False, *, fused: bool = False):
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        d_ff: int,
+        dropout: float = 0.1,
+        norm_first: bool = False,
+        *,
+        fused: bool = False,
+    ):
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, n_heads, dropout, fused=fused)
         self.ff = FeedForward(d_model, d_ff, dropout)
@@ -144,8 +155,9 @@ class EncoderBlock(nn.Module):
         """True for Pre-LN, False for Post-LN (fixed when the block is built)."""
         return self.attn_sub.norm_first
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
-                kv=None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, mask: torch.Tensor | None = None, kv=None
+    ) -> torch.Tensor:
         """x [B, S, D], mask: bool (True = attend) broadcastable to [B, H, S, Sk]
         (Sk = S, or cached + S with ``kv``, a :class:`~tformer_ref.kv_cache.LayerKV`).
         Returns [B, S, D]."""
@@ -171,8 +183,16 @@ class DecoderBlock(nn.Module):
         torch.Size([2, 4, 8])
     """
 
-    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1,
-                 norm_first: bool = False, *, fused: bool = False):
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        d_ff: int,
+        dropout: float = 0.1,
+        norm_first: bool = False,
+        *,
+        fused: bool = False,
+    ):
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, n_heads, dropout, fused=fused)
         self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout, fused=fused)
@@ -186,9 +206,13 @@ class DecoderBlock(nn.Module):
         """True for Pre-LN, False for Post-LN (fixed when the block is built)."""
         return self.attn_sub.norm_first
 
-    def forward(self, x: torch.Tensor, memory: torch.Tensor,
-                self_mask: torch.Tensor | None = None,
-                memory_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        memory: torch.Tensor,
+        self_mask: torch.Tensor | None = None,
+        memory_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """Decode one layer.
 
         Args:

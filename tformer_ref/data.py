@@ -14,6 +14,7 @@ examples use *dates* never seen in training, in any style.
 Tokens are characters. Ids 0–3 are special: PAD, BOS, EOS, UNK. Shape letters: B batch,
 S length.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -25,16 +26,28 @@ from torch.utils.data import Dataset, Sampler
 
 PAD, BOS, EOS, UNK = 0, 1, 2, 3
 SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>")
-MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August",
-          "September", "October", "November", "December")
+MONTHS = (
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+)
 
 # Every style names day, month and year unambiguously (numeric styles are day-first).
 STYLES = (
-    lambda d: d.strftime("%Y-%m-%d"),                       # 2021-03-03
-    lambda d: d.strftime("%d/%m/%Y"),                       # 03/03/2021
-    lambda d: f"{d.day}.{d.month}.{d.year}",                # 3.3.2021
-    lambda d: d.strftime("%Y%m%d"),                         # 20210303
-    lambda d: f"{MONTHS[d.month - 1][:3]} {d.day}, {d.year}",   # Mar 3, 2021
+    lambda d: d.strftime("%Y-%m-%d"),  # 2021-03-03
+    lambda d: d.strftime("%d/%m/%Y"),  # 03/03/2021
+    lambda d: f"{d.day}.{d.month}.{d.year}",  # 3.3.2021
+    lambda d: d.strftime("%Y%m%d"),  # 20210303
+    lambda d: f"{MONTHS[d.month - 1][:3]} {d.day}, {d.year}",  # Mar 3, 2021
     lambda d: f"{d.day} {MONTHS[d.month - 1][:3].upper()} {d.year}",  # 3 MAR 2021
     lambda d: f"{MONTHS[d.month - 1].lower()} {d.day} {d.year}",  # march 3 2021
 )
@@ -66,13 +79,15 @@ def all_dates(first_year: int = 1950, last_year: int = 2049) -> list[dt.date]:
     """
     if last_year < first_year:
         raise ValueError(
-            f"last_year must be >= first_year, got {first_year}..{last_year}")
+            f"last_year must be >= first_year, got {first_year}..{last_year}"
+        )
     start, end = dt.date(first_year, 1, 1), dt.date(last_year, 12, 31)
     return [start + dt.timedelta(days=i) for i in range((end - start).days + 1)]
 
 
-def make_pairs(n_train: int, n_test: int,
-               seed: int = 0) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+def make_pairs(
+    n_train: int, n_test: int, seed: int = 0
+) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
     """(train, test) lists of (source, target) strings. The two use disjoint sets of
     dates, so a held-out example is never a training date written in another style.
 
@@ -88,13 +103,15 @@ def make_pairs(n_train: int, n_test: int,
     dates = all_dates()
     rng.shuffle(dates)
     if n_train + n_test > len(dates):
-        raise ValueError(f"n_train + n_test must be <= {len(dates)} distinct dates, "
-                         f"got {n_train + n_test}")
+        raise ValueError(
+            f"n_train + n_test must be <= {len(dates)} distinct dates, "
+            f"got {n_train + n_test}"
+        )
 
     def pairs(ds):
         return [(rng.choice(STYLES)(d), render_target(d)) for d in ds]
 
-    return pairs(dates[:n_train]), pairs(dates[n_train:n_train + n_test])
+    return pairs(dates[:n_train]), pairs(dates[n_train : n_train + n_test])
 
 
 class CharVocab:
@@ -137,7 +154,7 @@ class CharVocab:
     def decode(self, ids: Sequence[int] | torch.Tensor) -> str:
         """Ids -> text, stopping at the first EOS and skipping PAD and BOS."""
         out = []
-        for i in (ids.tolist() if isinstance(ids, torch.Tensor) else ids):
+        for i in ids.tolist() if isinstance(ids, torch.Tensor) else ids:
             if i == EOS:
                 break
             if i not in (PAD, BOS):
@@ -161,8 +178,10 @@ class PairDataset(Dataset):
 
     def __init__(self, pairs: Sequence[tuple[str, str]], vocab: CharVocab):
         self.pairs, self.vocab = list(pairs), vocab
-        self.items = [(torch.tensor(vocab.encode(s)),
-                       torch.tensor(vocab.encode(t, bos=True))) for s, t in self.pairs]
+        self.items = [
+            (torch.tensor(vocab.encode(s)), torch.tensor(vocab.encode(t, bos=True)))
+            for s, t in self.pairs
+        ]
 
     def __len__(self) -> int:
         return len(self.items)
@@ -175,8 +194,9 @@ class PairDataset(Dataset):
         return [len(s) for s, _ in self.items]
 
 
-def pad_batch(seqs: Sequence[torch.Tensor], pad_id: int = PAD,
-              length: int | None = None) -> torch.Tensor:
+def pad_batch(
+    seqs: Sequence[torch.Tensor], pad_id: int = PAD, length: int | None = None
+) -> torch.Tensor:
     """1-D LongTensors -> [B, S], right-padded with ``pad_id`` to ``length`` (default:
     the longest).
 
@@ -194,7 +214,8 @@ def pad_batch(seqs: Sequence[torch.Tensor], pad_id: int = PAD,
     length = longest if length is None else length
     if length < longest:
         raise ValueError(
-            f"length must be >= the longest sequence ({longest}), got {length}")
+            f"length must be >= the longest sequence ({longest}), got {length}"
+        )
     out = torch.full((len(seqs), length), pad_id, dtype=torch.long)
     for i, s in enumerate(seqs):
         out[i, : len(s)] = s
@@ -225,8 +246,9 @@ class Collate:
     def __init__(self, pad_id: int = PAD, pad_to: tuple[int, int] | None = None):
         self.pad_id, self.pad_to = pad_id, pad_to
 
-    def __call__(self, batch: Sequence[tuple[torch.Tensor, torch.Tensor]]
-                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    def __call__(
+        self, batch: Sequence[tuple[torch.Tensor, torch.Tensor]]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         src, tgt = zip(*batch)
         ls, lt = self.pad_to if self.pad_to is not None else (None, None)
         return pad_batch(src, self.pad_id, ls), pad_batch(tgt, self.pad_id, lt)
@@ -253,8 +275,14 @@ class BucketBatchSampler(Sampler[list[int]]):
         [[3, 3], [9, 9], [4, 8]]
     """
 
-    def __init__(self, lengths: Sequence[int], batch_size: int, pool: int = 50,
-                 seed: int = 0, drop_last: bool = False):
+    def __init__(
+        self,
+        lengths: Sequence[int],
+        batch_size: int,
+        pool: int = 50,
+        seed: int = 0,
+        drop_last: bool = False,
+    ):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self.lengths, self.batch_size, self.pool = list(lengths), batch_size, pool
@@ -271,9 +299,9 @@ class BucketBatchSampler(Sampler[list[int]]):
         size = self.batch_size * self.pool
         batches = []
         for start in range(0, len(idx), size):
-            chunk = sorted(idx[start:start + size], key=self.lengths.__getitem__)
+            chunk = sorted(idx[start : start + size], key=self.lengths.__getitem__)
             starts = range(0, len(chunk), self.batch_size)
-            batches += [chunk[i:i + self.batch_size] for i in starts]
+            batches += [chunk[i : i + self.batch_size] for i in starts]
         if self.drop_last:
             batches = [b for b in batches if len(b) == self.batch_size]
         rng.shuffle(batches)

@@ -11,6 +11,7 @@ a device and attended to the source's padding: the bug hunt ``book/ch06_bughunt`
 Outputs are [B, T] LongTensors that start with BOS; after a sequence's EOS come PAD
 tokens.
 """
+
 from __future__ import annotations
 
 from typing import Callable, Sequence
@@ -27,8 +28,14 @@ def _eval_mode(model: nn.Module):
 
 
 @torch.no_grad()
-def greedy_decode(model: nn.Module, src: torch.Tensor, max_len: int, bos_id: int = 1,
-                  eos_id: int = 2, pad_id: int = 0) -> torch.Tensor:
+def greedy_decode(
+    model: nn.Module,
+    src: torch.Tensor,
+    max_len: int,
+    bos_id: int = 1,
+    eos_id: int = 2,
+    pad_id: int = 0,
+) -> torch.Tensor:
     """src [B, Ss] -> [B, T] with T <= max_len + 1: BOS, then the argmax token at each
     step.
 
@@ -67,9 +74,16 @@ def greedy_decode(model: nn.Module, src: torch.Tensor, max_len: int, bos_id: int
 
 
 @torch.no_grad()
-def beam_search(model: nn.Module, src: torch.Tensor, max_len: int, beam_size: int = 4,
-                bos_id: int = 1, eos_id: int = 2, pad_id: int = 0,
-                length_penalty: float = 0.0) -> torch.Tensor:
+def beam_search(
+    model: nn.Module,
+    src: torch.Tensor,
+    max_len: int,
+    beam_size: int = 4,
+    bos_id: int = 1,
+    eos_id: int = 2,
+    pad_id: int = 0,
+    length_penalty: float = 0.0,
+) -> torch.Tensor:
     """src [B, Ss] -> [B, T]: for each source, the beam's best hypothesis.
 
     Keeps the ``beam_size`` highest-scoring prefixes (sum of log-probabilities) per
@@ -89,8 +103,10 @@ def beam_search(model: nn.Module, src: torch.Tensor, max_len: int, beam_size: in
         (tensor([1]), True)
     """
     if beam_size < 1 or max_len < 1:
-        raise ValueError("beam_size and max_len must be >= 1, "
-                         f"got beam_size={beam_size}, max_len={max_len}")
+        raise ValueError(
+            "beam_size and max_len must be >= 1, "
+            f"got beam_size={beam_size}, max_len={max_len}"
+        )
     restore = _eval_mode(model)
     try:
         b, k = src.size(0), beam_size
@@ -104,7 +120,7 @@ def beam_search(model: nn.Module, src: torch.Tensor, max_len: int, beam_size: in
         finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(b)]
 
         def norm(score, length):
-            return score / (length ** length_penalty)
+            return score / (length**length_penalty)
 
         for t in range(max_len):
             logits = model.decode(seqs, memory, src_mask)[:, -1]
@@ -141,7 +157,8 @@ def beam_search(model: nn.Module, src: torch.Tensor, max_len: int, beam_size: in
                 len(f) >= k
                 and min(sorted((x for x, _ in f), reverse=True)[:k])
                 >= norm(best_live[i].item(), t + 2)
-                if best_live[i] > float("-inf") else len(f) > 0
+                if best_live[i] > float("-inf")
+                else len(f) > 0
                 for i, f in enumerate(finished)
             )
             if done:
@@ -162,8 +179,9 @@ def beam_search(model: nn.Module, src: torch.Tensor, max_len: int, beam_size: in
         restore()
 
 
-def strip(ids: Sequence[int] | torch.Tensor, bos_id: int = 1, eos_id: int = 2,
-          pad_id: int = 0) -> list[int]:
+def strip(
+    ids: Sequence[int] | torch.Tensor, bos_id: int = 1, eos_id: int = 2, pad_id: int = 0
+) -> list[int]:
     """One output row -> its tokens between BOS and the first EOS (both excluded),
     padding removed.
 
@@ -177,7 +195,7 @@ def strip(ids: Sequence[int] | torch.Tensor, bos_id: int = 1, eos_id: int = 2,
         [7]
     """
     out = []
-    for i in (ids.tolist() if isinstance(ids, torch.Tensor) else ids):
+    for i in ids.tolist() if isinstance(ids, torch.Tensor) else ids:
         if i == eos_id:
             break
         if i not in (bos_id, pad_id):
@@ -185,8 +203,13 @@ def strip(ids: Sequence[int] | torch.Tensor, bos_id: int = 1, eos_id: int = 2,
     return out
 
 
-def sequence_accuracy(pred: torch.Tensor, tgt: torch.Tensor, bos_id: int = 1,
-                      eos_id: int = 2, pad_id: int = 0) -> float:
+def sequence_accuracy(
+    pred: torch.Tensor,
+    tgt: torch.Tensor,
+    bos_id: int = 1,
+    eos_id: int = 2,
+    pad_id: int = 0,
+) -> float:
     """Exact-match accuracy: the fraction of rows whose tokens up to EOS equal the
     target's.
 
@@ -202,15 +225,23 @@ def sequence_accuracy(pred: torch.Tensor, tgt: torch.Tensor, bos_id: int = 1,
         0.5
     """
     if pred.size(0) != tgt.size(0):
-        raise ValueError("pred and tgt must have the same batch size, "
-                         f"got {pred.size(0)} and {tgt.size(0)}")
+        raise ValueError(
+            "pred and tgt must have the same batch size, "
+            f"got {pred.size(0)} and {tgt.size(0)}"
+        )
     ids = dict(bos_id=bos_id, eos_id=eos_id, pad_id=pad_id)
     hits = sum(strip(p, **ids) == strip(t, **ids) for p, t in zip(pred, tgt))
     return hits / max(1, pred.size(0))
 
 
-def evaluate_accuracy(model: nn.Module, batches, max_len: int,
-                      decode: Callable = greedy_decode, device=None, **kwargs) -> float:
+def evaluate_accuracy(
+    model: nn.Module,
+    batches,
+    max_len: int,
+    decode: Callable = greedy_decode,
+    device=None,
+    **kwargs,
+) -> float:
     """Exact-match accuracy of ``decode`` over an iterable of (src [B, Ss], tgt [B, St])
     batches.
 

@@ -4,6 +4,7 @@ Every notebook calls :func:`get_device` instead of hard-coding ``"cpu"`` or
 ``"cuda"``, so the same notebook runs unchanged on a laptop and on a GPU.
 Set ``TFORMER_DEVICE`` (``cpu``, ``cuda``, ``cuda:1`` ...) to override the choice.
 """
+
 import os
 
 import torch
@@ -23,8 +24,10 @@ def get_device() -> torch.device:
     if forced:
         device = torch.device(forced)
         if device.type == "cuda" and not torch.cuda.is_available():
-            raise RuntimeError(f"TFORMER_DEVICE={forced!r} asks for CUDA, "
-                               "but torch.cuda.is_available() is False")
+            raise RuntimeError(
+                f"TFORMER_DEVICE={forced!r} asks for CUDA, "
+                "but torch.cuda.is_available() is False"
+            )
         return device
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 

@@ -20,6 +20,7 @@ step under ``model.no_sync()``, normalised by the step's global token count, so
 the run ends with the same parameters as :func:`reference_run`, one process
 training on the whole batch (tests/reference/test_distributed.py checks this).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -77,21 +78,37 @@ def parse_args(argv=None) -> argparse.Namespace:
         >>> cfg.steps, cfg.accum, cfg.micro_batch  # micro_batch: the default
         (2, 4, 4)
     """
-    p = argparse.ArgumentParser(prog="python -m tformer_ref.distributed",
-                                description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        prog="python -m tformer_ref.distributed", description=__doc__.splitlines()[0]
+    )
     p.add_argument("--steps", type=int, default=4, help="optimizer steps")
-    p.add_argument("--micro-batch", type=int, default=4,
-                   help="sequences per micro-batch, per process")
-    p.add_argument("--accum", type=int, default=2,
-                   help="micro-batches accumulated per optimizer step")
+    p.add_argument(
+        "--micro-batch",
+        type=int,
+        default=4,
+        help="sequences per micro-batch, per process",
+    )
+    p.add_argument(
+        "--accum",
+        type=int,
+        default=2,
+        help="micro-batches accumulated per optimizer step",
+    )
     p.add_argument("--n-data", type=int, default=48, help="dataset size (sequences)")
     p.add_argument("--seq-len", type=int, default=12)
     p.add_argument("--lr", type=float, default=0.5)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--amp", action="store_true",
-                   help="autocast (bf16 on CPU; fp16 + GradScaler on CUDA)")
-    p.add_argument("--out", type=str, default="",
-                   help="rank 0 saves the final parameters and losses here")
+    p.add_argument(
+        "--amp",
+        action="store_true",
+        help="autocast (bf16 on CPU; fp16 + GradScaler on CUDA)",
+    )
+    p.add_argument(
+        "--out",
+        type=str,
+        default="",
+        help="rank 0 saves the final parameters and losses here",
+    )
     return p.parse_args(argv)
 
 
@@ -108,8 +125,9 @@ def make_model(cfg) -> TinyCausalLM:
     """
     # The same initial weights everywhere (DDP also broadcasts rank 0's).
     torch.manual_seed(cfg.seed)
-    return TinyCausalLM(vocab=16, d_model=32, n_heads=4, max_len=cfg.seq_len,
-                        pad_id=PAD)
+    return TinyCausalLM(
+        vocab=16, d_model=32, n_heads=4, max_len=cfg.seq_len, pad_id=PAD
+    )
 
 
 def make_scheduler(optimizer):
@@ -124,12 +142,14 @@ def make_scheduler(optimizer):
         >>> [round(factor(step), 2) for step in range(4)]
         [0.33, 0.67, 1.0, 1.0]
     """
-    return torch.optim.lr_scheduler.LambdaLR(optimizer,
-                                             lambda step: min(1.0, (step + 1) / 3))
+    return torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: min(1.0, (step + 1) / 3)
+    )
 
 
-def shard_steps(cfg, rank: int,
-                world_size: int) -> list[list[tuple[torch.Tensor, torch.Tensor]]]:
+def shard_steps(
+    cfg, rank: int, world_size: int
+) -> list[list[tuple[torch.Tensor, torch.Tensor]]]:
     """What ``rank`` reads: ``cfg.steps`` steps, each ``cfg.accum`` micro-batches of
     (indices [b], tokens [b, S]).
 
@@ -150,16 +170,26 @@ def shard_steps(cfg, rank: int,
         >>> read(ranks[0][0]) & read(ranks[1][0])  # step 0: no sample read twice
         set()
     """
-    tokens = make_token_data(cfg.n_data, cfg.seq_len, vocab=16, pad_id=PAD,
-                             seed=cfg.seed + 1)
+    tokens = make_token_data(
+        cfg.n_data, cfg.seq_len, vocab=16, pad_id=PAD, seed=cfg.seed + 1
+    )
     data = IndexedRows(tokens)
-    sampler = DistributedSampler(data, num_replicas=world_size, rank=rank, shuffle=True,
-                                 seed=cfg.seed, drop_last=True)
-    loader = DataLoader(data, batch_size=cfg.micro_batch, sampler=sampler,
-                        drop_last=True)
+    sampler = DistributedSampler(
+        data,
+        num_replicas=world_size,
+        rank=rank,
+        shuffle=True,
+        seed=cfg.seed,
+        drop_last=True,
+    )
+    loader = DataLoader(
+        data, batch_size=cfg.micro_batch, sampler=sampler, drop_last=True
+    )
     if len(loader) < cfg.accum:
-        raise ValueError(f"an epoch gives each rank {len(loader)} micro-batches, "
-                         f"fewer than --accum {cfg.accum}")
+        raise ValueError(
+            f"an epoch gives each rank {len(loader)} micro-batches, "
+            f"fewer than --accum {cfg.accum}"
+        )
     steps, current, epoch = [], [], 0
     while len(steps) < cfg.steps:
         sampler.set_epoch(epoch)  # a new shuffle each epoch, the same on every rank
@@ -183,8 +213,7 @@ def _count(batch):
 
 
 def _counting_allreduce(state: dict, bucket):
-    """DDP's default gradient all-reduce (averaging), counted: shows what no_sync saves.
-    """
+    """DDP's default gradient all-reduce (averaging), counted: shows what no_sync saves."""
     state["n"] += 1
     return default_hooks.allreduce_hook(None, bucket)
 
@@ -215,8 +244,9 @@ def train(cfg) -> dict | None:
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
     backend = "nccl" if device.type == "cuda" else "gloo"
-    dist.init_process_group(backend,
-                            device_id=device if device.type == "cuda" else None)
+    dist.init_process_group(
+        backend, device_id=device if device.type == "cuda" else None
+    )
     try:
         model = make_model(cfg).to(device)
         device_ids = [device.index] if device.type == "cuda" else None
@@ -231,21 +261,38 @@ def train(cfg) -> dict | None:
         for step, micro in enumerate(shard_steps(cfg, rank, world)):
             seen = torch.cat([idx for idx, _ in micro]).tolist()
             batches = [tokens.to(device) for _, tokens in micro]
-            loss = train_accumulated(ddp, batches, optimizer, _loss,
-                                     count_tokens=_count, scheduler=scheduler,
-                                     scaler=scaler, amp_dtype=dtype)
+            loss = train_accumulated(
+                ddp,
+                batches,
+                optimizer,
+                _loss,
+                count_tokens=_count,
+                scheduler=scheduler,
+                scaler=scaler,
+                amp_dtype=dtype,
+            )
             losses.append(loss)
-            print(f"[rank {rank}/{world} {backend} {device}] step {step}: "
-                  f"samples {seen} loss {loss:.4f}", flush=True)
+            print(
+                f"[rank {rank}/{world} {backend} {device}] step {step}: "
+                f"samples {seen} loss {loss:.4f}",
+                flush=True,
+            )
         # With no_sync on all but the last micro-batch: one all-reduce per bucket per
         # optimizer step.
-        print(f"[rank {rank}] gradient all-reduces: {reduces['n']} in {cfg.steps} "
-              f"steps of {cfg.accum} micro-batches", flush=True)
+        print(
+            f"[rank {rank}] gradient all-reduces: {reduces['n']} in {cfg.steps} "
+            f"steps of {cfg.accum} micro-batches",
+            flush=True,
+        )
         result = None
         if rank == 0:
             weights = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-            result = {"state_dict": weights, "losses": losses, "world_size": world,
-                      "backend": backend}
+            result = {
+                "state_dict": weights,
+                "losses": losses,
+                "world_size": world,
+                "backend": backend,
+            }
             if cfg.out:
                 torch.save(result, cfg.out)
         dist.barrier()
@@ -293,9 +340,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def launch(nproc: int, args: list[str], timeout: float = 120,
-           cwd: str | Path | None = None,
-           env: dict | None = None) -> subprocess.CompletedProcess:
+def launch(
+    nproc: int,
+    args: list[str],
+    timeout: float = 120,
+    cwd: str | Path | None = None,
+    env: dict | None = None,
+) -> subprocess.CompletedProcess:
     """Start ``nproc`` processes of this module with torchrun, on 127.0.0.1 only; wait
     at most ``timeout`` s.
 
@@ -318,11 +369,21 @@ def launch(nproc: int, args: list[str], timeout: float = 120,
     root = str(Path(__file__).resolve().parent.parent)
     paths = [root, env["PYTHONPATH"]] if env.get("PYTHONPATH") else [root]
     env["PYTHONPATH"] = os.pathsep.join(paths)
-    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
-           "--nnodes=1", "--master_addr=127.0.0.1", f"--master_port={free_port()}",
-           "-m", "tformer_ref.distributed", *args]
-    return subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout)
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nproc_per_node={nproc}",
+        "--nnodes=1",
+        "--master_addr=127.0.0.1",
+        f"--master_port={free_port()}",
+        "-m",
+        "tformer_ref.distributed",
+        *args,
+    ]
+    return subprocess.run(
+        cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def main(argv=None) -> int:
@@ -337,8 +398,11 @@ def main(argv=None) -> int:
         2
     """
     if "RANK" not in os.environ:
-        print("start me with torchrun, e.g. python -m torch.distributed.run "
-              "--nproc_per_node=2 -m tformer_ref.distributed", file=sys.stderr)
+        print(
+            "start me with torchrun, e.g. python -m torch.distributed.run "
+            "--nproc_per_node=2 -m tformer_ref.distributed",
+            file=sys.stderr,
+        )
         return 2
     train(parse_args(argv))
     return 0

@@ -3,16 +3,19 @@
 Shape letters (see the book's notation page): B batch, S sequence length,
 D = d_model, H heads, Dh = D // H the size of one head.
 """
+
 import torch
 
 
 def _expect_rank(x: torch.Tensor, rank: int, layout: str, name: str = "x") -> None:
     if not isinstance(x, torch.Tensor):
         raise TypeError(
-            f"{name} must be a torch.Tensor of shape {layout}, got {type(x).__name__}")
+            f"{name} must be a torch.Tensor of shape {layout}, got {type(x).__name__}"
+        )
     if x.dim() != rank:
         raise ValueError(
-            f"{name} must have shape {layout} ({rank} dims), got {tuple(x.shape)}")
+            f"{name} must have shape {layout} ({rank} dims), got {tuple(x.shape)}"
+        )
 
 
 def split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
@@ -36,8 +39,10 @@ def split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
     _expect_rank(x, 3, "[B, S, D]")
     batch, seq, d_model = x.shape
     if n_heads <= 0 or d_model % n_heads:
-        raise ValueError("d_model must be divisible by n_heads, "
-                         f"got d_model={d_model}, n_heads={n_heads}")
+        raise ValueError(
+            "d_model must be divisible by n_heads, "
+            f"got d_model={d_model}, n_heads={n_heads}"
+        )
     # view keeps (S, D) order in memory: [B, S, H, Dh]; transpose then swaps S and H.
     return x.view(batch, seq, n_heads, d_model // n_heads).transpose(1, 2)
 

@@ -7,6 +7,7 @@ again, although the keys and values of the earlier tokens cannot change (a causa
 model's position i sees only tokens 0..i). With one, each step runs only the new
 token: its query attends to the cached keys and values plus its own.
 """
+
 from __future__ import annotations
 
 import torch
@@ -44,7 +45,8 @@ class LayerKV:
                 raise ValueError(
                     f"new keys of shape {tuple(k.shape)} do not fit a cache of shape "
                     f"{tuple(self.keys.shape)}: B, H and Dh must stay the same (start "
-                    "a new KVCache for a new batch of prompts)")
+                    "a new KVCache for a new batch of prompts)"
+                )
             self.keys = torch.cat([self.keys, k], dim=2)
             self.values = torch.cat([self.values, v], dim=2)
         return self.keys, self.values
@@ -82,8 +84,12 @@ class KVCache:
 
     def nbytes(self) -> int:
         """Memory held: keys and values of every layer, in bytes."""
-        return sum(t.numel() * t.element_size() for kv in self.layers
-                   for t in (kv.keys, kv.values) if t is not None)
+        return sum(
+            t.numel() * t.element_size()
+            for kv in self.layers
+            for t in (kv.keys, kv.values)
+            if t is not None
+        )
 
     def reset(self) -> None:
         self.layers.clear()

@@ -2,6 +2,7 @@
 
 Shape letters: B batch, T context length, V vocabulary size.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -36,8 +37,10 @@ def next_token_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor
         1.6094
     """
     if logits.dim() != 3 or targets.shape != logits.shape[:2]:
-        raise ValueError("expected logits [B, T, V] and targets [B, T], "
-                         f"got {tuple(logits.shape)} and {tuple(targets.shape)}")
+        raise ValueError(
+            "expected logits [B, T, V] and targets [B, T], "
+            f"got {tuple(logits.shape)} and {tuple(targets.shape)}"
+        )
     return F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
 
 
@@ -67,8 +70,12 @@ def weight_decay_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     """
     if not weight_decay >= 0:
         raise ValueError(f"weight_decay must be >= 0, got {weight_decay!r}")
-    no_decay_ids = {id(p) for m in model.modules() if isinstance(m, _NO_DECAY_MODULES)
-                    for p in m.parameters(recurse=False)}
+    no_decay_ids = {
+        id(p)
+        for m in model.modules()
+        if isinstance(m, _NO_DECAY_MODULES)
+        for p in m.parameters(recurse=False)
+    }
     decay, no_decay = [], []
     # named_parameters() yields a shared Parameter once, so none lands in both lists.
     for name, p in model.named_parameters():
@@ -76,8 +83,10 @@ def weight_decay_groups(model: nn.Module, weight_decay: float) -> list[dict]:
             continue
         is_matrix = name.endswith("weight") and p.dim() >= 2
         (no_decay if id(p) in no_decay_ids or not is_matrix else decay).append(p)
-    return [{"params": decay, "weight_decay": weight_decay},
-            {"params": no_decay, "weight_decay": 0.0}]
+    return [
+        {"params": decay, "weight_decay": weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
 
 
 @dataclass
@@ -93,8 +102,14 @@ class LMHistory:
 
 
 @torch.no_grad()
-def evaluate_lm(model: nn.Module, ids: torch.Tensor, context: int, batches: int = 8,
-                batch_size: int = 32, seed: int = 0) -> float:
+def evaluate_lm(
+    model: nn.Module,
+    ids: torch.Tensor,
+    context: int,
+    batches: int = 8,
+    batch_size: int = 32,
+    seed: int = 0,
+) -> float:
     """Mean next-token loss of ``model`` on ``batches`` seeded random windows of
     ``ids`` [N] (the same windows every call).
 
@@ -120,10 +135,20 @@ def evaluate_lm(model: nn.Module, ids: torch.Tensor, context: int, batches: int 
         restore()
 
 
-def train_lm(model: nn.Module, train_ids: torch.Tensor, val_ids: torch.Tensor,
-             steps: int, *, context: int, batch_size: int = 32, lr: float = 3e-3,
-             weight_decay: float = 0.1, warmup: int = 20, eval_every: int = 50,
-             seed: int = 0) -> LMHistory:
+def train_lm(
+    model: nn.Module,
+    train_ids: torch.Tensor,
+    val_ids: torch.Tensor,
+    steps: int,
+    *,
+    context: int,
+    batch_size: int = 32,
+    lr: float = 3e-3,
+    weight_decay: float = 0.1,
+    warmup: int = 20,
+    eval_every: int = 50,
+    seed: int = 0,
+) -> LMHistory:
     """Train ``model`` on random windows of ``train_ids`` with AdamW
     (:func:`weight_decay_groups`), a linear warm-up then cosine decay of the learning
     rate, and gradient clipping at 1. Deterministic for a given ``seed`` on one
@@ -132,8 +157,9 @@ def train_lm(model: nn.Module, train_ids: torch.Tensor, val_ids: torch.Tensor,
     Taught in §8.3 'Next-token loss on one stream' (book/ch08_generation).
     """
     device = next(model.parameters()).device
-    optimizer = torch.optim.AdamW(weight_decay_groups(model, weight_decay), lr=lr,
-                                  betas=(0.9, 0.95))
+    optimizer = torch.optim.AdamW(
+        weight_decay_groups(model, weight_decay), lr=lr, betas=(0.9, 0.95)
+    )
 
     def lr_factor(step: int) -> float:
         if step < warmup:

@@ -5,11 +5,13 @@ Convention of this package: a boolean mask with **True = may attend**
 broadcasts to the scores' [B, H, Sq, Sk]. ``nn.MultiheadAttention`` uses the
 opposite convention (True = ignore); see chapter 3.
 """
+
 import torch
 
 
-def validate_mask(mask: torch.Tensor, batch: int, n_heads: int, q_len: int,
-                  k_len: int) -> None:
+def validate_mask(
+    mask: torch.Tensor, batch: int, n_heads: int, q_len: int, k_len: int
+) -> None:
     """Raise a clear error unless ``mask`` is a bool tensor that broadcasts to
     [B, H, Sq, Sk].
 
@@ -27,8 +29,10 @@ def validate_mask(mask: torch.Tensor, batch: int, n_heads: int, q_len: int,
         ...
         ValueError: mask must be a bool mask broadcastable to [B, H, Sq, Sk] = ...
     """
-    expected = ("a bool mask broadcastable to [B, H, Sq, Sk] = "
-                f"[{batch}, {n_heads}, {q_len}, {k_len}]")
+    expected = (
+        "a bool mask broadcastable to [B, H, Sq, Sk] = "
+        f"[{batch}, {n_heads}, {q_len}, {k_len}]"
+    )
     if not isinstance(mask, torch.Tensor):
         raise TypeError(f"mask must be {expected}, got {type(mask).__name__}")
     if mask.dtype != torch.bool:
@@ -45,8 +49,10 @@ def validate_mask(mask: torch.Tensor, batch: int, n_heads: int, q_len: int,
         )
     for axis, (got, want) in enumerate(zip(mask.shape, (batch, n_heads, q_len, k_len))):
         if got not in (1, want):
-            raise ValueError(f"mask must be {expected}, got shape {tuple(mask.shape)} "
-                             f"(axis {axis}: {got})")
+            raise ValueError(
+                f"mask must be {expected}, got shape {tuple(mask.shape)} "
+                f"(axis {axis}: {got})"
+            )
 
 
 def padding_mask(tokens: torch.Tensor, pad_id: int) -> torch.Tensor:
@@ -69,8 +75,9 @@ def padding_mask(tokens: torch.Tensor, pad_id: int) -> torch.Tensor:
                 [1, 0, 0, 0, 0]], dtype=torch.int32)
     """
     if not isinstance(tokens, torch.Tensor):
-        raise TypeError("tokens must be a tensor of token ids [B, S], "
-                        f"got {type(tokens).__name__}")
+        raise TypeError(
+            f"tokens must be a tensor of token ids [B, S], got {type(tokens).__name__}"
+        )
     if tokens.dim() != 2:
         raise ValueError(f"tokens must have shape [B, S], got {tuple(tokens.shape)}")
     return (tokens != pad_id)[:, None, None, :]
@@ -109,7 +116,8 @@ def causal_mask(size: int, device=None, *, past: int = 0) -> torch.Tensor:
 def _expect_bool(mask, name: str = "mask") -> None:
     if not isinstance(mask, torch.Tensor):
         raise TypeError(
-            f"{name} must be a bool torch.Tensor, got {type(mask).__name__}")
+            f"{name} must be a bool torch.Tensor, got {type(mask).__name__}"
+        )
     if mask.dtype != torch.bool:
         raise TypeError(f"{name} must be a bool tensor, got dtype {mask.dtype}")
 
@@ -137,8 +145,10 @@ def combine_masks(*masks: torch.Tensor) -> torch.Tensor:
     for i, m in enumerate(kept):
         _expect_bool(m, f"mask {i}")
         if m.dim() != 4:
-            raise ValueError(f"mask {i} must have 4 dims [B or 1, H or 1, Sq or 1, "
-                             f"Sk], got shape {tuple(m.shape)}")
+            raise ValueError(
+                f"mask {i} must have 4 dims [B or 1, H or 1, Sq or 1, "
+                f"Sk], got shape {tuple(m.shape)}"
+            )
     try:
         shape = torch.broadcast_shapes(*(m.shape for m in kept))
     except RuntimeError:
@@ -204,8 +214,10 @@ def to_mha_masks(keep: torch.Tensor, n_heads: int):
     """
     _expect_bool(keep, "keep")
     if keep.dim() != 4 or keep.size(1) not in (1, n_heads):
-        raise ValueError(f"keep must have shape [B or 1, H={n_heads} or 1, Sq, Sk], "
-                         f"got {tuple(keep.shape)}")
+        raise ValueError(
+            f"keep must have shape [B or 1, H={n_heads} or 1, Sq, Sk], "
+            f"got {tuple(keep.shape)}"
+        )
     ignore = ~keep
     if keep.size(0) == 1 and keep.size(1) == 1:
         return ignore[0, 0]
@@ -213,8 +225,9 @@ def to_mha_masks(keep: torch.Tensor, n_heads: int):
     return ignore.expand(b, n_heads, sq, sk).reshape(b * n_heads, sq, sk)
 
 
-def to_additive_mask(keep: torch.Tensor,
-                     dtype: torch.dtype = torch.float32) -> torch.Tensor:
+def to_additive_mask(
+    keep: torch.Tensor, dtype: torch.dtype = torch.float32
+) -> torch.Tensor:
     """Keep-mask -> float mask *added* to the scores: 0 where attended, the most
     negative finite value of ``dtype`` where masked. Same shape.
 

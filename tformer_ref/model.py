@@ -17,6 +17,7 @@ Choices, each one a keyword argument (after the sizes, so that two bools cannot 
   embedding and the output projection; ``"all"`` also shares it with the source
   embedding (the paper, §3.4, with one vocabulary for both languages).
 """
+
 from __future__ import annotations
 
 import math
@@ -59,18 +60,30 @@ class Encoder(nn.Module):
         (3, 'Identity')
     """
 
-    def __init__(self, d_model: int, n_heads: int, n_layers: int, d_ff: int, *,
-                 dropout: float = 0.1, norm_first: bool = False,
-                 final_norm: bool | None = None, fused: bool = False):
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        n_layers: int,
+        d_ff: int,
+        *,
+        dropout: float = 0.1,
+        norm_first: bool = False,
+        final_norm: bool | None = None,
+        fused: bool = False,
+    ):
         super().__init__()
         self.layers = nn.ModuleList(
-            EncoderBlock(d_model, n_heads, d_ff, dropout, norm_first=norm_first,
-                         fused=fused)
-            for _ in range(n_layers))
+            EncoderBlock(
+                d_model, n_heads, d_ff, dropout, norm_first=norm_first, fused=fused
+            )
+            for _ in range(n_layers)
+        )
         self.norm = _final_norm(d_model, norm_first, final_norm)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
-                cache=None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, mask: torch.Tensor | None = None, cache=None
+    ) -> torch.Tensor:
         """x [B, S, D]; mask: bool keep-mask broadcastable to [B, H, S, Sk]
         (the padding mask [B, 1, 1, S]); cache: a :class:`~tformer_ref.kv_cache.KVCache`
         whose layer i serves block i (then Sk = cached + S)."""
@@ -95,19 +108,34 @@ class Decoder(nn.Module):
         'LayerNorm'
     """
 
-    def __init__(self, d_model: int, n_heads: int, n_layers: int, d_ff: int, *,
-                 dropout: float = 0.1, norm_first: bool = False,
-                 final_norm: bool | None = None, fused: bool = False):
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        n_layers: int,
+        d_ff: int,
+        *,
+        dropout: float = 0.1,
+        norm_first: bool = False,
+        final_norm: bool | None = None,
+        fused: bool = False,
+    ):
         super().__init__()
         self.layers = nn.ModuleList(
-            DecoderBlock(d_model, n_heads, d_ff, dropout, norm_first=norm_first,
-                         fused=fused)
-            for _ in range(n_layers))
+            DecoderBlock(
+                d_model, n_heads, d_ff, dropout, norm_first=norm_first, fused=fused
+            )
+            for _ in range(n_layers)
+        )
         self.norm = _final_norm(d_model, norm_first, final_norm)
 
-    def forward(self, x: torch.Tensor, memory: torch.Tensor,
-                self_mask: torch.Tensor | None = None,
-                memory_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        memory: torch.Tensor,
+        self_mask: torch.Tensor | None = None,
+        memory_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """self_mask broadcastable to [B, H, St, St] (None: causal);
         memory_mask to [B, H, St, Ss]."""
         for layer in self.layers:
@@ -117,12 +145,16 @@ class Decoder(nn.Module):
 
 def _check_tokens(tokens, name: str) -> None:
     if not isinstance(tokens, torch.Tensor):
-        raise TypeError(f"{name} must be a LongTensor of token ids [B, S], "
-                        f"got {type(tokens).__name__}")
+        raise TypeError(
+            f"{name} must be a LongTensor of token ids [B, S], "
+            f"got {type(tokens).__name__}"
+        )
     if tokens.dtype not in (torch.int64, torch.int32):
-        raise TypeError(f"{name} must hold integer token ids (torch.long) [B, S], got "
-                        f"dtype {tokens.dtype}; a float tensor such as "
-                        "torch.ones(1, 1).fill_(SOS) cannot index an embedding")
+        raise TypeError(
+            f"{name} must hold integer token ids (torch.long) [B, S], got "
+            f"dtype {tokens.dtype}; a float tensor such as "
+            "torch.ones(1, 1).fill_(SOS) cannot index an embedding"
+        )
     if tokens.dim() != 2:
         raise ValueError(f"{name} must have shape [B, S], got {tuple(tokens.shape)}")
 
@@ -152,7 +184,7 @@ def xavier_init_(module: nn.Module) -> None:
             if m.bias is not None:
                 nn.init.zeros_(m.bias)
         elif isinstance(m, nn.Embedding):
-            nn.init.normal_(m.weight, mean=0.0, std=m.embedding_dim ** -0.5)
+            nn.init.normal_(m.weight, mean=0.0, std=m.embedding_dim**-0.5)
         elif isinstance(m, nn.LayerNorm):
             nn.init.ones_(m.weight)
             nn.init.zeros_(m.bias)
@@ -187,27 +219,43 @@ class Transformer(nn.Module):
         torch.Size([1, 3, 13])
     """
 
-    def __init__(self, src_vocab: int, tgt_vocab: int, d_model: int = 512,
-                 n_heads: int = 8, n_layers: int = 2, d_ff: int = 2048, *,
-                 dropout: float = 0.1, max_len: int = 512, pad_id: int = 0,
-                 norm_first: bool = False, positions: str = "sinusoidal",
-                 tie_embeddings: bool | str = False, fused: bool = True,
-                 final_norm: bool | None = None):
+    def __init__(
+        self,
+        src_vocab: int,
+        tgt_vocab: int,
+        d_model: int = 512,
+        n_heads: int = 8,
+        n_layers: int = 2,
+        d_ff: int = 2048,
+        *,
+        dropout: float = 0.1,
+        max_len: int = 512,
+        pad_id: int = 0,
+        norm_first: bool = False,
+        positions: str = "sinusoidal",
+        tie_embeddings: bool | str = False,
+        fused: bool = True,
+        final_norm: bool | None = None,
+    ):
         super().__init__()
         if tie_embeddings not in (False, True, "all"):
             raise ValueError(
-                f"tie_embeddings must be False, True or 'all', got {tie_embeddings!r}")
+                f"tie_embeddings must be False, True or 'all', got {tie_embeddings!r}"
+            )
         if tie_embeddings == "all" and src_vocab != tgt_vocab:
-            raise ValueError(f"tie_embeddings='all' needs one shared vocabulary, got "
-                             f"src_vocab={src_vocab}, tgt_vocab={tgt_vocab}")
+            raise ValueError(
+                f"tie_embeddings='all' needs one shared vocabulary, got "
+                f"src_vocab={src_vocab}, tgt_vocab={tgt_vocab}"
+            )
         self.d_model, self.pad_id, self.tie_embeddings = d_model, pad_id, tie_embeddings
         self.src_embed = nn.Embedding(src_vocab, d_model)
         self.tgt_embed = nn.Embedding(tgt_vocab, d_model)
         self.src_pos = make_positions(positions, d_model, max_len)
         self.tgt_pos = make_positions(positions, d_model, max_len)
         self.dropout = nn.Dropout(dropout)
-        stack = dict(dropout=dropout, norm_first=norm_first, final_norm=final_norm,
-                     fused=fused)
+        stack = dict(
+            dropout=dropout, norm_first=norm_first, final_norm=final_norm, fused=fused
+        )
         self.encoder = Encoder(d_model, n_heads, n_layers, d_ff, **stack)
         self.decoder = Decoder(d_model, n_heads, n_layers, d_ff, **stack)
         self.generator = nn.Linear(d_model, tgt_vocab)
@@ -219,8 +267,9 @@ class Transformer(nn.Module):
         if tie_embeddings == "all":
             self.src_embed.weight = self.tgt_embed.weight
 
-    def embed(self, tokens: torch.Tensor, table: nn.Embedding,
-              positions: nn.Module) -> torch.Tensor:
+    def embed(
+        self, tokens: torch.Tensor, table: nn.Embedding, positions: nn.Module
+    ) -> torch.Tensor:
         """tokens [B, S] -> Dropout(table(tokens)·√D + positions) [B, S, D]
         (the paper's §3.4 and §5.4)."""
         return self.dropout(positions(table(tokens) * math.sqrt(self.d_model)))
@@ -232,8 +281,9 @@ class Transformer(nn.Module):
         x = self.embed(src, self.src_embed, self.src_pos)
         return self.encoder(x, src_mask), src_mask
 
-    def decode(self, tgt_in: torch.Tensor, memory: torch.Tensor,
-               src_mask: torch.Tensor | None) -> torch.Tensor:
+    def decode(
+        self, tgt_in: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor | None
+    ) -> torch.Tensor:
         """tgt_in [B, St], memory [B, Ss, D], src_mask [B, 1, 1, Ss]
         -> logits [B, St, tgt_vocab]."""
         _check_tokens(tgt_in, "tgt_in")
@@ -275,23 +325,44 @@ class DecoderOnlyLM(nn.Module):
         True
     """
 
-    def __init__(self, vocab: int, d_model: int = 512, n_heads: int = 8,
-                 n_layers: int = 2, d_ff: int = 2048, *, dropout: float = 0.1,
-                 max_len: int = 512, pad_id: int | None = 0, norm_first: bool = False,
-                 positions: str = "sinusoidal", tie_embeddings: bool = False,
-                 fused: bool = True, final_norm: bool | None = None):
+    def __init__(
+        self,
+        vocab: int,
+        d_model: int = 512,
+        n_heads: int = 8,
+        n_layers: int = 2,
+        d_ff: int = 2048,
+        *,
+        dropout: float = 0.1,
+        max_len: int = 512,
+        pad_id: int | None = 0,
+        norm_first: bool = False,
+        positions: str = "sinusoidal",
+        tie_embeddings: bool = False,
+        fused: bool = True,
+        final_norm: bool | None = None,
+    ):
         super().__init__()
         if tie_embeddings not in (False, True):
             raise ValueError(
-                f"tie_embeddings must be False or True, got {tie_embeddings!r}")
+                f"tie_embeddings must be False or True, got {tie_embeddings!r}"
+            )
         self.d_model, self.pad_id, self.max_len = d_model, pad_id, max_len
         self.tok_embed = nn.Embedding(vocab, d_model)
         self.pos = make_positions(positions, d_model, max_len)
         self.dropout = nn.Dropout(dropout)
         # An Encoder is the right stack: self-attention only; forward() hands it the
         # causal mask, which is all that makes its blocks "decoder" blocks here.
-        self.blocks = Encoder(d_model, n_heads, n_layers, d_ff, dropout=dropout,
-                              norm_first=norm_first, final_norm=final_norm, fused=fused)
+        self.blocks = Encoder(
+            d_model,
+            n_heads,
+            n_layers,
+            d_ff,
+            dropout=dropout,
+            norm_first=norm_first,
+            final_norm=final_norm,
+            fused=fused,
+        )
         self.lm_head = nn.Linear(d_model, vocab)
         xavier_init_(self)
         if tie_embeddings:
@@ -305,7 +376,8 @@ class DecoderOnlyLM(nn.Module):
         if cache is not None and self.pad_id is not None:
             raise ValueError(
                 "a KV cache needs a model built with pad_id=None: the cache keeps no "
-                f"padding mask for the past tokens (this model has pad_id={self.pad_id})")
+                f"padding mask for the past tokens (this model has pad_id={self.pad_id})"
+            )
         mask = causal_mask(tokens.size(1), device=tokens.device, past=past)
         if self.pad_id is not None:
             mask = padding_mask(tokens, self.pad_id) & mask
@@ -315,6 +387,7 @@ class DecoderOnlyLM(nn.Module):
 
 
 # ------------------------------------------------------------------ parameter counting
+
 
 def count_parameters(model: nn.Module, trainable_only: bool = False) -> int:
     """Number of scalars in the model's parameters; a tied Parameter counts once
@@ -331,8 +404,9 @@ def count_parameters(model: nn.Module, trainable_only: bool = False) -> int:
         >>> count_parameters(tied)  # one [10, 4] matrix, counted once
         40
     """
-    return sum(p.numel() for p in model.parameters()
-               if p.requires_grad or not trainable_only)
+    return sum(
+        p.numel() for p in model.parameters() if p.requires_grad or not trainable_only
+    )
 
 
 def attention_parameter_count(d_model: int) -> int:
@@ -372,7 +446,8 @@ def encoder_block_parameter_count(d_model: int, d_ff: int) -> int:
         3152384
     """
     sublayers = attention_parameter_count(d_model) + feed_forward_parameter_count(
-        d_model, d_ff)
+        d_model, d_ff
+    )
     return sublayers + 2 * 2 * d_model
 
 
@@ -387,7 +462,8 @@ def decoder_block_parameter_count(d_model: int, d_ff: int) -> int:
         4204032
     """
     sublayers = 2 * attention_parameter_count(d_model) + feed_forward_parameter_count(
-        d_model, d_ff)
+        d_model, d_ff
+    )
     return sublayers + 3 * 2 * d_model
 
 
@@ -397,12 +473,19 @@ def _position_count(positions: str, d_model: int, max_len: int) -> int:
     return max_len * d_model if positions == "learned" else 0
 
 
-def transformer_parameter_count(src_vocab: int, tgt_vocab: int, d_model: int = 512,
-                                n_layers: int = 2, d_ff: int = 2048,
-                                max_len: int = 512, *, norm_first: bool = False,
-                                positions: str = "sinusoidal",
-                                tie_embeddings: bool | str = False,
-                                final_norm: bool | None = None) -> int:
+def transformer_parameter_count(
+    src_vocab: int,
+    tgt_vocab: int,
+    d_model: int = 512,
+    n_layers: int = 2,
+    d_ff: int = 2048,
+    max_len: int = 512,
+    *,
+    norm_first: bool = False,
+    positions: str = "sinusoidal",
+    tie_embeddings: bool | str = False,
+    final_norm: bool | None = None,
+) -> int:
     """The closed formula for :class:`Transformer`'s parameter count (no n_heads: it
     changes nothing).
 
@@ -421,19 +504,31 @@ def transformer_parameter_count(src_vocab: int, tgt_vocab: int, d_model: int = 5
     tied_source = tie_embeddings == "all"
     embeddings = tgt_vocab * d_model + (0 if tied_source else src_vocab * d_model)
     generator = tgt_vocab + (0 if tie_embeddings else tgt_vocab * d_model)
-    blocks = (encoder_block_parameter_count(d_model, d_ff)
-              + decoder_block_parameter_count(d_model, d_ff))
+    blocks = encoder_block_parameter_count(
+        d_model, d_ff
+    ) + decoder_block_parameter_count(d_model, d_ff)
     final = 2 * 2 * d_model if _uses_final_norm(norm_first, final_norm) else 0
-    return (embeddings + 2 * _position_count(positions, d_model, max_len)
-            + n_layers * blocks + final + generator)
+    return (
+        embeddings
+        + 2 * _position_count(positions, d_model, max_len)
+        + n_layers * blocks
+        + final
+        + generator
+    )
 
 
-def decoder_only_parameter_count(vocab: int, d_model: int = 512, n_layers: int = 2,
-                                 d_ff: int = 2048, max_len: int = 512, *,
-                                 norm_first: bool = False,
-                                 positions: str = "sinusoidal",
-                                 tie_embeddings: bool = False,
-                                 final_norm: bool | None = None) -> int:
+def decoder_only_parameter_count(
+    vocab: int,
+    d_model: int = 512,
+    n_layers: int = 2,
+    d_ff: int = 2048,
+    max_len: int = 512,
+    *,
+    norm_first: bool = False,
+    positions: str = "sinusoidal",
+    tie_embeddings: bool = False,
+    final_norm: bool | None = None,
+) -> int:
     """The closed formula for :class:`DecoderOnlyLM`'s parameter count.
 
     Taught in §5.8 'A decoder-only model' (book/ch05_model).
@@ -446,5 +541,10 @@ def decoder_only_parameter_count(vocab: int, d_model: int = 512, n_layers: int =
     """
     final = 2 * d_model if _uses_final_norm(norm_first, final_norm) else 0
     head = vocab + (0 if tie_embeddings else vocab * d_model)
-    return (vocab * d_model + _position_count(positions, d_model, max_len)
-            + n_layers * encoder_block_parameter_count(d_model, d_ff) + final + head)
+    return (
+        vocab * d_model
+        + _position_count(positions, d_model, max_len)
+        + n_layers * encoder_block_parameter_count(d_model, d_ff)
+        + final
+        + head
+    )

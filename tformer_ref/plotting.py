@@ -7,6 +7,7 @@ the last expression of a notebook cell is displayed by Jupyter.
 
 Shape letters: H heads, Sq query length, Sk key length.
 """
+
 from __future__ import annotations
 
 import io
@@ -23,14 +24,16 @@ def _as_maps(weights) -> "torch.Tensor":
         w = w[None]
     if w.dim() != 3:
         raise ValueError(
-            f"weights must have shape [H, Sq, Sk] or [Sq, Sk], got {tuple(w.shape)}")
+            f"weights must have shape [H, Sq, Sk] or [Sq, Sk], got {tuple(w.shape)}"
+        )
     return w
 
 
 def _check_tokens(tokens, n: int, name: str) -> None:
     if tokens is not None and len(tokens) != n:
         raise ValueError(
-            f"{name} must have one label per position ({n}), got {len(tokens)}")
+            f"{name} must have one label per position ({n}), got {len(tokens)}"
+        )
 
 
 def _draw_map(ax, w: torch.Tensor, q_tokens, k_tokens, vmax: float, title: str):
@@ -40,8 +43,9 @@ def _draw_map(ax, w: torch.Tensor, q_tokens, k_tokens, vmax: float, title: str):
     sq, sk = w.shape
     ax.set_xticks(range(sk))
     ax.set_yticks(range(sq))
-    ax.set_xticklabels(k_tokens if k_tokens is not None else range(sk), rotation=90,
-                       fontsize=8)
+    ax.set_xticklabels(
+        k_tokens if k_tokens is not None else range(sk), rotation=90, fontsize=8
+    )
     ax.set_yticklabels(q_tokens if q_tokens is not None else range(sq), fontsize=8)
     ax.set_xlabel("key")
     ax.set_ylabel("query")
@@ -49,9 +53,14 @@ def _draw_map(ax, w: torch.Tensor, q_tokens, k_tokens, vmax: float, title: str):
     return image
 
 
-def attention_heatmaps(weights, tokens: Sequence[str] | None = None, *,
-                       key_tokens: Sequence[str] | None = None,
-                       title: str | None = None, max_cols: int = 4) -> Figure:
+def attention_heatmaps(
+    weights,
+    tokens: Sequence[str] | None = None,
+    *,
+    key_tokens: Sequence[str] | None = None,
+    title: str | None = None,
+    max_cols: int = 4,
+) -> Figure:
     """One heatmap per head, on a shared colour scale.
 
     Used in §1.12 'Explore: one head's attention map' (book/ch01_shapes).
@@ -91,16 +100,26 @@ def attention_heatmaps(weights, tokens: Sequence[str] | None = None, *,
             image = _draw_map(ax, w[h], tokens, key_tokens, vmax, f"head {h}")
         else:
             fig.delaxes(ax)
-    fig.colorbar(image, ax=[ax for ax in axes.flat[:n_heads]], label="attention weight",
-                 shrink=0.8)
+    fig.colorbar(
+        image,
+        ax=[ax for ax in axes.flat[:n_heads]],
+        label="attention weight",
+        shrink=0.8,
+    )
     if title:
         fig.suptitle(title)
     return fig
 
 
-def attention_png(weights, tokens: Sequence[str] | None = None, *,
-                  key_tokens: Sequence[str] | None = None, title: str = "",
-                  vmax: float | None = None, dpi: int = 80) -> bytes:
+def attention_png(
+    weights,
+    tokens: Sequence[str] | None = None,
+    *,
+    key_tokens: Sequence[str] | None = None,
+    title: str = "",
+    vmax: float | None = None,
+    dpi: int = 80,
+) -> bytes:
     """PNG bytes of a single attention map [Sq, Sk], for an ``ipywidgets.Image``.
 
     ``vmax`` fixes the top of the colour scale, so that maps of different heads compare.
@@ -116,7 +135,8 @@ def attention_png(weights, tokens: Sequence[str] | None = None, *,
     w = _as_maps(weights)
     if w.size(0) != 1:
         raise ValueError(
-            f"attention_png draws one map [Sq, Sk], got {w.size(0)} of them")
+            f"attention_png draws one map [Sq, Sk], got {w.size(0)} of them"
+        )
     w = w[0]
     key_tokens = tokens if key_tokens is None else key_tokens
     _check_tokens(tokens, w.size(0), "tokens")
@@ -131,10 +151,13 @@ def attention_png(weights, tokens: Sequence[str] | None = None, *,
     return buffer.getvalue()
 
 
-def heads_cost_figure(heads: Sequence[int], ms_per_iter: Sequence[float],
-                      score_mib: Sequence[float], *,
-                      title: str = "Multi-head attention: cost vs number of heads",
-                      ) -> Figure:
+def heads_cost_figure(
+    heads: Sequence[int],
+    ms_per_iter: Sequence[float],
+    score_mib: Sequence[float],
+    *,
+    title: str = "Multi-head attention: cost vs number of heads",
+) -> Figure:
     """Two panels against the number of heads: time per iteration, and size of the score
     tensor.
 
@@ -157,8 +180,10 @@ def heads_cost_figure(heads: Sequence[int], ms_per_iter: Sequence[float],
         [1, 1]
     """
     if not len(heads) == len(ms_per_iter) == len(score_mib):
-        raise ValueError(f"heads, ms_per_iter and score_mib must have the same length, "
-                         f"got {len(heads)}, {len(ms_per_iter)}, {len(score_mib)}")
+        raise ValueError(
+            f"heads, ms_per_iter and score_mib must have the same length, "
+            f"got {len(heads)}, {len(ms_per_iter)}, {len(score_mib)}"
+        )
     fig = Figure(figsize=(9.0, 3.6), layout="constrained")
     ax_time, ax_mem = fig.subplots(1, 2)
     ax_time.plot(heads, ms_per_iter, "o-")

@@ -4,6 +4,7 @@ Attention by itself does not know the order of the tokens (permute the inputs
 and the outputs are permuted the same way), so position is added to the token
 embeddings. Shape letters: B batch, S sequence length, D = d_model.
 """
+
 from __future__ import annotations
 
 import math
@@ -12,9 +13,13 @@ import torch
 import torch.nn as nn
 
 
-def sinusoidal_encoding(n_positions: int, d_model: int, base: float = 10000.0,
-                        dtype: torch.dtype = torch.float32,
-                        device=None) -> torch.Tensor:
+def sinusoidal_encoding(
+    n_positions: int,
+    d_model: int,
+    base: float = 10000.0,
+    dtype: torch.dtype = torch.float32,
+    device=None,
+) -> torch.Tensor:
     """The table of Vaswani et al. 2017, §3.5, shape [n_positions, D]:
 
     ``PE[pos, 2i] = sin(pos / base^(2i/D))`` and
@@ -35,11 +40,15 @@ def sinusoidal_encoding(n_positions: int, d_model: int, base: float = 10000.0,
         True
     """
     if not isinstance(n_positions, int) or not isinstance(d_model, int):
-        raise TypeError("n_positions and d_model must be ints, got "
-                        f"{type(n_positions).__name__} and {type(d_model).__name__}")
+        raise TypeError(
+            "n_positions and d_model must be ints, got "
+            f"{type(n_positions).__name__} and {type(d_model).__name__}"
+        )
     if n_positions < 0 or d_model <= 0 or d_model % 2:
-        raise ValueError("need n_positions >= 0 and an even d_model > 0 (sin/cos "
-                         f"pairs), got n_positions={n_positions}, d_model={d_model}")
+        raise ValueError(
+            "need n_positions >= 0 and an even d_model > 0 (sin/cos "
+            f"pairs), got n_positions={n_positions}, d_model={d_model}"
+        )
     position = torch.arange(n_positions, dtype=torch.float64, device=device)[:, None]
     # [N, 1] in float64: at large positions a float32 angle loses the fast pairs' phase.
     pairs = torch.arange(0, d_model, 2, dtype=torch.float64, device=device)
@@ -125,7 +134,8 @@ class LearnedPositionalEmbedding(nn.Module):
             raise ValueError(
                 f"sequence length {length} is past max_len={self.max_len}: a learned "
                 f"position table has rows 0..{self.max_len - 1} only. Build the model "
-                "with a larger max_len, or cut the input")
+                "with a larger max_len, or cut the input"
+            )
         return x + self.embedding.weight[start:length].to(x.dtype)
 
 
@@ -134,7 +144,8 @@ def _check_input(x, d_model: int) -> None:
         raise TypeError(f"expected a tensor [B, S, {d_model}], got {type(x).__name__}")
     if x.dim() != 3 or x.size(-1) != d_model:
         raise ValueError(
-            f"expected a tensor [B, S, D={d_model}], got shape {tuple(x.shape)}")
+            f"expected a tensor [B, S, D={d_model}], got shape {tuple(x.shape)}"
+        )
 
 
 POSITIONS = ("sinusoidal", "learned")

@@ -5,6 +5,7 @@ Shape letters: B batch, S prompt length, N new tokens, V vocabulary size.
 The order is the usual one: divide the logits by the temperature, keep the top k,
 keep the top p of what is left, softmax, draw.
 """
+
 from __future__ import annotations
 
 import math
@@ -19,17 +20,23 @@ from .kv_cache import KVCache
 def _check_logits(logits) -> None:
     if not isinstance(logits, torch.Tensor) or not logits.is_floating_point():
         dtype = f" of dtype {logits.dtype}" if isinstance(logits, torch.Tensor) else ""
-        raise TypeError("logits must be a float tensor [B, V], got "
-                        f"{type(logits).__name__}{dtype}")
+        raise TypeError(
+            f"logits must be a float tensor [B, V], got {type(logits).__name__}{dtype}"
+        )
     if logits.dim() != 2:
         raise ValueError(f"logits must have shape [B, V], got {tuple(logits.shape)}")
 
 
 def _check_temperature(temperature) -> None:
-    if not isinstance(temperature, (int, float)) or not temperature >= 0 \
-            or math.isinf(temperature):
-        raise ValueError(f"temperature must be a finite number >= 0 (0 means greedy), "
-                         f"got {temperature!r}")
+    if (
+        not isinstance(temperature, (int, float))
+        or not temperature >= 0
+        or math.isinf(temperature)
+    ):
+        raise ValueError(
+            f"temperature must be a finite number >= 0 (0 means greedy), "
+            f"got {temperature!r}"
+        )
 
 
 def _check_top_k(k) -> None:
@@ -95,9 +102,12 @@ def top_p_filter(logits: torch.Tensor, p: float) -> torch.Tensor:
     return logits.masked_fill(~keep, float("-inf"))
 
 
-def next_token_probs(logits: torch.Tensor, temperature: float = 1.0,
-                     top_k: int | None = None,
-                     top_p: float | None = None) -> torch.Tensor:
+def next_token_probs(
+    logits: torch.Tensor,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+) -> torch.Tensor:
     """The distribution the next token is drawn from: logits [B, V] -> probs [B, V].
 
     Temperature divides the *logits*, before the softmax; 0 puts all the mass on the
@@ -129,9 +139,13 @@ def next_token_probs(logits: torch.Tensor, temperature: float = 1.0,
     return logits.softmax(-1)
 
 
-def sample_next(logits: torch.Tensor, temperature: float = 1.0,
-                top_k: int | None = None, top_p: float | None = None,
-                generator: torch.Generator | None = None) -> torch.Tensor:
+def sample_next(
+    logits: torch.Tensor,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
     """Draw one token per row: logits [B, V] -> ids [B].
 
     ``generator`` (on the logits' device) makes the draw repeatable; without one the
@@ -157,10 +171,17 @@ def _context_length(model: nn.Module) -> int:
 
 
 @torch.no_grad()
-def generate(model: nn.Module, prompt: torch.Tensor, max_new_tokens: int, *,
-             temperature: float = 1.0, top_k: int | None = None,
-             top_p: float | None = None, generator: torch.Generator | None = None,
-             use_cache: bool = True) -> torch.Tensor:
+def generate(
+    model: nn.Module,
+    prompt: torch.Tensor,
+    max_new_tokens: int,
+    *,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    generator: torch.Generator | None = None,
+    use_cache: bool = True,
+) -> torch.Tensor:
     """Continue ``prompt`` [B, S] by ``max_new_tokens`` tokens -> [B, S + N].
 
     With ``use_cache`` the prompt runs once and then each new token alone, against a
@@ -184,14 +205,26 @@ def generate(model: nn.Module, prompt: torch.Tensor, max_new_tokens: int, *,
         ...                                            use_cache=False))
         (torch.Size([1, 8]), True)
     """
-    if not isinstance(prompt, torch.Tensor) or prompt.dim() != 2 \
-            or prompt.dtype != torch.long or prompt.size(1) == 0:
-        raise ValueError("prompt must be a LongTensor of token ids [B, S] with S >= 1, "
-                         f"got {type(prompt).__name__}"
-                         + (f" {tuple(prompt.shape)} {prompt.dtype}"
-                            if isinstance(prompt, torch.Tensor) else ""))
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) \
-            or max_new_tokens < 0:
+    if (
+        not isinstance(prompt, torch.Tensor)
+        or prompt.dim() != 2
+        or prompt.dtype != torch.long
+        or prompt.size(1) == 0
+    ):
+        raise ValueError(
+            "prompt must be a LongTensor of token ids [B, S] with S >= 1, "
+            f"got {type(prompt).__name__}"
+            + (
+                f" {tuple(prompt.shape)} {prompt.dtype}"
+                if isinstance(prompt, torch.Tensor)
+                else ""
+            )
+        )
+    if (
+        isinstance(max_new_tokens, bool)
+        or not isinstance(max_new_tokens, int)
+        or max_new_tokens < 0
+    ):
         raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
     _check_temperature(temperature)
     if top_k is not None:
@@ -204,7 +237,8 @@ def generate(model: nn.Module, prompt: torch.Tensor, max_new_tokens: int, *,
         raise ValueError(
             f"the prompt ({prompt.size(1)} tokens) and max_new_tokens={max_new_tokens} "
             f"make {total} tokens, past the model's context of {context}: shorten the "
-            "prompt or ask for fewer tokens")
+            "prompt or ask for fewer tokens"
+        )
     restore = _eval_mode(model)
     try:
         tokens, step_input = prompt, prompt

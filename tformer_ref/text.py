@@ -3,6 +3,7 @@
 Shape letters: B batch, T context length (tokens per window), N tokens in a stream,
 V vocabulary size.
 """
+
 from __future__ import annotations
 
 import collections
@@ -71,7 +72,8 @@ class CharTokenizer:
             raise KeyError(
                 f"character {err.args[0]!r} is not in the tokenizer's vocabulary "
                 f"({len(self)} ids, built from its training text): build it from text "
-                "that contains it, or remove it from the input") from None
+                "that contains it, or remove it from the input"
+            ) from None
 
     def decode(self, ids: Iterable[int] | torch.Tensor) -> str:
         ids = ids.tolist() if isinstance(ids, torch.Tensor) else list(ids)
@@ -117,7 +119,8 @@ class BytePairTokenizer:
     def train(cls, text: str, vocab_size: int) -> "BytePairTokenizer":
         if vocab_size < 256:
             raise ValueError(
-                f"vocab_size must be at least 256 (the bytes), got {vocab_size}")
+                f"vocab_size must be at least 256 (the bytes), got {vocab_size}"
+            )
         counts = collections.Counter(_PIECES.findall(text))
         freqs = list(counts.values())
         seqs = [list(w.encode("utf-8")) for w in counts]
@@ -200,7 +203,8 @@ def check_vocab(model_vocab: int, tokenizer) -> None:
     if len(tokenizer) > model_vocab:
         raise ValueError(
             f"the tokenizer has {len(tokenizer)} ids but the model's embedding has "
-            f"{model_vocab} rows: build the model with vocab=len(tokenizer)")
+            f"{model_vocab} rows: build the model with vocab=len(tokenizer)"
+        )
 
 
 def train_val_split(ids: torch.Tensor, val_fraction: float = 0.1):
@@ -216,11 +220,15 @@ def train_val_split(ids: torch.Tensor, val_fraction: float = 0.1):
         ([0, 1, 2, 3, 4, 5, 6, 7], [8, 9])
     """
     n_val = int(len(ids) * val_fraction)
-    return ids[:len(ids) - n_val], ids[len(ids) - n_val:]
+    return ids[: len(ids) - n_val], ids[len(ids) - n_val :]
 
 
-def lm_windows(ids: torch.Tensor, context: int, batch_size: int,
-               generator: torch.Generator | None = None):
+def lm_windows(
+    ids: torch.Tensor,
+    context: int,
+    batch_size: int,
+    generator: torch.Generator | None = None,
+):
     """Random windows of one stream of ids [N]: (inputs [B, T], targets [B, T]).
 
     ``targets`` is ``inputs`` moved one token on *in the stream*:
@@ -238,8 +246,10 @@ def lm_windows(ids: torch.Tensor, context: int, batch_size: int,
         (torch.Size([2, 4]), True)
     """
     if len(ids) <= context:
-        raise ValueError(f"the stream has {len(ids)} tokens; a window of context="
-                         f"{context} needs at least {context + 1}")
+        raise ValueError(
+            f"the stream has {len(ids)} tokens; a window of context="
+            f"{context} needs at least {context + 1}"
+        )
     starts = torch.randint(len(ids) - context, (batch_size,), generator=generator)
     offsets = torch.arange(context)
     x = ids[starts[:, None] + offsets]

@@ -8,6 +8,7 @@ always ends both stacks with a LayerNorm: build ours with ``final_norm=True``.
 Compare with autograd enabled: under ``torch.no_grad()`` in eval mode PyTorch's
 encoder takes a nested-tensor fast path that outputs zeros at padded positions.
 """
+
 from __future__ import annotations
 
 import warnings
@@ -24,9 +25,11 @@ from .model import Decoder, Encoder
 def _copy_attention(ours: MultiHeadAttention, theirs: nn.MultiheadAttention) -> None:
     # nn.MultiheadAttention packs q, k, v into one in_proj_weight [3D, D].
     theirs.in_proj_weight.copy_(
-        torch.cat([ours.q_proj.weight, ours.k_proj.weight, ours.v_proj.weight]))
+        torch.cat([ours.q_proj.weight, ours.k_proj.weight, ours.v_proj.weight])
+    )
     theirs.in_proj_bias.copy_(
-        torch.cat([ours.q_proj.bias, ours.k_proj.bias, ours.v_proj.bias]))
+        torch.cat([ours.q_proj.bias, ours.k_proj.bias, ours.v_proj.bias])
+    )
     theirs.out_proj.weight.copy_(ours.out_proj.weight)
     theirs.out_proj.bias.copy_(ours.out_proj.bias)
 
@@ -69,8 +72,9 @@ def encoder_block_to_torch(block: EncoderBlock) -> nn.TransformerEncoderLayer:
         True
     """
     d, h, f = _sizes(block)
-    theirs = nn.TransformerEncoderLayer(d, h, f, dropout=0.0, batch_first=True,
-                                        norm_first=block.norm_first)
+    theirs = nn.TransformerEncoderLayer(
+        d, h, f, dropout=0.0, batch_first=True, norm_first=block.norm_first
+    )
     _copy_common(block, theirs)
     return theirs.to(block.ff.linear1.weight).eval()
 
@@ -90,8 +94,9 @@ def decoder_block_to_torch(block: DecoderBlock) -> nn.TransformerDecoderLayer:
         True
     """
     d, h, f = _sizes(block)
-    theirs = nn.TransformerDecoderLayer(d, h, f, dropout=0.0, batch_first=True,
-                                        norm_first=block.norm_first)
+    theirs = nn.TransformerDecoderLayer(
+        d, h, f, dropout=0.0, batch_first=True, norm_first=block.norm_first
+    )
     _copy_common(block, theirs)
     _copy_attention(block.cross_attn, theirs.multihead_attn)
     return theirs.to(block.ff.linear1.weight).eval()
@@ -115,17 +120,26 @@ def stacks_to_torch(encoder: Encoder, decoder: Decoder) -> nn.Transformer:
     """
     for name, stack in (("encoder", encoder), ("decoder", decoder)):
         if not isinstance(stack.norm, nn.LayerNorm):
-            raise ValueError(f"nn.Transformer ends its {name} with a LayerNorm; "
-                             "build ours with final_norm=True")
+            raise ValueError(
+                f"nn.Transformer ends its {name} with a LayerNorm; "
+                "build ours with final_norm=True"
+            )
     first = encoder.layers[0]
     d, h, f = _sizes(first)
     with warnings.catch_warnings():
         # Pre-LN makes PyTorch warn that its nested-tensor fast path is off: nothing to
         # act on here.
         warnings.filterwarnings("ignore", message="enable_nested_tensor is True")
-        theirs = nn.Transformer(d, h, len(encoder.layers), len(decoder.layers), f,
-                                dropout=0.0, batch_first=True,
-                                norm_first=first.norm_first)
+        theirs = nn.Transformer(
+            d,
+            h,
+            len(encoder.layers),
+            len(decoder.layers),
+            f,
+            dropout=0.0,
+            batch_first=True,
+            norm_first=first.norm_first,
+        )
     for ours, layer in zip(encoder.layers, theirs.encoder.layers):
         _copy_common(ours, layer)
     for ours, layer in zip(decoder.layers, theirs.decoder.layers):

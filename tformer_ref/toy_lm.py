@@ -7,6 +7,7 @@ second, built from the course's own :class:`~tformer_ref.attention.MultiHeadAtte
 
 Shape letters: B batch, S sequence length, D = d_model, V vocabulary size.
 """
+
 from __future__ import annotations
 
 import torch
@@ -37,9 +38,17 @@ class TinyCausalLM(nn.Module):
         torch.Size([2, 4, 16])
     """
 
-    def __init__(self, vocab: int = 16, d_model: int = 32, n_heads: int = 4,
-                 max_len: int = 32, *, pad_id: int = 0, dropout: float = 0.0,
-                 fused: bool = False):
+    def __init__(
+        self,
+        vocab: int = 16,
+        d_model: int = 32,
+        n_heads: int = 4,
+        max_len: int = 32,
+        *,
+        pad_id: int = 0,
+        dropout: float = 0.0,
+        fused: bool = False,
+    ):
         super().__init__()
         self.pad_id, self.max_len = pad_id, max_len
         self.embed = nn.Embedding(vocab, d_model)
@@ -47,19 +56,23 @@ class TinyCausalLM(nn.Module):
         self.norm1 = nn.LayerNorm(d_model)
         self.attn = MultiHeadAttention(d_model, n_heads, dropout=dropout, fused=fused)
         self.norm2 = nn.LayerNorm(d_model)
-        self.ff = nn.Sequential(nn.Linear(d_model, 2 * d_model), nn.GELU(),
-                                nn.Linear(2 * d_model, d_model))
+        self.ff = nn.Sequential(
+            nn.Linear(d_model, 2 * d_model), nn.GELU(), nn.Linear(2 * d_model, d_model)
+        )
         self.head = nn.Linear(d_model, vocab)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         """tokens [B, S] (int64) -> logits [B, S, V]; position i sees tokens 0..i
         only."""
         if tokens.dim() != 2 or tokens.dtype != torch.long:
-            raise TypeError("tokens must be an int64 tensor [B, S], "
-                            f"got {tokens.dtype} {tuple(tokens.shape)}")
+            raise TypeError(
+                "tokens must be an int64 tensor [B, S], "
+                f"got {tokens.dtype} {tuple(tokens.shape)}"
+            )
         if tokens.size(1) > self.max_len:
             raise ValueError(
-                f"sequence length {tokens.size(1)} is past max_len={self.max_len}")
+                f"sequence length {tokens.size(1)} is past max_len={self.max_len}"
+            )
         s = tokens.size(1)
         x = self.embed(tokens) + self.pos(torch.arange(s, device=tokens.device))
         # Bool keep-masks (True = attend): the attention fills with dtype's own minimum,
@@ -70,8 +83,14 @@ class TinyCausalLM(nn.Module):
         return self.head(x)
 
 
-def make_token_data(n: int = 64, seq_len: int = 12, vocab: int = 16, pad_id: int = 0,
-                    min_len: int = 4, seed: int = 0) -> torch.Tensor:
+def make_token_data(
+    n: int = 64,
+    seq_len: int = 12,
+    vocab: int = 16,
+    pad_id: int = 0,
+    min_len: int = 4,
+    seed: int = 0,
+) -> torch.Tensor:
     """[n, seq_len] int64 sequences of varying length, padded with ``pad_id`` at the
     end.
 
@@ -90,8 +109,9 @@ def make_token_data(n: int = 64, seq_len: int = 12, vocab: int = 16, pad_id: int
                 [ 9, 10, 11, 12, 13, 14, 15,  1]])
     """
     if not 2 <= min_len <= seq_len:
-        raise ValueError("need 2 <= min_len <= seq_len, "
-                         f"got min_len={min_len}, seq_len={seq_len}")
+        raise ValueError(
+            f"need 2 <= min_len <= seq_len, got min_len={min_len}, seq_len={seq_len}"
+        )
     g = torch.Generator().manual_seed(seed)
     start = torch.randint(0, vocab - 1, (n, 1), generator=g)
     body = (start + torch.arange(seq_len)) % (vocab - 1)
@@ -100,8 +120,9 @@ def make_token_data(n: int = 64, seq_len: int = 12, vocab: int = 16, pad_id: int
     return body.masked_fill(torch.arange(seq_len) >= lengths, pad_id)
 
 
-def lm_loss_sum(model: nn.Module, tokens: torch.Tensor,
-                pad_id: int = 0) -> tuple[torch.Tensor, int]:
+def lm_loss_sum(
+    model: nn.Module, tokens: torch.Tensor, pad_id: int = 0
+) -> tuple[torch.Tensor, int]:
     """Next-token loss of ``tokens`` [B, S]: (sum over real target tokens (scalar
     tensor), their count).
 
@@ -121,8 +142,9 @@ def lm_loss_sum(model: nn.Module, tokens: torch.Tensor,
     targets = tokens[:, 1:]  # [B, S-1]
     # fp16/bf16 -> fp32; fp64 stays.
     logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
-    loss_sum = F.cross_entropy(logits.flatten(0, 1), targets.flatten(),
-                               ignore_index=pad_id, reduction="sum")
+    loss_sum = F.cross_entropy(
+        logits.flatten(0, 1), targets.flatten(), ignore_index=pad_id, reduction="sum"
+    )
     return loss_sum, count_targets(tokens, pad_id)
 
 

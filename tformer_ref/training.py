@@ -3,6 +3,7 @@
 Shape letters: B batch, Ss source length, St target length (BOS ... EOS, padded), V
 vocabulary. All tensors are batch-first.
 """
+
 from __future__ import annotations
 
 import math
@@ -36,13 +37,19 @@ def shift_targets(tgt: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         got = tuple(tgt.shape) if isinstance(tgt, torch.Tensor) else type(tgt).__name__
         raise ValueError(f"tgt must be a batch-first tensor [B, St], got {got}")
     if tgt.size(1) < 2:
-        raise ValueError("tgt must hold at least BOS and one more token (St >= 2), "
-                         f"got St={tgt.size(1)}")
+        raise ValueError(
+            "tgt must hold at least BOS and one more token (St >= 2), "
+            f"got St={tgt.size(1)}"
+        )
     return tgt[:, :-1], tgt[:, 1:]
 
 
-def sequence_loss(logits: torch.Tensor, labels: torch.Tensor, pad_id: int = 0,
-                  label_smoothing: float = 0.0) -> torch.Tensor:
+def sequence_loss(
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    pad_id: int = 0,
+    label_smoothing: float = 0.0,
+) -> torch.Tensor:
     """Mean cross-entropy over the real (non-pad) label tokens.
 
     logits [B, St, V], labels [B, St] -> scalar. Padding positions are left out of both
@@ -58,10 +65,16 @@ def sequence_loss(logits: torch.Tensor, labels: torch.Tensor, pad_id: int = 0,
         1.6094
     """
     if logits.dim() != 3 or labels.shape != logits.shape[:2]:
-        raise ValueError("expected logits [B, St, V] and labels [B, St], "
-                         f"got {tuple(logits.shape)} and {tuple(labels.shape)}")
-    return F.cross_entropy(logits.reshape(-1, logits.size(-1)), labels.reshape(-1),
-                           ignore_index=pad_id, label_smoothing=label_smoothing)
+        raise ValueError(
+            "expected logits [B, St, V] and labels [B, St], "
+            f"got {tuple(logits.shape)} and {tuple(labels.shape)}"
+        )
+    return F.cross_entropy(
+        logits.reshape(-1, logits.size(-1)),
+        labels.reshape(-1),
+        ignore_index=pad_id,
+        label_smoothing=label_smoothing,
+    )
 
 
 def noam_lambda(step: int, d_model: int, warmup: int, factor: float = 1.0) -> float:
@@ -83,14 +96,17 @@ def noam_lambda(step: int, d_model: int, warmup: int, factor: float = 1.0) -> fl
         3999
     """
     if d_model <= 0 or warmup <= 0:
-        raise ValueError("d_model and warmup must be positive, "
-                         f"got d_model={d_model}, warmup={warmup}")
+        raise ValueError(
+            "d_model and warmup must be positive, "
+            f"got d_model={d_model}, warmup={warmup}"
+        )
     n = step + 1
-    return factor * d_model ** -0.5 * min(n ** -0.5, n * warmup ** -1.5)
+    return factor * d_model**-0.5 * min(n**-0.5, n * warmup**-1.5)
 
 
-def noam_scheduler(optimizer: torch.optim.Optimizer, d_model: int, warmup: int,
-                   factor: float = 1.0) -> LambdaLR:
+def noam_scheduler(
+    optimizer: torch.optim.Optimizer, d_model: int, warmup: int, factor: float = 1.0
+) -> LambdaLR:
     """A LambdaLR following :func:`noam_lambda`. The optimizer's lr must be 1.0
     (LambdaLR multiplies it).
 
@@ -110,15 +126,23 @@ def noam_scheduler(optimizer: torch.optim.Optimizer, d_model: int, warmup: int,
     """
     for group in optimizer.param_groups:
         if group["lr"] != 1.0:
-            raise ValueError("noam_scheduler needs the optimizer's lr set to 1.0 "
-                             f"(LambdaLR multiplies it), got {group['lr']}")
+            raise ValueError(
+                "noam_scheduler needs the optimizer's lr set to 1.0 "
+                f"(LambdaLR multiplies it), got {group['lr']}"
+            )
     return LambdaLR(optimizer, lambda step: noam_lambda(step, d_model, warmup, factor))
 
 
-def train_step(model: nn.Module, src: torch.Tensor, tgt: torch.Tensor,
-               optimizer: torch.optim.Optimizer, scheduler=None,
-               max_norm: float | None = 1.0, pad_id: int = 0,
-               label_smoothing: float = 0.0) -> tuple[float, float]:
+def train_step(
+    model: nn.Module,
+    src: torch.Tensor,
+    tgt: torch.Tensor,
+    optimizer: torch.optim.Optimizer,
+    scheduler=None,
+    max_norm: float | None = 1.0,
+    pad_id: int = 0,
+    label_smoothing: float = 0.0,
+) -> tuple[float, float]:
     """One update on a batch: src [B, Ss], tgt [B, St] -> (loss, gradient norm before
     clipping).
 
@@ -179,21 +203,32 @@ class History:
     eval_acc: list[float] = field(default_factory=list)
 
     def time_to(self, accuracy: float) -> float | None:
-        """Seconds of training until the first evaluation reached ``accuracy``, or None.
-        """
+        """Seconds of training until the first evaluation reached ``accuracy``, or None."""
         for s, a in zip(self.eval_step, self.eval_acc):
             if a >= accuracy:
                 return self.time[s - 1] if s > 0 else 0.0
         return None
 
 
-def fit(model: nn.Module, loader: Iterable, optimizer: torch.optim.Optimizer,
-        scheduler=None, *, epochs: int = 1, max_steps: int | None = None,
-        max_norm: float | None = 1.0, pad_id: int = 0, label_smoothing: float = 0.0,
-        device=None, evaluate: Callable[[nn.Module], float] | None = None,
-        eval_every: int = 100, target: float | None = None,
-        time_budget: float | None = None, progress: bool = True,
-        history: History | None = None) -> History:
+def fit(
+    model: nn.Module,
+    loader: Iterable,
+    optimizer: torch.optim.Optimizer,
+    scheduler=None,
+    *,
+    epochs: int = 1,
+    max_steps: int | None = None,
+    max_norm: float | None = 1.0,
+    pad_id: int = 0,
+    label_smoothing: float = 0.0,
+    device=None,
+    evaluate: Callable[[nn.Module], float] | None = None,
+    eval_every: int = 100,
+    target: float | None = None,
+    time_budget: float | None = None,
+    progress: bool = True,
+    history: History | None = None,
+) -> History:
     """Train for ``epochs`` passes over ``loader`` (batches of (src, tgt)), or
     ``max_steps`` updates.
 
@@ -232,14 +267,21 @@ def fit(model: nn.Module, loader: Iterable, optimizer: torch.optim.Optimizer,
         bar.set_postfix(loss=shown, acc=f"{acc:.3f}")
         return target is not None and acc >= target
 
-    for epoch in range(epochs if max_steps is None else 10 ** 9):
+    for epoch in range(epochs if max_steps is None else 10**9):
         if hasattr(getattr(loader, "batch_sampler", None), "set_epoch"):
             loader.batch_sampler.set_epoch(epoch)
         for src, tgt in loader:
             t0 = time.perf_counter()
-            loss, norm = train_step(model, src.to(device), tgt.to(device), optimizer,
-                                    scheduler, max_norm=max_norm, pad_id=pad_id,
-                                    label_smoothing=label_smoothing)
+            loss, norm = train_step(
+                model,
+                src.to(device),
+                tgt.to(device),
+                optimizer,
+                scheduler,
+                max_norm=max_norm,
+                pad_id=pad_id,
+                label_smoothing=label_smoothing,
+            )
             if device.type == "cuda":
                 torch.cuda.synchronize()
             elapsed += time.perf_counter() - t0

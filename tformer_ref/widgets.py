@@ -7,6 +7,7 @@ is enough to move the slider and see the other heads.
 
 Shape letters: H heads, Sq query length, Sk key length.
 """
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -36,29 +37,46 @@ class HeadExplorer(widgets.VBox):
         (2, 3)
     """
 
-    def __init__(self, weights, tokens: Sequence[str] | None = None, *,
-                 key_tokens: Sequence[str] | None = None, description: str = "head"):
+    def __init__(
+        self,
+        weights,
+        tokens: Sequence[str] | None = None,
+        *,
+        key_tokens: Sequence[str] | None = None,
+        description: str = "head",
+    ):
         """Args:
-            weights: attention weights of one batch entry, [H, Sq, Sk].
-            tokens: labels of the query positions (and of the keys, unless
-                ``key_tokens`` is given).
-            key_tokens: labels of the key positions, for cross-attention.
+        weights: attention weights of one batch entry, [H, Sq, Sk].
+        tokens: labels of the query positions (and of the keys, unless
+            ``key_tokens`` is given).
+        key_tokens: labels of the key positions, for cross-attention.
         """
         w = _as_maps(weights)
         n_heads = w.size(0)
         # One colour scale for all heads, so that a brighter map really means sharper
         # attention.
         vmax = float(w.max()) or 1.0
-        pngs = [attention_png(w[h], tokens, key_tokens=key_tokens, title=f"head {h}",
-                              vmax=vmax) for h in range(n_heads)]
+        pngs = [
+            attention_png(
+                w[h], tokens, key_tokens=key_tokens, title=f"head {h}", vmax=vmax
+            )
+            for h in range(n_heads)
+        ]
         self.images = [widgets.Image(value=png, format="png") for png in pngs]
-        self.slider = widgets.IntSlider(value=0, min=0, max=n_heads - 1, step=1,
-                                        description=description, continuous_update=True)
+        self.slider = widgets.IntSlider(
+            value=0,
+            min=0,
+            max=n_heads - 1,
+            step=1,
+            description=description,
+            continuous_update=True,
+        )
         self.stack = widgets.Stack(self.images, selected_index=0)
         # jslink runs in the browser: the explorer keeps working in the book, without a
         # kernel.
-        self.link = widgets.jslink((self.slider, "value"),
-                                   (self.stack, "selected_index"))
+        self.link = widgets.jslink(
+            (self.slider, "value"), (self.stack, "selected_index")
+        )
         # The same link on the Python side, so that code moving the slider also sees the
         # right head.
         self.slider.observe(self._on_slider, names="value")
@@ -79,8 +97,9 @@ class HeadExplorer(widgets.VBox):
         self.slider.value = head
 
 
-def head_explorer(weights, tokens: Sequence[str] | None = None,
-                  **kwargs) -> HeadExplorer:
+def head_explorer(
+    weights, tokens: Sequence[str] | None = None, **kwargs
+) -> HeadExplorer:
     """An interactive view of one batch entry's attention weights [H, Sq, Sk]: pick a
     head, see its map.
 

@@ -13,6 +13,7 @@ each notebook page links to the same file in a JupyterLab started from the cours
 ``jupyter lab`` serves ``http://localhost:8888/lab/tree/<path from the course root>``.
 Set ``tformer_lab_url`` in ``_config.yml`` (``sphinx: config:``) for another address.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -24,15 +25,28 @@ def _add_button(app, pagename, templatename, context, doctree):
         return
     source = Path(app.env.doc2path(pagename)).relative_to(app.srcdir).as_posix()
     url = app.config.tformer_lab_url.rstrip("/") + "/" + source
-    button = {"type": "link", "text": "JupyterLab (local)", "tooltip": "Open this notebook in your own JupyterLab",
-              "icon": "fas fa-flask", "url": url, "label": "launch-jupyterlab-local-button"}
+    button = {
+        "type": "link",
+        "text": "JupyterLab (local)",
+        "tooltip": "Open this notebook in your own JupyterLab",
+        "icon": "fas fa-flask",
+        "url": url,
+        "label": "launch-jupyterlab-local-button",
+    }
     # Join the theme's launch menu when it made one (hosted services configured), else make our own.
     for entry in buttons:
         if entry.get("label") == "launch-buttons":
             entry["buttons"].append(button)
             return
-    buttons.append({"type": "group", "tooltip": "Launch interactive content", "icon": "fas fa-rocket",
-                    "buttons": [button], "label": "launch-buttons"})
+    buttons.append(
+        {
+            "type": "group",
+            "tooltip": "Launch interactive content",
+            "icon": "fas fa-rocket",
+            "buttons": [button],
+            "label": "launch-buttons",
+        }
+    )
 
 
 def _dedupe_scripts(app, pagename, templatename, context, doctree):
@@ -42,7 +56,10 @@ def _dedupe_scripts(app, pagename, templatename, context, doctree):
     unique = []
     for script in scripts:
         # The same script can come once with filename None and once with "" (inline scripts).
-        key = (str(getattr(script, "filename", script) or ""), repr(sorted(getattr(script, "attributes", {}).items())))
+        key = (
+            str(getattr(script, "filename", script) or ""),
+            repr(sorted(getattr(script, "attributes", {}).items())),
+        )
         if key not in seen:
             seen.add(key)
             unique.append(script)

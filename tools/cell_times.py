@@ -13,6 +13,7 @@ Usage: python tools/cell_times.py nbsrc/book/ch06_training/lesson.py [...]
 Exit status 1 when a cell takes more than 40 s or a notebook more than
 ``--budget`` seconds.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,16 +45,21 @@ class TimedClient(NotebookClient):
         start = time.perf_counter()
         result = await super().async_execute_cell(cell, cell_index, *args, **kwargs)
         if cell.cell_type == "code":
-            first = next((line for line in cell.source.splitlines() if line.strip()), "")
+            first = next(
+                (line for line in cell.source.splitlines() if line.strip()), ""
+            )
             self.times.append((cell_index, time.perf_counter() - start, first[:60]))
         return result
 
 
 def time_notebook(source: Path, timeout: int) -> TimedClient:
     nb = jupytext.read(source)
-    client = TimedClient(nb, timeout=timeout, kernel_name="python3",
-                         resources={"metadata": {"path": str(ROOT / "book" /
-                                                         source.parent.name)}})
+    client = TimedClient(
+        nb,
+        timeout=timeout,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(ROOT / "book" / source.parent.name)}},
+    )
     client.execute()
     return client
 
@@ -71,13 +77,19 @@ def main(argv=None) -> int:
         client = time_notebook(source, timeout)
         total = time.perf_counter() - started
         cells = sum(t for _, t, _ in client.times)
-        print(f"{source}: {total:.1f} s in all ({cells:.1f} s in {len(client.times)} "
-              f"code cells; cell timeout {timeout} s)")
-        for index, seconds, first in sorted(client.times, key=lambda x: -x[1])[:args.top]:
+        print(
+            f"{source}: {total:.1f} s in all ({cells:.1f} s in {len(client.times)} "
+            f"code cells; cell timeout {timeout} s)"
+        )
+        for index, seconds, first in sorted(client.times, key=lambda x: -x[1])[
+            : args.top
+        ]:
             over = seconds > CELL_LIMIT_S
             flag = f"  <-- over {CELL_LIMIT_S:.0f} s" if over else ""
-            print(f"  cell {index:3d}: {seconds:6.1f} s ({seconds / timeout:4.0%} of the "
-                  f"timeout) {first}{flag}")
+            print(
+                f"  cell {index:3d}: {seconds:6.1f} s ({seconds / timeout:4.0%} of the "
+                f"timeout) {first}{flag}"
+            )
             status |= over
         if total > args.budget:
             print(f"  over the {args.budget:.0f} s budget for a lesson")

@@ -22,6 +22,7 @@ Usage:
     python tools/figures.py --check   exit 1, listing every figure that differs
                                       from a fresh drawing (nothing is written)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -77,19 +78,24 @@ class Canvas:
         weight = "bold" if bold or on else "normal"
         family = "DejaVu Sans Mono" if mono else "DejaVu Sans"
         assert size >= MIN_PT, f"{s!r}: {size} pt is below the book's {MIN_PT} pt"
-        return self.ax.text(x, y, s, fontsize=size, color=color, fontweight=weight,
-                            family=family, **kw)
+        return self.ax.text(
+            x, y, s, fontsize=size, color=color, fontweight=weight, family=family, **kw
+        )
 
     def box(self, x, y, w, h, lines, on, sizes=(10, 9), dashed=False):
         """A rounded box with centre (x, y); ``lines`` are drawn top to bottom, the
         first at ``sizes[0]`` pt and the others at ``sizes[1]``."""
-        patch = FancyBboxPatch((x - w / 2, y - h / 2), w, h,
-                               boxstyle="round,pad=0,rounding_size=0.06",
-                               facecolor=ACCENT_FILL if on else GREY_FILL,
-                               edgecolor=ACCENT_EDGE if on else GREY_EDGE,
-                               linewidth=2.0 if on else 1.0,
-                               linestyle=(0, (4, 2)) if dashed else "solid",
-                               zorder=2)
+        patch = FancyBboxPatch(
+            (x - w / 2, y - h / 2),
+            w,
+            h,
+            boxstyle="round,pad=0,rounding_size=0.06",
+            facecolor=ACCENT_FILL if on else GREY_FILL,
+            edgecolor=ACCENT_EDGE if on else GREY_EDGE,
+            linewidth=2.0 if on else 1.0,
+            linestyle=(0, (4, 2)) if dashed else "solid",
+            zorder=2,
+        )
         self.ax.add_patch(patch)
         lines = [lines] if isinstance(lines, str) else list(lines)
         step = 0.19
@@ -97,8 +103,17 @@ class Canvas:
         texts = []
         for i, line in enumerate(lines):
             size = sizes[0] if i == 0 else sizes[1]
-            texts.append(self.text(x, top - i * step, line, size=size, on=on,
-                                   bold=on and i == 0, zorder=3))
+            texts.append(
+                self.text(
+                    x,
+                    top - i * step,
+                    line,
+                    size=size,
+                    on=on,
+                    bold=on and i == 0,
+                    zorder=3,
+                )
+            )
             if i > 0 and on:
                 texts[-1].set_fontweight("normal")
         self.boxes.append((patch, texts))
@@ -116,15 +131,32 @@ class Canvas:
             # short of the arrow head, whose own white stroke would hide the shaft.
             end_x = xs[-1] - 0.12 * _sign(xs[-1] - xs[-2])
             end_y = ys[-1] - 0.12 * _sign(ys[-1] - ys[-2])
-            self.ax.plot(xs[1:-1] + (end_x,), ys[1:-1] + (end_y,), color="white",
-                         lw=lw + 5, zorder=z - 0.1, solid_capstyle="butt")
+            self.ax.plot(
+                xs[1:-1] + (end_x,),
+                ys[1:-1] + (end_y,),
+                color="white",
+                lw=lw + 5,
+                zorder=z - 0.1,
+                solid_capstyle="butt",
+            )
         if len(points) > 2:
-            self.ax.plot(xs[:-1], ys[:-1], color=color, lw=lw, zorder=z,
-                         solid_capstyle="butt")
+            self.ax.plot(
+                xs[:-1], ys[:-1], color=color, lw=lw, zorder=z, solid_capstyle="butt"
+            )
         head = "-|>,head_length=5,head_width=2.6"
-        self.ax.add_patch(FancyArrowPatch(points[-2], points[-1], arrowstyle=head,
-                                          mutation_scale=1.6, color=color, lw=lw,
-                                          shrinkA=0, shrinkB=0, zorder=z + 0.1))
+        self.ax.add_patch(
+            FancyArrowPatch(
+                points[-2],
+                points[-1],
+                arrowstyle=head,
+                mutation_scale=1.6,
+                color=color,
+                lw=lw,
+                shrinkA=0,
+                shrinkB=0,
+                zorder=z + 0.1,
+            )
+        )
 
 
 def _sign(v: float) -> float:
@@ -139,15 +171,26 @@ def _check_fits(canvas: Canvas, name: str) -> None:
         outer = patch.get_window_extent(renderer)
         for t in texts:
             inner = t.get_window_extent(renderer)
-            if inner.x0 < outer.x0 + 2 or inner.x1 > outer.x1 - 2 \
-                    or inner.y0 < outer.y0 or inner.y1 > outer.y1:
+            if (
+                inner.x0 < outer.x0 + 2
+                or inner.x1 > outer.x1 - 2
+                or inner.y0 < outer.y0
+                or inner.y1 > outer.y1
+            ):
                 problems.append(t.get_text())
     if problems:
         raise ValueError(f"{name}: text does not fit its box: {problems}")
-    extents = [(t.get_text(), t.get_window_extent(renderer).shrunk(0.98, 0.9))
-               for t in canvas.ax.texts if t.get_text().strip()]
-    clashes = [(a, b) for i, (a, ea) in enumerate(extents) for b, eb in extents[i + 1:]
-               if ea.overlaps(eb)]
+    extents = [
+        (t.get_text(), t.get_window_extent(renderer).shrunk(0.98, 0.9))
+        for t in canvas.ax.texts
+        if t.get_text().strip()
+    ]
+    clashes = [
+        (a, b)
+        for i, (a, ea) in enumerate(extents)
+        for b, eb in extents[i + 1 :]
+        if ea.overlaps(eb)
+    ]
     if clashes:
         raise ValueError(f"{name}: labels overlap: {clashes}")
 
@@ -155,22 +198,42 @@ def _check_fits(canvas: Canvas, name: str) -> None:
 # --------------------------------------------------------------------------- model
 
 # What each chapter builds, as groups of the model drawing.
-ALL_PARTS = {"embed", "pe", "enc_attn", "dec_attn", "cross_attn", "addnorm", "ffn",
-             "pad_mask", "causal_mask", "stacks", "memory", "linear", "loss",
-             "decoding", "inputs"}
+ALL_PARTS = {
+    "embed",
+    "pe",
+    "enc_attn",
+    "dec_attn",
+    "cross_attn",
+    "addnorm",
+    "ffn",
+    "pad_mask",
+    "causal_mask",
+    "stacks",
+    "memory",
+    "linear",
+    "loss",
+    "decoding",
+    "inputs",
+}
 ATTENTION = {"enc_attn", "dec_attn", "cross_attn"}
 CHAPTERS = {
     "ch01": ("Chapter 1: multi-head attention", ATTENTION),
     "ch02": ("Chapter 2: scaled dot-product attention", ATTENTION),
     "ch03": ("Chapter 3: the masks", {"pad_mask", "causal_mask"}),
     "ch04": ("Chapter 4: residuals, LayerNorm, feed-forward", {"addnorm", "ffn"}),
-    "ch05": ("Chapter 5: positions and the whole model",
-             {"embed", "pe", "stacks", "memory", "cross_attn"}),
-    "ch06": ("Chapter 6: training and decoding",
-             {"inputs", "linear", "loss", "decoding"}),
+    "ch05": (
+        "Chapter 5: positions and the whole model",
+        {"embed", "pe", "stacks", "memory", "cross_attn"},
+    ),
+    "ch06": (
+        "Chapter 6: training and decoding",
+        {"inputs", "linear", "loss", "decoding"},
+    ),
     "ch07": ("Chapter 7: the whole model, trained at scale", ALL_PARTS),
-    "ch08": ("Chapter 8: the decoder alone, generating text",
-             {"embed", "pe", "dec_attn", "causal_mask", "ffn", "linear", "decoding"}),
+    "ch08": (
+        "Chapter 8: the decoder alone, generating text",
+        {"embed", "pe", "dec_attn", "causal_mask", "ffn", "linear", "decoding"},
+    ),
     "capstone": ("Capstone: the whole model, trained", ALL_PARTS),
 }
 
@@ -197,8 +260,9 @@ def _sublayers(canvas, cx, y0, units, resid_x, parts, formula):
         canvas.box(cx, an_y, BW, AN_H, "add & norm", on_an)
         branch = y - GAP / 2
         edge = cx + (BW / 2 if resid_x > cx else -BW / 2)
-        canvas.line([(cx, branch), (resid_x, branch), (resid_x, an_y), (edge, an_y)],
-                    on=on_an)
+        canvas.line(
+            [(cx, branch), (resid_x, branch), (resid_x, an_y), (edge, an_y)], on=on_an
+        )
         centres.append(sub_y)
         y = an_y + AN_H / 2 + GAP
     return centres, y - GAP
@@ -219,28 +283,46 @@ def draw_model(chapter: str) -> Canvas:
 
     # inputs, embeddings, positions
     c.text(EX, 0.26, "source tokens", size=10, on=on("inputs"))
-    c.text(DX, 0.26, "target tokens, shifted right: tgt[:, :-1]", size=10,
-           on=on("inputs"))
+    c.text(
+        DX, 0.26, "target tokens, shifted right: tgt[:, :-1]", size=10, on=on("inputs")
+    )
     emb_y, pe_y = 0.8, 1.32
     for cx in (EX, DX):
         c.line([(cx, 0.4), (cx, emb_y - 0.2)])
-        c.box(cx, emb_y, BW, 0.4, r"embedding $\times\sqrt{d_{\mathrm{model}}}$",
-              on("embed"))
+        c.box(
+            cx,
+            emb_y,
+            BW,
+            0.4,
+            r"embedding $\times\sqrt{d_{\mathrm{model}}}$",
+            on("embed"),
+        )
         c.line([(cx, emb_y + 0.2), (cx, pe_y - 0.12)])
-        c.ax.add_patch(Circle((cx, pe_y), 0.12, facecolor="white", zorder=2,
-                              lw=1.6 if on("pe") else 1,
-                              edgecolor=ACCENT_EDGE if on("pe") else GREY_EDGE))
+        c.ax.add_patch(
+            Circle(
+                (cx, pe_y),
+                0.12,
+                facecolor="white",
+                zorder=2,
+                lw=1.6 if on("pe") else 1,
+                edgecolor=ACCENT_EDGE if on("pe") else GREY_EDGE,
+            )
+        )
         c.text(cx, pe_y + 0.005, "+", size=12, on=on("pe"), zorder=3)
     _side_box(c, 0.55, pe_y, ["positional", "encoding"], on("pe"), EX - 0.12)
     _side_box(c, 6.45, pe_y, ["positional", "encoding"], on("pe"), DX + 0.12)
 
     # the two stacks
     y0 = 1.78
-    enc_units = [("enc_attn", ["self-attention", "Q, K, V from the source"]),
-                 ("ffn", ["feed-forward", "linear, ReLU, linear"])]
-    dec_units = [("dec_attn", ["masked self-attention", "Q, K, V from the target"]),
-                 ("cross_attn", ["cross-attention", "Q: target; K, V: encoder"]),
-                 ("ffn", ["feed-forward", "linear, ReLU, linear"])]
+    enc_units = [
+        ("enc_attn", ["self-attention", "Q, K, V from the source"]),
+        ("ffn", ["feed-forward", "linear, ReLU, linear"]),
+    ]
+    dec_units = [
+        ("dec_attn", ["masked self-attention", "Q, K, V from the target"]),
+        ("cross_attn", ["cross-attention", "Q: target; K, V: encoder"]),
+        ("ffn", ["feed-forward", "linear, ReLU, linear"]),
+    ]
     enc_res, dec_res = EX + BW / 2 + 0.09, DX - BW / 2 - 0.09
     enc_y, enc_top = _sublayers(c, EX, y0, enc_units, enc_res, parts, formula)
     dec_y, dec_top = _sublayers(c, DX, y0, dec_units, dec_res, parts, formula)
@@ -248,30 +330,66 @@ def draw_model(chapter: str) -> Canvas:
     c.line([(DX, pe_y + 0.12), (DX, y0 - GAP)])
     stack_on = on("stacks")
     for x0, x1, top, nx, label in (
-            (EX - BW / 2 - 0.1, enc_res + 0.08, enc_top, 0.55, "encoder"),
-            (dec_res - 0.08, DX + BW / 2 + 0.1, dec_top, 6.45, "decoder")):
-        c.ax.add_patch(FancyBboxPatch((x0, y0 - 0.12), x1 - x0, top - y0 + 0.26,
-                                      boxstyle="round,pad=0,rounding_size=0.1",
-                                      facecolor="none", zorder=1,
-                                      edgecolor=ACCENT_EDGE if stack_on else GREY_EDGE,
-                                      linewidth=2.0 if stack_on else 1.0))
+        (EX - BW / 2 - 0.1, enc_res + 0.08, enc_top, 0.55, "encoder"),
+        (dec_res - 0.08, DX + BW / 2 + 0.1, dec_top, 6.45, "decoder"),
+    ):
+        c.ax.add_patch(
+            FancyBboxPatch(
+                (x0, y0 - 0.12),
+                x1 - x0,
+                top - y0 + 0.26,
+                boxstyle="round,pad=0,rounding_size=0.1",
+                facecolor="none",
+                zorder=1,
+                edgecolor=ACCENT_EDGE if stack_on else GREY_EDGE,
+                linewidth=2.0 if stack_on else 1.0,
+            )
+        )
         ny = (y0 + top) / 2 + (0.45 if label == "encoder" else 0.9)
         c.text(nx, ny + 0.12, "N×", size=13, on=stack_on, bold=True)
-        c.text(nx, ny - 0.17, f"{label}\nblocks", size=9, on=stack_on,
-               linespacing=1.1, va="top")
+        c.text(
+            nx,
+            ny - 0.17,
+            f"{label}\nblocks",
+            size=9,
+            on=stack_on,
+            linespacing=1.1,
+            va="top",
+        )
 
     # masks
     _side_box(c, 0.55, enc_y[0], ["padding", "mask"], on("pad_mask"), EX - BW / 2)
-    _side_box(c, 6.45, dec_y[0], ["causal mask", "(& padding)"], on("causal_mask"),
-              DX + BW / 2)
+    _side_box(
+        c,
+        6.45,
+        dec_y[0],
+        ["causal mask", "(& padding)"],
+        on("causal_mask"),
+        DX + BW / 2,
+    )
     _side_box(c, 6.45, dec_y[1], ["padding", "mask"], on("pad_mask"), DX + BW / 2)
 
     # encoder output into cross-attention
     mem_x, mem_y = (enc_res + dec_res) / 2, enc_top + 0.4
-    c.line([(EX, enc_top + 0.14), (EX, mem_y), (mem_x, mem_y), (mem_x, dec_y[1]),
-            (DX - BW / 2, dec_y[1])], on=on("memory"), halo=True)
-    c.text(mem_x - 0.08, mem_y + 0.17, "encoder output (memory)", size=9,
-           on=on("memory"), ha="right")
+    c.line(
+        [
+            (EX, enc_top + 0.14),
+            (EX, mem_y),
+            (mem_x, mem_y),
+            (mem_x, dec_y[1]),
+            (DX - BW / 2, dec_y[1]),
+        ],
+        on=on("memory"),
+        halo=True,
+    )
+    c.text(
+        mem_x - 0.08,
+        mem_y + 0.17,
+        "encoder output (memory)",
+        size=9,
+        on=on("memory"),
+        ha="right",
+    )
 
     # output layer, loss, decoding
     lin_y, sm_y, loss_y = dec_top + 0.42, dec_top + 0.95, dec_top + 1.6
@@ -280,12 +398,24 @@ def draw_model(chapter: str) -> Canvas:
     c.line([(DX, lin_y + 0.18), (DX, sm_y - 0.18)])
     c.box(DX, sm_y, BW, 0.36, "softmax", on("linear"))
     c.line([(DX, sm_y + 0.18), (DX, loss_y - 0.23)], on=on("loss"))
-    c.box(DX, loss_y, BW, 0.46,
-          ["training: cross-entropy", "padding positions ignored"], on("loss"))
+    c.box(
+        DX,
+        loss_y,
+        BW,
+        0.46,
+        ["training: cross-entropy", "padding positions ignored"],
+        on("loss"),
+    )
     _side_box(c, 6.45, loss_y, ["targets", "tgt[:, 1:]"], on("loss"), DX + BW / 2)
     c.line([(DX - BW / 2, sm_y), (EX + BW / 2, sm_y)], on=on("decoding"))
-    c.box(EX, sm_y, BW, 0.46, ["inference: decoding", "greedy or beam search"],
-          on("decoding"))
+    c.box(
+        EX,
+        sm_y,
+        BW,
+        0.46,
+        ["inference: decoding", "greedy or beam search"],
+        on("decoding"),
+    )
 
     # key
     c.text(0.12, 7.0, title, size=11, bold=True, ha="left")
@@ -294,10 +424,17 @@ def draw_model(chapter: str) -> Canvas:
         key = ((True, "every part: the whole model"),)
     for i, (swatch_on, label) in enumerate(key):
         x = 0.12 + i * 1.75
-        c.ax.add_patch(Rectangle((x, 6.6), 0.26, 0.18, zorder=2,
-                                 facecolor=ACCENT_FILL if swatch_on else GREY_FILL,
-                                 edgecolor=ACCENT_EDGE if swatch_on else GREY_EDGE,
-                                 lw=2.0 if swatch_on else 1.0))
+        c.ax.add_patch(
+            Rectangle(
+                (x, 6.6),
+                0.26,
+                0.18,
+                zorder=2,
+                facecolor=ACCENT_FILL if swatch_on else GREY_FILL,
+                edgecolor=ACCENT_EDGE if swatch_on else GREY_EDGE,
+                lw=2.0 if swatch_on else 1.0,
+            )
+        )
         c.text(x + 0.34, 6.69, label, size=9, ha="left")
     return c
 
@@ -326,11 +463,15 @@ def _norm_block(c, cx, y0, units, pre_ln, resid_side):
             mid = y + h / 2
             c.line([(cx, y - gap), (cx, y)])
             if kind == "add":
-                c.ax.add_patch(Circle((cx, mid), r, facecolor="white", edgecolor=INK,
-                                      lw=1.2, zorder=2))
+                c.ax.add_patch(
+                    Circle(
+                        (cx, mid), r, facecolor="white", edgecolor=INK, lw=1.2, zorder=2
+                    )
+                )
                 c.text(cx, mid + 0.005, "+", size=11, color=INK)
-                c.line([(cx, branch), (rx, branch), (rx, mid),
-                        (cx + resid_side * r, mid)])
+                c.line(
+                    [(cx, branch), (rx, branch), (rx, mid), (cx + resid_side * r, mid)]
+                )
             elif kind == "sub":
                 c.box(cx, mid, w, h, lines, True, sizes=(9, 9))
                 centres.append(mid)
@@ -350,25 +491,48 @@ def draw_blocks() -> Canvas:
         ex, dx, mem_x = x_off + 0.92, x_off + 2.6, x_off + 1.76
         enc_y, enc_top = _norm_block(c, ex, y0, enc_units, pre_ln, -1)
         dec_y, dec_top = _norm_block(c, dx, y0, dec_units, pre_ln, +1)
-        for cx, top, label, side in ((ex, enc_top, "N × encoder block", -1),
-                                     (dx, dec_top, "N × decoder block", +1)):
+        for cx, top, label, side in (
+            (ex, enc_top, "N × encoder block", -1),
+            (dx, dec_top, "N × decoder block", +1),
+        ):
             left = cx - BLOCK_W / 2 - (0.2 if side < 0 else 0.09)
             right = cx + BLOCK_W / 2 + (0.2 if side > 0 else 0.09)
-            c.ax.add_patch(FancyBboxPatch((left, y0 - pad), right - left,
-                                          top - y0 + 2 * pad,
-                                          boxstyle="round,pad=0,rounding_size=0.1",
-                                          facecolor="none", edgecolor=GREY_EDGE,
-                                          lw=1.0))
+            c.ax.add_patch(
+                FancyBboxPatch(
+                    (left, y0 - pad),
+                    right - left,
+                    top - y0 + 2 * pad,
+                    boxstyle="round,pad=0,rounding_size=0.1",
+                    facecolor="none",
+                    edgecolor=GREY_EDGE,
+                    lw=1.0,
+                )
+            )
             c.text(cx, y0 - pad - 0.22, label, size=10, bold=True)
         out_e, out_d = enc_top + pad, dec_top + pad
         if pre_ln:  # the residual stream is normalised once, after the last block
             for cx, top in ((ex, out_e), (dx, out_d)):
                 c.line([(cx, top), (cx, top + 0.14)])
-                c.box(cx, top + 0.28, BLOCK_W, 0.28, "final LayerNorm", False,
-                      sizes=(9, 9), dashed=True)
+                c.box(
+                    cx,
+                    top + 0.28,
+                    BLOCK_W,
+                    0.28,
+                    "final LayerNorm",
+                    False,
+                    sizes=(9, 9),
+                    dashed=True,
+                )
             out_e, out_d = out_e + 0.42, out_d + 0.42
-        c.line([(ex, out_e), (ex, out_e + 0.2), (mem_x, out_e + 0.2),
-                (mem_x, dec_y[1]), (dx - BLOCK_W / 2, dec_y[1])])
+        c.line(
+            [
+                (ex, out_e),
+                (ex, out_e + 0.2),
+                (mem_x, out_e + 0.2),
+                (mem_x, dec_y[1]),
+                (dx - BLOCK_W / 2, dec_y[1]),
+            ]
+        )
         c.text((ex + mem_x) / 2, out_e + 0.34, "memory", size=9)
         c.line([(dx, out_d), (dx, out_d + 0.3)])
         c.text(dx, out_d + 0.42, "to the next block", size=9)
@@ -386,27 +550,54 @@ def draw_blocks() -> Canvas:
 
 # --------------------------------------------------------------------------- heads
 
+
 def draw_heads() -> Canvas:
     c = Canvas(WIDTH, 6.75)
     cx, w, arrow = 1.95, 2.3, 0.5
     steps = [  # (box lines, accent, shape on the arrow below, note on the right)
-        (["linear W_q: D → D"], False, "[B, S, D]",
-         "The same for K and V. D = H · Dh: each head gets Dh of the D features."),
-        (["view(B, S, H, Dh)"], True, "[B, S, H, Dh]",
-         "Splits the last axis into H blocks of Dh. No copy: the memory is read in "
-         "the same order."),
-        (["transpose(1, 2)"], True, "[B, H, S, Dh]",
-         "Heads become a batch axis, so one matmul serves every head. The result is "
-         "a strided view, no longer contiguous."),
-        (["attention in every head",
-          r"$\mathrm{softmax}(QK^{\top}\!/\sqrt{D_h})\,V$"], False, "[B, H, S, Dh]",
-         "Scores [B, H, S, S]: one S × S map per head, each head on its own Dh "
-         "features."),
-        (["transpose(1, 2)"], True, "[B, S, H, Dh]",
-         "Back to one row per token, the heads side by side. Not contiguous."),
-        (["reshape(B, S, D)", "= .contiguous().view(B, S, D)"], True, "[B, S, D]",
-         "Concatenates the heads. reshape copies here; view alone raises, because "
-         "the tensor is not contiguous."),
+        (
+            ["linear W_q: D → D"],
+            False,
+            "[B, S, D]",
+            "The same for K and V. D = H · Dh: each head gets Dh of the D features.",
+        ),
+        (
+            ["view(B, S, H, Dh)"],
+            True,
+            "[B, S, H, Dh]",
+            "Splits the last axis into H blocks of Dh. No copy: the memory is read in "
+            "the same order.",
+        ),
+        (
+            ["transpose(1, 2)"],
+            True,
+            "[B, H, S, Dh]",
+            "Heads become a batch axis, so one matmul serves every head. The result is "
+            "a strided view, no longer contiguous.",
+        ),
+        (
+            [
+                "attention in every head",
+                r"$\mathrm{softmax}(QK^{\top}\!/\sqrt{D_h})\,V$",
+            ],
+            False,
+            "[B, H, S, Dh]",
+            "Scores [B, H, S, S]: one S × S map per head, each head on its own Dh "
+            "features.",
+        ),
+        (
+            ["transpose(1, 2)"],
+            True,
+            "[B, S, H, Dh]",
+            "Back to one row per token, the heads side by side. Not contiguous.",
+        ),
+        (
+            ["reshape(B, S, D)", "= .contiguous().view(B, S, D)"],
+            True,
+            "[B, S, D]",
+            "Concatenates the heads. reshape copies here; view alone raises, because "
+            "the tensor is not contiguous.",
+        ),
         (["linear W_o: D → D"], False, None, "Mixes the heads' outputs."),
     ]
     y = 6.6
@@ -428,18 +619,37 @@ def draw_heads() -> Canvas:
     for first, last, label in ((1, 2, "split"), (4, 5, "merge")):
         top, bottom = centres[first] + 0.18, centres[last] - 0.18
         x = cx - w / 2 - 0.12
-        c.ax.plot([x + 0.06, x, x, x + 0.06], [top, top, bottom, bottom],
-                  color=ACCENT_EDGE, lw=1.5)
-        c.text(x - 0.08, (top + bottom) / 2, label, size=10, color=ACCENT_EDGE,
-               bold=True, ha="right")
+        c.ax.plot(
+            [x + 0.06, x, x, x + 0.06],
+            [top, top, bottom, bottom],
+            color=ACCENT_EDGE,
+            lw=1.5,
+        )
+        c.text(
+            x - 0.08,
+            (top + bottom) / 2,
+            label,
+            size=10,
+            color=ACCENT_EDGE,
+            bold=True,
+            ha="right",
+        )
     return c
 
 
 def _shape_arrow(c, x, y, length, shape):
     """An arrow down from (x, y) with a tensor shape written on it."""
     c.line([(x, y), (x, y - length)])
-    c.text(x, y - length / 2, shape, size=9.5, mono=True, bold=True, zorder=4,
-           bbox=dict(boxstyle="square,pad=0.15", fc="white", ec="none"))
+    c.text(
+        x,
+        y - length / 2,
+        shape,
+        size=9.5,
+        mono=True,
+        bold=True,
+        zorder=4,
+        bbox=dict(boxstyle="square,pad=0.15", fc="white", ec="none"),
+    )
 
 
 def _wrap(text: str, width: int) -> str:
@@ -454,12 +664,26 @@ TOKENS = ["the", "cat", "sat", "PAD", "PAD"]  # sequence 0 of chapter 3: length 
 def draw_masks() -> Canvas:
     c = Canvas(WIDTH, 3.7)
     n, cell, real = len(TOKENS), 0.34, 3
-    grids = [("padding mask", "the key is a real token", "[B, 1, 1, S]",
-              lambda q, k: k < real),
-             ("causal mask", "the key is not in the future", "[1, 1, S, S]",
-              lambda q, k: k <= q),
-             ("padding AND causal", "what the decoder uses", "[B, 1, S, S]",
-              lambda q, k: k < real and k <= q)]
+    grids = [
+        (
+            "padding mask",
+            "the key is a real token",
+            "[B, 1, 1, S]",
+            lambda q, k: k < real,
+        ),
+        (
+            "causal mask",
+            "the key is not in the future",
+            "[1, 1, S, S]",
+            lambda q, k: k <= q,
+        ),
+        (
+            "padding AND causal",
+            "what the decoder uses",
+            "[B, 1, S, S]",
+            lambda q, k: k < real and k <= q,
+        ),
+    ]
     top = 2.75
     for g, (title, subtitle, shape, allowed) in enumerate(grids):
         x0 = 0.78 + g * 2.2
@@ -480,19 +704,39 @@ def draw_masks() -> Canvas:
     _cell(c, 0.78, y - 0.15, 0.3, True)
     c.text(1.16, y, "may attend (True)", size=9.5, ha="left")
     _cell(c, 2.9, y - 0.15, 0.3, False)
-    c.text(3.28, y, "masked (False): the key gets weight 0", size=9.5,
-           ha="left")
-    c.text(0.12, 0.55, "rows: queries; columns: keys. "
-           "One sequence of length 3 padded to 5.", size=9, ha="left", color=GREY_TEXT)
+    c.text(3.28, y, "masked (False): the key gets weight 0", size=9.5, ha="left")
+    c.text(
+        0.12,
+        0.55,
+        "rows: queries; columns: keys. One sequence of length 3 padded to 5.",
+        size=9,
+        ha="left",
+        color=GREY_TEXT,
+    )
     return c
 
 
 def _cell(c, x, y, size, allowed):
-    c.ax.add_patch(Rectangle((x, y), size, size, lw=0.8, edgecolor="#777777",
-                             facecolor="white" if allowed else "#d6d6d6",
-                             hatch=None if allowed else "////", zorder=2))
-    c.text(x + size / 2, y + size / 2, "✓" if allowed else "×", size=10,
-           color="#1b5e20" if allowed else "#444444", zorder=3)
+    c.ax.add_patch(
+        Rectangle(
+            (x, y),
+            size,
+            size,
+            lw=0.8,
+            edgecolor="#777777",
+            facecolor="white" if allowed else "#d6d6d6",
+            hatch=None if allowed else "////",
+            zorder=2,
+        )
+    )
+    c.text(
+        x + size / 2,
+        y + size / 2,
+        "✓" if allowed else "×",
+        size=10,
+        color="#1b5e20" if allowed else "#444444",
+        zorder=3,
+    )
 
 
 FIGURES = {f"model_{ch}": (lambda ch=ch: draw_model(ch)) for ch in CHAPTERS}
@@ -513,10 +757,14 @@ def render(name: str) -> bytes:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true",
-                        help="compare with the committed files; write nothing")
-    parser.add_argument("--out", type=Path, default=OUT,
-                        help="folder to write (default book/figures)")
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="compare with the committed files; write nothing",
+    )
+    parser.add_argument(
+        "--out", type=Path, default=OUT, help="folder to write (default book/figures)"
+    )
     args = parser.parse_args(argv)
     if args.check:
         stale = []
@@ -525,14 +773,20 @@ def main(argv=None) -> int:
                 fresh = Path(tmp) / f"{name}.svg"
                 fresh.write_bytes(render(name))
                 committed = OUT / f"{name}.svg"
-                if not committed.exists() or \
-                        committed.read_bytes() != fresh.read_bytes():
+                if (
+                    not committed.exists()
+                    or committed.read_bytes() != fresh.read_bytes()
+                ):
                     stale.append(str(committed.relative_to(ROOT)))
         extra = sorted(p.name for p in OUT.glob("*.svg") if p.stem not in FIGURES)
         if stale or extra:
             if stale:
-                print("figures differ from a fresh drawing "
-                      "(run `python tools/figures.py`):", *stale, sep="\n  ")
+                print(
+                    "figures differ from a fresh drawing "
+                    "(run `python tools/figures.py`):",
+                    *stale,
+                    sep="\n  ",
+                )
             if extra:
                 print("figures tools/figures.py does not draw:", *extra, sep="\n  ")
             return 1

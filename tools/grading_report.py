@@ -5,6 +5,7 @@ not why" message, how many a wrong name, and how many right answers were accepte
 
 Usage: python tools/grading_report.py [--json] [chNN ...]     (make grading-report)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -19,8 +20,18 @@ sys.path.insert(0, str(ROOT / "tests" / "bank"))
 
 from bank import entries, grade, load  # noqa: E402
 
-COLUMNS = ("wrong", "unlisted", "rejected", "named", "generic", "misnamed", "right",
-           "accepted", "crashed", "seconds")
+COLUMNS = (
+    "wrong",
+    "unlisted",
+    "rejected",
+    "named",
+    "generic",
+    "misnamed",
+    "right",
+    "accepted",
+    "crashed",
+    "seconds",
+)
 
 
 def measure(chapter: str) -> dict[str, dict[str, float]]:
@@ -52,7 +63,8 @@ def main(argv=None) -> int:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     chapters = args.chapters or sorted(
-        p.stem[len("bank_"):] for p in (ROOT / "tests" / "bank").glob("bank_ch*.py"))
+        p.stem[len("bank_") :] for p in (ROOT / "tests" / "bank").glob("bank_ch*.py")
+    )
     table = {chapter: measure(chapter) for chapter in chapters}
     if args.json:
         print(json.dumps(table, indent=1))
@@ -63,8 +75,10 @@ def main(argv=None) -> int:
         for name, row in rows.items():
             label = chapter if name == "all" else f"  {name}"
             share = 100 * row["named"] / row["wrong"] if row["wrong"] else 0.0
-            cells = "".join(f"{row[c]:>9.1f}" if c == "seconds" else f"{int(row[c]):>9}"
-                            for c in COLUMNS)
+            cells = "".join(
+                f"{row[c]:>9.1f}" if c == "seconds" else f"{int(row[c]):>9}"
+                for c in COLUMNS
+            )
             print(f"{label:<30}{cells}{share:>8.0f}%")
     return 0
 

@@ -16,6 +16,7 @@ into nbgrader's full metadata (schema 3)::
 
 Usage: python tools/nbsync.py [--check]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,20 +28,47 @@ import nbformat
 
 ROOT = Path(__file__).resolve().parent.parent
 SRC = ROOT / "nbsrc"
-KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
+KERNELSPEC = {
+    "display_name": "Python 3 (ipykernel)",
+    "language": "python",
+    "name": "python3",
+}
 
 
 def nbgrader_metadata(tag: str) -> dict:
     kind, _, rest = tag.partition(":")
     if kind == "solution":
-        return {"grade": False, "grade_id": rest, "locked": False, "schema_version": 3, "solution": True, "task": False}
+        return {
+            "grade": False,
+            "grade_id": rest,
+            "locked": False,
+            "schema_version": 3,
+            "solution": True,
+            "task": False,
+        }
     if kind == "test":
         grade_id, _, points = rest.partition(":")
-        return {"grade": True, "grade_id": grade_id, "locked": True, "points": int(points), "schema_version": 3,
-                "solution": False, "task": False}
+        return {
+            "grade": True,
+            "grade_id": grade_id,
+            "locked": True,
+            "points": int(points),
+            "schema_version": 3,
+            "solution": False,
+            "task": False,
+        }
     if kind == "locked":
-        return {"grade": False, "grade_id": rest, "locked": True, "schema_version": 3, "solution": False, "task": False}
-    raise ValueError(f"unknown nbgrader tag {tag!r}: use solution:ID, test:ID:POINTS or locked:ID")
+        return {
+            "grade": False,
+            "grade_id": rest,
+            "locked": True,
+            "schema_version": 3,
+            "solution": False,
+            "task": False,
+        }
+    raise ValueError(
+        f"unknown nbgrader tag {tag!r}: use solution:ID, test:ID:POINTS or locked:ID"
+    )
 
 
 def build(source: Path) -> nbformat.NotebookNode:
@@ -86,10 +114,16 @@ def write_if_changed(target: Path, text: str, check: bool) -> bool:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="only report notebooks that differ from their sources")
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="only report notebooks that differ from their sources",
+    )
     args = parser.parse_args(argv)
-    changed = [write_if_changed(target_of(source), render(build(source)), args.check)
-               for source in sorted(SRC.rglob("*.py"))]
+    changed = [
+        write_if_changed(target_of(source), render(build(source)), args.check)
+        for source in sorted(SRC.rglob("*.py"))
+    ]
     return 1 if (args.check and any(changed)) else 0
 
 

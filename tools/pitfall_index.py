@@ -6,6 +6,7 @@ It reads the ``Diagnosis`` objects (``Pitfall`` among them) of every ``tformer_g
 checks appear in the book's pitfall index without any edit here. Each row gives the diagnosis,
 the lesson section that explains it (a link when that lesson is in the book) and the exercise.
 """
+
 from __future__ import annotations
 
 
@@ -43,7 +44,10 @@ class PitfallIndex(SphinxDirective):
         self.env.tformer_pitfall_docs.add(self.env.docname)
         docs = self.env.found_docs
         here = self.env.docname.rsplit("/", 1)[0]
-        rows = ["| chapter | diagnosis (what the check says) | explained in | exercise |", "|---|---|---|---|"]
+        rows = [
+            "| chapter | diagnosis (what the check says) | explained in | exercise |",
+            "|---|---|---|---|",
+        ]
         for module, pitfall in collect_pitfalls():
             section = pitfall.section
             assignment = assignment_of(module) or section.chapter
@@ -60,7 +64,9 @@ class PitfallIndex(SphinxDirective):
         if len(rows) == 2:
             return [nodes.paragraph(text="No check names a pitfall yet.")]
         container = nodes.container()
-        self.state.nested_parse(StringList(rows, source=self.env.docname), self.content_offset, container)
+        self.state.nested_parse(
+            StringList(rows, source=self.env.docname), self.content_offset, container
+        )
         return container.children
 
 
@@ -71,14 +77,23 @@ def _always_outdated(app, env, added, changed, removed):
 
 def _merge(app, env, docnames, other):
     # Parallel reads: gather the pages that use the directive from every worker.
-    env.tformer_pitfall_docs = getattr(env, "tformer_pitfall_docs", set()) | getattr(other, "tformer_pitfall_docs", set())
+    env.tformer_pitfall_docs = getattr(env, "tformer_pitfall_docs", set()) | getattr(
+        other, "tformer_pitfall_docs", set()
+    )
 
 
 def _doc_link(target: str, label: str, env) -> nodes.Node:
     from sphinx.addnodes import pending_xref
 
-    ref = pending_xref("", refdomain="std", reftype="doc", reftarget="/" + target,
-                       refexplicit=True, refwarn=True, refdoc=env.docname)
+    ref = pending_xref(
+        "",
+        refdomain="std",
+        reftype="doc",
+        reftarget="/" + target,
+        refexplicit=True,
+        refwarn=True,
+        refdoc=env.docname,
+    )
     ref += nodes.inline(label, label)
     return ref
 
@@ -89,7 +104,9 @@ class _ReferenceRole(SphinxRole):
             return self.nodes(), []
         except pitfall_refs.UnresolvedReference as error:
             message = self.inliner.reporter.error(str(error), line=self.lineno)
-            return [self.inliner.problematic(self.rawtext, self.rawtext, message)], [message]
+            return [self.inliner.problematic(self.rawtext, self.rawtext, message)], [
+                message
+            ]
 
 
 class SectionRole(_ReferenceRole):
@@ -105,8 +122,11 @@ class CheckRole(_ReferenceRole):
 
     def nodes(self):
         check = pitfall_refs.resolve_check(self.text)
-        out = [_doc_link(check.doc, check.exercise_label, self.env), nodes.Text(": "),
-               nodes.literal(check.function, check.function)]
+        out = [
+            _doc_link(check.doc, check.exercise_label, self.env),
+            nodes.Text(": "),
+            nodes.literal(check.function, check.function),
+        ]
         if check.diagnosis:
             out.append(nodes.Text(f" names “{check.diagnosis}”"))
         return out

@@ -15,6 +15,7 @@ roles (``tools/pitfall_index.py``) and ``tests/book/test_pitfall_tables.py`` res
 references with the functions here, so a reference to nothing fails the build and the
 tests.
 """
+
 from __future__ import annotations
 
 import re
@@ -63,8 +64,9 @@ def lesson_sections() -> dict[str, SectionRef]:
         for match in HEADING.finditer(source.read_text(encoding="utf-8")):
             number = match["number"]
             if number in found:
-                raise UnresolvedReference(f"§{number} is a heading of both "
-                                          f"{found[number].doc} and {doc}")
+                raise UnresolvedReference(
+                    f"§{number} is a heading of both {found[number].doc} and {doc}"
+                )
             found[number] = SectionRef(number, match["title"], doc)
     return found
 
@@ -73,8 +75,10 @@ def resolve_section(text: str) -> SectionRef:
     number = text.strip().lstrip("§")
     sections = lesson_sections()
     if number not in sections:
-        raise UnresolvedReference(f"no lesson has a section §{number} (known: "
-                                  f"{', '.join(sorted(sections, key=_section_key))})")
+        raise UnresolvedReference(
+            f"no lesson has a section §{number} (known: "
+            f"{', '.join(sorted(sections, key=_section_key))})"
+        )
     return sections[number]
 
 
@@ -85,12 +89,14 @@ def _section_key(number: str):
 @lru_cache(maxsize=None)
 def _exercise_code() -> dict[str, str]:
     """Each assignment's solution source, by assignment name."""
-    return {path.parent.name: path.read_text(encoding="utf-8")
-            for path in sorted((ROOT / "nbsrc" / "solutions").glob("*/exercise.py"))}
+    return {
+        path.parent.name: path.read_text(encoding="utf-8")
+        for path in sorted((ROOT / "nbsrc" / "solutions").glob("*/exercise.py"))
+    }
 
 
 def exercise_label(assignment: str) -> str:
-    """"exercise 3", "bug hunt 3", "own model": how the tables name an exercise."""
+    """ "exercise 3", "bug hunt 3", "own model": how the tables name an exercise."""
     chapter = int(assignment[2:4])
     if "bughunt" in assignment:
         return f"bug hunt {chapter}"
@@ -113,10 +119,14 @@ def check_modules():
 
     import tformer_grading.checks as checks
 
-    modules = [importlib.import_module(f"tformer_grading.checks.{info.name}")
-               for info in pkgutil.iter_modules(checks.__path__)
-               if info.name not in checks.SHARED_MODULES]
-    return sorted(modules, key=lambda m: assignment_of(m) or m.__name__.rsplit(".", 1)[1])
+    modules = [
+        importlib.import_module(f"tformer_grading.checks.{info.name}")
+        for info in pkgutil.iter_modules(checks.__path__)
+        if info.name not in checks.SHARED_MODULES
+    ]
+    return sorted(
+        modules, key=lambda m: assignment_of(m) or m.__name__.rsplit(".", 1)[1]
+    )
 
 
 def module_diagnoses(module):
@@ -141,11 +151,15 @@ def resolve_check(text: str) -> CheckRef:
     module = _check_module_of(function)
     if module is None:
         raise UnresolvedReference(f"no check module defines {function}()")
-    callers = [name for name, code in _exercise_code().items()
-               if re.search(rf"\b{re.escape(function)}\(", code)]
+    callers = [
+        name
+        for name, code in _exercise_code().items()
+        if re.search(rf"\b{re.escape(function)}\(", code)
+    ]
     if not callers:
-        raise UnresolvedReference(f"{function}() is defined in {module.__name__} but no "
-                                  "exercise calls it")
+        raise UnresolvedReference(
+            f"{function}() is defined in {module.__name__} but no exercise calls it"
+        )
     if diagnosis and diagnosis not in {d.name for d in module_diagnoses(module)}:
         raise UnresolvedReference(f"{module.__name__} names no diagnosis {diagnosis!r}")
     assignment = callers[0]

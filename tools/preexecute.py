@@ -28,6 +28,7 @@ Usage: python tools/preexecute.py [--jobs N] [--threads N] [--dry-run]
   --threads N  set OMP_NUM_THREADS/MKL_NUM_THREADS=N for the kernels (default: leave unset)
 Exit status: 0 when every notebook the build will execute is cached, 1 when one failed.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -62,12 +63,16 @@ def book_settings(root: Path) -> dict:
         "cache": execute.get("cache", None),
         "aliases": None,
     }
-    sphinx = ((config.get("sphinx") or {}).get("config") or {})
-    for key, name in [("nb_execution_mode", "mode"), ("nb_execution_timeout", "timeout"),
-                      ("nb_execution_allow_errors", "allow_errors"),
-                      ("nb_execution_excludepatterns", "exclude"),
-                      ("nb_execution_in_temp", "in_temp"), ("nb_execution_cache_path", "cache"),
-                      ("nb_kernel_rgx_aliases", "aliases")]:
+    sphinx = (config.get("sphinx") or {}).get("config") or {}
+    for key, name in [
+        ("nb_execution_mode", "mode"),
+        ("nb_execution_timeout", "timeout"),
+        ("nb_execution_allow_errors", "allow_errors"),
+        ("nb_execution_excludepatterns", "exclude"),
+        ("nb_execution_in_temp", "in_temp"),
+        ("nb_execution_cache_path", "cache"),
+        ("nb_kernel_rgx_aliases", "aliases"),
+    ]:
         if key in sphinx:
             settings[name] = sphinx[key]
     return settings
@@ -99,7 +104,7 @@ def book_notebooks(root: Path, settings: dict) -> list[Path]:
     test: ``PurePosixPath(path).match(pattern)`` on the document's path)."""
     notebooks = []
     for entry in toc_files(root):
-        path = (root / entry)
+        path = root / entry
         if path.suffix != ".ipynb":
             path = path.with_name(path.name + ".ipynb")
         if not path.is_file():
@@ -125,7 +130,9 @@ def apply_aliases(nb: nbformat.NotebookNode, aliases: dict | None) -> None:
             break
 
 
-def execute_one(path: str, timeout: int, allow_errors: bool, aliases, threads: int | None) -> dict:
+def execute_one(
+    path: str, timeout: int, allow_errors: bool, aliases, threads: int | None
+) -> dict:
     """Worker (its own process): execute one notebook in its folder; return it as text."""
     from jupyter_cache.executors.utils import single_nb_execution
 
@@ -136,23 +143,48 @@ def execute_one(path: str, timeout: int, allow_errors: bool, aliases, threads: i
     apply_aliases(nb, aliases)
     started = time.perf_counter()
     try:
-        result = single_nb_execution(nb, cwd=str(Path(path).parent), timeout=timeout,
-                                     allow_errors=allow_errors, meta_override=True)
-    except Exception as exc:  # a dead kernel, a missing kernel: not caught by jupyter-cache
-        return {"path": path, "nb": None, "seconds": time.perf_counter() - started,
-                "error": type(exc).__name__, "traceback": traceback.format_exc()}
+        result = single_nb_execution(
+            nb,
+            cwd=str(Path(path).parent),
+            timeout=timeout,
+            allow_errors=allow_errors,
+            meta_override=True,
+        )
+    except (
+        Exception
+    ) as exc:  # a dead kernel, a missing kernel: not caught by jupyter-cache
+        return {
+            "path": path,
+            "nb": None,
+            "seconds": time.perf_counter() - started,
+            "error": type(exc).__name__,
+            "traceback": traceback.format_exc(),
+        }
     if result.err is not None:
-        return {"path": path, "nb": None, "seconds": result.time,
-                "error": type(result.err).__name__, "traceback": result.exc_string}
-    return {"path": path, "nb": nbformat.writes(result.nb), "seconds": result.time,
-            "error": None, "traceback": None}
+        return {
+            "path": path,
+            "nb": None,
+            "seconds": result.time,
+            "error": type(result.err).__name__,
+            "traceback": result.exc_string,
+        }
+    return {
+        "path": path,
+        "nb": nbformat.writes(result.nb),
+        "seconds": result.time,
+        "error": None,
+        "traceback": None,
+    }
 
 
 def estimate(cache, path: Path) -> float:
     """Seconds this notebook is expected to take: the cache's last record for the same file, else
     a guess (pages that are not lessons hold the longer experiments, see CONTRIBUTING.md)."""
-    seconds = [r.data.get("execution_seconds") for r in cache.list_cache_records()
-               if r.uri == str(path) and r.data.get("execution_seconds")]
+    seconds = [
+        r.data.get("execution_seconds")
+        for r in cache.list_cache_records()
+        if r.uri == str(path) and r.data.get("execution_seconds")
+    ]
     if seconds:
         return float(seconds[-1])
     return 30.0 if path.name == "lesson.ipynb" else 60.0
@@ -169,7 +201,9 @@ def main(argv=None) -> int:
 
     settings = book_settings(root)
     if settings["mode"] != "cache":
-        print(f"preexecute: execute_notebooks is {settings['mode']!r}, not 'cache': nothing to do")
+        print(
+            f"preexecute: execute_notebooks is {settings['mode']!r}, not 'cache': nothing to do"
+        )
         return 0
     if settings["in_temp"]:
         print("preexecute: run_in_temp is set: left to the build")
@@ -178,15 +212,23 @@ def main(argv=None) -> int:
     from jupyter_cache.base import CacheBundleIn
 
     # myst_nb.sphinx_ext: the build's cache is <build folder>/.jupyter_cache, unless configured.
-    cache_path = Path(settings["cache"]) if settings["cache"] else root / "_build" / ".jupyter_cache"
-    cache = get_cache(str(cache_path if cache_path.is_absolute() else root / cache_path))
+    cache_path = (
+        Path(settings["cache"])
+        if settings["cache"]
+        else root / "_build" / ".jupyter_cache"
+    )
+    cache = get_cache(
+        str(cache_path if cache_path.is_absolute() else root / cache_path)
+    )
 
     pending: list[Path] = []
     cached = 0
     for path in book_notebooks(root, settings):
         nb = read_notebook(path)
         if any(k.startswith("execution") for k in (nb.metadata.get("mystnb") or {})):
-            print(f"preexecute: {path.relative_to(root)} sets its own execution options: left to the build")
+            print(
+                f"preexecute: {path.relative_to(root)} sets its own execution options: left to the build"
+            )
             continue
         apply_aliases(nb, settings["aliases"])
         try:
@@ -196,10 +238,16 @@ def main(argv=None) -> int:
             pending.append(path)
     pending.sort(key=lambda p: -estimate(cache, p))
     jobs = max(1, min(args.jobs, len(pending)))
-    print(f"preexecute: {cached} notebook(s) already cached, {len(pending)} to execute"
-          + (f", {jobs} at a time" if pending else "")
-          + (f", OMP_NUM_THREADS={args.threads}" if pending and args.threads is not None else ""),
-          flush=True)
+    print(
+        f"preexecute: {cached} notebook(s) already cached, {len(pending)} to execute"
+        + (f", {jobs} at a time" if pending else "")
+        + (
+            f", OMP_NUM_THREADS={args.threads}"
+            if pending and args.threads is not None
+            else ""
+        ),
+        flush=True,
+    )
     if args.dry_run or not pending:
         for path in pending:
             print(f"  {path.relative_to(root)}")
@@ -210,27 +258,49 @@ def main(argv=None) -> int:
     # spawn: the workers start clean (no copy of this process's database connection).
     context = multiprocessing.get_context("spawn")
     with futures.ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
-        running = [pool.submit(execute_one, str(p), settings["timeout"], settings["allow_errors"],
-                               settings["aliases"], args.threads) for p in pending]
+        running = [
+            pool.submit(
+                execute_one,
+                str(p),
+                settings["timeout"],
+                settings["allow_errors"],
+                settings["aliases"],
+                args.threads,
+            )
+            for p in pending
+        ]
         for done in futures.as_completed(running):
             result = done.result()
             path = Path(result["path"])
             name = path.relative_to(root)
             if result["error"]:
                 failed.append(name)
-                print(f"preexecute: {name}: Executing notebook failed: {result['error']} "
-                      f"(after {result['seconds']:.1f} s)\n{result['traceback']}", flush=True)
+                print(
+                    f"preexecute: {name}: Executing notebook failed: {result['error']} "
+                    f"(after {result['seconds']:.1f} s)\n{result['traceback']}",
+                    flush=True,
+                )
                 continue
             # As myst-nb does after executing a notebook itself.
             record = cache.add_nb_to_project(str(path))
             cache.cache_notebook_bundle(
-                CacheBundleIn(nbformat.reads(result["nb"], as_version=NB_VERSION), record.uri,
-                              data={"execution_seconds": result["seconds"]}),
-                check_validity=False, overwrite=True)
-            print(f"preexecute: {name}: executed in {result['seconds']:.1f} s", flush=True)
+                CacheBundleIn(
+                    nbformat.reads(result["nb"], as_version=NB_VERSION),
+                    record.uri,
+                    data={"execution_seconds": result["seconds"]},
+                ),
+                check_validity=False,
+                overwrite=True,
+            )
+            print(
+                f"preexecute: {name}: executed in {result['seconds']:.1f} s", flush=True
+            )
     wall = time.perf_counter() - started
-    print(f"preexecute: {len(pending) - len(failed)} of {len(pending)} executed and cached "
-          f"in {wall:.1f} s wall-clock", flush=True)
+    print(
+        f"preexecute: {len(pending) - len(failed)} of {len(pending)} executed and cached "
+        f"in {wall:.1f} s wall-clock",
+        flush=True,
+    )
     if failed:
         print("preexecute: FAILED: " + ", ".join(map(str, failed)), flush=True)
         return 1

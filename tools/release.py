@@ -9,6 +9,7 @@ student version differs from what this produces.
 
 Usage: python tools/release.py [--check] [chapter ...]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,13 +30,19 @@ def generate(chapter: str, workdir: Path) -> Path:
     src = workdir / "solutions" / chapter
     src.mkdir(parents=True, exist_ok=True)
     shutil.copy(ROOT / "solutions" / chapter / "exercise.ipynb", src)
-    nbgrader(workdir, None, "generate_assignment", chapter, "--force", "--log-level=ERROR")
+    nbgrader(
+        workdir, None, "generate_assignment", chapter, "--force", "--log-level=ERROR"
+    )
     return workdir / "release" / chapter / "exercise.ipynb"
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="only report student versions that are out of date")
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="only report student versions that are out of date",
+    )
     parser.add_argument("chapter", nargs="*", help="chapters to release (default: all)")
     args = parser.parse_args(argv)
     changed = []

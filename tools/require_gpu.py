@@ -3,6 +3,7 @@
 Without it the GPU suite on a CPU machine would only skip tests and look green.
 Usage: python tools/require_gpu.py
 """
+
 import sys
 
 import torch
@@ -10,12 +11,19 @@ import torch
 
 def main() -> int:
     if not torch.cuda.is_available():
-        print(f"make test-gpu: FAILED, no CUDA GPU: torch.cuda.is_available() is False (torch {torch.__version__}, "
-              f"built for CUDA {torch.version.cuda or 'none'}). The GPU suite needs a machine with an NVIDIA GPU and "
-              "a CUDA build of torch; `make test` is the CPU suite.", file=sys.stderr)
+        print(
+            f"make test-gpu: FAILED, no CUDA GPU: torch.cuda.is_available() is False (torch {torch.__version__}, "
+            f"built for CUDA {torch.version.cuda or 'none'}). The GPU suite needs a machine with an NVIDIA GPU and "
+            "a CUDA build of torch; `make test` is the CPU suite.",
+            file=sys.stderr,
+        )
         return 3
-    names = ", ".join(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
-    print(f"make test-gpu: CUDA {torch.version.cuda}, torch {torch.__version__}, {names}")
+    names = ", ".join(
+        torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())
+    )
+    print(
+        f"make test-gpu: CUDA {torch.version.cuda}, torch {torch.__version__}, {names}"
+    )
     return 0
 
 

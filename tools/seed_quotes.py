@@ -20,6 +20,7 @@ names (whitespace-normalised). A translation is marked as a translation.
   ``:code: LANG`` shows it as a code block; without it, as a block quotation. Either way
   it is followed by "— seed 004, verbatim", linked to the seeds' page.
 """
+
 from __future__ import annotations
 
 import re
@@ -48,8 +49,9 @@ def split_role_text(text: str) -> tuple[str, str]:
     """``"004:quoted text"`` -> ``("004", "quoted text")``; a clear error otherwise."""
     match = _ROLE_TEXT.match(text)
     if not match or match.group(1) not in SEED_IDS:
-        raise ValueError(f"a seed quote reads 'NNN:text' with NNN one of {SEED_IDS}, "
-                         f"got {text!r}")
+        raise ValueError(
+            f"a seed quote reads 'NNN:text' with NNN one of {SEED_IDS}, got {text!r}"
+        )
     return match.group(1), match.group(2)
 
 
@@ -57,8 +59,14 @@ def _seeds_page_ref(text: str) -> nodes.Node:
     """A link to the seeds' page (book/seeds/index), relative to the current page."""
     from sphinx.addnodes import pending_xref
 
-    ref = pending_xref("", refdomain="std", reftype="doc", reftarget="/book/seeds/index",
-                       refexplicit=True, refwarn=True)
+    ref = pending_xref(
+        "",
+        refdomain="std",
+        reftype="doc",
+        reftarget="/book/seeds/index",
+        refexplicit=True,
+        refwarn=True,
+    )
     ref += nodes.inline(text, text)
     return ref
 
@@ -71,7 +79,9 @@ class _SeedRole(SphinxRole):
             seed_id, text = split_role_text(self.text)
         except ValueError as error:
             message = self.inliner.reporter.error(str(error), line=self.lineno)
-            return [self.inliner.problematic(self.rawtext, self.rawtext, message)], [message]
+            return [self.inliner.problematic(self.rawtext, self.rawtext, message)], [
+                message
+            ]
         return self.nodes(seed_id, text), []
 
 
@@ -101,13 +111,18 @@ class SeedQuote(SphinxDirective):
     def run(self):
         seed_id = self.arguments[0]
         if seed_id not in SEED_IDS:
-            raise self.error(f"seed-quote names a seed, one of {SEED_IDS}; got {seed_id!r}")
+            raise self.error(
+                f"seed-quote names a seed, one of {SEED_IDS}; got {seed_id!r}"
+            )
         text = "\n".join(self.content)
         if "code" in self.options:
-            body = nodes.literal_block(text, text, language=self.options["code"] or "none")
+            body = nodes.literal_block(
+                text, text, language=self.options["code"] or "none"
+            )
         else:
-            body = nodes.block_quote("", *[nodes.paragraph(p, p)
-                                           for p in text.split("\n\n") if p.strip()])
+            body = nodes.block_quote(
+                "", *[nodes.paragraph(p, p) for p in text.split("\n\n") if p.strip()]
+            )
         attribution = nodes.paragraph("", "— ", classes=["seed-attribution"])
         attribution += _seeds_page_ref(f"seed {seed_id}")
         attribution += nodes.Text(", verbatim")

@@ -19,6 +19,7 @@ checks are expected to reject the answer without naming its mistake (counted aga
 chapter's 85 %). ``listed`` says whether the mistake is exactly one of the check's own
 wrong variants; the bank needs mistakes the checks were not written from.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -65,16 +66,19 @@ def _chapter_of(fn: Callable) -> str:
     match = re.search(r"bank_(ch\d\d\w*)$", fn.__module__)
     if not match:
         raise ValueError(
-            f"bank entries live in tests/bank/bank_chNN.py, not {fn.__module__}")
+            f"bank entries live in tests/bank/bank_chNN.py, not {fn.__module__}"
+        )
     return match.group(1)
 
 
 def right(exercise: str) -> Callable:
     """Register a right answer to ``exercise``: every check must accept it."""
+
     def register(answer):
         chapter = _chapter_of(answer)
         ENTRIES.append(Entry(chapter, exercise, answer.__name__, answer, None))
         return answer
+
     return register
 
 
@@ -82,11 +86,14 @@ def wrong(exercise: str, expect: str, *, listed: bool) -> Callable:
     """Register a wrong answer to ``exercise``: the checks must reject it with a message
     matching ``expect`` (or with the generic fallback, when ``expect`` is GENERIC)."""
     re.compile(expect)
+
     def register(answer):
         chapter = _chapter_of(answer)
         ENTRIES.append(
-            Entry(chapter, exercise, answer.__name__, answer, expect, listed))
+            Entry(chapter, exercise, answer.__name__, answer, expect, listed)
+        )
         return answer
+
     return register
 
 

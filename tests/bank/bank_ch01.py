@@ -4,6 +4,7 @@ bank.py).
 Each answer is literal learner code; a wrong one says in a comment what the mistake is
 and why a learner makes it.
 """
+
 import math
 
 import torch
@@ -16,18 +17,22 @@ from tformer_grading.checks import ch01
 GRADERS = {
     "split_heads": lambda fn: (
         ch01.check_split_heads(fn),
-        ch01.check_by_hand("split_heads", fn, (torch.randn(2, 3, 8), 2))),
+        ch01.check_by_hand("split_heads", fn, (torch.randn(2, 3, 8), 2)),
+    ),
     "merge_heads": lambda fn: (
         ch01.check_merge_heads(fn),
-        ch01.check_by_hand("merge_heads", fn, (torch.randn(2, 2, 3, 4),))),
+        ch01.check_by_hand("merge_heads", fn, (torch.randn(2, 2, 3, 4),)),
+    ),
     "multi_head_attention": lambda cls: (
         ch01.check_multi_head_attention(cls),
         ch01.check_multi_head_attention_behaviour(cls),
-        ch01.check_multi_head_attention_by_hand(cls)),
+        ch01.check_multi_head_attention_by_hand(cls),
+    ),
 }
 
 
 # ------------------------------------------------------------------ split_heads: right
+
 
 @right("split_heads")
 def split_view_transpose(x, n_heads):
@@ -54,7 +59,7 @@ def split_chunk_stack(x, n_heads):
 @right("split_heads")
 def split_slices_loop(x, n_heads):
     d_head = x.size(-1) // n_heads
-    heads = [x[:, :, i * d_head:(i + 1) * d_head] for i in range(n_heads)]
+    heads = [x[:, :, i * d_head : (i + 1) * d_head] for i in range(n_heads)]
     return torch.stack(heads, dim=1)
 
 
@@ -77,6 +82,7 @@ def split_einsum(x, n_heads):
 
 
 # ------------------------------------------------------------------ split_heads: wrong
+
 
 @wrong("split_heads", r"'view without transpose'", listed=True)
 def split_forgot_transpose(x, n_heads):  # stops at [B, S, H, Dh], the view alone
@@ -136,8 +142,12 @@ def split_transpose_zero_one(x, n_heads):  # transpose(0, 1): sequence-first hab
     return x.view(b, s, n_heads, d // n_heads).transpose(0, 1)
 
 
-@wrong("split_heads", r"'features assigned to the wrong heads'.*head 0 holds features "
-                      r"\[15, 16, 17, 18, 19\]", listed=False)
+@wrong(
+    "split_heads",
+    r"'features assigned to the wrong heads'.*head 0 holds features "
+    r"\[15, 16, 17, 18, 19\]",
+    listed=False,
+)
 def split_heads_reversed(x, n_heads):  # flip meant to "put the heads axis first"
     b, s, d = x.shape
     return x.view(b, s, n_heads, d // n_heads).flip(2).transpose(1, 2)
@@ -166,9 +176,11 @@ def split_float_division(x, n_heads):  # d / h is a float: view() wants ints
     return x.view(b, s, n_heads, d / n_heads).transpose(1, 2)
 
 
-@wrong("split_heads",
-       r"raised RuntimeError.*at line \d+ of your code.*case x \[B=2, S=5",
-       listed=False)
+@wrong(
+    "split_heads",
+    r"raised RuntimeError.*at line \d+ of your code.*case x \[B=2, S=5",
+    listed=False,
+)
 def split_unflatten_sequence(x, n_heads):  # unflatten(1, ...) cuts the sequence axis
     return x.unflatten(1, (n_heads, -1))
 
@@ -192,8 +204,9 @@ def split_resize_in_place(x, n_heads):  # resize_ reshapes the caller's tensor i
     return x.transpose(1, 2)
 
 
-@wrong("split_heads",
-       r"expected dtype torch\.float64, got torch\.float32", listed=False)
+@wrong(
+    "split_heads", r"expected dtype torch\.float64, got torch\.float32", listed=False
+)
 def split_casts_to_float(x, n_heads):  # .float() "to be safe" downcasts float64
     b, s, d = x.shape
     return x.float().view(b, s, n_heads, d // n_heads).transpose(1, 2)
@@ -228,25 +241,32 @@ def split_flattens_again(x, n_heads):  # merges S and Dh back "to keep it 3-D"
 def split_off_by_one_slices(x, n_heads):  # starts at feature 1, wraps the last around
     d_head = x.size(-1) // n_heads
     rolled = torch.roll(x, -1, dims=-1)
-    heads = [rolled[..., i * d_head:(i + 1) * d_head] for i in range(n_heads)]
+    heads = [rolled[..., i * d_head : (i + 1) * d_head] for i in range(n_heads)]
     return torch.stack(heads, dim=1)
 
 
-@wrong("split_heads", r"'gradient does not reach the input'.*no gradient back to x",
-       listed=False)
+@wrong(
+    "split_heads",
+    r"'gradient does not reach the input'.*no gradient back to x",
+    listed=False,
+)
 def split_detached(x, n_heads):  # "no gradient needed for a reshape": detaches x first
     b, s, d = x.shape
     return x.detach().view(b, s, n_heads, d // n_heads).transpose(1, 2)
 
 
-@wrong("split_heads", r"'gradient does not reach the input'.*no gradient back to x",
-       listed=False)
+@wrong(
+    "split_heads",
+    r"'gradient does not reach the input'.*no gradient back to x",
+    listed=False,
+)
 def split_under_no_grad(x, n_heads):  # no_grad "to save memory": a split is no maths
     with torch.no_grad():
         return torch.stack(x.chunk(n_heads, dim=-1), dim=1)
 
 
 # ------------------------------------------------------------------ merge_heads: right
+
 
 @right("merge_heads")
 def merge_transpose_reshape(x):
@@ -293,6 +313,7 @@ def merge_movedim_reshape(x):
 
 
 # ------------------------------------------------------------------ merge_heads: wrong
+
 
 @wrong("merge_heads", r"'merged without transpose'", listed=True)
 def merge_reshape_only(x):  # "reshape handles it": it glues rows of different tokens
@@ -348,8 +369,9 @@ def merge_cat_tokens(x):  # unbind(2) takes tokens apart, not heads
     return torch.cat(x.unbind(2), dim=-1)
 
 
-@wrong("merge_heads",
-       r"'head features put in the wrong places'.*\(2, 0\)", listed=False)
+@wrong(
+    "merge_heads", r"'head features put in the wrong places'.*\(2, 0\)", listed=False
+)
 def merge_heads_reversed(x):  # reversed() "to undo" the split's order
     return torch.cat(list(reversed(x.unbind(1))), dim=-1)
 
@@ -379,8 +401,9 @@ def merge_transpose_in_place(x):  # transpose_ changes the caller's tensor
     return x.reshape(b, s, h * dh)
 
 
-@wrong("merge_heads",
-       r"expected dtype torch\.float64, got torch\.float32", listed=False)
+@wrong(
+    "merge_heads", r"expected dtype torch\.float64, got torch\.float32", listed=False
+)
 def merge_to_float32(x):  # .to(torch.float32) "for the next Linear"
     b, h, s, dh = x.shape
     return x.transpose(1, 2).reshape(b, s, h * dh).to(torch.float32)
@@ -436,8 +459,11 @@ def merge_fixed_shape(x):  # sizes from the lesson's example, not from x
     return x.transpose(1, 2).reshape(2, 5, 8)
 
 
-@wrong("merge_heads", r"'gradient does not reach the input'.*no gradient back to x",
-       listed=False)
+@wrong(
+    "merge_heads",
+    r"'gradient does not reach the input'.*no gradient back to x",
+    listed=False,
+)
 def merge_through_data(x):  # .data "to skip autograd's bookkeeping" on a pure reshape
     b, h, s, dh = x.shape
     return x.data.permute(0, 2, 1, 3).reshape(b, s, h * dh)
@@ -446,6 +472,7 @@ def merge_through_data(x):  # .data "to skip autograd's bookkeeping" on a pure r
 # ---------------------------------------------------------------- multi_head_attention
 # In the notebook the module uses the learner's own split_heads and merge_heads from the
 # cells above; these are those (right) answers.
+
 
 def split_heads(x, n_heads):
     batch, seq, d_model = x.shape
@@ -458,6 +485,7 @@ def merge_heads(x):
 
 
 # --------------------------------------------------------- multi_head_attention: right
+
 
 @right("multi_head_attention")
 class MHAFourLinears(nn.Module):
@@ -532,10 +560,12 @@ class MHAFusedPerHead(nn.Module):
         h, dh = self.n_heads, self.d_head
         w = self.in_proj.weight.view(h, 3, dh, -1)
         b = self.in_proj.bias.view(h, 3, dh)
-        q, k, v = (F.linear(x, w[:, i].reshape(h * dh, -1), b[:, i].reshape(-1))
-                   for i, x in enumerate((query, key, value)))
+        q, k, v = (
+            F.linear(x, w[:, i].reshape(h * dh, -1), b[:, i].reshape(-1))
+            for i, x in enumerate((query, key, value))
+        )
         q, k, v = (split_heads(t, h) for t in (q, k, v))
-        weights = torch.softmax(torch.matmul(q, k.transpose(2, 3)) / dh ** 0.5, dim=-1)
+        weights = torch.softmax(torch.matmul(q, k.transpose(2, 3)) / dh**0.5, dim=-1)
         return self.out_proj(merge_heads(torch.matmul(weights, v)))
 
 
@@ -546,10 +576,10 @@ class MHARawParameters(nn.Module):
     def __init__(self, d_model, n_heads):
         super().__init__()
         self.h = n_heads
-        self.W_q = nn.Parameter(torch.randn(d_model, d_model) / d_model ** 0.5)
-        self.W_k = nn.Parameter(torch.randn(d_model, d_model) / d_model ** 0.5)
-        self.W_v = nn.Parameter(torch.randn(d_model, d_model) / d_model ** 0.5)
-        self.W_o = nn.Parameter(torch.randn(d_model, d_model) / d_model ** 0.5)
+        self.W_q = nn.Parameter(torch.randn(d_model, d_model) / d_model**0.5)
+        self.W_k = nn.Parameter(torch.randn(d_model, d_model) / d_model**0.5)
+        self.W_v = nn.Parameter(torch.randn(d_model, d_model) / d_model**0.5)
+        self.W_o = nn.Parameter(torch.randn(d_model, d_model) / d_model**0.5)
         self.b_v = nn.Parameter(torch.zeros(d_model))
         self.b_o = nn.Parameter(torch.zeros(d_model))
 
@@ -575,10 +605,12 @@ class MHAQueryAndFusedKV(nn.Module):
     def forward(self, query, key, value, mask=None):
         d = query.size(-1)
         q = split_heads(self.to_q(query), self.n_heads)
-        k = split_heads(F.linear(key, self.to_kv.weight[:d], self.to_kv.bias[:d]),
-                        self.n_heads)
-        v = split_heads(F.linear(value, self.to_kv.weight[d:], self.to_kv.bias[d:]),
-                        self.n_heads)
+        k = split_heads(
+            F.linear(key, self.to_kv.weight[:d], self.to_kv.bias[:d]), self.n_heads
+        )
+        v = split_heads(
+            F.linear(value, self.to_kv.weight[d:], self.to_kv.bias[d:]), self.n_heads
+        )
         q = q * q.size(-1) ** -0.5  # scaling q first is the same as scaling the scores
         return self.to_out(merge_heads(torch.softmax(q @ k.transpose(-2, -1), -1) @ v))
 
@@ -611,8 +643,9 @@ class MHAHandSoftmaxBaddbmm(nn.Module):
     def __init__(self, d_model, n_heads):
         super().__init__()
         self.h = n_heads
-        self.wq, self.wk, self.wv, self.wo = (nn.Linear(d_model, d_model)
-                                              for _ in range(4))
+        self.wq, self.wk, self.wv, self.wo = (
+            nn.Linear(d_model, d_model) for _ in range(4)
+        )
 
     def forward(self, query, key, value, mask=None):
         b, sq, d = query.shape
@@ -650,17 +683,19 @@ class MHAEinsumHeadsLast(nn.Module):
 
 # --------------------------------------------------------- multi_head_attention: wrong
 
+
 @wrong("multi_head_attention", r"'scaled by sqrt\(d_model\)'", listed=True)
 class MHAScaleDModel(nn.Module):  # the seed's embed_size ** 0.5: √D, not √Dh
     def __init__(self, d_model, n_heads):
         super().__init__()
         self.h = n_heads
-        self.q, self.k, self.v, self.o = (nn.Linear(d_model, d_model)
-                                          for _ in range(4))
+        self.q, self.k, self.v, self.o = (nn.Linear(d_model, d_model) for _ in range(4))
 
     def forward(self, query, key, value, mask=None):
-        q, k, v = (split_heads(f(x), self.h)
-                   for f, x in ((self.q, query), (self.k, key), (self.v, value)))
+        q, k, v = (
+            split_heads(f(x), self.h)
+            for f, x in ((self.q, query), (self.k, key), (self.v, value))
+        )
         w = (q @ k.transpose(-2, -1) / math.sqrt(query.size(-1))).softmax(-1)
         return self.o(merge_heads(w @ v))
 
@@ -670,12 +705,13 @@ class MHANoScale(nn.Module):  # forgot the 1/√Dh altogether
     def __init__(self, d_model, n_heads):
         super().__init__()
         self.h = n_heads
-        self.q, self.k, self.v, self.o = (nn.Linear(d_model, d_model)
-                                          for _ in range(4))
+        self.q, self.k, self.v, self.o = (nn.Linear(d_model, d_model) for _ in range(4))
 
     def forward(self, query, key, value, mask=None):
-        q, k, v = (split_heads(f(x), self.h)
-                   for f, x in ((self.q, query), (self.k, key), (self.v, value)))
+        q, k, v = (
+            split_heads(f(x), self.h)
+            for f, x in ((self.q, query), (self.k, key), (self.v, value))
+        )
         return self.o(merge_heads((q @ k.transpose(-2, -1)).softmax(-1) @ v))
 
 
@@ -684,24 +720,27 @@ class MHASoftmaxDimTwo(nn.Module):  # dim=2 "is the sequence axis": it is the qu
     def __init__(self, d_model, n_heads):
         super().__init__()
         self.h = n_heads
-        self.q, self.k, self.v, self.o = (nn.Linear(d_model, d_model)
-                                          for _ in range(4))
+        self.q, self.k, self.v, self.o = (nn.Linear(d_model, d_model) for _ in range(4))
 
     def forward(self, query, key, value, mask=None):
-        q, k, v = (split_heads(f(x), self.h)
-                   for f, x in ((self.q, query), (self.k, key), (self.v, value)))
+        q, k, v = (
+            split_heads(f(x), self.h)
+            for f, x in ((self.q, query), (self.k, key), (self.v, value))
+        )
         w = F.softmax(q @ k.transpose(2, 3) / math.sqrt(q.size(3)), dim=2)
         return self.o(merge_heads(w @ v))
 
 
-@wrong("multi_head_attention",
-       r"einsum over the wrong axes \(the seed's bug\)", listed=True)
+@wrong(
+    "multi_head_attention",
+    r"einsum over the wrong axes \(the seed's bug\)",
+    listed=True,
+)
 class MHASeedEinsum(nn.Module):  # the seed's letters for [B, H, S, Dh] on [B, S, H, Dh]
     def __init__(self, d_model, n_heads):
         super().__init__()
         self.h = n_heads
-        self.q, self.k, self.v, self.o = (nn.Linear(d_model, d_model)
-                                          for _ in range(4))
+        self.q, self.k, self.v, self.o = (nn.Linear(d_model, d_model) for _ in range(4))
 
     def forward(self, query, key, value, mask=None):
         q = self.q(query).unflatten(-1, (self.h, -1))
@@ -716,12 +755,13 @@ class MHASplitStraight(nn.Module):  # reshape straight to [B, H, S, Dh]
     def __init__(self, d_model, n_heads):
         super().__init__()
         self.h = n_heads
-        self.q, self.k, self.v, self.o = (nn.Linear(d_model, d_model)
-                                          for _ in range(4))
+        self.q, self.k, self.v, self.o = (nn.Linear(d_model, d_model) for _ in range(4))
 
     def forward(self, query, key, value, mask=None):
-        q, k, v = (f(x).reshape(x.size(0), self.h, x.size(1), -1)
-                   for f, x in ((self.q, query), (self.k, key), (self.v, value)))
+        q, k, v = (
+            f(x).reshape(x.size(0), self.h, x.size(1), -1)
+            for f, x in ((self.q, query), (self.k, key), (self.v, value))
+        )
         w = (q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))).softmax(-1)
         return self.o(merge_heads(w @ v))
 
@@ -731,12 +771,13 @@ class MHAMergeNoTranspose(nn.Module):  # reshape [B, H, S, Dh] straight to [B, S
     def __init__(self, d_model, n_heads):
         super().__init__()
         self.h = n_heads
-        self.q, self.k, self.v, self.o = (nn.Linear(d_model, d_model)
-                                          for _ in range(4))
+        self.q, self.k, self.v, self.o = (nn.Linear(d_model, d_model) for _ in range(4))
 
     def forward(self, query, key, value, mask=None):
-        q, k, v = (split_heads(f(x), self.h)
-                   for f, x in ((self.q, query), (self.k, key), (self.v, value)))
+        q, k, v = (
+            split_heads(f(x), self.h)
+            for f, x in ((self.q, query), (self.k, key), (self.v, value))
+        )
         out = (q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))).softmax(-1) @ v
         return self.o(out.reshape(query.shape))
 
@@ -746,12 +787,13 @@ class MHAMergeDhMajor(nn.Module):  # permute(0, 2, 3, 1): Dh before H
     def __init__(self, d_model, n_heads):
         super().__init__()
         self.h = n_heads
-        self.q, self.k, self.v, self.o = (nn.Linear(d_model, d_model)
-                                          for _ in range(4))
+        self.q, self.k, self.v, self.o = (nn.Linear(d_model, d_model) for _ in range(4))
 
     def forward(self, query, key, value, mask=None):
-        q, k, v = (split_heads(f(x), self.h)
-                   for f, x in ((self.q, query), (self.k, key), (self.v, value)))
+        q, k, v = (
+            split_heads(f(x), self.h)
+            for f, x in ((self.q, query), (self.k, key), (self.v, value))
+        )
         out = (q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))).softmax(-1) @ v
         return self.o(out.permute(0, 2, 3, 1).flatten(2))
 
@@ -774,8 +816,11 @@ class MHASeedProjections(nn.Module):  # the seed: one Linear(Dh, Dh) for every h
         return self.fc_out(merge_heads(w @ v))
 
 
-@wrong("multi_head_attention", r"'scores divided by the wrong number'.*that is d_head;",
-       listed=False)
+@wrong(
+    "multi_head_attention",
+    r"'scores divided by the wrong number'.*that is d_head;",
+    listed=False,
+)
 class MHADivideByDHead(nn.Module):  # forgot the square root: / Dh
     def __init__(self, d_model, n_heads):
         super().__init__()
@@ -793,8 +838,11 @@ class MHADivideByDHead(nn.Module):  # forgot the square root: / Dh
         return self.o_proj(merge_heads(scores.softmax(-1) @ v))
 
 
-@wrong("multi_head_attention",
-       r"'scores divided by the wrong number'.*multiplied by √d_head", listed=False)
+@wrong(
+    "multi_head_attention",
+    r"'scores divided by the wrong number'.*multiplied by √d_head",
+    listed=False,
+)
 class MHAMultipliesByScale(nn.Module):  # * √Dh where it should be / √Dh
     def __init__(self, d_model, n_heads):
         super().__init__()
@@ -813,8 +861,11 @@ class MHAMultipliesByScale(nn.Module):  # * √Dh where it should be / √Dh
         return self.o_proj(merge_heads(scores.softmax(-1) @ v))
 
 
-@wrong("multi_head_attention",
-       r"'scores divided by the wrong number'.*that is 2·d_head", listed=False)
+@wrong(
+    "multi_head_attention",
+    r"'scores divided by the wrong number'.*that is 2·d_head",
+    listed=False,
+)
 class MHAPrecedenceSlip(nn.Module):  # d_head ** 1/2 is (d_head ** 1) / 2
     def __init__(self, d_model, n_heads):
         super().__init__()
@@ -828,12 +879,15 @@ class MHAPrecedenceSlip(nn.Module):  # d_head ** 1/2 is (d_head ** 1) / 2
         q = split_heads(self.q_proj(query), self.h)
         k = split_heads(self.k_proj(key), self.h)
         v = split_heads(self.v_proj(value), self.h)
-        scores = q @ k.transpose(-2, -1) / self.d_head ** 1 / 2
+        scores = q @ k.transpose(-2, -1) / self.d_head**1 / 2
         return self.o_proj(merge_heads(scores.softmax(-1) @ v))
 
 
-@wrong("multi_head_attention",
-       r"'scores divided by the wrong number'.*that is √n_heads", listed=False)
+@wrong(
+    "multi_head_attention",
+    r"'scores divided by the wrong number'.*that is √n_heads",
+    listed=False,
+)
 class MHAScaleByHeads(nn.Module):  # √(number of heads): the wrong size in the formula
     def __init__(self, d_model, n_heads):
         super().__init__()
@@ -851,8 +905,11 @@ class MHAScaleByHeads(nn.Module):  # √(number of heads): the wrong size in the
         return self.o_proj(merge_heads(scores.softmax(-1) @ v))
 
 
-@wrong("multi_head_attention", r"'scores divided by the wrong number'.*a constant 8\b",
-       listed=False)
+@wrong(
+    "multi_head_attention",
+    r"'scores divided by the wrong number'.*a constant 8\b",
+    listed=False,
+)
 class MHAPaperConstant(nn.Module):  # the paper's √64 = 8, hard-coded
     def __init__(self, d_model, n_heads):
         super().__init__()
@@ -869,9 +926,12 @@ class MHAPaperConstant(nn.Module):  # the paper's √64 = 8, hard-coded
         return self.o_proj(merge_heads(torch.softmax(q @ k.mT / 8.0, dim=-1) @ v))
 
 
-@wrong("multi_head_attention",
-       r"'scores divided by the wrong number'.*√Sq, the square root of the query "
-       r"length", listed=False)
+@wrong(
+    "multi_head_attention",
+    r"'scores divided by the wrong number'.*√Sq, the square root of the query "
+    r"length",
+    listed=False,
+)
 class MHAScaleBySeqLen(nn.Module):  # q.size(-2) where q.size(-1) was meant
     def __init__(self, d_model, n_heads):
         super().__init__()
@@ -889,14 +949,18 @@ class MHAScaleBySeqLen(nn.Module):  # q.size(-2) where q.size(-1) was meant
         return self.o_proj(merge_heads(scores.softmax(-1) @ v))
 
 
-@wrong("multi_head_attention", r"'softmax over the wrong axis'.*axis 1 \(the heads\)",
-       listed=False)
+@wrong(
+    "multi_head_attention",
+    r"'softmax over the wrong axis'.*axis 1 \(the heads\)",
+    listed=False,
+)
 class MHASoftmaxOverHeads(nn.Module):  # dim=1 "the first axis after the batch"
     def __init__(self, d_model, n_heads):
         super().__init__()
         self.h = n_heads
-        self.wq, self.wk, self.wv, self.wo = (nn.Linear(d_model, d_model)
-                                              for _ in range(4))
+        self.wq, self.wk, self.wv, self.wo = (
+            nn.Linear(d_model, d_model) for _ in range(4)
+        )
 
     def forward(self, query, key, value, mask=None):
         q = split_heads(self.wq(query), self.h)
@@ -906,14 +970,18 @@ class MHASoftmaxOverHeads(nn.Module):  # dim=1 "the first axis after the batch"
         return self.wo(merge_heads(w @ v))
 
 
-@wrong("multi_head_attention", r"'softmax over the wrong axis'.*axis 0 \(the batch\)",
-       listed=False)
+@wrong(
+    "multi_head_attention",
+    r"'softmax over the wrong axis'.*axis 0 \(the batch\)",
+    listed=False,
+)
 class MHASoftmaxOverBatch(nn.Module):  # softmax(0): the default axis in some tutorials
     def __init__(self, d_model, n_heads):
         super().__init__()
         self.h = n_heads
-        self.wq, self.wk, self.wv, self.wo = (nn.Linear(d_model, d_model)
-                                              for _ in range(4))
+        self.wq, self.wk, self.wv, self.wo = (
+            nn.Linear(d_model, d_model) for _ in range(4)
+        )
 
     def forward(self, query, key, value, mask=None):
         q = split_heads(self.wq(query), self.h)
@@ -923,15 +991,19 @@ class MHASoftmaxOverBatch(nn.Module):  # softmax(0): the default axis in some tu
         return self.wo(merge_heads(w @ v))
 
 
-@wrong("multi_head_attention",
-       r"2 mistakes at once: 'softmax over the wrong axis'.*axis 2 \(the queries"
-       r"\).*'scores divided by the wrong number'.*that is d_model", listed=False)
+@wrong(
+    "multi_head_attention",
+    r"2 mistakes at once: 'softmax over the wrong axis'.*axis 2 \(the queries"
+    r"\).*'scores divided by the wrong number'.*that is d_model",
+    listed=False,
+)
 class MHAQueriesAxisAndDModel(nn.Module):  # two slips: dim=-2 and / D
     def __init__(self, d_model, n_heads):
         super().__init__()
         self.h, self.d = n_heads, d_model
-        self.wq, self.wk, self.wv, self.wo = (nn.Linear(d_model, d_model)
-                                              for _ in range(4))
+        self.wq, self.wk, self.wv, self.wo = (
+            nn.Linear(d_model, d_model) for _ in range(4)
+        )
 
     def forward(self, query, key, value, mask=None):
         q = split_heads(self.wq(query), self.h)
@@ -941,14 +1013,18 @@ class MHAQueriesAxisAndDModel(nn.Module):  # two slips: dim=-2 and / D
         return self.wo(merge_heads(w @ v))
 
 
-@wrong("multi_head_attention",
-       r"'attention weights do not sum to 1'.*sum to 0\.5 \(D=16, H=4\)", listed=False)
+@wrong(
+    "multi_head_attention",
+    r"'attention weights do not sum to 1'.*sum to 0\.5 \(D=16, H=4\)",
+    listed=False,
+)
 class MHAScaleAfterSoftmax(nn.Module):  # the division moved after the softmax
     def __init__(self, d_model, n_heads):
         super().__init__()
         self.h = n_heads
-        self.wq, self.wk, self.wv, self.wo = (nn.Linear(d_model, d_model)
-                                              for _ in range(4))
+        self.wq, self.wk, self.wv, self.wo = (
+            nn.Linear(d_model, d_model) for _ in range(4)
+        )
 
     def forward(self, query, key, value, mask=None):
         q = split_heads(self.wq(query), self.h)
@@ -963,8 +1039,9 @@ class MHAForgotSoftmax(nn.Module):  # "scaled scores are the weights"
     def __init__(self, d_model, n_heads):
         super().__init__()
         self.h = n_heads
-        self.wq, self.wk, self.wv, self.wo = (nn.Linear(d_model, d_model)
-                                              for _ in range(4))
+        self.wq, self.wk, self.wv, self.wo = (
+            nn.Linear(d_model, d_model) for _ in range(4)
+        )
 
     def forward(self, query, key, value, mask=None):
         q = split_heads(self.wq(query), self.h)
@@ -978,8 +1055,9 @@ class MHAKeyValueSwapped(nn.Module):  # scores against v, weights over k
     def __init__(self, d_model, n_heads):
         super().__init__()
         self.h = n_heads
-        self.wq, self.wk, self.wv, self.wo = (nn.Linear(d_model, d_model)
-                                              for _ in range(4))
+        self.wq, self.wk, self.wv, self.wo = (
+            nn.Linear(d_model, d_model) for _ in range(4)
+        )
 
     def forward(self, query, key, value, mask=None):
         q = split_heads(self.wq(query), self.h)
@@ -989,14 +1067,18 @@ class MHAKeyValueSwapped(nn.Module):  # scores against v, weights over k
         return self.wo(merge_heads(w @ k))
 
 
-@wrong("multi_head_attention", r"'an input is never projected'.*applied to `key`",
-       listed=False)
+@wrong(
+    "multi_head_attention",
+    r"'an input is never projected'.*applied to `key`",
+    listed=False,
+)
 class MHASelfAttentionOnly(nn.Module):  # written for self-attention: key/value ignored
     def __init__(self, d_model, n_heads):
         super().__init__()
         self.h = n_heads
-        self.wq, self.wk, self.wv, self.wo = (nn.Linear(d_model, d_model)
-                                              for _ in range(4))
+        self.wq, self.wk, self.wv, self.wo = (
+            nn.Linear(d_model, d_model) for _ in range(4)
+        )
 
     def forward(self, query, key, value, mask=None):
         x = query
@@ -1007,14 +1089,18 @@ class MHASelfAttentionOnly(nn.Module):  # written for self-attention: key/value 
         return self.wo(merge_heads(w @ v))
 
 
-@wrong("multi_head_attention", r"'an input is never projected'.*applied to `value`",
-       listed=False)
+@wrong(
+    "multi_head_attention",
+    r"'an input is never projected'.*applied to `value`",
+    listed=False,
+)
 class MHAValueFromKey(nn.Module):  # "keys and values are the same tokens": v from key
     def __init__(self, d_model, n_heads):
         super().__init__()
         self.h = n_heads
-        self.wq, self.wk, self.wv, self.wo = (nn.Linear(d_model, d_model)
-                                              for _ in range(4))
+        self.wq, self.wk, self.wv, self.wo = (
+            nn.Linear(d_model, d_model) for _ in range(4)
+        )
 
     def forward(self, query, key, value, mask=None):
         q = split_heads(self.wq(query), self.h)
@@ -1024,15 +1110,19 @@ class MHAValueFromKey(nn.Module):  # "keys and values are the same tokens": v fr
         return self.wo(merge_heads(w @ v))
 
 
-@wrong("multi_head_attention",
-       r"'one projection applied to several inputs'.*`wk.weight` \[\d+, \d+\] is "
-       r"applied to key and value", listed=False)
+@wrong(
+    "multi_head_attention",
+    r"'one projection applied to several inputs'.*`wk.weight` \[\d+, \d+\] is "
+    r"applied to key and value",
+    listed=False,
+)
 class MHAReusesKeyProjection(nn.Module):  # copy-paste: self.wk(value) for v
     def __init__(self, d_model, n_heads):
         super().__init__()
         self.h = n_heads
-        self.wq, self.wk, self.wv, self.wo = (nn.Linear(d_model, d_model)
-                                              for _ in range(4))
+        self.wq, self.wk, self.wv, self.wo = (
+            nn.Linear(d_model, d_model) for _ in range(4)
+        )
 
     def forward(self, query, key, value, mask=None):
         q = split_heads(self.wq(query), self.h)
@@ -1042,14 +1132,18 @@ class MHAReusesKeyProjection(nn.Module):  # copy-paste: self.wk(value) for v
         return self.wo(merge_heads(w @ v))
 
 
-@wrong("multi_head_attention",
-       r"'output projection missing'.*wo.weight \[\d+, \d+\]: no effect", listed=False)
+@wrong(
+    "multi_head_attention",
+    r"'output projection missing'.*wo.weight \[\d+, \d+\]: no effect",
+    listed=False,
+)
 class MHAForgotOutputProjection(nn.Module):  # defined wo, returned before using it
     def __init__(self, d_model, n_heads):
         super().__init__()
         self.h = n_heads
-        self.wq, self.wk, self.wv, self.wo = (nn.Linear(d_model, d_model)
-                                              for _ in range(4))
+        self.wq, self.wk, self.wv, self.wo = (
+            nn.Linear(d_model, d_model) for _ in range(4)
+        )
 
     def forward(self, query, key, value, mask=None):
         q = split_heads(self.wq(query), self.h)
@@ -1064,8 +1158,9 @@ class MHAAddsResidual(nn.Module):  # the block's residual, added inside attentio
     def __init__(self, d_model, n_heads):
         super().__init__()
         self.h = n_heads
-        self.wq, self.wk, self.wv, self.wo = (nn.Linear(d_model, d_model)
-                                              for _ in range(4))
+        self.wq, self.wk, self.wv, self.wo = (
+            nn.Linear(d_model, d_model) for _ in range(4)
+        )
 
     def forward(self, query, key, value, mask=None):
         q = split_heads(self.wq(query), self.h)
@@ -1080,8 +1175,9 @@ class MHAFunctionalDropout(nn.Module):  # F.dropout defaults to training=True
     def __init__(self, d_model, n_heads):
         super().__init__()
         self.h = n_heads
-        self.wq, self.wk, self.wv, self.wo = (nn.Linear(d_model, d_model)
-                                              for _ in range(4))
+        self.wq, self.wk, self.wv, self.wo = (
+            nn.Linear(d_model, d_model) for _ in range(4)
+        )
 
     def forward(self, query, key, value, mask=None):
         q = split_heads(self.wq(query), self.h)
@@ -1091,14 +1187,16 @@ class MHAFunctionalDropout(nn.Module):  # F.dropout defaults to training=True
         return self.wo(merge_heads(F.dropout(w, p=0.1) @ v))
 
 
-@wrong("multi_head_attention", r"raised TypeError.*at line \d+ of your code",
-       listed=False)
+@wrong(
+    "multi_head_attention", r"raised TypeError.*at line \d+ of your code", listed=False
+)
 class MHAMaskAlwaysApplied(nn.Module):  # masks unconditionally: mask=None breaks it
     def __init__(self, d_model, n_heads):
         super().__init__()
         self.h = n_heads
-        self.wq, self.wk, self.wv, self.wo = (nn.Linear(d_model, d_model)
-                                              for _ in range(4))
+        self.wq, self.wk, self.wv, self.wo = (
+            nn.Linear(d_model, d_model) for _ in range(4)
+        )
 
     def forward(self, query, key, value, mask=None):
         q = split_heads(self.wq(query), self.h)
@@ -1114,8 +1212,9 @@ class MHAReturnsWeightsToo(nn.Module):  # (out, weights) like nn.MultiheadAttent
     def __init__(self, d_model, n_heads):
         super().__init__()
         self.h = n_heads
-        self.wq, self.wk, self.wv, self.wo = (nn.Linear(d_model, d_model)
-                                              for _ in range(4))
+        self.wq, self.wk, self.wv, self.wo = (
+            nn.Linear(d_model, d_model) for _ in range(4)
+        )
 
     def forward(self, query, key, value, mask=None):
         q = split_heads(self.wq(query), self.h)
@@ -1129,8 +1228,9 @@ class MHAReturnsWeightsToo(nn.Module):  # (out, weights) like nn.MultiheadAttent
 class MHASingleHead(nn.Module):  # projections right, but one attention over all of D
     def __init__(self, d_model, n_heads):
         super().__init__()
-        self.wq, self.wk, self.wv, self.wo = (nn.Linear(d_model, d_model)
-                                              for _ in range(4))
+        self.wq, self.wk, self.wv, self.wo = (
+            nn.Linear(d_model, d_model) for _ in range(4)
+        )
 
     def forward(self, query, key, value, mask=None):
         q, k, v = self.wq(query), self.wk(key), self.wv(value)
@@ -1138,38 +1238,52 @@ class MHASingleHead(nn.Module):  # projections right, but one attention over all
         return self.wo(w @ v)
 
 
-@wrong("multi_head_attention", r"'heads cut or merged in the wrong layout'.*every H-th "
-                               r"feature", listed=False)
+@wrong(
+    "multi_head_attention",
+    r"'heads cut or merged in the wrong layout'.*every H-th "
+    r"feature",
+    listed=False,
+)
 class MHAInterleavedHeads(nn.Module):  # view(B, S, Dh, H): every H-th feature a head
     def __init__(self, d_model, n_heads):
         super().__init__()
         self.h = n_heads
-        self.wq, self.wk, self.wv, self.wo = (nn.Linear(d_model, d_model)
-                                              for _ in range(4))
+        self.wq, self.wk, self.wv, self.wo = (
+            nn.Linear(d_model, d_model) for _ in range(4)
+        )
 
     def split(self, x):
         b, s, d = x.shape
         return x.view(b, s, d // self.h, self.h).permute(0, 3, 1, 2)
 
     def forward(self, query, key, value, mask=None):
-        q, k, v = (self.split(self.wq(query)), self.split(self.wk(key)),
-                   self.split(self.wv(value)))
+        q, k, v = (
+            self.split(self.wq(query)),
+            self.split(self.wk(key)),
+            self.split(self.wv(value)),
+        )
         w = (q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))).softmax(-1)
         return self.wo(merge_heads(w @ v))
 
 
-@wrong("multi_head_attention", r"'number of heads fixed'.*4 heads whatever n_heads is",
-       listed=False)
+@wrong(
+    "multi_head_attention",
+    r"'number of heads fixed'.*4 heads whatever n_heads is",
+    listed=False,
+)
 class MHAFixedFourHeads(nn.Module):  # n_heads ignored: 4 heads, as in the lesson
     def __init__(self, d_model, n_heads):
         super().__init__()
         self.n_heads = 4
-        self.wq, self.wk, self.wv, self.wo = (nn.Linear(d_model, d_model)
-                                              for _ in range(4))
+        self.wq, self.wk, self.wv, self.wo = (
+            nn.Linear(d_model, d_model) for _ in range(4)
+        )
 
     def forward(self, query, key, value, mask=None):
-        q, k, v = (split_heads(f(x), self.n_heads)
-                   for f, x in ((self.wq, query), (self.wk, key), (self.wv, value)))
+        q, k, v = (
+            split_heads(f(x), self.n_heads)
+            for f, x in ((self.wq, query), (self.wk, key), (self.wv, value))
+        )
         w = (q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))).softmax(-1)
         return self.wo(merge_heads(w @ v))
 
@@ -1179,15 +1293,19 @@ class MHAAlwaysCausal(nn.Module):  # a decoder habit: tril mask built in
     def __init__(self, d_model, n_heads):
         super().__init__()
         self.h = n_heads
-        self.wq, self.wk, self.wv, self.wo = (nn.Linear(d_model, d_model)
-                                              for _ in range(4))
+        self.wq, self.wk, self.wv, self.wo = (
+            nn.Linear(d_model, d_model) for _ in range(4)
+        )
 
     def forward(self, query, key, value, mask=None):
-        q, k, v = (split_heads(f(x), self.h)
-                   for f, x in ((self.wq, query), (self.wk, key), (self.wv, value)))
+        q, k, v = (
+            split_heads(f(x), self.h)
+            for f, x in ((self.wq, query), (self.wk, key), (self.wv, value))
+        )
         scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
-        causal = torch.tril(torch.ones(scores.shape[-2:], dtype=torch.bool,
-                                       device=scores.device))
+        causal = torch.tril(
+            torch.ones(scores.shape[-2:], dtype=torch.bool, device=scores.device)
+        )
         scores = scores.masked_fill(~causal, float("-inf"))
         return self.wo(merge_heads(scores.softmax(-1) @ v))
 
@@ -1197,18 +1315,25 @@ class MHAScalesQueryInPlace(nn.Module):  # query *= s "saves a copy", edits the 
     def __init__(self, d_model, n_heads):
         super().__init__()
         self.h = n_heads
-        self.wq, self.wk, self.wv, self.wo = (nn.Linear(d_model, d_model)
-                                              for _ in range(4))
+        self.wq, self.wk, self.wv, self.wo = (
+            nn.Linear(d_model, d_model) for _ in range(4)
+        )
 
     def forward(self, query, key, value, mask=None):
         query *= (query.size(-1) // self.h) ** -0.5
-        q, k, v = (split_heads(f(x), self.h)
-                   for f, x in ((self.wq, query), (self.wk, key), (self.wv, value)))
+        q, k, v = (
+            split_heads(f(x), self.h)
+            for f, x in ((self.wq, query), (self.wk, key), (self.wv, value))
+        )
         return self.wo(merge_heads((q @ k.transpose(-2, -1)).softmax(-1) @ v))
 
 
-@wrong("multi_head_attention", r"'wrong number of heads'.*8 heads of 3 features.*"
-       r"head size was passed where the head count goes", listed=False)
+@wrong(
+    "multi_head_attention",
+    r"'wrong number of heads'.*8 heads of 3 features.*"
+    r"head size was passed where the head count goes",
+    listed=False,
+)
 class MHASplitByHeadSize(nn.Module):  # split_heads(x, self.d_k): size for the count
     def __init__(self, d_model, n_heads):
         super().__init__()
@@ -1227,8 +1352,12 @@ class MHASplitByHeadSize(nn.Module):  # split_heads(x, self.d_k): size for the c
         return self.w_o(merge_heads(w @ v))
 
 
-@wrong("multi_head_attention", r"'wrong number of heads'.*2 heads of 8 features "
-       r"\(D=16, H=4\).*1 head of 12 features \(D=12, H=2\)", listed=False)
+@wrong(
+    "multi_head_attention",
+    r"'wrong number of heads'.*2 heads of 8 features "
+    r"\(D=16, H=4\).*1 head of 12 features \(D=12, H=2\)",
+    listed=False,
+)
 class MHAFixedHeadSize(nn.Module):  # "heads of 8 features", as in the lesson's figure
     def __init__(self, d_model, n_heads):
         super().__init__()
@@ -1238,24 +1367,30 @@ class MHAFixedHeadSize(nn.Module):  # "heads of 8 features", as in the lesson's 
     def forward(self, query, key, value, mask=None):
         b, sq, d = query.shape
         heads = max(d // self.d_head, 1)
-        q, k, v = (p(x).view(b, -1, heads, d // heads).transpose(1, 2)
-                   for p, x in zip(self.proj, (query, key, value)))
+        q, k, v = (
+            p(x).view(b, -1, heads, d // heads).transpose(1, 2)
+            for p, x in zip(self.proj, (query, key, value))
+        )
         w = torch.softmax(q @ k.transpose(-2, -1) * (d // heads) ** -0.5, dim=-1)
         return self.proj[3]((w @ v).transpose(1, 2).reshape(b, sq, d))
 
 
-@wrong("multi_head_attention", r"'gradient does not reach an input'.*`key`",
-       listed=False)
+@wrong(
+    "multi_head_attention", r"'gradient does not reach an input'.*`key`", listed=False
+)
 class MHADetachedMemory(nn.Module):  # "the encoder memory is fixed": detaches k and v
     def __init__(self, d_model, n_heads):
         super().__init__()
         self.h = n_heads
-        self.wq, self.wk, self.wv, self.wo = (nn.Linear(d_model, d_model)
-                                              for _ in range(4))
+        self.wq, self.wk, self.wv, self.wo = (
+            nn.Linear(d_model, d_model) for _ in range(4)
+        )
 
     def forward(self, query, key, value, mask=None):
         key, value = key.detach(), value.detach()
-        q, k, v = (split_heads(f(x), self.h)
-                   for f, x in ((self.wq, query), (self.wk, key), (self.wv, value)))
+        q, k, v = (
+            split_heads(f(x), self.h)
+            for f, x in ((self.wq, query), (self.wk, key), (self.wv, value))
+        )
         scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
         return self.wo(merge_heads(scores.softmax(-1) @ v))

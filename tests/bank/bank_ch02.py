@@ -1,4 +1,5 @@
 """Chapter 2's measured bank: attention and attention_entropy (see bank.py)."""
+
 import math
 
 import torch
@@ -8,14 +9,17 @@ from bank import GENERIC, right, wrong  # noqa: F401
 from tformer_grading.checks import ch02
 
 GRADERS = {
-    "attention": lambda fn: (ch02.check_attention(fn),
-                             ch02.check_attention_by_hand(fn)),
+    "attention": lambda fn: (
+        ch02.check_attention(fn),
+        ch02.check_attention_by_hand(fn),
+    ),
     "attention_entropy": ch02.check_attention_entropy,
 }
 
 
 # =========================================================================== attention
 # --------------------------------------------------------------------------- right ones
+
 
 @right("attention")
 def attention_matmul(q, k, v):
@@ -44,8 +48,13 @@ def attention_stable_exp_by_hand(q, k, v):
 def attention_bmm_flattened(q, k, v):
     b, h, sq, dh = q.shape
     qf, kf, vf = (t.reshape(b * h, t.size(2), dh) for t in (q, k, v))
-    w = torch.baddbmm(torch.zeros(b * h, sq, k.size(2), dtype=q.dtype, device=q.device),
-                      qf, kf.transpose(1, 2), beta=0.0, alpha=1 / math.sqrt(dh))
+    w = torch.baddbmm(
+        torch.zeros(b * h, sq, k.size(2), dtype=q.dtype, device=q.device),
+        qf,
+        kf.transpose(1, 2),
+        beta=0.0,
+        alpha=1 / math.sqrt(dh),
+    )
     w = w.softmax(-1)
     return torch.bmm(w, vf).view(b, h, sq, dh), w.view(b, h, sq, -1)
 
@@ -87,6 +96,7 @@ def attention_sum_of_products(q, k, v):
 
 # --------------------------------------------------------------------------- listed
 
+
 @wrong("attention", r"'no scaling'", listed=True)
 def attention_forgot_scale(q, k, v):  # the 1/√d_k forgotten
     weights = torch.softmax(q @ k.transpose(-2, -1), dim=-1)
@@ -121,6 +131,7 @@ def attention_softmax_without_dim(q, k, v):  # no dim: the legacy implicit dim i
 
 
 # --------------------------------------------------------------------------- unlisted
+
 
 @wrong("attention", r"divided by 5\.657, 8, 4, 16 .*2·√Dh", listed=False)
 def attention_two_sqrt_dk(q, k, v):  # an extra factor 2 "for stability"
@@ -162,7 +173,7 @@ def attention_scale_by_heads(q, k, v):  # unpacked the shape in the wrong order
 @wrong("attention", r"divided by 16, 32, 8, 128 .*divisor is 2·Dh", listed=False)
 def attention_precedence_bug(q, k, v):  # / d ** 1/2 divides by d, then by 2
     d = q.size(-1)
-    w = torch.softmax(q @ k.mT / d ** 1 / 2, dim=-1)
+    w = torch.softmax(q @ k.mT / d**1 / 2, dim=-1)
     return w @ v, w
 
 
@@ -218,9 +229,11 @@ def attention_scales_q_in_place(q, k, v):  # div_ saves memory, but q is the cal
     return w @ v, w
 
 
-@wrong("attention",
-       r"expected dtype torch\.float64 \(the dtype of q\), got torch\.float32",
-       listed=False)
+@wrong(
+    "attention",
+    r"expected dtype torch\.float64 \(the dtype of q\), got torch\.float32",
+    listed=False,
+)
 def attention_forces_float32(q, k, v):  # .float() "to be safe"
     w = (q.float() @ k.float().mT / math.sqrt(q.size(-1))).softmax(-1)
     return w @ v.float(), w
@@ -287,9 +300,11 @@ def attention_output_heads_scrambled(q, k, v):  # a transpose+reshape "to merge 
     return out, w
 
 
-@wrong("attention",
-       r"expected shape \[2, 4, 5, 8\] \[B, H, \.\.\.\], got \[2, 5, 4, 8\]",
-       listed=False)
+@wrong(
+    "attention",
+    r"expected shape \[2, 4, 5, 8\] \[B, H, \.\.\.\], got \[2, 5, 4, 8\]",
+    listed=False,
+)
 def attention_output_heads_moved(q, k, v):  # merged the heads one step too early
     w = (q @ k.mT / math.sqrt(q.size(-1))).softmax(-1)
     return (w @ v).transpose(1, 2), w
@@ -307,8 +322,11 @@ def attention_only_output(q, k, v):  # the weights forgotten in the return
     return w @ v
 
 
-@wrong("attention", r"raised RuntimeError.*at line \d+ of your code: `.*e\.sum\(-1\)",
-       listed=False)
+@wrong(
+    "attention",
+    r"raised RuntimeError.*at line \d+ of your code: `.*e\.sum\(-1\)",
+    listed=False,
+)
 def attention_sum_without_keepdim(q, k, v):  # row sums lose their axis: no broadcast
     e = torch.exp(q @ k.mT / math.sqrt(q.size(-1)))
     return (e / e.sum(-1)) @ v, e / e.sum(-1)
@@ -318,7 +336,6 @@ def attention_sum_without_keepdim(q, k, v):  # row sums lose their axis: no broa
 def attention_output_from_pytorch(q, k, v):  # the weights by hand, the output fused
     w = (q @ k.mT / math.sqrt(q.size(-1))).softmax(-1)
     return F.scaled_dot_product_attention(q, k, v), w
-
 
 
 @wrong("attention", r"'weights masked'", listed=False)
@@ -382,8 +399,11 @@ def attention_k_and_v_swapped(q, k, v):  # k and v swapped in the call order
     return w @ k, w
 
 
-@wrong("attention", r"raised AssertionError.*at line \d+ of your code.*float32",
-       listed=False)
+@wrong(
+    "attention",
+    r"raised AssertionError.*at line \d+ of your code.*float32",
+    listed=False,
+)
 def attention_asserts_float32(q, k, v):  # a defensive assert too strict for float64
     assert q.dtype == torch.float32, "expected float32"
     w = (q @ k.mT / math.sqrt(q.size(-1))).softmax(-1)
@@ -397,24 +417,33 @@ def attention_eps_then_renormalised(q, k, v):  # an ε "so no weight is exactly 
     return w @ v, w
 
 
-@wrong("attention", r"'batch entries or heads mixed up'.*batch entry 1, head 0 are the "
-                    r"right ones for batch entry 0", listed=False)
+@wrong(
+    "attention",
+    r"'batch entries or heads mixed up'.*batch entry 1, head 0 are the "
+    r"right ones for batch entry 0",
+    listed=False,
+)
 def attention_weights_of_first_sequence(q, k, v):  # [:1] kept from a debugging session
     w = (q[:1] @ k[:1].mT / math.sqrt(q.size(-1))).softmax(-1)
     w = w.expand(q.size(0), -1, -1, -1)
     return w @ v, w
 
 
-@wrong("attention", r"divided by 1, 1, 1, 1 .*Besides, your output is not weights @ v",
-       listed=False)
+@wrong(
+    "attention",
+    r"divided by 1, 1, 1, 1 .*Besides, your output is not weights @ v",
+    listed=False,
+)
 def attention_returns_unscaled_weights(q, k, v):  # scaled for the output only
     scores = q @ k.transpose(-2, -1)
     weights = scores.softmax(-1)
     out = (scores / math.sqrt(q.size(-1))).softmax(-1) @ v
     return out, weights
 
+
 # =========================================================================== entropy
 # --------------------------------------------------------------------------- right ones
+
 
 @right("attention_entropy")
 def entropy_xlogy(weights):
@@ -462,6 +491,7 @@ def entropy_log2_converted(w):  # bits, converted back to nats
 
 # --------------------------------------------------------------------------- listed
 
+
 @wrong("attention_entropy", r"'0·log 0 gives NaN'", listed=True)
 def entropy_plain_log(w):  # log(0) = -inf, and 0 * -inf = NaN
     return -(w * torch.log(w)).sum(-1)
@@ -498,6 +528,7 @@ def entropy_log_of_inverse(w):  # w·log(1/w): 0·inf is NaN too
 
 
 # --------------------------------------------------------------------------- unlisted
+
 
 @wrong("attention_entropy", r"base 10", listed=False)
 def entropy_log10(w):  # log10, the calculator's log
@@ -556,14 +587,18 @@ def entropy_terms_only(w):  # the sum forgotten
     return -torch.xlogy(w, w)
 
 
-@wrong("attention_entropy", r"reduced over axis 1 \(of 4\).*hard-coded dim",
-       listed=False)
+@wrong(
+    "attention_entropy", r"reduced over axis 1 \(of 4\).*hard-coded dim", listed=False
+)
 def entropy_dim1(w):  # dim=1 copied from a [B, S] example
     return -torch.xlogy(w, w).sum(dim=1)
 
 
-@wrong("attention_entropy", r"raised IndexError.*at line \d+ of your code.*dim=3",
-       listed=False)
+@wrong(
+    "attention_entropy",
+    r"raised IndexError.*at line \d+ of your code.*dim=3",
+    listed=False,
+)
 def entropy_dim3(w):  # dim=3 only exists for 4-D weights
     return -torch.xlogy(w, w).sum(dim=3)
 
@@ -601,14 +636,20 @@ def entropy_clamps_in_place(w):  # clamp_ instead of clamp
     return -(w * w.clamp_(min=1e-12).log()).sum(-1)
 
 
-@wrong("attention_entropy", r"expected a torch\.float64 tensor .*got torch\.float32",
-       listed=False)
+@wrong(
+    "attention_entropy",
+    r"expected a torch\.float64 tensor .*got torch\.float32",
+    listed=False,
+)
 def entropy_float32(w):  # sum(dtype=...) "for speed"
     return -torch.xlogy(w, w).sum(-1, dtype=torch.float32)
 
 
-@wrong("attention_entropy", r"base 2.*your entropy is NaN on exactly the 32 rows",
-       listed=False)
+@wrong(
+    "attention_entropy",
+    r"base 2.*your entropy is NaN on exactly the 32 rows",
+    listed=False,
+)
 def entropy_bits_and_nan(w):  # bits, and 0·log 0 = NaN as well
     return -(w * torch.log2(w)).sum(-1)
 
@@ -638,9 +679,11 @@ def entropy_log1p(w):  # log1p "avoids log 0": it is ln(w + 1)
     return -(w * torch.log1p(w)).sum(-1)
 
 
-
-@wrong("attention_entropy", r"'entropy computed in low precision'.*within 0\.00093",
-       listed=False)
+@wrong(
+    "attention_entropy",
+    r"'entropy computed in low precision'.*within 0\.00093",
+    listed=False,
+)
 def entropy_in_half(w):  # half precision "like the model"
     h = w.half()
     return -torch.xlogy(h, h).sum(-1).to(w.dtype)
@@ -658,11 +701,11 @@ def entropy_as_python_float(w):  # .item() habit from loss printing
 
 @wrong("attention_entropy", GENERIC, listed=False)
 def entropy_gini(w):  # the Gini impurity, 1 - Σ w², mistaken for entropy
-    return 1 - (w ** 2).sum(-1)
+    return 1 - (w**2).sum(-1)
 
 
-
-@wrong("attention_entropy", r"axes of size 1 are gone \(a squeeze\(\)\?\)",
-       listed=False)
+@wrong(
+    "attention_entropy", r"axes of size 1 are gone \(a squeeze\(\)\?\)", listed=False
+)
 def entropy_keepdim_then_squeeze(w):  # squeeze() drops every size-1 axis
     return torch.sum(-torch.xlogy(w, w), dim=-1, keepdim=True).squeeze()

@@ -2,6 +2,7 @@
 bank.py). Each answer is graded by every check its exercise runs in the notebook, the
 mask probes included: a mask answer with the reference attention and the reference
 other mask, an attention answer with the reference masks."""
+
 import math
 
 import numpy as np
@@ -48,6 +49,7 @@ GRADERS = {
 
 # ========================================================================== causal_mask
 # --------------------------------------------------------------------------- right ones
+
 
 @right("causal_mask")
 def causal_tril_ones_bool(size):
@@ -96,6 +98,7 @@ def causal_where_expand(size):
 
 
 # --------------------------------------------------------------------------- wrong ones
+
 
 @wrong("causal_mask", r"'triu instead of tril'", listed=True)
 def causal_triu(size):  # mixed up which triangle is the past
@@ -177,27 +180,42 @@ def causal_float64_mask(size):  # numpy habits: double precision ones
     return torch.ones(size, size, dtype=torch.float64, device=device).tril()[None, None]
 
 
-@wrong("causal_mask", r"dtype torch\.float32 with values -inf, 0.*additive.*pattern "
-                      r"is right", listed=False)
+@wrong(
+    "causal_mask",
+    r"dtype torch\.float32 with values -inf, 0.*additive.*pattern "
+    r"is right",
+    listed=False,
+)
 def causal_square_subsequent(size):  # nn.Transformer.generate_square_subsequent_mask
     return torch.full((size, size), float("-inf"), device=device).triu(1)
 
 
-@wrong("causal_mask", r"dtype torch\.float32 with values -1e\+09, 0.*additive",
-       listed=False)
+@wrong(
+    "causal_mask",
+    r"dtype torch\.float32 with values -1e\+09, 0.*additive",
+    listed=False,
+)
 def causal_additive_minus_1e9(size):  # an additive mask, the Annotated Transformer way
     keep = torch.ones(size, size, device=device).tril()
     return ((1.0 - keep) * -1e9)[None, None]
 
 
-@wrong("causal_mask", r"dtype torch\.int32 .*pattern is off too: your mask is "
-                      r"triu\(diagonal=1\)", listed=False)
+@wrong(
+    "causal_mask",
+    r"dtype torch\.int32 .*pattern is off too: your mask is "
+    r"triu\(diagonal=1\)",
+    listed=False,
+)
 def causal_int_future(size):  # two mistakes: ints, and the future instead of the past
     return torch.ones(size, size, dtype=torch.int32, device=device).triu(1)[None, None]
 
 
-@wrong("causal_mask", r"values -1, 0.*pattern is off too: your mask lets every query "
-                      r"attend to every key", listed=False)
+@wrong(
+    "causal_mask",
+    r"values -1, 0.*pattern is off too: your mask lets every query "
+    r"attend to every key",
+    listed=False,
+)
 def causal_minus_one(size):  # "0 for keep, -1 for masked" as a float
     return (torch.ones(size, size, device=device).tril() - 1)[None, None]
 
@@ -207,22 +225,31 @@ def causal_all_true(size):  # forgot the tril step altogether
     return torch.ones(1, 1, size, size, dtype=torch.bool, device=device)
 
 
-@wrong("causal_mask", r"returned shape \[1, 1, 5, 5\].*axis 2 \(queries\) has size 5, "
-                      r"expected 7; axis 3 \(keys\) has size 5, expected 7",
-       listed=False)
+@wrong(
+    "causal_mask",
+    r"returned shape \[1, 1, 5, 5\].*axis 2 \(queries\) has size 5, "
+    r"expected 7; axis 3 \(keys\) has size 5, expected 7",
+    listed=False,
+)
 def causal_hard_coded_size(size):  # the size of the lesson's example, hard-coded
     return torch.ones(5, 5, dtype=torch.bool, device=device).tril()[None, None]
 
 
-@wrong("causal_mask", r"returned shape \[7, 7, 1, 1\].*reads it as \[7, 7, 1, 1\]",
-       listed=False)
+@wrong(
+    "causal_mask",
+    r"returned shape \[7, 7, 1, 1\].*reads it as \[7, 7, 1, 1\]",
+    listed=False,
+)
 def causal_trailing_axes(size):  # the singleton axes added at the wrong end
     keep = torch.ones(size, size, dtype=torch.bool, device=device).tril()
     return keep[..., None, None]
 
 
-@wrong("causal_mask", r"returned shape \[7, 1, 7\].*reads it as \[1, 7, 1, 7\]",
-       listed=False)
+@wrong(
+    "causal_mask",
+    r"returned shape \[7, 1, 7\].*reads it as \[1, 7, 1, 7\]",
+    listed=False,
+)
 def causal_middle_axis(size):  # unsqueeze(1) where unsqueeze(0) was meant
     return torch.ones(size, size, dtype=torch.bool, device=device).tril().unsqueeze(1)
 
@@ -256,6 +283,7 @@ def causal_only_itself(size):  # the identity: each query sees only itself
 
 # ========================================================================= padding_mask
 # --------------------------------------------------------------------------- right ones
+
 
 @right("padding_mask")
 def padding_index_none(tokens, pad_id):
@@ -302,13 +330,15 @@ def padding_stack_rows(tokens, pad_id):
 
 # --------------------------------------------------------------------------- wrong ones
 
+
 @wrong("padding_mask", r"'mask broadcast over the wrong axis'", listed=True)
 def padding_b1s(tokens, pad_id):  # one singleton axis too few: batch lands on heads
     return (tokens != pad_id).unsqueeze(1)
 
 
-@wrong("padding_mask", r"'mask broadcast over the wrong axis \(\[B, S\]\)'",
-       listed=True)
+@wrong(
+    "padding_mask", r"'mask broadcast over the wrong axis \(\[B, S\]\)'", listed=True
+)
 def padding_bs(tokens, pad_id):  # no singleton axes at all
     return tokens != pad_id
 
@@ -343,20 +373,27 @@ def padding_unsqueeze_last(tokens, pad_id):  # unsqueeze(-1) where -2 was meant
     return tokens.ne(pad_id).unsqueeze(-1).unsqueeze(1)
 
 
-@wrong("padding_mask", r"tokens != 1; expected tokens != pad_id, here tokens != 0",
-       listed=False)
+@wrong(
+    "padding_mask",
+    r"tokens != 1; expected tokens != pad_id, here tokens != 0",
+    listed=False,
+)
 def padding_one_hard_coded(tokens, pad_id):  # the tokenizer of the learner's project
     return (tokens != 1)[:, None, None, :]
 
 
-@wrong("padding_mask", r"tokens > 1; expected tokens != pad_id, here tokens != 1",
-       listed=False)
+@wrong(
+    "padding_mask",
+    r"tokens > 1; expected tokens != pad_id, here tokens != 1",
+    listed=False,
+)
 def padding_greater_than(tokens, pad_id):  # assumes the pad id is the smallest id
     return (tokens > pad_id)[:, None, None, :]
 
 
-@wrong("padding_mask", r"'padding located by position'.*first L positions",
-       listed=False)
+@wrong(
+    "padding_mask", r"'padding located by position'.*first L positions", listed=False
+)
 def padding_by_lengths(tokens, pad_id):  # lengths, then a range: right-padding only
     lengths = (tokens != pad_id).sum(dim=1, keepdim=True)
     positions = torch.arange(tokens.size(1), device=tokens.device)
@@ -368,15 +405,22 @@ def padding_long(tokens, pad_id):  # .long() "to be safe"
     return (tokens != pad_id).long()[:, None, None, :]
 
 
-@wrong("padding_mask", r"dtype torch\.float32 with values -inf, 0.*additive.*pattern "
-                       r"is right", listed=False)
+@wrong(
+    "padding_mask",
+    r"dtype torch\.float32 with values -inf, 0.*additive.*pattern "
+    r"is right",
+    listed=False,
+)
 def padding_additive_inf(tokens, pad_id):  # additive: PyTorch's float convention
     zeros = torch.zeros(tokens.shape, device=tokens.device)
     return zeros.masked_fill(tokens == pad_id, float("-inf"))[:, None, None, :]
 
 
-@wrong("padding_mask", r"dtype torch\.float32 with values -1e\+09, 0.*pattern is right",
-       listed=False)
+@wrong(
+    "padding_mask",
+    r"dtype torch\.float32 with values -1e\+09, 0.*pattern is right",
+    listed=False,
+)
 def padding_additive_1e9(tokens, pad_id):  # (1 - mask) * -1e9, the Annotated way
     keep = (tokens != pad_id).float()
     return ((1 - keep) * -1e9)[:, None, None, :]
@@ -387,8 +431,12 @@ def padding_uint8(tokens, pad_id):  # byte masks, from an old tutorial
     return torch.ne(tokens, pad_id)[:, None, None, :].to(torch.uint8)
 
 
-@wrong("padding_mask", r"dtype torch\.int32 .*pattern is off too: it is True exactly "
-                       r"on the padding", listed=False)
+@wrong(
+    "padding_mask",
+    r"dtype torch\.int32 .*pattern is off too: it is True exactly "
+    r"on the padding",
+    listed=False,
+)
 def padding_int_inverted(tokens, pad_id):  # two mistakes: ints, and True on the pads
     return (tokens == pad_id).int()[:, None, None, :]
 
@@ -398,27 +446,43 @@ def padding_clamp(tokens, pad_id):  # (tokens - pad_id) clamped to 0/1: ints, no
     return (tokens - pad_id).clamp(0, 1)[:, None, None, :]
 
 
-@wrong("padding_mask", r"shape \[2, 5, 1, 1\].*the sequence \(S=5\) lands on the heads "
-                       r"axis", listed=False)
+@wrong(
+    "padding_mask",
+    r"shape \[2, 5, 1, 1\].*the sequence \(S=5\) lands on the heads "
+    r"axis",
+    listed=False,
+)
 def padding_trailing_axes(tokens, pad_id):  # singleton axes appended at the end
     return (tokens != pad_id)[:, :, None, None]
 
 
-@wrong("padding_mask", r"shape \[1, 2, 1, 5\].*the batch \(B=2\) lands on the heads "
-                       r"axis", listed=False)
+@wrong(
+    "padding_mask",
+    r"shape \[1, 2, 1, 5\].*the batch \(B=2\) lands on the heads "
+    r"axis",
+    listed=False,
+)
 def padding_leading_axis(tokens, pad_id):  # an extra axis in front of the batch
     return (tokens != pad_id)[None, :, None, :]
 
 
-@wrong("padding_mask", r"shape \[2, 1, 5, 5\].*the sequence \(S=5\) lands on the "
-                       r"queries and keys axis", listed=False)
+@wrong(
+    "padding_mask",
+    r"shape \[2, 1, 5, 5\].*the sequence \(S=5\) lands on the "
+    r"queries and keys axis",
+    listed=False,
+)
 def padding_pairwise(tokens, pad_id):  # pads hidden as queries too: [B, 1, S, S]
     keep = tokens != pad_id
     return keep[:, None, :, None] & keep[:, None, None, :]
 
 
-@wrong("padding_mask", r"shape \[1, 1, 5, 2\].*the batch \(B=2\) lands on the keys "
-                       r"axis", listed=False)
+@wrong(
+    "padding_mask",
+    r"shape \[1, 1, 5, 2\].*the batch \(B=2\) lands on the keys "
+    r"axis",
+    listed=False,
+)
 def padding_transposed(tokens, pad_id):  # .T on the [B, S] mask
     return (tokens != pad_id).T[None, None]
 
@@ -457,15 +521,19 @@ def padding_unsqueeze_tuple(tokens, pad_id):  # unsqueeze takes one axis, not tw
     return (tokens != pad_id).unsqueeze((1, 2))
 
 
-@wrong("padding_mask", r"'padding located by position'.*before the first pad",
-       listed=False)
+@wrong(
+    "padding_mask", r"'padding located by position'.*before the first pad", listed=False
+)
 def padding_until_first_pad(tokens, pad_id):  # True until the first pad: right padding
     m = (tokens == pad_id).long().cumsum(dim=-1) == 0
     return m[:, None, None, :]
 
 
-@wrong("padding_mask", r"'padding located by position'.*from the first real token on",
-       listed=False)
+@wrong(
+    "padding_mask",
+    r"'padding located by position'.*from the first real token on",
+    listed=False,
+)
 def padding_after_leading_pads(tokens, pad_id):  # written for left-padded batches
     seen_real = torch.cumsum((tokens != pad_id).int(), dim=1) > 0
     return seen_real.unsqueeze(1).unsqueeze(1)
@@ -484,6 +552,7 @@ def padding_with_lengths(tokens, pad_id):  # returns the lengths as well
 
 # ===================================================================== masked_attention
 # --------------------------------------------------------------------------- right ones
+
 
 @right("masked_attention")
 def masked_min_then_zero(q, k, v, mask):  # the reference's semantics
@@ -552,8 +621,9 @@ def masked_bmm_flat(q, k, v, mask):  # batch and heads flattened for bmm
     scores = scores / math.sqrt(dh)
     keep = mask.expand(b, h, sq, sk).reshape(b * h, sq, sk)
     scores = scores.masked_fill(~keep, torch.finfo(scores.dtype).min)
-    weights = torch.where(keep.any(-1, keepdim=True), scores.softmax(-1),
-                          torch.zeros_like(scores))
+    weights = torch.where(
+        keep.any(-1, keepdim=True), scores.softmax(-1), torch.zeros_like(scores)
+    )
     out = torch.bmm(weights, v.reshape(b * h, sk, dh))
     return out.view(b, h, sq, dh), weights.view(b, h, sq, sk)
 
@@ -576,6 +646,7 @@ def masked_additive_minus_1e4(q, k, v, mask):  # fully masked rows keep their so
 
 
 # --------------------------------------------------------------------------- wrong ones
+
 
 def _scores(q, k):
     return q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
@@ -618,8 +689,11 @@ def masked_log_of_mask(q, k, v, mask):  # log(1) = 0, log(0) = -inf: an -inf fil
     return weights @ v, weights
 
 
-@wrong("masked_attention", r"'masked with 0 instead of a large negative number'",
-       listed=True)
+@wrong(
+    "masked_attention",
+    r"'masked with 0 instead of a large negative number'",
+    listed=True,
+)
 def masked_fill_zero(q, k, v, mask):  # scores times the mask: masked ones 0
     weights = (_scores(q, k) * mask).softmax(-1)
     return weights @ v, weights
@@ -638,23 +712,31 @@ def masked_no_scaling(q, k, v, mask):  # chapter 2's bug, back again
     return torch.matmul(weights, v), weights
 
 
-@wrong("masked_attention", r"'fill value that overflows in half precision'",
-       listed=True)
+@wrong(
+    "masked_attention", r"'fill value that overflows in half precision'", listed=True
+)
 def masked_minus_1e9(q, k, v, mask):  # the seed: fine in float32, not in float16
     weights = _scores(q, k).masked_fill(mask == 0, -1e9).softmax(-1)
     return weights @ v, weights
 
 
-@wrong("masked_attention", r"divided by 8; expected √Dh = √8 = 2\.828 \(Dh, not √Dh\)",
-       listed=False)
+@wrong(
+    "masked_attention",
+    r"divided by 8; expected √Dh = √8 = 2\.828 \(Dh, not √Dh\)",
+    listed=False,
+)
 def masked_divide_by_dk(q, k, v, mask):  # d_k where √d_k was meant
     scores = q @ k.transpose(-2, -1) / q.size(-1)
     weights = scores.masked_fill(~mask, torch.finfo(scores.dtype).min).softmax(-1)
     return weights @ v, weights
 
 
-@wrong("masked_attention", r"divided by 5\.657; expected √Dh = √8 = 2\.828 "
-                           r"\(√\(H·Dh\) = √d_model", listed=False)
+@wrong(
+    "masked_attention",
+    r"divided by 5\.657; expected √Dh = √8 = 2\.828 "
+    r"\(√\(H·Dh\) = √d_model",
+    listed=False,
+)
 def masked_divide_by_sqrt_d_model(q, k, v, mask):  # √(H·Dh): the model width
     d_model = q.size(1) * q.size(-1)
     scores = q @ k.transpose(-2, -1) / math.sqrt(d_model)
@@ -669,29 +751,37 @@ def masked_multiplies_by_sqrt(q, k, v, mask):  # * where / was meant
     return weights @ v, weights
 
 
-@wrong("masked_attention", r"'masked keys keep some weight'.*scores are all -10 ",
-       listed=False)
+@wrong(
+    "masked_attention",
+    r"'masked keys keep some weight'.*scores are all -10 ",
+    listed=False,
+)
 def masked_fill_minus_ten(q, k, v, mask):  # "-10 is small enough after softmax"
     weights = _scores(q, k).masked_fill(~mask, -10.0).softmax(-1)
     return weights @ v, weights
 
 
-@wrong("masked_attention", r"'masked keys keep some weight'.*shifted by -1 ",
-       listed=False)
+@wrong(
+    "masked_attention", r"'masked keys keep some weight'.*shifted by -1 ", listed=False
+)
 def masked_adds_bool_mask(q, k, v, mask):  # adds the bool mask, as a float one is
     weights = (_scores(q, k) + mask).softmax(-1)
     return weights @ v, weights
 
 
-@wrong("masked_attention", r"'masked keys keep some weight'.*shifted by -5 ",
-       listed=False)
+@wrong(
+    "masked_attention", r"'masked keys keep some weight'.*shifted by -5 ", listed=False
+)
 def masked_small_additive(q, k, v, mask):  # an additive mask with a timid constant
     weights = (_scores(q, k) - 5.0 * (~mask)).softmax(-1)
     return weights @ v, weights
 
 
-@wrong("masked_attention", r"'masked keys keep some weight'.*scores are all -?\d",
-       listed=False)
+@wrong(
+    "masked_attention",
+    r"'masked keys keep some weight'.*scores are all -?\d",
+    listed=False,
+)
 def masked_fill_with_min_score(q, k, v, mask):  # "the lowest score there is"
     scores = _scores(q, k)
     weights = scores.masked_fill(~mask, scores.min().item()).softmax(-1)
@@ -712,8 +802,11 @@ def masked_softmax_heads(q, k, v, mask):  # dim=1 "the attention dimension"
     return weights @ v, weights
 
 
-@wrong("masked_attention", r"'weights not renormalised after masking'.*sum to",
-       listed=False)
+@wrong(
+    "masked_attention",
+    r"'weights not renormalised after masking'.*sum to",
+    listed=False,
+)
 def masked_unscaled_after_softmax(q, k, v, mask):  # two slips: no √Dh, mask after
     weights = (q @ k.mT).softmax(-1).masked_fill(~mask, 0.0)
     return weights @ v, weights
@@ -732,18 +825,24 @@ def masked_times_minus_inf(q, k, v, mask):  # 0 * -inf = NaN on every kept key
     return weights @ v, weights
 
 
-@wrong("masked_attention", r"raised RuntimeError.*at line \d+ of your code: "
-                           r"`weights = _scores\(q, k\)\.masked_fill\(~mask\.transpose",
-       listed=False)
+@wrong(
+    "masked_attention",
+    r"raised RuntimeError.*at line \d+ of your code: "
+    r"`weights = _scores\(q, k\)\.masked_fill\(~mask\.transpose",
+    listed=False,
+)
 def masked_transposed_mask(q, k, v, mask):  # "masking the queries" by a transpose
     weights = _scores(q, k).masked_fill(~mask.transpose(-2, -1), -1e4).softmax(-1)
     return weights @ v, weights
 
 
-@wrong("masked_attention", r"raised RuntimeError.*at line \d+ of your code: "
-                           r"`weights = _scores\(q, k\)\.masked_fill\(~keep.*"
-                           r"mask \[2, 1, 1, 6\]",
-       listed=False)
+@wrong(
+    "masked_attention",
+    r"raised RuntimeError.*at line \d+ of your code: "
+    r"`weights = _scores\(q, k\)\.masked_fill\(~keep.*"
+    r"mask \[2, 1, 1, 6\]",
+    listed=False,
+)
 def masked_squeezed_mask(q, k, v, mask):  # squeeze() "to get rid of the extra axes"
     keep = mask.squeeze()
     weights = _scores(q, k).masked_fill(~keep, -1e4).softmax(-1)
@@ -756,23 +855,30 @@ def masked_pair_swapped(q, k, v, mask):  # the pair the wrong way round
     return weights, weights @ v
 
 
-@wrong("masked_attention", r"must return the pair \(out, weights\).*returned Tensor",
-       listed=False)
+@wrong(
+    "masked_attention",
+    r"must return the pair \(out, weights\).*returned Tensor",
+    listed=False,
+)
 def masked_output_only(q, k, v, mask):  # forgot the weights
     weights = _scores(q, k).masked_fill(~mask, -1e4).softmax(-1)
     return weights @ v
 
 
-@wrong("masked_attention", r"'input modified in place'.*changed its input q",
-       listed=False)
+@wrong(
+    "masked_attention", r"'input modified in place'.*changed its input q", listed=False
+)
 def masked_scales_q_in_place(q, k, v, mask):  # q /= √Dh changes the caller's q
     q /= math.sqrt(q.size(-1))
     weights = (q @ k.transpose(-2, -1)).masked_fill(~mask, -1e4).softmax(-1)
     return weights @ v, weights
 
 
-@wrong("masked_attention", r"'input modified in place'.*changed its input mask",
-       listed=False)
+@wrong(
+    "masked_attention",
+    r"'input modified in place'.*changed its input mask",
+    listed=False,
+)
 def masked_flips_mask_in_place(q, k, v, mask):  # logical_not_ on the caller's mask
     hidden = mask.logical_not_()
     weights = _scores(q, k).masked_fill(hidden, -1e4).softmax(-1)
@@ -793,39 +899,59 @@ def masked_output_from_keys(q, k, v, mask):  # k where v was meant
     return weights @ k, weights
 
 
-@wrong("masked_attention", r"'fully masked queries neither zero nor a distribution'.*"
-                           r"sum 5", listed=False)
+@wrong(
+    "masked_attention",
+    r"'fully masked queries neither zero nor a distribution'.*"
+    r"sum 5",
+    listed=False,
+)
 def masked_nan_rows_to_one(q, k, v, mask):  # repaired the NaN rows with 1 instead of 0
     weights = _scores(q, k).masked_fill(~mask, float("-inf")).softmax(-1)
     weights = weights.nan_to_num(nan=1.0)
     return weights @ v, weights
 
 
-@wrong("masked_attention", r"'float32 mixed into half precision'.*expected scalar type "
-                           r"Float but found Half", listed=False)
+@wrong(
+    "masked_attention",
+    r"'float32 mixed into half precision'.*expected scalar type "
+    r"Float but found Half",
+    listed=False,
+)
 def masked_float_bias(q, k, v, mask):  # mask.float() promotes float16 scores
     bias = (1.0 - mask.float()) * -1e4
     weights = (_scores(q, k) + bias).softmax(-1)
     return weights @ v, weights
 
 
-@wrong("masked_attention", r"'fill value that overflows in half precision'.*below "
-                           r"-1e\+38", listed=False)
+@wrong(
+    "masked_attention",
+    r"'fill value that overflows in half precision'.*below "
+    r"-1e\+38",
+    listed=False,
+)
 def masked_float32_min_hard_coded(q, k, v, mask):  # float32's minimum for every dtype
     fill = torch.finfo(torch.float32).min
     weights = _scores(q, k).masked_fill(~mask, fill).softmax(-1)
     return weights @ v, weights
 
 
-@wrong("masked_attention", r"'fill value that overflows in half precision'.*fill value "
-                           r"is -1e\+05", listed=False)
+@wrong(
+    "masked_attention",
+    r"'fill value that overflows in half precision'.*fill value "
+    r"is -1e\+05",
+    listed=False,
+)
 def masked_minus_1e5(q, k, v, mask):  # just past float16's range
     weights = _scores(q, k).masked_fill(~mask, -1e5).softmax(-1)
     return weights @ v, weights
 
 
-@wrong("masked_attention", r"'fill value that overflows in half precision'.*fill value "
-                           r"is -1e\+09", listed=False)
+@wrong(
+    "masked_attention",
+    r"'fill value that overflows in half precision'.*fill value "
+    r"is -1e\+09",
+    listed=False,
+)
 def masked_where_tensor_1e9(q, k, v, mask):  # torch.where turns -1e9 into -inf in fp16
     scores = _scores(q, k)
     weights = torch.where(mask, scores, torch.tensor(-1e9)).softmax(-1)
@@ -838,24 +964,36 @@ def masked_softmax_twice(q, k, v, mask):  # softmax "again, to be sure it sums t
     return weights @ v, weights
 
 
-@wrong("masked_attention", r"'allowed keys zeroed'.*exactly 0 at \d+ of the \d+ "
-                           r"allowed", listed=False)
+@wrong(
+    "masked_attention",
+    r"'allowed keys zeroed'.*exactly 0 at \d+ of the \d+ "
+    r"allowed",
+    listed=False,
+)
 def masked_dropout_left_on(q, k, v, mask):  # F.dropout trains by default
     weights = _scores(q, k).masked_fill(~mask, -1e4).softmax(-1)
     weights = F.dropout(weights, p=0.1)
     return weights @ v, weights
 
 
-@wrong("masked_attention", r"sum to 1 over axis 0 \(batch\), 1 \(heads\), "
-                           r"2 \(queries\), 3 \(keys\)", listed=False)
+@wrong(
+    "masked_attention",
+    r"sum to 1 over axis 0 \(batch\), 1 \(heads\), "
+    r"2 \(queries\), 3 \(keys\)",
+    listed=False,
+)
 def masked_normalised_globally(q, k, v, mask):  # exp / sum of everything
     e = _scores(q, k).masked_fill(~mask, -1e4).exp()
     weights = e / e.sum()
     return weights @ v, weights
 
 
-@wrong("masked_attention", r"output is weights @ v with its axes permuted to \[batch, "
-                           r"queries, heads, features\]", listed=False)
+@wrong(
+    "masked_attention",
+    r"output is weights @ v with its axes permuted to \[batch, "
+    r"queries, heads, features\]",
+    listed=False,
+)
 def masked_output_heads_merged_early(q, k, v, mask):  # chapter 4's transpose, too early
     weights = _scores(q, k).masked_fill(~mask, -1e4).softmax(-1)
     return (weights @ v).transpose(1, 2), weights
@@ -882,8 +1020,11 @@ def masked_divide_by_sqrt_keys(q, k, v, mask):  # √Sk, the number of keys
     return weights @ v, weights
 
 
-@wrong("masked_attention", r"'whole rows of weights zeroed'.*every key visible",
-       listed=False)
+@wrong(
+    "masked_attention",
+    r"'whole rows of weights zeroed'.*every key visible",
+    listed=False,
+)
 def masked_all_instead_of_not_any(q, k, v, mask):  # mask.all where ~mask.any belongs
     s = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
     s = s.masked_fill(~mask, torch.finfo(s.dtype).min)
@@ -892,8 +1033,11 @@ def masked_all_instead_of_not_any(q, k, v, mask):  # mask.all where ~mask.any be
     return w @ v, w
 
 
-@wrong("masked_attention", r"'whole rows of weights zeroed'.*only some keys visible",
-       listed=False)
+@wrong(
+    "masked_attention",
+    r"'whole rows of weights zeroed'.*only some keys visible",
+    listed=False,
+)
 def masked_zero_rows_with_any_hidden(q, k, v, mask):  # "a row with padding is unsafe"
     scores = torch.einsum("bhqd,bhkd->bhqk", q, k) / q.shape[-1] ** 0.5
     weights = torch.softmax(scores.masked_fill(~mask, -1e4), dim=-1)

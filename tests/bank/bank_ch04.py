@@ -1,4 +1,5 @@
 """Chapter 4's measured bank: feed_forward and encoder_block (see bank.py)."""
+
 import math
 
 import torch
@@ -23,6 +24,7 @@ GRADERS = {"feed_forward": ch04.check_feed_forward, "encoder_block": grade_block
 
 # ------------------------------------------------------------------ feed_forward, right
 
+
 @right("feed_forward")
 class FFModules(nn.Module):  # the lesson's layout
     def __init__(self, d_model, d_ff, dropout=0.0):
@@ -39,8 +41,12 @@ class FFModules(nn.Module):  # the lesson's layout
 class FFSequential(nn.Module):
     def __init__(self, d_model, d_ff, dropout=0.0):
         super().__init__()
-        self.net = nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(inplace=True),
-                                 nn.Dropout(dropout), nn.Linear(d_ff, d_model))
+        self.net = nn.Sequential(
+            nn.Linear(d_model, d_ff),
+            nn.ReLU(inplace=True),
+            nn.Dropout(dropout),
+            nn.Linear(d_ff, d_model),
+        )
 
     def forward(self, x):
         return self.net(x)
@@ -97,8 +103,9 @@ class FFNoBias(nn.Module):  # biases off: the text allows any nn.Linear
 class FFEinsum(nn.Module):
     def __init__(self, d_model, d_ff, dropout=0.0):
         super().__init__()
-        self.layers = nn.ModuleList([nn.Linear(d_model, d_ff),
-                                     nn.Linear(d_ff, d_model)])
+        self.layers = nn.ModuleList(
+            [nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)]
+        )
 
     def forward(self, x):
         first, second = self.layers
@@ -120,6 +127,7 @@ class FFInPlaceRelu(nn.Module):
 
 
 # ------------------------------------------------------------------ feed_forward, wrong
+
 
 @wrong("feed_forward", r"'no activation between the two Linear layers'", listed=True)
 class FFForgotRelu(nn.Module):  # the activation forgotten
@@ -269,7 +277,7 @@ class FFScaledOutput(nn.Module):  # "keep the variance": output divided by sqrt(
     def __init__(self, d_model, d_ff, dropout=0.0):
         super().__init__()
         self.l1, self.l2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
-        self.scale = d_ff ** -0.5
+        self.scale = d_ff**-0.5
 
     def forward(self, x):
         return self.l2(F.relu(self.l1(x))) * self.scale
@@ -392,6 +400,7 @@ class FFMish(nn.Module):  # Mish from a YOLO codebase
 # ----------------------------------------------------------------- encoder_block, right
 # The learner's FeedForward from the first answer cell, used by most blocks below.
 
+
 class FeedForward(nn.Module):
     def __init__(self, d_model, d_ff, dropout=0.0):
         super().__init__()
@@ -466,8 +475,12 @@ class BlockSublayerHelpers(nn.Module):  # Annotated-Transformer helpers, FF's fi
         super().__init__()
         self.ff_res = Residual(d_model, dropout, norm_first)
         self.attn_res = Residual(d_model, dropout, norm_first)
-        self.ffn = nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(),
-                                 nn.Dropout(dropout), nn.Linear(d_ff, d_model))
+        self.ffn = nn.Sequential(
+            nn.Linear(d_model, d_ff),
+            nn.ReLU(),
+            nn.Dropout(dropout),
+            nn.Linear(d_ff, d_model),
+        )
         self.mha = MultiHeadAttention(d_model, n_heads, dropout, fused=True)
 
     def forward(self, x, mask=None):
@@ -600,6 +613,7 @@ class BlockHandDropout(nn.Module):  # hand-made dropout with the 1/(1-p) rescale
 # Most wrong blocks share this __init__ (what a learner's first cell holds) and get one
 # forward each.
 
+
 class Parts(nn.Module):
     def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
         super().__init__()
@@ -666,8 +680,11 @@ class BlockBatchNorm(Parts):  # BatchNorm1d, transposed to fit [B, S, D]
         return self.norm2(x + self.drop2(self.ff(x)))
 
 
-@wrong("encoder_block",
-       r"is 2·x \+ the attention's output; expected x \+ the attention", listed=False)
+@wrong(
+    "encoder_block",
+    r"is 2·x \+ the attention's output; expected x \+ the attention",
+    listed=False,
+)
 class BlockResidualTwice(Parts):  # residual = x, then "x + residual + sublayer"
     def forward(self, x, mask=None):
         residual = x
@@ -690,8 +707,9 @@ class BlockScaledResidual(Parts):  # "keeps the variance": (x + f(x)) / sqrt(2)
         return self.norm2(x + self.drop2(self.ff(x)))
 
 
-@wrong("encoder_block", r"'the mask does not reach the attention'.*mask=None",
-       listed=False)
+@wrong(
+    "encoder_block", r"'the mask does not reach the attention'.*mask=None", listed=False
+)
 class BlockDropsMask(Parts):  # the mask argument accepted but never passed on
     def forward(self, x, mask=None):
         if self.norm_first:
@@ -799,8 +817,9 @@ class GeluFF(nn.Module):
         return self.proj(F.gelu(self.fc(x)))
 
 
-@wrong("encoder_block", r"'the wrong activation in the feed-forward'.*GELU",
-       listed=False)
+@wrong(
+    "encoder_block", r"'the wrong activation in the feed-forward'.*GELU", listed=False
+)
 class BlockGeluFF(Parts):  # a GPT-style MLP inside the block
     def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
         super().__init__(d_model, n_heads, d_ff, dropout, norm_first)
@@ -830,8 +849,11 @@ class BlockFourTimesWidth(Parts):  # d_ff ignored: 4 * d_model
         return self.norm2(x + self.drop2(self.ff(x)))
 
 
-@wrong("encoder_block", r"the feed-forward's input is x; expected LayerNorm call 1",
-       listed=False)
+@wrong(
+    "encoder_block",
+    r"the feed-forward's input is x; expected LayerNorm call 1",
+    listed=False,
+)
 class BlockFFReadsInput(Parts):  # Post-LN: both sublayers read the block's input x
     def forward(self, x, mask=None):
         if self.norm_first:
@@ -842,8 +864,11 @@ class BlockFFReadsInput(Parts):  # Post-LN: both sublayers read the block's inpu
         return self.norm2(h + self.drop2(self.ff(x)))
 
 
-@wrong("encoder_block", r"'query, key and value are not the same tensor'.*its key is x",
-       listed=False)
+@wrong(
+    "encoder_block",
+    r"'query, key and value are not the same tensor'.*its key is x",
+    listed=False,
+)
 class BlockPreLNRawKeys(Parts):  # Pre-LN: only the query normalised
     def forward(self, x, mask=None):
         if self.norm_first:
@@ -909,9 +934,11 @@ class BlockDropsSublayerInput(Parts):  # dropout on what the sublayer reads
         return self.norm2(x + self.ff(d))
 
 
-@wrong("encoder_block",
-       r"the block.s output is LayerNorm call 3.s output; expected LayerNorm call 2",
-       listed=False)
+@wrong(
+    "encoder_block",
+    r"the block.s output is LayerNorm call 3.s output; expected LayerNorm call 2",
+    listed=False,
+)
 class BlockPreLNFinalNorm(Parts):  # the encoder stack's final norm put in every block
     def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
         super().__init__(d_model, n_heads, d_ff, dropout, norm_first)
@@ -926,8 +953,12 @@ class BlockPreLNFinalNorm(Parts):  # the encoder stack's final norm put in every
         return self.final(self.norm2(x + self.drop2(self.ff(x))))
 
 
-@wrong("encoder_block", r"is LayerNorm call 1's output \+ the attention's output; "
-       r"expected x \+ the attention", listed=False)
+@wrong(
+    "encoder_block",
+    r"is LayerNorm call 1's output \+ the attention's output; "
+    r"expected x \+ the attention",
+    listed=False,
+)
 class BlockPreLNNormedResidualOnce(Parts):  # Pre-LN: norm1(x) reused as the residual
     def forward(self, x, mask=None):
         if self.norm_first:
@@ -938,8 +969,11 @@ class BlockPreLNNormedResidualOnce(Parts):  # Pre-LN: norm1(x) reused as the res
         return self.norm2(x + self.drop2(self.ff(x)))
 
 
-@wrong("encoder_block", r"is x \+ the feed-forward's output; expected LayerNorm call 1",
-       listed=False)
+@wrong(
+    "encoder_block",
+    r"is x \+ the feed-forward's output; expected LayerNorm call 1",
+    listed=False,
+)
 class BlockSkipFromBlockInput(Parts):  # both residuals taken from the block's input
     def forward(self, x, mask=None):
         if self.norm_first:
@@ -959,8 +993,11 @@ class FFWithSkip(nn.Module):
         return x + self.l2(F.relu(self.l1(x)))
 
 
-@wrong("encoder_block", r"is 2·LayerNorm call 1's output \+ the feed-forward's output",
-       listed=False)
+@wrong(
+    "encoder_block",
+    r"is 2·LayerNorm call 1's output \+ the feed-forward's output",
+    listed=False,
+)
 class BlockDoubleFFResidual(Parts):  # the FeedForward adds its own residual too
     def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
         super().__init__(d_model, n_heads, d_ff, dropout, norm_first)
@@ -998,7 +1035,11 @@ class BlockFunctionalDropoutAlwaysOn(Parts):  # F.dropout without training=self.
         return self.norm2(x + F.dropout(self.ff(x), p))
 
 
-@wrong("encoder_block", r"no LayerNorm runs after the feed-forward, where Post-LN puts", listed=False)
+@wrong(
+    "encoder_block",
+    r"no LayerNorm runs after the feed-forward, where Post-LN puts",
+    listed=False,
+)
 class BlockForgetsSecondNorm(Parts):  # Post-LN: the final norm2 forgotten
     def forward(self, x, mask=None):
         if self.norm_first:
@@ -1009,8 +1050,11 @@ class BlockForgetsSecondNorm(Parts):  # Post-LN: the final norm2 forgotten
         return x + self.drop2(self.ff(x))
 
 
-@wrong("encoder_block", r"34% of the residual path the attention's output is added to",
-       listed=False)
+@wrong(
+    "encoder_block",
+    r"34% of the residual path the attention's output is added to",
+    listed=False,
+)
 class BlockDropsResidualPath(Parts):  # Post-LN: dropout on x instead of on the sublayer
     def forward(self, x, mask=None):
         if self.norm_first:
@@ -1043,8 +1087,11 @@ class BlockAddsInPlace(Parts):  # Pre-LN written with x += on the caller's tenso
         return self.norm2(x + self.drop2(self.ff(x)))
 
 
-@wrong("encoder_block",
-       r"(4[0-9]|5[0-5])% of the attention branch .* expected about 30%", listed=False)
+@wrong(
+    "encoder_block",
+    r"(4[0-9]|5[0-5])% of the attention branch .* expected about 30%",
+    listed=False,
+)
 class BlockDropoutTwice(Parts):  # dropout inside a helper and again around it
     def forward(self, x, mask=None):
         if self.norm_first:
@@ -1055,8 +1102,9 @@ class BlockDropoutTwice(Parts):  # dropout inside a helper and again around it
         return self.norm2(x + self.drop2(self.ff(x)))
 
 
-@wrong("encoder_block", r"makes no layer_norm call \(a norm written by hand",
-       listed=False)
+@wrong(
+    "encoder_block", r"makes no layer_norm call \(a norm written by hand", listed=False
+)
 class BlockHandWrittenNorm(Parts):  # LayerNorm by hand, without gain and bias
     def ln(self, x):
         mean = x.mean(-1, keepdim=True)
@@ -1072,8 +1120,9 @@ class BlockHandWrittenNorm(Parts):  # LayerNorm by hand, without gain and bias
         return self.ln(x + self.drop2(self.ff(x)))
 
 
-@wrong("encoder_block", r"the feed-forward's input is the attention's output",
-       listed=False)
+@wrong(
+    "encoder_block", r"the feed-forward's input is the attention's output", listed=False
+)
 class BlockFFReadsAttention(Parts):  # the feed-forward fed the raw attention output
     def forward(self, x, mask=None):
         if self.norm_first:
@@ -1149,8 +1198,12 @@ class BlockNormsBuiltInForward(Parts):  # nn.LayerNorm(d) built on the fly
         return nn.LayerNorm(d).to(x)(x + self.drop2(self.ff(x)))
 
 
-@wrong("encoder_block", r"is x \+ the attention's output \+ the feed-forward's output; "
-       r"expected LayerNorm call 1's output", listed=False)
+@wrong(
+    "encoder_block",
+    r"is x \+ the attention's output \+ the feed-forward's output; "
+    r"expected LayerNorm call 1's output",
+    listed=False,
+)
 class BlockKeepsUnnormedStream(Parts):  # Post-LN: the FF residual from the raw sum
     def forward(self, x, mask=None):
         if self.norm_first:
@@ -1161,8 +1214,11 @@ class BlockKeepsUnnormedStream(Parts):  # Post-LN: the FF residual from the raw 
         return self.norm2(s + self.drop2(self.ff(self.norm1(s))))
 
 
-@wrong("encoder_block", r"1[0-9]% of the attention branch .* expected about 30%",
-       listed=False)
+@wrong(
+    "encoder_block",
+    r"1[0-9]% of the attention branch .* expected about 30%",
+    listed=False,
+)
 class BlockHalfDropout(Parts):  # p / 2 "because there are two dropouts"
     def forward(self, x, mask=None):
         p = self.drop1.p / 2
@@ -1176,9 +1232,12 @@ class BlockHalfDropout(Parts):  # p / 2 "because there are two dropouts"
 
 # ------------------------------------------- held-out trial: dropout rates and eps
 
-@wrong("feed_forward",
-       r"2\d% of your FeedForward's output \(the second Linear's\) were zeroed",
-       listed=False)
+
+@wrong(
+    "feed_forward",
+    r"2\d% of your FeedForward's output \(the second Linear's\) were zeroed",
+    listed=False,
+)
 class FFDropoutOnOutput(nn.Module):  # "dropout after every layer": the last one too
     def __init__(self, d_model, d_ff, dropout=0.0):
         super().__init__()
@@ -1194,15 +1253,17 @@ class FFDropoutOnInput(nn.Module):  # input dropout, as in some MLP recipes
     def __init__(self, d_model, d_ff, dropout=0.0):
         super().__init__()
         self.p = dropout
-        self.inner = nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(),
-                                   nn.Linear(d_ff, d_model))
+        self.inner = nn.Sequential(
+            nn.Linear(d_model, d_ff), nn.ReLU(), nn.Linear(d_ff, d_model)
+        )
 
     def forward(self, x):
         return self.inner(F.dropout(x, self.p, self.training))
 
 
-@wrong("feed_forward", r"lost 10% at dropout=0\.2 and 10% at dropout=0\.5",
-       listed=False)
+@wrong(
+    "feed_forward", r"lost 10% at dropout=0\.2 and 10% at dropout=0\.5", listed=False
+)
 class FFHardCodedDropout(nn.Module):  # the paper's 0.1 typed in, the argument ignored
     def __init__(self, d_model, d_ff, dropout=0.0):
         super().__init__()
@@ -1213,8 +1274,11 @@ class FFHardCodedDropout(nn.Module):  # the paper's 0.1 typed in, the argument i
         return self.w2(self.drop(F.relu(self.w1(x))))
 
 
-@wrong("feed_forward", r"lost [78]\d% at dropout=0\.2 and [45]\d% at dropout=0\.5",
-       listed=False)
+@wrong(
+    "feed_forward",
+    r"lost [78]\d% at dropout=0\.2 and [45]\d% at dropout=0\.5",
+    listed=False,
+)
 class FFKeepProbability(nn.Module):  # dropout read as the keep probability (TF1 habit)
     def __init__(self, d_model, d_ff, dropout=0.0):
         super().__init__()
@@ -1245,16 +1309,24 @@ class HeldParts(nn.Module):
         return self.ln2(x + self.do2(self.ff(x)))
 
 
-@wrong("encoder_block", r"dropout=0\.3, your block's MultiHeadAttention drops its "
-       r"attention weights at p = 0\b", listed=False)
+@wrong(
+    "encoder_block",
+    r"dropout=0\.3, your block's MultiHeadAttention drops its "
+    r"attention weights at p = 0\b",
+    listed=False,
+)
 class BlockAttentionWithoutDropout(HeldParts):  # MultiHeadAttention's default kept
     def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
         super().__init__(d_model, n_heads, d_ff, dropout, norm_first)
         self.attn = MultiHeadAttention(d_model, n_heads)
 
 
-@wrong("encoder_block", r"dropout=0\.3, your block's MultiHeadAttention drops its "
-       r"attention weights at p = 0\.1\b", listed=False)
+@wrong(
+    "encoder_block",
+    r"dropout=0\.3, your block's MultiHeadAttention drops its "
+    r"attention weights at p = 0\.1\b",
+    listed=False,
+)
 class BlockAttentionFixedDropout(nn.Module):  # the paper's 0.1 typed into the attention
     def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
         super().__init__()
@@ -1274,9 +1346,12 @@ class BlockAttentionFixedDropout(nn.Module):  # the paper's 0.1 typed into the a
         return self.norms[1](x + drop(self.ffn(x)))
 
 
-@wrong("encoder_block", r"p = 0\.5 in train mode, [23]\d% of the attention branch .* "
-       r"expected about 50%",
-       listed=False)
+@wrong(
+    "encoder_block",
+    r"p = 0\.5 in train mode, [23]\d% of the attention branch .* "
+    r"expected about 50%",
+    listed=False,
+)
 class BlockDropoutTypedIn(HeldParts):  # dropout 0.3 typed in, the argument ignored
     def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
         super().__init__(d_model, n_heads, d_ff, dropout, norm_first)
@@ -1338,8 +1413,9 @@ class BlockSharedDropoutLoop(nn.Module):  # one shared Dropout, (norm, fn) pairs
 class FFThreshold(nn.Module):  # F.threshold as the ReLU, layers in a ModuleDict
     def __init__(self, d_model, d_ff, dropout=0.0):
         super().__init__()
-        self.layers = nn.ModuleDict({"up": nn.Linear(d_model, d_ff),
-                                     "down": nn.Linear(d_ff, d_model)})
+        self.layers = nn.ModuleDict(
+            {"up": nn.Linear(d_model, d_ff), "down": nn.Linear(d_ff, d_model)}
+        )
         self.p = dropout
 
     def forward(self, x):

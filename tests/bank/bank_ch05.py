@@ -3,6 +3,7 @@
 Each answer is literal learner code; a comment says what the mistake is and why a
 learner would make it.
 """
+
 import math
 
 import numpy as np
@@ -37,12 +38,14 @@ GRADERS = {
 # ================================================================ sinusoidal_encoding
 # ------------------------------------------------------------------------ right ones
 
+
 @right("sinusoidal_encoding")
 def pe_div_term(n_positions, d_model):  # the usual exp/log div_term, float32
     pe = torch.zeros(n_positions, d_model)
     position = torch.arange(0, n_positions, dtype=torch.float).unsqueeze(1)
-    div_term = torch.exp(torch.arange(0, d_model, 2).float()
-                         * (-math.log(10000.0) / d_model))
+    div_term = torch.exp(
+        torch.arange(0, d_model, 2).float() * (-math.log(10000.0) / d_model)
+    )
     pe[:, 0::2] = torch.sin(position * div_term)
     pe[:, 1::2] = torch.cos(position * div_term)
     return pe
@@ -88,7 +91,8 @@ def pe_outer_einsum(n_positions, d_model):  # torch.outer for the angles, view f
 @right("sinusoidal_encoding")
 def pe_shifted_cosine(n_positions, d_model):  # sin written as cos(θ - π/2)
     theta = torch.arange(n_positions).unsqueeze(1) * torch.exp(
-        -math.log(10000) * torch.arange(0, d_model, 2) / d_model)
+        -math.log(10000) * torch.arange(0, d_model, 2) / d_model
+    )
     pe = torch.empty(n_positions, d_model)
     pe[:, ::2] = torch.cos(theta - math.pi / 2)
     pe[:, 1::2] = torch.cos(theta)
@@ -117,12 +121,14 @@ def pe_column_loop(n_positions, d_model):
 
 # ------------------------------------------------------------------------- listed ones
 
+
 @wrong("sinusoidal_encoding", r"'sin and cos swapped'", listed=True)
 def pe_swapped(n_positions, d_model):  # misremembers which of sin/cos is on the evens
     pe = torch.zeros(n_positions, d_model)
     position = torch.arange(n_positions).float().unsqueeze(1)
-    div = torch.exp(torch.arange(0, d_model, 2).float()
-                    * (-math.log(10000.0) / d_model))
+    div = torch.exp(
+        torch.arange(0, d_model, 2).float() * (-math.log(10000.0) / d_model)
+    )
     pe[:, 0::2] = torch.cos(position * div)
     pe[:, 1::2] = torch.sin(position * div)
     return pe
@@ -138,8 +144,9 @@ def pe_pair_index_exponent(n_positions, d_model):  # i counts pairs, divided by 
 @wrong("sinusoidal_encoding", r"positions multiplied by 10000", listed=True)
 def pe_lost_minus(n_positions, d_model):  # the minus of the exponent dropped
     position = torch.arange(n_positions, dtype=torch.float).unsqueeze(1)
-    div_term = torch.exp(torch.arange(0, d_model, 2).float()
-                         * (math.log(10000.0) / d_model))
+    div_term = torch.exp(
+        torch.arange(0, d_model, 2).float() * (math.log(10000.0) / d_model)
+    )
     pe = torch.zeros(n_positions, d_model)
     pe[:, 0::2] = torch.sin(position * div_term)
     pe[:, 1::2] = torch.cos(position * div_term)
@@ -175,8 +182,9 @@ def pe_halves(n_positions, d_model):  # the tensor2tensor layout: [sin | cos]
 @wrong("sinusoidal_encoding", r"'positions start at 1'", listed=True)
 def pe_one_based(n_positions, d_model):  # "position 1 is the first token"
     position = torch.arange(1, n_positions + 1, dtype=torch.float).unsqueeze(1)
-    div_term = torch.exp(torch.arange(0, d_model, 2).float()
-                         * (-math.log(10000.0) / d_model))
+    div_term = torch.exp(
+        torch.arange(0, d_model, 2).float() * (-math.log(10000.0) / d_model)
+    )
     pe = torch.zeros(n_positions, d_model)
     pe[:, 0::2] = torch.sin(position * div_term)
     pe[:, 1::2] = torch.cos(position * div_term)
@@ -185,11 +193,13 @@ def pe_one_based(n_positions, d_model):  # "position 1 is the first token"
 
 # ----------------------------------------------------------------------- unlisted ones
 
+
 @wrong("sinusoidal_encoding", r"base b = 1000 ", listed=False)
 def pe_base_1000(n_positions, d_model):  # typed 1e3 for 10000
     position = torch.arange(n_positions, dtype=torch.float).unsqueeze(1)
-    div_term = torch.exp(torch.arange(0, d_model, 2).float()
-                         * (-math.log(1e3) / d_model))
+    div_term = torch.exp(
+        torch.arange(0, d_model, 2).float() * (-math.log(1e3) / d_model)
+    )
     pe = torch.zeros(n_positions, d_model)
     pe[:, 0::2] = torch.sin(position * div_term)
     pe[:, 1::2] = torch.cos(position * div_term)
@@ -219,7 +229,8 @@ def pe_denominator_d_minus_2(n_positions, d_model):  # so the last pair's expone
 def pe_cos_then_sin_halves(n_positions, d_model):  # halves, and cos first
     even = torch.arange(0, d_model, 2)
     angle = torch.arange(n_positions)[:, None] * torch.exp(
-        -math.log(10000) * even / d_model)
+        -math.log(10000) * even / d_model
+    )
     return torch.cat([torch.cos(angle), torch.sin(angle)], dim=-1)
 
 
@@ -234,8 +245,9 @@ def pe_swapped_and_pair_exponent(n_positions, d_model):  # two mistakes at once
 def pe_normalised(n_positions, d_model):  # "normalise" each row to unit-ish norm
     pe = torch.zeros(n_positions, d_model)
     position = torch.arange(n_positions).float().unsqueeze(1)
-    div = torch.exp(torch.arange(0, d_model, 2).float()
-                    * (-math.log(10000.0) / d_model))
+    div = torch.exp(
+        torch.arange(0, d_model, 2).float() * (-math.log(10000.0) / d_model)
+    )
     pe[:, 0::2] = torch.sin(position * div)
     pe[:, 1::2] = torch.cos(position * div)
     return pe / math.sqrt(d_model)
@@ -244,8 +256,9 @@ def pe_normalised(n_positions, d_model):  # "normalise" each row to unit-ish nor
 @wrong("sinusoidal_encoding", r"ω_0 = 0\.01587", listed=False)
 def pe_positions_in_unit_interval(n_positions, d_model):  # positions scaled to [0, 1]
     position = torch.linspace(0, 1, n_positions).unsqueeze(1)
-    div = torch.exp(torch.arange(0, d_model, 2).float()
-                    * (-math.log(10000.0) / d_model))
+    div = torch.exp(
+        torch.arange(0, d_model, 2).float() * (-math.log(10000.0) / d_model)
+    )
     pe = torch.zeros(n_positions, d_model)
     pe[:, 0::2], pe[:, 1::2] = torch.sin(position * div), torch.cos(position * div)
     return pe
@@ -254,7 +267,7 @@ def pe_positions_in_unit_interval(n_positions, d_model):  # positions scaled to 
 @wrong("sinusoidal_encoding", r"same frequency", listed=False)
 def pe_floor_division(n_positions, d_model):  # // where / was meant: exponent always 0
     exponent = torch.arange(0, d_model, 2) // d_model
-    angle = torch.arange(n_positions)[:, None] / (10000.0 ** exponent)
+    angle = torch.arange(n_positions)[:, None] / (10000.0**exponent)
     pe = torch.zeros(n_positions, d_model)
     pe[:, 0::2], pe[:, 1::2] = torch.sin(angle), torch.cos(angle)
     return pe
@@ -274,8 +287,9 @@ def pe_half_precision(n_positions, d_model):  # "saves memory"
 def pe_with_batch_axis(n_positions, d_model):
     pe = torch.zeros(n_positions, d_model)
     position = torch.arange(n_positions).unsqueeze(1).float()
-    div = torch.exp(torch.arange(0, d_model, 2).float()
-                    * (-math.log(10000.0) / d_model))
+    div = torch.exp(
+        torch.arange(0, d_model, 2).float() * (-math.log(10000.0) / d_model)
+    )
     pe[:, 0::2], pe[:, 1::2] = torch.sin(position * div), torch.cos(position * div)
     return pe.unsqueeze(0)
 
@@ -283,7 +297,8 @@ def pe_with_batch_axis(n_positions, d_model):
 @wrong("sinusoidal_encoding", r"transposed", listed=False)
 def pe_transposed(n_positions, d_model):  # built [D, N] like the lesson's heat map
     angle = torch.arange(n_positions)[None, :] * torch.exp(
-        torch.arange(0, d_model, 2)[:, None] * (-math.log(10000.0) / d_model))
+        torch.arange(0, d_model, 2)[:, None] * (-math.log(10000.0) / d_model)
+    )
     pe = torch.zeros(d_model, n_positions)
     pe[0::2], pe[1::2] = angle.sin(), angle.cos()
     return pe
@@ -309,8 +324,9 @@ def pe_pairs_from_one(n_positions, d_model):  # pair index 1..D/2 instead of 0..
 @wrong("sinusoidal_encoding", r"got \[63, 16\]", listed=False)
 def pe_one_row_short(n_positions, d_model):  # arange(1, n) "skipping the padding row"
     position = torch.arange(1, n_positions, dtype=torch.float).unsqueeze(1)
-    div = torch.exp(torch.arange(0, d_model, 2).float()
-                    * (-math.log(10000.0) / d_model))
+    div = torch.exp(
+        torch.arange(0, d_model, 2).float() * (-math.log(10000.0) / d_model)
+    )
     pe = torch.zeros(n_positions - 1, d_model)
     pe[:, 0::2], pe[:, 1::2] = torch.sin(position * div), torch.cos(position * div)
     return pe
@@ -338,8 +354,9 @@ def pe_denominator_n_positions(n_positions, d_model):  # divided by the wrong si
 def pe_cosines_never_written(n_positions, d_model):  # the second assignment forgotten
     pe = torch.zeros(n_positions, d_model)
     position = torch.arange(n_positions).float().unsqueeze(1)
-    div = torch.exp(torch.arange(0, d_model, 2).float()
-                    * (-math.log(10000.0) / d_model))
+    div = torch.exp(
+        torch.arange(0, d_model, 2).float() * (-math.log(10000.0) / d_model)
+    )
     pe[:, 0::2] = torch.sin(position * div)
     return pe
 
@@ -348,15 +365,17 @@ def pe_cosines_never_written(n_positions, d_model):  # the second assignment for
 def pe_forgot_exp(n_positions, d_model):  # div_term left as the exponent: no exp()
     position = torch.arange(n_positions, dtype=torch.float32).unsqueeze(1)
     div_term = torch.arange(0, d_model, 2, dtype=torch.float32) * (
-        -math.log(10000.0) / d_model)
+        -math.log(10000.0) / d_model
+    )
     pe = torch.zeros(n_positions, d_model)
     pe[:, 0::2] = torch.sin(position * div_term)
     pe[:, 1::2] = torch.cos(position * div_term)
     return pe
 
 
-@wrong("sinusoidal_encoding", r"ω_i = 0 \+ i·\(0\.125\), changing linearly",
-       listed=False)
+@wrong(
+    "sinusoidal_encoding", r"ω_i = 0 \+ i·\(0\.125\), changing linearly", listed=False
+)
 def pe_linear_frequencies(n_positions, d_model):  # "frequency grows with the index"
     freqs = torch.arange(0, d_model, 2).double() / d_model  # 10000 ** ... forgotten
     angles = torch.outer(torch.arange(n_positions).double(), freqs)
@@ -373,25 +392,28 @@ def pe_skips_bos_and_pad(n_positions, d_model):
     return pe
 
 
-@wrong("sinusoidal_encoding", r"ω_0 = 2, expected 1",
-       listed=False)
+@wrong("sinusoidal_encoding", r"ω_0 = 2, expected 1", listed=False)
 def pe_angle_doubled(n_positions, d_model):  # 2·pos·ω, "2π-ish" remembered wrong
     position = torch.arange(n_positions).float().unsqueeze(1)
-    div = torch.exp(torch.arange(0, d_model, 2).float()
-                    * (-math.log(10000.0) / d_model))
+    div = torch.exp(
+        torch.arange(0, d_model, 2).float() * (-math.log(10000.0) / d_model)
+    )
     pe = torch.zeros(n_positions, d_model)
     pe[:, 0::2] = torch.sin(2 * position * div)
     pe[:, 1::2] = torch.cos(2 * position * div)
     return pe
 
 
-@wrong("sinusoidal_encoding",
-       r"columns \[1, 3, 5, 7, 9, 11\]\.\.\. start at 0 like sines",
-       listed=False)
+@wrong(
+    "sinusoidal_encoding",
+    r"columns \[1, 3, 5, 7, 9, 11\]\.\.\. start at 0 like sines",
+    listed=False,
+)
 def pe_sine_twice(n_positions, d_model):  # copy-pasted line, sin left in the second
     position = torch.arange(n_positions, dtype=torch.float).unsqueeze(1)
-    div = torch.exp(torch.arange(0, d_model, 2).float()
-                    * (-math.log(10000.0) / d_model))
+    div = torch.exp(
+        torch.arange(0, d_model, 2).float() * (-math.log(10000.0) / d_model)
+    )
     pe = torch.zeros(n_positions, d_model)
     pe[:, 0::2] = torch.sin(position * div)
     pe[:, 1::2] = torch.sin(position * div)
@@ -400,6 +422,7 @@ def pe_sine_twice(n_positions, d_model):  # copy-pasted line, sin left in the se
 
 # ============================================================================== embed
 # ------------------------------------------------------------------------ right ones
+
 
 @right("embed")
 def embed_plain(tokens, table, pe):
@@ -411,7 +434,7 @@ def embed_plain(tokens, table, pe):
 def embed_functional(tokens, table, pe):
     d = pe.size(-1)
     positions = pe[: tokens.shape[1]].unsqueeze(0)
-    return F.embedding(tokens, table.weight) * d ** 0.5 + positions
+    return F.embedding(tokens, table.weight) * d**0.5 + positions
 
 
 @right("embed")
@@ -443,7 +466,7 @@ def embed_tensor_scale(tokens, table, pe):  # the scale as a 0-dim tensor
 def embed_einsum(tokens, table, pe):  # one-hot @ weight, positions by broadcasting
     one_hot = F.one_hot(tokens, table.num_embeddings).to(table.weight.dtype)
     x = torch.einsum("bsv,vd->bsd", one_hot, table.weight)
-    return x * table.embedding_dim ** 0.5 + pe[: x.shape[1]]
+    return x * table.embedding_dim**0.5 + pe[: x.shape[1]]
 
 
 @right("embed")
@@ -455,6 +478,7 @@ def embed_addcmul(tokens, table, pe):  # pe + √D · E in one call
 
 
 # ------------------------------------------------------------------------- listed ones
+
 
 @wrong("embed", r"'missing √d_model embedding scale'", listed=True)
 def embed_unscaled(tokens, table, pe):  # the seed's embedding: no scale
@@ -480,11 +504,12 @@ def embed_sum_scaled(tokens, table, pe):  # the whole input scaled, positions in
 
 @wrong("embed", r"'positions looked up by token id'", listed=True)
 def embed_pe_by_token(tokens, table, pe):  # pe treated like a second embedding table
-    scale = table.embedding_dim ** 0.5
+    scale = table.embedding_dim**0.5
     return F.embedding(tokens, table.weight) * scale + F.embedding(tokens, pe)
 
 
 # ----------------------------------------------------------------------- unlisted ones
+
 
 @wrong("embed", r"that is √\(max_len\)", listed=False)
 def embed_scale_by_max_len(tokens, table, pe):  # pe.size(0) is the rows, not D
@@ -523,8 +548,9 @@ def embed_concatenated(tokens, table, pe):  # "concat keeps both signals apart"
     return torch.cat([x, pos], dim=-1)
 
 
-@wrong("embed", r"rows \[1, 2, 3, 4, 5, 6\] of pe: the positions start at 1",
-       listed=False)
+@wrong(
+    "embed", r"rows \[1, 2, 3, 4, 5, 6\] of pe: the positions start at 1", listed=False
+)
 def embed_rows_from_one(tokens, table, pe):  # row 0 skipped "for the BOS"
     s = tokens.size(1)
     return table(tokens) * math.sqrt(table.embedding_dim) + pe[1 : s + 1]
@@ -571,12 +597,14 @@ def embed_pe_by_batch_size(tokens, table, pe):  # size(0) is B, not S
 
 @wrong("embed", r"multiplied by 6 \(D = 12\) and 10 \(D = 20\)", listed=False)
 def embed_precedence(tokens, table, pe):  # ** 1/2 is (D ** 1) / 2, not the square root
-    return table(tokens) * table.embedding_dim ** 1/2 + pe[: tokens.size(1)]
+    return table(tokens) * table.embedding_dim**1 / 2 + pe[: tokens.size(1)]
 
 
-@wrong("embed",
-       r"multiplied by 1 \(D = 12\).*that is 1 \(no scale\).*multiplied by 3\.464",
-       listed=False)
+@wrong(
+    "embed",
+    r"multiplied by 1 \(D = 12\).*that is 1 \(no scale\).*multiplied by 3\.464",
+    listed=False,
+)
 def embed_scaled_the_wrong_term(tokens, table, pe):  # √D on the positions instead
     return table(tokens) + pe[: tokens.size(1)] * math.sqrt(table.embedding_dim)
 
@@ -621,14 +649,16 @@ def embed_row_at_length(tokens, table, pe):  # pe[S] for pe[:S]: one row, the wr
 # ====================================================================== decoder_block
 # ------------------------------------------------------------------------ right ones
 
+
 @right("decoder_block")
 class DecoderBlockPlain(nn.Module):  # the lesson's wiring, one nn.Dropout
     def __init__(self, d_model, n_heads, d_ff, dropout=0.1):
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
         self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
-        self.ff = nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(),
-                                nn.Linear(d_ff, d_model))
+        self.ff = nn.Sequential(
+            nn.Linear(d_model, d_ff), nn.ReLU(), nn.Linear(d_ff, d_model)
+        )
         self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(d_model) for _ in range(3))
         self.dropout = nn.Dropout(dropout)
 
@@ -668,8 +698,12 @@ class DecoderBlockCrossFirstRegistered(nn.Module):
 class DecoderBlockModuleLists(nn.Module):  # ModuleLists, no biases, ~triu(1) mask
     def __init__(self, d_model, n_heads, d_ff, dropout=0.1):
         super().__init__()
-        self.attns = nn.ModuleList([MultiHeadAttention(d_model, n_heads, dropout),
-                                    MultiHeadAttention(d_model, n_heads, bias=False)])
+        self.attns = nn.ModuleList(
+            [
+                MultiHeadAttention(d_model, n_heads, dropout),
+                MultiHeadAttention(d_model, n_heads, bias=False),
+            ]
+        )
         self.lns = nn.ModuleList(nn.LayerNorm(d_model) for _ in range(3))
         self.up = nn.Linear(d_model, d_ff, bias=False)
         self.down = nn.Linear(d_ff, d_model)
@@ -691,8 +725,12 @@ class DecoderBlockBufferMask(nn.Module):  # a causal buffer built once, sliced p
         super().__init__()
         self.attention = MultiHeadAttention(d_model, n_heads, dropout=dropout)
         self.source_attention = MultiHeadAttention(d_model, n_heads, dropout=dropout)
-        self.feed_forward = nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(),
-                                          nn.Dropout(dropout), nn.Linear(d_ff, d_model))
+        self.feed_forward = nn.Sequential(
+            nn.Linear(d_model, d_ff),
+            nn.ReLU(),
+            nn.Dropout(dropout),
+            nn.Linear(d_ff, d_model),
+        )
         self.norms = nn.ModuleDict({k: nn.LayerNorm(d_model) for k in ("a", "b", "c")})
         self.drop = nn.Dropout(dropout)
         self.register_buffer("tril", torch.tril(torch.ones(max_len, max_len)).bool())
@@ -715,8 +753,9 @@ class DecoderBlockSublayerHelper(nn.Module):  # one helper for "LN(x + drop(f(x)
         self.ca = MultiHeadAttention(d_model, n_heads, dropout=dropout)
         self.l1 = nn.Linear(d_model, d_ff)
         self.l2 = nn.Linear(d_ff, d_model)
-        self.n = nn.ModuleList([nn.LayerNorm(d_model), nn.LayerNorm(d_model),
-                                nn.LayerNorm(d_model)])
+        self.n = nn.ModuleList(
+            [nn.LayerNorm(d_model), nn.LayerNorm(d_model), nn.LayerNorm(d_model)]
+        )
         self.dropout = dropout
 
     def sublayer(self, i, x, f):
@@ -750,7 +789,8 @@ class DecoderBlockReturnWeights(nn.Module):  # asks for the weights, keeps the o
         a, _ = self.self_attention(x, x, x, mask=causal, return_weights=True)
         x = self.ln_1(x + self.drop(a))
         c, self.last_cross_weights = self.memory_attention(
-            x, memory, memory, mask=src_mask, return_weights=True)
+            x, memory, memory, mask=src_mask, return_weights=True
+        )
         x = self.ln_2(x + self.drop(c))
         return self.ln_3(x + self.drop(self.fc2(self.fc1(x).clamp(min=0))))
 
@@ -759,12 +799,15 @@ class DecoderBlockReturnWeights(nn.Module):  # asks for the weights, keeps the o
 class DecoderBlockExpandedMask(nn.Module):  # the causal mask expanded to [B, 1, St, St]
     def __init__(self, d_model, n_heads, d_ff, dropout=0.1):
         super().__init__()
-        self.mha_self = MultiHeadAttention(d_model, n_heads, dropout=dropout,
-                                           fused=True)
-        self.mha_cross = MultiHeadAttention(d_model, n_heads, dropout=dropout,
-                                            fused=True)
-        self.ffn = nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(inplace=True),
-                                 nn.Linear(d_ff, d_model))
+        self.mha_self = MultiHeadAttention(
+            d_model, n_heads, dropout=dropout, fused=True
+        )
+        self.mha_cross = MultiHeadAttention(
+            d_model, n_heads, dropout=dropout, fused=True
+        )
+        self.ffn = nn.Sequential(
+            nn.Linear(d_model, d_ff), nn.ReLU(inplace=True), nn.Linear(d_ff, d_model)
+        )
         self.norm_a = nn.LayerNorm(d_model)
         self.norm_b = nn.LayerNorm(d_model)
         self.norm_c = nn.LayerNorm(d_model)
@@ -807,15 +850,18 @@ class DecoderBlockFloat64Mask(nn.Module):
 # ------------------------------------------------------------------------- listed ones
 # Each is the plain block with one line changed.
 
-@wrong("decoder_block", r"'decoder self-attention without the causal mask'",
-       listed=True)
+
+@wrong(
+    "decoder_block", r"'decoder self-attention without the causal mask'", listed=True
+)
 class DecoderNoCausalMask(nn.Module):  # the encoder block copied, mask forgotten
     def __init__(self, d_model, n_heads, d_ff, dropout=0.1):
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
         self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
-        self.ff = nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(),
-                                nn.Linear(d_ff, d_model))
+        self.ff = nn.Sequential(
+            nn.Linear(d_model, d_ff), nn.ReLU(), nn.Linear(d_ff, d_model)
+        )
         self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(d_model) for _ in range(3))
         self.dropout = nn.Dropout(dropout)
 
@@ -832,8 +878,9 @@ class DecoderTriuMask(nn.Module):  # triu and tril confused
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
         self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
-        self.ff = nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(),
-                                nn.Linear(d_ff, d_model))
+        self.ff = nn.Sequential(
+            nn.Linear(d_model, d_ff), nn.ReLU(), nn.Linear(d_ff, d_model)
+        )
         self.norms = nn.ModuleList(nn.LayerNorm(d_model) for _ in range(3))
         self.dropout = nn.Dropout(dropout)
 
@@ -846,15 +893,19 @@ class DecoderTriuMask(nn.Module):  # triu and tril confused
         return self.norms[2](x + self.dropout(self.ff(x)))
 
 
-@wrong("decoder_block", r"'cross-attention taking keys/values from the decoder'",
-       listed=True)
+@wrong(
+    "decoder_block",
+    r"'cross-attention taking keys/values from the decoder'",
+    listed=True,
+)
 class DecoderCrossSelf(nn.Module):  # the seed's argument slots: attends to itself
     def __init__(self, d_model, n_heads, d_ff, dropout=0.1):
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
         self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
-        self.ff = nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(),
-                                nn.Linear(d_ff, d_model))
+        self.ff = nn.Sequential(
+            nn.Linear(d_model, d_ff), nn.ReLU(), nn.Linear(d_ff, d_model)
+        )
         self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(d_model) for _ in range(3))
         self.dropout = nn.Dropout(dropout)
 
@@ -866,16 +917,20 @@ class DecoderCrossSelf(nn.Module):  # the seed's argument slots: attends to itse
         return self.norm3(x + self.dropout(self.ff(x)))
 
 
-@wrong("decoder_block", r"'cross-attention taking keys/values from the decoder'",
-       listed=True)
+@wrong(
+    "decoder_block",
+    r"'cross-attention taking keys/values from the decoder'",
+    listed=True,
+)
 # same, keeps the src_mask (shape happens to fit)
 class DecoderCrossSelfMasked(nn.Module):
     def __init__(self, d_model, n_heads, d_ff, dropout=0.1):
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
         self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
-        self.ff = nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(),
-                                nn.Linear(d_ff, d_model))
+        self.ff = nn.Sequential(
+            nn.Linear(d_model, d_ff), nn.ReLU(), nn.Linear(d_ff, d_model)
+        )
         self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(d_model) for _ in range(3))
         self.dropout = nn.Dropout(dropout)
 
@@ -887,15 +942,17 @@ class DecoderCrossSelfMasked(nn.Module):
         return self.norm3(x + self.dropout(self.ff(x)))
 
 
-@wrong("decoder_block", r"'cross-attention ignores the source padding mask'",
-       listed=True)
+@wrong(
+    "decoder_block", r"'cross-attention ignores the source padding mask'", listed=True
+)
 class DecoderNoSourceMask(nn.Module):  # src_mask accepted and dropped
     def __init__(self, d_model, n_heads, d_ff, dropout=0.1):
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
         self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
-        self.ff = nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(),
-                                nn.Linear(d_ff, d_model))
+        self.ff = nn.Sequential(
+            nn.Linear(d_model, d_ff), nn.ReLU(), nn.Linear(d_ff, d_model)
+        )
         self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(d_model) for _ in range(3))
         self.dropout = nn.Dropout(dropout)
 
@@ -913,8 +970,9 @@ class DecoderCrossFirst(nn.Module):  # "read the source first"
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
         self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
-        self.ff = nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(),
-                                nn.Linear(d_ff, d_model))
+        self.ff = nn.Sequential(
+            nn.Linear(d_model, d_ff), nn.ReLU(), nn.Linear(d_ff, d_model)
+        )
         self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(d_model) for _ in range(3))
         self.dropout = nn.Dropout(dropout)
 
@@ -933,8 +991,9 @@ class DecoderNoResidual(nn.Module):  # "the norm already keeps the scale"
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
         self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
-        self.ff = nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(),
-                                nn.Linear(d_ff, d_model))
+        self.ff = nn.Sequential(
+            nn.Linear(d_model, d_ff), nn.ReLU(), nn.Linear(d_ff, d_model)
+        )
         self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(d_model) for _ in range(3))
         self.dropout = nn.Dropout(dropout)
 
@@ -952,8 +1011,9 @@ class DecoderPreLN(nn.Module):  # the GPT-2 habit
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
         self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
-        self.ff = nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(),
-                                nn.Linear(d_ff, d_model))
+        self.ff = nn.Sequential(
+            nn.Linear(d_model, d_ff), nn.ReLU(), nn.Linear(d_ff, d_model)
+        )
         self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(d_model) for _ in range(3))
         self.dropout = nn.Dropout(dropout)
 
@@ -969,14 +1029,16 @@ class DecoderPreLN(nn.Module):  # the GPT-2 habit
 
 # ----------------------------------------------------------------------- unlisted ones
 
+
 @wrong("decoder_block", r"hides the diagonal", listed=False)
 class DecoderStrictlyLowerMask(nn.Module):  # "a token must not see itself"
     def __init__(self, d_model, n_heads, d_ff, dropout=0.1):
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
         self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
-        self.ff = nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(),
-                                nn.Linear(d_ff, d_model))
+        self.ff = nn.Sequential(
+            nn.Linear(d_model, d_ff), nn.ReLU(), nn.Linear(d_ff, d_model)
+        )
         self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(d_model) for _ in range(3))
         self.dropout = nn.Dropout(dropout)
 
@@ -996,8 +1058,9 @@ class DecoderFutureMask(nn.Module):  # PyTorch's convention (True = masked) carr
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
         self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
-        self.ff = nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(),
-                                nn.Linear(d_ff, d_model))
+        self.ff = nn.Sequential(
+            nn.Linear(d_model, d_ff), nn.ReLU(), nn.Linear(d_ff, d_model)
+        )
         self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(d_model) for _ in range(3))
         self.dropout = nn.Dropout(dropout)
 
@@ -1017,8 +1080,9 @@ class DecoderInvertedSourceMask(nn.Module):  # src_mask "inverted to mark the pa
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
         self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
-        self.ff = nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(),
-                                nn.Linear(d_ff, d_model))
+        self.ff = nn.Sequential(
+            nn.Linear(d_model, d_ff), nn.ReLU(), nn.Linear(d_ff, d_model)
+        )
         self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(d_model) for _ in range(3))
         self.dropout = nn.Dropout(dropout)
 
@@ -1038,8 +1102,9 @@ class DecoderCausalCross(nn.Module):
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
         self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
-        self.ff = nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(),
-                                nn.Linear(d_ff, d_model))
+        self.ff = nn.Sequential(
+            nn.Linear(d_model, d_ff), nn.ReLU(), nn.Linear(d_ff, d_model)
+        )
         self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(d_model) for _ in range(3))
         self.dropout = nn.Dropout(dropout)
 
@@ -1061,8 +1126,9 @@ class DecoderStaleQuery(nn.Module):  # new names per step, the old one used by m
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
         self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
-        self.ff = nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(),
-                                nn.Linear(d_ff, d_model))
+        self.ff = nn.Sequential(
+            nn.Linear(d_model, d_ff), nn.ReLU(), nn.Linear(d_ff, d_model)
+        )
         self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(d_model) for _ in range(3))
         self.dropout = nn.Dropout(dropout)
 
@@ -1082,8 +1148,9 @@ class DecoderResidualFromInput(nn.Module):
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
         self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
-        self.ff = nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(),
-                                nn.Linear(d_ff, d_model))
+        self.ff = nn.Sequential(
+            nn.Linear(d_model, d_ff), nn.ReLU(), nn.Linear(d_ff, d_model)
+        )
         self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(d_model) for _ in range(3))
         self.dropout = nn.Dropout(dropout)
 
@@ -1103,8 +1170,9 @@ class DecoderOneNormUsedTwice(nn.Module):  # copy-pasted line, norm1 kept
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
         self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
-        self.ff = nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(),
-                                nn.Linear(d_ff, d_model))
+        self.ff = nn.Sequential(
+            nn.Linear(d_model, d_ff), nn.ReLU(), nn.Linear(d_ff, d_model)
+        )
         self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(d_model) for _ in range(3))
         self.dropout = nn.Dropout(dropout)
 
@@ -1123,8 +1191,9 @@ class DecoderOneAttentionTwice(nn.Module):  # self_attn reused for the cross-att
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
         self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
-        self.ff = nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(),
-                                nn.Linear(d_ff, d_model))
+        self.ff = nn.Sequential(
+            nn.Linear(d_model, d_ff), nn.ReLU(), nn.Linear(d_ff, d_model)
+        )
         self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(d_model) for _ in range(3))
         self.dropout = nn.Dropout(dropout)
 
@@ -1143,8 +1212,9 @@ class DecoderGelu(nn.Module):  # BERT/GPT's activation
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
         self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
-        self.ff = nn.Sequential(nn.Linear(d_model, d_ff), nn.GELU(),
-                                nn.Linear(d_ff, d_model))
+        self.ff = nn.Sequential(
+            nn.Linear(d_model, d_ff), nn.GELU(), nn.Linear(d_ff, d_model)
+        )
         self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(d_model) for _ in range(3))
         self.dropout = nn.Dropout(dropout)
 
@@ -1183,8 +1253,9 @@ class DecoderFeedForwardOnInput(nn.Module):  # "x" kept for the input, new names
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
         self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
-        self.ff = nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(),
-                                nn.Linear(d_ff, d_model))
+        self.ff = nn.Sequential(
+            nn.Linear(d_model, d_ff), nn.ReLU(), nn.Linear(d_ff, d_model)
+        )
         self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(d_model) for _ in range(3))
         self.dropout = nn.Dropout(dropout)
 
@@ -1204,8 +1275,9 @@ class DecoderExtraOuterResidual(nn.Module):
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
         self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
-        self.ff = nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(),
-                                nn.Linear(d_ff, d_model))
+        self.ff = nn.Sequential(
+            nn.Linear(d_model, d_ff), nn.ReLU(), nn.Linear(d_ff, d_model)
+        )
         self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(d_model) for _ in range(3))
         self.dropout = nn.Dropout(dropout)
 
@@ -1224,8 +1296,9 @@ class DecoderSublayerAddedTwice(nn.Module):  # x updated, then the sum taken aga
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
         self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
-        self.ff = nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(),
-                                nn.Linear(d_ff, d_model))
+        self.ff = nn.Sequential(
+            nn.Linear(d_model, d_ff), nn.ReLU(), nn.Linear(d_ff, d_model)
+        )
         self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(d_model) for _ in range(3))
         self.dropout = nn.Dropout(dropout)
 
@@ -1246,8 +1319,9 @@ class DecoderFunctionalDropoutAlwaysOn(nn.Module):  # F.dropout without training
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
         self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
-        self.ff = nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(),
-                                nn.Linear(d_ff, d_model))
+        self.ff = nn.Sequential(
+            nn.Linear(d_model, d_ff), nn.ReLU(), nn.Linear(d_ff, d_model)
+        )
         self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(d_model) for _ in range(3))
         self.p = dropout
 
@@ -1266,8 +1340,9 @@ class DecoderLastNormForgotten(nn.Module):  # norm3 built, never applied
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
         self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
-        self.ff = nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(),
-                                nn.Linear(d_ff, d_model))
+        self.ff = nn.Sequential(
+            nn.Linear(d_model, d_ff), nn.ReLU(), nn.Linear(d_ff, d_model)
+        )
         self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(d_model) for _ in range(3))
         self.dropout = nn.Dropout(dropout)
 
@@ -1286,8 +1361,9 @@ class DecoderFeedForwardSecond(nn.Module):  # the encoder block's order, cross a
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
         self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
-        self.ff = nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(),
-                                nn.Linear(d_ff, d_model))
+        self.ff = nn.Sequential(
+            nn.Linear(d_model, d_ff), nn.ReLU(), nn.Linear(d_ff, d_model)
+        )
         self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(d_model) for _ in range(3))
         self.dropout = nn.Dropout(dropout)
 
@@ -1306,8 +1382,9 @@ class DecoderPreLNFeedForwardOnly(nn.Module):  # Post-LN attention, Pre-LN feed-
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
         self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
-        self.ff = nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(),
-                                nn.Linear(d_ff, d_model))
+        self.ff = nn.Sequential(
+            nn.Linear(d_model, d_ff), nn.ReLU(), nn.Linear(d_ff, d_model)
+        )
         self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(d_model) for _ in range(3))
         self.dropout = nn.Dropout(dropout)
 
@@ -1326,9 +1403,9 @@ class DecoderReluAfterFeedForward(nn.Module):  # a trailing ReLU in the Sequenti
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
         self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
-        self.ff = nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(),
-                                nn.Linear(d_ff, d_model),
-                                nn.ReLU())
+        self.ff = nn.Sequential(
+            nn.Linear(d_model, d_ff), nn.ReLU(), nn.Linear(d_ff, d_model), nn.ReLU()
+        )
         self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(d_model) for _ in range(3))
         self.dropout = nn.Dropout(dropout)
 
@@ -1341,16 +1418,20 @@ class DecoderReluAfterFeedForward(nn.Module):  # a trailing ReLU in the Sequenti
         return self.norm3(x + self.dropout(self.ff(x)))
 
 
-@wrong("decoder_block",
-       r"raised ValueError: mask must be .* exactly 4 dims.* at line \d+ of "
-       r"your code", listed=False)
+@wrong(
+    "decoder_block",
+    r"raised ValueError: mask must be .* exactly 4 dims.* at line \d+ of "
+    r"your code",
+    listed=False,
+)
 class DecoderTwoDimMask(nn.Module):  # the [St, St] mask of chapter 2, no [1, 1, ...]
     def __init__(self, d_model, n_heads, d_ff, dropout=0.1):
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
         self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
-        self.ff = nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(),
-                                nn.Linear(d_ff, d_model))
+        self.ff = nn.Sequential(
+            nn.Linear(d_model, d_ff), nn.ReLU(), nn.Linear(d_ff, d_model)
+        )
         self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(d_model) for _ in range(3))
         self.dropout = nn.Dropout(dropout)
 
@@ -1369,8 +1450,9 @@ class DecoderSourceMaskRequired(nn.Module):  # src_mask given no default
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
         self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
-        self.ff = nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(),
-                                nn.Linear(d_ff, d_model))
+        self.ff = nn.Sequential(
+            nn.Linear(d_model, d_ff), nn.ReLU(), nn.Linear(d_ff, d_model)
+        )
         self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(d_model) for _ in range(3))
         self.dropout = nn.Dropout(dropout)
 
@@ -1383,15 +1465,19 @@ class DecoderSourceMaskRequired(nn.Module):  # src_mask given no default
         return self.norm3(x + self.dropout(self.ff(x)))
 
 
-@wrong("decoder_block", r"raised TypeError: mask must be .*dtype torch.float32",
-       listed=False)
+@wrong(
+    "decoder_block",
+    r"raised TypeError: mask must be .*dtype torch.float32",
+    listed=False,
+)
 class DecoderFloatMask(nn.Module):  # a 0/1 float mask, as in some tutorials
     def __init__(self, d_model, n_heads, d_ff, dropout=0.1):
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
         self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
-        self.ff = nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(),
-                                nn.Linear(d_ff, d_model))
+        self.ff = nn.Sequential(
+            nn.Linear(d_model, d_ff), nn.ReLU(), nn.Linear(d_ff, d_model)
+        )
         self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(d_model) for _ in range(3))
         self.dropout = nn.Dropout(dropout)
 
@@ -1410,8 +1496,9 @@ class DecoderCrossArgumentsSwapped(nn.Module):  # (memory, x, x): query and key 
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
         self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
-        self.ff = nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(),
-                                nn.Linear(d_ff, d_model))
+        self.ff = nn.Sequential(
+            nn.Linear(d_model, d_ff), nn.ReLU(), nn.Linear(d_ff, d_model)
+        )
         self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(d_model) for _ in range(3))
         self.dropout = nn.Dropout(dropout)
 
@@ -1424,13 +1511,16 @@ class DecoderCrossArgumentsSwapped(nn.Module):  # (memory, x, x): query and key 
 
 
 @wrong("decoder_block", r"changed its input x in place", listed=False)
-class DecoderInPlaceResidual(nn.Module):  # x += ... "saves memory", writes into the input
+class DecoderInPlaceResidual(
+    nn.Module
+):  # x += ... "saves memory", writes into the input
     def __init__(self, d_model, n_heads, d_ff, dropout=0.1):
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
         self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
-        self.ff = nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(),
-                                nn.Linear(d_ff, d_model))
+        self.ff = nn.Sequential(
+            nn.Linear(d_model, d_ff), nn.ReLU(), nn.Linear(d_ff, d_model)
+        )
         self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(d_model) for _ in range(3))
         self.dropout = nn.Dropout(dropout)
 
@@ -1450,10 +1540,12 @@ class DecoderPlainNorms(nn.Module):  # "no parameters in the norm, fewer to trai
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
         self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
-        self.ff = nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(),
-                                nn.Linear(d_ff, d_model))
-        self.norms = nn.ModuleList(nn.LayerNorm(d_model, elementwise_affine=False)
-                                   for _ in range(3))
+        self.ff = nn.Sequential(
+            nn.Linear(d_model, d_ff), nn.ReLU(), nn.Linear(d_ff, d_model)
+        )
+        self.norms = nn.ModuleList(
+            nn.LayerNorm(d_model, elementwise_affine=False) for _ in range(3)
+        )
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x, memory, src_mask=None):
@@ -1465,29 +1557,39 @@ class DecoderPlainNorms(nn.Module):  # "no parameters in the norm, fewer to trai
         return self.norms[2](x + self.dropout(self.ff(x)))
 
 
-@wrong("decoder_block", r"0% of the cross-attention's output was zeroed.*expected "
-       r"about 30%", listed=False)
+@wrong(
+    "decoder_block",
+    r"0% of the cross-attention's output was zeroed.*expected "
+    r"about 30%",
+    listed=False,
+)
 class DecoderNoCrossDropout(nn.Module):  # dropout forgotten on the middle sublayer
     def __init__(self, d_model, n_heads, d_ff, dropout=0.1):
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
         self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
-        self.ff = nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(),
-                                nn.Linear(d_ff, d_model))
+        self.ff = nn.Sequential(
+            nn.Linear(d_model, d_ff), nn.ReLU(), nn.Linear(d_ff, d_model)
+        )
         self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(d_model) for _ in range(3))
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x, memory, src_mask=None):
         st = x.size(1)
-        causal = torch.tril(torch.ones(st, st, dtype=torch.bool,
-                                       device=x.device))[None, None]
+        causal = torch.tril(torch.ones(st, st, dtype=torch.bool, device=x.device))[
+            None, None
+        ]
         x = self.norm1(x + self.dropout(self.self_attn(x, x, x, mask=causal)))
         x = self.norm2(x + self.cross_attn(x, memory, memory, mask=src_mask))
         return self.norm3(x + self.dropout(self.ff(x)))
 
 
-@wrong("decoder_block", r"\d+% of the feed-forward's output was zeroed.*expected "
-       r"about 30%", listed=False)
+@wrong(
+    "decoder_block",
+    r"\d+% of the feed-forward's output was zeroed.*expected "
+    r"about 30%",
+    listed=False,
+)
 class DecoderFixedFFDropout(nn.Module):  # "0.1 like the paper", hard-coded in one place
     def __init__(self, d_model, n_heads, d_ff, dropout=0.1):
         super().__init__()
@@ -1502,8 +1604,9 @@ class DecoderFixedFFDropout(nn.Module):  # "0.1 like the paper", hard-coded in o
         keep = torch.ones(n, n, device=x.device).tril().bool().view(1, 1, n, n)
         a = F.dropout(self.attn1(x, x, x, mask=keep), self.p, self.training)
         x = self.ln[0](x + a)
-        c = F.dropout(self.attn2(x, memory, memory, mask=src_mask), self.p,
-                      self.training)
+        c = F.dropout(
+            self.attn2(x, memory, memory, mask=src_mask), self.p, self.training
+        )
         x = self.ln[1](x + c)
         f = F.dropout(self.lin2(F.relu(self.lin1(x))), 0.1, self.training)
         return self.ln[2](x + f)

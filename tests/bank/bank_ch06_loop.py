@@ -3,6 +3,7 @@
 In the notebook a learner's train_step calls their own shift_targets and
 sequence_loss; the two right ones below stand for them.
 """
+
 import torch
 import torch.nn.functional as F
 
@@ -11,10 +12,14 @@ from tformer_grading.checks import ch06
 from tformer_ref.masks import causal_mask
 
 GRADERS = {
-    "train_step": lambda fn: (ch06.check_train_step(fn),
-                              ch06.check_train_step_by_hand(fn)),
-    "greedy_decode": lambda fn: (ch06.check_greedy_decode(fn),
-                                 ch06.check_greedy_by_hand(fn)),
+    "train_step": lambda fn: (
+        ch06.check_train_step(fn),
+        ch06.check_train_step_by_hand(fn),
+    ),
+    "greedy_decode": lambda fn: (
+        ch06.check_greedy_decode(fn),
+        ch06.check_greedy_by_hand(fn),
+    ),
 }
 
 
@@ -23,16 +28,22 @@ def shift_targets(tgt):
 
 
 def sequence_loss(logits, labels, pad_id, label_smoothing):
-    return F.cross_entropy(logits.reshape(-1, logits.size(-1)), labels.reshape(-1),
-                           ignore_index=pad_id, label_smoothing=label_smoothing)
+    return F.cross_entropy(
+        logits.reshape(-1, logits.size(-1)),
+        labels.reshape(-1),
+        ignore_index=pad_id,
+        label_smoothing=label_smoothing,
+    )
 
 
 # =========================================================================== train_step
 # ------------------------------------------------------------------------------- right
 
+
 @right("train_step")
-def step_as_in_the_text(model, src, tgt, optimizer, scheduler, max_norm, pad_id,
-                        label_smoothing):
+def step_as_in_the_text(
+    model, src, tgt, optimizer, scheduler, max_norm, pad_id, label_smoothing
+):
     model.train()
     optimizer.zero_grad()
     tgt_in, labels = shift_targets(tgt)
@@ -48,8 +59,12 @@ def step_as_in_the_text(model, src, tgt, optimizer, scheduler, max_norm, pad_id,
 def step_zero_grad_last(model, src, tgt, opt, sched, max_norm, pad_id, eps):
     model.train()
     logits = model(src, tgt[:, :-1])
-    loss = F.cross_entropy(logits.flatten(0, 1), tgt[:, 1:].flatten(),
-                           ignore_index=pad_id, label_smoothing=eps)
+    loss = F.cross_entropy(
+        logits.flatten(0, 1),
+        tgt[:, 1:].flatten(),
+        ignore_index=pad_id,
+        label_smoothing=eps,
+    )
     loss.backward()
     norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
     opt.step()
@@ -63,8 +78,9 @@ def step_clips_by_hand(model, src, tgt, opt, sched, max_norm, pad_id, eps):
     model.train(True)
     opt.zero_grad(set_to_none=False)
     logits = model(src, tgt[:, :-1])
-    loss = F.cross_entropy(logits.permute(0, 2, 1), tgt[:, 1:], ignore_index=pad_id,
-                           label_smoothing=eps)
+    loss = F.cross_entropy(
+        logits.permute(0, 2, 1), tgt[:, 1:], ignore_index=pad_id, label_smoothing=eps
+    )
     loss.backward()
     grads = [p.grad for p in model.parameters() if p.grad is not None]
     total = torch.sqrt(sum((g.double() ** 2).sum() for g in grads))
@@ -77,8 +93,9 @@ def step_clips_by_hand(model, src, tgt, opt, sched, max_norm, pad_id, eps):
 
 
 @right("train_step")
-def step_nll_of_log_softmax(model, src, tgt, optimizer, scheduler, max_norm, pad_id,
-                            label_smoothing):
+def step_nll_of_log_softmax(
+    model, src, tgt, optimizer, scheduler, max_norm, pad_id, label_smoothing
+):
     model.train()
     model.zero_grad()
     dec_in, dec_out = tgt[:, :-1], tgt[:, 1:]
@@ -103,8 +120,9 @@ def step_set_grads_to_none(model, src, tgt, opt, sched, max_norm, pad_id, eps):
     tgt_in, labels = shift_targets(tgt)
     out = model(src, tgt_in)
     mask = (labels != pad_id).float()
-    ce = F.cross_entropy(out.transpose(1, 2), labels, reduction="none",
-                         label_smoothing=eps)
+    ce = F.cross_entropy(
+        out.transpose(1, 2), labels, reduction="none", label_smoothing=eps
+    )
     loss = (ce * mask).sum() / mask.sum()
     loss.backward()
     params = [p for p in model.parameters() if p.requires_grad]
@@ -115,8 +133,9 @@ def step_set_grads_to_none(model, src, tgt, opt, sched, max_norm, pad_id, eps):
 
 
 @right("train_step")
-def step_total_norm_then_clip(model, src, tgt, optimizer, scheduler, max_norm, pad_id,
-                              label_smoothing):
+def step_total_norm_then_clip(
+    model, src, tgt, optimizer, scheduler, max_norm, pad_id, label_smoothing
+):
     model.train()
     optimizer.zero_grad(set_to_none=True)
     tgt_in, labels = shift_targets(tgt)
@@ -136,9 +155,13 @@ def step_view_and_contiguous(model, src, tgt, opt, sched, max_norm, pad_id, eps)
     model.train()
     logits = model.forward(src, tgt[:, :-1].contiguous())
     vocab = logits.shape[-1]
-    loss = F.cross_entropy(logits.contiguous().view(-1, vocab),
-                           tgt[:, 1:].contiguous().view(-1), ignore_index=pad_id,
-                           label_smoothing=eps, reduction="mean")
+    loss = F.cross_entropy(
+        logits.contiguous().view(-1, vocab),
+        tgt[:, 1:].contiguous().view(-1),
+        ignore_index=pad_id,
+        label_smoothing=eps,
+        reduction="mean",
+    )
     loss.backward()
     norm = torch.nn.utils.clip_grad_norm_(list(model.parameters()), max_norm=max_norm)
     opt.step()
@@ -148,17 +171,23 @@ def step_view_and_contiguous(model, src, tgt, opt, sched, max_norm, pad_id, eps)
 
 
 @right("train_step")
-def step_norm_by_stacking(model, src, tgt, optimizer, scheduler, max_norm, pad_id,
-                          label_smoothing):
+def step_norm_by_stacking(
+    model, src, tgt, optimizer, scheduler, max_norm, pad_id, label_smoothing
+):
     model.train()
     optimizer.zero_grad()
     inp, gold = tgt[:, :-1], tgt[:, 1:]
     logits = model(src, inp)
-    loss = F.cross_entropy(logits.reshape(-1, logits.size(2)), gold.reshape(-1),
-                           ignore_index=pad_id, label_smoothing=label_smoothing)
+    loss = F.cross_entropy(
+        logits.reshape(-1, logits.size(2)),
+        gold.reshape(-1),
+        ignore_index=pad_id,
+        label_smoothing=label_smoothing,
+    )
     loss.backward()
-    norms = torch.stack([p.grad.norm(2) for p in model.parameters()
-                         if p.grad is not None])
+    norms = torch.stack(
+        [p.grad.norm(2) for p in model.parameters() if p.grad is not None]
+    )
     norm = norms.norm(2)
     coef = (max_norm / (norm + 1e-6)).clamp(max=1.0)
     for p in model.parameters():
@@ -170,6 +199,7 @@ def step_norm_by_stacking(model, src, tgt, optimizer, scheduler, max_norm, pad_i
 
 
 # ------------------------------------------------------------------ wrong, listed
+
 
 @wrong("train_step", r"'clipping after the step'", listed=True)
 def step_clips_after_update(model, src, tgt, opt, sched, max_norm, pad_id, eps):
@@ -211,8 +241,7 @@ def step_without_scheduler(model, src, tgt, opt, sched, max_norm, pad_id, eps):
     return loss.item(), norm.item()
 
 
-@wrong("train_step", r"'scheduler stepped before the optimizer'.*lr 0\.25",
-       listed=True)
+@wrong("train_step", r"'scheduler stepped before the optimizer'.*lr 0\.25", listed=True)
 def step_scheduler_first(model, src, tgt, opt, sched, max_norm, pad_id, eps):
     # "set the rate, then step": the update already runs at the next rate
     model.train()
@@ -233,8 +262,9 @@ def step_loss_with_padding(model, src, tgt, opt, sched, max_norm, pad_id, eps):
     opt.zero_grad()
     tgt_in, labels = shift_targets(tgt)
     logits = model(src, tgt_in)
-    loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), labels.reshape(-1),
-                           label_smoothing=eps)
+    loss = F.cross_entropy(
+        logits.reshape(-1, logits.size(-1)), labels.reshape(-1), label_smoothing=eps
+    )
     loss.backward()
     norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
     opt.step()
@@ -270,6 +300,7 @@ def step_shift_backwards(model, src, tgt, opt, sched, max_norm, pad_id, eps):
 
 
 # ---------------------------------------------------------------- wrong, unlisted
+
 
 @wrong("train_step", r"'gradients clipped element by element'.*±0\.05", listed=False)
 def step_clip_grad_value(model, src, tgt, opt, sched, max_norm, pad_id, eps):
@@ -356,8 +387,11 @@ def step_in_eval_for_determinism(model, src, tgt, opt, sched, max_norm, pad_id, 
     return loss.item(), norm.item()
 
 
-@wrong("train_step", r"'scheduler.step\(\) not called once'.*step, sched, sched",
-       listed=False)
+@wrong(
+    "train_step",
+    r"'scheduler.step\(\) not called once'.*step, sched, sched",
+    listed=False,
+)
 def step_scheduler_twice(model, src, tgt, opt, sched, max_norm, pad_id, eps):
     # an extra scheduler.step() left over from an epoch-level schedule
     model.train()
@@ -372,8 +406,7 @@ def step_scheduler_twice(model, src, tgt, opt, sched, max_norm, pad_id, eps):
     return loss.item(), norm.item()
 
 
-@wrong("train_step", r"'optimizer.step\(\) not called once'.*ran 0 times",
-       listed=False)
+@wrong("train_step", r"'optimizer.step\(\) not called once'.*ran 0 times", listed=False)
 def step_own_optimizer(model, src, tgt, opt, sched, max_norm, pad_id, eps):
     # builds a fresh optimizer instead of using the one passed in
     model.train()
@@ -388,8 +421,7 @@ def step_own_optimizer(model, src, tgt, opt, sched, max_norm, pad_id, eps):
     return loss.item(), norm.item()
 
 
-@wrong("train_step", r"'returns tensors, not floats'.*\(Tensor, Tensor\)",
-       listed=False)
+@wrong("train_step", r"'returns tensors, not floats'.*\(Tensor, Tensor\)", listed=False)
 def step_returns_tensors(model, src, tgt, opt, sched, max_norm, pad_id, eps):
     # returns the tensors themselves: a list of losses then keeps every graph alive
     model.train()
@@ -403,8 +435,7 @@ def step_returns_tensors(model, src, tgt, opt, sched, max_norm, pad_id, eps):
     return loss, norm
 
 
-@wrong("train_step", r"'returns tensors, not floats'.*\(float, Tensor\)",
-       listed=False)
+@wrong("train_step", r"'returns tensors, not floats'.*\(float, Tensor\)", listed=False)
 def step_returns_norm_tensor(model, src, tgt, opt, sched, max_norm, pad_id, eps):
     # .item() on the loss only: clip_grad_norm_'s result is a tensor too
     model.train()
@@ -433,8 +464,11 @@ def step_norm_after_clipping(model, src, tgt, opt, sched, max_norm, pad_id, eps)
     return loss.item(), norm.item()
 
 
-@wrong("train_step", r"'returned loss is not the batch's loss'.*after the update",
-       listed=False)
+@wrong(
+    "train_step",
+    r"'returned loss is not the batch's loss'.*after the update",
+    listed=False,
+)
 def step_reports_loss_after_update(model, src, tgt, opt, sched, max_norm, pad_id, eps):
     # recomputes the loss for the log after stepping, "to see the improvement"
     model.train()
@@ -471,8 +505,13 @@ def step_sum_reduction(model, src, tgt, opt, sched, max_norm, pad_id, eps):
     opt.zero_grad()
     tgt_in, labels = shift_targets(tgt)
     logits = model(src, tgt_in)
-    total = F.cross_entropy(logits.reshape(-1, logits.size(-1)), labels.reshape(-1),
-                            ignore_index=pad_id, label_smoothing=eps, reduction="sum")
+    total = F.cross_entropy(
+        logits.reshape(-1, logits.size(-1)),
+        labels.reshape(-1),
+        ignore_index=pad_id,
+        label_smoothing=eps,
+        reduction="sum",
+    )
     total.backward()
     norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
     opt.step()
@@ -486,8 +525,12 @@ def step_masked_mean_over_all(model, src, tgt, opt, sched, max_norm, pad_id, eps
     model.train()
     opt.zero_grad()
     tgt_in, labels = shift_targets(tgt)
-    ce = F.cross_entropy(model(src, tgt_in).transpose(1, 2), labels, reduction="none",
-                         label_smoothing=eps)
+    ce = F.cross_entropy(
+        model(src, tgt_in).transpose(1, 2),
+        labels,
+        reduction="none",
+        label_smoothing=eps,
+    )
     loss = (ce * (labels != pad_id)).mean()
     loss.backward()
     norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
@@ -502,8 +545,12 @@ def step_mean_per_sequence(model, src, tgt, opt, sched, max_norm, pad_id, eps):
     model.train()
     opt.zero_grad()
     tgt_in, labels = shift_targets(tgt)
-    ce = F.cross_entropy(model(src, tgt_in).transpose(1, 2), labels, reduction="none",
-                         label_smoothing=eps)
+    ce = F.cross_entropy(
+        model(src, tgt_in).transpose(1, 2),
+        labels,
+        reduction="none",
+        label_smoothing=eps,
+    )
     real = (labels != pad_id).float()
     loss = ((ce * real).sum(1) / real.sum(1)).mean()
     loss.backward()
@@ -513,8 +560,11 @@ def step_mean_per_sequence(model, src, tgt, opt, sched, max_norm, pad_id, eps):
     return loss.item(), norm.item()
 
 
-@wrong("train_step", r"'label smoothing not the one given'.*measures (0|-?\d\.\d+e-)",
-       listed=False)
+@wrong(
+    "train_step",
+    r"'label smoothing not the one given'.*measures (0|-?\d\.\d+e-)",
+    listed=False,
+)
 def step_forgets_smoothing(model, src, tgt, opt, sched, max_norm, pad_id, eps):
     # the argument is passed to train_step but not on to the loss
     model.train()
@@ -592,7 +642,7 @@ def step_squared_norm(model, src, tgt, opt, sched, max_norm, pad_id, eps):
     tgt_in, labels = shift_targets(tgt)
     loss = sequence_loss(model(src, tgt_in), labels, pad_id, eps)
     loss.backward()
-    squares = sum((p.grad ** 2).sum() for p in model.parameters())
+    squares = sum((p.grad**2).sum() for p in model.parameters())
     torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
     opt.step()
     sched.step()
@@ -628,8 +678,12 @@ def step_returns_norm_first(model, src, tgt, opt, sched, max_norm, pad_id, eps):
     return norm.item(), loss.item()
 
 
-@wrong("train_step", r"'clipped in another norm than the 2-norm'.*its max \(L-inf\) "
-       r"norm is 0\.05 = max_norm=0\.05.*\(norm_type=inf\)", listed=False)
+@wrong(
+    "train_step",
+    r"'clipped in another norm than the 2-norm'.*its max \(L-inf\) "
+    r"norm is 0\.05 = max_norm=0\.05.*\(norm_type=inf\)",
+    listed=False,
+)
 def step_inf_norm_clip(model, src, tgt, opt, sched, max_norm, pad_id, eps):
     # norm_type=inf: clips the largest element to max_norm, not the total norm
     model.train()
@@ -637,8 +691,9 @@ def step_inf_norm_clip(model, src, tgt, opt, sched, max_norm, pad_id, eps):
     tgt_in, labels = shift_targets(tgt)
     loss = sequence_loss(model(src, tgt_in), labels, pad_id, eps)
     loss.backward()
-    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm,
-                                          norm_type=float("inf"))
+    norm = torch.nn.utils.clip_grad_norm_(
+        model.parameters(), max_norm, norm_type=float("inf")
+    )
     opt.step()
     sched.step()
     return loss.item(), norm.item()
@@ -672,8 +727,9 @@ def step_clips_last_batch(model, src, tgt, opt, sched, max_norm, pad_id, eps):
     return loss.item(), norm.item()
 
 
-@wrong("train_step", r"'label smoothing not the one given'.*measures 0\.2;",
-       listed=False)
+@wrong(
+    "train_step", r"'label smoothing not the one given'.*measures 0\.2;", listed=False
+)
 def step_smoothing_doubled(model, src, tgt, opt, sched, max_norm, pad_id, eps):
     # "smoothing on both sides": 2 * eps
     model.train()
@@ -735,10 +791,15 @@ def step_decay_by_hand(model, src, tgt, opt, sched, max_norm, pad_id, eps):
     return loss.item(), norm.item()
 
 
-@wrong("train_step", r"'clipped in another norm than the 2-norm'.*its L1 norm is "
-       r"0\.05 = max_norm=0\.05.*\(norm_type=1\)", listed=False)
-def step_l1_norm(model, src, tgt, optimizer, scheduler, max_norm, pad_id,
-                 label_smoothing):  # norm_type=1 "to be robust to outliers"
+@wrong(
+    "train_step",
+    r"'clipped in another norm than the 2-norm'.*its L1 norm is "
+    r"0\.05 = max_norm=0\.05.*\(norm_type=1\)",
+    listed=False,
+)
+def step_l1_norm(
+    model, src, tgt, optimizer, scheduler, max_norm, pad_id, label_smoothing
+):  # norm_type=1 "to be robust to outliers"
     model.train()
     optimizer.zero_grad()
     tgt_in, labels = shift_targets(tgt)
@@ -750,8 +811,12 @@ def step_l1_norm(model, src, tgt, optimizer, scheduler, max_norm, pad_id,
     return loss.item(), norm.item()
 
 
-@wrong("train_step", r"'clipped in another norm than the 2-norm'.*its L1 norm is "
-       r"0\.05 = max_norm=0\.05", listed=False)
+@wrong(
+    "train_step",
+    r"'clipped in another norm than the 2-norm'.*its L1 norm is "
+    r"0\.05 = max_norm=0\.05",
+    listed=False,
+)
 def step_manual_l1_clip(model, src, tgt, opt, sched, max_norm, pad_id, eps):
     # hand-written clipping with "the size" of the gradient as its sum of magnitudes
     model.train()
@@ -771,6 +836,7 @@ def step_manual_l1_clip(model, src, tgt, opt, sched, max_norm, pad_id, eps):
 
 # ======================================================================== greedy_decode
 # ------------------------------------------------------------------------------- right
+
 
 @right("greedy_decode")
 def greedy_as_in_the_text(model, src, max_len, bos_id, eos_id, pad_id):
@@ -815,7 +881,7 @@ def greedy_row_by_row(model, src, max_len, bos_id, eos_id, pad_id):
     rows = []
     with torch.inference_mode():
         for i in range(src.size(0)):
-            memory, src_mask = model.encode(src[i:i + 1])
+            memory, src_mask = model.encode(src[i : i + 1])
             ys = [bos_id]
             for _ in range(max_len):
                 n = len(ys)
@@ -860,8 +926,11 @@ def greedy_max_indices(model, src, max_len, bos_id, eos_id, pad_id):
         while step < max_len and not ended.all():
             t = ys.size(1)
             mask = torch.tril(torch.ones(1, 1, t, t, device=src.device)).bool()
-            nxt = model.decode(ys, memory, src_mask, tgt_mask=mask)[:, -1, :].max(
-                dim=-1).indices
+            nxt = (
+                model.decode(ys, memory, src_mask, tgt_mask=mask)[:, -1, :]
+                .max(dim=-1)
+                .indices
+            )
             nxt[ended] = pad_id
             ys = torch.cat((ys, nxt.unsqueeze(1)), dim=-1)
             ended = ended | nxt.eq(eos_id)
@@ -877,8 +946,9 @@ def greedy_softmax_then_argmax(model, src, max_len, bos_id, eos_id, pad_id):
         seq = torch.full((len(src), 1), bos_id, device=src.device)
         finished = torch.zeros(len(src), dtype=torch.bool, device=src.device)
         for _ in range(max_len):
-            probs = model.decode(seq, memory, src_mask,
-                                 causal_mask(seq.shape[1], src.device)).softmax(-1)
+            probs = model.decode(
+                seq, memory, src_mask, causal_mask(seq.shape[1], src.device)
+            ).softmax(-1)
             token = probs[:, -1].argmax(-1)
             token = token.masked_fill(finished, pad_id)
             seq = torch.cat([seq, token.view(-1, 1)], 1)
@@ -898,14 +968,15 @@ def greedy_rows_share_one_encoding(model, src, max_len, bos_id, eos_id, pad_id):
             ys = torch.tensor([[bos_id]], device=src.device)
             for _ in range(max_len):
                 mask = causal_mask(ys.size(1), src.device)
-                logits = model.decode(ys, memory[i:i + 1], src_mask[i:i + 1], mask)
+                logits = model.decode(ys, memory[i : i + 1], src_mask[i : i + 1], mask)
                 token = logits[0, -1].argmax().view(1, 1)
                 ys = torch.cat([ys, token], dim=1)
                 if token.item() == eos_id:
                     break
             results.append(ys[0])
-    return torch.nn.utils.rnn.pad_sequence(results, batch_first=True,
-                                           padding_value=pad_id)
+    return torch.nn.utils.rnn.pad_sequence(
+        results, batch_first=True, padding_value=pad_id
+    )
 
 
 @right("greedy_decode")
@@ -919,8 +990,12 @@ def greedy_list_of_lists(model, src, max_len, bos_id, eos_id, pad_id):
                 break
             inp = torch.tensor(seqs, device=src.device)
             t = inp.size(1)
-            logits = model.decode(inp, memory, src_mask,
-                                  torch.tril(torch.ones(t, t, device=src.device)) > 0)
+            logits = model.decode(
+                inp,
+                memory,
+                src_mask,
+                torch.tril(torch.ones(t, t, device=src.device)) > 0,
+            )
             best = logits[:, -1].argmax(-1).tolist()
             for s, tok in zip(seqs, best):
                 s.append(pad_id if eos_id in s else tok)
@@ -928,6 +1003,7 @@ def greedy_list_of_lists(model, src, max_len, bos_id, eos_id, pad_id):
 
 
 # ------------------------------------------------------------------ wrong, listed
+
 
 @wrong("greedy_decode", r"'stops the whole batch at the first EOS'", listed=True)
 def greedy_stops_at_any_eos(model, src, max_len, bos_id, eos_id, pad_id):
@@ -964,6 +1040,7 @@ def greedy_first_position(model, src, max_len, bos_id, eos_id, pad_id):
 
 
 # ---------------------------------------------------------------- wrong, unlisted
+
 
 @wrong("greedy_decode", r"'decoding in training mode'", listed=False)
 def greedy_no_eval(model, src, max_len, bos_id, eos_id, pad_id):
@@ -1033,8 +1110,9 @@ def greedy_encode_in_loop(model, src, max_len, bos_id, eos_id, pad_id):
     return ys
 
 
-@wrong("greedy_decode", r"'greedy decoding without the causal mask'.*None",
-       listed=False)
+@wrong(
+    "greedy_decode", r"'greedy decoding without the causal mask'.*None", listed=False
+)
 def greedy_no_mask(model, src, max_len, bos_id, eos_id, pad_id):
     # "at inference there is no future to hide", so no mask
     model.eval()
@@ -1062,8 +1140,9 @@ def greedy_triu(model, src, max_len, bos_id, eos_id, pad_id):
         done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
         for _ in range(max_len):
             t = out.size(1)
-            logits = model.decode(out, memory, src_mask,
-                                  torch.triu(torch.ones(t, t, dtype=torch.bool)))
+            logits = model.decode(
+                out, memory, src_mask, torch.triu(torch.ones(t, t, dtype=torch.bool))
+            )
             nxt = logits[:, -1].argmax(-1).masked_fill(done, pad_id)
             out = torch.cat([out, nxt[:, None]], dim=1)
             done |= nxt == eos_id
@@ -1072,8 +1151,9 @@ def greedy_triu(model, src, max_len, bos_id, eos_id, pad_id):
     return out
 
 
-@wrong("greedy_decode", r"'greedy decoding without the causal mask'.*neither",
-       listed=False)
+@wrong(
+    "greedy_decode", r"'greedy decoding without the causal mask'.*neither", listed=False
+)
 def greedy_inverted_mask(model, src, max_len, bos_id, eos_id, pad_id):
     # nn.Transformer's convention (True = blocked) handed to a True = keep model
     model.eval()
@@ -1202,8 +1282,11 @@ def greedy_drops_bos(model, src, max_len, bos_id, eos_id, pad_id):
     return out[:, 1:]
 
 
-@wrong("greedy_decode", r"'next token is not the argmax of the last position'.*argmin",
-       listed=False)
+@wrong(
+    "greedy_decode",
+    r"'next token is not the argmax of the last position'.*argmin",
+    listed=False,
+)
 def greedy_argmin(model, src, max_len, bos_id, eos_id, pad_id):
     # thinks of the logits as losses: the smallest is the best
     model.eval()
@@ -1221,9 +1304,11 @@ def greedy_argmin(model, src, max_len, bos_id, eos_id, pad_id):
     return out
 
 
-@wrong("greedy_decode",
-       r"'next token is not the argmax of the last position'.*positions axis",
-       listed=False)
+@wrong(
+    "greedy_decode",
+    r"'next token is not the argmax of the last position'.*positions axis",
+    listed=False,
+)
 def greedy_argmax_over_time(model, src, max_len, bos_id, eos_id, pad_id):
     # argmax(dim=1) on [B, t, V]: the axis of positions, not of the vocabulary
     model.eval()
@@ -1241,9 +1326,11 @@ def greedy_argmax_over_time(model, src, max_len, bos_id, eos_id, pad_id):
     return out
 
 
-@wrong("greedy_decode",
-       r"'next token is not the argmax of the last position'.*last position's argmax",
-       listed=False)
+@wrong(
+    "greedy_decode",
+    r"'next token is not the argmax of the last position'.*last position's argmax",
+    listed=False,
+)
 def greedy_softmax_over_positions(model, src, max_len, bos_id, eos_id, pad_id):
     # softmax over dim=1 (positions) before the argmax changes which token wins
     model.eval()
@@ -1262,9 +1349,11 @@ def greedy_softmax_over_positions(model, src, max_len, bos_id, eos_id, pad_id):
     return out
 
 
-@wrong("greedy_decode",
-       r"'next token is not the argmax of the last position'.*last position's argmax",
-       listed=False)
+@wrong(
+    "greedy_decode",
+    r"'next token is not the argmax of the last position'.*last position's argmax",
+    listed=False,
+)
 def greedy_samples(model, src, max_len, bos_id, eos_id, pad_id):
     # samples from the softmax: that is sampling, not greedy decoding
     model.eval()
@@ -1285,8 +1374,11 @@ def greedy_samples(model, src, max_len, bos_id, eos_id, pad_id):
     return out
 
 
-@wrong("greedy_decode", r"'max_len counted wrong'.*\[7\] new tokens.*max_len=8",
-       listed=False)
+@wrong(
+    "greedy_decode",
+    r"'max_len counted wrong'.*\[7\] new tokens.*max_len=8",
+    listed=False,
+)
 def greedy_one_step_short(model, src, max_len, bos_id, eos_id, pad_id):
     # range(max_len - 1) "because BOS is already there"
     model.eval()
@@ -1338,8 +1430,11 @@ def greedy_one_step_long(model, src, max_len, bos_id, eos_id, pad_id):
     return out
 
 
-@wrong("greedy_decode", r"'finished rows not padded with pad_id'.*hold (2|11);",
-       listed=False)
+@wrong(
+    "greedy_decode",
+    r"'finished rows not padded with pad_id'.*hold (2|11);",
+    listed=False,
+)
 def greedy_pads_with_eos(model, src, max_len, bos_id, eos_id, pad_id):
     # finished rows repeat EOS instead of PAD
     model.eval()
@@ -1357,8 +1452,11 @@ def greedy_pads_with_eos(model, src, max_len, bos_id, eos_id, pad_id):
     return out
 
 
-@wrong("greedy_decode", r"'finished rows not padded with pad_id'.*hold 0; pad_id=10",
-       listed=False)
+@wrong(
+    "greedy_decode",
+    r"'finished rows not padded with pad_id'.*hold 0; pad_id=10",
+    listed=False,
+)
 def greedy_pad_hard_coded(model, src, max_len, bos_id, eos_id, pad_id):
     # PAD written as 0, the course's usual id
     model.eval()
@@ -1376,8 +1474,9 @@ def greedy_pad_hard_coded(model, src, max_len, bos_id, eos_id, pad_id):
     return out
 
 
-@wrong("greedy_decode", r"'greedy decoding does not stop at EOS'.*went on",
-       listed=False)
+@wrong(
+    "greedy_decode", r"'greedy decoding does not stop at EOS'.*went on", listed=False
+)
 def greedy_never_breaks(model, src, max_len, bos_id, eos_id, pad_id):
     # pads finished rows but always runs max_len steps
     model.eval()
@@ -1411,8 +1510,12 @@ def greedy_forgets_finished(model, src, max_len, bos_id, eos_id, pad_id):
     return out
 
 
-@wrong("greedy_decode", r"'greedy decoding does not stop at EOS'.*eos_id=11|"
-       r"'greedy decoding does not stop at EOS'.*after its EOS", listed=False)
+@wrong(
+    "greedy_decode",
+    r"'greedy decoding does not stop at EOS'.*eos_id=11|"
+    r"'greedy decoding does not stop at EOS'.*after its EOS",
+    listed=False,
+)
 def greedy_eos_hard_coded(model, src, max_len, bos_id, eos_id, pad_id):
     # EOS written as 2, the course's usual id
     model.eval()
@@ -1519,8 +1622,12 @@ def greedy_prepends(model, src, max_len, bos_id, eos_id, pad_id):
     return out
 
 
-@wrong("greedy_decode", r"'appended tokens are not vocabulary ids'.*V = 13 ids.*the "
-       r"flat index of the largest of all the scores in logits\[:, -1\]", listed=False)
+@wrong(
+    "greedy_decode",
+    r"'appended tokens are not vocabulary ids'.*V = 13 ids.*the "
+    r"flat index of the largest of all the scores in logits\[:, -1\]",
+    listed=False,
+)
 def greedy_argmax_no_dim(model, src, max_len, bos_id, eos_id, pad_id):
     # logits[:, -1].argmax() without dim: one flat index for the whole batch
     model.eval()
@@ -1529,8 +1636,9 @@ def greedy_argmax_no_dim(model, src, max_len, bos_id, eos_id, pad_id):
         out = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)
         done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
         for _ in range(max_len):
-            logits = model.decode(out, memory, src_mask,
-                                  causal_mask(out.size(1), src.device))
+            logits = model.decode(
+                out, memory, src_mask, causal_mask(out.size(1), src.device)
+            )
             nxt = logits[:, -1].argmax().expand(src.size(0)).clone()
             nxt = nxt.masked_fill(done, pad_id)
             out = torch.cat([out, nxt[:, None]], dim=1)
@@ -1540,8 +1648,12 @@ def greedy_argmax_no_dim(model, src, max_len, bos_id, eos_id, pad_id):
     return out
 
 
-@wrong("greedy_decode", r"'appended tokens are not vocabulary ids'.*V = 13 ids.*an "
-       r"argmax without dim", listed=False)
+@wrong(
+    "greedy_decode",
+    r"'appended tokens are not vocabulary ids'.*V = 13 ids.*an "
+    r"argmax without dim",
+    listed=False,
+)
 def greedy_torch_argmax_whole(model, src, max_len, bos_id, eos_id, pad_id):
     # torch.argmax(logits) "picks the best token": flat over batch, time and vocab
     model.eval()
@@ -1551,8 +1663,9 @@ def greedy_torch_argmax_whole(model, src, max_len, bos_id, eos_id, pad_id):
         ys = torch.ones(B, 1, dtype=torch.long, device=src.device) * bos_id
         ended = torch.zeros(B, dtype=torch.bool, device=src.device)
         for _ in range(max_len):
-            scores = model.decode(ys, memory, src_mask,
-                                  causal_mask(ys.shape[1], src.device))
+            scores = model.decode(
+                ys, memory, src_mask, causal_mask(ys.shape[1], src.device)
+            )
             best = torch.argmax(scores).repeat(B)
             best[ended] = pad_id
             ys = torch.cat((ys, best.unsqueeze(1)), 1)

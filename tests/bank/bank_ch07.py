@@ -4,6 +4,7 @@ The accumulation probe's first step has 3 micro-batches with 9, 21 and 15 real t
 tokens (45 in all, 90 target positions, 10 sequences): the measured divisors below are
 those numbers. The amp probe clips at max_norm 0.05 with the scale 1024.
 """
+
 import random
 
 import torch
@@ -13,18 +14,22 @@ from bank import GENERIC, right, wrong  # noqa: F401
 from tformer_grading.checks import ch07
 
 GRADERS = {
-    "accumulation_step": lambda fn: (ch07.check_accumulation_step(fn),
-                                     ch07.check_accumulation_step(fn, hidden=True),
-                                     ch07.check_accumulation_by_hand(fn)),
+    "accumulation_step": lambda fn: (
+        ch07.check_accumulation_step(fn),
+        ch07.check_accumulation_step(fn, hidden=True),
+        ch07.check_accumulation_by_hand(fn),
+    ),
     "amp_step": lambda fn: (ch07.check_amp_step(fn), ch07.check_amp_by_hand(fn)),
-    "make_loader": lambda fn: (ch07.check_make_loader(fn),
-                               ch07.check_make_loader(fn, world_sizes=(3,), n=20,
-                                                      batch_size=4)),
+    "make_loader": lambda fn: (
+        ch07.check_make_loader(fn),
+        ch07.check_make_loader(fn, world_sizes=(3,), n=20, batch_size=4),
+    ),
 }
 PAD = 0
 
 
 # ==================================================================== accumulation_step
+
 
 @right("accumulation_step")
 def accum_reference_style(model, micro_batches, optimizer, scheduler, loss_fn):
@@ -212,8 +217,12 @@ def accum_scheduler_in_loop(model, micro_batches, optimizer, scheduler, loss_fn)
     optimizer.step()
 
 
-@wrong("accumulation_step", r"divided by 90, which is every target position of the "
-                            r"step, padding included", listed=False)
+@wrong(
+    "accumulation_step",
+    r"divided by 90, which is every target position of the "
+    r"step, padding included",
+    listed=False,
+)
 def accum_counts_padding(model, micro_batches, optimizer, scheduler, loss_fn):
     # Counts every target position, forgetting that padded targets are ignored.
     optimizer.zero_grad()
@@ -224,8 +233,12 @@ def accum_counts_padding(model, micro_batches, optimizer, scheduler, loss_fn):
     scheduler.step()
 
 
-@wrong("accumulation_step", r"divided by 55, which is the step's real tokens, the "
-                            r"first", listed=False)
+@wrong(
+    "accumulation_step",
+    r"divided by 55, which is the step's real tokens, the "
+    r"first",
+    listed=False,
+)
 def accum_counts_inputs_too(model, micro_batches, optimizer, scheduler, loss_fn):
     # Counts the real tokens of the batch, not the targets batch[:, 1:].
     optimizer.zero_grad()
@@ -236,8 +249,11 @@ def accum_counts_inputs_too(model, micro_batches, optimizer, scheduler, loss_fn)
     scheduler.step()
 
 
-@wrong("accumulation_step", r"divided by 10, which is the step's number of sequences",
-       listed=False)
+@wrong(
+    "accumulation_step",
+    r"divided by 10, which is the step's number of sequences",
+    listed=False,
+)
 def accum_divides_by_sequences(model, micro_batches, optimizer, scheduler, loss_fn):
     # "The big batch's mean" read as the mean over sequences.
     optimizer.zero_grad()
@@ -248,8 +264,12 @@ def accum_divides_by_sequences(model, micro_batches, optimizer, scheduler, loss_
     scheduler.step()
 
 
-@wrong("accumulation_step", r"divided by 2025, which is the step's target tokens "
-                            r"squared", listed=False)
+@wrong(
+    "accumulation_step",
+    r"divided by 2025, which is the step's target tokens "
+    r"squared",
+    listed=False,
+)
 def accum_divides_twice(model, micro_batches, optimizer, scheduler, loss_fn):
     # Divides the loss by the token count, and then the gradients again "to average".
     optimizer.zero_grad()
@@ -262,8 +282,12 @@ def accum_divides_twice(model, micro_batches, optimizer, scheduler, loss_fn):
     scheduler.step()
 
 
-@wrong("accumulation_step", r"divided by 135, which is the step's target tokens "
-                            r"times k", listed=False)
+@wrong(
+    "accumulation_step",
+    r"divided by 135, which is the step's target tokens "
+    r"times k",
+    listed=False,
+)
 def accum_tokens_and_k(model, micro_batches, optimizer, scheduler, loss_fn):
     # Right divisor, plus the seed's / accumulation_steps kept "to be safe".
     optimizer.zero_grad()
@@ -286,8 +310,12 @@ def accum_first_batch_count(model, micro_batches, optimizer, scheduler, loss_fn)
     scheduler.step()
 
 
-@wrong("accumulation_step", r"by \[2, 5, 3\]\. Each micro-batch was divided by its own "
-                            r"number of sequences", listed=False)
+@wrong(
+    "accumulation_step",
+    r"by \[2, 5, 3\]\. Each micro-batch was divided by its own "
+    r"number of sequences",
+    listed=False,
+)
 def accum_mean_per_sequence(model, micro_batches, optimizer, scheduler, loss_fn):
     # Each micro-batch's loss averaged over its sequences, like a per-sample loss.
     optimizer.zero_grad()
@@ -298,8 +326,12 @@ def accum_mean_per_sequence(model, micro_batches, optimizer, scheduler, loss_fn)
     scheduler.step()
 
 
-@wrong("accumulation_step", r"by \[18, 45, 27\]\. Each micro-batch was divided by its "
-                            r"own target positions, padding included", listed=False)
+@wrong(
+    "accumulation_step",
+    r"by \[18, 45, 27\]\. Each micro-batch was divided by its "
+    r"own target positions, padding included",
+    listed=False,
+)
 def accum_own_positions(model, micro_batches, optimizer, scheduler, loss_fn):
     # A per-micro-batch mean over every position, padding included.
     optimizer.zero_grad()
@@ -310,8 +342,9 @@ def accum_own_positions(model, micro_batches, optimizer, scheduler, loss_fn):
     scheduler.step()
 
 
-@wrong("accumulation_step", r"by \[9, 30, 45\]\. Expected all divided by 45",
-       listed=False)
+@wrong(
+    "accumulation_step", r"by \[9, 30, 45\]\. Expected all divided by 45", listed=False
+)
 def accum_running_count(model, micro_batches, optimizer, scheduler, loss_fn):
     # Divides by the tokens counted so far instead of the step's total.
     optimizer.zero_grad()
@@ -324,8 +357,11 @@ def accum_running_count(model, micro_batches, optimizer, scheduler, loss_fn):
     scheduler.step()
 
 
-@wrong("accumulation_step", r"by \[15, 22\.5, 45\]\. Expected all divided by 45",
-       listed=False)
+@wrong(
+    "accumulation_step",
+    r"by \[15, 22\.5, 45\]\. Expected all divided by 45",
+    listed=False,
+)
 def accum_backward_running_total(model, micro_batches, optimizer, scheduler, loss_fn):
     # Backward on the running total every iteration: early micro-batches count again.
     optimizer.zero_grad()
@@ -361,8 +397,9 @@ def accum_pairs_drop_remainder(model, micro_batches, optimizer, scheduler, loss_
     scheduler.step()
 
 
-@wrong("accumulation_step", r"Micro-batches \[1, 2, 3\] of 3 added nothing",
-       listed=False)
+@wrong(
+    "accumulation_step", r"Micro-batches \[1, 2, 3\] of 3 added nothing", listed=False
+)
 def accum_zero_before_step(model, micro_batches, optimizer, scheduler, loss_fn):
     # zero_grad placed just before the step "to start clean": the step sees nothing.
     n_total = sum(int((b[:, 1:] != PAD).sum()) for b in micro_batches)
@@ -373,8 +410,12 @@ def accum_zero_before_step(model, micro_batches, optimizer, scheduler, loss_fn):
     scheduler.step()
 
 
-@wrong("accumulation_step", r"'scheduler stepped before the optimizer'.*learning rate "
-                            r"0\.25", listed=False)
+@wrong(
+    "accumulation_step",
+    r"'scheduler stepped before the optimizer'.*learning rate "
+    r"0\.25",
+    listed=False,
+)
 def accum_scheduler_first(model, micro_batches, optimizer, scheduler, loss_fn):
     # The old PyTorch order: scheduler.step() before optimizer.step().
     optimizer.zero_grad()
@@ -447,8 +488,11 @@ def accum_divides_by_tuple(model, micro_batches, optimizer, scheduler, loss_fn):
     scheduler.step()
 
 
-@wrong("accumulation_step", r"by \[22\.5, 45, 45\]\. Expected all divided by 45",
-       listed=False)
+@wrong(
+    "accumulation_step",
+    r"by \[22\.5, 45, 45\]\. Expected all divided by 45",
+    listed=False,
+)
 def accum_first_backward_twice(model, micro_batches, optimizer, scheduler, loss_fn):
     # A debugging backward left in: the first micro-batch's gradient counts twice.
     optimizer.zero_grad()
@@ -462,8 +506,12 @@ def accum_first_backward_twice(model, micro_batches, optimizer, scheduler, loss_
     scheduler.step()
 
 
-@wrong("accumulation_step", r"'gradient rescaled as a whole \(clipped\)'.*rescaled as "
-       r"a whole to norm 1 ", listed=False)
+@wrong(
+    "accumulation_step",
+    r"'gradient rescaled as a whole \(clipped\)'.*rescaled as "
+    r"a whole to norm 1 ",
+    listed=False,
+)
 def accum_clips(model, micro_batches, optimizer, scheduler, loss_fn):
     # Held out: clips the gradient to 1.0 before the step (a train_step habit).
     optimizer.zero_grad()
@@ -476,8 +524,12 @@ def accum_clips(model, micro_batches, optimizer, scheduler, loss_fn):
     scheduler.step()
 
 
-@wrong("accumulation_step", r"'gradient rescaled as a whole \(clipped\)'.*rescaled as "
-       r"a whole to norm 0\.5 ", listed=False)
+@wrong(
+    "accumulation_step",
+    r"'gradient rescaled as a whole \(clipped\)'.*rescaled as "
+    r"a whole to norm 0\.5 ",
+    listed=False,
+)
 def accum_normalises_gradient(model, micro_batches, optimizer, scheduler, loss_fn):
     # Hand-written "stabiliser": scales the summed gradient down to norm 0.5.
     for p in model.parameters():
@@ -485,7 +537,7 @@ def accum_normalises_gradient(model, micro_batches, optimizer, scheduler, loss_f
     total = sum(n for _, n in (loss_fn(model, b) for b in micro_batches))
     for b in micro_batches:
         (loss_fn(model, b)[0] / total).backward()
-    norm = torch.sqrt(sum((p.grad ** 2).sum() for p in model.parameters()))
+    norm = torch.sqrt(sum((p.grad**2).sum() for p in model.parameters()))
     if norm > 0.5:
         for p in model.parameters():
             p.grad.mul_(0.5 / norm)
@@ -493,8 +545,12 @@ def accum_normalises_gradient(model, micro_batches, optimizer, scheduler, loss_f
     scheduler.step()
 
 
-@wrong("accumulation_step", r"'gradient rescaled as a whole \(clipped\)'.*rescaled as "
-       r"a whole to norm 0\.577\d? ", listed=False)
+@wrong(
+    "accumulation_step",
+    r"'gradient rescaled as a whole \(clipped\)'.*rescaled as "
+    r"a whole to norm 0\.577\d? ",
+    listed=False,
+)
 def accum_clip_per_sqrt_k(model, micro_batches, optimizer, scheduler, loss_fn):
     # Clips at 1 / sqrt(k) "because the k micro-batch gradients add up".
     optimizer.zero_grad()
@@ -507,8 +563,9 @@ def accum_clip_per_sqrt_k(model, micro_batches, optimizer, scheduler, loss_fn):
     scheduler.step()
 
 
-@wrong("accumulation_step", r"'only the last micro-batch reached the step'",
-       listed=False)
+@wrong(
+    "accumulation_step", r"'only the last micro-batch reached the step'", listed=False
+)
 def accum_autograd_overwrites(model, micro_batches, optimizer, scheduler, loss_fn):
     # Held out: torch.autograd.grad per micro-batch, p.grad = g keeps only the last.
     optimizer.zero_grad()
@@ -523,8 +580,9 @@ def accum_autograd_overwrites(model, micro_batches, optimizer, scheduler, loss_f
     scheduler.step()
 
 
-@wrong("accumulation_step", r"'only the last micro-batch reached the step'",
-       listed=False)
+@wrong(
+    "accumulation_step", r"'only the last micro-batch reached the step'", listed=False
+)
 def accum_grad_none_each_batch(model, micro_batches, optimizer, scheduler, loss_fn):
     # Sets .grad to None by hand before each backward "to save memory".
     n = sum(int((b[:, 1:] != PAD).sum()) for b in micro_batches)
@@ -552,6 +610,7 @@ def accum_two_pass(model, micro_batches, optimizer, scheduler, loss_fn):
 
 # ============================================================================= amp_step
 
+
 @right("amp_step")
 def amp_lesson_order(model, batch, loss_fn, optimizer, scaler, max_norm):
     device_type = next(model.parameters()).device.type
@@ -568,8 +627,9 @@ def amp_lesson_order(model, batch, loss_fn, optimizer, scaler, max_norm):
 
 
 @right("amp_step")
-def amp_backward_inside_autocast_manual_clip(model, batch, loss_fn, optimizer, scaler,
-                                             max_norm):
+def amp_backward_inside_autocast_manual_clip(
+    model, batch, loss_fn, optimizer, scaler, max_norm
+):
     device = next(model.parameters()).device
     for p in model.parameters():
         p.grad = None
@@ -623,16 +683,19 @@ def amp_default_autocast_dtype(model, batch, loss_fn, optimizer, scaler, max_nor
 def amp_vector_norm_clip(model, batch, loss_fn, optimizer, scaler, max_norm):
     kind = next(model.parameters()).device.type
     optimizer.zero_grad()
-    with torch.amp.autocast(device_type=kind,
-                            dtype=torch.float16 if kind == "cuda" else torch.bfloat16,
-                            enabled=True):
+    with torch.amp.autocast(
+        device_type=kind,
+        dtype=torch.float16 if kind == "cuda" else torch.bfloat16,
+        enabled=True,
+    ):
         loss = loss_fn(model, batch)
     scaled = scaler.scale(loss)
     scaled.backward()
     scaler.unscale_(optimizer)
     grads = [p.grad for p in model.parameters()]
-    total = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g)
-                                                  for g in grads]))
+    total = torch.linalg.vector_norm(
+        torch.stack([torch.linalg.vector_norm(g) for g in grads])
+    )
     factor = torch.clamp(max_norm / (total + 1e-6), max=1.0)
     torch._foreach_mul_(grads, factor)
     scaler.step(optimizer)
@@ -644,15 +707,18 @@ def amp_vector_norm_clip(model, batch, loss_fn, optimizer, scaler, max_norm):
 def amp_clip_param_groups(model, batch, loss_fn, optimizer, scaler, max_norm):
     on_gpu = next(model.parameters()).is_cuda
     optimizer.zero_grad(set_to_none=False)
-    ctx = torch.amp.autocast("cuda" if on_gpu else "cpu",
-                             dtype=torch.float16 if on_gpu else torch.bfloat16)
+    ctx = torch.amp.autocast(
+        "cuda" if on_gpu else "cpu", dtype=torch.float16 if on_gpu else torch.bfloat16
+    )
     with ctx:
         loss = loss_fn(model, batch)
     scaler.scale(loss).backward()
     scaler.unscale_(optimizer)
     torch.nn.utils.clip_grad_norm_(
-        [p for g in optimizer.param_groups for p in g["params"]], max_norm,
-        error_if_nonfinite=False)
+        [p for g in optimizer.param_groups for p in g["params"]],
+        max_norm,
+        error_if_nonfinite=False,
+    )
     scaler.step(optimizer)
     scaler.update()
     return loss
@@ -738,8 +804,9 @@ def amp_max_norm_unused(model, batch, loss_fn, optimizer, scaler, max_norm):
 
 
 @wrong("amp_step", r"optimizer\.step\(\) instead of scaler\.step", listed=True)
-def amp_optimizer_step_after_unscale(model, batch, loss_fn, optimizer, scaler,
-                                     max_norm):
+def amp_optimizer_step_after_unscale(
+    model, batch, loss_fn, optimizer, scaler, max_norm
+):
     # Unscales and clips, then steps the optimizer directly: no overflow skip.
     kind = next(model.parameters()).device.type
     optimizer.zero_grad()
@@ -839,8 +906,9 @@ def amp_dtypes_swapped(model, batch, loss_fn, optimizer, scaler, max_norm):
     return loss
 
 
-@wrong("amp_step", r"'forward not under autocast'|autocast in torch\.float32",
-       listed=False)
+@wrong(
+    "amp_step", r"'forward not under autocast'|autocast in torch\.float32", listed=False
+)
 def amp_autocast_float32(model, batch, loss_fn, optimizer, scaler, max_norm):
     # "Mixed precision" with float32 as the low precision: autocast changes nothing.
     kind = next(model.parameters()).device.type
@@ -886,8 +954,12 @@ def amp_clip_each_parameter(model, batch, loss_fn, optimizer, scaler, max_norm):
     return loss
 
 
-@wrong("amp_step", r"optimizer stepped with gradient norm 0\.2\d* .*clipped at "
-                   r"max_norm=0\.05 it is 0\.05", listed=False)
+@wrong(
+    "amp_step",
+    r"optimizer stepped with gradient norm 0\.2\d* .*clipped at "
+    r"max_norm=0\.05 it is 0\.05",
+    listed=False,
+)
 def amp_clip_inf_norm(model, batch, loss_fn, optimizer, scaler, max_norm):
     # norm_type=inf: the largest element, not the Euclidean norm, is clipped.
     kind = next(model.parameters()).device.type
@@ -983,8 +1055,9 @@ def amp_steps_twice(model, batch, loss_fn, optimizer, scaler, max_norm):
     return loss
 
 
-@wrong("amp_step", r"returned \d[\d.e+]*, 1024 × the loss: the scaled loss",
-       listed=False)
+@wrong(
+    "amp_step", r"returned \d[\d.e+]*, 1024 × the loss: the scaled loss", listed=False
+)
 def amp_returns_scaled_loss(model, batch, loss_fn, optimizer, scaler, max_norm):
     # Returns the tensor it called backward on.
     kind = next(model.parameters()).device.type
@@ -1014,8 +1087,12 @@ def amp_returns_nothing(model, batch, loss_fn, optimizer, scaler, max_norm):
     scaler.update()
 
 
-@wrong("amp_step", r"after your backward were 1\.04858e\+06 × the loss's gradient; the "
-                   r"scaler's scale was 1024", listed=False)
+@wrong(
+    "amp_step",
+    r"after your backward were 1\.04858e\+06 × the loss's gradient; the "
+    r"scaler's scale was 1024",
+    listed=False,
+)
 def amp_scales_twice(model, batch, loss_fn, optimizer, scaler, max_norm):
     # Scales inside the autocast block and again at backward.
     kind = next(model.parameters()).device.type
@@ -1030,8 +1107,12 @@ def amp_scales_twice(model, batch, loss_fn, optimizer, scaler, max_norm):
     return loss / scaler.get_scale()
 
 
-@wrong("amp_step", r"after your backward were 1024 × the loss's gradient; the scaler's "
-                   r"scale was 512", listed=False)
+@wrong(
+    "amp_step",
+    r"after your backward were 1024 × the loss's gradient; the scaler's "
+    r"scale was 512",
+    listed=False,
+)
 def amp_hard_coded_scale(model, batch, loss_fn, optimizer, scaler, max_norm):
     # Multiplies by a fixed 1024 instead of the scaler's current scale.
     kind = next(model.parameters()).device.type
@@ -1046,8 +1127,11 @@ def amp_hard_coded_scale(model, batch, loss_fn, optimizer, scaler, max_norm):
     return loss
 
 
-@wrong("amp_step", r"'clipped after the optimizer step'.*gradient norm 1\.[78]\d* ",
-       listed=False)
+@wrong(
+    "amp_step",
+    r"'clipped after the optimizer step'.*gradient norm 1\.[78]\d* ",
+    listed=False,
+)
 def amp_clip_after_step(model, batch, loss_fn, optimizer, scaler, max_norm):
     # Clips after the step: the update already used the unclipped gradients.
     kind = next(model.parameters()).device.type
@@ -1061,8 +1145,12 @@ def amp_clip_after_step(model, batch, loss_fn, optimizer, scaler, max_norm):
     return loss
 
 
-@wrong("amp_step", r"'gradients zeroed before the step'.*gradient norm 0 \(0 × the "
-                   r"true gradient", listed=False)
+@wrong(
+    "amp_step",
+    r"'gradients zeroed before the step'.*gradient norm 0 \(0 × the "
+    r"true gradient",
+    listed=False,
+)
 def amp_zero_grad_after_backward(model, batch, loss_fn, optimizer, scaler, max_norm):
     # zero_grad moved next to the step, after the backward it wipes out.
     kind = next(model.parameters()).device.type
@@ -1077,8 +1165,11 @@ def amp_zero_grad_after_backward(model, batch, loss_fn, optimizer, scaler, max_n
     return loss
 
 
-@wrong("amp_step", r"raised RuntimeError: unscale_\(\) has already been called",
-       listed=False)
+@wrong(
+    "amp_step",
+    r"raised RuntimeError: unscale_\(\) has already been called",
+    listed=False,
+)
 def amp_unscale_twice(model, batch, loss_fn, optimizer, scaler, max_norm):
     # unscale_ before clipping and again before the step.
     kind = next(model.parameters()).device.type
@@ -1094,8 +1185,11 @@ def amp_unscale_twice(model, batch, loss_fn, optimizer, scaler, max_norm):
     return loss
 
 
-@wrong("amp_step", r"raised RuntimeError: element 0 of tensors does not require grad",
-       listed=False)
+@wrong(
+    "amp_step",
+    r"raised RuntimeError: element 0 of tensors does not require grad",
+    listed=False,
+)
 def amp_detached_loss(model, batch, loss_fn, optimizer, scaler, max_norm):
     # Detaches the loss "to save memory" before calling backward on it.
     kind = next(model.parameters()).device.type
@@ -1110,8 +1204,11 @@ def amp_detached_loss(model, batch, loss_fn, optimizer, scaler, max_norm):
     return loss
 
 
-@wrong("amp_step", r"after your backward still held 0\.5\d* × step 1's gradient",
-       listed=False)
+@wrong(
+    "amp_step",
+    r"after your backward still held 0\.5\d* × step 1's gradient",
+    listed=False,
+)
 def amp_halves_old_gradients(model, batch, loss_fn, optimizer, scaler, max_norm):
     # "Momentum by hand": halves the old gradients instead of zeroing them.
     kind = next(model.parameters()).device.type
@@ -1128,8 +1225,12 @@ def amp_halves_old_gradients(model, batch, loss_fn, optimizer, scaler, max_norm)
     return loss
 
 
-@wrong("amp_step", r"after your backward were 65536 × the loss's gradient; the scaler's "
-                   r"scale was 1024", listed=False)
+@wrong(
+    "amp_step",
+    r"after your backward were 65536 × the loss's gradient; the scaler's "
+    r"scale was 1024",
+    listed=False,
+)
 def amp_new_scaler_each_step(model, batch, loss_fn, optimizer, scaler, max_norm):
     # Builds its own GradScaler (the seed's habit) and ignores the one it was given.
     kind = next(model.parameters()).device.type
@@ -1145,8 +1246,12 @@ def amp_new_scaler_each_step(model, batch, loss_fn, optimizer, scaler, max_norm)
     return loss
 
 
-@wrong("amp_step", r"optimizer stepped with gradient norm 1 \(0\.5\d* × the true "
-                   r"gradient", listed=False)
+@wrong(
+    "amp_step",
+    r"optimizer stepped with gradient norm 1 \(0\.5\d* × the true "
+    r"gradient",
+    listed=False,
+)
 def amp_clip_hard_coded_one(model, batch, loss_fn, optimizer, scaler, max_norm):
     # clip_grad_norm_(..., 1.0) from a tutorial: max_norm is ignored.
     kind = next(model.parameters()).device.type
@@ -1161,8 +1266,12 @@ def amp_clip_hard_coded_one(model, batch, loss_fn, optimizer, scaler, max_norm):
     return loss
 
 
-@wrong("amp_step", r"'clipped after the optimizer step'.*scaler\.step → .*"
-       r"scaler\.unscale_", listed=False)
+@wrong(
+    "amp_step",
+    r"'clipped after the optimizer step'.*scaler\.step → .*"
+    r"scaler\.unscale_",
+    listed=False,
+)
 def amp_unscale_after_step(model, batch, loss_fn, optimizer, scaler, max_norm):
     # Held out: unscale_ + clip placed after scaler.step (the step saw unclipped grads).
     dt = next(model.parameters()).device.type
@@ -1178,8 +1287,11 @@ def amp_unscale_after_step(model, batch, loss_fn, optimizer, scaler, max_norm):
     return loss
 
 
-@wrong("amp_step", r"'clipped after the optimizer step'.*a change of the gradients",
-       listed=False)
+@wrong(
+    "amp_step",
+    r"'clipped after the optimizer step'.*a change of the gradients",
+    listed=False,
+)
 def amp_unscale_step_then_clip(model, batch, loss_fn, optimizer, scaler, max_norm):
     # Unscales in the right place but clips once the step is done ("tidy up at the end")
     kind = next(model.parameters()).device.type
@@ -1195,6 +1307,7 @@ def amp_unscale_step_then_clip(model, batch, loss_fn, optimizer, scaler, max_nor
 
 
 # ========================================================================== make_loader
+
 
 @right("make_loader")
 def loader_distributed_sampler(dataset, rank, world_size, epoch, batch_size):
@@ -1212,8 +1325,9 @@ def loader_shared_permutation_strided(dataset, rank, world_size, epoch, batch_si
 
 @right("make_loader")
 def loader_sampler_drop_last(dataset, rank, world_size, epoch, batch_size):
-    sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, seed=7,
-                                 drop_last=True)
+    sampler = DistributedSampler(
+        dataset, num_replicas=world_size, rank=rank, seed=7, drop_last=True
+    )
     sampler.set_epoch(epoch)
     return DataLoader(dataset, batch_size=batch_size, sampler=sampler, num_workers=0)
 
@@ -1245,17 +1359,24 @@ def loader_batch_sampler(dataset, rank, world_size, epoch, batch_size):
 def loader_python_random(dataset, rank, world_size, epoch, batch_size):
     indices = list(range(len(dataset)))
     random.Random(100 + epoch).shuffle(indices)
-    mine = indices[rank:len(indices):world_size]
+    mine = indices[rank : len(indices) : world_size]
     return DataLoader(Subset(dataset, mine), batch_size=batch_size, shuffle=False)
 
 
 @right("make_loader")
 def loader_sampler_indices_as_subset(dataset, rank, world_size, epoch, batch_size):
-    sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank,
-                                 shuffle=True, seed=0, drop_last=False)
+    sampler = DistributedSampler(
+        dataset,
+        num_replicas=world_size,
+        rank=rank,
+        shuffle=True,
+        seed=0,
+        drop_last=False,
+    )
     sampler.set_epoch(epoch)
-    return DataLoader(Subset(dataset, list(iter(sampler))), batch_size=batch_size,
-                      pin_memory=False)
+    return DataLoader(
+        Subset(dataset, list(iter(sampler))), batch_size=batch_size, pin_memory=False
+    )
 
 
 @wrong("make_loader", r"'no DistributedSampler'", listed=True)
@@ -1274,8 +1395,9 @@ def loader_forgets_set_epoch(dataset, rank, world_size, epoch, batch_size):
 @wrong("make_loader", r"'no shuffling'", listed=True)
 def loader_shuffle_false(dataset, rank, world_size, epoch, batch_size):
     # shuffle=False, as an evaluation loader would have.
-    sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank,
-                                 shuffle=False)
+    sampler = DistributedSampler(
+        dataset, num_replicas=world_size, rank=rank, shuffle=False
+    )
     sampler.set_epoch(epoch)
     return DataLoader(dataset, batch_size=batch_size, sampler=sampler)
 
@@ -1296,8 +1418,11 @@ def loader_replicas_doubled(dataset, rank, world_size, epoch, batch_size):
     return DataLoader(dataset, batch_size=batch_size, sampler=sampler)
 
 
-@wrong("make_loader", r"'ranks overlap'.*7 samples were read by more than one rank",
-       listed=True)
+@wrong(
+    "make_loader",
+    r"'ranks overlap'.*7 samples were read by more than one rank",
+    listed=True,
+)
 def loader_seed_from_rank(dataset, rank, world_size, epoch, batch_size):
     # A "different seed per process" habit from data augmentation.
     sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, seed=rank)
@@ -1320,8 +1445,11 @@ def loader_one_replica(dataset, rank, world_size, epoch, batch_size):
     return DataLoader(dataset, batch_size=batch_size, sampler=sampler)
 
 
-@wrong("make_loader", r"'rank not used'.*all 2 ranks read the same 12 samples",
-       listed=False)
+@wrong(
+    "make_loader",
+    r"'rank not used'.*all 2 ranks read the same 12 samples",
+    listed=False,
+)
 def loader_rank_zero(dataset, rank, world_size, epoch, batch_size):
     # rank=0 hard-coded while testing on one machine.
     sampler = DistributedSampler(dataset, num_replicas=world_size, rank=0)
@@ -1338,14 +1466,16 @@ def loader_first_share_for_all(dataset, rank, world_size, epoch, batch_size):
     return DataLoader(Subset(dataset, order[:share].tolist()), batch_size=batch_size)
 
 
-@wrong("make_loader", r"'batches smaller than batch_size'.*held \[1, 1, 1",
-       listed=False)
+@wrong(
+    "make_loader", r"'batches smaller than batch_size'.*held \[1, 1, 1", listed=False
+)
 def loader_batch_divided_by_world(dataset, rank, world_size, epoch, batch_size):
     # Divides the batch between the processes, taking batch_size as the global batch.
     sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank)
     sampler.set_epoch(epoch)
-    return DataLoader(dataset, batch_size=max(1, batch_size // world_size),
-                      sampler=sampler)
+    return DataLoader(
+        dataset, batch_size=max(1, batch_size // world_size), sampler=sampler
+    )
 
 
 @wrong("make_loader", r"'last batch dropped'.*each rank \[4, 4, 4\]", listed=False)
@@ -1361,8 +1491,9 @@ def loader_batch_sampler_drop_last(dataset, rank, world_size, epoch, batch_size)
     # A BatchSampler with drop_last=True on top of the right sampler.
     sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank)
     sampler.set_epoch(epoch)
-    return DataLoader(dataset,
-                      batch_sampler=BatchSampler(sampler, batch_size, drop_last=True))
+    return DataLoader(
+        dataset, batch_sampler=BatchSampler(sampler, batch_size, drop_last=True)
+    )
 
 
 @wrong("make_loader", r"'ranks overlap'", listed=False)
@@ -1419,8 +1550,9 @@ def loader_unseeded_within_share(dataset, rank, world_size, epoch, batch_size):
     # The right share, then shuffle=True with the DataLoader's unseeded generator.
     sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank)
     sampler.set_epoch(epoch)
-    return DataLoader(Subset(dataset, list(sampler)), batch_size=batch_size,
-                      shuffle=True)
+    return DataLoader(
+        Subset(dataset, list(sampler)), batch_size=batch_size, shuffle=True
+    )
 
 
 @wrong("make_loader", r"raised ValueError: Invalid rank 2", listed=False)
@@ -1431,8 +1563,11 @@ def loader_ranks_from_one(dataset, rank, world_size, epoch, batch_size):
     return DataLoader(dataset, batch_size=batch_size, sampler=sampler)
 
 
-@wrong("make_loader", r"raised ValueError: Invalid rank.*at line \d+ of your code",
-       listed=False)
+@wrong(
+    "make_loader",
+    r"raised ValueError: Invalid rank.*at line \d+ of your code",
+    listed=False,
+)
 def loader_positional_arguments_swapped(dataset, rank, world_size, epoch, batch_size):
     # DistributedSampler(dataset, rank, world_size): the positional order is replicas,
     # then rank.
@@ -1441,8 +1576,12 @@ def loader_positional_arguments_swapped(dataset, rank, world_size, epoch, batch_
     return DataLoader(dataset, batch_size=batch_size, sampler=sampler)
 
 
-@wrong("make_loader", r"raised ValueError: sampler option is mutually exclusive with "
-                      r"shuffle", listed=False)
+@wrong(
+    "make_loader",
+    r"raised ValueError: sampler option is mutually exclusive with "
+    r"shuffle",
+    listed=False,
+)
 def loader_sampler_and_shuffle(dataset, rank, world_size, epoch, batch_size):
     # shuffle=True kept next to the sampler.
     sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank)
@@ -1472,5 +1611,5 @@ def loader_share_off_by_one(dataset, rank, world_size, epoch, batch_size):
     g = torch.Generator().manual_seed(epoch)
     order = torch.randperm(len(dataset), generator=g)
     share = len(dataset) // (world_size + 1)
-    mine = order[rank * share:(rank + 1) * share]
+    mine = order[rank * share : (rank + 1) * share]
     return DataLoader(Subset(dataset, mine.tolist()), batch_size=batch_size)

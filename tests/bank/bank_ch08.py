@@ -26,6 +26,7 @@ empty cache. The checks gained those cases and probes (without reading this file
 five GENERIC entries that they now name were relabelled with that name: so for those
 five classes this bank is no longer a measure of mistakes nobody listed.
 """
+
 import math
 
 import torch
@@ -39,11 +40,15 @@ from tformer_grading.checks import ch08
 # Every check of an exercise, in the order the exercise's test cell runs them (the
 # by-hand checks are its hidden tests).
 GRADERS = {
-    "next_token_probs": lambda fn: (ch08.check_next_token_probs(fn),
-                                    ch08.check_next_token_probs_by_hand(fn)),
+    "next_token_probs": lambda fn: (
+        ch08.check_next_token_probs(fn),
+        ch08.check_next_token_probs_by_hand(fn),
+    ),
     "lm_step": lambda fn: (ch08.check_lm_step(fn), ch08.check_lm_step_by_hand(fn)),
-    "generate_greedy": lambda fn: (ch08.check_generate_greedy(fn),
-                                   ch08.check_generate_greedy_by_hand(fn)),
+    "generate_greedy": lambda fn: (
+        ch08.check_generate_greedy(fn),
+        ch08.check_generate_greedy_by_hand(fn),
+    ),
 }
 
 
@@ -60,12 +65,16 @@ NOT_MOST_LIKELY = _named(r"not the most likely|ascend|least likely|order|sort")
 # Every token keeps some probability: the cut tokens were never given -inf (or 0).
 NOTHING_CUT = _named(TOP_P, r"not applied|nothing (was )?cut|ignor|forg|no cut")
 # The distribution is the temperature-1 one whatever T is.
-TEMPERATURE_UNUSED = _named("temperature", r"ignor|not (used|applied)|not at all|"
-                                           r"missing|forg|never|no effect|unused")
+TEMPERATURE_UNUSED = _named(
+    "temperature",
+    r"ignor|not (used|applied)|not at all|"
+    r"missing|forg|never|no effect|unused",
+)
 
 
 # =================================================================== next_token_probs
 # ------------------------------------------------------------------------ right ones
+
 
 @right("next_token_probs")
 def probs_lesson_style(logits, temperature, top_p):
@@ -193,8 +202,12 @@ def probs_per_row_list(logits, temperature, top_p):
 
 # ------------------------------------------------------------------------ wrong ones
 
-@wrong("next_token_probs", _named("temperature", r"after|probabilit|softmax|no effect"),
-       listed=True)
+
+@wrong(
+    "next_token_probs",
+    _named("temperature", r"after|probabilit|softmax|no effect"),
+    listed=True,
+)
 def probs_temperature_after_softmax(logits, temperature, top_p):
     # Divides the probabilities by T: after the renormalisation T has no effect at all.
     probs = logits.softmax(-1) / temperature
@@ -205,8 +218,9 @@ def probs_temperature_after_softmax(logits, temperature, top_p):
     return probs / probs.sum(-1, keepdim=True)
 
 
-@wrong("next_token_probs", _named("temperature", "after|probabilit|softmax"),
-       listed=True)
+@wrong(
+    "next_token_probs", _named("temperature", "after|probabilit|softmax"), listed=True
+)
 def probs_softmax_of_probs_over_t(logits, temperature, top_p):
     # Softmax first "to get probabilities", then the usual softmax(x / T) on those.
     probs = torch.softmax(logits, -1)
@@ -218,8 +232,11 @@ def probs_softmax_of_probs_over_t(logits, temperature, top_p):
     return probs / probs.sum(-1, keepdim=True)
 
 
-@wrong("next_token_probs", _named("temperature", r"multipl|times|instead of divid"),
-       listed=True)
+@wrong(
+    "next_token_probs",
+    _named("temperature", r"multipl|times|instead of divid"),
+    listed=True,
+)
 def probs_temperature_multiplied(logits, temperature, top_p):
     # "Scale by the temperature" read as multiply: T = 0.5 flattens instead of sharpens.
     logits = logits * temperature
@@ -229,8 +246,9 @@ def probs_temperature_multiplied(logits, temperature, top_p):
     return logits.masked_fill(~keep, float("-inf")).softmax(-1)
 
 
-@wrong("next_token_probs", _named(TOP_P, r"cross|drop|exclud|boundary|last"),
-       listed=True)
+@wrong(
+    "next_token_probs", _named(TOP_P, r"cross|drop|exclud|boundary|last"), listed=True
+)
 def probs_drops_crossing_token(logits, temperature, top_p):
     # Keeps the tokens whose running sum stays within p: the one that crosses p goes.
     logits = logits / temperature
@@ -242,8 +260,11 @@ def probs_drops_crossing_token(logits, temperature, top_p):
     return logits.masked_fill(~keep, float("-inf")).softmax(-1)
 
 
-@wrong("next_token_probs", _named(TOP_P, r"cross|drop|exclud|none|empty|nothing|nan"),
-       listed=True)
+@wrong(
+    "next_token_probs",
+    _named(TOP_P, r"cross|drop|exclud|none|empty|nothing|nan"),
+    listed=True,
+)
 def probs_keeps_none_when_top_exceeds_p(logits, temperature, top_p):
     # cumsum < p with no guard: a top token above p alone leaves an empty set (NaN).
     logits = logits / temperature
@@ -253,8 +274,11 @@ def probs_keeps_none_when_top_exceeds_p(logits, temperature, top_p):
     return logits.masked_fill(~keep, float("-inf")).softmax(-1)
 
 
-@wrong("next_token_probs", _named(TOP_P, r"none|empty|nothing|nan|cross|exclud"),
-       listed=False)
+@wrong(
+    "next_token_probs",
+    _named(TOP_P, r"none|empty|nothing|nan|cross|exclud"),
+    listed=False,
+)
 def probs_keeps_none_zero_division(logits, temperature, top_p):
     # Zeroes the tokens past p and renormalises: an empty set divides 0 by 0.
     probs = torch.softmax(logits / temperature, dim=-1)
@@ -274,9 +298,15 @@ def probs_top_p_on_logits(logits, temperature, top_p):
     return logits.masked_fill(~keep, float("-inf")).softmax(-1)
 
 
-@wrong("next_token_probs", _named(TOP_P, r"cross|one (token )?too many|extra|reach|"
-                                         r"boundary|off.by.one|>=|at least|more"),
-       listed=False)
+@wrong(
+    "next_token_probs",
+    _named(
+        TOP_P,
+        r"cross|one (token )?too many|extra|reach|"
+        r"boundary|off.by.one|>=|at least|more",
+    ),
+    listed=False,
+)
 def probs_strict_greater_shift(logits, temperature, top_p):
     # The usual shift-right recipe with cum > p: where the sum hits p exactly it keeps
     # one token more than the smallest set that reaches p.
@@ -442,8 +472,11 @@ def probs_early_return_skips_temperature(logits, temperature, top_p):
     return logits.masked_fill(~keep, float("-inf")).softmax(-1)
 
 
-@wrong("next_token_probs", _named(r"other than probabilities|not probabilities|logits"),
-       listed=False)
+@wrong(
+    "next_token_probs",
+    _named(r"other than probabilities|not probabilities|logits"),
+    listed=False,
+)
 def probs_returns_filtered_logits(logits, temperature, top_p):
     # Stops one line early: returns the filtered logits, not their softmax.
     logits = logits / temperature
@@ -471,9 +504,15 @@ def probs_cumsum_over_batch(logits, temperature, top_p):
     return logits.masked_fill(~keep, float("-inf")).softmax(-1)
 
 
-@wrong("next_token_probs", _named(TOP_P, r"ignor|not (used|applied)|missing|forg|"
-                                         r"never|no effect|unused|no cut|nothing cut"),
-       listed=False)
+@wrong(
+    "next_token_probs",
+    _named(
+        TOP_P,
+        r"ignor|not (used|applied)|missing|forg|"
+        r"never|no effect|unused|no cut|nothing cut",
+    ),
+    listed=False,
+)
 def probs_top_p_forgotten(logits, temperature, top_p):
     # Only the temperature: the nucleus cut is never made.
     return torch.softmax(logits / temperature, dim=-1)
@@ -490,8 +529,11 @@ def probs_exp_without_max(logits, temperature, top_p):
     return probs / probs.sum(-1, keepdim=True)
 
 
-@wrong("next_token_probs", _named("temperature", r"invert|reciprocal|1 ?/|multipl"),
-       listed=False)
+@wrong(
+    "next_token_probs",
+    _named("temperature", r"invert|reciprocal|1 ?/|multipl"),
+    listed=False,
+)
 def probs_temperature_inverted(logits, temperature, top_p):
     # logits / (1 / T): "temperature" taken as the inverse temperature beta.
     beta = 1.0 / temperature
@@ -503,6 +545,7 @@ def probs_temperature_inverted(logits, temperature, top_p):
 
 # ============================================================================ lm_step
 # ------------------------------------------------------------------------ right ones
+
 
 @right("lm_step")
 def step_loop_over_layers(model, tokens, cache):
@@ -520,7 +563,7 @@ def step_calls_the_stack(model, tokens, cache):
     # The Encoder stack takes the cache itself and applies the final norm.
     past = cache.length
     mask = causal_mask(tokens.shape[1], device=tokens.device, past=past)
-    h = model.tok_embed(tokens) * model.d_model ** 0.5
+    h = model.tok_embed(tokens) * model.d_model**0.5
     h = model.pos(h, start=past)
     h = model.dropout(h)
     return model.lm_head(model.blocks(h, mask, cache))
@@ -691,8 +734,9 @@ def step_mask_full_length(model, tokens, cache):
     return model.lm_head(model.blocks.norm(x))
 
 
-@wrong("lm_step", _named(MASK, r"past|cache|shape|size|length|full|row|key"),
-       listed=True)
+@wrong(
+    "lm_step", _named(MASK, r"past|cache|shape|size|length|full|row|key"), listed=True
+)
 def step_mask_ignores_past(model, tokens, cache):
     # causal_mask(S): right for the prompt, too few keys once the cache holds tokens.
     past = cache.length
@@ -767,8 +811,11 @@ def step_no_mask_at_all(model, tokens, cache):
     return model.lm_head(model.blocks.norm(x))
 
 
-@wrong("lm_step", _named(MASK, r"float|dtype|bool|additive")
-       + r"|got dtype torch\.float", listed=False)
+@wrong(
+    "lm_step",
+    _named(MASK, r"float|dtype|bool|additive") + r"|got dtype torch\.float",
+    listed=False,
+)
 def step_float_mask(model, tokens, cache):
     # An additive 0 / -inf mask, as many tutorials build; this model takes a bool mask.
     past, S = cache.length, tokens.size(1)
@@ -781,9 +828,15 @@ def step_float_mask(model, tokens, cache):
     return model.lm_head(model.blocks.norm(x))
 
 
-@wrong("lm_step", _named("cache", r"not grow|never grow|not passed|unused|no cache|"
-                                  r"not (updated|filled|used)|empty|length|grown"),
-       listed=True)
+@wrong(
+    "lm_step",
+    _named(
+        "cache",
+        r"not grow|never grow|not passed|unused|no cache|"
+        r"not (updated|filled|used)|empty|length|grown",
+    ),
+    listed=True,
+)
 def step_cache_not_passed(model, tokens, cache):
     # Calls the blocks without their LayerKV: nothing is cached, the past is never seen.
     past = cache.length
@@ -795,9 +848,15 @@ def step_cache_not_passed(model, tokens, cache):
     return model.lm_head(model.blocks.norm(x))
 
 
-@wrong("lm_step", _named("cache", r"not grow|never grow|not passed|unused|no cache|"
-                                  r"not (updated|filled|used)|empty|length|grown"),
-       listed=False)
+@wrong(
+    "lm_step",
+    _named(
+        "cache",
+        r"not grow|never grow|not passed|unused|no cache|"
+        r"not (updated|filled|used)|empty|length|grown",
+    ),
+    listed=False,
+)
 def step_stack_without_cache(model, tokens, cache):
     # model.blocks(x, mask): the stack's cache argument left at its default None.
     mask = causal_mask(tokens.size(1), tokens.device)
@@ -806,8 +865,11 @@ def step_stack_without_cache(model, tokens, cache):
     return model.lm_head(model.blocks(x, mask))
 
 
-@wrong("lm_step", _named("cache", r"twice|double|grown by|more than|too much|2"),
-       listed=True)
+@wrong(
+    "lm_step",
+    _named("cache", r"twice|double|grown by|more than|too much|2"),
+    listed=True,
+)
 def step_debug_forward_left_in(model, tokens, cache):
     # A check against the model's own forward left in: it grows the cache a second time.
     past = cache.length
@@ -871,8 +933,9 @@ def step_scale_after_positions(model, tokens, cache):
 def step_no_final_norm(model, tokens, cache):
     # The loop over the layers replaces model.blocks, and its final norm is lost.
     past = cache.length
-    x = model.dropout(model.pos(model.tok_embed(tokens) * math.sqrt(model.d_model),
-                                start=past))
+    x = model.dropout(
+        model.pos(model.tok_embed(tokens) * math.sqrt(model.d_model), start=past)
+    )
     mask = causal_mask(tokens.size(1), tokens.device, past=past)
     for i, block in enumerate(model.blocks.layers):
         x = block(x, mask, cache.layer(i))
@@ -896,8 +959,11 @@ def step_one_layer_cache_for_all(model, tokens, cache):
     past = cache.length
     x = model.tok_embed(tokens) * math.sqrt(model.d_model)
     x = model.dropout(model.pos(x, start=past))
-    mask = None if tokens.size(1) == 1 else causal_mask(tokens.size(1), tokens.device,
-                                                        past=past)
+    mask = (
+        None
+        if tokens.size(1) == 1
+        else causal_mask(tokens.size(1), tokens.device, past=past)
+    )
     for block in model.blocks.layers:
         x = block(x, mask, cache.layer(0))
     return model.lm_head(model.blocks.norm(x))
@@ -940,8 +1006,9 @@ def step_only_last_token(model, tokens, cache):
     return model.lm_head(model.blocks.norm(x))
 
 
-@wrong("lm_step", r"expected shape \[\d+, \d+, \d+\], got \[\d+, 1, \d+\]",
-       listed=False)
+@wrong(
+    "lm_step", r"expected shape \[\d+, \d+, \d+\], got \[\d+, 1, \d+\]", listed=False
+)
 def step_returns_last_position_only(model, tokens, cache):
     # Returns the last position's logits only, the ones decoding needs: [B, 1, V].
     past = cache.length
@@ -980,6 +1047,7 @@ def step_last_layer_skipped(model, tokens, cache):
 # ==================================================================== generate_greedy
 # The learner's generate_greedy calls their own lm_step; here, a right one.
 
+
 def lm_step(model, tokens, cache):
     past = cache.length
     x = model.tok_embed(tokens) * math.sqrt(model.d_model)
@@ -991,6 +1059,7 @@ def lm_step(model, tokens, cache):
 
 
 # ------------------------------------------------------------------------ right ones
+
 
 @right("generate_greedy")
 def greedy_for_loop(model, prompt, max_new_tokens):
@@ -1048,7 +1117,7 @@ def greedy_preallocated(model, prompt, max_new_tokens):
     out[:, :S] = prompt
     cache = KVCache()
     for t in range(S, S + max_new_tokens):
-        inp = out[:, :t] if t == S else out[:, t - 1:t]
+        inp = out[:, :t] if t == S else out[:, t - 1 : t]
         out[:, t] = lm_step(model, inp, cache)[:, -1].argmax(-1)
     return out
 
@@ -1058,7 +1127,7 @@ def greedy_prompt_token_by_token(model, prompt, max_new_tokens):
     # Feeds the prompt one token at a time too: slower, the same cache in the end.
     cache = KVCache()
     for i in range(prompt.size(1)):
-        logits = lm_step(model, prompt[:, i:i + 1], cache)
+        logits = lm_step(model, prompt[:, i : i + 1], cache)
     tokens = prompt
     for _ in range(max_new_tokens):
         nxt = logits[:, -1].argmax(-1, keepdim=True)
@@ -1107,8 +1176,11 @@ def greedy_through_model_forward(model, prompt, max_new_tokens):
 
 # ------------------------------------------------------------------------ wrong ones
 
-CARRIED = _named("cache", r"carr|shared|reus|between|across|default|previous|stale|"
-                          r"fresh|new|earlier|other")
+CARRIED = _named(
+    "cache",
+    r"carr|shared|reus|between|across|default|previous|stale|"
+    r"fresh|new|earlier|other",
+)
 
 
 @wrong("generate_greedy", CARRIED, listed=True)
@@ -1153,8 +1225,11 @@ def greedy_cache_on_the_model(model, prompt, max_new_tokens):
     return tokens
 
 
-@wrong("generate_greedy", _named(r"prompt|new tokens|drop|missing|only|fewer|short"),
-       listed=True)
+@wrong(
+    "generate_greedy",
+    _named(r"prompt|new tokens|drop|missing|only|fewer|short"),
+    listed=True,
+)
 def greedy_returns_new_tokens_only(model, prompt, max_new_tokens):
     # Returns what was generated, without the prompt in front: [B, N].
     cache = KVCache()
@@ -1166,8 +1241,11 @@ def greedy_returns_new_tokens_only(model, prompt, max_new_tokens):
     return torch.cat(generated, dim=1)
 
 
-@wrong("generate_greedy", _named(r"drop|missing|one|fewer|short|step|number|count"),
-       listed=True)
+@wrong(
+    "generate_greedy",
+    _named(r"drop|missing|one|fewer|short|step|number|count"),
+    listed=True,
+)
 def greedy_one_step_short(model, prompt, max_new_tokens):
     # range(max_new_tokens - 1) "because the prompt step already made one".
     cache = KVCache()
@@ -1178,8 +1256,11 @@ def greedy_one_step_short(model, prompt, max_new_tokens):
     return tokens
 
 
-@wrong("generate_greedy", _named(r"repeat|extra|one|more|too many|step|number|count"),
-       listed=True)
+@wrong(
+    "generate_greedy",
+    _named(r"repeat|extra|one|more|too many|step|number|count"),
+    listed=True,
+)
 def greedy_one_step_too_many(model, prompt, max_new_tokens):
     # while <= instead of <: one token more than asked for.
     cache = KVCache()
@@ -1190,9 +1271,15 @@ def greedy_one_step_too_many(model, prompt, max_new_tokens):
     return tokens
 
 
-@wrong("generate_greedy", _named("cache|whole|sequence", r"whole|twice|grow|repeat|"
-                                                         r"again|full|all|every"),
-       listed=True)
+@wrong(
+    "generate_greedy",
+    _named(
+        "cache|whole|sequence",
+        r"whole|twice|grow|repeat|"
+        r"again|full|all|every",
+    ),
+    listed=True,
+)
 def greedy_whole_sequence_into_cache(model, prompt, max_new_tokens):
     # The uncached loop with a cache added: each step feeds every token again.
     cache = KVCache()
@@ -1203,8 +1290,14 @@ def greedy_whole_sequence_into_cache(model, prompt, max_new_tokens):
     return tokens
 
 
-@wrong("generate_greedy", _named(r"repeat|again|twice|previous|stale|same|wrong|"
-                                 r"token"), listed=False)
+@wrong(
+    "generate_greedy",
+    _named(
+        r"repeat|again|twice|previous|stale|same|wrong|"
+        r"token"
+    ),
+    listed=False,
+)
 def greedy_feeds_previous_token(model, prompt, max_new_tokens):
     # Feeds tokens[:, -1:] before appending the new token: the last one goes in twice.
     cache = KVCache()
@@ -1217,8 +1310,9 @@ def greedy_feeds_previous_token(model, prompt, max_new_tokens):
     return tokens
 
 
-@wrong("generate_greedy", _named(r"feeds the wrong token|repeat|again|twice"),
-       listed=False)
+@wrong(
+    "generate_greedy", _named(r"feeds the wrong token|repeat|again|twice"), listed=False
+)
 def greedy_last_prompt_token_twice(model, prompt, max_new_tokens):
     # Runs the prompt, then "starts" decoding from its last token: that token is
     # cached twice.
@@ -1231,8 +1325,15 @@ def greedy_last_prompt_token_twice(model, prompt, max_new_tokens):
     return tokens
 
 
-@wrong("generate_greedy", _named("cache", r"reset|clear|fresh|new|every step|each step|"
-                                          r"lost|forg|empty"), listed=False)
+@wrong(
+    "generate_greedy",
+    _named(
+        "cache",
+        r"reset|clear|fresh|new|every step|each step|"
+        r"lost|forg|empty",
+    ),
+    listed=False,
+)
 def greedy_new_cache_each_step(model, prompt, max_new_tokens):
     # KVCache() inside the loop: each new token is run with no past at all.
     tokens, inp = prompt, prompt
@@ -1243,8 +1344,15 @@ def greedy_new_cache_each_step(model, prompt, max_new_tokens):
     return tokens
 
 
-@wrong("generate_greedy", _named("cache", r"reset|clear|fresh|new|every step|each step|"
-                                          r"lost|forg|empty"), listed=False)
+@wrong(
+    "generate_greedy",
+    _named(
+        "cache",
+        r"reset|clear|fresh|new|every step|each step|"
+        r"lost|forg|empty",
+    ),
+    listed=False,
+)
 def greedy_resets_between_steps(model, prompt, max_new_tokens):
     # cache.reset() at the end of every step "to free memory".
     cache = KVCache()
@@ -1279,8 +1387,14 @@ def greedy_argmin(model, prompt, max_new_tokens):
     return tokens
 
 
-@wrong("generate_greedy", _named(r"first position|position 0|first|last position|"
-                                 r"wrong position"), listed=False)
+@wrong(
+    "generate_greedy",
+    _named(
+        r"first position|position 0|first|last position|"
+        r"wrong position"
+    ),
+    listed=False,
+)
 def greedy_first_position_logits(model, prompt, max_new_tokens):
     # logits[:, 0]: the prediction after the first prompt token, not the last.
     cache = KVCache()
@@ -1361,12 +1475,19 @@ def greedy_prompt_row_zero_only(model, prompt, max_new_tokens):
     for _ in range(max_new_tokens):
         inp = lm_step(model, inp, cache)[:, -1].argmax(-1, keepdim=True)
         tokens = torch.cat([tokens, inp], dim=1)
-    return torch.cat([prompt, tokens[:, prompt.size(1):].expand(prompt.size(0), -1)],
-                     dim=1)
+    return torch.cat(
+        [prompt, tokens[:, prompt.size(1) :].expand(prompt.size(0), -1)], dim=1
+    )
 
 
-@wrong("generate_greedy", _named(r"repeat|again|twice|drop|missing|cache|stale|"
-                                 r"previous|token"), listed=False)
+@wrong(
+    "generate_greedy",
+    _named(
+        r"repeat|again|twice|drop|missing|cache|stale|"
+        r"previous|token"
+    ),
+    listed=False,
+)
 def greedy_step_skips_every_second_token(model, prompt, max_new_tokens):
     # Appends the token, but feeds the cache only every second one ("to go faster").
     cache = KVCache()
@@ -1380,8 +1501,11 @@ def greedy_step_skips_every_second_token(model, prompt, max_new_tokens):
     return tokens
 
 
-@wrong("generate_greedy", r"expected \[B, S \+ N\] = \[\d+, \d+\], got \[\d+, \d+\]",
-       listed=False)
+@wrong(
+    "generate_greedy",
+    r"expected \[B, S \+ N\] = \[\d+, \d+\], got \[\d+, \d+\]",
+    listed=False,
+)
 def greedy_appends_every_position(model, prompt, max_new_tokens):
     # Appends the argmax of every position of the prompt step, not only the last one.
     cache = KVCache()
@@ -1435,8 +1559,11 @@ def greedy_cat_without_keepdim(model, prompt, max_new_tokens):
     return tokens
 
 
-@wrong("generate_greedy", r"expected \[B, S \+ N\] = \[\d+, \d+\], got \[\d+, \d+\]",
-       listed=False)
+@wrong(
+    "generate_greedy",
+    r"expected \[B, S \+ N\] = \[\d+, \d+\], got \[\d+, \d+\]",
+    listed=False,
+)
 def greedy_fixed_number_of_steps(model, prompt, max_new_tokens):
     # The 20 of the lesson's demo cell kept instead of max_new_tokens.
     cache = KVCache()

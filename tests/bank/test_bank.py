@@ -2,6 +2,7 @@
 bank meets the standard: per exercise at least 25 wrong answers (15 of them mistakes
 the checks list no variant for) and 8 right ones; per chapter every wrong answer
 rejected, at least 85 % named, none misnamed, every right one accepted."""
+
 from __future__ import annotations
 
 import functools
@@ -12,7 +13,7 @@ import pytest
 from bank import Entry, Verdict, entries, expected_kind, grade, load
 
 BANKS = Path(__file__).parent.glob("bank_ch*.py")
-CHAPTERS = sorted(p.stem[len("bank_"):] for p in BANKS)
+CHAPTERS = sorted(p.stem[len("bank_") :] for p in BANKS)
 
 
 def _load_all() -> tuple[list[Entry], dict[str, str]]:
@@ -42,14 +43,16 @@ def group(chapter: str):
     return pytest.mark.xdist_group(f"bank-{chapter}")
 
 
-@pytest.mark.parametrize("entry", [pytest.param(e, id=e.id, marks=group(e.chapter))
-                                   for e in ALL])
+@pytest.mark.parametrize(
+    "entry", [pytest.param(e, id=e.id, marks=group(e.chapter)) for e in ALL]
+)
 def test_answer_gets_its_verdict(entry: Entry):
     got = verdict(entry)
     assert got.kind == expected_kind(entry), (
         f"{entry.id}: expected {expected_kind(entry)}"
         + (f" matching {entry.expect!r}" if entry.expect else "")
-        + f", got {got.kind}: {got.message}")
+        + f", got {got.kind}: {got.message}"
+    )
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS)
@@ -57,8 +60,9 @@ def test_bank_imports(chapter: str):
     assert chapter not in BROKEN, f"tests/bank/bank_{chapter}.py: {BROKEN.get(chapter)}"
 
 
-@pytest.mark.parametrize("chapter", [pytest.param(c, marks=group(c)) for c in CHAPTERS
-                                     if c not in BROKEN])
+@pytest.mark.parametrize(
+    "chapter", [pytest.param(c, marks=group(c)) for c in CHAPTERS if c not in BROKEN]
+)
 def test_chapter_bank_meets_the_standard(chapter: str):
     bank = entries(chapter)
     exercises = sorted({e.exercise for e in bank} | set(load(chapter).GRADERS))
@@ -74,7 +78,8 @@ def test_chapter_bank_meets_the_standard(chapter: str):
     kinds = {e.id: verdict(e).kind for e in bank}
     wrong = [e for e in bank if e.expect is not None]
     assert all(kinds[e.id] in ("named", "generic", "misnamed") for e in wrong), [
-        e.id for e in wrong if kinds[e.id] not in ("named", "generic", "misnamed")]
+        e.id for e in wrong if kinds[e.id] not in ("named", "generic", "misnamed")
+    ]
     assert [e.id for e in wrong if kinds[e.id] == "misnamed"] == []
     named = sum(kinds[e.id] == "named" for e in wrong)
     assert named >= MIN_NAMED * len(wrong), f"{chapter}: {named} of {len(wrong)} named"

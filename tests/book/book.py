@@ -5,6 +5,7 @@ execution cache of ``make book`` (``_build/.jupyter_cache``) is reused: lessons 
 change are not executed again. tests/book/test_book.py asserts on the build, tests/book/test_browser.py
 opens its HTML.
 """
+
 from __future__ import annotations
 
 import functools
@@ -31,10 +32,33 @@ def _build() -> subprocess.CompletedProcess:
     # kernels starting at once make jupyter_client's port choice race (a kernel that dies
     # before kernel_info). A notebook that fails is not cached, so the build runs it again
     # and reports myst-nb's own error.
-    subprocess.run([sys.executable, str(ROOT / "tools" / "preexecute.py"), "--jobs", "1",
-                    "--threads", "1"], cwd=ROOT, timeout=1200)
-    return subprocess.run([str(jupyter_book), "build", ".", "--warningiserror", "--nitpick", "--keep-going"],
-                          cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=1200)
+    subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "tools" / "preexecute.py"),
+            "--jobs",
+            "1",
+            "--threads",
+            "1",
+        ],
+        cwd=ROOT,
+        timeout=1200,
+    )
+    return subprocess.run(
+        [
+            str(jupyter_book),
+            "build",
+            ".",
+            "--warningiserror",
+            "--nitpick",
+            "--keep-going",
+        ],
+        cwd=ROOT,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        timeout=1200,
+    )
 
 
 @functools.cache
@@ -54,15 +78,29 @@ def build_book() -> subprocess.CompletedProcess:
     with FileLock(str(BUILD / ".build.lock")):
         if marker.exists():
             saved = json.loads(marker.read_text())
-            return subprocess.CompletedProcess(saved["args"], saved["returncode"], saved["stdout"])
+            return subprocess.CompletedProcess(
+                saved["args"], saved["returncode"], saved["stdout"]
+            )
         proc = _build()
-        marker.write_text(json.dumps({"args": proc.args, "returncode": proc.returncode, "stdout": proc.stdout}))
+        marker.write_text(
+            json.dumps(
+                {
+                    "args": proc.args,
+                    "returncode": proc.returncode,
+                    "stdout": proc.stdout,
+                }
+            )
+        )
         return proc
 
 
 def pages() -> list[Path]:
     """Every HTML page of the built book (not the theme's assets)."""
-    return sorted(p for p in HTML.rglob("*.html") if not p.relative_to(HTML).parts[0] in ASSET_DIRS)
+    return sorted(
+        p
+        for p in HTML.rglob("*.html")
+        if not p.relative_to(HTML).parts[0] in ASSET_DIRS
+    )
 
 
 def notebook_pages() -> list[tuple[Path, Path]]:
@@ -78,7 +116,21 @@ def notebook_pages() -> list[tuple[Path, Path]]:
 class Tags(HTMLParser):
     """Collects (tag, attributes, enclosing tags) for the tags of one page."""
 
-    VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
+    VOID = {
+        "area",
+        "base",
+        "br",
+        "col",
+        "embed",
+        "hr",
+        "img",
+        "input",
+        "link",
+        "meta",
+        "source",
+        "track",
+        "wbr",
+    }
 
     def __init__(self):
         super().__init__(convert_charrefs=True)
@@ -110,8 +162,12 @@ def parse(page: Path) -> Tags:
 
 
 def has_widget_state(page: Path) -> bool:
-    return "application/vnd.jupyter.widget-state+json" in page.read_text(encoding="utf-8")
+    return "application/vnd.jupyter.widget-state+json" in page.read_text(
+        encoding="utf-8"
+    )
 
 
 def has_maths(page: Path) -> bool:
-    return re.search(r'class="[^"]*\bmath\b', page.read_text(encoding="utf-8")) is not None
+    return (
+        re.search(r'class="[^"]*\bmath\b', page.read_text(encoding="utf-8")) is not None
+    )

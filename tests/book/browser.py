@@ -8,6 +8,7 @@ learner uses it). Chromium and its driver are Debian's ``chromium`` and ``chromi
 leave the machine fails, and :func:`outside_requests` lists every request a page attempted to a
 host that is not local.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -39,13 +40,23 @@ def require_chromium() -> tuple[str, str]:
     try:
         import selenium  # noqa: F401
     except ImportError:
-        pytest.skip("browser tests need the Python package selenium (pip install selenium==4.51.0)")
+        pytest.skip(
+            "browser tests need the Python package selenium (pip install selenium==4.51.0)"
+        )
     # CHROMIUM / CHROMEDRIVER name other binaries than the ones on PATH.
-    browser = _which([os.environ["CHROMIUM"]] if os.environ.get("CHROMIUM") else CHROMIUM_NAMES)
-    driver = _which([os.environ["CHROMEDRIVER"]] if os.environ.get("CHROMEDRIVER") else ("chromedriver",))
+    browser = _which(
+        [os.environ["CHROMIUM"]] if os.environ.get("CHROMIUM") else CHROMIUM_NAMES
+    )
+    driver = _which(
+        [os.environ["CHROMEDRIVER"]]
+        if os.environ.get("CHROMEDRIVER")
+        else ("chromedriver",)
+    )
     if not browser or not driver:
-        pytest.skip("browser tests need Chromium and its driver: apt-get install chromium chromium-driver "
-                    f"(found browser={browser}, chromedriver={driver})")
+        pytest.skip(
+            "browser tests need Chromium and its driver: apt-get install chromium chromium-driver "
+            f"(found browser={browser}, chromedriver={driver})"
+        )
     return browser, driver
 
 
@@ -58,11 +69,14 @@ def free_port() -> int:
 @contextlib.contextmanager
 def serve_directory(root: Path):
     """Serve ``root`` on http://127.0.0.1:<port>/ in a thread; yields the base URL."""
+
     class Quiet(http.server.SimpleHTTPRequestHandler):
         def log_message(self, *args):
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(root)))
+    server = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(Quiet, directory=str(root))
+    )
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -82,18 +96,34 @@ def chromium(profile: Path, *, width: int = 1280, height: int = 1000):
     profile.mkdir(parents=True, exist_ok=True)
     options = webdriver.ChromeOptions()
     options.binary_location = browser
-    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic",
-                 "--no-first-run", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--disable-extensions", "--disable-default-apps", "--hide-scrollbars",
-                 f"--window-size={width},{height}", f"--user-data-dir={profile}",
-                 # The network is closed: only localhost resolves.
-                 "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE localhost, EXCLUDE 127.0.0.1",
-                 # ... and an address typed as an IP goes to a proxy that does not exist (loopback bypasses it).
-                 "--proxy-server=http://127.0.0.1:9"):
+    for flag in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-extensions",
+        "--disable-default-apps",
+        "--hide-scrollbars",
+        f"--window-size={width},{height}",
+        f"--user-data-dir={profile}",
+        # The network is closed: only localhost resolves.
+        "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE localhost, EXCLUDE 127.0.0.1",
+        # ... and an address typed as an IP goes to a proxy that does not exist (loopback bypasses it).
+        "--proxy-server=http://127.0.0.1:9",
+    ):
         options.add_argument(flag)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
+    options.set_capability(
+        "goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"}
+    )
     # A given driver path keeps Selenium Manager (which would go to the network) out of the way.
-    service = Service(executable_path=driver_path, log_output=str(profile / "chromedriver.log"))
+    service = Service(
+        executable_path=driver_path, log_output=str(profile / "chromedriver.log")
+    )
     driver = webdriver.Chrome(options=options, service=service)
     driver.set_page_load_timeout(90)
     driver.set_script_timeout(90)
@@ -105,7 +135,11 @@ def chromium(profile: Path, *, width: int = 1280, height: int = 1000):
 
 def console_errors(driver) -> list[str]:
     """The console messages of level SEVERE (JavaScript errors, failed loads) since the last call."""
-    return [entry["message"] for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
+    return [
+        entry["message"]
+        for entry in driver.get_log("browser")
+        if entry["level"] == "SEVERE"
+    ]
 
 
 def requested_urls(driver) -> list[str]:
@@ -122,8 +156,12 @@ def outside_requests(urls) -> list[str]:
     """The URLs that would leave the machine."""
     from urllib.parse import urlsplit
 
-    return [u for u in urls if urlsplit(u).scheme in ("http", "https", "ws", "wss")
-            and urlsplit(u).hostname not in LOCAL_HOSTS]
+    return [
+        u
+        for u in urls
+        if urlsplit(u).scheme in ("http", "https", "ws", "wss")
+        and urlsplit(u).hostname not in LOCAL_HOSTS
+    ]
 
 
 def wait_for(driver, script: str, *, timeout: float = 60, what: str = "", args=()):
@@ -132,6 +170,10 @@ def wait_for(driver, script: str, *, timeout: float = 60, what: str = "", args=(
     from selenium.webdriver.support.ui import WebDriverWait
 
     try:
-        return WebDriverWait(driver, timeout, poll_frequency=0.25).until(lambda d: d.execute_script(script, *args))
+        return WebDriverWait(driver, timeout, poll_frequency=0.25).until(
+            lambda d: d.execute_script(script, *args)
+        )
     except TimeoutException:
-        pytest.fail(f"timed out after {timeout:.0f} s waiting for {what or script} on {driver.current_url}")
+        pytest.fail(
+            f"timed out after {timeout:.0f} s waiting for {what or script} on {driver.current_url}"
+        )

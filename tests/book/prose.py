@@ -5,6 +5,7 @@
 (``book/*.md``). ``code_sources()`` gives each notebook source's code, where glue calls
 live.
 """
+
 from __future__ import annotations
 
 import re
@@ -60,10 +61,15 @@ def markdown_sources(lessons=True, exercises=True, pages=True):
 
 def code_of(path: Path) -> str:
     """All code cells of one notebook source, joined."""
-    return "\n".join(cell.source for cell, _ in _cells(path) if cell.cell_type == "code")
+    return "\n".join(
+        cell.source for cell, _ in _cells(path) if cell.cell_type == "code"
+    )
 
 
 # Role and directive syntax (MyST): {name}`text`, and ```{name} arg ... ``` blocks.
 ROLE = re.compile(r"\{(?P<name>[\w:-]+)\}`(?P<text>[^`]*)`")
-FENCE = re.compile(r"^(?P<fence>`{3,}|:{3,})\{(?P<name>[\w:-]+)\}(?P<arg>[^\n]*)\n"
-                   r"(?P<body>.*?)^(?P=fence)\s*$", re.S | re.M)
+FENCE = re.compile(
+    r"^(?P<fence>`{3,}|:{3,})\{(?P<name>[\w:-]+)\}(?P<arg>[^\n]*)\n"
+    r"(?P<body>.*?)^(?P=fence)\s*$",
+    re.S | re.M,
+)

@@ -4,14 +4,31 @@ Every page of ``_build/html`` is served on localhost and opened; pages are disco
 build, so new chapters are covered without changing this file. A screenshot of the top of every
 page, and of the first widget of every page with widgets, is written to _build/screenshots/.
 """
+
 from __future__ import annotations
 
 import re
 
 import pytest
 
-from book import HTML, SCREENSHOTS, build_book, has_maths, has_widget_state, notebook_pages, pages
-from browser import chromium, console_errors, require_chromium, outside_requests, requested_urls, serve_directory, wait_for
+from book import (
+    HTML,
+    SCREENSHOTS,
+    build_book,
+    has_maths,
+    has_widget_state,
+    notebook_pages,
+    pages,
+)
+from browser import (
+    chromium,
+    console_errors,
+    require_chromium,
+    outside_requests,
+    requested_urls,
+    serve_directory,
+    wait_for,
+)
 
 # xdist_group: the book is built once per worker process, so all its users share one worker.
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("book")]
@@ -31,7 +48,10 @@ def site(tmp_path_factory):
     proc = build_book()
     assert proc.returncode == 0, f"jupyter-book build failed:\n{proc.stdout[-8000:]}"
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    with serve_directory(HTML) as base, chromium(tmp_path_factory.mktemp("chromium")) as driver:
+    with (
+        serve_directory(HTML) as base,
+        chromium(tmp_path_factory.mktemp("chromium")) as driver,
+    ):
         yield base, driver
 
 
@@ -40,7 +60,9 @@ def open_page(site, relpath: str):
     base, driver = site
     driver.get_log("browser"), driver.get_log("performance")  # forget the previous page
     driver.get(base + relpath)
-    wait_for(driver, "return document.readyState === 'complete'", what="the page to load")
+    wait_for(
+        driver, "return document.readyState === 'complete'", what="the page to load"
+    )
     state = driver.execute_async_script(MATHJAX_DONE)
     assert not state.startswith("error"), f"{relpath}: MathJax failed: {state}"
     return driver
@@ -53,7 +75,9 @@ def screenshot(driver, name: str):
 
 
 def _name(relpath: str) -> str:
-    return re.sub(r"[^A-Za-z0-9]+", "-", relpath.removesuffix(".html").removeprefix("book/")).strip("-")
+    return re.sub(
+        r"[^A-Za-z0-9]+", "-", relpath.removesuffix(".html").removeprefix("book/")
+    ).strip("-")
 
 
 def test_the_network_is_closed(site):
@@ -62,9 +86,12 @@ def test_the_network_is_closed(site):
     result = driver.execute_async_script(
         "const done = arguments[arguments.length - 1];"
         "fetch('https://cdn.jsdelivr.net/npm/mathjax@3/es5/tex-mml-chtml.js', {mode: 'no-cors'})"
-        ".then(() => done('reached'), (e) => done('blocked: ' + e))")
+        ".then(() => done('reached'), (e) => done('blocked: ' + e))"
+    )
     assert result.startswith("blocked"), result
-    assert outside_requests(requested_urls(driver)) == ["https://cdn.jsdelivr.net/npm/mathjax@3/es5/tex-mml-chtml.js"]
+    assert outside_requests(requested_urls(driver)) == [
+        "https://cdn.jsdelivr.net/npm/mathjax@3/es5/tex-mml-chtml.js"
+    ]
     console_errors(driver)  # the blocked fetch's error is expected here
 
 
@@ -76,13 +103,15 @@ def check_page(site, relpath: str) -> list[str]:
     if has_maths(HTML / relpath):
         found, typeset, errors = driver.execute_script(
             "return [document.querySelectorAll('.math').length, document.querySelectorAll('mjx-container').length,"
-            " document.querySelectorAll('mjx-merror').length]")
+            " document.querySelectorAll('mjx-merror').length]"
+        )
         if typeset < found:
             problems.append(f"{found} maths elements but {typeset} typeset")
         if errors:
             problems.append(f"{errors} TeX errors")
     broken = driver.execute_script(
-        "return Array.from(document.images).filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src)")
+        "return Array.from(document.images).filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src)"
+    )
     if broken:
         problems.append(f"images that did not load: {broken}")
     outside = outside_requests(requested_urls(driver))
@@ -92,7 +121,9 @@ def check_page(site, relpath: str) -> list[str]:
     screenshot(driver, _name(relpath))
     display = driver.find_elements("css selector", "mjx-container[display='true']")
     if display:
-        driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", display[0])
+        driver.execute_script(
+            "arguments[0].scrollIntoView({block: 'center'})", display[0]
+        )
         screenshot(driver, _name(relpath) + "-maths")
     return [f"{relpath}: {p}" for p in problems]
 
@@ -101,7 +132,9 @@ def test_every_page_renders_offline_without_errors(site):
     """Every page of the build (found at run time, so new chapters are included)."""
     relpaths = [p.relative_to(HTML).as_posix() for p in pages()]
     assert "book/intro.html" in relpaths
-    problems = [problem for relpath in relpaths for problem in check_page(site, relpath)]
+    problems = [
+        problem for relpath in relpaths for problem in check_page(site, relpath)
+    ]
     assert not problems, "\n".join(problems)
     # MathJax really ran somewhere: the notation page is full of maths.
     assert has_maths(HTML / "book/notation.html")
@@ -112,40 +145,65 @@ def check_widgets(site, relpath: str) -> None:
     and no network; a slider linked in the browser still drives what it is linked to."""
     driver = open_page(site, relpath)
     n_views = driver.execute_script(
-        "return document.querySelectorAll('script[type=\"application/vnd.jupyter.widget-view+json\"]').length")
+        "return document.querySelectorAll('script[type=\"application/vnd.jupyter.widget-view+json\"]').length"
+    )
     assert n_views > 0, f"{relpath} has widget state but no widget view"
-    wait_for(driver, "return document.querySelectorAll('.widget-subarea > *').length >= arguments[0]",
-             what=f"{n_views} widget views to render", args=(n_views,))
+    wait_for(
+        driver,
+        "return document.querySelectorAll('.widget-subarea > *').length >= arguments[0]",
+        what=f"{n_views} widget views to render",
+        args=(n_views,),
+    )
     heights = driver.execute_script(
-        "return Array.from(document.querySelectorAll('.widget-subarea')).map(e => e.getBoundingClientRect().height)")
-    assert len(heights) >= n_views and all(h > 0 for h in heights), f"{relpath}: widget heights {heights}"
+        "return Array.from(document.querySelectorAll('.widget-subarea')).map(e => e.getBoundingClientRect().height)"
+    )
+    assert len(heights) >= n_views and all(h > 0 for h in heights), (
+        f"{relpath}: widget heights {heights}"
+    )
     # Widget images (e.g. a head's attention map) are decoded from the saved state.
     broken = driver.execute_script(
         "return Array.from(document.querySelectorAll('.widget-subarea img'))"
-        ".filter(i => i.offsetParent !== null && !(i.complete && i.naturalWidth > 0)).length")
+        ".filter(i => i.offsetParent !== null && !(i.complete && i.naturalWidth > 0)).length"
+    )
     assert broken == 0, f"{relpath}: {broken} widget images did not load"
     # A slider moves with the keyboard; its readout follows, and so does whatever jslink ties to it.
-    handles = driver.find_elements("css selector", ".widget-subarea .widget-slider .noUi-handle")
+    handles = driver.find_elements(
+        "css selector", ".widget-subarea .widget-slider .noUi-handle"
+    )
     if handles:
         from selenium.webdriver.common.keys import Keys
 
-        readout = driver.find_elements("css selector", ".widget-subarea .widget-readout")
+        readout = driver.find_elements(
+            "css selector", ".widget-subarea .widget-readout"
+        )
         before = readout[0].text if readout else None
-        driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", handles[0])
+        driver.execute_script(
+            "arguments[0].scrollIntoView({block: 'center'})", handles[0]
+        )
         handles[0].click()
         handles[0].send_keys(Keys.ARROW_RIGHT)
         if readout:
-            wait_for(driver, "return arguments[0].textContent.trim() !== arguments[1]", args=(readout[0], before),
-                     what="the slider's readout to change")
+            wait_for(
+                driver,
+                "return arguments[0].textContent.trim() !== arguments[1]",
+                args=(readout[0], before),
+                what="the slider's readout to change",
+            )
     widget = driver.find_element("css selector", ".widget-subarea")
-    driver.execute_script("arguments[0].scrollIntoView({block: 'start'}); window.scrollBy(0, -80)", widget)
+    driver.execute_script(
+        "arguments[0].scrollIntoView({block: 'start'}); window.scrollBy(0, -80)", widget
+    )
     screenshot(driver, _name(relpath) + "-widget")
     errors, outside = console_errors(driver), outside_requests(requested_urls(driver))
-    assert not outside and not errors, f"{relpath}: outside requests {outside}, console errors {errors}"
+    assert not outside and not errors, (
+        f"{relpath}: outside requests {outside}, console errors {errors}"
+    )
 
 
 def test_widgets_render_from_saved_state_offline(site):
-    widget_pages = [p.relative_to(HTML).as_posix() for p in pages() if has_widget_state(p)]
+    widget_pages = [
+        p.relative_to(HTML).as_posix() for p in pages() if has_widget_state(p)
+    ]
     # The lessons show interactive widgets; none with saved state means execution stopped saving it.
     assert widget_pages, "no page of the book has saved widget state"
     for relpath in widget_pages:
@@ -154,10 +212,14 @@ def test_widgets_render_from_saved_state_offline(site):
 
 def test_search_finds_mask(site):
     driver = open_page(site, "search.html?q=mask")
-    wait_for(driver, "return document.querySelectorAll('#search-results li, ul.search li').length > 0",
-             what="search results for 'mask'")
+    wait_for(
+        driver,
+        "return document.querySelectorAll('#search-results li, ul.search li').length > 0",
+        what="search results for 'mask'",
+    )
     hits = driver.execute_script(
-        "return Array.from(document.querySelectorAll('#search-results li a, ul.search li a')).map(a => a.href)")
+        "return Array.from(document.querySelectorAll('#search-results li a, ul.search li a')).map(a => a.href)"
+    )
     assert any("/book/" in h for h in hits), hits
     screenshot(driver, "search-mask")
     assert not console_errors(driver)
@@ -171,16 +233,24 @@ def test_notebook_pages_have_download_and_launch_buttons(site):
         driver = open_page(site, relpath)
         download = driver.execute_script(
             "return Array.from(document.querySelectorAll('.dropdown-download-buttons a'))"
-            ".map(a => a.href).filter(h => h.endsWith('.ipynb'))")
+            ".map(a => a.href).filter(h => h.endsWith('.ipynb'))"
+        )
         assert download, f"{relpath}: no 'download .ipynb' button"
         status = driver.execute_async_script(
             "const done = arguments[arguments.length - 1];"
-            "fetch(arguments[0]).then(r => done(r.status), e => done(String(e)))", download[0])
-        assert status == 200, f"{relpath}: the download button's {download[0]} answers {status}"
+            "fetch(arguments[0]).then(r => done(r.status), e => done(String(e)))",
+            download[0],
+        )
+        assert status == 200, (
+            f"{relpath}: the download button's {download[0]} answers {status}"
+        )
         source = relpath.removesuffix(".html") + ".ipynb"
         launch = driver.execute_script(
-            "return Array.from(document.querySelectorAll('.dropdown-launch-buttons a')).map(a => a.href)")
-        assert any(h.endswith("/lab/tree/" + source) for h in launch), f"{relpath}: launch buttons {launch}"
+            "return Array.from(document.querySelectorAll('.dropdown-launch-buttons a')).map(a => a.href)"
+        )
+        assert any(h.endswith("/lab/tree/" + source) for h in launch), (
+            f"{relpath}: launch buttons {launch}"
+        )
         screenshot(driver, _name(relpath))
 
 
@@ -198,4 +268,7 @@ def test_report_screenshots(site, capsys):
     shots = sorted(SCREENSHOTS.glob("*.png"))
     assert shots
     with capsys.disabled():
-        print(f"\nscreenshots of the book in {SCREENSHOTS}: " + ", ".join(p.name for p in shots))
+        print(
+            f"\nscreenshots of the book in {SCREENSHOTS}: "
+            + ", ".join(p.name for p in shots)
+        )

@@ -1,6 +1,7 @@
 """The diagrams in book/figures/: exactly what tools/figures.py draws, small, and shown
 by the lessons as MyST figures with alt text and a caption; every lesson opens with
 the whole-model diagram of its own chapter. No book build needed."""
+
 import functools
 import re
 import subprocess
@@ -16,9 +17,12 @@ SOURCES = sorted((ROOT / "nbsrc" / "book").glob("ch*/*.py"))  # lessons and the 
 LESSONS = sorted((ROOT / "nbsrc" / "book").glob("ch*/lesson.py"))
 
 # ```{figure} SRC (or a ::: colon fence), its :option: lines, then the caption.
-FIGURE = re.compile(r"^(?P<fence>`{3,}|:{3,})\{figure\}[ \t]*(?P<src>\S*)[ \t]*\n"
-                    r"(?P<options>(?:[ \t]*:[\w-]+:[^\n]*\n)*)"
-                    r"(?P<caption>.*?)^(?P=fence)[ \t]*$", re.M | re.S)
+FIGURE = re.compile(
+    r"^(?P<fence>`{3,}|:{3,})\{figure\}[ \t]*(?P<src>\S*)[ \t]*\n"
+    r"(?P<options>(?:[ \t]*:[\w-]+:[^\n]*\n)*)"
+    r"(?P<caption>.*?)^(?P=fence)[ \t]*$",
+    re.M | re.S,
+)
 
 
 @functools.lru_cache(maxsize=None)
@@ -33,8 +37,10 @@ def figures_in(cells):
         if cell.cell_type != "markdown":
             continue
         for m in FIGURE.finditer(cell.source + "\n"):
-            options = dict(re.match(r"\s*:([\w-]+):[ \t]*(.*)", line).groups()
-                           for line in m["options"].splitlines())
+            options = dict(
+                re.match(r"\s*:([\w-]+):[ \t]*(.*)", line).groups()
+                for line in m["options"].splitlines()
+            )
             found.append((m["src"], options, m["caption"].strip()))
     return found
 
@@ -44,10 +50,15 @@ def all_figures():
 
 
 def test_committed_figures_match_a_fresh_drawing():
-    proc = subprocess.run([sys.executable, "tools/figures.py", "--check"], cwd=ROOT,
-                          capture_output=True, text=True)
-    assert proc.returncode == 0, \
+    proc = subprocess.run(
+        [sys.executable, "tools/figures.py", "--check"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, (
         f"run `python tools/figures.py`:\n{proc.stdout}{proc.stderr}"
+    )
 
 
 def test_figures_are_small_self_contained_svgs():
@@ -91,8 +102,9 @@ def test_every_figure_exists_with_alt_text_and_a_caption(path):
     for src, options, caption in figures_in(cells_of(path)):
         # the notebook is book/<chapter>/<name>.ipynb: its paths start there
         target = (ROOT / "book" / path.parent.name / src).resolve()
-        assert target.parent == FIGURES and target.is_file(), \
+        assert target.parent == FIGURES and target.is_file(), (
             f"{path.parent.name}: {src} is not a file in book/figures/"
+        )
         assert options.get("alt"), f"{path.parent.name}: {src} has no :alt:"
         assert caption, f"{path.parent.name}: {src} has no caption"
 

@@ -6,6 +6,7 @@ every answer filled in correctly except the last, which has a known bug: its che
 the pitfall and the lesson section, the checks before it must pass, and an ipywidget displayed in
 the notebook must render.
 """
+
 from __future__ import annotations
 
 import os
@@ -21,7 +22,14 @@ import nbformat
 import pytest
 
 from book import SCREENSHOTS
-from browser import chromium, free_port, outside_requests, requested_urls, require_chromium, wait_for
+from browser import (
+    chromium,
+    free_port,
+    outside_requests,
+    requested_urls,
+    require_chromium,
+    wait_for,
+)
 from course import ROOT, filled, solution_sources
 
 pytestmark = pytest.mark.slow
@@ -32,15 +40,17 @@ CHAPTER = "ch01_shapes"
 BUGGY_ANSWER = "multi_head_attention"
 RIGHT, WRONG = "/ math.sqrt(q.size(-1))", "/ math.sqrt(query.size(-1))  # D, not Dh"
 DIAGNOSIS = "scaled by sqrt(d_model)"
-WIDGET_CELL = '''import ipywidgets as widgets
+WIDGET_CELL = """import ipywidgets as widgets
 
-widgets.IntSlider(value=4, min=1, max=16, description="heads")'''
+widgets.IntSlider(value=4, min=1, max=16, description="heads")"""
 
 
 def learner_notebook() -> nbformat.NotebookNode:
     student = nbformat.read(ROOT / "book" / CHAPTER / "exercise.ipynb", as_version=4)
     answers = solution_sources(CHAPTER)
-    assert RIGHT in answers[BUGGY_ANSWER], "the chapter 1 solution changed: update the bug this test plants"
+    assert RIGHT in answers[BUGGY_ANSWER], (
+        "the chapter 1 solution changed: update the bug this test plants"
+    )
     answers[BUGGY_ANSWER] = answers[BUGGY_ANSWER].replace(RIGHT, WRONG)
     nb = filled(student, answers)
     # A learner trying a widget right after the set-up cell (Run All stops at the failing check).
@@ -54,41 +64,81 @@ def lab(tmp_path):
     """A JupyterLab on 127.0.0.1 serving a copy of the course; yields (base URL, token, course folder)."""
     require_chromium()
     course = tmp_path / "course"
-    shutil.copytree(ROOT / "tformer_ref", course / "tformer_ref", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        ROOT / "tformer_ref",
+        course / "tformer_ref",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
     nbformat.write(learner_notebook(), course / "exercise.ipynb")
     # No "get notified about Jupyter news?" pop-up over the notebook.
-    notification = tmp_path / "settings" / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
+    notification = (
+        tmp_path
+        / "settings"
+        / "@jupyterlab"
+        / "apputils-extension"
+        / "notification.jupyterlab-settings"
+    )
     notification.parent.mkdir(parents=True)
     notification.write_text('{"fetchNews": "false"}')
     # Render every cell: by default JupyterLab leaves cells outside the window out of the page,
     # and this test reads the outputs of all of them.
-    tracker = tmp_path / "settings" / "@jupyterlab" / "notebook-extension" / "tracker.jupyterlab-settings"
+    tracker = (
+        tmp_path
+        / "settings"
+        / "@jupyterlab"
+        / "notebook-extension"
+        / "tracker.jupyterlab-settings"
+    )
     tracker.parent.mkdir(parents=True)
     tracker.write_text('{"windowingMode": "none"}')
     token, port = secrets.token_hex(16), free_port()
-    env = dict(os.environ, PYTHONPATH=str(course), JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
-               JUPYTER_CONFIG_DIR=str(tmp_path / "config"), JUPYTERLAB_SETTINGS_DIR=str(tmp_path / "settings"),
-               JUPYTERLAB_WORKSPACES_DIR=str(tmp_path / "workspaces"))
+    env = dict(
+        os.environ,
+        PYTHONPATH=str(course),
+        JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
+        JUPYTER_CONFIG_DIR=str(tmp_path / "config"),
+        JUPYTERLAB_SETTINGS_DIR=str(tmp_path / "settings"),
+        JUPYTERLAB_WORKSPACES_DIR=str(tmp_path / "workspaces"),
+    )
     log = (tmp_path / "jupyterlab.log").open("w")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
-         f"--ServerApp.token={token}", f"--ServerApp.root_dir={course}", "--ServerApp.port_retries=0",
-         "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-         # CI containers run as root; JupyterLab refuses that unless told.
-         *(["--allow-root"] if hasattr(os, "geteuid") and os.geteuid() == 0 else [])],
-        cwd=course, env=env, stdout=log, stderr=subprocess.STDOUT)
+        [
+            sys.executable,
+            "-m",
+            "jupyterlab",
+            "--no-browser",
+            "--ip=127.0.0.1",
+            f"--port={port}",
+            f"--ServerApp.token={token}",
+            f"--ServerApp.root_dir={course}",
+            "--ServerApp.port_retries=0",
+            "--LabApp.news_url=",
+            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+            # CI containers run as root; JupyterLab refuses that unless told.
+            *(["--allow-root"] if hasattr(os, "geteuid") and os.geteuid() == 0 else []),
+        ],
+        cwd=course,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     base = f"http://127.0.0.1:{port}/"
     try:
         deadline = time.monotonic() + 90
         while True:
             try:
-                with urllib.request.urlopen(f"{base}api/status?token={token}", timeout=5) as r:
+                with urllib.request.urlopen(
+                    f"{base}api/status?token={token}", timeout=5
+                ) as r:
                     if r.status == 200:
                         break
             except OSError:
                 pass
             if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail("JupyterLab did not start:\n" + (tmp_path / "jupyterlab.log").read_text()[-4000:])
+                pytest.fail(
+                    "JupyterLab did not start:\n"
+                    + (tmp_path / "jupyterlab.log").read_text()[-4000:]
+                )
             time.sleep(0.5)
         yield base, token, course
     finally:
@@ -109,28 +159,57 @@ def test_learner_runs_an_exercise_in_jupyterlab(lab, tmp_path, capsys):
     with chromium(tmp_path / "chromium", width=1400, height=1000) as driver:
         driver.get(f"{base}lab/tree/exercise.ipynb?token={token}")
         # The notebook is open and its kernel is ready.
-        wait_for(driver, "return document.querySelector('.jp-NotebookPanel .jp-Cell') !== null", timeout=120,
-                 what="the notebook to open")
-        wait_for(driver, "const s = document.querySelector('.jp-NotebookPanel-toolbar .jp-Notebook-ExecutionIndicator');"
-                         "return s !== null && s.getAttribute('data-status') === 'idle'", timeout=120,
-                 what="the kernel to be idle")
+        wait_for(
+            driver,
+            "return document.querySelector('.jp-NotebookPanel .jp-Cell') !== null",
+            timeout=120,
+            what="the notebook to open",
+        )
+        wait_for(
+            driver,
+            "const s = document.querySelector('.jp-NotebookPanel-toolbar .jp-Notebook-ExecutionIndicator');"
+            "return s !== null && s.getAttribute('data-status') === 'idle'",
+            timeout=120,
+            what="the kernel to be idle",
+        )
         # Run > Run All Cells, as a learner would.
-        menu = [e for e in driver.find_elements("css selector", ".lm-MenuBar-item") if e.text.strip() == "Run"]
+        menu = [
+            e
+            for e in driver.find_elements("css selector", ".lm-MenuBar-item")
+            if e.text.strip() == "Run"
+        ]
         assert menu, "no Run menu in JupyterLab's menu bar"
         menu[0].click()
-        item = wait_for(driver, "return Array.from(document.querySelectorAll('#jp-mainmenu-run .lm-Menu-item'))"
-                                ".find(e => e.innerText.trim().startsWith('Run All Cells'))",
-                        what="the 'Run All Cells' menu item")
+        item = wait_for(
+            driver,
+            "return Array.from(document.querySelectorAll('#jp-mainmenu-run .lm-Menu-item'))"
+            ".find(e => e.innerText.trim().startsWith('Run All Cells'))",
+            what="the 'Run All Cells' menu item",
+        )
         item.click()
-        wait_for(driver, OUTPUT_TEXT.replace("return ", "return (") + ").includes(arguments[0])", timeout=120,
-                 what=f"the diagnosis '{DIAGNOSIS}'", args=(DIAGNOSIS,))
+        wait_for(
+            driver,
+            OUTPUT_TEXT.replace("return ", "return (") + ").includes(arguments[0])",
+            timeout=120,
+            what=f"the diagnosis '{DIAGNOSIS}'",
+            args=(DIAGNOSIS,),
+        )
         # The widget displayed by the last cell renders as a live slider.
-        wait_for(driver, "return document.querySelector('.jp-OutputArea-output .widget-slider .noUi-handle, "
-                         ".jp-OutputArea-output .jupyter-widgets.widget-slider') !== null", timeout=120,
-                 what="the ipywidget to render")
+        wait_for(
+            driver,
+            "return document.querySelector('.jp-OutputArea-output .widget-slider .noUi-handle, "
+            ".jp-OutputArea-output .jupyter-widgets.widget-slider') !== null",
+            timeout=120,
+            what="the ipywidget to render",
+        )
         # Everything has run once the kernel is idle again.
-        wait_for(driver, "const s = document.querySelector('.jp-NotebookPanel-toolbar .jp-Notebook-ExecutionIndicator');"
-                         "return s.getAttribute('data-status') === 'idle'", timeout=120, what="the run to finish")
+        wait_for(
+            driver,
+            "const s = document.querySelector('.jp-NotebookPanel-toolbar .jp-Notebook-ExecutionIndicator');"
+            "return s.getAttribute('data-status') === 'idle'",
+            timeout=120,
+            what="the run to finish",
+        )
         outputs = driver.execute_script(OUTPUT_TEXT)
         assert DIAGNOSIS in outputs and "§1.9" in outputs, outputs[-3000:]
         # The other answers are right, so their checks pass and say so.
@@ -138,14 +217,21 @@ def test_learner_runs_an_exercise_in_jupyterlab(lab, tmp_path, capsys):
         assert "NotImplementedError" not in outputs, outputs[-3000:]
         assert not outside_requests(requested_urls(driver))
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-        failing = driver.find_element("css selector", ".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
+        failing = driver.find_element(
+            "css selector",
+            ".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']",
+        )
         driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", failing)
         time.sleep(0.5)
         driver.save_screenshot(str(SCREENSHOTS / "jupyterlab-exercise-diagnosis.png"))
-        slider = driver.find_element("css selector", ".jp-OutputArea-output .widget-slider")
+        slider = driver.find_element(
+            "css selector", ".jp-OutputArea-output .widget-slider"
+        )
         driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", slider)
         time.sleep(0.5)
         driver.save_screenshot(str(SCREENSHOTS / "jupyterlab-exercise-widget.png"))
     with capsys.disabled():
-        print(f"\nscreenshots of JupyterLab in {SCREENSHOTS}: jupyterlab-exercise-diagnosis.png, "
-              "jupyterlab-exercise-widget.png")
+        print(
+            f"\nscreenshots of JupyterLab in {SCREENSHOTS}: jupyterlab-exercise-diagnosis.png, "
+            "jupyterlab-exercise-widget.png"
+        )

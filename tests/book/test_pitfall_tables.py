@@ -6,6 +6,7 @@ bucketing) and named chapters in plain text long after they were written. Its ce
 now ``{section}`` and ``{check}`` references (``tools/pitfall_refs.py``), resolved here
 and by the book build; a pitfall no exercise grades says "not graded".
 """
+
 from __future__ import annotations
 
 import re
@@ -46,7 +47,8 @@ def test_each_row_points_at_what_exists(row_id, explained, caught):
         pitfall_refs.resolve_section(text)
     checks = [m["text"] for m in REF.finditer(caught) if m["kind"] == "check"]
     assert checks or caught.startswith("not graded"), (
-        f"row {row_id}: 'caught by' must name a {{check}} or say 'not graded', got {caught!r}")
+        f"row {row_id}: 'caught by' must name a {{check}} or say 'not graded', got {caught!r}"
+    )
     for text in checks:
         pitfall_refs.resolve_check(text)
     plain = re.findall(r"\bch0\d_[a-z_]+\b", REF.sub("", explained + caught))

@@ -10,6 +10,7 @@ The scan looks for a number next to a unit of time, size, speed or proportion in
 lessons' markdown. Constants that are not measurements (a paper's 4000 warm-up steps, a
 pass mark) are allowed below, each with its reason.
 """
+
 from __future__ import annotations
 
 import re
@@ -20,15 +21,32 @@ MEASUREMENT = re.compile(
     r"(?<![\w.])[-+−~≈]?\d[\d,]*(?:\.\d+)?(?:[eE][-+−]?\d+)?\s*"
     r"(?:ms|µs|us|s|min|%|×|x|MB|MiB|GB|GiB|KB|KiB|kB|it/s|tokens/s)(?![\w/])"
     r"|\d+(?:\.\d+)?\s*times\s+(?:faster|slower|smaller|larger|bigger|more|less|fewer|as)",
-    re.I)
+    re.I,
+)
 
 # (file, phrase on the same line, reason): the phrase must occur on the line of the hit.
 ALLOWED = [
-    ("book/running.md", "about 3 GB of disk", "an installation requirement, not a result"),
-    ("book/instructors.md", "per-cell limit (60 s in", "a setting of nbgrader_config.py"),
+    (
+        "book/running.md",
+        "about 3 GB of disk",
+        "an installation requirement, not a result",
+    ),
+    (
+        "book/instructors.md",
+        "per-cell limit (60 s in",
+        "a setting of nbgrader_config.py",
+    ),
     ("book/instructors.md", "(60 s; the tests use 20 s)", "settings, not measurements"),
-    ("book/instructors.md", "| 100 MB of output |", "the size of an attack, not a result"),
-    ("book/intro.md", "a toy task trained to 99 % on a CPU", "the capstone's pass mark"),
+    (
+        "book/instructors.md",
+        "| 100 MB of output |",
+        "the size of an attack, not a result",
+    ),
+    (
+        "book/intro.md",
+        "a toy task trained to 99 % on a CPU",
+        "the capstone's pass mark",
+    ),
     ("book/pitfalls.md", "shape 32 × 64 × 512", "the seed's input shape"),
 ]
 
@@ -36,7 +54,9 @@ ALLOWED = [
 def scanned_text(text: str) -> str:
     """Markdown without glued values, seed quotations, code spans, maths or blocks."""
     text = FENCE.sub("", text)
-    text = ROLE.sub(lambda r: "" if r["name"].startswith(("glue", "seed")) else r[0], text)
+    text = ROLE.sub(
+        lambda r: "" if r["name"].startswith(("glue", "seed")) else r[0], text
+    )
     text = re.sub(r"`[^`]*`", "", text)
     return re.sub(r"\$[^$]*\$", "", text)
 
@@ -46,24 +66,36 @@ def typed_measurements():
     for md in markdown_sources(exercises=False):
         for line in scanned_text(md.text).splitlines():
             for hit in MEASUREMENT.finditer(line):
-                entry = next((a for a in ALLOWED
-                              if md.where.startswith(a[0]) and a[1] in line), None)
+                entry = next(
+                    (a for a in ALLOWED if md.where.startswith(a[0]) and a[1] in line),
+                    None,
+                )
                 yield md.where, hit[0], line.strip(), entry
 
 
 def test_the_scan_finds_typed_measurements():
-    line = "Bucketing leaves 10 % of padding and runs 2.9x faster, 4.07 s against 1.39 s."
-    assert [h[0] for h in MEASUREMENT.finditer(line)] == ["10 %", "2.9x", "4.07 s",
-                                                         "1.39 s"]
+    line = (
+        "Bucketing leaves 10 % of padding and runs 2.9x faster, 4.07 s against 1.39 s."
+    )
+    assert [h[0] for h in MEASUREMENT.finditer(line)] == [
+        "10 %",
+        "2.9x",
+        "4.07 s",
+        "1.39 s",
+    ]
     assert not list(MEASUREMENT.finditer(scanned_text("{glue:text}`speedup:.1f`x")))
 
 
 def test_no_measurement_is_typed_into_the_prose():
-    typed = [f"{where}: {hit!r} in: {line[:100]}"
-             for where, hit, line, entry in typed_measurements() if entry is None]
-    assert not typed, ("numbers typed into prose (glue them from the cell that measures "
-                       "them, or allow a constant in ALLOWED with its reason):\n"
-                       + "\n".join(typed))
+    typed = [
+        f"{where}: {hit!r} in: {line[:100]}"
+        for where, hit, line, entry in typed_measurements()
+        if entry is None
+    ]
+    assert not typed, (
+        "numbers typed into prose (glue them from the cell that measures "
+        "them, or allow a constant in ALLOWED with its reason):\n" + "\n".join(typed)
+    )
 
 
 def test_every_allowed_constant_is_still_there():
@@ -81,8 +113,11 @@ def test_every_glued_value_is_glued_by_its_page():
     for path in LESSONS:
         calls = [m for m in GLUE_CALL.finditer(code_of(path))]
         literal = {m["key"] for m in calls if not m["f"]}
-        patterns = [re.compile(re.sub(r"\\\{[^}]*\\\}", ".+", re.escape(m["key"])) + "$")
-                    for m in calls if m["f"]]
+        patterns = [
+            re.compile(re.sub(r"\\\{[^}]*\\\}", ".+", re.escape(m["key"])) + "$")
+            for m in calls
+            if m["f"]
+        ]
         for md in markdown_sources(exercises=False, pages=False):
             if md.path != path:
                 continue

@@ -10,6 +10,7 @@ wrote (a start token said to lack ``.long()``, a scheduler said to divide by zer
 - an English phrase in quotation marks in a paragraph about a seed is either a mark or a
   translation marked ``{seedtr}`NNN:…```, unless allowed below with a reason.
 """
+
 from __future__ import annotations
 
 import re
@@ -40,8 +41,11 @@ def marks():
                 yield md.where, seed_id, text
         for block in FENCE.finditer(md.text):
             if block["name"] == "seed-quote":
-                body = "\n".join(line for line in block["body"].splitlines()
-                                 if not line.startswith(":"))
+                body = "\n".join(
+                    line
+                    for line in block["body"].splitlines()
+                    if not line.startswith(":")
+                )
                 yield md.where, block["arg"].strip(), body
 
 
@@ -56,20 +60,30 @@ def test_the_book_quotes_the_seeds():
 
 
 def test_every_marked_quotation_is_verbatim():
-    seeds = {sid: seed_quotes.normalise(seed_quotes.seed_text(sid))
-             for sid in seed_quotes.SEED_IDS}
-    wrong = [f"{where}: seed {sid} has no {text!r}"
-             for where, sid, text in marks()
-             if sid not in seeds or seed_quotes.normalise(text) not in seeds[sid]]
+    seeds = {
+        sid: seed_quotes.normalise(seed_quotes.seed_text(sid))
+        for sid in seed_quotes.SEED_IDS
+    }
+    wrong = [
+        f"{where}: seed {sid} has no {text!r}"
+        for where, sid, text in marks()
+        if sid not in seeds or seed_quotes.normalise(text) not in seeds[sid]
+    ]
     assert not wrong, "quotations not in the seed they name:\n" + "\n".join(wrong)
 
 
 def test_chinese_only_inside_seed_marks():
-    found = [f"{md.where}: {line.strip()[:80]}"
-             for md in markdown_sources() if "seeds" not in md.path.parts
-             for line in without_marks(md.text).splitlines() if CJK.search(line)]
-    assert not found, ("Chinese text outside {seed}/{seed-quote} marks (quote the seed "
-                       "with a mark, or translate with {seedtr}):\n" + "\n".join(found))
+    found = [
+        f"{md.where}: {line.strip()[:80]}"
+        for md in markdown_sources()
+        if "seeds" not in md.path.parts
+        for line in without_marks(md.text).splitlines()
+        if CJK.search(line)
+    ]
+    assert not found, (
+        "Chinese text outside {seed}/{seed-quote} marks (quote the seed "
+        "with a mark, or translate with {seedtr}):\n" + "\n".join(found)
+    )
 
 
 def test_quoted_english_about_a_seed_is_marked():
@@ -83,14 +97,16 @@ def test_quoted_english_about_a_seed_is_marked():
                 words = quoted[1]
                 if len(words.split()) >= 2 and words not in NOT_SEED_WORDS:
                     found.append(f"{md.where}: {quoted[0][:80]}")
-    assert not found, ("quoted words in a paragraph about a seed, not marked: use "
-                       "{seed}`NNN:…` (verbatim) or {seedtr}`NNN:…` (a translation), "
-                       "or write a paraphrase without quotation marks:\n"
-                       + "\n".join(found))
+    assert not found, (
+        "quoted words in a paragraph about a seed, not marked: use "
+        "{seed}`NNN:…` (verbatim) or {seedtr}`NNN:…` (a translation), "
+        "or write a paraphrase without quotation marks:\n" + "\n".join(found)
+    )
 
 
-@pytest.mark.parametrize("text, expected", [("004:x = 1", ("004", "x = 1")),
-                                            ("000:a:b", ("000", "a:b"))])
+@pytest.mark.parametrize(
+    "text, expected", [("004:x = 1", ("004", "x = 1")), ("000:a:b", ("000", "a:b"))]
+)
 def test_role_text_is_split_at_the_first_colon(text, expected):
     assert seed_quotes.split_role_text(text) == expected
 

@@ -8,6 +8,7 @@ cites must be a heading of chapter N, and where the citation gives the title
 (``§3.5 'Fill values, ...'``) it must be that heading's title: renumbering or retitling
 a section fails here until the answers follow. Reads the sources only: fast, no kernel.
 """
+
 from __future__ import annotations
 
 import re
@@ -53,8 +54,11 @@ def markdown(path: Path) -> list[str]:
 def headings(source: str) -> list[tuple[int, str]]:
     """(level, text) of the headings in ``source`` (not a code block's comments)."""
     tokens = _parser().parse(source)
-    return [(int(t.tag[1]), tokens[i + 1].content)
-            for i, t in enumerate(tokens) if t.type == "heading_open"]
+    return [
+        (int(t.tag[1]), tokens[i + 1].content)
+        for i, t in enumerate(tokens)
+        if t.type == "heading_open"
+    ]
 
 
 @cache
@@ -112,7 +116,8 @@ def test_lesson_ends_with_check_your_understanding(path):
     assert [text for _, text in headings(last)] == [SECTION], f"{name}: not its cell"
     number, _ = chapter(path)
     assert re.fullmatch(rf"{number}\.\d+ Recap", sections[-2]), (
-        f"{name}: '{SECTION}' must follow the Recap, not {sections[-2]!r}")
+        f"{name}: '{SECTION}' must follow the Recap, not {sections[-2]!r}"
+    )
 
 
 @pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.parent.name)
@@ -136,7 +141,8 @@ def test_questions_have_answers_that_cite_the_lesson(path):
             if title:
                 assert title == sections[f"{c}.{k}"], (
                     f"{where}: §{c}.{k} is titled {sections[f'{c}.{k}']!r} now, "
-                    f"the answer says {title!r}")
+                    f"the answer says {title!r}"
+                )
 
 
 @pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.parent.name)
@@ -153,9 +159,10 @@ def test_dropdowns_survive_the_notebook(path, tmp_path):
     assert lines[0] == f"## {SECTION}"
     opened = lines.count(f":::{DROPDOWN}")
     assert opened >= MIN_QUESTIONS and lines.count(":::") == opened, (
-        "each dropdown opens and closes on a line of its own")
+        "each dropdown opens and closes on a line of its own"
+    )
     assert not any(line.lstrip().startswith("# :::") for line in lines), "kept a '#'"
     raw = path.read_text(encoding="utf-8").splitlines()
-    section = raw[raw.index(f"# ## {SECTION}"):]
+    section = raw[raw.index(f"# ## {SECTION}") :]
     fences = (section.count(f"# :::{DROPDOWN}"), section.count("# :::"))
     assert fences == (opened, opened), f"lesson.py: '# :::{DROPDOWN}' ... '# :::'"

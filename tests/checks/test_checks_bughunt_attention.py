@@ -7,6 +7,7 @@ version passes exactly the checks of the bugs it fixed, whatever the others.
 Each class is written out in full, as a learner would have it after editing the seed's
 cell; a comment says which bugs it fixes.
 """
+
 import inspect
 import math
 from pathlib import Path
@@ -19,6 +20,7 @@ import torch.nn.functional as F
 
 from tformer_grading.checks import CheckFailure, bughunt_attention as bh
 
+
 # The seed's class, byte for byte (the second seed, 004_ddcacdd63f7f5d33.txt,
 # lines 54-105).
 class SelfAttention(nn.Module):
@@ -28,7 +30,9 @@ class SelfAttention(nn.Module):
         self.heads = heads
         self.head_dim = embed_size // heads
 
-        assert (self.head_dim * heads == embed_size), "Embed size needs to be div by heads"
+        assert self.head_dim * heads == embed_size, (
+            "Embed size needs to be div by heads"
+        )
 
         # 线性变换生成 Q, K, V
         self.values = nn.Linear(self.head_dim, self.head_dim, bias=False)
@@ -57,7 +61,7 @@ class SelfAttention(nn.Module):
         energy = torch.einsum("bhqd, bhkd -> bhqk", [query, keys])
 
         # 缩放
-        energy = energy / (self.embed_size ** (1/2))
+        energy = energy / (self.embed_size ** (1 / 2))
 
         # 应用 mask（可选）
         if mask is not None:
@@ -76,6 +80,7 @@ class SelfAttention(nn.Module):
 
 
 # --------------- one bug fixed (3 left)
+
 
 class OnlyEinsumFixed(nn.Module):
     # Fixes bug 1 (the einsum letters name [N, L, H, Dh] as it is); bugs 2, 3, 4 left.
@@ -96,7 +101,7 @@ class OnlyEinsumFixed(nn.Module):
         keys = self.keys(keys.reshape(N, key_len, self.heads, self.head_dim))
         query = self.queries(query.reshape(N, query_len, self.heads, self.head_dim))
         energy = torch.einsum("nqhd,nkhd->nhqk", [query, keys])
-        energy = energy / (self.embed_size ** (1/2))
+        energy = energy / (self.embed_size ** (1 / 2))
         if mask is not None:
             energy = energy.masked_fill(mask == 0, float("-1e20"))
         attention = torch.softmax(energy, dim=3)
@@ -124,7 +129,7 @@ class OnlySharedLinearFixed(nn.Module):
         keys = self.keys(keys).reshape(N, key_len, self.heads, self.head_dim)
         query = self.queries(query).reshape(N, query_len, self.heads, self.head_dim)
         energy = torch.einsum("bhqd, bhkd -> bhqk", [query, keys])
-        energy = energy / (self.embed_size ** (1/2))
+        energy = energy / (self.embed_size ** (1 / 2))
         if mask is not None:
             energy = energy.masked_fill(mask == 0, float("-1e20"))
         attention = torch.softmax(energy, dim=3)
@@ -180,7 +185,7 @@ class OnlyFillFixed(nn.Module):
         keys = self.keys(keys.reshape(N, key_len, self.heads, self.head_dim))
         query = self.queries(query.reshape(N, query_len, self.heads, self.head_dim))
         energy = torch.einsum("bhqd, bhkd -> bhqk", [query, keys])
-        energy = energy / (self.embed_size ** (1/2))
+        energy = energy / (self.embed_size ** (1 / 2))
         if mask is not None:
             energy = energy.masked_fill(mask == 0, torch.finfo(energy.dtype).min)
         attention = torch.softmax(energy, dim=3)
@@ -190,6 +195,7 @@ class OnlyFillFixed(nn.Module):
 
 
 # --------------- three bugs fixed (1 left)
+
 
 class AllButEinsum(nn.Module):
     # Fixes bugs 2, 3, 4; the seed's einsum (bug 1) left.
@@ -210,7 +216,7 @@ class AllButEinsum(nn.Module):
         keys = self.keys(keys).reshape(N, key_len, self.heads, self.head_dim)
         query = self.queries(query).reshape(N, query_len, self.heads, self.head_dim)
         energy = torch.einsum("bhqd, bhkd -> bhqk", [query, keys])
-        energy = energy / (self.head_dim ** 0.5)
+        energy = energy / (self.head_dim**0.5)
         if mask is not None:
             energy = energy.masked_fill(mask == 0, torch.finfo(energy.dtype).min)
         attention = torch.softmax(energy, dim=3)
@@ -266,7 +272,7 @@ class AllButScale(nn.Module):
         keys = self.keys(keys).reshape(N, key_len, self.heads, self.head_dim)
         query = self.queries(query).reshape(N, query_len, self.heads, self.head_dim)
         energy = torch.einsum("nqhd,nkhd->nhqk", [query, keys])
-        energy = energy / (self.embed_size ** (1/2))
+        energy = energy / (self.embed_size ** (1 / 2))
         if mask is not None:
             energy = energy.masked_fill(mask == 0, torch.finfo(energy.dtype).min)
         attention = torch.softmax(energy, dim=3)
@@ -305,6 +311,7 @@ class AllButFill(nn.Module):
 
 # --------------- right fixes, written differently
 
+
 class FixedInPlace(nn.Module):
     # All four fixed, the seed's structure kept.
     def __init__(self, embed_size, heads):
@@ -325,7 +332,7 @@ class FixedInPlace(nn.Module):
         keys = self.keys(keys).reshape(N, key_len, self.heads, self.head_dim)
         query = self.queries(query).reshape(N, query_len, self.heads, self.head_dim)
         energy = torch.einsum("nqhd,nkhd->nhqk", [query, keys])
-        energy = energy / (self.head_dim ** (1/2))
+        energy = energy / (self.head_dim ** (1 / 2))
         if mask is not None:
             energy = energy.masked_fill(mask == 0, torch.finfo(energy.dtype).min)
         attention = torch.softmax(energy, dim=3)
@@ -404,8 +411,9 @@ class OutProjFirstWhere(nn.Module):
         v = v.permute(0, 2, 1, 3)
         energy = torch.matmul(q, k) * (e // h) ** -0.5
         if mask is not None:
-            low = torch.tensor(torch.finfo(energy.dtype).min, dtype=energy.dtype,
-                               device=energy.device)
+            low = torch.tensor(
+                torch.finfo(energy.dtype).min, dtype=energy.dtype, device=energy.device
+            )
             energy = torch.where(mask == 0, low, energy)
         out = torch.matmul(energy.softmax(dim=-1), v)
         return self.out(out.permute(0, 2, 1, 3).reshape(n, lq, e))
@@ -437,6 +445,7 @@ class NoBiasesFloat32Softmax(nn.Module):
 
 
 # --------------- wrong fixes
+
 
 class ScaleByHeadDim(FixedInPlace):
     # Bug 3 "fixed" by dividing by head_dim, forgetting the square root.
@@ -602,32 +611,60 @@ class ScoresInFloat32ForTheMask(FixedInPlace):
 
 # --------------- the tests
 
-CHECKS = {1: bh.check_bug_einsum, 2: bh.check_bug_shared_linear, 3: bh.check_bug_scale,
-          4: bh.check_bug_fill_value}
+CHECKS = {
+    1: bh.check_bug_einsum,
+    2: bh.check_bug_shared_linear,
+    3: bh.check_bug_scale,
+    4: bh.check_bug_fill_value,
+}
 
 # Which bugs each version fixed.
 VERSIONS = {
     SelfAttention: set(),
-    OnlyEinsumFixed: {1}, OnlySharedLinearFixed: {2}, OnlyScaleFixed: {3},
+    OnlyEinsumFixed: {1},
+    OnlySharedLinearFixed: {2},
+    OnlyScaleFixed: {3},
     OnlyFillFixed: {4},
-    AllButEinsum: {2, 3, 4}, AllButSharedLinear: {1, 3, 4}, AllButScale: {1, 2, 4},
+    AllButEinsum: {2, 3, 4},
+    AllButSharedLinear: {1, 3, 4},
+    AllButScale: {1, 2, 4},
     AllButFill: {1, 2, 3},
 }
-RIGHT = [FixedInPlace, FusedQKV, PerHeadModules, OutProjFirstWhere,
-         NoBiasesFloat32Softmax]
+RIGHT = [
+    FixedInPlace,
+    FusedQKV,
+    PerHeadModules,
+    OutProjFirstWhere,
+    NoBiasesFloat32Softmax,
+]
 
 
-@pytest.mark.parametrize("bug,diagnosis", [
-    (1, r"bug 1 still present: the einsum attends across heads.*at most 0\.0e\+00, "
-        r"so tokens never mix; cross-attention \(query_len 3, key_len 7\) raised "
-        r"RuntimeError: einsum"),
-    (2, r"bug 2 still present: one Linear\(head_dim, head_dim\).*head 0's slice of "
-        r"`query` \(features 0:8\) moved your output in 8 directions at most"),
-    (3, r"bug 3 still present.*divided by 5\.657; that is √d_model; expected "
-        r"√head_dim = 2\.828"),
-    (4, r"bug 4 still present: a fill value that overflows float16.*without overflow.*"
-        r"float\(\"-1e20\"\)"),
-])
+@pytest.mark.parametrize(
+    "bug,diagnosis",
+    [
+        (
+            1,
+            r"bug 1 still present: the einsum attends across heads.*at most 0\.0e\+00, "
+            r"so tokens never mix; cross-attention \(query_len 3, key_len 7\) raised "
+            r"RuntimeError: einsum",
+        ),
+        (
+            2,
+            r"bug 2 still present: one Linear\(head_dim, head_dim\).*head 0's slice of "
+            r"`query` \(features 0:8\) moved your output in 8 directions at most",
+        ),
+        (
+            3,
+            r"bug 3 still present.*divided by 5\.657; that is √d_model; expected "
+            r"√head_dim = 2\.828",
+        ),
+        (
+            4,
+            r"bug 4 still present: a fill value that overflows float16.*without overflow.*"
+            r"float\(\"-1e20\"\)",
+        ),
+    ],
+)
 def test_the_seed_code_fails_every_check_with_its_diagnosis(bug, diagnosis):
     with pytest.raises(CheckFailure, match=diagnosis):
         CHECKS[bug](SelfAttention)
@@ -651,35 +688,90 @@ def test_right_fixes_written_differently_pass_all_four(cls, capsys):
     assert capsys.readouterr().out.count("✓ bug") == 4
 
 
-@pytest.mark.parametrize("cls,bug,diagnosis", [
-    (ScaleByHeadDim, 3, r"bug 3 still present.*divided by 8; that is d_head; expected "
-                        r"√head_dim = 2\.828"),
-    (FillMinusInf, 4, r"'NaN for a fully masked row'.*fully masked sequence's output "
-                      r"is 128 NaN of 128 values"),
-    (FillMinus1e9, 4, r"bug 4 still present: a fill value that overflows float16.*"
-                      r"-1e9"),
-    (FillZero, 4, r"'masked keys keep some weight'.*changing the queries still "
-                  r"changed"),
-    (FillFloat32Min, 4, r"bug 4 still present: a fill value that overflows float16"),
-    (ScoresInFloat32ForTheMask, 4, r"'forward fails in float16'.*raised RuntimeError"),
-    (EinsumMergeNoTranspose, 1, r"'output rows not in query order'.*\[2, 0, 3, 1\]"),
-    (EinsumSoftmaxOverHeads, 1, r"'weights do not sum to 1 over the keys'.*every value "
-                                r"token the same vector"),
-    (OnlyQueriesProjectedWhole, 2, r"bug 2 still present.*slice of `keys`.*head 0's "
-                                   r"keys are computed from that slice alone"),
-], ids=lambda v: getattr(v, "__name__", None))
+@pytest.mark.parametrize(
+    "cls,bug,diagnosis",
+    [
+        (
+            ScaleByHeadDim,
+            3,
+            r"bug 3 still present.*divided by 8; that is d_head; expected "
+            r"√head_dim = 2\.828",
+        ),
+        (
+            FillMinusInf,
+            4,
+            r"'NaN for a fully masked row'.*fully masked sequence's output "
+            r"is 128 NaN of 128 values",
+        ),
+        (
+            FillMinus1e9,
+            4,
+            r"bug 4 still present: a fill value that overflows float16.*"
+            r"-1e9",
+        ),
+        (
+            FillZero,
+            4,
+            r"'masked keys keep some weight'.*changing the queries still "
+            r"changed",
+        ),
+        (
+            FillFloat32Min,
+            4,
+            r"bug 4 still present: a fill value that overflows float16",
+        ),
+        (
+            ScoresInFloat32ForTheMask,
+            4,
+            r"'forward fails in float16'.*raised RuntimeError",
+        ),
+        (
+            EinsumMergeNoTranspose,
+            1,
+            r"'output rows not in query order'.*\[2, 0, 3, 1\]",
+        ),
+        (
+            EinsumSoftmaxOverHeads,
+            1,
+            r"'weights do not sum to 1 over the keys'.*every value "
+            r"token the same vector",
+        ),
+        (
+            OnlyQueriesProjectedWhole,
+            2,
+            r"bug 2 still present.*slice of `keys`.*head 0's "
+            r"keys are computed from that slice alone",
+        ),
+    ],
+    ids=lambda v: getattr(v, "__name__", None),
+)
 def test_wrong_fixes_are_rejected_by_the_right_check(cls, bug, diagnosis):
     with pytest.raises(CheckFailure, match=diagnosis):
         CHECKS[bug](cls)
 
 
-@pytest.mark.parametrize("cls", [ScaleByHeadDim, FillMinusInf, FillMinus1e9, FillZero,
-                                 EinsumMergeNoTranspose, OnlyQueriesProjectedWhole],
-                         ids=lambda c: c.__name__)
+@pytest.mark.parametrize(
+    "cls",
+    [
+        ScaleByHeadDim,
+        FillMinusInf,
+        FillMinus1e9,
+        FillZero,
+        EinsumMergeNoTranspose,
+        OnlyQueriesProjectedWhole,
+    ],
+    ids=lambda c: c.__name__,
+)
 def test_a_wrong_fix_of_one_bug_costs_no_other_bugs_points(cls, capsys):
     # Each of these fixes three bugs right (EinsumSoftmaxOverHeads ignores the mask).
-    wrong = {ScaleByHeadDim: 3, FillMinusInf: 4, FillMinus1e9: 4, FillZero: 4,
-             EinsumMergeNoTranspose: 1, OnlyQueriesProjectedWhole: 2}[cls]
+    wrong = {
+        ScaleByHeadDim: 3,
+        FillMinusInf: 4,
+        FillMinus1e9: 4,
+        FillZero: 4,
+        EinsumMergeNoTranspose: 1,
+        OnlyQueriesProjectedWhole: 2,
+    }[cls]
     for bug, check in CHECKS.items():
         if bug != wrong and not (cls is OnlyQueriesProjectedWhole and bug == 3):
             check(cls)
@@ -713,13 +805,15 @@ def test_a_divisor_hardcoded_from_the_visible_message_fails_at_the_hidden_size()
             return self.fc_out(out.reshape(N, lq, -1))
 
     bh.check_bug_scale(HardCoded)
-    with pytest.raises(CheckFailure,
-                       match=r"divided by 2\.828.*expected √head_dim = 4\b"):
+    with pytest.raises(
+        CheckFailure, match=r"divided by 2\.828.*expected √head_dim = 4\b"
+    ):
         bh.check_bug_scale(HardCoded, sizes=((48, 3),))
 
 
-@pytest.mark.parametrize("bug,section", [
-    (1, bh.S_EINSUM), (2, bh.S_PROJ), (3, bh.S_SCALE), (4, bh.S_FILL)])
+@pytest.mark.parametrize(
+    "bug,section", [(1, bh.S_EINSUM), (2, bh.S_PROJ), (3, bh.S_SCALE), (4, bh.S_FILL)]
+)
 def test_failures_point_to_the_lesson_section(bug, section):
     with pytest.raises(CheckFailure) as failure:
         CHECKS[bug](SelfAttention)
@@ -729,7 +823,9 @@ def test_failures_point_to_the_lesson_section(bug, section):
 
 def test_the_fill_section_is_chapter_3_section_3_5():
     assert (bh.S_FILL.number, bh.S_FILL.title) == (
-        "3.5", "Fill values, half precision and NaN")
+        "3.5",
+        "Fill values, half precision and NaN",
+    )
 
 
 @pytest.mark.parametrize("cls", [SelfAttention, FixedInPlace], ids=lambda c: c.__name__)
@@ -780,8 +876,9 @@ def test_a_forward_that_returns_a_pair_is_told_to_return_one_tensor():
             return super().forward(values, keys, query, mask), None
 
     for check in CHECKS.values():
-        with pytest.raises(CheckFailure,
-                           match="must return one torch.Tensor.*got tuple"):
+        with pytest.raises(
+            CheckFailure, match="must return one torch.Tensor.*got tuple"
+        ):
             check(ReturnsWeightsToo)
 
 
@@ -792,8 +889,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _answer_cell(path):
     nb = nbformat.read(ROOT / path, as_version=4)
-    return next(c.source for c in nb.cells
-                if c.metadata.get("nbgrader", {}).get("grade_id") == "self_attention")
+    return next(
+        c.source
+        for c in nb.cells
+        if c.metadata.get("nbgrader", {}).get("grade_id") == "self_attention"
+    )
 
 
 def test_the_released_answer_cell_is_the_seed_code_verbatim():
@@ -803,7 +903,8 @@ def test_the_released_answer_cell_is_the_seed_code_verbatim():
     stub = "        # YOUR CODE HERE\n        raise NotImplementedError()"
     assert _answer_cell("book/ch03_bughunt/exercise.ipynb") == seed + stub
     assert _answer_cell("solutions/ch03_bughunt/exercise.ipynb").startswith(
-        seed + "        ### BEGIN SOLUTION\n")
+        seed + "        ### BEGIN SOLUTION\n"
+    )
     assert "注意力权重" in seed and 'float("-1e20")' in seed  # the seed's bytes
 
 

@@ -4,6 +4,7 @@ rejected with its named diagnosis) and right ones written differently (each acce
 Each wrong implementation records a bug a learner can make, why it happens, and
 what guards against it: the diagnosis the check must print.
 """
+
 import math
 
 import pytest
@@ -14,6 +15,7 @@ import torch.nn.functional as F
 from tformer_grading.checks import CheckFailure, ch01
 
 # --------------------------------------------------------------------------- split_heads
+
 
 def split_right_reshape_permute(x, h):
     b, s, d = x.shape
@@ -40,19 +42,24 @@ def split_wrong_interleaved(x, h):  # einops' "b s (d h) -> b h s d": every H-th
     return torch.einsum("bsdh->bhsd", x.unflatten(-1, (-1, h)))
 
 
-@pytest.mark.parametrize("fn", [split_right_reshape_permute, split_right_chunk_stack, split_right_unflatten])
+@pytest.mark.parametrize(
+    "fn", [split_right_reshape_permute, split_right_chunk_stack, split_right_unflatten]
+)
 def test_split_heads_accepts_right_implementations(fn, capsys):
     ch01.check_split_heads(fn)
     assert "✓ split_heads" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("fn,diagnosis", [
-    (split_wrong_no_transpose, "view without transpose"),
-    (split_wrong_view_straight, "sequence and head axes confused"),
-    (split_wrong_interleaved, "heads interleaved"),
-    (lambda x, h: x, r"'axes in the wrong order'.*\[B, S, D\]"),
-    (lambda x, h: None, "expected a tensor"),
-])
+@pytest.mark.parametrize(
+    "fn,diagnosis",
+    [
+        (split_wrong_no_transpose, "view without transpose"),
+        (split_wrong_view_straight, "sequence and head axes confused"),
+        (split_wrong_interleaved, "heads interleaved"),
+        (lambda x, h: x, r"'axes in the wrong order'.*\[B, S, D\]"),
+        (lambda x, h: None, "expected a tensor"),
+    ],
+)
 def test_split_heads_rejects_wrong_implementations(fn, diagnosis):
     with pytest.raises(CheckFailure, match=diagnosis):
         ch01.check_split_heads(fn)
@@ -61,10 +68,13 @@ def test_split_heads_rejects_wrong_implementations(fn, diagnosis):
 def test_split_heads_failure_points_to_the_lesson():
     with pytest.raises(CheckFailure) as info:
         ch01.check_split_heads(split_wrong_view_straight)
-    assert "§1.5 'Splitting into heads' in book/ch01_shapes/lesson.ipynb" in str(info.value)
+    assert "§1.5 'Splitting into heads' in book/ch01_shapes/lesson.ipynb" in str(
+        info.value
+    )
 
 
 # --------------------------------------------------------------------------- merge_heads
+
 
 def merge_right_cat(x):
     return torch.cat(x.unbind(dim=1), dim=-1)
@@ -95,18 +105,23 @@ def merge_wrong_view(x):  # view after permute: refused unless x came from split
     return x.permute(0, 2, 1, 3).view(x.size(0), x.size(2), -1)
 
 
-@pytest.mark.parametrize("fn", [merge_right_cat, merge_right_permute_flatten, merge_right_contiguous_view])
+@pytest.mark.parametrize(
+    "fn", [merge_right_cat, merge_right_permute_flatten, merge_right_contiguous_view]
+)
 def test_merge_heads_accepts_right_implementations(fn, capsys):
     ch01.check_merge_heads(fn)
     assert "✓ merge_heads" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("fn,diagnosis", [
-    (merge_wrong_no_transpose, "merged without transpose"),
-    (merge_wrong_order, "heads merged in the wrong order"),
-    (merge_wrong_order_einsum, "heads merged in the wrong order"),
-    (merge_wrong_view, "view on a non-contiguous tensor"),
-])
+@pytest.mark.parametrize(
+    "fn,diagnosis",
+    [
+        (merge_wrong_no_transpose, "merged without transpose"),
+        (merge_wrong_order, "heads merged in the wrong order"),
+        (merge_wrong_order_einsum, "heads merged in the wrong order"),
+        (merge_wrong_view, "view on a non-contiguous tensor"),
+    ],
+)
 def test_merge_heads_rejects_wrong_implementations(fn, diagnosis):
     with pytest.raises(CheckFailure, match=diagnosis):
         ch01.check_merge_heads(fn)
@@ -114,14 +129,16 @@ def test_merge_heads_rejects_wrong_implementations(fn, diagnosis):
 
 # --------------------------------------------------------------------------- MultiHeadAttention
 
+
 class MHA(nn.Module):
     """A right implementation in three steps; each wrong one below rewrites one."""
 
     def __init__(self, d_model, n_heads):
         super().__init__()
         self.h = n_heads
-        self.wq, self.wk, self.wv, self.wo = (nn.Linear(d_model, d_model)
-                                              for _ in range(4))
+        self.wq, self.wk, self.wv, self.wo = (
+            nn.Linear(d_model, d_model) for _ in range(4)
+        )
 
     def split(self, x):
         b, s, d = x.shape
@@ -135,15 +152,20 @@ class MHA(nn.Module):
         return (q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))).softmax(-1) @ v
 
     def forward(self, query, key, value, mask=None):
-        q, k, v = self.split(self.wq(query)), self.split(self.wk(key)), self.split(self.wv(value))
+        q, k, v = (
+            self.split(self.wq(query)),
+            self.split(self.wk(key)),
+            self.split(self.wv(value)),
+        )
         return self.wo(self.merge(self.attend(q, k, v)))
 
 
 class RightNoBias(MHA):
     def __init__(self, d_model, n_heads):
         super().__init__(d_model, n_heads)
-        self.wq, self.wk, self.wv, self.wo = (nn.Linear(d_model, d_model, bias=False)
-                                              for _ in range(4))
+        self.wq, self.wk, self.wv, self.wo = (
+            nn.Linear(d_model, d_model, bias=False) for _ in range(4)
+        )
 
 
 class RightEinsum(MHA):
@@ -180,7 +202,7 @@ class RightPerHeadLoop(MHA):
         outs = []
         for i in range(self.h):
             sl = slice(i * dh, (i + 1) * dh)
-            w = torch.softmax(q[..., sl] @ k[..., sl].transpose(1, 2) / dh ** 0.5, dim=-1)
+            w = torch.softmax(q[..., sl] @ k[..., sl].transpose(1, 2) / dh**0.5, dim=-1)
             outs.append(w @ v[..., sl])
         return self.wo(torch.cat(outs, dim=-1))
 
@@ -188,7 +210,7 @@ class RightPerHeadLoop(MHA):
 class WrongScaleDModel(MHA):
     def attend(self, q, k, v):  # the seed's embed_size ** 0.5: √D, not √Dh
         d_model = self.h * q.size(-1)
-        return torch.softmax(q @ k.mT / d_model ** 0.5, dim=-1) @ v
+        return torch.softmax(q @ k.mT / d_model**0.5, dim=-1) @ v
 
 
 class WrongNoScaling(MHA):
@@ -248,7 +270,9 @@ class WrongSharedPerHeadLinear(nn.Module):
     def __init__(self, d_model, n_heads):
         super().__init__()
         self.h, dh = n_heads, d_model // n_heads
-        self.values, self.keys, self.queries = (nn.Linear(dh, dh, bias=False) for _ in range(3))
+        self.values, self.keys, self.queries = (
+            nn.Linear(dh, dh, bias=False) for _ in range(3)
+        )
         self.fc_out = nn.Linear(d_model, d_model)
 
     def forward(self, query, key, value, mask=None):
@@ -282,7 +306,10 @@ class WrongDropoutInEval(MHA):
 
 class WrongCallsSDPA(MHA):
     def attend(self, q, k, v):
-        from torch.nn.functional import scaled_dot_product_attention as sdpa  # an alias does not hide it
+        from torch.nn.functional import (
+            scaled_dot_product_attention as sdpa,
+        )  # an alias does not hide it
+
         return sdpa(q, k, v)
 
 
@@ -318,18 +345,21 @@ def test_mha_accepts_right_implementations(cls, capsys):
     assert out.count("✓ MultiHeadAttention") == 3
 
 
-@pytest.mark.parametrize("cls,diagnosis", [
-    (WrongScaleDModel, r"'scaled by sqrt\(d_model\)'"),
-    (WrongNoScaling, "'no scaling'"),
-    (WrongSoftmaxAxis, "softmax over the query axis"),
-    (WrongSplitStraight, "sequence and head axes confused"),
-    (WrongMergeNoTranspose, "merged without transpose"),
-    (WrongMergeDhMajor, "heads merged in the wrong order"),
-    (WrongSeedEinsum, r"einsum over the wrong axes \(the seed's bug\)"),
-    (WrongSeedCode, r"scaled by sqrt\(d_model\) \(the seed's code\)"),
-    (WrongSharedPerHeadLinear, "one Linear shared by all heads"),
-    (WrongNoTokenMixing, r"one row per \*key\* \(Sk = 7\)"),
-])
+@pytest.mark.parametrize(
+    "cls,diagnosis",
+    [
+        (WrongScaleDModel, r"'scaled by sqrt\(d_model\)'"),
+        (WrongNoScaling, "'no scaling'"),
+        (WrongSoftmaxAxis, "softmax over the query axis"),
+        (WrongSplitStraight, "sequence and head axes confused"),
+        (WrongMergeNoTranspose, "merged without transpose"),
+        (WrongMergeDhMajor, "heads merged in the wrong order"),
+        (WrongSeedEinsum, r"einsum over the wrong axes \(the seed's bug\)"),
+        (WrongSeedCode, r"scaled by sqrt\(d_model\) \(the seed's code\)"),
+        (WrongSharedPerHeadLinear, "one Linear shared by all heads"),
+        (WrongNoTokenMixing, r"one row per \*key\* \(Sk = 7\)"),
+    ],
+)
 def test_mha_rejects_wrong_implementations(cls, diagnosis):
     with pytest.raises(CheckFailure, match=diagnosis):
         ch01.check_multi_head_attention(cls)
@@ -339,25 +369,44 @@ def test_shared_linear_diagnosis_gives_the_parameter_counts():
     with pytest.raises(CheckFailure) as info:
         ch01.check_multi_head_attention(WrongSharedPerHeadLinear)
     message = str(info.value)
-    assert "320 parameters" in message and "4·(D²+D) = 1,088" in message and "§1.8 'Per-head projections'" in message
+    assert (
+        "320 parameters" in message
+        and "4·(D²+D) = 1,088" in message
+        and "§1.8 'Per-head projections'" in message
+    )
 
 
-@pytest.mark.parametrize("cls,diagnosis", [
-    (WrongSeedEinsum, "'tokens never mix'. Changing token 5 changed no other position"),
-    (WrongNoTokenMixing, "'tokens never mix'"),
-    (WrongBatchLeak, "'batch entries leak into each other'.*batch entries are leaking"),
-    (WrongDropoutInEval, "'dropout on in eval mode'.*Dropout must be off in eval mode"),
-])
+@pytest.mark.parametrize(
+    "cls,diagnosis",
+    [
+        (
+            WrongSeedEinsum,
+            "'tokens never mix'. Changing token 5 changed no other position",
+        ),
+        (WrongNoTokenMixing, "'tokens never mix'"),
+        (
+            WrongBatchLeak,
+            "'batch entries leak into each other'.*batch entries are leaking",
+        ),
+        (
+            WrongDropoutInEval,
+            "'dropout on in eval mode'.*Dropout must be off in eval mode",
+        ),
+    ],
+)
 def test_behaviour_probes_reject(cls, diagnosis):
     with pytest.raises(CheckFailure, match=diagnosis):
         ch01.check_multi_head_attention_behaviour(cls)
 
 
-@pytest.mark.parametrize("cls,diagnosis", [
-    (WrongCallsSDPA, "calls scaled_dot_product_attention"),
-    (WrongWrapsTorch, "contains torch.nn.modules.activation.MultiheadAttention"),
-    (WrongWrapsReference, "contains tformer_ref.attention.MultiHeadAttention"),
-])
+@pytest.mark.parametrize(
+    "cls,diagnosis",
+    [
+        (WrongCallsSDPA, "calls scaled_dot_product_attention"),
+        (WrongWrapsTorch, "contains torch.nn.modules.activation.MultiheadAttention"),
+        (WrongWrapsReference, "contains tformer_ref.attention.MultiHeadAttention"),
+    ],
+)
 def test_by_hand_rejects_delegation(cls, diagnosis):
     with pytest.raises(CheckFailure, match=diagnosis):
         ch01.check_multi_head_attention_by_hand(cls)
@@ -399,8 +448,12 @@ class RightOutFirstFusedPerHead(nn.Module):
     def forward(self, query, key, value, mask=None):
         h, d = self.h, query.size(-1)
         w, b = self.qkv.weight.view(h, 3, d // h, d), self.qkv.bias.view(h, 3, d // h)
-        q, k, v = (F.linear(x, w[:, i].reshape(d, d), b[:, i].reshape(d))
-                   .unflatten(-1, (h, -1)) for i, x in enumerate((query, key, value)))
+        q, k, v = (
+            F.linear(x, w[:, i].reshape(d, d), b[:, i].reshape(d)).unflatten(
+                -1, (h, -1)
+            )
+            for i, x in enumerate((query, key, value))
+        )
         att = torch.einsum("bqhd,bkhd->bhqk", q, k).div(math.sqrt(d // h)).softmax(-1)
         return self.o(torch.einsum("bhqk,bkhd->bqhd", att, v).flatten(2))
 
@@ -416,7 +469,9 @@ def test_mha_finds_projections_by_behaviour_not_order(capsys):
 
 
 def test_mha_measures_the_score_divisor():
-    measured = (r"divided by 4 \(D=16, H=4\), 8 \(D=24, H=3\).*that is d_head; "
-                r"expected √Dh = 2")
+    measured = (
+        r"divided by 4 \(D=16, H=4\), 8 \(D=24, H=3\).*that is d_head; "
+        r"expected √Dh = 2"
+    )
     with pytest.raises(CheckFailure, match=measured):
         ch01.check_multi_head_attention(WrongDividesByDh)

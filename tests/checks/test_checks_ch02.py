@@ -1,5 +1,6 @@
 """The chapter 2 checks, tested with banks of wrong implementations (each rejected with its named
 diagnosis) and right ones written differently (each accepted)."""
+
 import math
 
 import pytest
@@ -38,22 +39,37 @@ def attention_bmm(q, k, v):
     return torch.bmm(weights, flat(v)).view(b, h, sq, dh), weights.view(b, h, sq, -1)
 
 
-@pytest.mark.parametrize("fn", [attention_matmul, attention_einsum_prescaled, attention_exp_by_hand, attention_bmm])
+@pytest.mark.parametrize(
+    "fn",
+    [
+        attention_matmul,
+        attention_einsum_prescaled,
+        attention_exp_by_hand,
+        attention_bmm,
+    ],
+)
 def test_attention_accepts_right_implementations(fn, capsys):
     ch02.check_attention(fn)
     ch02.check_attention_by_hand(fn)
     out = capsys.readouterr().out
-    assert "✓ attention (weights)" in out and "✓ attention (output)" in out and "written by hand" in out
+    assert (
+        "✓ attention (weights)" in out
+        and "✓ attention (output)" in out
+        and "written by hand" in out
+    )
 
 
 # --------------------------------------------------------------------------- attention: wrong ones
+
 
 def attention_no_scaling(q, k, v):  # forgot the 1/√d_k
     weights = torch.softmax(torch.matmul(q, k.mT), dim=-1)
     return torch.matmul(weights, v), weights
 
 
-def attention_sqrt_d_model(q, k, v):  # the seed's embed_size**0.5, with d_model = H * Dh
+def attention_sqrt_d_model(
+    q, k, v
+):  # the seed's embed_size**0.5, with d_model = H * Dh
     n_heads, d_head = q.shape[1], q.shape[-1]
     scores = torch.einsum("bhqd,bhkd->bhqk", q, k) / math.sqrt(n_heads * d_head)
     w = scores.softmax(-1)
@@ -98,19 +114,26 @@ def attention_calls_sdpa(q, k, v):
 
 def attention_calls_reference(q, k, v):
     from tformer_ref.attention import scaled_dot_product_attention
+
     return scaled_dot_product_attention(q, k, v)
 
 
-@pytest.mark.parametrize("fn,diagnosis", [
-    (attention_no_scaling, "'no scaling'"),
-    (attention_sqrt_d_model, r"'scaled by sqrt\(d_model\)'"),
-    (attention_divided_by_dk, r"'scaled by d_k instead of sqrt\(d_k\)'"),
-    (attention_softmax_queries, r"'softmax over the wrong axis \(queries\)'"),
-    (attention_softmax_heads, r"'softmax over the wrong axis \(heads\)'"),
-    (attention_returns_only_output, r"must return a pair \(out, weights\)"),
-    (attention_weights_first, "'pair in the wrong order'"),
-    (attention_no_transpose_of_v, r"attention \(output\).*weighted sum of the rows of k"),
-])
+@pytest.mark.parametrize(
+    "fn,diagnosis",
+    [
+        (attention_no_scaling, "'no scaling'"),
+        (attention_sqrt_d_model, r"'scaled by sqrt\(d_model\)'"),
+        (attention_divided_by_dk, r"'scaled by d_k instead of sqrt\(d_k\)'"),
+        (attention_softmax_queries, r"'softmax over the wrong axis \(queries\)'"),
+        (attention_softmax_heads, r"'softmax over the wrong axis \(heads\)'"),
+        (attention_returns_only_output, r"must return a pair \(out, weights\)"),
+        (attention_weights_first, "'pair in the wrong order'"),
+        (
+            attention_no_transpose_of_v,
+            r"attention \(output\).*weighted sum of the rows of k",
+        ),
+    ],
+)
 def test_attention_rejects_wrong_implementations(fn, diagnosis):
     with pytest.raises(CheckFailure, match=diagnosis):
         ch02.check_attention(fn)
@@ -119,19 +142,26 @@ def test_attention_rejects_wrong_implementations(fn, diagnosis):
 def test_attention_failures_point_to_the_lesson():
     with pytest.raises(CheckFailure) as info:
         ch02.check_attention(attention_sqrt_d_model)
-    assert "§2.5 'Scaling by √d_model is a bug' in book/ch02_attention/lesson.ipynb" in str(info.value)
+    assert (
+        "§2.5 'Scaling by √d_model is a bug' in book/ch02_attention/lesson.ipynb"
+        in str(info.value)
+    )
 
 
-@pytest.mark.parametrize("fn,diagnosis", [
-    (attention_calls_sdpa, "calls scaled_dot_product_attention"),
-    (attention_calls_reference, "calls tformer_ref.scaled_dot_product_attention"),
-])
+@pytest.mark.parametrize(
+    "fn,diagnosis",
+    [
+        (attention_calls_sdpa, "calls scaled_dot_product_attention"),
+        (attention_calls_reference, "calls tformer_ref.scaled_dot_product_attention"),
+    ],
+)
 def test_attention_by_hand_rejects_delegation(fn, diagnosis):
     with pytest.raises(CheckFailure, match=diagnosis):
         ch02.check_attention_by_hand(fn)
 
 
 # --------------------------------------------------------------------------- entropy
+
 
 def entropy_xlogy(w):
     return -torch.xlogy(w, w).sum(-1)
@@ -150,21 +180,38 @@ def entropy_nan_to_num(w):
     return -(w * w.log()).nan_to_num(0.0).sum(-1)
 
 
-@pytest.mark.parametrize("fn", [entropy_xlogy, entropy_masked_log, entropy_clamped, entropy_nan_to_num])
+@pytest.mark.parametrize(
+    "fn", [entropy_xlogy, entropy_masked_log, entropy_clamped, entropy_nan_to_num]
+)
 def test_entropy_accepts_right_implementations(fn, capsys):
     ch02.check_attention_entropy(fn)
     assert "✓ attention_entropy" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("fn,diagnosis", [
-    (lambda w: -(w * torch.log(w)).sum(-1), "0·log 0 gives NaN"),  # log(0) = -inf, 0 * -inf = NaN
-    (lambda w: -torch.xlogy(w, w).sum(-1) / math.log(2), "log base 2"),  # bits, not nats
-    (lambda w: -(w * w.clamp_min(1e-30).log2()).sum(-1), "log base 2"),
-    (lambda w: torch.xlogy(w, w).sum(-1), "missing minus sign"),
-    (lambda w: -torch.xlogy(w, w).sum(-2), "sum over the wrong axis"),  # summed over queries
-    (lambda w: -torch.xlogy(w, w).mean(-1), "mean instead of sum"),
-    (lambda w: -(w * (w + 1e-3).log()).sum(-1), r"ln\(w \+ ε\) with ε ≈ 0\.001"),  # eps too large
-])
+@pytest.mark.parametrize(
+    "fn,diagnosis",
+    [
+        (
+            lambda w: -(w * torch.log(w)).sum(-1),
+            "0·log 0 gives NaN",
+        ),  # log(0) = -inf, 0 * -inf = NaN
+        (
+            lambda w: -torch.xlogy(w, w).sum(-1) / math.log(2),
+            "log base 2",
+        ),  # bits, not nats
+        (lambda w: -(w * w.clamp_min(1e-30).log2()).sum(-1), "log base 2"),
+        (lambda w: torch.xlogy(w, w).sum(-1), "missing minus sign"),
+        (
+            lambda w: -torch.xlogy(w, w).sum(-2),
+            "sum over the wrong axis",
+        ),  # summed over queries
+        (lambda w: -torch.xlogy(w, w).mean(-1), "mean instead of sum"),
+        (
+            lambda w: -(w * (w + 1e-3).log()).sum(-1),
+            r"ln\(w \+ ε\) with ε ≈ 0\.001",
+        ),  # eps too large
+    ],
+)
 def test_entropy_rejects_wrong_implementations(fn, diagnosis):
     with pytest.raises(CheckFailure, match=diagnosis):
         ch02.check_attention_entropy(fn)
@@ -181,34 +228,44 @@ def test_checks_write_nothing_to_stderr(capfd):
 
 # --------------------------------------------------------------------------- clean failures
 
+
 def attention_raises_on_cross_attention(q, k, v):  # assumes Sq == Sk
     w = (q @ q.mT / math.sqrt(q.size(-1))).softmax(-1)
     return w @ v, w
 
 
 def test_attention_reports_the_learners_line_when_it_raises():
-    with pytest.raises(CheckFailure, match=r"your code raised RuntimeError: .* at line \d+ of "
-                                           r"your code: `return w @ v, w` while the check "
-                                           r"ran case q \[B=3, H=3, Sq=4"):
+    with pytest.raises(
+        CheckFailure,
+        match=r"your code raised RuntimeError: .* at line \d+ of "
+        r"your code: `return w @ v, w` while the check "
+        r"ran case q \[B=3, H=3, Sq=4",
+    ):
         ch02.check_attention(attention_raises_on_cross_attention)
 
 
 def test_attention_by_hand_reports_an_exception_instead_of_crashing():
     def raises(q, k, v):
         raise ValueError("not yet")
+
     with pytest.raises(CheckFailure, match=r"your code raised ValueError: not yet"):
         ch02.check_attention_by_hand(raises)
 
 
 def test_entropy_reports_the_learners_line_when_it_raises():
-    with pytest.raises(CheckFailure, match=r"raised IndexError.*while the check ran case "
-                                           r"weights \[3, 4, 6\] \(3-D\)"):
+    with pytest.raises(
+        CheckFailure,
+        match=r"raised IndexError.*while the check ran case "
+        r"weights \[3, 4, 6\] \(3-D\)",
+    ):
         ch02.check_attention_entropy(lambda w: -torch.xlogy(w, w).sum(dim=3))
 
 
 def test_measured_failures_write_nothing_to_stderr(capfd):
-    for fn in (lambda q, k, v: attention_matmul(q / 2, k, v),  # a wrong scale, measured
-               lambda q, k, v: (attention_matmul(q, k, v)[0], F.softmax(q @ k.mT))):
+    for fn in (
+        lambda q, k, v: attention_matmul(q / 2, k, v),  # a wrong scale, measured
+        lambda q, k, v: (attention_matmul(q, k, v)[0], F.softmax(q @ k.mT)),
+    ):
         with pytest.raises(CheckFailure):
             ch02.check_attention(fn)
     with pytest.raises(CheckFailure, match=r"ε ≈ 0\.01"):

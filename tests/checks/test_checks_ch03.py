@@ -1,5 +1,6 @@
 """The chapter 3 checks, tested with banks of wrong implementations (each rejected with its named
 diagnosis) and right ones written differently (each accepted)."""
+
 import math
 
 import pytest
@@ -11,26 +12,48 @@ from tformer_grading.checks import CheckFailure, ch03
 # --------------------------------------------------------------------------- causal mask
 
 
-@pytest.mark.parametrize("fn", [
-    lambda s: torch.ones(s, s, dtype=torch.bool).tril()[None, None],
-    lambda s: torch.tril(torch.ones(s, s)).bool(),  # [S, S] broadcasts the same way: accepted
-    lambda s: (torch.arange(s)[:, None] >= torch.arange(s)[None, :]).view(1, 1, s, s),
-    lambda s: ~torch.ones(1, 1, s, s, dtype=torch.bool).triu(1),
-])
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda s: torch.ones(s, s, dtype=torch.bool).tril()[None, None],
+        lambda s: torch.tril(
+            torch.ones(s, s)
+        ).bool(),  # [S, S] broadcasts the same way: accepted
+        lambda s: (torch.arange(s)[:, None] >= torch.arange(s)[None, :]).view(
+            1, 1, s, s
+        ),
+        lambda s: ~torch.ones(1, 1, s, s, dtype=torch.bool).triu(1),
+    ],
+)
 def test_causal_mask_accepts_right_implementations(fn, capsys):
     ch03.check_causal_mask(fn)
     assert "✓ causal_mask" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("fn,diagnosis", [
-    (lambda s: torch.triu(torch.ones(s, s)).bool(), "triu instead of tril"),  # the future, not the past
-    # True = ignore, nn.MultiheadAttention's convention
-    (lambda s: ~torch.ones(s, s, dtype=torch.bool).tril()[None, None], "mask inverted"),
-    (lambda s: (torch.arange(s)[:, None] < torch.arange(s)).view(1, 1, s, s), "mask inverted"),
-    # key < query, strictly: nobody attends to itself
-    (lambda s: torch.arange(s)[:, None] > torch.arange(s), "diagonal excluded"),
-    (lambda s: torch.tril(torch.ones(1, 1, s, s)), "float mask instead of bool"),  # the seed's tril(ones) as is
-])
+@pytest.mark.parametrize(
+    "fn,diagnosis",
+    [
+        (
+            lambda s: torch.triu(torch.ones(s, s)).bool(),
+            "triu instead of tril",
+        ),  # the future, not the past
+        # True = ignore, nn.MultiheadAttention's convention
+        (
+            lambda s: ~torch.ones(s, s, dtype=torch.bool).tril()[None, None],
+            "mask inverted",
+        ),
+        (
+            lambda s: (torch.arange(s)[:, None] < torch.arange(s)).view(1, 1, s, s),
+            "mask inverted",
+        ),
+        # key < query, strictly: nobody attends to itself
+        (lambda s: torch.arange(s)[:, None] > torch.arange(s), "diagonal excluded"),
+        (
+            lambda s: torch.tril(torch.ones(1, 1, s, s)),
+            "float mask instead of bool",
+        ),  # the seed's tril(ones) as is
+    ],
+)
 def test_causal_mask_rejects_wrong_implementations(fn, diagnosis):
     with pytest.raises(CheckFailure, match=diagnosis):
         ch03.check_causal_mask(fn)
@@ -38,30 +61,47 @@ def test_causal_mask_rejects_wrong_implementations(fn, diagnosis):
 
 # --------------------------------------------------------------------------- padding mask
 
-@pytest.mark.parametrize("fn", [
-    lambda t, p: (t != p)[:, None, None, :],
-    lambda t, p: (t != p).unsqueeze(1).unsqueeze(2),  # the seed's form, with pad_id instead of 0
-    lambda t, p: t.ne(p).view(t.size(0), 1, 1, t.size(1)),
-    lambda t, p: ~(t == p).reshape(t.shape[0], 1, 1, -1),
-])
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda t, p: (t != p)[:, None, None, :],
+        lambda t, p: (
+            (t != p).unsqueeze(1).unsqueeze(2)
+        ),  # the seed's form, with pad_id instead of 0
+        lambda t, p: t.ne(p).view(t.size(0), 1, 1, t.size(1)),
+        lambda t, p: ~(t == p).reshape(t.shape[0], 1, 1, -1),
+    ],
+)
 def test_padding_mask_accepts_right_implementations(fn, capsys):
     ch03.check_padding_mask(fn)
     assert "✓ padding_mask" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("fn,diagnosis", [
-    (lambda t, p: (t != p).unsqueeze(1), "'mask broadcast over the wrong axis'"),  # [B, 1, S]
-    # [B, S]: no singleton axes, so the batch lines up with the queries
-    (lambda t, p: t.ne(p), r"mask broadcast over the wrong axis \(\[B, S\]\)"),
-    # [B, 1, S, 1]: drops padded queries, not padded keys
-    (lambda t, p: (t != p).unsqueeze(1).unsqueeze(-1), "mask on the query axis"),
-    # True on the padding: key_padding_mask's convention
-    (lambda t, p: t.eq(p).view(t.size(0), 1, 1, -1), "mask inverted"),
-    (lambda t, p: (t != 0).unsqueeze(1).unsqueeze(2), "pad id hard-coded"),  # the seed's x != 0
-    # 1.0 = keep, 0.0 = drop: PyTorch adds a float mask, so nothing is dropped
-    (lambda t, p: torch.where(t != p, 1.0, 0.0)[:, None, None],
-     "float mask instead of bool"),
-])
+@pytest.mark.parametrize(
+    "fn,diagnosis",
+    [
+        (
+            lambda t, p: (t != p).unsqueeze(1),
+            "'mask broadcast over the wrong axis'",
+        ),  # [B, 1, S]
+        # [B, S]: no singleton axes, so the batch lines up with the queries
+        (lambda t, p: t.ne(p), r"mask broadcast over the wrong axis \(\[B, S\]\)"),
+        # [B, 1, S, 1]: drops padded queries, not padded keys
+        (lambda t, p: (t != p).unsqueeze(1).unsqueeze(-1), "mask on the query axis"),
+        # True on the padding: key_padding_mask's convention
+        (lambda t, p: t.eq(p).view(t.size(0), 1, 1, -1), "mask inverted"),
+        (
+            lambda t, p: (t != 0).unsqueeze(1).unsqueeze(2),
+            "pad id hard-coded",
+        ),  # the seed's x != 0
+        # 1.0 = keep, 0.0 = drop: PyTorch adds a float mask, so nothing is dropped
+        (
+            lambda t, p: torch.where(t != p, 1.0, 0.0)[:, None, None],
+            "float mask instead of bool",
+        ),
+    ],
+)
 def test_padding_mask_rejects_wrong_implementations(fn, diagnosis):
     with pytest.raises(CheckFailure, match=diagnosis):
         ch03.check_padding_mask(fn)
@@ -75,7 +115,10 @@ def test_wrong_axis_diagnosis_explains_the_batch_equals_heads_trap():
 
 # --------------------------------------------------------------------------- masked attention: right ones
 
-def masked_min_then_zero(q, k, v, mask):  # the reference's semantics: zeros for fully masked rows
+
+def masked_min_then_zero(
+    q, k, v, mask
+):  # the reference's semantics: zeros for fully masked rows
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
     scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
     weights = scores.softmax(-1).masked_fill(~mask.any(-1, keepdim=True), 0.0)
@@ -84,13 +127,17 @@ def masked_min_then_zero(q, k, v, mask):  # the reference's semantics: zeros for
 
 def masked_min_uniform(q, k, v, mask):  # fully masked rows left uniform: accepted
     scores = torch.einsum("bhqd,bhkd->bhqk", q, k) / q.shape[-1] ** 0.5
-    weights = torch.softmax(scores.masked_fill(mask.logical_not(), torch.finfo(q.dtype).min), dim=-1)
+    weights = torch.softmax(
+        scores.masked_fill(mask.logical_not(), torch.finfo(q.dtype).min), dim=-1
+    )
     return torch.einsum("bhqk,bhkd->bhqd", weights, v), weights
 
 
 def masked_where_minus_1e4(q, k, v, mask):  # -1e4 fits float16 and exp(-1e4) is 0: fine
     scores = q @ k.mT / math.sqrt(q.size(-1))
-    weights = torch.where(mask, scores, torch.tensor(-1e4, dtype=scores.dtype)).softmax(-1)
+    weights = torch.where(mask, scores, torch.tensor(-1e4, dtype=scores.dtype)).softmax(
+        -1
+    )
     return weights @ v, weights
 
 
@@ -101,13 +148,20 @@ def masked_inf_then_nan_to_num(q, k, v, mask):  # -inf, then NaN rows repaired: 
 
 
 def masked_additive(q, k, v, mask):
-    bias = torch.zeros(mask.shape, dtype=q.dtype).masked_fill(~mask, torch.finfo(q.dtype).min)
+    bias = torch.zeros(mask.shape, dtype=q.dtype).masked_fill(
+        ~mask, torch.finfo(q.dtype).min
+    )
     weights = (q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)) + bias).softmax(-1)
     return weights @ v, weights
 
 
-RIGHT_MASKED = [masked_min_then_zero, masked_min_uniform, masked_where_minus_1e4, masked_inf_then_nan_to_num,
-                masked_additive]
+RIGHT_MASKED = [
+    masked_min_then_zero,
+    masked_min_uniform,
+    masked_where_minus_1e4,
+    masked_inf_then_nan_to_num,
+    masked_additive,
+]
 
 
 @pytest.mark.parametrize("fn", RIGHT_MASKED)
@@ -122,11 +176,14 @@ def test_masked_attention_accepts_right_implementations(fn, capsys):
 
 # --------------------------------------------------------------------------- masked attention: wrong ones
 
+
 def _scores(q, k):
     return q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
 
 
-def masked_after_softmax(q, k, v, mask):  # zeroes weights after normalising: rows no longer sum to 1
+def masked_after_softmax(
+    q, k, v, mask
+):  # zeroes weights after normalising: rows no longer sum to 1
     weights = _scores(q, k).softmax(-1) * mask
     return weights @ v, weights
 
@@ -141,7 +198,9 @@ def masked_minus_inf(q, k, v, mask):  # fully masked rows become NaN
     return weights @ v, weights
 
 
-def masked_minus_1e9(q, k, v, mask):  # the seed: fine in float32, refused by float16's masked_fill
+def masked_minus_1e9(
+    q, k, v, mask
+):  # the seed: fine in float32, refused by float16's masked_fill
     weights = _scores(q, k).masked_fill(mask == 0, -1e9).softmax(-1)
     return weights @ v, weights
 
@@ -151,9 +210,13 @@ def masked_minus_1e20(q, k, v, mask):  # the other seed
     return weights @ v, weights
 
 
-def masked_where_1e9(q, k, v, mask):  # torch.where quietly turns -1e9 into -inf in float16: NaN there only
+def masked_where_1e9(
+    q, k, v, mask
+):  # torch.where quietly turns -1e9 into -inf in float16: NaN there only
     scores = _scores(q, k)
-    weights = torch.where(mask, scores, torch.tensor(-1e9, dtype=scores.dtype)).softmax(-1)
+    weights = torch.where(mask, scores, torch.tensor(-1e9, dtype=scores.dtype)).softmax(
+        -1
+    )
     return weights @ v, weights
 
 
@@ -174,17 +237,22 @@ def masked_no_scaling(q, k, v, mask):  # chapter 2's bug, back again
 
 
 def masked_calls_sdpa(q, k, v, mask):
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask), masked_min_then_zero(q, k, v, mask)[1]
+    return F.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask
+    ), masked_min_then_zero(q, k, v, mask)[1]
 
 
-@pytest.mark.parametrize("fn,diagnosis", [
-    (masked_after_softmax, "mask applied after softmax"),
-    (masked_inverted, "mask inverted"),
-    (masked_minus_inf, "NaN on fully masked rows"),
-    (masked_fill_zero, "masked with 0 instead of a large negative number"),
-    (masked_ignores_mask, "mask ignored"),
-    (masked_no_scaling, "'no scaling'"),
-])
+@pytest.mark.parametrize(
+    "fn,diagnosis",
+    [
+        (masked_after_softmax, "mask applied after softmax"),
+        (masked_inverted, "mask inverted"),
+        (masked_minus_inf, "NaN on fully masked rows"),
+        (masked_fill_zero, "masked with 0 instead of a large negative number"),
+        (masked_ignores_mask, "mask ignored"),
+        (masked_no_scaling, "'no scaling'"),
+    ],
+)
 def test_masked_attention_rejects_wrong_implementations(fn, diagnosis):
     with pytest.raises(CheckFailure, match=diagnosis):
         ch03.check_masked_attention(fn)
@@ -193,14 +261,19 @@ def test_masked_attention_rejects_wrong_implementations(fn, diagnosis):
 @pytest.mark.parametrize("fn", [masked_minus_1e9, masked_minus_1e20, masked_where_1e9])
 def test_overflowing_fill_passes_float32_and_fails_half_precision_by_name(fn, capsys):
     ch03.check_masked_attention(fn)  # uniform fully masked rows are accepted in float32
-    with pytest.raises(CheckFailure, match="fill value that overflows in half precision"):
+    with pytest.raises(
+        CheckFailure, match="fill value that overflows in half precision"
+    ):
         ch03.check_masked_attention_half_precision(fn)
 
 
-@pytest.mark.parametrize("fn,diagnosis", [
-    (masked_minus_inf, "NaN on fully masked rows"),
-    (masked_inverted, "mask inverted"),
-])
+@pytest.mark.parametrize(
+    "fn,diagnosis",
+    [
+        (masked_minus_inf, "NaN on fully masked rows"),
+        (masked_inverted, "mask inverted"),
+    ],
+)
 def test_half_precision_check_names_other_pitfalls_too(fn, diagnosis):
     with pytest.raises(CheckFailure, match=diagnosis):
         ch03.check_masked_attention_half_precision(fn)
@@ -209,6 +282,7 @@ def test_half_precision_check_names_other_pitfalls_too(fn, diagnosis):
 def test_masked_attention_by_hand_fails_an_unfinished_answer():
     def unfinished(q, k, v, mask):  # the untouched student cell
         raise NotImplementedError()
+
     with pytest.raises(CheckFailure, match="raised NotImplementedError"):
         ch03.check_masked_attention_by_hand(unfinished)
 
@@ -223,24 +297,43 @@ def test_masked_attention_by_hand_rejects_sdpa():
 CAUSAL, PAD = ch03.causal_mask, ch03.padding_mask
 
 
-@pytest.mark.parametrize("attn,causal,pad,diagnosis", [
-    # triu: each query sees itself and the future
-    (masked_min_then_zero, lambda s: torch.ones(s, s, dtype=torch.bool).triu(), PAD,
-     "'causality violated'. Changing tokens 3..5 changed the outputs of tokens 0..2"),
-    # True = ignore (nn.MultiheadAttention's convention) read as True = attend
-    (masked_min_then_zero, lambda s: ~torch.ones(s, s, dtype=torch.bool).tril(), PAD,
-     "'causality violated'"),
-    (masked_inverted, CAUSAL, PAD, "'causality violated'"),
-    (masked_ignores_mask, CAUSAL, PAD, "'causality violated'"),
-    (masked_fill_zero, CAUSAL, PAD, "'causality violated'"),
-    # True on the padding: real tokens attend to the pads appended after them
-    (masked_min_then_zero, CAUSAL, lambda t, p: (t == p)[:, None, None, :],
-     "'pad invariance violated'. Appending padding tokens"),
-    # [B, 1, S] with B == H == 2: runs, but each sequence is masked with the other one's
-    # padding, so it reads what sits at its own padded positions.
-    (masked_min_then_zero, CAUSAL, lambda t, p: (t != p).unsqueeze(1),
-     "'attends to padding'. Changing the keys and values at padded positions"),
-])
+@pytest.mark.parametrize(
+    "attn,causal,pad,diagnosis",
+    [
+        # triu: each query sees itself and the future
+        (
+            masked_min_then_zero,
+            lambda s: torch.ones(s, s, dtype=torch.bool).triu(),
+            PAD,
+            "'causality violated'. Changing tokens 3..5 changed the outputs of tokens 0..2",
+        ),
+        # True = ignore (nn.MultiheadAttention's convention) read as True = attend
+        (
+            masked_min_then_zero,
+            lambda s: ~torch.ones(s, s, dtype=torch.bool).tril(),
+            PAD,
+            "'causality violated'",
+        ),
+        (masked_inverted, CAUSAL, PAD, "'causality violated'"),
+        (masked_ignores_mask, CAUSAL, PAD, "'causality violated'"),
+        (masked_fill_zero, CAUSAL, PAD, "'causality violated'"),
+        # True on the padding: real tokens attend to the pads appended after them
+        (
+            masked_min_then_zero,
+            CAUSAL,
+            lambda t, p: (t == p)[:, None, None, :],
+            "'pad invariance violated'. Appending padding tokens",
+        ),
+        # [B, 1, S] with B == H == 2: runs, but each sequence is masked with the other one's
+        # padding, so it reads what sits at its own padded positions.
+        (
+            masked_min_then_zero,
+            CAUSAL,
+            lambda t, p: (t != p).unsqueeze(1),
+            "'attends to padding'. Changing the keys and values at padded positions",
+        ),
+    ],
+)
 def test_probes_reject(attn, causal, pad, diagnosis):
     with pytest.raises(CheckFailure, match=diagnosis):
         ch03.check_mask_probes(attn, causal, pad)

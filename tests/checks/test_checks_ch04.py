@@ -1,5 +1,6 @@
 """The chapter 4 checks, tested with banks of wrong blocks (each rejected with its named diagnosis)
 and right ones written differently (each accepted). Each wrong one says in a comment what bug it is."""
+
 import pytest
 import torch
 import torch.nn as nn
@@ -14,7 +15,11 @@ from tformer_grading.checks import CheckFailure, ch04
 class FF(nn.Module):
     def __init__(self, d_model, d_ff, dropout=0.0):
         super().__init__()
-        self.l1, self.l2, self.drop = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model), nn.Dropout(dropout)
+        self.l1, self.l2, self.drop = (
+            nn.Linear(d_model, d_ff),
+            nn.Linear(d_ff, d_model),
+            nn.Dropout(dropout),
+        )
 
     def forward(self, x):
         return self.l2(self.drop(F.relu(self.l1(x))))
@@ -25,7 +30,12 @@ class FFSequential(nn.Module):
 
     def __init__(self, d_model, d_ff):
         super().__init__()
-        self.net = nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(), nn.Dropout(0.1), nn.Linear(d_ff, d_model))
+        self.net = nn.Sequential(
+            nn.Linear(d_model, d_ff),
+            nn.ReLU(),
+            nn.Dropout(0.1),
+            nn.Linear(d_ff, d_model),
+        )
 
     def forward(self, x):
         return self.net(x)
@@ -78,15 +88,18 @@ def test_feed_forward_accepts_right_implementations(cls, capsys):
     assert "✓ FeedForward" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("cls,diagnosis", [
-    (FFNoActivation, "no activation between the two Linear layers"),
-    (FFReluAtOutput, "ReLU after the output layer"),
-    (FFSquareMatrices, "expected exactly two nn.Linear layers"),
-    # The text gives FeedForward(d_model, d_ff, dropout=0.0): the rate is an argument.
-    (FFSequential, r"does not take the exercise's FeedForward\(d_model, d_ff"),
-    (FFClamp, r"does not take the exercise's FeedForward\(d_model, d_ff"),
-    (FFMatmul, r"does not take the exercise's FeedForward\(d_model, d_ff"),
-])
+@pytest.mark.parametrize(
+    "cls,diagnosis",
+    [
+        (FFNoActivation, "no activation between the two Linear layers"),
+        (FFReluAtOutput, "ReLU after the output layer"),
+        (FFSquareMatrices, "expected exactly two nn.Linear layers"),
+        # The text gives FeedForward(d_model, d_ff, dropout=0.0): the rate is an argument.
+        (FFSequential, r"does not take the exercise's FeedForward\(d_model, d_ff"),
+        (FFClamp, r"does not take the exercise's FeedForward\(d_model, d_ff"),
+        (FFMatmul, r"does not take the exercise's FeedForward\(d_model, d_ff"),
+    ],
+)
 def test_feed_forward_rejects_wrong_implementations(cls, diagnosis):
     with pytest.raises(CheckFailure, match=diagnosis):
         ch04.check_feed_forward(cls)
@@ -121,7 +134,11 @@ class SublayerConnection(nn.Module):
 
     def __init__(self, d_model, dropout, norm_first):
         super().__init__()
-        self.norm, self.dropout, self.norm_first = nn.LayerNorm(d_model), dropout, norm_first
+        self.norm, self.dropout, self.norm_first = (
+            nn.LayerNorm(d_model),
+            dropout,
+            norm_first,
+        )
 
     def forward(self, x, f):
         if self.norm_first:
@@ -137,7 +154,9 @@ class BlockWithHelpers(nn.Module):
         super().__init__()
         self.ff_sub = SublayerConnection(d_model, dropout, norm_first)
         self.attn_sub = SublayerConnection(d_model, dropout, norm_first)
-        self.ffn = nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(), nn.Linear(d_ff, d_model))
+        self.ffn = nn.Sequential(
+            nn.Linear(d_model, d_ff), nn.ReLU(), nn.Linear(d_ff, d_model)
+        )
         self.mha = MultiHeadAttention(d_model, n_heads, fused=True)
 
     def forward(self, x, mask=None):
@@ -191,7 +210,11 @@ class WrongNoResidual(Block):  # forgot "x +"
 class WrongNoResidualAroundFF(Block):  # residual only around attention
     def forward(self, x, mask=None):
         x = self.sub(x, lambda h: self.attn(h, h, h, mask=mask), self.norm1, self.drop1)
-        return self.drop2(self.ff(self.norm2(x))) if self.norm_first else self.norm2(self.drop2(self.ff(x)))
+        return (
+            self.drop2(self.ff(self.norm2(x)))
+            if self.norm_first
+            else self.norm2(self.drop2(self.ff(x)))
+        )
 
 
 class WrongNoResidualAroundAttention(Block):  # attention output replaces the stream
@@ -270,7 +293,9 @@ class WrongNoDropout(Block):  # dropout argument never used on sublayer outputs
         return x + f(norm(x)) if self.norm_first else norm(x + f(x))
 
 
-class WrongDropoutOnlyInFF(nn.Module):  # the only dropout: the feed-forward's hidden one
+class WrongDropoutOnlyInFF(
+    nn.Module
+):  # the only dropout: the feed-forward's hidden one
     def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
         super().__init__()
         self.norm_first = norm_first
@@ -297,7 +322,10 @@ class TransposedBatchNorm(nn.BatchNorm1d):
 class WrongBatchNorm(Block):  # the seed's first attempt: BatchNorm over each feature
     def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
         super().__init__(d_model, n_heads, d_ff, dropout, norm_first)
-        self.norm1, self.norm2 = TransposedBatchNorm(d_model), TransposedBatchNorm(d_model)
+        self.norm1, self.norm2 = (
+            TransposedBatchNorm(d_model),
+            TransposedBatchNorm(d_model),
+        )
 
 
 class HandBatchNorm(nn.Module):
@@ -305,7 +333,10 @@ class HandBatchNorm(nn.Module):
 
     def __init__(self, d):
         super().__init__()
-        self.weight, self.bias = nn.Parameter(torch.ones(d)), nn.Parameter(torch.zeros(d))
+        self.weight, self.bias = (
+            nn.Parameter(torch.ones(d)),
+            nn.Parameter(torch.zeros(d)),
+        )
 
     def forward(self, x):
         mean, var = x.mean(dim=(0, 1)), x.var(dim=(0, 1), unbiased=False)
@@ -325,17 +356,22 @@ class WrongIgnoresMask(Block):  # mask never reaches the attention
 
 class WrongDropoutAlwaysOn(Block):  # F.dropout without training=self.training
     def forward(self, x, mask=None):
-        return F.dropout(super().forward(x, mask), 0.5 if self.drop1.p else 0.0, training=True)
+        return F.dropout(
+            super().forward(x, mask), 0.5 if self.drop1.p else 0.0, training=True
+        )
 
 
 class WrongWrapsTorch(nn.Module):  # PyTorch's layer does the work
     def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
         super().__init__()
-        self.layer = nn.TransformerEncoderLayer(d_model, n_heads, d_ff, dropout, batch_first=True,
-                                                norm_first=norm_first)
+        self.layer = nn.TransformerEncoderLayer(
+            d_model, n_heads, d_ff, dropout, batch_first=True, norm_first=norm_first
+        )
 
     def forward(self, x, mask=None):
-        return self.layer(x, src_key_padding_mask=None if mask is None else ~mask[:, 0, 0])
+        return self.layer(
+            x, src_key_padding_mask=None if mask is None else ~mask[:, 0, 0]
+        )
 
 
 class WrongWrapsReference(nn.Module):  # the course's own block does the work
@@ -363,23 +399,62 @@ def test_encoder_block_accepts_right_implementations(cls, capsys):
     assert out.count("✓ EncoderBlock") == 5
 
 
-@pytest.mark.parametrize("cls,norm_first,diagnosis", [
-    (WrongNoResidual, False, "'missing residual'"),
-    (WrongNoResidual, True, "'missing residual'"),
-    (WrongNoResidualAroundFF, False, r"missing residual \(around the feed-forward\)"),
-    (WrongNoResidualAroundFF, True, r"missing residual \(around the feed-forward\)"),
-    (WrongNoResidualAroundAttention, False, r"missing residual \(around the attention"),
-    (WrongNoResidualAroundAttention, True, r"missing residual \(around the attention"),
-    (WrongAlwaysPreLN, False, r"LayerNorm in the wrong place \(Pre-LN where Post-LN was asked\)"),
-    (WrongAlwaysPostLN, True, r"LayerNorm in the wrong place \(Post-LN where Pre-LN was asked\)"),
-    (WrongNormOnSublayer, False, r"LayerNorm in the wrong place \(x \+ LayerNorm\(sublayer\)\)"),
-    (WrongNormOnSublayer, True, r"LayerNorm in the wrong place \(x \+ LayerNorm\(sublayer\)\)"),
-    (WrongNormedStream, True, r"LayerNorm in the wrong place \(the residual stream normalised\)"),
-    (WrongNormThenAdd, False, r"the residual stream normalised"),
-    (WrongBatchNorm, False, "BatchNorm instead of LayerNorm"),
-    (WrongHandBatchNorm, False, "BatchNorm instead of LayerNorm"),
-    (WrongIgnoresMask, False, "the mask does not reach the attention"),
-])
+@pytest.mark.parametrize(
+    "cls,norm_first,diagnosis",
+    [
+        (WrongNoResidual, False, "'missing residual'"),
+        (WrongNoResidual, True, "'missing residual'"),
+        (
+            WrongNoResidualAroundFF,
+            False,
+            r"missing residual \(around the feed-forward\)",
+        ),
+        (
+            WrongNoResidualAroundFF,
+            True,
+            r"missing residual \(around the feed-forward\)",
+        ),
+        (
+            WrongNoResidualAroundAttention,
+            False,
+            r"missing residual \(around the attention",
+        ),
+        (
+            WrongNoResidualAroundAttention,
+            True,
+            r"missing residual \(around the attention",
+        ),
+        (
+            WrongAlwaysPreLN,
+            False,
+            r"LayerNorm in the wrong place \(Pre-LN where Post-LN was asked\)",
+        ),
+        (
+            WrongAlwaysPostLN,
+            True,
+            r"LayerNorm in the wrong place \(Post-LN where Pre-LN was asked\)",
+        ),
+        (
+            WrongNormOnSublayer,
+            False,
+            r"LayerNorm in the wrong place \(x \+ LayerNorm\(sublayer\)\)",
+        ),
+        (
+            WrongNormOnSublayer,
+            True,
+            r"LayerNorm in the wrong place \(x \+ LayerNorm\(sublayer\)\)",
+        ),
+        (
+            WrongNormedStream,
+            True,
+            r"LayerNorm in the wrong place \(the residual stream normalised\)",
+        ),
+        (WrongNormThenAdd, False, r"the residual stream normalised"),
+        (WrongBatchNorm, False, "BatchNorm instead of LayerNorm"),
+        (WrongHandBatchNorm, False, "BatchNorm instead of LayerNorm"),
+        (WrongIgnoresMask, False, "the mask does not reach the attention"),
+    ],
+)
 def test_encoder_block_rejects_wrong_implementations(cls, norm_first, diagnosis):
     with pytest.raises(CheckFailure, match=diagnosis):
         ch04.check_encoder_block(cls, norm_first=norm_first)
@@ -388,19 +463,24 @@ def test_encoder_block_rejects_wrong_implementations(cls, norm_first, diagnosis)
 def test_block_failure_points_to_the_lesson():
     with pytest.raises(CheckFailure) as info:
         ch04.check_encoder_block(WrongNoResidual)
-    assert "§4.1 'Residual connections' in book/ch04_blocks/lesson.ipynb" in str(info.value)
+    assert "§4.1 'Residual connections' in book/ch04_blocks/lesson.ipynb" in str(
+        info.value
+    )
 
 
-@pytest.mark.parametrize("cls,diagnosis", [
-    (WrongSeedDropout, r"dropout after the norm \(the seed's block\)"),
-    (WrongDropoutOnSum, "dropout on the residual sum"),
-    (WrongNoDropout, "no dropout on the sublayer outputs"),
-    (WrongDropoutOnlyInFF, r"sublayer outputs \(only inside the feed-forward\)"),
-    (WrongPreLNDropsTheNormedInput, r"dropout after the norm \(the seed's block\)"),
-    (WrongPreLNDropoutOnSum, "dropout on the residual sum"),
-    # The text asks for MultiHeadAttention(d_model, n_heads, dropout=dropout).
-    (BlockWithHelpers, r"attention's dropout is not the block's rate.*at p = 0\b"),
-])
+@pytest.mark.parametrize(
+    "cls,diagnosis",
+    [
+        (WrongSeedDropout, r"dropout after the norm \(the seed's block\)"),
+        (WrongDropoutOnSum, "dropout on the residual sum"),
+        (WrongNoDropout, "no dropout on the sublayer outputs"),
+        (WrongDropoutOnlyInFF, r"sublayer outputs \(only inside the feed-forward\)"),
+        (WrongPreLNDropsTheNormedInput, r"dropout after the norm \(the seed's block\)"),
+        (WrongPreLNDropoutOnSum, "dropout on the residual sum"),
+        # The text asks for MultiHeadAttention(d_model, n_heads, dropout=dropout).
+        (BlockWithHelpers, r"attention's dropout is not the block's rate.*at p = 0\b"),
+    ],
+)
 def test_dropout_placement_rejects_wrong_implementations(cls, diagnosis):
     with pytest.raises(CheckFailure, match=diagnosis):
         ch04.check_dropout_placement(cls)
@@ -411,21 +491,30 @@ def test_the_seeds_dropout_is_invisible_in_eval_mode():
     ch04.check_encoder_block(WrongSeedDropout, norm_first=False)
 
 
-@pytest.mark.parametrize("cls,diagnosis", [
-    (WrongBatchNorm, "BatchNorm instead of LayerNorm"),
-    (WrongHandBatchNorm, "BatchNorm instead of LayerNorm"),
-    (WrongIgnoresMask, "padding changes the real tokens"),
-    (WrongDropoutAlwaysOn, "dropout still on in eval mode"),
-])
+@pytest.mark.parametrize(
+    "cls,diagnosis",
+    [
+        (WrongBatchNorm, "BatchNorm instead of LayerNorm"),
+        (WrongHandBatchNorm, "BatchNorm instead of LayerNorm"),
+        (WrongIgnoresMask, "padding changes the real tokens"),
+        (WrongDropoutAlwaysOn, "dropout still on in eval mode"),
+    ],
+)
 def test_behaviour_rejects(cls, diagnosis):
     with pytest.raises(CheckFailure, match=diagnosis):
         ch04.check_block_behaviour(cls)
 
 
-@pytest.mark.parametrize("cls,diagnosis", [
-    (WrongWrapsTorch, "contains torch.nn.modules.transformer.TransformerEncoderLayer"),
-    (WrongWrapsReference, "contains tformer_ref.blocks.EncoderBlock"),
-])
+@pytest.mark.parametrize(
+    "cls,diagnosis",
+    [
+        (
+            WrongWrapsTorch,
+            "contains torch.nn.modules.transformer.TransformerEncoderLayer",
+        ),
+        (WrongWrapsReference, "contains tformer_ref.blocks.EncoderBlock"),
+    ],
+)
 def test_by_hand_rejects_delegation(cls, diagnosis):
     with pytest.raises(CheckFailure, match=diagnosis):
         ch04.check_block_by_hand(cls)
@@ -455,4 +544,3 @@ def test_checks_write_nothing_to_stderr(capfd):
     with pytest.raises(CheckFailure):
         ch04.check_block_behaviour(WrongBatchNorm)
     assert capfd.readouterr().err == ""
-

@@ -1,5 +1,6 @@
 """The chapter 5 checks, tested with banks of wrong implementations (each rejected with its named
 diagnosis) and right ones written differently (each accepted)."""
+
 import math
 
 import pytest
@@ -31,7 +32,9 @@ def pe_right_loops(n, d):  # straight from the formula, in float64
     return pe
 
 
-def pe_right_stack(n, d):  # sin and cos stacked on a new last axis, then flattened (interleaves them)
+def pe_right_stack(
+    n, d
+):  # sin and cos stacked on a new last axis, then flattened (interleaves them)
     angle = torch.arange(n)[:, None] / torch.pow(10000.0, torch.arange(0, d, 2) / d)
     return torch.stack([angle.sin(), angle.cos()], dim=-1).flatten(1)
 
@@ -50,7 +53,10 @@ def pe_no_minus(n, d):  # div_term without the minus sign
     position = torch.arange(n, dtype=torch.float).unsqueeze(1)
     div_term = torch.exp(torch.arange(0, d, 2).float() * (math.log(10000.0) / d))
     pe = torch.zeros(n, d)
-    pe[:, 0::2], pe[:, 1::2] = torch.sin(position * div_term), torch.cos(position * div_term)
+    pe[:, 0::2], pe[:, 1::2] = (
+        torch.sin(position * div_term),
+        torch.cos(position * div_term),
+    )
     return pe
 
 
@@ -65,7 +71,10 @@ def pe_no_log(n, d):  # forgot math.log(10000.0)
     position = torch.arange(n, dtype=torch.float).unsqueeze(1)
     div_term = torch.exp(torch.arange(0, d, 2).float() * (-1.0 / d))
     pe = torch.zeros(n, d)
-    pe[:, 0::2], pe[:, 1::2] = torch.sin(position * div_term), torch.cos(position * div_term)
+    pe[:, 0::2], pe[:, 1::2] = (
+        torch.sin(position * div_term),
+        torch.cos(position * div_term),
+    )
     return pe
 
 
@@ -89,16 +98,19 @@ def test_sinusoidal_accepts_right_implementations(fn, capsys):
     assert capsys.readouterr().out.count("✓ sinusoidal_encoding") == 2
 
 
-@pytest.mark.parametrize("fn,diagnosis", [
-    (pe_swapped, "sin and cos swapped"),
-    (pe_exponent_i, r"wrong frequencies \(exponent i/D, not 2i/D\)"),
-    (pe_no_minus, r"wrong frequencies \(positions multiplied"),
-    (pe_per_column, r"wrong frequencies \(one exponent per column\)"),
-    (pe_no_log, r"wrong frequencies \(the base 10000 left out\)"),
-    (pe_concat, "sin and cos concatenated, not interleaved"),
-    (pe_from_one, "positions start at 1"),
-    (pe_zeros, "your table is all zeros"),
-])
+@pytest.mark.parametrize(
+    "fn,diagnosis",
+    [
+        (pe_swapped, "sin and cos swapped"),
+        (pe_exponent_i, r"wrong frequencies \(exponent i/D, not 2i/D\)"),
+        (pe_no_minus, r"wrong frequencies \(positions multiplied"),
+        (pe_per_column, r"wrong frequencies \(one exponent per column\)"),
+        (pe_no_log, r"wrong frequencies \(the base 10000 left out\)"),
+        (pe_concat, "sin and cos concatenated, not interleaved"),
+        (pe_from_one, "positions start at 1"),
+        (pe_zeros, "your table is all zeros"),
+    ],
+)
 def test_sinusoidal_rejects_wrong_implementations(fn, diagnosis):
     with pytest.raises(CheckFailure, match=diagnosis):
         ch05.check_sinusoidal_encoding(fn)
@@ -107,14 +119,19 @@ def test_sinusoidal_rejects_wrong_implementations(fn, diagnosis):
 def test_sinusoidal_failure_points_to_the_lesson():
     with pytest.raises(CheckFailure) as info:
         ch05.check_sinusoidal_encoding(pe_swapped)
-    assert "§5.2 'Sinusoidal positional encoding' in book/ch05_model/lesson.ipynb" in str(info.value)
+    assert (
+        "§5.2 'Sinusoidal positional encoding' in book/ch05_model/lesson.ipynb"
+        in str(info.value)
+    )
 
 
 def test_by_hand_rejects_the_reference():
     from tformer_ref.positions import sinusoidal_encoding
 
     with pytest.raises(CheckFailure, match="calls tformer_ref.sinusoidal_encoding"):
-        ch05.check_by_hand("sinusoidal_encoding", lambda n, d: sinusoidal_encoding(n, d), (10, 8))
+        ch05.check_by_hand(
+            "sinusoidal_encoding", lambda n, d: sinusoidal_encoding(n, d), (10, 8)
+        )
 
 
 # --------------------------------------------------------------------------- embed
@@ -124,9 +141,13 @@ def embed_right(tokens, table, pe):
     return table(tokens) * math.sqrt(table.embedding_dim) + pe[: tokens.size(1)]
 
 
-def embed_right_functional(tokens, table, pe):  # F.embedding, d from pe, positions broadcast by unsqueeze
+def embed_right_functional(
+    tokens, table, pe
+):  # F.embedding, d from pe, positions broadcast by unsqueeze
     d = pe.size(-1)
-    return F.embedding(tokens, table.weight) * d ** 0.5 + pe[: tokens.shape[1]].unsqueeze(0)
+    return F.embedding(tokens, table.weight) * d**0.5 + pe[: tokens.shape[1]].unsqueeze(
+        0
+    )
 
 
 def embed_right_arange(tokens, table, pe):  # positions looked up with arange
@@ -134,7 +155,9 @@ def embed_right_arange(tokens, table, pe):  # positions looked up with arange
     return table(tokens).mul(math.sqrt(pe.size(1))).add(pe[positions])
 
 
-@pytest.mark.parametrize("fn", [embed_right, embed_right_functional, embed_right_arange])
+@pytest.mark.parametrize(
+    "fn", [embed_right, embed_right_functional, embed_right_arange]
+)
 def test_embed_accepts_right_implementations(fn, capsys):
     ch05.check_embed(fn)
     assert "✓ embed" in capsys.readouterr().out
@@ -159,7 +182,7 @@ def embed_positions_scaled(tokens, table, pe):  # the sum scaled, positions incl
 
 
 def embed_by_token_id(tokens, table, pe):  # pe rows picked by token id, not by position
-    scale = table.embedding_dim ** 0.5
+    scale = table.embedding_dim**0.5
     return F.embedding(tokens, table.weight) * scale + F.embedding(tokens, pe)
 
 
@@ -167,14 +190,17 @@ def embed_no_positions(tokens, table, pe):  # the positional encoding never adde
     return table(tokens) * math.sqrt(table.embedding_dim)
 
 
-@pytest.mark.parametrize("fn,diagnosis", [
-    (embed_unscaled, "missing √d_model embedding scale"),
-    (embed_times_d, r"scaled by d_model, not √d_model"),
-    (embed_divided, r"divided by √d_model"),
-    (embed_positions_scaled, "positions scaled too"),
-    (embed_by_token_id, "positions looked up by token id"),
-    (embed_no_positions, "no positional encoding is added"),
-])
+@pytest.mark.parametrize(
+    "fn,diagnosis",
+    [
+        (embed_unscaled, "missing √d_model embedding scale"),
+        (embed_times_d, r"scaled by d_model, not √d_model"),
+        (embed_divided, r"divided by √d_model"),
+        (embed_positions_scaled, "positions scaled too"),
+        (embed_by_token_id, "positions looked up by token id"),
+        (embed_no_positions, "no positional encoding is added"),
+    ],
+)
 def test_embed_rejects_wrong_implementations(fn, diagnosis):
     with pytest.raises(CheckFailure, match=diagnosis):
         ch05.check_embed(fn)
@@ -186,7 +212,12 @@ def test_embed_rejects_wrong_implementations(fn, diagnosis):
 class FF(nn.Module):
     def __init__(self, d_model, d_ff, dropout=0.0):
         super().__init__()
-        self.net = nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(), nn.Dropout(dropout), nn.Linear(d_ff, d_model))
+        self.net = nn.Sequential(
+            nn.Linear(d_model, d_ff),
+            nn.ReLU(),
+            nn.Dropout(dropout),
+            nn.Linear(d_ff, d_model),
+        )
 
     def forward(self, x):
         return self.net(x)
@@ -232,7 +263,9 @@ class DecReordered(nn.Module):
         from tformer_ref.masks import causal_mask
 
         drop = lambda t: F.dropout(t, self.p, self.training)  # noqa: E731
-        x = self.ln_self(x + drop(self.masked(x, mask=causal_mask(x.size(1), x.device))))
+        x = self.ln_self(
+            x + drop(self.masked(x, mask=causal_mask(x.size(1), x.device)))
+        )
         x = self.ln_cross(x + drop(self.enc_dec(x, memory, memory, src_mask)))
         return self.ln_ff(x + drop(self.w2(torch.relu(self.w1(x)))))
 
@@ -248,7 +281,9 @@ class DecTriu(Dec):  # mask the wrong triangle
         return torch.ones(s, s, dtype=torch.bool).triu()[None, None]
 
 
-class DecCrossFromDecoder(Dec):  # the seed passes (value, key, query) in the wrong slots
+class DecCrossFromDecoder(
+    Dec
+):  # the seed passes (value, key, query) in the wrong slots
     def cross(self, x, memory, src_mask):
         return self.cross_attn(x, x, x)
 
@@ -288,11 +323,15 @@ class DecCrossFirst(Dec):  # cross-attention runs before the masked self-attenti
 class DecWrapsTorch(nn.Module):  # PyTorch's layer does the work
     def __init__(self, d_model, n_heads, d_ff, dropout=0.1):
         super().__init__()
-        self.layer = nn.TransformerDecoderLayer(d_model, n_heads, d_ff, dropout, batch_first=True)
+        self.layer = nn.TransformerDecoderLayer(
+            d_model, n_heads, d_ff, dropout, batch_first=True
+        )
 
     def forward(self, x, memory, src_mask=None):
         s = x.size(1)
-        return self.layer(x, memory, tgt_mask=~torch.ones(s, s, dtype=torch.bool).tril())
+        return self.layer(
+            x, memory, tgt_mask=~torch.ones(s, s, dtype=torch.bool).tril()
+        )
 
 
 class DecModuleLists(nn.Module):
@@ -302,8 +341,12 @@ class DecModuleLists(nn.Module):
 
     def __init__(self, d_model, n_heads, d_ff, dropout=0.1):
         super().__init__()
-        self.attns = nn.ModuleList([MultiHeadAttention(d_model, n_heads, dropout),
-                                    MultiHeadAttention(d_model, n_heads, bias=False)])
+        self.attns = nn.ModuleList(
+            [
+                MultiHeadAttention(d_model, n_heads, dropout),
+                MultiHeadAttention(d_model, n_heads, bias=False),
+            ]
+        )
         self.lns = nn.ModuleList(nn.LayerNorm(d_model) for _ in range(3))
         self.up = nn.Linear(d_model, d_ff, bias=False)
         self.down = nn.Linear(d_ff, d_model)
@@ -348,35 +391,44 @@ def test_decoder_block_accepts_right_implementations(cls, capsys):
     assert capsys.readouterr().out.count("✓ DecoderBlock") == 3
 
 
-@pytest.mark.parametrize("cls,diagnosis", [
-    (DecNoCausal, "decoder self-attention without the causal mask"),
-    (DecTriu, "causal mask built with triu instead of tril"),
-    (DecCrossFromDecoder, "cross-attention taking keys/values from the decoder"),
-    (DecNoSrcMask, "cross-attention ignores the source padding mask"),
-    (DecNoResidual, "missing residual"),
-    (DecPreLN, r"LayerNorm in the wrong place \(Pre-LN where Post-LN was asked\)"),
-    (DecCrossFirst, "cross-attention before self-attention"),
-    (DecBatchNorm, "BatchNorm instead of LayerNorm"),
-])
+@pytest.mark.parametrize(
+    "cls,diagnosis",
+    [
+        (DecNoCausal, "decoder self-attention without the causal mask"),
+        (DecTriu, "causal mask built with triu instead of tril"),
+        (DecCrossFromDecoder, "cross-attention taking keys/values from the decoder"),
+        (DecNoSrcMask, "cross-attention ignores the source padding mask"),
+        (DecNoResidual, "missing residual"),
+        (DecPreLN, r"LayerNorm in the wrong place \(Pre-LN where Post-LN was asked\)"),
+        (DecCrossFirst, "cross-attention before self-attention"),
+        (DecBatchNorm, "BatchNorm instead of LayerNorm"),
+    ],
+)
 def test_decoder_block_rejects_wrong_implementations(cls, diagnosis):
     with pytest.raises(CheckFailure, match=diagnosis):
         ch05.check_decoder_block(cls)
 
 
-@pytest.mark.parametrize("cls,diagnosis", [
-    (DecNoCausal, "decoder self-attention without the causal mask"),
-    (DecTriu, "decoder self-attention without the causal mask"),
-    (DecCrossFromDecoder, "cross-attention taking keys/values from the decoder"),
-    (DecNoSrcMask, "cross-attention ignores the source padding mask"),
-    (DecDropoutInEval, "dropout still on in eval mode"),
-])
+@pytest.mark.parametrize(
+    "cls,diagnosis",
+    [
+        (DecNoCausal, "decoder self-attention without the causal mask"),
+        (DecTriu, "decoder self-attention without the causal mask"),
+        (DecCrossFromDecoder, "cross-attention taking keys/values from the decoder"),
+        (DecNoSrcMask, "cross-attention ignores the source padding mask"),
+        (DecDropoutInEval, "dropout still on in eval mode"),
+    ],
+)
 def test_decoder_behaviour_rejects(cls, diagnosis):
     with pytest.raises(CheckFailure, match=diagnosis):
         ch05.check_decoder_behaviour(cls)
 
 
 def test_decoder_by_hand_rejects_pytorchs_layer():
-    with pytest.raises(CheckFailure, match="contains torch.nn.modules.transformer.TransformerDecoderLayer"):
+    with pytest.raises(
+        CheckFailure,
+        match="contains torch.nn.modules.transformer.TransformerDecoderLayer",
+    ):
         ch05.check_decoder_by_hand(DecWrapsTorch)
 
 
@@ -387,7 +439,6 @@ def test_checks_write_nothing_to_stderr(capfd):
     with pytest.raises(CheckFailure):
         ch05.check_sinusoidal_encoding(pe_swapped)
     assert capfd.readouterr().err == ""
-
 
 
 # ------------------------------------------------------------------------ measurements
@@ -403,7 +454,7 @@ def test_fit_reads_the_parameters_of_a_table():
 
 def test_embed_fit_reads_scale_and_rows():
     tokens, table, pe = ch05._embed_probe(0)()
-    got = table(tokens) * 3.0 + pe[1: tokens.size(1) + 1]
+    got = table(tokens) * 3.0 + pe[1 : tokens.size(1) + 1]
     fit = ch05.fit_embed(got, tokens, table, pe)
     assert abs(fit.scale - 3.0) < 1e-4 and fit.rows == tuple(range(1, 7))
     assert abs(fit.pos_scale - 1.0) < 1e-4 and fit.shared

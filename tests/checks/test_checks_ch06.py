@@ -1,6 +1,7 @@
 """The chapter 6 checks, tested with banks of wrong implementations (each rejected with
 its named diagnosis) and right ones written differently (each accepted). Each wrong one
 says what bug it is, spelled as a learner might, not as the check's own variant is."""
+
 import math
 import re
 
@@ -61,15 +62,18 @@ def shift_returns_input_only(tgt):  # forgot to return the labels
     return tgt[:, :-1]
 
 
-@pytest.mark.parametrize("fn,diagnosis", [
-    (shift_seed_style, "sequence-first slicing on batch-first data"),
-    (shift_narrow_first_axis, "sequence-first slicing on batch-first data"),
-    (shift_backwards, "targets shifted the wrong way"),
-    (shift_labels_forgotten, "labels not shifted"),
-    (shift_nothing, "no shift at all"),
-    (shift_by_two, r"labels are 2 position\(s\) after"),
-    (shift_returns_input_only, "does not return a pair"),
-])
+@pytest.mark.parametrize(
+    "fn,diagnosis",
+    [
+        (shift_seed_style, "sequence-first slicing on batch-first data"),
+        (shift_narrow_first_axis, "sequence-first slicing on batch-first data"),
+        (shift_backwards, "targets shifted the wrong way"),
+        (shift_labels_forgotten, "labels not shifted"),
+        (shift_nothing, "no shift at all"),
+        (shift_by_two, r"labels are 2 position\(s\) after"),
+        (shift_returns_input_only, "does not return a pair"),
+    ],
+)
 def test_shift_rejects_wrong_implementations(fn, diagnosis):
     with pytest.raises(CheckFailure, match=diagnosis):
         ch06.check_shift_targets(fn)
@@ -84,6 +88,7 @@ def test_shift_failure_points_to_the_lesson():
 
 # ------------------------------------------------------------------------ sequence_loss
 
+
 def loss_masked_by_hand(logits, labels, pad_id, eps):
     """Smoothed cross-entropy written out: (1-eps)·NLL + eps·mean over the vocabulary of
     -log p."""
@@ -95,8 +100,9 @@ def loss_masked_by_hand(logits, labels, pad_id, eps):
 
 
 def loss_transposed(logits, labels, pad_id, eps):
-    return F.cross_entropy(logits.transpose(1, 2), labels, ignore_index=pad_id,
-                           label_smoothing=eps)
+    return F.cross_entropy(
+        logits.transpose(1, 2), labels, ignore_index=pad_id, label_smoothing=eps
+    )
 
 
 def loss_module(logits, labels, pad_id, eps):
@@ -104,8 +110,9 @@ def loss_module(logits, labels, pad_id, eps):
     return crit(logits.view(-1, logits.shape[-1]), labels.flatten())
 
 
-@pytest.mark.parametrize("fn", [training.sequence_loss, loss_masked_by_hand,
-                                loss_transposed, loss_module])
+@pytest.mark.parametrize(
+    "fn", [training.sequence_loss, loss_masked_by_hand, loss_transposed, loss_module]
+)
 def test_loss_accepts_right_implementations(fn, capsys):
     ch06.check_sequence_loss(fn)
     assert "✓ sequence_loss" in capsys.readouterr().out
@@ -122,14 +129,16 @@ def loss_plain_cross_entropy(logits, labels, pad_id, eps):
 
 def loss_divides_by_everything(logits, labels, pad_id, eps):
     # The pads are zeroed in the sum but still counted in the mean.
-    per = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), reduction="none",
-                          label_smoothing=eps)
+    per = F.cross_entropy(
+        logits.flatten(0, 1), labels.flatten(), reduction="none", label_smoothing=eps
+    )
     return (per * (labels.flatten() != pad_id)).mean()
 
 
 def loss_hard_coded_pad(logits, labels, pad_id, eps):  # the seed's "x != 0"
-    return F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=0,
-                           label_smoothing=eps)
+    return F.cross_entropy(
+        logits.flatten(0, 1), labels.flatten(), ignore_index=0, label_smoothing=eps
+    )
 
 
 def loss_no_smoothing(logits, labels, pad_id, eps):
@@ -137,8 +146,13 @@ def loss_no_smoothing(logits, labels, pad_id, eps):
 
 
 def loss_summed(logits, labels, pad_id, eps):
-    return F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=pad_id,
-                           label_smoothing=eps, reduction="sum")
+    return F.cross_entropy(
+        logits.flatten(0, 1),
+        labels.flatten(),
+        ignore_index=pad_id,
+        label_smoothing=eps,
+        reduction="sum",
+    )
 
 
 def loss_item(logits, labels, pad_id, eps):  # a float, detached from the graph
@@ -146,14 +160,20 @@ def loss_item(logits, labels, pad_id, eps):  # a float, detached from the graph
 
 
 def loss_as_float(logits, labels, pad_id, eps):  # nothing left to call backward on
-    loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=pad_id,
-                           label_smoothing=eps)
+    loss = F.cross_entropy(
+        logits.flatten(0, 1), labels.flatten(), ignore_index=pad_id, label_smoothing=eps
+    )
     return loss.item()
 
 
 def loss_per_token(logits, labels, pad_id, eps):  # one loss per position
-    return F.cross_entropy(logits.transpose(1, 2), labels, ignore_index=pad_id,
-                           label_smoothing=eps, reduction="none")
+    return F.cross_entropy(
+        logits.transpose(1, 2),
+        labels,
+        ignore_index=pad_id,
+        label_smoothing=eps,
+        reduction="none",
+    )
 
 
 def loss_wrong_axis(logits, labels, pad_id, eps):
@@ -161,18 +181,24 @@ def loss_wrong_axis(logits, labels, pad_id, eps):
     return F.cross_entropy(logits, labels, ignore_index=pad_id)
 
 
-@pytest.mark.parametrize("fn,diagnosis", [
-    (loss_counts_padding, "padding counted in the loss"),
-    (loss_plain_cross_entropy, "padding counted in the loss and no label smoothing"),
-    (loss_divides_by_everything, "padding counted in the mean"),
-    (loss_hard_coded_pad, "pad id hard-coded to 0"),
-    (loss_no_smoothing, "label smoothing ignored"),
-    (loss_summed, "summed, not averaged"),
-    (loss_item, "loss detached from the graph"),
-    (loss_as_float, "loss detached from the graph"),
-    (loss_per_token, "loss not reduced to a scalar"),
-    (loss_wrong_axis, "your code raised"),
-])
+@pytest.mark.parametrize(
+    "fn,diagnosis",
+    [
+        (loss_counts_padding, "padding counted in the loss"),
+        (
+            loss_plain_cross_entropy,
+            "padding counted in the loss and no label smoothing",
+        ),
+        (loss_divides_by_everything, "padding counted in the mean"),
+        (loss_hard_coded_pad, "pad id hard-coded to 0"),
+        (loss_no_smoothing, "label smoothing ignored"),
+        (loss_summed, "summed, not averaged"),
+        (loss_item, "loss detached from the graph"),
+        (loss_as_float, "loss detached from the graph"),
+        (loss_per_token, "loss not reduced to a scalar"),
+        (loss_wrong_axis, "your code raised"),
+    ],
+)
 def test_loss_rejects_wrong_implementations(fn, diagnosis):
     with pytest.raises(CheckFailure, match=diagnosis):
         ch06.check_sequence_loss(fn)
@@ -180,15 +206,17 @@ def test_loss_rejects_wrong_implementations(fn, diagnosis):
 
 # -------------------------------------------------------------------------- noam_lambda
 
+
 def noam_numpy(step, d_model, warmup):
     import numpy as np
+
     n = np.float64(step + 1)
-    return float(np.minimum(n ** -0.5, n / warmup ** 1.5) / np.sqrt(d_model))
+    return float(np.minimum(n**-0.5, n / warmup**1.5) / np.sqrt(d_model))
 
 
 def noam_branches(step, d_model, warmup):
     n = step + 1
-    rate = n * warmup ** -1.5 if n < warmup else n ** -0.5
+    rate = n * warmup**-1.5 if n < warmup else n**-0.5
     return rate / math.sqrt(d_model)
 
 
@@ -199,72 +227,77 @@ def test_noam_accepts_right_implementations(fn, capsys):
 
 
 def noam_seed(step, d_model, warmup):  # the seed's formula with LambdaLR's 0-based step
-    return d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
+    return d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
 
 
 def noam_numpy_inf(step, d_model, warmup):
     # numpy: 0 ** -0.5 is inf (with a warning), not an exception.
     import numpy as np
+
     n = np.float64(step)
-    return float(d_model ** -0.5 * np.minimum(n ** -0.5, n * warmup ** -1.5))
+    return float(d_model**-0.5 * np.minimum(n**-0.5, n * warmup**-1.5))
 
 
 def noam_guarded(step, d_model, warmup):
     # max(step, 1) hides the division by zero, not the off-by-one.
     step = max(step, 1)
-    return min(1 / math.sqrt(step), step / warmup ** 1.5) / math.sqrt(d_model)
+    return min(1 / math.sqrt(step), step / warmup**1.5) / math.sqrt(d_model)
 
 
 def noam_skips_step_zero(step, d_model, warmup):
     # Rate 0 for the first update, then one update behind.
     if step == 0:
         return 0.0
-    return min(step ** -0.5, step / (warmup * math.sqrt(warmup))) / math.sqrt(d_model)
+    return min(step**-0.5, step / (warmup * math.sqrt(warmup))) / math.sqrt(d_model)
 
 
 def noam_two_ahead(step, d_model, warmup):  # adds one to a count that starts at one
     update = step + 1
     n = update + 1
-    return (1 / math.sqrt(d_model)) * min(1 / math.sqrt(n), n * warmup ** -1.5)
+    return (1 / math.sqrt(d_model)) * min(1 / math.sqrt(n), n * warmup**-1.5)
 
 
 def noam_warmup_sqrt(step, d_model, warmup):
     # The warm-up branch is n / sqrt(warmup) instead of n / warmup^1.5.
     n = step + 1
-    return min(n ** -0.5, n / math.sqrt(warmup)) / math.sqrt(d_model)
+    return min(n**-0.5, n / math.sqrt(warmup)) / math.sqrt(d_model)
 
 
 def noam_no_width_factor(step, d_model, warmup):  # forgot d_model^-0.5
     n = step + 1
-    return min(1 / math.sqrt(n), n / warmup ** 1.5)
+    return min(1 / math.sqrt(n), n / warmup**1.5)
 
 
 def noam_max(step, d_model, warmup):  # max where the formula has min
     n = step + 1
-    return max(n ** -0.5, n / warmup ** 1.5) / d_model ** 0.5
+    return max(n**-0.5, n / warmup**1.5) / d_model**0.5
 
 
 def noam_constant(step, d_model, warmup):  # a fixed rate: no known pitfall
     return 1e-3
 
 
-@pytest.mark.parametrize("fn,diagnosis", [
-    (noam_seed, "divides by zero at step 0"),
-    (noam_numpy_inf, "off by one"),  # min(inf, 0) = 0: the first update gets rate 0
-    (noam_guarded, "off by one"),
-    (noam_skips_step_zero, "off by one"),
-    (noam_two_ahead, "off by one"),
-    (noam_warmup_sqrt, "warm-up exponent wrong"),
-    (noam_no_width_factor, r"missing the d_model\^-0.5 factor"),
-    (noam_max, "max instead of min"),
-    (noam_constant, r"your rate goes like n\^0,"),
-])
+@pytest.mark.parametrize(
+    "fn,diagnosis",
+    [
+        (noam_seed, "divides by zero at step 0"),
+        (noam_numpy_inf, "off by one"),  # min(inf, 0) = 0: the first update gets rate 0
+        (noam_guarded, "off by one"),
+        (noam_skips_step_zero, "off by one"),
+        (noam_two_ahead, "off by one"),
+        (noam_warmup_sqrt, "warm-up exponent wrong"),
+        (noam_no_width_factor, r"missing the d_model\^-0.5 factor"),
+        (noam_max, "max instead of min"),
+        (noam_constant, r"your rate goes like n\^0,"),
+    ],
+)
 def test_noam_rejects_wrong_implementations(fn, diagnosis):
     with pytest.raises(CheckFailure, match=diagnosis):
         ch06.check_noam_lambda(fn)
 
 
 # ----------------------------------------------------------------------- make_scheduler
+
 
 class NoamByHand:
     """A scheduler class that only sets the rate (right, without LambdaLR)."""
@@ -276,7 +309,7 @@ class NoamByHand:
     def _set(self):
         self.n += 1
         for g in self.opt.param_groups:
-            g["lr"] = self.d ** -0.5 * min(self.n ** -0.5, self.n * self.w ** -1.5)
+            g["lr"] = self.d**-0.5 * min(self.n**-0.5, self.n * self.w**-1.5)
 
     def step(self):
         self._set()
@@ -292,7 +325,7 @@ class SeedAdamWarmup:
     def step(self):
         self.current_step += 1
         n, w = self.current_step, self.warmup_steps
-        lr = self.model_size ** -0.5 * min(n ** -0.5, n * w ** -1.5)
+        lr = self.model_size**-0.5 * min(n**-0.5, n * w**-1.5)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         self.optimizer.step()
@@ -323,7 +356,8 @@ def scheduler_one_ahead(optimizer, d_model, warmup):  # noam_lambda already adds
 def scheduler_seed_formula(optimizer, d_model, warmup):
     # step ** -0.5 at LambdaLR's first call, step 0.
     def rate(step):
-        return d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
+        return d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
+
     return LambdaLR(optimizer, rate)
 
 
@@ -337,31 +371,39 @@ def scheduler_forgot_return(optimizer, d_model, warmup):  # built it, returned n
 
 def scheduler_lr_lambda_list(optimizer, d_model, warmup):
     """Right, written differently: a list with one rate function per parameter group."""
+
     def rate(s):
-        return (d_model ** -0.5) * min((s + 1) ** -0.5, (s + 1) * warmup ** -1.5)
+        return (d_model**-0.5) * min((s + 1) ** -0.5, (s + 1) * warmup**-1.5)
+
     return LambdaLR(optimizer, lr_lambda=[rate])
 
 
-@pytest.mark.parametrize("make", [
-    lambda o, d, w: training.noam_scheduler(o, d, w),
-    lambda o, d, w: LambdaLR(o, lambda s: training.noam_lambda(s, d, w)),
-    scheduler_lr_lambda_list,
-    NoamByHand,
-])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda o, d, w: training.noam_scheduler(o, d, w),
+        lambda o, d, w: LambdaLR(o, lambda s: training.noam_lambda(s, d, w)),
+        scheduler_lr_lambda_list,
+        NoamByHand,
+    ],
+)
 def test_scheduler_accepts_right_implementations(make, capsys):
     ch06.check_noam_scheduler(make)
     assert "✓ make_scheduler" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("make,diagnosis", [
-    (SeedAdamWarmup, "scheduler steps the optimizer"),
-    (NoamThatAlsoSteps, "scheduler steps the optimizer"),
-    (LateNoam, "off by one"),
-    (scheduler_one_ahead, "off by one"),
-    (scheduler_seed_formula, "raised ZeroDivisionError"),
-    (scheduler_constant, "learning rate never changes.*stayed 0.5"),
-    (scheduler_forgot_return, "step\\(\\) method"),
-])
+@pytest.mark.parametrize(
+    "make,diagnosis",
+    [
+        (SeedAdamWarmup, "scheduler steps the optimizer"),
+        (NoamThatAlsoSteps, "scheduler steps the optimizer"),
+        (LateNoam, "off by one"),
+        (scheduler_one_ahead, "off by one"),
+        (scheduler_seed_formula, "raised ZeroDivisionError"),
+        (scheduler_constant, "learning rate never changes.*stayed 0.5"),
+        (scheduler_forgot_return, "step\\(\\) method"),
+    ],
+)
 def test_scheduler_rejects_wrong_implementations(make, diagnosis):
     with pytest.raises(CheckFailure, match=diagnosis):
         ch06.check_noam_scheduler(make)
@@ -369,8 +411,10 @@ def test_scheduler_rejects_wrong_implementations(make, diagnosis):
 
 # --------------------------------------------------------------------------- train_step
 
-def step_as_in_the_lesson(model, src, tgt, optimizer, scheduler, max_norm, pad_id,
-                          label_smoothing):
+
+def step_as_in_the_lesson(
+    model, src, tgt, optimizer, scheduler, max_norm, pad_id, label_smoothing
+):
     """Wrong since the text asks for training mode: the lesson's order, but no
     model.train(), and the check hands over a model left in eval mode."""
     optimizer.zero_grad()
@@ -388,8 +432,9 @@ def step_right_functional(model, src, tgt, opt, sched, max_norm, pad_id, eps):
     without set_to_none, loss on transposed logits, norm by hand."""
     opt.zero_grad(set_to_none=False)
     logits = model(src, tgt[:, :-1])
-    loss = F.cross_entropy(logits.permute(0, 2, 1), tgt[:, 1:], ignore_index=pad_id,
-                           label_smoothing=eps)
+    loss = F.cross_entropy(
+        logits.permute(0, 2, 1), tgt[:, 1:], ignore_index=pad_id, label_smoothing=eps
+    )
     loss.backward()
     grads = [p.grad for p in model.parameters() if p.grad is not None]
     norm = torch.sqrt(sum((g.double() ** 2).sum() for g in grads))
@@ -407,8 +452,12 @@ def step_zeroes_at_the_end(model, src, tgt, opt, sched, max_norm, pad_id, eps):
     model.train()
     dec_in, dec_out = tgt[:, :-1], tgt[:, 1:]
     logits = model(src, dec_in)
-    loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), dec_out.reshape(-1),
-                           ignore_index=pad_id, label_smoothing=eps)
+    loss = F.cross_entropy(
+        logits.reshape(-1, logits.size(-1)),
+        dec_out.reshape(-1),
+        ignore_index=pad_id,
+        label_smoothing=eps,
+    )
     loss.backward()
     params = [p for p in model.parameters() if p.requires_grad]
     total = torch.nn.utils.clip_grad_norm_(params, max_norm, norm_type=2.0)
@@ -536,20 +585,23 @@ def step_returns_loss_only(model, src, tgt, opt, sched, max_norm, pad_id, eps):
     return loss
 
 
-@pytest.mark.parametrize("fn,diagnosis", [
-    (step_clips_before_backward, "clipping before backward"),
-    (step_clips_stale_gradients, "clipping before backward"),
-    (step_clips_after_update, "clipping after the step"),
-    (step_never_zeroes, "gradients never zeroed"),
-    (step_no_sched, "scheduler not stepped"),
-    (step_scheduler_first, "scheduler stepped before the optimizer"),
-    (step_loss_with_padding, "padding counted in the loss"),
-    (step_shift_swapped, "targets shifted the wrong way"),
-    (step_reports_clipped_norm, "norm measured after clipping"),
-    (step_as_in_the_lesson, "training step in eval mode"),
-    (step_right_functional, "training step in eval mode"),
-    (step_returns_loss_only, r"must return \(loss, grad_norm\)"),
-])
+@pytest.mark.parametrize(
+    "fn,diagnosis",
+    [
+        (step_clips_before_backward, "clipping before backward"),
+        (step_clips_stale_gradients, "clipping before backward"),
+        (step_clips_after_update, "clipping after the step"),
+        (step_never_zeroes, "gradients never zeroed"),
+        (step_no_sched, "scheduler not stepped"),
+        (step_scheduler_first, "scheduler stepped before the optimizer"),
+        (step_loss_with_padding, "padding counted in the loss"),
+        (step_shift_swapped, "targets shifted the wrong way"),
+        (step_reports_clipped_norm, "norm measured after clipping"),
+        (step_as_in_the_lesson, "training step in eval mode"),
+        (step_right_functional, "training step in eval mode"),
+        (step_returns_loss_only, r"must return \(loss, grad_norm\)"),
+    ],
+)
 def test_train_step_rejects_wrong_implementations(fn, diagnosis):
     with pytest.raises(CheckFailure, match=diagnosis):
         ch06.check_train_step(fn)
@@ -562,6 +614,7 @@ def test_train_step_by_hand():
 
 
 # ------------------------------------------------------------------------ greedy_decode
+
 
 def greedy_as_in_the_lesson(model, src, max_len, bos_id, eos_id, pad_id):
     """Right: eval, no grad, encode once, causal mask, last position, pad finished rows,
@@ -589,7 +642,7 @@ def greedy_per_row(model, src, max_len, bos_id, eos_id, pad_id):
     rows = []
     with torch.inference_mode():
         for i in range(src.size(0)):
-            memory, src_mask = model.encode(src[i:i + 1])
+            memory, src_mask = model.encode(src[i : i + 1])
             ys = [bos_id]
             for _ in range(max_len):
                 n = len(ys)
@@ -873,12 +926,16 @@ def test_every_decoding_diagnosis_has_a_wrong_learner_in_the_bank():
     from bank import entries
 
     expected = [pattern for _, pattern in WRONG_GREEDY]
-    measured = [re.search(r"'([^']+)'", e.expect) for e in entries("ch06_loop")
-                if e.exercise == "greedy_decode" and e.expect]
+    measured = [
+        re.search(r"'([^']+)'", e.expect)
+        for e in entries("ch06_loop")
+        if e.exercise == "greedy_decode" and e.expect
+    ]
     names = {m.group(1) for m in measured if m}
     for _, diagnosis in ch06.DECODE_PROBES:
-        assert (diagnosis.name in names
-                or any(re.search(p, diagnosis.name) for p in expected)), diagnosis.name
+        assert diagnosis.name in names or any(
+            re.search(p, diagnosis.name) for p in expected
+        ), diagnosis.name
 
 
 def test_greedy_by_hand_rejects_the_reference():

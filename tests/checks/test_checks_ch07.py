@@ -1,6 +1,7 @@
 """The chapter 7 checks, tested with banks of wrong implementations (each rejected with
 its named diagnosis) and right ones written differently (each accepted). Each wrong one
 says what bug it is, spelled as a learner might, not as the check's own variant is."""
+
 import math
 import sys
 
@@ -19,6 +20,7 @@ def _n_targets(batch):
 
 
 # -------------------------------------------------------------------- accumulation_step
+
 
 def accum_right(model, micro_batches, optimizer, scheduler, loss_fn):
     """Counts the step's real targets first, then divides each summed loss by them."""
@@ -186,29 +188,42 @@ def accum_counts_padding(model, micro_batches, optimizer, scheduler, loss_fn):
     scheduler.step()
 
 
-@pytest.mark.parametrize("fn", [accum_right, accum_right_divide_grads_after,
-                                accum_right_one_backward, accum_right_weighted_means,
-                                accum_right_running_total])
+@pytest.mark.parametrize(
+    "fn",
+    [
+        accum_right,
+        accum_right_divide_grads_after,
+        accum_right_one_backward,
+        accum_right_weighted_means,
+        accum_right_running_total,
+    ],
+)
 def test_accumulation_accepts_right_implementations(fn, capsys):
     ch07.check_accumulation_step(fn)
     ch07.check_accumulation_step(fn, hidden=True)
     assert capsys.readouterr().out.count("✓ accumulation_step") == 2
 
 
-@pytest.mark.parametrize("fn,diagnosis", [
-    (accum_not_divided, "loss not divided under accumulation"),
-    (accum_summed, "loss summed, not averaged"),
-    (accum_seed_style, "divided by micro-batches, not by tokens"),
-    (accum_mean_of_means, "divided by micro-batches, not by tokens"),
-    (accum_zero_each, "zero_grad every micro-step"),
-    (accum_scheduler_each, "scheduler stepped every micro-step"),
-    (accum_optimizer_each, "optimizer stepped every micro-step"),
-    (accum_never_zeroed, "gradients never zeroed"),
-    (accum_first_batch_tokens, r"summed loss was divided by 27; expected 45"),
-    (accum_counts_padding, r"divided by 90, which is every target position of the "
-                           r"step, padding included"),
-    (lambda *args: None, r"optimizer.step\(\) ran 0 times"),
-])
+@pytest.mark.parametrize(
+    "fn,diagnosis",
+    [
+        (accum_not_divided, "loss not divided under accumulation"),
+        (accum_summed, "loss summed, not averaged"),
+        (accum_seed_style, "divided by micro-batches, not by tokens"),
+        (accum_mean_of_means, "divided by micro-batches, not by tokens"),
+        (accum_zero_each, "zero_grad every micro-step"),
+        (accum_scheduler_each, "scheduler stepped every micro-step"),
+        (accum_optimizer_each, "optimizer stepped every micro-step"),
+        (accum_never_zeroed, "gradients never zeroed"),
+        (accum_first_batch_tokens, r"summed loss was divided by 27; expected 45"),
+        (
+            accum_counts_padding,
+            r"divided by 90, which is every target position of the "
+            r"step, padding included",
+        ),
+        (lambda *args: None, r"optimizer.step\(\) ran 0 times"),
+    ],
+)
 def test_accumulation_rejects_wrong_implementations(fn, diagnosis):
     with pytest.raises(CheckFailure, match=diagnosis):
         ch07.check_accumulation_step(fn)
@@ -222,6 +237,7 @@ def test_accumulation_failure_points_to_the_lesson():
 
 
 # ----------------------------------------------------------------------------- amp_step
+
 
 def _dtype_for(device_type):
     return torch.float16 if device_type == "cuda" else torch.bfloat16
@@ -424,6 +440,7 @@ def amp_seed_import(model, batch, loss_fn, optimizer, scaler, max_norm):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # it is deprecated, and says so
         from torch.cuda.amp import autocast
+
         ctx = autocast()
     optimizer.zero_grad()
     with ctx:
@@ -436,32 +453,37 @@ def amp_seed_import(model, batch, loss_fn, optimizer, scaler, max_norm):
     return loss
 
 
-@pytest.mark.parametrize("fn", [amp_right, amp_right_manual_clip,
-                                amp_right_zero_at_the_end])
+@pytest.mark.parametrize(
+    "fn", [amp_right, amp_right_manual_clip, amp_right_zero_at_the_end]
+)
 def test_amp_step_accepts_right_implementations(fn, capsys):
     ch07.check_amp_step(fn)
     assert "✓ amp_step" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("fn,diagnosis", [
-    (amp_clip_scaled_by_hand, r"clipping before unscale_"),
-    (amp_clip_then_let_step_unscale, r"clipping before unscale_"),
-    (amp_forgets_to_clip, "gradients not clipped"),
-    (amp_plain_optimizer_step, r"optimizer.step\(\) instead of scaler.step"),
-    (amp_scaled_then_plain_loop, r"optimizer.step\(\) instead of scaler.step"),
-    (amp_forgets_update, r"scaler.update\(\) missing"),
-    (amp_unscaled_backward, "loss not scaled"),
-    (amp_forgets_zero_grad, "zero_grad missing"),
-    (amp_no_autocast, "forward not under autocast"),
-    (amp_swapped_dtypes, "wrong autocast dtype"),
-])
+@pytest.mark.parametrize(
+    "fn,diagnosis",
+    [
+        (amp_clip_scaled_by_hand, r"clipping before unscale_"),
+        (amp_clip_then_let_step_unscale, r"clipping before unscale_"),
+        (amp_forgets_to_clip, "gradients not clipped"),
+        (amp_plain_optimizer_step, r"optimizer.step\(\) instead of scaler.step"),
+        (amp_scaled_then_plain_loop, r"optimizer.step\(\) instead of scaler.step"),
+        (amp_forgets_update, r"scaler.update\(\) missing"),
+        (amp_unscaled_backward, "loss not scaled"),
+        (amp_forgets_zero_grad, "zero_grad missing"),
+        (amp_no_autocast, "forward not under autocast"),
+        (amp_swapped_dtypes, "wrong autocast dtype"),
+    ],
+)
 def test_amp_step_rejects_wrong_implementations(fn, diagnosis):
     with pytest.raises(CheckFailure, match=diagnosis):
         ch07.check_amp_step(fn)
 
 
-@pytest.mark.skipif(get_device().type == "cuda",
-                    reason="on CUDA the deprecated import still autocasts")
+@pytest.mark.skipif(
+    get_device().type == "cuda", reason="on CUDA the deprecated import still autocasts"
+)
 def test_amp_step_rejects_the_seeds_cuda_only_autocast_on_cpu():
     with pytest.raises(CheckFailure, match="forward not under autocast") as info:
         ch07.check_amp_step(amp_seed_import)
@@ -478,6 +500,7 @@ def test_amp_step_reports_a_crash():
 
 # -------------------------------------------------------------------------- make_loader
 
+
 def loader_right(dataset, rank, world_size, epoch, batch_size):
     sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank)
     sampler.set_epoch(epoch)
@@ -493,8 +516,9 @@ def loader_right_by_hand(dataset, rank, world_size, epoch, batch_size):
 
 
 def loader_right_drop_last(dataset, rank, world_size, epoch, batch_size):
-    sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, seed=7,
-                                 drop_last=True)
+    sampler = DistributedSampler(
+        dataset, num_replicas=world_size, rank=rank, seed=7, drop_last=True
+    )
     sampler.set_epoch(epoch)
     return DataLoader(dataset, batch_size=batch_size, sampler=sampler, num_workers=0)
 
@@ -521,8 +545,9 @@ def loader_no_set_epoch(dataset, rank, world_size, epoch, batch_size):
 
 def loader_no_shuffle(dataset, rank, world_size, epoch, batch_size):
     # Bug: the sorted order every epoch.
-    sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank,
-                                 shuffle=False)
+    sampler = DistributedSampler(
+        dataset, num_replicas=world_size, rank=rank, shuffle=False
+    )
     sampler.set_epoch(epoch)
     return DataLoader(dataset, batch_size=batch_size, sampler=sampler)
 
@@ -567,25 +592,35 @@ def loader_global_batch(dataset, rank, world_size, epoch, batch_size):
     return DataLoader(dataset, batch_size=batch_size * world_size, sampler=sampler)
 
 
-@pytest.mark.parametrize("fn", [loader_right, loader_right_by_hand,
-                                loader_right_drop_last, loader_right_contiguous_chunks])
+@pytest.mark.parametrize(
+    "fn",
+    [
+        loader_right,
+        loader_right_by_hand,
+        loader_right_drop_last,
+        loader_right_contiguous_chunks,
+    ],
+)
 def test_make_loader_accepts_right_implementations(fn, capsys):
     ch07.check_make_loader(fn)
     ch07.check_make_loader(fn, world_sizes=(3,), n=20, batch_size=4)
     assert capsys.readouterr().out.count("✓ make_loader") == 2
 
 
-@pytest.mark.parametrize("fn,diagnosis", [
-    (loader_no_sampler, "no DistributedSampler"),
-    (loader_no_set_epoch, "no set_epoch"),
-    (loader_no_shuffle, "no shuffling"),
-    (loader_seed_per_rank, "ranks overlap"),
-    (loader_contiguous_slices, "no shuffling"),
-    (loader_unseeded, "ranks overlap|different orders"),
-    (loader_shuffle_and_sampler, "mutually exclusive"),
-    (loader_world_counted_twice, "epoch misses samples"),
-    (loader_global_batch, "batches larger than batch_size"),
-])
+@pytest.mark.parametrize(
+    "fn,diagnosis",
+    [
+        (loader_no_sampler, "no DistributedSampler"),
+        (loader_no_set_epoch, "no set_epoch"),
+        (loader_no_shuffle, "no shuffling"),
+        (loader_seed_per_rank, "ranks overlap"),
+        (loader_contiguous_slices, "no shuffling"),
+        (loader_unseeded, "ranks overlap|different orders"),
+        (loader_shuffle_and_sampler, "mutually exclusive"),
+        (loader_world_counted_twice, "epoch misses samples"),
+        (loader_global_batch, "batches larger than batch_size"),
+    ],
+)
 def test_make_loader_rejects_wrong_implementations(fn, diagnosis):
     with pytest.raises(CheckFailure, match=diagnosis):
         ch07.check_make_loader(fn)
@@ -614,15 +649,18 @@ def test_checks_write_nothing_to_stderr(capfd):
 
 # ------------------------------------------------------- written by hand (hidden tests)
 
-@pytest.mark.parametrize("fn", [accum_right, accum_right_one_backward,
-                                accum_right_weighted_means])
+
+@pytest.mark.parametrize(
+    "fn", [accum_right, accum_right_one_backward, accum_right_weighted_means]
+)
 def test_accumulation_by_hand_accepts_own_code(fn, capsys):
     ch07.check_accumulation_by_hand(fn)
     assert "✓ accumulation_step: written by hand" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("fn", [amp_right, amp_right_manual_clip,
-                                amp_right_zero_at_the_end])
+@pytest.mark.parametrize(
+    "fn", [amp_right, amp_right_manual_clip, amp_right_zero_at_the_end]
+)
 def test_amp_by_hand_accepts_own_code(fn, capsys):
     ch07.check_amp_by_hand(fn)
     assert "✓ amp_step: written by hand" in capsys.readouterr().out
@@ -632,8 +670,14 @@ def accum_delegates(model, micro_batches, optimizer, scheduler, loss_fn):
     # Calls the course's accumulation instead of writing it.
     from tformer_ref.accumulation import train_accumulated
 
-    train_accumulated(model, micro_batches, optimizer, loss_fn, scheduler=scheduler,
-                      count_tokens=lambda b: int((b[:, 1:] != PAD).sum()))
+    train_accumulated(
+        model,
+        micro_batches,
+        optimizer,
+        loss_fn,
+        scheduler=scheduler,
+        count_tokens=lambda b: int((b[:, 1:] != PAD).sum()),
+    )
 
 
 def accum_delegates_to_big_batch(model, micro_batches, optimizer, scheduler, loss_fn):
@@ -663,21 +707,27 @@ def amp_delegates(model, batch, loss_fn, optimizer, scaler, max_norm):
     return loss
 
 
-@pytest.mark.parametrize("fn,name", [
-    (accum_delegates, "tformer_ref.accumulation.train_accumulated"),
-    (accum_delegates_to_big_batch, "tformer_ref.accumulation.train_big_batch"),
-    (ch07._accum_reference, "the check's own reference"),
-])
+@pytest.mark.parametrize(
+    "fn,name",
+    [
+        (accum_delegates, "tformer_ref.accumulation.train_accumulated"),
+        (accum_delegates_to_big_batch, "tformer_ref.accumulation.train_big_batch"),
+        (ch07._accum_reference, "the check's own reference"),
+    ],
+)
 def test_accumulation_by_hand_rejects_delegation(fn, name):
     ch07.check_accumulation_step(fn)  # it is right: only the hidden test catches it
     with pytest.raises(CheckFailure, match=f"your code calls {name}"):
         ch07.check_accumulation_by_hand(fn)
 
 
-@pytest.mark.parametrize("fn,name", [
-    (amp_delegates, "tformer_ref.amp.optimizer_step"),
-    (ch07._amp_reference, "the check's own reference"),
-])
+@pytest.mark.parametrize(
+    "fn,name",
+    [
+        (amp_delegates, "tformer_ref.amp.optimizer_step"),
+        (ch07._amp_reference, "the check's own reference"),
+    ],
+)
 def test_amp_by_hand_rejects_delegation(fn, name):
     ch07.check_amp_step(fn)  # it is right: only the hidden test catches it
     with pytest.raises(CheckFailure, match=f"your code calls {name}"):

@@ -1,6 +1,7 @@
 """The chapter 8 checks, tested with banks of wrong implementations (each rejected with
 its named diagnosis) and right ones written differently (each accepted). Each one is
 written as a learner might type it, not as the check's own variant is."""
+
 import math
 
 import types
@@ -16,6 +17,7 @@ from tformer_ref.masks import causal_mask
 
 
 # ------------------------------------------------------------------ next_token_probs
+
 
 def probs_right(logits, temperature, top_p):
     """The lesson's way: sort, cumulative sum, mask the logits with -inf, softmax."""
@@ -246,9 +248,15 @@ def probs_smoothed(logits, temperature, top_p):
     return probs / probs.sum(-1, keepdim=True)
 
 
-RIGHT_PROBS = [probs_right, probs_right_zero_and_divide, probs_right_row_loop,
-               probs_right_power, probs_right_log_softmax, probs_right_in_float64,
-               probs_right_own_softmax]
+RIGHT_PROBS = [
+    probs_right,
+    probs_right_zero_and_divide,
+    probs_right_row_loop,
+    probs_right_power,
+    probs_right_log_softmax,
+    probs_right_in_float64,
+    probs_right_own_softmax,
+]
 
 
 @pytest.mark.parametrize("fn", RIGHT_PROBS)
@@ -260,25 +268,41 @@ def test_next_token_probs_accepts_right_implementations(fn, capsys):
     assert captured.err == ""
 
 
-@pytest.mark.parametrize("fn,diagnosis", [
-    (probs_cumsum_below_p, "top-p drops the token that crosses p"),
-    (probs_forgot_first_token, "top-p keeps none when the top token alone exceeds p"),
-    (probs_unsorted, "top-p keeps tokens that are not the most likely"),
-    (probs_not_renormalised, "probabilities not renormalised"),
-    (probs_temperature_on_probs, "temperature applied after the softmax, or not at all"),
-    (probs_softmax_twice, "temperature applied after the softmax"),
-    (probs_multiplied, "temperature multiplied instead of divided"),
-    (probs_top_p_first, "top-p applied before the temperature"),
-    (probs_returns_logits, "returns something other than probabilities"),
-    (probs_samples, r"expected shape \[2, 8\], got \[2\].*a sampled token"),
-    (probs_strict_shift, "top-p keeps one token too many when the mass reaches p "
-                         "exactly"),
-    (probs_loop_until_above_p, "top-p keeps one token too many when the mass reaches "
-                               "p exactly"),
-    (probs_exp_without_max, r"softmax overflows on large logits \(exp without "
-                            r"subtracting the max\)"),
-    (probs_smoothed, UNEXPLAINED),
-])
+@pytest.mark.parametrize(
+    "fn,diagnosis",
+    [
+        (probs_cumsum_below_p, "top-p drops the token that crosses p"),
+        (
+            probs_forgot_first_token,
+            "top-p keeps none when the top token alone exceeds p",
+        ),
+        (probs_unsorted, "top-p keeps tokens that are not the most likely"),
+        (probs_not_renormalised, "probabilities not renormalised"),
+        (
+            probs_temperature_on_probs,
+            "temperature applied after the softmax, or not at all",
+        ),
+        (probs_softmax_twice, "temperature applied after the softmax"),
+        (probs_multiplied, "temperature multiplied instead of divided"),
+        (probs_top_p_first, "top-p applied before the temperature"),
+        (probs_returns_logits, "returns something other than probabilities"),
+        (probs_samples, r"expected shape \[2, 8\], got \[2\].*a sampled token"),
+        (
+            probs_strict_shift,
+            "top-p keeps one token too many when the mass reaches p exactly",
+        ),
+        (
+            probs_loop_until_above_p,
+            "top-p keeps one token too many when the mass reaches p exactly",
+        ),
+        (
+            probs_exp_without_max,
+            r"softmax overflows on large logits \(exp without "
+            r"subtracting the max\)",
+        ),
+        (probs_smoothed, UNEXPLAINED),
+    ],
+)
 def test_next_token_probs_rejects_wrong_implementations(fn, diagnosis, capsys):
     with pytest.raises(CheckFailure, match=diagnosis) as info:
         ch08.check_next_token_probs(fn)
@@ -292,22 +316,31 @@ def test_next_token_probs_measures_the_temperature():
 
 
 def test_next_token_probs_names_the_crossing_token():
-    with pytest.raises(CheckFailure, match=r"is the one that carries the sum across "
-                                           r"top_p = 0.9"):
+    with pytest.raises(
+        CheckFailure,
+        match=r"is the one that carries the sum across "
+        r"top_p = 0.9",
+    ):
         ch08.check_next_token_probs(probs_cumsum_below_p)
 
 
 def test_next_token_probs_names_the_token_kept_past_p():
-    with pytest.raises(CheckFailure, match=r"you keep 3 token\(s\) \[0, 1, 2\] holding "
-                                           r"0.875.*token 2 \(probability 0.125\) is "
-                                           r"one too many"):
+    with pytest.raises(
+        CheckFailure,
+        match=r"you keep 3 token\(s\) \[0, 1, 2\] holding "
+        r"0.875.*token 2 \(probability 0.125\) is "
+        r"one too many",
+    ):
         ch08.check_next_token_probs(probs_strict_shift)
 
 
 def test_next_token_probs_says_the_output_overflows():
-    with pytest.raises(CheckFailure, match=r"around 60, temperature=0.5.*your output "
-                                           r"has NaN or inf; on the same logits minus "
-                                           r"each row's largest .* it is right"):
+    with pytest.raises(
+        CheckFailure,
+        match=r"around 60, temperature=0.5.*your output "
+        r"has NaN or inf; on the same logits minus "
+        r"each row's largest .* it is right",
+    ):
         ch08.check_next_token_probs(probs_exp_without_max)
 
 
@@ -315,8 +348,12 @@ def test_next_token_probs_says_which_line_raised():
     def probs_typo(logits, temperature, top_p):
         probs = (logits / temperature).softmax(-1)
         return probs.sort(dim=2)  # Bug: there is no dim 2
-    with pytest.raises(CheckFailure, match=r"raised IndexError.*at line \d+ of your "
-                                           r"code: `return probs.sort\(dim=2\)"):
+
+    with pytest.raises(
+        CheckFailure,
+        match=r"raised IndexError.*at line \d+ of your "
+        r"code: `return probs.sort\(dim=2\)",
+    ):
         ch08.check_next_token_probs(probs_typo)
 
 
@@ -325,6 +362,7 @@ def test_next_token_probs_by_hand_rejects_the_reference():
 
     def probs_delegated(logits, temperature, top_p):
         return next_token_probs(logits, temperature, top_p=top_p)
+
     ch08.check_next_token_probs(probs_delegated)  # right ...
     with pytest.raises(CheckFailure, match="write that computation yourself"):
         ch08.check_next_token_probs_by_hand(probs_delegated)  # ... but not written
@@ -369,6 +407,7 @@ def test_large_case_overflows_a_plain_exp():
 
 # ---------------------------------------------------------------------------- lm_step
 
+
 def step_right(model, tokens, cache):
     """The exercise's recipe: every block with its own cache layer."""
     past = cache.length
@@ -383,7 +422,7 @@ def step_right(model, tokens, cache):
 def step_right_whole_stack(model, tokens, cache):
     """Hands the cache to the stack in one call instead of looping over the blocks."""
     start = cache.length
-    h = model.tok_embed(tokens) * model.d_model ** 0.5
+    h = model.tok_embed(tokens) * model.d_model**0.5
     h = model.pos(h, start=start)
     mask = causal_mask(tokens.shape[1], device=tokens.device, past=start)
     return model.lm_head(model.blocks(model.dropout(h), mask, cache))
@@ -399,7 +438,7 @@ def step_right_own_mask(model, tokens, cache):
         q_pos = torch.arange(cache.length, t, device=tokens.device)[:, None]
         k_pos = torch.arange(t, device=tokens.device)[None, :]
         mask = (k_pos <= q_pos)[None, None]
-    x = model.pos(model.tok_embed(tokens) * model.d_model ** 0.5, cache.length)
+    x = model.pos(model.tok_embed(tokens) * model.d_model**0.5, cache.length)
     for i in range(len(model.blocks.layers)):
         x = model.blocks.layers[i](x, mask, cache.layer(i))
     return model.lm_head(model.blocks.norm(x))
@@ -408,12 +447,14 @@ def step_right_own_mask(model, tokens, cache):
 def step_right_per_layer_length(model, tokens, cache):
     """Reads each layer's own length before its block runs (equal for every layer)."""
     start = cache.layers[0].length if cache.layers else 0
-    x = model.dropout(model.pos(model.tok_embed(tokens) * model.d_model ** 0.5,
-                                start=start))
+    x = model.dropout(
+        model.pos(model.tok_embed(tokens) * model.d_model**0.5, start=start)
+    )
     for i, layer in enumerate(model.blocks.layers):
         kv = cache.layer(i)
-        m = torch.ones(x.size(1), kv.length + x.size(1), dtype=torch.bool,
-                       device=x.device).tril(diagonal=kv.length)
+        m = torch.ones(
+            x.size(1), kv.length + x.size(1), dtype=torch.bool, device=x.device
+        ).tril(diagonal=kv.length)
         x = layer(x, m[None, None], kv)
     return model.lm_head(model.blocks.norm(x))
 
@@ -421,11 +462,13 @@ def step_right_per_layer_length(model, tokens, cache):
 def step_right_last_rows(model, tokens, cache):
     """The full-length causal mask cut to its last S rows: the new queries' rows."""
     past, s = cache.length, tokens.size(1)
-    full = torch.tril(torch.ones(past + s, past + s, dtype=torch.bool,
-                                 device=tokens.device))
+    full = torch.tril(
+        torch.ones(past + s, past + s, dtype=torch.bool, device=tokens.device)
+    )
     mask = full[-s:].view(1, 1, s, past + s)
-    x = model.dropout(model.pos(model.tok_embed(tokens) * math.sqrt(model.d_model),
-                                start=past))
+    x = model.dropout(
+        model.pos(model.tok_embed(tokens) * math.sqrt(model.d_model), start=past)
+    )
     for i, block in enumerate(model.blocks.layers):
         x = block(x, mask, cache.layer(i))
     return model.lm_head(model.blocks.norm(x))
@@ -458,8 +501,9 @@ def step_switches_to_train(model, tokens, cache):
     model.train()
     past = cache.length
     mask = causal_mask(tokens.size(1), tokens.device, past=past)
-    x = model.dropout(model.pos(model.tok_embed(tokens) * math.sqrt(model.d_model),
-                                start=past))
+    x = model.dropout(
+        model.pos(model.tok_embed(tokens) * math.sqrt(model.d_model), start=past)
+    )
     for i, block in enumerate(model.blocks.layers):
         x = block(x, mask, cache.layer(i))
     return model.lm_head(model.blocks.norm(x))
@@ -645,8 +689,10 @@ def step_positions_doubled(model, tokens, cache):
     past = cache.length
     mask = causal_mask(tokens.size(1), tokens.device, past=past)
     x = model.tok_embed(tokens) * math.sqrt(model.d_model)
-    x = torch.cat([model.pos(x[:, i:i + 1], start=2 * (past + i))
-                   for i in range(x.size(1))], dim=1)
+    x = torch.cat(
+        [model.pos(x[:, i : i + 1], start=2 * (past + i)) for i in range(x.size(1))],
+        dim=1,
+    )
     for i, block in enumerate(model.blocks.layers):
         x = block(x, mask, cache.layer(i))
     return model.lm_head(model.blocks.norm(x))
@@ -662,9 +708,14 @@ def step_scaled_by_half(model, tokens, cache):
     return model.lm_head(model.blocks.norm(x))
 
 
-RIGHT_STEPS = [step_right, step_right_whole_stack, step_right_own_mask,
-               step_right_per_layer_length, step_right_last_rows,
-               step_right_functional_dropout]
+RIGHT_STEPS = [
+    step_right,
+    step_right_whole_stack,
+    step_right_own_mask,
+    step_right_per_layer_length,
+    step_right_last_rows,
+    step_right_functional_dropout,
+]
 
 
 @pytest.mark.parametrize("fn", RIGHT_STEPS)
@@ -676,34 +727,46 @@ def test_lm_step_accepts_right_implementations(fn, capsys):
     assert captured.err == ""
 
 
-@pytest.mark.parametrize("fn,diagnosis", [
-    (step_positions_from_zero, "positions not offset by the cache length"),
-    (step_full_length_mask, "causal mask of the wrong shape"),
-    (step_mask_first_rows, "causal mask rows for the wrong positions"),
-    (step_mask_without_past, "causal mask of the wrong shape"),
-    (step_mask_inside_loop, "causal mask of the wrong shape"),
-    (step_no_mask, "not causal: the future is visible"),
-    (step_float_mask, r"your lm_step raised TypeError: mask must be .* got dtype "
-                      r"torch.float32"),
-    (step_blocks_without_cache, "the cache is not grown"),
-    (step_new_cache, "the cache is not grown"),
-    (step_same_layer, "every block uses the same cache layer"),
-    (step_block_twice, "the cache is grown twice"),
-    (step_not_scaled, r"embeddings not scaled by sqrt\(d_model\)"),
-    (step_no_final_norm, "final LayerNorm skipped"),
-    (step_last_position_only, r"got \[2, 11\] \(only the last position"),
-    (step_functional_dropout, r"dropout active at inference \(F.dropout without "
-                              r"training=model.training, or the model left in train "
-                              r"mode\)"),
-    (step_switches_to_train, "dropout active at inference"),
-    (step_positions_from_one, r"positions added wrongly \(twice, or from the wrong "
-                              r"start\)"),
-    (step_positions_from_last, "positions added wrongly"),
-    (step_positions_twice, "positions added wrongly"),
-    (step_positions_added_to_x, "positions added wrongly"),
-    (step_positions_doubled, "positions added wrongly"),
-    (step_scaled_by_half, UNEXPLAINED),
-])
+@pytest.mark.parametrize(
+    "fn,diagnosis",
+    [
+        (step_positions_from_zero, "positions not offset by the cache length"),
+        (step_full_length_mask, "causal mask of the wrong shape"),
+        (step_mask_first_rows, "causal mask rows for the wrong positions"),
+        (step_mask_without_past, "causal mask of the wrong shape"),
+        (step_mask_inside_loop, "causal mask of the wrong shape"),
+        (step_no_mask, "not causal: the future is visible"),
+        (
+            step_float_mask,
+            r"your lm_step raised TypeError: mask must be .* got dtype "
+            r"torch.float32",
+        ),
+        (step_blocks_without_cache, "the cache is not grown"),
+        (step_new_cache, "the cache is not grown"),
+        (step_same_layer, "every block uses the same cache layer"),
+        (step_block_twice, "the cache is grown twice"),
+        (step_not_scaled, r"embeddings not scaled by sqrt\(d_model\)"),
+        (step_no_final_norm, "final LayerNorm skipped"),
+        (step_last_position_only, r"got \[2, 11\] \(only the last position"),
+        (
+            step_functional_dropout,
+            r"dropout active at inference \(F.dropout without "
+            r"training=model.training, or the model left in train "
+            r"mode\)",
+        ),
+        (step_switches_to_train, "dropout active at inference"),
+        (
+            step_positions_from_one,
+            r"positions added wrongly \(twice, or from the wrong "
+            r"start\)",
+        ),
+        (step_positions_from_last, "positions added wrongly"),
+        (step_positions_twice, "positions added wrongly"),
+        (step_positions_added_to_x, "positions added wrongly"),
+        (step_positions_doubled, "positions added wrongly"),
+        (step_scaled_by_half, UNEXPLAINED),
+    ],
+)
 def test_lm_step_rejects_wrong_implementations(fn, diagnosis, capsys):
     with pytest.raises(CheckFailure, match=diagnosis) as info:
         ch08.check_lm_step(fn)
@@ -712,28 +775,40 @@ def test_lm_step_rejects_wrong_implementations(fn, diagnosis, capsys):
 
 
 def test_lm_step_measures_the_positions():
-    with pytest.raises(CheckFailure, match=r"sat at position\(s\) 0; after 6 cached "
-                                           r"tokens they belong at 6\."):
+    with pytest.raises(
+        CheckFailure,
+        match=r"sat at position\(s\) 0; after 6 cached "
+        r"tokens they belong at 6\.",
+    ):
         ch08.check_lm_step(step_positions_from_zero)
 
 
-@pytest.mark.parametrize("fn,seen", [
-    (step_positions_from_one, r"tokens \[2, 5\] your 5 token\(s\) sat at "
-                              r"position\(s\) 1..5 \(a start of 1 instead of "
-                              r"cache.length = 0\); on an empty cache they belong at "
-                              r"0..4"),
-    (step_positions_from_last, r"sat at position\(s\) 4..8 \(a start of S - 1"),
-    (step_positions_twice, r"encodings added twice"),
-    (step_positions_added_to_x, r"x \+ model.pos\(x\)"),
-])
+@pytest.mark.parametrize(
+    "fn,seen",
+    [
+        (
+            step_positions_from_one,
+            r"tokens \[2, 5\] your 5 token\(s\) sat at "
+            r"position\(s\) 1..5 \(a start of 1 instead of "
+            r"cache.length = 0\); on an empty cache they belong at "
+            r"0..4",
+        ),
+        (step_positions_from_last, r"sat at position\(s\) 4..8 \(a start of S - 1"),
+        (step_positions_twice, r"encodings added twice"),
+        (step_positions_added_to_x, r"x \+ model.pos\(x\)"),
+    ],
+)
 def test_lm_step_measures_positions_on_an_empty_cache(fn, seen):
     with pytest.raises(CheckFailure, match=seen):
         ch08.check_lm_step(fn)
 
 
 def test_lm_step_says_how_far_dropout_moves_the_logits():
-    with pytest.raises(CheckFailure, match=r"model 5 .*dropout=0.1, in eval mode.*the "
-                                           r"same call, made twice .* differ by up to"):
+    with pytest.raises(
+        CheckFailure,
+        match=r"model 5 .*dropout=0.1, in eval mode.*the "
+        r"same call, made twice .* differ by up to",
+    ):
         ch08.check_lm_step(step_functional_dropout)
 
 
@@ -746,15 +821,19 @@ def test_lm_step_leaves_the_models_in_eval_mode():
 
 
 def test_lm_step_says_which_keys_a_query_sees():
-    with pytest.raises(CheckFailure, match=r"new token 0 \(position 6\) is influenced "
-                                           r"by the tokens at positions \[0, 6\]; it "
-                                           r"should see 0..6"):
+    with pytest.raises(
+        CheckFailure,
+        match=r"new token 0 \(position 6\) is influenced "
+        r"by the tokens at positions \[0, 6\]; it "
+        r"should see 0..6",
+    ):
         ch08.check_lm_step(step_mask_first_rows)
 
 
 def test_lm_step_by_hand_rejects_the_models_forward():
     def step_delegated(model, tokens, cache):
         return model(tokens, cache=cache)
+
     ch08.check_lm_step(step_delegated)
     with pytest.raises(CheckFailure, match="the model's own forward"):
         ch08.check_lm_step_by_hand(step_delegated)
@@ -762,6 +841,7 @@ def test_lm_step_by_hand_rejects_the_models_forward():
 
 # -------------------------------------------------------------------- generate_greedy
 # Each decoding loop uses a step: step_right (the learner's lm_step) unless it says.
+
 
 def lm_step(model, tokens, cache):
     return step_right(model, tokens, cache)
@@ -795,7 +875,7 @@ def gen_right_prompt_token_by_token(model, prompt, max_new_tokens):
     cache = KVCache()
     out = prompt.clone()
     for j in range(prompt.size(1)):
-        logits = lm_step(model, prompt[:, j:j + 1], cache)
+        logits = lm_step(model, prompt[:, j : j + 1], cache)
     while out.size(1) < prompt.size(1) + max_new_tokens:
         t = logits[:, -1].argmax(-1).unsqueeze(1)
         out = torch.cat((out, t), 1)
@@ -924,8 +1004,9 @@ def in_notebook(generate_greedy, lm_step):
     given (the grader finds the learner's lm_step by its name there)."""
     namespace = {**generate_greedy.__globals__, "lm_step": lm_step}
     name = f"{generate_greedy.__name__}_over_{lm_step.__name__}"
-    return types.FunctionType(generate_greedy.__code__, namespace, name,
-                              generate_greedy.__defaults__)
+    return types.FunctionType(
+        generate_greedy.__code__, namespace, name, generate_greedy.__defaults__
+    )
 
 
 def gen_cache_on_model(model, prompt, max_new_tokens):
@@ -987,7 +1068,7 @@ def gen_float_tokens(model, prompt, max_new_tokens):
     logits = lm_step(model, prompt, cache)
     for j in range(s, s + max_new_tokens):
         out[:, j] = logits[:, -1].argmax(-1)
-        logits = lm_step(model, out[:, j:j + 1].long(), cache)
+        logits = lm_step(model, out[:, j : j + 1].long(), cache)
     return out
 
 
@@ -1001,12 +1082,16 @@ def gen_right_preallocated(model, prompt, max_new_tokens):
     for j in range(s, s + max_new_tokens):
         out[:, j] = logits[:, -1].argmax(-1)
         if j + 1 < s + max_new_tokens:
-            logits = lm_step(model, out[:, j:j + 1], local_cache)
+            logits = lm_step(model, out[:, j : j + 1], local_cache)
     return out
 
 
-RIGHT_GENERATE = [gen_right, gen_right_collect, gen_right_prompt_token_by_token,
-                  gen_right_preallocated]
+RIGHT_GENERATE = [
+    gen_right,
+    gen_right_collect,
+    gen_right_prompt_token_by_token,
+    gen_right_preallocated,
+]
 
 
 @pytest.mark.parametrize("fn", RIGHT_GENERATE)
@@ -1018,29 +1103,42 @@ def test_generate_greedy_accepts_right_implementations(fn, capsys):
     assert captured.err == ""
 
 
-@pytest.mark.parametrize("fn,diagnosis", [
-    (gen_cache_default, "a cache carried over between prompts"),
-    (gen_global_cache, "a cache carried over between prompts"),
-    (gen_one_too_many, "decoding drops or repeats a token"),
-    (gen_only_new, "returns only the new tokens"),
-    (gen_whole_sequence_each_step, "the prefix fed again with a cache"),
-    (gen_feeds_previous, "a step feeds the wrong token"),
-    (gen_first_position, "the next token is not the argmax of the last position"),
-    (gen_samples, "the next token is not the argmax of the last position"),
-    (gen_uncached, "decoding without the cache"),
-    (in_notebook(gen_right, step_positions_from_zero), "the step's logits are wrong"),
-    (in_notebook(gen_right, step_new_cache), "the step's logits are wrong"),
-    (gen_with_own_wrong_step, UNEXPLAINED),
-    (gen_cache_on_model, "a cache carried over between prompts"),
-    (gen_cache_per_batch_size, "a cache carried over between prompts"),
-    (gen_new_cache_each_step, "a new or reset cache at every step: each new token "
-                              "sees only itself"),
-    (gen_reset_each_step, "a new or reset cache at every step"),
-    (in_notebook(gen_new_cache_each_step, step_positions_from_zero),
-     "a new or reset cache at every step"),
-    (gen_float_tokens, r"the tokens must be a LongTensor \[B, S \+ N\] = \[2, 11\] of "
-                       r"ids \(torch.int64\) on cpu, got torch.float32"),
-])
+@pytest.mark.parametrize(
+    "fn,diagnosis",
+    [
+        (gen_cache_default, "a cache carried over between prompts"),
+        (gen_global_cache, "a cache carried over between prompts"),
+        (gen_one_too_many, "decoding drops or repeats a token"),
+        (gen_only_new, "returns only the new tokens"),
+        (gen_whole_sequence_each_step, "the prefix fed again with a cache"),
+        (gen_feeds_previous, "a step feeds the wrong token"),
+        (gen_first_position, "the next token is not the argmax of the last position"),
+        (gen_samples, "the next token is not the argmax of the last position"),
+        (gen_uncached, "decoding without the cache"),
+        (
+            in_notebook(gen_right, step_positions_from_zero),
+            "the step's logits are wrong",
+        ),
+        (in_notebook(gen_right, step_new_cache), "the step's logits are wrong"),
+        (gen_with_own_wrong_step, UNEXPLAINED),
+        (gen_cache_on_model, "a cache carried over between prompts"),
+        (gen_cache_per_batch_size, "a cache carried over between prompts"),
+        (
+            gen_new_cache_each_step,
+            "a new or reset cache at every step: each new token sees only itself",
+        ),
+        (gen_reset_each_step, "a new or reset cache at every step"),
+        (
+            in_notebook(gen_new_cache_each_step, step_positions_from_zero),
+            "a new or reset cache at every step",
+        ),
+        (
+            gen_float_tokens,
+            r"the tokens must be a LongTensor \[B, S \+ N\] = \[2, 11\] of "
+            r"ids \(torch.int64\) on cpu, got torch.float32",
+        ),
+    ],
+)
 def test_generate_greedy_rejects_wrong_implementations(fn, diagnosis, capsys):
     if fn is gen_global_cache:
         SHARED_CACHE.reset()
@@ -1054,6 +1152,7 @@ def test_generate_greedy_rejects_wrong_implementations(fn, diagnosis, capsys):
 def test_generate_greedy_catches_a_cache_carried_even_when_used_before():
     """A default cache already used by the learner's own cell: even the first graded
     call is wrong, and the same call twice tells."""
+
     def gen_cache_default_used(model, prompt, max_new_tokens, cache=KVCache()):
         # Bug: as gen_cache_default.
         logits = lm_step(model, prompt, cache)
@@ -1063,6 +1162,7 @@ def test_generate_greedy_catches_a_cache_carried_even_when_used_before():
             tokens = torch.cat([tokens, nxt], dim=1)
             logits = lm_step(model, nxt, cache)
         return tokens
+
     model = ch08.gen_cases()[0].model
     gen_cache_default_used(model, ch08.gen_cases()[0].prompt, 2)
     with pytest.raises(CheckFailure, match="a cache carried over between prompts"):
@@ -1071,22 +1171,31 @@ def test_generate_greedy_catches_a_cache_carried_even_when_used_before():
 
 def test_generate_greedy_says_what_the_cache_held():
     CACHES.clear()
-    with pytest.raises(CheckFailure, match=r"Call 3 .*prompt \[2, 2\].*: when its "
-                                           r"prompt went in, the first block's cache "
-                                           r"already held 11 token\(s\)"):
+    with pytest.raises(
+        CheckFailure,
+        match=r"Call 3 .*prompt \[2, 2\].*: when its "
+        r"prompt went in, the first block's cache "
+        r"already held 11 token\(s\)",
+    ):
         ch08.check_generate_greedy(gen_cache_per_batch_size)
-    with pytest.raises(CheckFailure, match=r"When step 1 began, the first block's "
-                                           r"cache held 0 token\(s\); it should hold "
-                                           r"the 3 before the step's token"):
+    with pytest.raises(
+        CheckFailure,
+        match=r"When step 1 began, the first block's "
+        r"cache held 0 token\(s\); it should hold "
+        r"the 3 before the step's token",
+    ):
         ch08.check_generate_greedy(gen_new_cache_each_step)
 
 
 def test_generate_greedy_blames_a_step_that_drops_the_cache():
     """A right loop over a notebook lm_step that keeps no keys looks like a new cache
     at every step: the step is tested, and named, before the loop is blamed."""
-    with pytest.raises(CheckFailure, match=r"does not grow the cache it is given "
-                                           r"\(check_lm_step says 'the cache is not "
-                                           r"grown'\)"):
+    with pytest.raises(
+        CheckFailure,
+        match=r"does not grow the cache it is given "
+        r"\(check_lm_step says 'the cache is not "
+        r"grown'\)",
+    ):
         ch08.check_generate_greedy(in_notebook(gen_right, step_new_cache))
 
 
@@ -1101,8 +1210,12 @@ def test_generate_greedy_names_the_missing_token():
             tokens = torch.cat([tokens, nxt], dim=1)
             logits = lm_step(model, nxt, cache)
         return tokens
-    with pytest.raises(CheckFailure, match=r"decoding drops or repeats a token.*the last new "
-                                           r"token is missing"):
+
+    with pytest.raises(
+        CheckFailure,
+        match=r"decoding drops or repeats a token.*the last new "
+        r"token is missing",
+    ):
         ch08.check_generate_greedy(gen_loop_one_short)
 
 
@@ -1111,6 +1224,7 @@ def test_generate_greedy_by_hand_rejects_the_reference():
 
     def gen_delegated(model, prompt, max_new_tokens):
         return generate(model, prompt, max_new_tokens, temperature=0)
+
     ch08.check_generate_greedy(gen_delegated)
     with pytest.raises(CheckFailure, match="tformer_ref.sampling.generate"):
         ch08.check_generate_greedy_by_hand(gen_delegated)
@@ -1122,16 +1236,21 @@ def test_greedy_cases_have_clear_argmax_margins_and_varied_tokens():
     for case in ch08.gen_cases():
         out = ch08._reference_greedy(case.model, case.prompt, case.n + 1)
         with torch.no_grad():
-            logits = case.model(out)[:, case.prompt.size(1) - 1:-1]
+            logits = case.model(out)[:, case.prompt.size(1) - 1 : -1]
         top2 = logits.topk(2, dim=-1).values
         assert (top2[..., 0] - top2[..., 1]).min() > 1e-3, case.label
-        new = out[:, case.prompt.size(1):]
+        new = out[:, case.prompt.size(1) :]
         assert (new[:, 1:] != new[:, :-1]).float().mean() > 0.5, case.label
 
 
-@pytest.mark.parametrize("check,fn", [(ch08.check_next_token_probs, probs_right),
-                                      (ch08.check_lm_step, step_positions_from_zero),
-                                      (ch08.check_generate_greedy, gen_samples)])
+@pytest.mark.parametrize(
+    "check,fn",
+    [
+        (ch08.check_next_token_probs, probs_right),
+        (ch08.check_lm_step, step_positions_from_zero),
+        (ch08.check_generate_greedy, gen_samples),
+    ],
+)
 def test_checks_leave_the_notebooks_random_state_alone(check, fn):
     """Every case is built from its own seeded generator: a check run between two cells
     of a seeded notebook does not change what the next cell draws."""

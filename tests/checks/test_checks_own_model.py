@@ -10,6 +10,7 @@ the learner's) within its budget and, for a model that does not learn, name the 
 or the part of the assembly at fault. A wrong model fails in any budget, so those tests
 train for a short one.
 """
+
 import re
 from pathlib import Path
 
@@ -19,9 +20,14 @@ import torch
 from tformer_grading.checks import CheckFailure, own_model
 from tformer_grading.checks.diagnosis import UNEXPLAINED, single_thread
 
-SOURCE = (Path(__file__).resolve().parents[2] / "nbsrc" / "solutions" / "ch06_own_model"
-          / "exercise.py")
-CELL = re.compile(r'^# %%(.*)$', re.M)
+SOURCE = (
+    Path(__file__).resolve().parents[2]
+    / "nbsrc"
+    / "solutions"
+    / "ch06_own_model"
+    / "exercise.py"
+)
+CELL = re.compile(r"^# %%(.*)$", re.M)
 SHORT = 20  # steps: enough to reach every diagnosis, far too few for any model to learn
 
 
@@ -54,16 +60,22 @@ def notebook(**answers: str) -> dict:
 
 def pieces(ns: dict) -> dict:
     return dict(
-        attention=(ns["split_heads"], ns["merge_heads"], ns["masked_attention"],
-                   ns["MultiHeadAttention"]),
+        attention=(
+            ns["split_heads"],
+            ns["merge_heads"],
+            ns["masked_attention"],
+            ns["MultiHeadAttention"],
+        ),
         masks=(ns["causal_mask"], ns["padding_mask"]),
         blocks=(ns["FeedForward"], ns["EncoderBlock"], ns["DecoderBlock"]),
-        positions=(ns["sinusoidal_encoding"], ns["embed"]))
+        positions=(ns["sinusoidal_encoding"], ns["embed"]),
+    )
 
 
 def learns(ns: dict, steps: int = own_model.STEPS) -> None:
-    own_model.check_own_model_learns(ns["OwnTransformer"], ns["batch_loss"],
-                                     **pieces(ns), steps=steps)
+    own_model.check_own_model_learns(
+        ns["OwnTransformer"], ns["batch_loss"], **pieces(ns), steps=steps
+    )
 
 
 def check_piece(name: str, ns: dict) -> None:
@@ -73,26 +85,30 @@ def check_piece(name: str, ns: dict) -> None:
 
 # ------------------------------------------------------------------- the answers
 
-REF_ATTENTION = '''
+REF_ATTENTION = """
 from tformer_ref.heads import split_heads, merge_heads
 from tformer_ref.attention import scaled_dot_product_attention as masked_attention
 from tformer_ref.attention import MultiHeadAttention
-'''
+"""
 REF_MASKS = "from tformer_ref.masks import causal_mask, padding_mask\n"
-REF_BLOCKS = '''
+REF_BLOCKS = """
 from tformer_ref.blocks import FeedForward, EncoderBlock
 from tformer_grading.checks.own_model import ReferenceDecoderBlock as DecoderBlock
-'''
-REF_POSITIONS = '''
+"""
+REF_POSITIONS = """
 from tformer_ref.positions import sinusoidal_encoding
 from tformer_grading.checks.own_model import reference_embed as embed
-'''
-ALL_REFERENCE = dict(own_attention=REF_ATTENTION, own_masks=REF_MASKS,
-                     own_blocks=REF_BLOCKS, own_positions=REF_POSITIONS)
+"""
+ALL_REFERENCE = dict(
+    own_attention=REF_ATTENTION,
+    own_masks=REF_MASKS,
+    own_blocks=REF_BLOCKS,
+    own_positions=REF_POSITIONS,
+)
 
 # Right, written differently: reshape/permute, one stacked [q; k; v] projection applied
 # to each input, a finite fill of -1e4, an unmasked path of its own.
-ATTENTION_STACKED = '''
+ATTENTION_STACKED = """
 def split_heads(x, n_heads):
     b, s, d = x.shape
     return x.reshape(b, s, n_heads, d // n_heads).permute(0, 2, 1, 3)
@@ -128,8 +144,8 @@ class MultiHeadAttention(nn.Module):
         else:
             out, _ = masked_attention(q, k, v, mask)
         return self.out(merge_heads(out))
-'''
-MASKS_ARANGE = '''
+"""
+MASKS_ARANGE = """
 def causal_mask(size):
     i = torch.arange(size, device=device)
     return (i[None, :] <= i[:, None])[None, None]
@@ -137,8 +153,8 @@ def causal_mask(size):
 
 def padding_mask(tokens, pad_id):
     return tokens.ne(pad_id).unsqueeze(1).unsqueeze(2)
-'''
-BLOCKS_HELPER = '''
+"""
+BLOCKS_HELPER = """
 class FeedForward(nn.Module):
     def __init__(self, d_model, d_ff, dropout=0.0):
         super().__init__()
@@ -188,8 +204,8 @@ class DecoderBlock(nn.Module):
         x = post_ln(x, attend, self.norms[0], self.drop)
         x = post_ln(x, read, self.norms[1], self.drop)
         return post_ln(x, self.ff, self.norms[2], self.drop)
-'''
-POSITIONS_EXP = '''
+"""
+POSITIONS_EXP = """
 def sinusoidal_encoding(n_positions, d_model):
     position = torch.arange(n_positions, dtype=torch.float).unsqueeze(1)
     pairs = torch.arange(0, d_model, 2).float()
@@ -203,8 +219,8 @@ def sinusoidal_encoding(n_positions, d_model):
 def embed(tokens, table, pe):
     scaled = table.weight[tokens] * table.embedding_dim ** 0.5
     return scaled + pe[: tokens.shape[1]].unsqueeze(0)
-'''
-MODEL_STACKS = '''
+"""
+MODEL_STACKS = """
 PAD = 0
 
 
@@ -234,21 +250,23 @@ class OwnTransformer(nn.Module):
 def batch_loss(model, src, tgt):
     logits = model(src, tgt[:, :-1])
     return F.cross_entropy(logits.transpose(1, 2), tgt[:, 1:], ignore_index=PAD)
-'''
+"""
 
 # Wrong pieces, one mistake each.
-MASK_TRIU = '''
+MASK_TRIU = """
 def causal_mask(size):
     return torch.ones(size, size, dtype=torch.bool, device=device).triu()[None, None]
 
 
 def padding_mask(tokens, pad_id):
     return (tokens != pad_id)[:, None, None, :]
-'''
+"""
 # The attention written inline in the module, scaled by the model's width.
 # The right split_heads, merge_heads and masked_attention, before the module.
 FUNCTIONS = RIGHT["own_attention"].split("class MultiHeadAttention")[0]
-ATTENTION_SCALE_D_MODEL = FUNCTIONS + '''
+ATTENTION_SCALE_D_MODEL = (
+    FUNCTIONS
+    + """
 class MultiHeadAttention(nn.Module):
     def __init__(self, d_model, n_heads, dropout=0.0):
         super().__init__()
@@ -263,10 +281,13 @@ class MultiHeadAttention(nn.Module):
         if mask is not None:
             scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
         return self.o(merge_heads(scores.softmax(-1) @ v))
-'''
+"""
+)
 # Exercise 1's module pasted unchanged but for the dropout argument: the mask is
 # ignored.
-ATTENTION_IGNORES_MASK = FUNCTIONS + '''
+ATTENTION_IGNORES_MASK = (
+    FUNCTIONS
+    + """
 class MultiHeadAttention(nn.Module):
     def __init__(self, d_model, n_heads, dropout=0.0):
         super().__init__()
@@ -279,35 +300,44 @@ class MultiHeadAttention(nn.Module):
         v = split_heads(self.v(value), self.h)
         out = (q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))).softmax(-1) @ v
         return self.o(merge_heads(out))
-'''
+"""
+)
 # The encoder block's norms on the sublayer's output, inside the residual.
 BLOCKS_NORM_INSIDE = RIGHT["own_blocks"].replace(
     "x = self.norm1(x + self.dropout1(self.self_attn(x, x, x, mask=mask)))\n"
     "        return self.norm2(x + self.dropout2(self.ff(x)))",
     "x = x + self.norm1(self.dropout1(self.self_attn(x, x, x, mask=mask)))\n"
-    "        return x + self.norm2(self.dropout2(self.ff(x)))")
+    "        return x + self.norm2(self.dropout2(self.ff(x)))",
+)
 EMBED_NO_POSITIONS = RIGHT["own_positions"].replace(
     "return table(tokens) * math.sqrt(table.embedding_dim) + pe[: tokens.size(1)]",
-    "return table(tokens) * math.sqrt(table.embedding_dim)")
+    "return table(tokens) * math.sqrt(table.embedding_dim)",
+)
 LOSS_NOT_SHIFTED = RIGHT["own_model"].replace(
-    "tgt_in, labels = tgt[:, :-1], tgt[:, 1:]", "tgt_in, labels = tgt, tgt")
+    "tgt_in, labels = tgt[:, :-1], tgt[:, 1:]", "tgt_in, labels = tgt, tgt"
+)
 MODEL_NO_SOURCE_MASK = RIGHT["own_model"].replace(
-    "memory = block(memory, src_mask)", "memory = block(memory)")
+    "memory = block(memory, src_mask)", "memory = block(memory)"
+)
 # Every piece and probe is right, but only the output layer trains.
 MODEL_DETACHED = RIGHT["own_model"].replace(
-    "return self.generator(x)", "return self.generator(x.detach())")
+    "return self.generator(x)", "return self.generator(x.detach())"
+)
 
 
 def test_the_wrong_answers_differ_from_the_right_ones():
-    for wrong, right in ((BLOCKS_NORM_INSIDE, "own_blocks"),
-                         (EMBED_NO_POSITIONS, "own_positions"),
-                         (LOSS_NOT_SHIFTED, "own_model"),
-                         (MODEL_NO_SOURCE_MASK, "own_model"),
-                         (MODEL_DETACHED, "own_model")):
+    for wrong, right in (
+        (BLOCKS_NORM_INSIDE, "own_blocks"),
+        (EMBED_NO_POSITIONS, "own_positions"),
+        (LOSS_NOT_SHIFTED, "own_model"),
+        (MODEL_NO_SOURCE_MASK, "own_model"),
+        (MODEL_DETACHED, "own_model"),
+    ):
         assert wrong != RIGHT[right]
 
 
 # ------------------------------------------------------------------- piece checks
+
 
 @pytest.mark.parametrize("name", ["attention", "masks", "blocks", "positions"])
 def test_the_solution_pieces_pass(name, capsys):
@@ -317,8 +347,12 @@ def test_the_solution_pieces_pass(name, capsys):
 
 @pytest.mark.parametrize("name", ["attention", "masks", "blocks", "positions"])
 def test_right_pieces_written_differently_pass(name, capsys):
-    ns = notebook(own_attention=ATTENTION_STACKED, own_masks=MASKS_ARANGE,
-                  own_blocks=BLOCKS_HELPER, own_positions=POSITIONS_EXP)
+    ns = notebook(
+        own_attention=ATTENTION_STACKED,
+        own_masks=MASKS_ARANGE,
+        own_blocks=BLOCKS_HELPER,
+        own_positions=POSITIONS_EXP,
+    )
     check_piece(name, ns)
     assert f"✓ own_{name}:" in capsys.readouterr().out
 
@@ -331,11 +365,14 @@ def test_a_reference_piece_earns_nothing_and_says_why(name):
 
 
 def test_a_subclass_of_the_reference_is_the_reference():
-    ns = notebook(own_attention=RIGHT["own_attention"] + '''
+    ns = notebook(
+        own_attention=RIGHT["own_attention"]
+        + """
 import tformer_ref.attention
 class MultiHeadAttention(tformer_ref.attention.MultiHeadAttention):
     pass
-''')
+"""
+    )
     borrowed = r"MultiHeadAttention is tformer_ref\.attention"
     with pytest.raises(CheckFailure, match=borrowed):
         check_piece("attention", ns)
@@ -349,26 +386,46 @@ def test_one_reference_function_in_a_piece_is_named():
         check_piece("masks", ns)
 
 
-@pytest.mark.parametrize("answers, name, diagnosis", [
-    (dict(own_masks=MASK_TRIU), "masks", "triu instead of tril"),
-    (dict(own_attention=ATTENTION_SCALE_D_MODEL), "attention",
-     r"scaled by sqrt\(d_model\)"),
-    (dict(own_attention=ATTENTION_IGNORES_MASK), "attention",
-     "with a causal mask, changing the last token changed the outputs"),
-    (dict(own_blocks=BLOCKS_NORM_INSIDE), "blocks",
-     r"LayerNorm in the wrong place \(x \+ LayerNorm\(sublayer\)\)"),
-    (dict(own_positions=EMBED_NO_POSITIONS), "positions", "embed"),
-], ids=["causal-triu", "scale-d-model", "mha-ignores-mask", "norm-inside-residual",
-        "no-positions"])
+@pytest.mark.parametrize(
+    "answers, name, diagnosis",
+    [
+        (dict(own_masks=MASK_TRIU), "masks", "triu instead of tril"),
+        (
+            dict(own_attention=ATTENTION_SCALE_D_MODEL),
+            "attention",
+            r"scaled by sqrt\(d_model\)",
+        ),
+        (
+            dict(own_attention=ATTENTION_IGNORES_MASK),
+            "attention",
+            "with a causal mask, changing the last token changed the outputs",
+        ),
+        (
+            dict(own_blocks=BLOCKS_NORM_INSIDE),
+            "blocks",
+            r"LayerNorm in the wrong place \(x \+ LayerNorm\(sublayer\)\)",
+        ),
+        (dict(own_positions=EMBED_NO_POSITIONS), "positions", "embed"),
+    ],
+    ids=[
+        "causal-triu",
+        "scale-d-model",
+        "mha-ignores-mask",
+        "norm-inside-residual",
+        "no-positions",
+    ],
+)
 def test_a_wrong_piece_fails_with_its_chapter_diagnosis(answers, name, diagnosis):
     expected = f"(?s)own_{name}: your piece fails.*{diagnosis}"
     with pytest.raises(CheckFailure, match=expected):
         check_piece(name, notebook(**answers))
 
 
-@pytest.mark.parametrize("answers", [dict(own_attention=ATTENTION_SCALE_D_MODEL),
-                                     dict(own_masks=MASK_TRIU)],
-                         ids=["wrong-attention", "wrong-causal-mask"])
+@pytest.mark.parametrize(
+    "answers",
+    [dict(own_attention=ATTENTION_SCALE_D_MODEL), dict(own_masks=MASK_TRIU)],
+    ids=["wrong-attention", "wrong-causal-mask"],
+)
 def test_the_blocks_are_judged_apart_from_the_attention_and_masks(answers, capsys):
     ns = notebook(**answers)
     theirs = ns["MultiHeadAttention"], ns["causal_mask"]
@@ -390,6 +447,7 @@ def test_the_pieces_print_nothing_to_stderr(capsys):
 
 # ------------------------------------------------------------------- the model check
 
+
 @pytest.mark.slow
 def test_the_reference_pieces_assembled_learn(capsys):
     learns(notebook(**ALL_REFERENCE))
@@ -399,9 +457,15 @@ def test_the_reference_pieces_assembled_learn(capsys):
 
 @pytest.mark.slow
 def test_right_pieces_written_differently_learn(capsys):
-    learns(notebook(own_attention=ATTENTION_STACKED, own_masks=MASKS_ARANGE,
-                    own_blocks=BLOCKS_HELPER, own_positions=POSITIONS_EXP,
-                    own_model=MODEL_STACKS))
+    learns(
+        notebook(
+            own_attention=ATTENTION_STACKED,
+            own_masks=MASKS_ARANGE,
+            own_blocks=BLOCKS_HELPER,
+            own_positions=POSITIONS_EXP,
+            own_model=MODEL_STACKS,
+        )
+    )
     assert "✓ your Transformer learns:" in capsys.readouterr().out
 
 
@@ -446,7 +510,8 @@ def test_a_model_that_fails_every_probe_but_nothing_isolated_says_so():
 def test_a_model_that_cannot_be_built_fails_at_once():
     broken = RIGHT["own_model"].replace(
         "def __init__(self, vocab_size, d_model, n_heads, d_ff, n_layers)",
-        "def __init__(self, vocab_size, d_model)")
+        "def __init__(self, vocab_size, d_model)",
+    )
     assert broken != RIGHT["own_model"]
     built = r"OwnTransformer\(\d+, 32, 4, 64, 1\) raised"
     with pytest.raises(CheckFailure, match=built):

@@ -7,6 +7,7 @@ Two kinds of pointer, one test: a check's ``Section`` (a failure tells the learn
 pointers to it keep the old one (four copies of this test once drifted apart, and chapters 1, 6
 and 7 had none).
 """
+
 from __future__ import annotations
 
 import importlib
@@ -27,9 +28,14 @@ POINTER = re.compile(r"(?:Taught|Used) in §(\d+\.\d+) '(.+?)' \(book/(ch\d\d_\w
 
 
 def _check_modules():
-    names = [m.name for m in pkgutil.iter_modules(checks.__path__)
-             if m.name not in checks.SHARED_MODULES]
-    return [importlib.import_module(f"tformer_grading.checks.{n}") for n in sorted(names)]
+    names = [
+        m.name
+        for m in pkgutil.iter_modules(checks.__path__)
+        if m.name not in checks.SHARED_MODULES
+    ]
+    return [
+        importlib.import_module(f"tformer_grading.checks.{n}") for n in sorted(names)
+    ]
 
 
 def _sections_of(module) -> set[Section]:
@@ -45,15 +51,19 @@ def _sections_of(module) -> set[Section]:
 
 def _public_objects(module):
     for name, value in vars(module).items():
-        if name.startswith("_") or not (inspect.isfunction(value) or inspect.isclass(value)):
+        if name.startswith("_") or not (
+            inspect.isfunction(value) or inspect.isclass(value)
+        ):
             continue
         if getattr(value, "__module__", None) == module.__name__:
             yield name, value
 
 
 def _reference_modules():
-    return [importlib.import_module(f"tformer_ref.{m.name}")
-            for m in pkgutil.iter_modules(tformer_ref.__path__)]
+    return [
+        importlib.import_module(f"tformer_ref.{m.name}")
+        for m in pkgutil.iter_modules(tformer_ref.__path__)
+    ]
 
 
 def _pointers():
@@ -65,7 +75,9 @@ def _pointers():
         for name, obj in _public_objects(module):
             match = POINTER.search(inspect.getdoc(obj) or "")
             where = f"{module.__name__}.{name}"
-            out.append((where, Section(match[3], match[1], match[2]) if match else None))
+            out.append(
+                (where, Section(match[3], match[1], match[2]) if match else None)
+            )
     return out
 
 
@@ -74,14 +86,18 @@ def _headings(chapter: str) -> set[str]:
     return set(re.findall(r"^# ## (\d+\.\d+ .+)$", text, flags=re.M))
 
 
-@pytest.mark.parametrize("where, section", _pointers(), ids=lambda v: str(v) if isinstance(v, str) else "")
+@pytest.mark.parametrize(
+    "where, section", _pointers(), ids=lambda v: str(v) if isinstance(v, str) else ""
+)
 def test_every_pointer_to_a_lesson_section_names_a_heading_that_exists(where, section):
     assert section is not None, (
         f"{where}: its docstring needs a line like \"Taught in §3.2 'The causal mask' "
-        "(book/ch03_masks).\" (or \"Used in ...\" for lesson support code)")
+        '(book/ch03_masks)." (or "Used in ..." for lesson support code)'
+    )
     assert f"{section.number} {section.title}" in _headings(section.chapter), (
         f"{where} points to §{section.number} '{section.title}' in {section.chapter}, which has "
-        f"no such heading")
+        f"no such heading"
+    )
 
 
 def test_every_chapter_with_an_exercise_has_checks_that_name_its_sections():

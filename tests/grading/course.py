@@ -4,6 +4,7 @@ Used by the grading tests of every chapter: build a course folder, release an
 exercise, hand in notebooks as fixture learners, autograde, generate feedback,
 and read the scores from the real gradebook.
 """
+
 from __future__ import annotations
 
 import copy
@@ -19,14 +20,26 @@ import nbformat
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-SOLUTION_BLOCK = re.compile(r"^[ \t]*### BEGIN SOLUTION\n(.*?)^[ \t]*### END SOLUTION\n?", re.S | re.M)
+SOLUTION_BLOCK = re.compile(
+    r"^[ \t]*### BEGIN SOLUTION\n(.*?)^[ \t]*### END SOLUTION\n?", re.S | re.M
+)
 
 
-def nbgrader(course: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+def nbgrader(
+    course: Path, *args: str, timeout: float = 600
+) -> subprocess.CompletedProcess:
     """Run ``nbgrader ARGS`` in ``course``; fail the test with its output when it exits non-zero."""
-    proc = subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=course, text=True,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout)
-    assert proc.returncode == 0, f"nbgrader {' '.join(args)} failed:\n{proc.stdout[-5000:]}"
+    proc = subprocess.run(
+        [sys.executable, "-m", "nbgrader", *args],
+        cwd=course,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        timeout=timeout,
+    )
+    assert proc.returncode == 0, (
+        f"nbgrader {' '.join(args)} failed:\n{proc.stdout[-5000:]}"
+    )
     return proc
 
 
@@ -35,7 +48,9 @@ def make_course(tmp: Path, chapter: str) -> Path:
     course = tmp / "course"
     (course / "solutions" / chapter).mkdir(parents=True)
     shutil.copy(ROOT / "nbgrader_config.py", course)
-    shutil.copy(ROOT / "solutions" / chapter / "exercise.ipynb", course / "solutions" / chapter)
+    shutil.copy(
+        ROOT / "solutions" / chapter / "exercise.ipynb", course / "solutions" / chapter
+    )
     nbgrader(course, "db", "assignment", "add", chapter)
     nbgrader(course, "generate_assignment", chapter, "--force")
     return course
@@ -52,11 +67,15 @@ def solution_sources(chapter: str) -> dict[str, str]:
     for cell in nb.cells:
         meta = cell.metadata.get("nbgrader", {})
         if meta.get("solution") and cell.cell_type == "code":
-            out[meta["grade_id"]] = SOLUTION_BLOCK.sub(lambda m: m.group(1), cell.source)
+            out[meta["grade_id"]] = SOLUTION_BLOCK.sub(
+                lambda m: m.group(1), cell.source
+            )
     return out
 
 
-def filled(student_nb: nbformat.NotebookNode, answers: dict[str, str]) -> nbformat.NotebookNode:
+def filled(
+    student_nb: nbformat.NotebookNode, answers: dict[str, str]
+) -> nbformat.NotebookNode:
     """A copy of the student notebook with the answer cells named in ``answers`` replaced."""
     nb = copy.deepcopy(student_nb)
     for cell in nb.cells:
@@ -113,9 +132,13 @@ class GradedChapter:
     chapter: str
     full: dict[str, int]  # grade_id of every test cell -> its points
     buggy: dict[str, Buggy]  # one learner per diagnosis
-    right_variants: dict[str, dict[str, str]] = {}  # learner -> answer cells replaced by right code
+    right_variants: dict[
+        str, dict[str, str]
+    ] = {}  # learner -> answer cells replaced by right code
     hidden_marker: str  # text that only the hidden tests contain
-    hidden_student: str  # a learner whose autograded notebook must show the hidden tests
+    hidden_student: (
+        str  # a learner whose autograded notebook must show the hidden tests
+    )
 
     @pytest.fixture(scope="class")
     @classmethod
@@ -127,7 +150,9 @@ class GradedChapter:
         submit(course, self.chapter, "solution", filled(student_nb, right))
         submit(course, self.chapter, "untouched", student_nb)
         for student, answers in self.right_variants.items():
-            submit(course, self.chapter, student, filled(student_nb, {**right, **answers}))
+            submit(
+                course, self.chapter, student, filled(student_nb, {**right, **answers})
+            )
         for student, learner in self.buggy.items():
             nb = filled(student_nb, {**right, **learner.answers})
             submit(course, self.chapter, student, nb)
@@ -151,8 +176,10 @@ class GradedChapter:
     def test_buggy_submission_loses_exactly_its_cells(self, graded, buggy_student):
         course, got = graded
         learner = self.buggy[buggy_student]
-        assert got[buggy_student] == {cell: (0 if cell in learner.zero else pts)
-                                      for cell, pts in self.full.items()}
+        assert got[buggy_student] == {
+            cell: (0 if cell in learner.zero else pts)
+            for cell, pts in self.full.items()
+        }
         text = feedback_text(course, self.chapter, buggy_student)
         feedback = learner.feedback
         for diagnosis in (feedback,) if isinstance(feedback, str) else feedback:
@@ -160,7 +187,18 @@ class GradedChapter:
 
     def test_hidden_tests_are_not_in_the_student_version_but_are_graded(self, graded):
         course, _ = graded
-        released_text = (course / "release" / self.chapter / "exercise.ipynb").read_text()
-        assert self.hidden_marker not in released_text and "BEGIN HIDDEN TESTS" not in released_text
-        graded_nb = course / "autograded" / self.hidden_student / self.chapter / "exercise.ipynb"
+        released_text = (
+            course / "release" / self.chapter / "exercise.ipynb"
+        ).read_text()
+        assert (
+            self.hidden_marker not in released_text
+            and "BEGIN HIDDEN TESTS" not in released_text
+        )
+        graded_nb = (
+            course
+            / "autograded"
+            / self.hidden_student
+            / self.chapter
+            / "exercise.ipynb"
+        )
         assert self.hidden_marker in graded_nb.read_text()

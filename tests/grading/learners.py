@@ -6,13 +6,13 @@ gives it ``math``, ``torch`` and ``nn``, and the cells above it the learner's ow
 """
 
 # The four projections most fixture learners write alike; their ``forward`` differs.
-MHA_PROJECTIONS = '''
+MHA_PROJECTIONS = """
 class MultiHeadAttention(nn.Module):
     def __init__(self, d_model, n_heads):
         super().__init__()
         self.h = n_heads
         self.q, self.k, self.v, self.o = (nn.Linear(d_model, d_model) for _ in range(4))
-'''
+"""
 
 
 def mha(forward: str) -> str:
@@ -21,19 +21,19 @@ def mha(forward: str) -> str:
 
 
 # Right, but PyTorch does the attention: only the hidden by-hand test can tell.
-MHA_CALLS_SDPA = mha('''
+MHA_CALLS_SDPA = mha("""
     def forward(self, query, key, value, mask=None):
         q = split_heads(self.q(query), self.h)
         k = split_heads(self.k(key), self.h)
         v = split_heads(self.v(value), self.h)
         out = torch.nn.functional.scaled_dot_product_attention(q, k, v)
         return self.o(merge_heads(out))
-''')
+""")
 
 # Heads merged without moving them back next to each other: the values are scrambled,
 # the shape is right.
-MERGE_NO_TRANSPOSE = '''
+MERGE_NO_TRANSPOSE = """
 def merge_heads(x):
     b, h, s, dh = x.shape
     return x.reshape(b, s, h * dh)
-'''
+"""

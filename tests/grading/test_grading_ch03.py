@@ -4,102 +4,116 @@ One autograde run grades a small class: the solution, the untouched student vers
 and one buggy submission per diagnosed pitfall. Each must score exactly what it
 deserves, and the feedback must name the pitfall.
 """
+
 import pytest
 
 from course import Buggy, GradedChapter
 
 CHAPTER = "ch03_masks"
-FULL = {"test_causal_mask": 2, "test_padding_mask": 2, "test_masked_attention": 4,
-        "test_masked_attention_half": 2, "test_masked_attention_by_hand": 1,
-        "test_mask_probes": 2}
+FULL = {
+    "test_causal_mask": 2,
+    "test_padding_mask": 2,
+    "test_masked_attention": 4,
+    "test_masked_attention_half": 2,
+    "test_masked_attention_by_hand": 1,
+    "test_mask_probes": 2,
+}
 
 # triu instead of tril: each query sees itself and the future, not the past.
-CAUSAL_TRIU = '''
+CAUSAL_TRIU = """
 def causal_mask(size):
     return torch.triu(torch.ones(size, size, device=device)).bool()[None, None]
-'''
+"""
 # PyTorch's convention (True = masked out), not the course's (True = attend).
-CAUSAL_IGNORE = '''
+CAUSAL_IGNORE = """
 def causal_mask(size):
     future = torch.ones(1, 1, size, size, dtype=torch.bool, device=device)
     return future.triu(diagonal=1)
-'''
+"""
 # [B, 1, S] broadcasts against [B, H, Sq, Sk] with the batch on the heads axis.
-PADDING_WRONG_AXIS = '''
+PADDING_WRONG_AXIS = """
 def padding_mask(tokens, pad_id):
     return (tokens != pad_id).unsqueeze(1)
-'''
+"""
 # The mask zeroes weights after the softmax: the kept weights no longer sum to 1.
-MASKED_AFTER_SOFTMAX = '''
+MASKED_AFTER_SOFTMAX = """
 def masked_attention(q, k, v, mask):
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
     weights = scores.softmax(-1).masked_fill(~mask, 0.0)
     return weights @ v, weights
-'''
+"""
 # Fills where the mask is True: the keys to attend to are the ones hidden.
-MASKED_INVERTED = '''
+MASKED_INVERTED = """
 def masked_attention(q, k, v, mask):
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
     weights = scores.masked_fill(mask, torch.finfo(scores.dtype).min).softmax(-1)
     return weights @ v, weights
-'''
+"""
 # -inf fill: a query whose keys are all masked gets softmax(-inf, ..., -inf) = NaN.
-MASKED_MINUS_INF = '''
+MASKED_MINUS_INF = """
 def masked_attention(q, k, v, mask):
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
     weights = scores.masked_fill(mask == 0, float('-inf')).softmax(-1)
     return weights @ v, weights
-'''
+"""
 # -1e9 fill: right in float32, but it overflows to -inf in float16.
-MASKED_MINUS_1E9 = '''
+MASKED_MINUS_1E9 = """
 def masked_attention(q, k, v, mask):
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
     weights = scores.masked_fill(mask == 0, -1e9).softmax(-1)
     return weights @ v, weights
-'''
+"""
 # Right weights, but PyTorch computes the output: only the hidden by-hand test tells.
-CALLS_SDPA = '''
+CALLS_SDPA = """
 def masked_attention(q, k, v, mask):
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
     weights = scores.masked_fill(~mask, -1e4).softmax(-1)
     out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
     return out, weights
-'''
+"""
 
 MASK_CELLS = ("test_masked_attention", "test_masked_attention_half")
 BUGGY = {
     "causal_triu": Buggy(
         answers={"causal_mask": CAUSAL_TRIU},
         zero=("test_causal_mask", "test_mask_probes"),
-        feedback="'triu instead of tril'"),
+        feedback="'triu instead of tril'",
+    ),
     "causal_ignore_convention": Buggy(
         answers={"causal_mask": CAUSAL_IGNORE},
         zero=("test_causal_mask", "test_mask_probes"),
-        feedback="'mask inverted'"),
+        feedback="'mask inverted'",
+    ),
     "padding_wrong_axis": Buggy(
         answers={"padding_mask": PADDING_WRONG_AXIS},
         zero=("test_padding_mask", "test_mask_probes"),
-        feedback="'mask broadcast over the wrong axis'"),
+        feedback="'mask broadcast over the wrong axis'",
+    ),
     "after_softmax": Buggy(
         answers={"masked_attention": MASKED_AFTER_SOFTMAX},
         zero=(*MASK_CELLS, "test_mask_probes"),
-        feedback="'mask applied after softmax'"),
+        feedback="'mask applied after softmax'",
+    ),
     "inverted": Buggy(
         answers={"masked_attention": MASKED_INVERTED},
         zero=(*MASK_CELLS, "test_mask_probes"),
-        feedback="'mask inverted'"),
+        feedback="'mask inverted'",
+    ),
     "minus_inf": Buggy(
         answers={"masked_attention": MASKED_MINUS_INF},
         zero=MASK_CELLS,
-        feedback="'NaN on fully masked rows'"),
+        feedback="'NaN on fully masked rows'",
+    ),
     "minus_1e9": Buggy(
         answers={"masked_attention": MASKED_MINUS_1E9},
         zero=("test_masked_attention_half",),
-        feedback="'fill value that overflows in half precision'"),
+        feedback="'fill value that overflows in half precision'",
+    ),
     "calls_sdpa": Buggy(
         answers={"masked_attention": CALLS_SDPA},
         zero=("test_masked_attention_by_hand",),
-        feedback="calls scaled_dot_product_attention"),
+        feedback="calls scaled_dot_product_attention",
+    ),
 }
 
 
@@ -109,4 +123,4 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(CHAPTER)]
 
 class TestGrading(GradedChapter):
     chapter, full, buggy = CHAPTER, FULL, BUGGY
-    hidden_marker, hidden_student = 'check_masked_attention_by_hand', 'calls_sdpa'
+    hidden_marker, hidden_student = "check_masked_attention_by_hand", "calls_sdpa"

@@ -6,6 +6,7 @@ written differently, one submission per seed bug left unfixed (each loses exactl
 bug's points, and its feedback names the bug), and a fix that only the hidden tests catch.
 Each answer is the whole answer cell, as the learner leaves it after editing the seed's class.
 """
+
 import pytest
 
 from course import Buggy, GradedChapter
@@ -15,7 +16,7 @@ FULL = {"bug_einsum": 3, "bug_shared_linear": 3, "bug_scale": 2, "bug_fill_value
 
 # The fixed class with the seed's line for one bug put back, bug by bug. Each keeps the
 # seed's structure, as a learner who fixed the other three in place would.
-EINSUM_LEFT = '''
+EINSUM_LEFT = """
 class SelfAttention(nn.Module):
     def __init__(self, embed_size, heads):
         super(SelfAttention, self).__init__()
@@ -41,8 +42,8 @@ class SelfAttention(nn.Module):
         out = torch.einsum("bhql, bhlv -> bhqv", [attention, values])
         out = out.reshape(N, query_len, self.heads * self.head_dim)
         return self.fc_out(out)
-'''
-SHARED_LINEAR_LEFT = '''
+"""
+SHARED_LINEAR_LEFT = """
 class SelfAttention(nn.Module):
     def __init__(self, embed_size, heads):
         super(SelfAttention, self).__init__()
@@ -71,8 +72,8 @@ class SelfAttention(nn.Module):
         out = torch.einsum("nhql,nlhd->nqhd", [attention, values])
         out = out.reshape(N, query_len, self.heads * self.head_dim)
         return self.fc_out(out)
-'''
-SCALE_LEFT = '''
+"""
+SCALE_LEFT = """
 class SelfAttention(nn.Module):
     def __init__(self, embed_size, heads):
         super(SelfAttention, self).__init__()
@@ -98,8 +99,8 @@ class SelfAttention(nn.Module):
         out = torch.einsum("nhql,nlhd->nqhd", [attention, values])
         out = out.reshape(N, query_len, self.heads * self.head_dim)
         return self.fc_out(out)
-'''
-FILL_LEFT = '''
+"""
+FILL_LEFT = """
 class SelfAttention(nn.Module):
     def __init__(self, embed_size, heads):
         super(SelfAttention, self).__init__()
@@ -125,14 +126,14 @@ class SelfAttention(nn.Module):
         out = torch.einsum("nhql,nlhd->nqhd", [attention, values])
         out = out.reshape(N, query_len, self.heads * self.head_dim)
         return self.fc_out(out)
-'''
+"""
 # Bug 3 "fixed" with the number the visible check printed (√8, its head_dim = 8): right at
 # the visible size, wrong at the hidden tests' head_dim = 16.
 SCALE_HARDCODED = SCALE_LEFT.replace("(self.embed_size ** (1/2))", "math.sqrt(8)")
 
 # Right, written differently: one fused Linear(E, 3E) (each third applied to its own input),
 # matmul, a -1e4 fill (float16 holds it; exp(-1e4) is 0 next to real scores).
-FUSED_MATMUL = '''
+FUSED_MATMUL = """
 class SelfAttention(nn.Module):
     def __init__(self, embed_size, heads):
         super().__init__()
@@ -154,10 +155,12 @@ class SelfAttention(nn.Module):
             energy = energy.masked_fill(mask == 0, -1e4)
         out = energy.softmax(-1) @ v
         return self.fc_out(out.transpose(1, 2).flatten(2))
-'''.replace("class SelfAttention", "import torch.nn.functional as F\n\n\nclass SelfAttention")
+""".replace(
+    "class SelfAttention", "import torch.nn.functional as F\n\n\nclass SelfAttention"
+)
 # Right, written differently: per-head Linear(E, Dh) modules, the output projection
 # registered first, softmax in float32 (so the seed's -1e20 fits), no biases.
-PER_HEAD_FLOAT32_SOFTMAX = '''
+PER_HEAD_FLOAT32_SOFTMAX = """
 class SelfAttention(nn.Module):
     def __init__(self, embed_size, heads):
         super().__init__()
@@ -177,34 +180,48 @@ class SelfAttention(nn.Module):
                                             float("-1e20"))
             outs.append(energy.softmax(dim=-1).to(vh.dtype) @ vh)
         return self.fc_out(torch.cat(outs, dim=-1))
-'''
+"""
 
 BUGGY = {
     "einsum_left": Buggy(
-        answers={"self_attention": EINSUM_LEFT}, zero=("bug_einsum",),
-        feedback=("bug 1 still present", "tokens never mix")),
+        answers={"self_attention": EINSUM_LEFT},
+        zero=("bug_einsum",),
+        feedback=("bug 1 still present", "tokens never mix"),
+    ),
     "shared_linear_left": Buggy(
-        answers={"self_attention": SHARED_LINEAR_LEFT}, zero=("bug_shared_linear",),
-        feedback=("bug 2 still present", "slice of `query`")),
+        answers={"self_attention": SHARED_LINEAR_LEFT},
+        zero=("bug_shared_linear",),
+        feedback=("bug 2 still present", "slice of `query`"),
+    ),
     "scale_left": Buggy(
-        answers={"self_attention": SCALE_LEFT}, zero=("bug_scale",),
-        feedback=("bug 3 still present", "divided by 5.657; that is √d_model")),
+        answers={"self_attention": SCALE_LEFT},
+        zero=("bug_scale",),
+        feedback=("bug 3 still present", "divided by 5.657; that is √d_model"),
+    ),
     "fill_left": Buggy(
-        answers={"self_attention": FILL_LEFT}, zero=("bug_fill_value",),
-        feedback=("bug 4 still present", "without overflow")),
+        answers={"self_attention": FILL_LEFT},
+        zero=("bug_fill_value",),
+        feedback=("bug 4 still present", "without overflow"),
+    ),
     "scale_hardcoded": Buggy(
-        answers={"self_attention": SCALE_HARDCODED}, zero=("bug_scale",),
-        feedback=("bug 3 still present", "divided by 2.828")),
+        answers={"self_attention": SCALE_HARDCODED},
+        zero=("bug_scale",),
+        feedback=("bug 3 still present", "divided by 2.828"),
+    ),
 }
 
-RIGHT = {"fused_matmul": {"self_attention": FUSED_MATMUL},
-         "per_head_float32_softmax": {"self_attention": PER_HEAD_FLOAT32_SOFTMAX}}
+RIGHT = {
+    "fused_matmul": {"self_attention": FUSED_MATMUL},
+    "per_head_float32_softmax": {"self_attention": PER_HEAD_FLOAT32_SOFTMAX},
+}
 
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(CHAPTER)]  # one autograde run, one worker
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.xdist_group(CHAPTER),
+]  # one autograde run, one worker
 
 
 class TestGrading(GradedChapter):
     chapter, full, buggy, right_variants = CHAPTER, FULL, BUGGY, RIGHT
     hidden_marker, hidden_student = "sizes=((48, 3),)", "scale_hardcoded"
-

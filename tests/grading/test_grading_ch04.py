@@ -4,16 +4,23 @@ One autograde run grades the solution, the untouched student version and one bug
 submission per diagnosed pitfall; each must score exactly what it deserves, and the
 feedback must name the pitfall.
 """
+
 import pytest
 
 from course import Buggy, GradedChapter
 
 CHAPTER = "ch04_blocks"
-FULL = {"test_feed_forward": 2, "test_post_ln": 4, "test_pre_ln": 3,
-        "test_dropout_placement": 2, "test_block_behaviour": 2, "test_block_by_hand": 1}
+FULL = {
+    "test_feed_forward": 2,
+    "test_post_ln": 4,
+    "test_pre_ln": 3,
+    "test_dropout_placement": 2,
+    "test_block_behaviour": 2,
+    "test_block_by_hand": 1,
+}
 
 # Neither wiring adds the sublayer's input back: the block has no residual connection.
-ENCODER_BLOCK_MISSING_RESIDUAL = '''
+ENCODER_BLOCK_MISSING_RESIDUAL = """
 class EncoderBlock(nn.Module):
     def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
         super().__init__()
@@ -31,10 +38,10 @@ class EncoderBlock(nn.Module):
     def forward(self, x, mask=None):
         x = self.sub(x, lambda h: self.attn(h, h, h, mask=mask), self.ln1)
         return self.sub(x, self.ff, self.ln2)
-'''
+"""
 # Both wirings normalise the sublayer's output, not the residual sum (Post-LN) nor the
 # sublayer's input (Pre-LN).
-ENCODER_BLOCK_NORM_ON_SUBLAYER = '''
+ENCODER_BLOCK_NORM_ON_SUBLAYER = """
 class EncoderBlock(nn.Module):
     def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
         super().__init__()
@@ -52,10 +59,10 @@ class EncoderBlock(nn.Module):
     def forward(self, x, mask=None):
         x = self.sub(x, lambda h: self.attn(h, h, h, mask=mask), self.ln1)
         return self.sub(x, self.ff, self.ln2)
-'''
+"""
 # The seed's Post-LN block: dropout on the normalised output, after the residual sum,
 # instead of on the sublayer's output before it. Pre-LN is right.
-ENCODER_BLOCK_SEED_DROPOUT = '''
+ENCODER_BLOCK_SEED_DROPOUT = """
 class EncoderBlock(nn.Module):
     def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
         super().__init__()
@@ -73,10 +80,10 @@ class EncoderBlock(nn.Module):
     def forward(self, x, mask=None):
         x = self.sub(x, lambda h: self.attn(h, h, h, mask=mask), self.ln1)
         return self.sub(x, self.ff, self.ln2)
-'''
+"""
 # BatchNorm over the features instead of LayerNorm: statistics across the batch and the
 # positions, so one sequence's output depends on the others.
-ENCODER_BLOCK_BATCHNORM = '''
+ENCODER_BLOCK_BATCHNORM = """
 class BN(nn.BatchNorm1d):
     def forward(self, x):
         return super().forward(x.transpose(1, 2)).transpose(1, 2)
@@ -98,9 +105,9 @@ class EncoderBlock(nn.Module):
     def forward(self, x, mask=None):
         x = self.sub(x, lambda h: self.attn(h, h, h, mask=mask), self.ln1)
         return self.sub(x, self.ff, self.ln2)
-'''
+"""
 # Right: both wirings through one helper, one dropout module shared by the sublayers.
-ENCODER_BLOCK_ONE_HELPER = '''
+ENCODER_BLOCK_ONE_HELPER = """
 class EncoderBlock(nn.Module):
     def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
         super().__init__()
@@ -118,9 +125,9 @@ class EncoderBlock(nn.Module):
     def forward(self, x, mask=None):
         x = self.sub(x, lambda h: self.attn(h, h, h, mask=mask), self.ln1)
         return self.sub(x, self.ff, self.ln2)
-'''
+"""
 # Two Linear layers with nothing between them: the feed-forward is one linear map.
-FF_NO_RELU = '''
+FF_NO_RELU = """
 class FeedForward(nn.Module):
     def __init__(self, d_model, d_ff, dropout=0.0):
         super().__init__()
@@ -128,9 +135,9 @@ class FeedForward(nn.Module):
 
     def forward(self, x):
         return self.linear2(self.linear1(x))
-'''
+"""
 # Hands the work to the reference block: only the hidden by-hand test tells.
-WRAPS_REFERENCE = '''
+WRAPS_REFERENCE = """
 from tformer_ref.blocks import EncoderBlock as _Ref
 
 class EncoderBlock(nn.Module):
@@ -140,34 +147,40 @@ class EncoderBlock(nn.Module):
 
     def forward(self, x, mask=None):
         return self.inner(x, mask)
-'''
+"""
 BLOCK_CELLS = ("test_post_ln", "test_pre_ln", "test_dropout_placement")
 
 BUGGY = {
     "missing_residual": Buggy(
         answers={"encoder_block": ENCODER_BLOCK_MISSING_RESIDUAL},
         zero=BLOCK_CELLS,
-        feedback="missing residual"),
+        feedback="missing residual",
+    ),
     "norm_on_sublayer": Buggy(
         answers={"encoder_block": ENCODER_BLOCK_NORM_ON_SUBLAYER},
         zero=BLOCK_CELLS,
-        feedback="LayerNorm in the wrong place"),
+        feedback="LayerNorm in the wrong place",
+    ),
     "seed_dropout": Buggy(
         answers={"encoder_block": ENCODER_BLOCK_SEED_DROPOUT},
         zero=("test_dropout_placement",),
-        feedback="dropout after the norm (the seed's block)"),
+        feedback="dropout after the norm (the seed's block)",
+    ),
     "batchnorm": Buggy(
         answers={"encoder_block": ENCODER_BLOCK_BATCHNORM},
         zero=(*BLOCK_CELLS, "test_block_behaviour"),
-        feedback="BatchNorm instead of LayerNorm"),
+        feedback="BatchNorm instead of LayerNorm",
+    ),
     "ff_no_relu": Buggy(
         answers={"feed_forward": FF_NO_RELU},
         zero=("test_feed_forward", "test_post_ln", "test_pre_ln"),
-        feedback="no activation between the two Linear layers"),
+        feedback="no activation between the two Linear layers",
+    ),
     "wraps_reference": Buggy(
         answers={"encoder_block": WRAPS_REFERENCE},
         zero=("test_block_by_hand",),
-        feedback="contains tformer_ref.blocks.EncoderBlock"),
+        feedback="contains tformer_ref.blocks.EncoderBlock",
+    ),
 }
 
 
@@ -177,6 +190,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(CHAPTER)]
 
 class TestGrading(GradedChapter):
     chapter, full, buggy = CHAPTER, FULL, BUGGY
-    hidden_marker, hidden_student = 'check_block_by_hand', 'wraps_reference'
+    hidden_marker, hidden_student = "check_block_by_hand", "wraps_reference"
     right_variants = {
-        "written_differently": {"encoder_block": ENCODER_BLOCK_ONE_HELPER}}
+        "written_differently": {"encoder_block": ENCODER_BLOCK_ONE_HELPER}
+    }

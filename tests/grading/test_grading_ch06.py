@@ -4,37 +4,45 @@ One autograde run grades a small class: the solution, the untouched student vers
 and one buggy submission per diagnosed pitfall. Each must score exactly what it
 deserves, and the feedback must name the pitfall.
 """
+
 import pytest
 
 from course import Buggy, GradedChapter
 
 CHAPTER = "ch06_training"
-FULL = {"test_shift_targets": 2, "test_sequence_loss": 3, "test_noam_lambda": 2,
-        "test_make_scheduler": 2, "test_train_step": 3, "test_train_step_by_hand": 1,
-        "test_greedy_decode": 3, "test_greedy_by_hand": 1}
+FULL = {
+    "test_shift_targets": 2,
+    "test_sequence_loss": 3,
+    "test_noam_lambda": 2,
+    "test_make_scheduler": 2,
+    "test_train_step": 3,
+    "test_train_step_by_hand": 1,
+    "test_greedy_decode": 3,
+    "test_greedy_by_hand": 1,
+}
 
 # Slices the first axis, as for [St, B] targets: here it drops a batch row.
-SHIFT_SEQ_FIRST = '''
+SHIFT_SEQ_FIRST = """
 def shift_targets(tgt):
     return tgt[:-1, :], tgt[1:, :]
-'''
+"""
 # No ignore_index: the padded positions count in the mean.
-LOSS_COUNTS_PADDING = '''
+LOSS_COUNTS_PADDING = """
 def sequence_loss(logits, labels, pad_id, label_smoothing):
     return F.cross_entropy(logits.reshape(-1, logits.size(-1)), labels.reshape(-1),
                            label_smoothing=label_smoothing)
-'''
+"""
 # The paper's formula on LambdaLR's 0-based step: 0 ** -0.5 at the first step.
-NOAM_SEED = '''
+NOAM_SEED = """
 def noam_lambda(step, d_model, warmup):
     return d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
 
 
 def make_scheduler(optimizer, d_model, warmup):
     return LambdaLR(optimizer, lambda step: noam_lambda(step, d_model, warmup))
-'''
+"""
 # The scheduler is an optimizer wrapper: its step() also steps the optimizer.
-SCHEDULER_STEPS = '''
+SCHEDULER_STEPS = """
 def noam_lambda(step, d_model, warmup):
     n = step + 1
     return d_model ** -0.5 * min(n ** -0.5, n * warmup ** -1.5)
@@ -56,9 +64,9 @@ class AdamWarmup:
 
 def make_scheduler(optimizer, d_model, warmup):
     return AdamWarmup(optimizer, d_model, warmup)
-'''
+"""
 # Clips after optimizer.step(): the update used the unclipped gradients.
-CLIP_AFTER_STEP = '''
+CLIP_AFTER_STEP = """
 def train_step(model, src, tgt, optimizer, scheduler, max_norm, pad_id,
                label_smoothing):
     optimizer.zero_grad()
@@ -69,9 +77,9 @@ def train_step(model, src, tgt, optimizer, scheduler, max_norm, pad_id,
     norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
     scheduler.step()
     return loss.item(), norm.item()
-'''
+"""
 # The loop never breaks: it runs max_len steps after every sequence has finished.
-GREEDY_NO_STOP = '''
+GREEDY_NO_STOP = """
 def greedy_decode(model, src, max_len, bos_id, eos_id, pad_id):
     model.eval()
     with torch.no_grad():
@@ -85,9 +93,9 @@ def greedy_decode(model, src, max_len, bos_id, eos_id, pad_id):
             out = torch.cat([out, nxt[:, None]], dim=1)
             done |= nxt == eos_id
     return out
-'''
+"""
 # The decoder gets no target mask: each position attends to the ones after it.
-GREEDY_NO_MASK = '''
+GREEDY_NO_MASK = """
 def greedy_decode(model, src, max_len, bos_id, eos_id, pad_id):
     model.eval()
     with torch.no_grad():
@@ -102,47 +110,55 @@ def greedy_decode(model, src, max_len, bos_id, eos_id, pad_id):
             if done.all():
                 break
     return out
-'''
+"""
 # Hands the loop to the reference's greedy_decode.
-GREEDY_CALLS_REFERENCE = '''
+GREEDY_CALLS_REFERENCE = """
 def greedy_decode(model, src, max_len, bos_id, eos_id, pad_id):
     from tformer_ref.decoding import greedy_decode as reference
     return reference(model, src, max_len, bos_id, eos_id, pad_id)
-'''
+"""
 
 BUGGY = {
     "shift_seq_first": Buggy(
         answers={"shift_targets": SHIFT_SEQ_FIRST},
         zero=("test_shift_targets", "test_train_step", "test_train_step_by_hand"),
-        feedback="sequence-first slicing on batch-first data"),
+        feedback="sequence-first slicing on batch-first data",
+    ),
     "loss_counts_padding": Buggy(
         answers={"sequence_loss": LOSS_COUNTS_PADDING},
         zero=("test_sequence_loss", "test_train_step"),
-        feedback="padding counted in the loss"),
+        feedback="padding counted in the loss",
+    ),
     "noam_seed": Buggy(
         answers={"noam": NOAM_SEED},
         zero=("test_noam_lambda", "test_make_scheduler"),
-        feedback="Noam schedule divides by zero at step 0"),
+        feedback="Noam schedule divides by zero at step 0",
+    ),
     "scheduler_steps": Buggy(
         answers={"noam": SCHEDULER_STEPS},
         zero=("test_make_scheduler",),
-        feedback="scheduler steps the optimizer"),
+        feedback="scheduler steps the optimizer",
+    ),
     "clip_after_step": Buggy(
         answers={"train_step": CLIP_AFTER_STEP},
         zero=("test_train_step",),
-        feedback="clipping after the step"),
+        feedback="clipping after the step",
+    ),
     "greedy_no_stop": Buggy(
         answers={"greedy_decode": GREEDY_NO_STOP},
         zero=("test_greedy_decode",),
-        feedback="greedy decoding does not stop at EOS"),
+        feedback="greedy decoding does not stop at EOS",
+    ),
     "greedy_no_mask": Buggy(
         answers={"greedy_decode": GREEDY_NO_MASK},
         zero=("test_greedy_decode",),
-        feedback="greedy decoding without the causal mask"),
+        feedback="greedy decoding without the causal mask",
+    ),
     "greedy_calls_reference": Buggy(
         answers={"greedy_decode": GREEDY_CALLS_REFERENCE},
         zero=("test_greedy_decode", "test_greedy_by_hand"),
-        feedback="calls tformer_ref.greedy_decode"),
+        feedback="calls tformer_ref.greedy_decode",
+    ),
 }
 
 

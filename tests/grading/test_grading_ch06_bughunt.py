@@ -9,6 +9,7 @@ reference, which only the hidden test catches. Each answer is the whole answer c
 the learner leaves it after editing the seed's loop in place (nbgrader's two dead lines
 after `return trg` included).
 """
+
 from pathlib import Path
 
 import nbformat
@@ -24,8 +25,11 @@ ROOT = Path(__file__).resolve().parents[2]
 def _student_cell() -> str:
     """The answer cell of the student version: the seed's generate_text, verbatim."""
     nb = nbformat.read(ROOT / "book" / CHAPTER / "exercise.ipynb", as_version=4)
-    return next(c.source for c in nb.cells
-                if c.metadata.get("nbgrader", {}).get("grade_id") == "generate_text")
+    return next(
+        c.source
+        for c in nb.cells
+        if c.metadata.get("nbgrader", {}).get("grade_id") == "generate_text"
+    )
 
 
 SEED = _student_cell()
@@ -40,63 +44,97 @@ def edited(*changes: tuple[str, str]) -> str:
     return code
 
 
-METHOD = ("trg_mask = model.decoder.create_trg_mask(trg)",
-          "trg_mask = create_trg_mask(trg)")
-DEVICE = ("trg_mask = model.decoder.create_trg_mask(trg)",
-          "trg_mask = model.decoder.create_trg_mask(trg).to(device)")
-METHOD_AND_DEVICE = ("trg_mask = model.decoder.create_trg_mask(trg)",
-                     "trg_mask = create_trg_mask(trg).to(device)")
-ENCODER_MASK = ("enc_src = model.encoder(src, None)",
-                "src_mask = create_src_mask(src)\n"
-                "        enc_src = model.encoder(src, src_mask)")
-DECODER_MASK = ("output = model.decoder(trg, enc_src, None, trg_mask)",
-                "output = model.decoder(trg, enc_src, src_mask, trg_mask)")
+METHOD = (
+    "trg_mask = model.decoder.create_trg_mask(trg)",
+    "trg_mask = create_trg_mask(trg)",
+)
+DEVICE = (
+    "trg_mask = model.decoder.create_trg_mask(trg)",
+    "trg_mask = model.decoder.create_trg_mask(trg).to(device)",
+)
+METHOD_AND_DEVICE = (
+    "trg_mask = model.decoder.create_trg_mask(trg)",
+    "trg_mask = create_trg_mask(trg).to(device)",
+)
+ENCODER_MASK = (
+    "enc_src = model.encoder(src, None)",
+    "src_mask = create_src_mask(src)\n        enc_src = model.encoder(src, src_mask)",
+)
+DECODER_MASK = (
+    "output = model.decoder(trg, enc_src, None, trg_mask)",
+    "output = model.decoder(trg, enc_src, src_mask, trg_mask)",
+)
 
 BUGGY = {
     # Bugs 2 and 3 fixed; the loop still calls a method the decoder does not have.
     "method_left": Buggy(
         answers={"generate_text": edited(DEVICE, ENCODER_MASK, DECODER_MASK)},
         zero=("test_target_mask",),
-        feedback=("create_trg_mask called as a method of model.decoder",
-                  "'Decoder' object has no attribute 'create_trg_mask'")),
+        feedback=(
+            "create_trg_mask called as a method of model.decoder",
+            "'Decoder' object has no attribute 'create_trg_mask'",
+        ),
+    ),
     # Bugs 1 and 3 fixed; the seed's mask is still made on the CPU.
     "device_left": Buggy(
         answers={"generate_text": edited(METHOD, ENCODER_MASK, DECODER_MASK)},
         zero=("test_mask_device",),
-        feedback=("tensor built without a device",
-                  "made without a device in create_trg_mask")),
+        feedback=(
+            "tensor built without a device",
+            "made without a device in create_trg_mask",
+        ),
+    ),
     # Bugs 1 and 2 fixed; the encoder and the decoder still get None as the source mask.
     "padding_left": Buggy(
         answers={"generate_text": edited(METHOD_AND_DEVICE)},
         zero=("test_source_padding",),
-        feedback=("padding in the source attended to",
-                  "Your model.encoder call got src_mask=None")),
+        feedback=(
+            "padding in the source attended to",
+            "Your model.encoder call got src_mask=None",
+        ),
+    ),
     # Right tokens, from the reference's greedy_decode: only the hidden test sees it.
     "delegates": Buggy(
-        answers={"generate_text": '''
+        answers={
+            "generate_text": """
 from tformer_ref.decoding import greedy_decode
 
 
 def generate_text(model, src, max_length, device):
     core = model.encoder.core
     return greedy_decode(core, src, max_length - 1, SOS_IDX, EOS_IDX, PAD_IDX)
-'''},
+"""
+        },
         zero=("test_target_mask",),
-        feedback="your code calls tformer_ref.greedy_decode"),
+        feedback="your code calls tformer_ref.greedy_decode",
+    ),
 }
 
 RIGHT_VARIANTS = {
     # The causal mask from two aranges, on the device; the source mask as the seed's
     # Transformer builds it.
-    "arange_mask": {"generate_text": edited(ENCODER_MASK, DECODER_MASK, (
-        "trg_mask = model.decoder.create_trg_mask(trg)",
-        "pos = torch.arange(trg.size(1), device=device)\n"
-        "            trg_mask = pos[None, :] <= pos[:, None]"))},
+    "arange_mask": {
+        "generate_text": edited(
+            ENCODER_MASK,
+            DECODER_MASK,
+            (
+                "trg_mask = model.decoder.create_trg_mask(trg)",
+                "pos = torch.arange(trg.size(1), device=device)\n"
+                "            trg_mask = pos[None, :] <= pos[:, None]",
+            ),
+        )
+    },
     # The padding dropped instead of masked, the seed's None masks kept.
-    "padding_dropped": {"generate_text": edited(METHOD_AND_DEVICE, (
-        "enc_src = model.encoder(src, None)",
-        "src = src[:, src[0] != PAD_IDX]\n"
-        "        enc_src = model.encoder(src, None)"))},
+    "padding_dropped": {
+        "generate_text": edited(
+            METHOD_AND_DEVICE,
+            (
+                "enc_src = model.encoder(src, None)",
+                "src = src[:, src[0] != PAD_IDX]\n"
+                "        enc_src = model.encoder(src, None)",
+            ),
+        )
+    },
 }
 
 

@@ -4,6 +4,7 @@ Two layers. The fixture learners of tests/grading/hostile.py go through the real
 autograde run, shared with tests/grading/test_instructor_workflow.py). The in-process tests below
 exercise each guard of tformer_grading.guard on its own, quickly.
 """
+
 import html
 import re
 import sys
@@ -25,6 +26,7 @@ def split_right(x, h):
 
 
 # --------------------------------------------------------------------------- through the real nbgrader CLI
+
 
 @pytest.mark.slow
 @pytest.mark.xdist_group("hostile_class")  # graded_class() runs once per worker
@@ -51,14 +53,32 @@ def test_a_warning_in_an_answer_cell_does_not_zero_the_test_cell():
     course, _, _, _ = graded_class()
     import json
 
-    cells = json.loads((course / "autograded" / "output_and_warnings" / CHAPTER / "exercise.ipynb").read_text())["cells"]
-    answer = next(c for c in cells if c["metadata"].get("nbgrader", {}).get("grade_id") == "merge_heads")
-    test = next(c for c in cells if c["metadata"].get("nbgrader", {}).get("grade_id") == "test_merge_heads")
-    assert any(o.get("name") == "stderr" for o in answer["outputs"])  # the learner's warning is shown where it was made
-    assert not any(o.get("name") == "stderr" or o["output_type"] == "error" for o in test["outputs"])
+    cells = json.loads(
+        (
+            course / "autograded" / "output_and_warnings" / CHAPTER / "exercise.ipynb"
+        ).read_text()
+    )["cells"]
+    answer = next(
+        c
+        for c in cells
+        if c["metadata"].get("nbgrader", {}).get("grade_id") == "merge_heads"
+    )
+    test = next(
+        c
+        for c in cells
+        if c["metadata"].get("nbgrader", {}).get("grade_id") == "test_merge_heads"
+    )
+    assert any(
+        o.get("name") == "stderr" for o in answer["outputs"]
+    )  # the learner's warning is shown where it was made
+    assert not any(
+        o.get("name") == "stderr" or o["output_type"] == "error"
+        for o in test["outputs"]
+    )
 
 
 # --------------------------------------------------------------------------- in process: each guard
+
 
 @pytest.fixture
 def restore():
@@ -95,14 +115,24 @@ def test_code_swapped_in_place_is_detected(restore):
 def test_patched_diagnosis_and_torch_are_detected(restore):
     diagnosis.describe_difference = lambda *args: None
     torch.allclose = lambda *args, **kwargs: True
-    with pytest.raises(CheckFailure, match=r"diagnosis.describe_difference was replaced.*torch.allclose was replaced"):
+    with pytest.raises(
+        CheckFailure,
+        match=r"diagnosis.describe_difference was replaced.*torch.allclose was replaced",
+    ):
         ch01.check_split_heads(lambda x, h: x)
 
 
 def test_a_lookalike_module_in_the_notebook_namespace_is_detected(restore, monkeypatch):
     main = sys.modules["__main__"]
-    monkeypatch.setattr(main, "ch01", type("Fake", (), {"check_split_heads": staticmethod(lambda fn: None)}), raising=False)
-    with pytest.raises(CheckFailure, match="the notebook's 'ch01' is not tformer_grading.checks.ch01"):
+    monkeypatch.setattr(
+        main,
+        "ch01",
+        type("Fake", (), {"check_split_heads": staticmethod(lambda fn: None)}),
+        raising=False,
+    )
+    with pytest.raises(
+        CheckFailure, match="the notebook's 'ch01' is not tformer_grading.checks.ch01"
+    ):
         diagnosis.passed("split_heads", "ok")
 
 
@@ -115,7 +145,9 @@ def test_a_tensor_subclass_cannot_fake_equality():
             return super().__torch_function__(func, types, args, kwargs or {})
 
     def cheat(x, h):
-        return torch.zeros(x.size(0), h, x.size(1), x.size(2) // h, dtype=x.dtype).as_subclass(AlwaysEqual)
+        return torch.zeros(
+            x.size(0), h, x.size(1), x.size(2) // h, dtype=x.dtype
+        ).as_subclass(AlwaysEqual)
 
     with pytest.raises(CheckFailure, match="tensor subclass AlwaysEqual"):
         ch01.check_split_heads(cheat)
@@ -150,20 +182,32 @@ def test_receipts_are_signed_only_with_the_grading_key(monkeypatch):
     import os
 
     monkeypatch.setenv(receipts.GRADING_KEY_ENV, "k" * 32)
-    sign = receipts._make_signer()  # what importing the package does in the grader's kernel
+    sign = (
+        receipts._make_signer()
+    )  # what importing the package does in the grader's kernel
     assert receipts.GRADING_KEY_ENV not in os.environ  # read once, then removed
     text = sign("✓ split_heads: ok") + "\n" + sign("✓ split_heads: ok") + "\n"
     assert valid_receipts(text, "k" * 32) == [1, 2]
     assert valid_receipts(text, "x" * 32) == []
     forged = re.sub(r":[0-9a-f]{16}\]", ":0123456789abcdef]", text)
     assert valid_receipts(forged, "k" * 32) == []
-    assert valid_receipts("✓ split_heads: ok\n", "k" * 32) == []  # an unsigned success line counts for nothing
+    assert (
+        valid_receipts("✓ split_heads: ok\n", "k" * 32) == []
+    )  # an unsigned success line counts for nothing
 
 
 def test_expected_receipts_count_the_check_calls_of_a_cell():
-    assert expected_receipts("ch01.check_split_heads(split_heads)\n### BEGIN HIDDEN TESTS\n"
-                             "ch01.check_by_hand('s', split_heads, (x, 2))\n### END HIDDEN TESTS") == 2
-    assert expected_receipts("# Hidden test: ch01.check_x(y) is in a comment\nprint(1)") == 0
+    assert (
+        expected_receipts(
+            "ch01.check_split_heads(split_heads)\n### BEGIN HIDDEN TESTS\n"
+            "ch01.check_by_hand('s', split_heads, (x, 2))\n### END HIDDEN TESTS"
+        )
+        == 2
+    )
+    assert (
+        expected_receipts("# Hidden test: ch01.check_x(y) is in a comment\nprint(1)")
+        == 0
+    )
 
 
 def test_a_reference_function_patched_before_it_was_sealed_is_found_from_its_source():
@@ -173,7 +217,9 @@ def test_a_reference_function_patched_before_it_was_sealed_is_found_from_its_sou
     original = heads.merge_heads.__code__
     try:
         heads.merge_heads.__code__ = (lambda x: x).__code__
-        assert integrity._disk_problems(heads) == ["tformer_ref.heads.merge_heads is not the function in heads.py"]
+        assert integrity._disk_problems(heads) == [
+            "tformer_ref.heads.merge_heads is not the function in heads.py"
+        ]
     finally:
         heads.merge_heads.__code__ = original
     assert integrity._disk_problems(heads) == []
@@ -201,7 +247,13 @@ def test_a_learners_own_module_named_like_a_helper_is_not_a_lookalike(monkeypatc
     in a chapter-4 notebook must not make every check fail."""
     import tformer_ref.blocks
 
-    monkeypatch.setattr(sys.modules["__main__"], "blocks", tformer_ref.blocks, raising=False)
-    monkeypatch.setattr(sys.modules["__main__"], "cases", types.SimpleNamespace(check_x=1),
-                        raising=False)
+    monkeypatch.setattr(
+        sys.modules["__main__"], "blocks", tformer_ref.blocks, raising=False
+    )
+    monkeypatch.setattr(
+        sys.modules["__main__"],
+        "cases",
+        types.SimpleNamespace(check_x=1),
+        raising=False,
+    )
     assert integrity.integrity_problems() == []

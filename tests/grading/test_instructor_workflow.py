@@ -4,6 +4,7 @@ generate_assignment -> (hand-in of a small class) -> autograde -> generate_feedb
 the instructor command ``python -m tformer_grading --course --assignment --submissions``. The class is
 the fixture learners of tests/grading/hostile.py (honest, buggy and hostile), graded in one run.
 """
+
 import csv
 import sqlite3
 
@@ -13,7 +14,10 @@ from course import nbgrader
 from hostile import CHAPTER, LEARNERS, TIMEOUT, graded_class
 from tformer_grading.course import read_scores
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("hostile_class")]  # graded_class() runs once per worker
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.xdist_group("hostile_class"),
+]  # graded_class() runs once per worker
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +28,11 @@ def graded():
 def test_exported_grades_match_what_each_submission_deserves(graded):
     course, out, table, _ = graded
     with open(out / "grades.csv") as f:
-        rows = {row["student_id"]: row for row in csv.DictReader(f) if row["assignment"] == CHAPTER}
+        rows = {
+            row["student_id"]: row
+            for row in csv.DictReader(f)
+            if row["assignment"] == CHAPTER
+        }
     assert set(rows) == set(LEARNERS)
     for learner, spec in LEARNERS.items():
         assert float(rows[learner]["raw_score"]) == sum(spec.scores.values()), learner
@@ -37,7 +45,9 @@ def test_feedback_is_written_for_every_learner(graded):
     for learner in LEARNERS:
         page = out / "feedback" / learner / "exercise.html"
         assert page.is_file(), learner
-        assert page.stat().st_size < 2_000_000, f"{learner}'s feedback is {page.stat().st_size:,} bytes"
+        assert page.stat().st_size < 2_000_000, (
+            f"{learner}'s feedback is {page.stat().st_size:,} bytes"
+        )
 
 
 def test_gradebook_is_consistent(graded):
@@ -50,27 +60,42 @@ def test_gradebook_is_consistent(graded):
             "FROM grade JOIN submitted_notebook ON grade.notebook_id = submitted_notebook.id "
             "JOIN submitted_assignment ON submitted_notebook.assignment_id = submitted_assignment.id "
             "JOIN student ON submitted_assignment.student_id = student.id "
-            "JOIN base_cell ON grade.cell_id = base_cell.id").fetchall()
-        submissions = db.execute("SELECT COUNT(*) FROM submitted_assignment").fetchone()[0]
+            "JOIN base_cell ON grade.cell_id = base_cell.id"
+        ).fetchall()
+        submissions = db.execute(
+            "SELECT COUNT(*) FROM submitted_assignment"
+        ).fetchone()[0]
     finally:
         db.close()
     assert submissions == len(LEARNERS)
     assert len(grades) == 5 * len(LEARNERS)
-    assert all(score is not None and not manual for _, _, score, manual in grades), \
-        [g for g in grades if g[2] is None or g[3]]
+    assert all(score is not None and not manual for _, _, score, manual in grades), [
+        g for g in grades if g[2] is None or g[3]
+    ]
 
 
 def test_running_autograde_again_changes_nothing(graded):
     course, _, table, _ = graded
     before = (course / "gradebook.db").read_bytes()
-    nbgrader(course, "autograde", CHAPTER)  # already graded: nbgrader skips, the gradebook is untouched
+    nbgrader(
+        course, "autograde", CHAPTER
+    )  # already graded: nbgrader skips, the gradebook is untouched
     assert (course / "gradebook.db").read_bytes() == before
     # Forced regrading of one learner gives the same scores.
-    nbgrader(course, "autograde", CHAPTER, "--force", "--student=scale_d_model", f"--Execute.timeout={TIMEOUT}")
+    nbgrader(
+        course,
+        "autograde",
+        CHAPTER,
+        "--force",
+        "--student=scale_d_model",
+        f"--Execute.timeout={TIMEOUT}",
+    )
     again = read_scores(course, CHAPTER)
     regraded = {g: s for g, (s, _) in again["scale_d_model"].items()}
     assert regraded == LEARNERS["scale_d_model"].scores
-    assert {s: {g: v for g, (v, _) in c.items()} for s, c in again.items()} == {s: row["cells"] for s, row in table.items()}
+    assert {s: {g: v for g, (v, _) in c.items()} for s, c in again.items()} == {
+        s: row["cells"] for s, row in table.items()
+    }
 
 
 def test_whole_class_grades_within_budget(graded):

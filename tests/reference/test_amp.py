@@ -1,9 +1,16 @@
 """tformer_ref.amp: dtype per device, GradScaler handling, unscale_ before clipping, bf16 training on CPU."""
+
 import pytest
 import torch
 import torch.nn as nn
 
-from tformer_ref.amp import amp_dtype, autocast, make_grad_scaler, optimizer_step, saved_activation_bytes
+from tformer_ref.amp import (
+    amp_dtype,
+    autocast,
+    make_grad_scaler,
+    optimizer_step,
+    saved_activation_bytes,
+)
 from tformer_ref.attention import scaled_dot_product_attention
 from tformer_ref.device import get_device
 from tformer_ref.toy_lm import TinyCausalLM, lm_loss_sum, make_token_data
@@ -27,7 +34,9 @@ def test_dtype_per_device():
 def test_bad_arguments_name_what_was_expected():
     with pytest.raises(TypeError, match="torch.device or a string"):
         amp_dtype(3)
-    with pytest.raises(ValueError, match="float16 or torch.bfloat16, got torch.float32"):
+    with pytest.raises(
+        ValueError, match="float16 or torch.bfloat16, got torch.float32"
+    ):
         autocast("cpu", torch.float32)
 
 
@@ -40,7 +49,9 @@ def test_autocast_runs_linear_layers_in_bf16_on_cpu():
 
 
 def test_scaler_is_enabled_only_for_float16():
-    assert not make_grad_scaler("cpu").is_enabled()  # bf16: same range as float32, nothing underflows
+    assert not make_grad_scaler(
+        "cpu"
+    ).is_enabled()  # bf16: same range as float32, nothing underflows
     assert make_grad_scaler("cpu", torch.float16).is_enabled()
     assert not make_grad_scaler("cpu", torch.bfloat16).is_enabled()
 
@@ -59,7 +70,9 @@ def _step_with(scaler, max_norm, poison=False):
 
 def test_unscale_before_clip_gives_the_unscaled_update():
     plain, _ = _step_with(None, max_norm=0.5)
-    scaled, stepped = _step_with(torch.amp.GradScaler("cpu", init_scale=2.0 ** 12), max_norm=0.5)
+    scaled, stepped = _step_with(
+        torch.amp.GradScaler("cpu", init_scale=2.0**12), max_norm=0.5
+    )
     assert stepped
     torch.testing.assert_close(scaled, plain, atol=1e-6, rtol=1e-5)
 
@@ -70,7 +83,7 @@ def test_clip_before_unscale_would_shrink_the_update():
     model = nn.Linear(6, 3)
     before = torch.cat([p.detach().flatten() for p in model.parameters()])
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 12)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**12)
     scaler.scale(model(torch.randn(5, 6)).pow(2).sum() * 10).backward()
     nn.utils.clip_grad_norm_(model.parameters(), 0.5)  # wrong: still scaled
     scaler.step(opt)
@@ -81,13 +94,13 @@ def test_clip_before_unscale_would_shrink_the_update():
 
 
 def test_overflow_step_is_skipped_and_scale_lowered():
-    scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 12)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**12)
     torch.manual_seed(0)
     init = torch.cat([p.detach().flatten() for p in nn.Linear(6, 3).parameters()])
     params, stepped = _step_with(scaler, max_norm=1.0, poison=True)
     assert not stepped
     assert torch.equal(params, init)
-    assert scaler.get_scale() == 2.0 ** 11
+    assert scaler.get_scale() == 2.0**11
 
 
 def _train(dtype, fused, steps=40):
@@ -111,7 +124,9 @@ def _train(dtype, fused, steps=40):
 
 @pytest.mark.parametrize("fused", [False, True])
 def test_bf16_autocast_trains(fused):
-    losses = _train(torch.bfloat16 if get_device().type == "cpu" else torch.float16, fused)
+    losses = _train(
+        torch.bfloat16 if get_device().type == "cpu" else torch.float16, fused
+    )
     assert all(torch.isfinite(torch.tensor(losses)))
     assert losses[-1] < 0.5 * losses[0], losses
 
@@ -143,9 +158,13 @@ def test_saved_activation_bytes_halve_under_bf16():
     torch.manual_seed(0)
     model = TinyCausalLM(d_model=64, max_len=32)
     tokens = make_token_data(8, 32, seed=0)
-    _, fp32 = saved_activation_bytes(lm_loss_sum, model, tokens, exclude=model.parameters())
+    _, fp32 = saved_activation_bytes(
+        lm_loss_sum, model, tokens, exclude=model.parameters()
+    )
     with autocast("cpu", torch.bfloat16):
-        _, bf16 = saved_activation_bytes(lm_loss_sum, model, tokens, exclude=model.parameters())
+        _, bf16 = saved_activation_bytes(
+            lm_loss_sum, model, tokens, exclude=model.parameters()
+        )
     assert 0 < bf16 < 0.75 * fp32
 
 
@@ -153,7 +172,9 @@ def test_naive_attention_saves_the_scores_fused_does_not():
     b, h, s, d = 1, 2, 512, 16
     q, k, v = (torch.randn(b, h, s, d, requires_grad=True) for _ in range(3))
     _, naive = saved_activation_bytes(lambda: scaled_dot_product_attention(q, k, v)[0])
-    _, fused = saved_activation_bytes(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v))
+    _, fused = saved_activation_bytes(
+        lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v)
+    )
     scores = b * h * s * s * 4
     assert naive >= scores  # at least one [B, H, S, S] float32 tensor
     assert fused < scores / 4

@@ -1,4 +1,5 @@
 """tformer_ref's heads and multi-head attention against PyTorch as the oracle."""
+
 import math
 
 import pytest
@@ -15,8 +16,12 @@ def copy_to_torch(ours: MultiHeadAttention) -> nn.MultiheadAttention:
     """An nn.MultiheadAttention holding the same weights (it packs q, k, v into in_proj_weight [3D, D])."""
     theirs = nn.MultiheadAttention(ours.d_model, ours.n_heads, batch_first=True)
     with torch.no_grad():
-        theirs.in_proj_weight.copy_(torch.cat([ours.q_proj.weight, ours.k_proj.weight, ours.v_proj.weight]))
-        theirs.in_proj_bias.copy_(torch.cat([ours.q_proj.bias, ours.k_proj.bias, ours.v_proj.bias]))
+        theirs.in_proj_weight.copy_(
+            torch.cat([ours.q_proj.weight, ours.k_proj.weight, ours.v_proj.weight])
+        )
+        theirs.in_proj_bias.copy_(
+            torch.cat([ours.q_proj.bias, ours.k_proj.bias, ours.v_proj.bias])
+        )
         theirs.out_proj.weight.copy_(ours.out_proj.weight)
         theirs.out_proj.bias.copy_(ours.out_proj.bias)
     return theirs.eval()
@@ -26,12 +31,16 @@ def test_split_then_merge_is_identity_and_heads_are_contiguous_slices():
     x = torch.randn(2, 5, 12)
     heads = split_heads(x, 3)
     assert heads.shape == (2, 3, 5, 4)
-    assert torch.equal(heads[:, 1], x[..., 4:8])  # head 1 is features 4..7 of every token
+    assert torch.equal(
+        heads[:, 1], x[..., 4:8]
+    )  # head 1 is features 4..7 of every token
     assert torch.equal(merge_heads(heads), x)
 
 
 @pytest.mark.parametrize("fused", [False, True])
-@pytest.mark.parametrize("d_model,n_heads,sq,sk", [(16, 4, 5, 5), (24, 3, 4, 7), (32, 8, 6, 6)])
+@pytest.mark.parametrize(
+    "d_model,n_heads,sq,sk", [(16, 4, 5, 5), (24, 3, 4, 7), (32, 8, 6, 6)]
+)
 def test_equals_nn_multihead_attention(fused, d_model, n_heads, sq, sk):
     ours = MultiHeadAttention(d_model, n_heads, fused=fused).eval()
     theirs = copy_to_torch(ours)
@@ -52,7 +61,14 @@ def test_equals_nn_multihead_attention_with_masks(fused):
     x = torch.randn(2, 5, 16)
     keep = padding_mask(tokens, pad_id=0) & causal_mask(5)  # [2, 1, 5, 5]
     got = ours(x, mask=keep)
-    want, _ = theirs(x, x, x, key_padding_mask=tokens == 0, attn_mask=~causal_mask(5)[0, 0], need_weights=False)
+    want, _ = theirs(
+        x,
+        x,
+        x,
+        key_padding_mask=tokens == 0,
+        attn_mask=~causal_mask(5)[0, 0],
+        need_weights=False,
+    )
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
@@ -73,7 +89,9 @@ def test_plain_and_fused_paths_agree_and_weights_are_exposed():
 def test_scaled_dot_product_attention_equals_torch_sdpa():
     q, k, v = torch.randn(2, 3, 4, 8), torch.randn(2, 3, 6, 8), torch.randn(2, 3, 6, 8)
     out, _ = scaled_dot_product_attention(q, k, v)
-    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v), atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(
+        out, F.scaled_dot_product_attention(q, k, v), atol=1e-6, rtol=1e-5
+    )
 
 
 @pytest.mark.parametrize("fused", [False, True])
@@ -82,7 +100,9 @@ def test_gradcheck_in_double_precision(fused):
     torch.manual_seed(3)
     module = MultiHeadAttention(8, 2, dropout=0.1, fused=fused).double().eval()
     x = torch.randn(2, 3, 8, dtype=torch.double, requires_grad=True)
-    assert torch.autograd.gradcheck(lambda t: module(t, mask=causal_mask(3)), (x,), eps=1e-6, atol=1e-4)
+    assert torch.autograd.gradcheck(
+        lambda t: module(t, mask=causal_mask(3)), (x,), eps=1e-6, atol=1e-4
+    )
 
 
 @pytest.mark.parametrize("fused", [False, True])
@@ -111,21 +131,72 @@ def test_dropout_only_in_training_mode():
 @pytest.mark.parametrize(
     "build,call,error,message",
     [
-        (lambda: MultiHeadAttention(10, 3), None, ValueError, "d_model must be divisible by n_heads, got d_model=10, n_heads=3"),
-        (lambda: MultiHeadAttention(8, 2), lambda m: m(torch.randn(4, 8)), ValueError, "query must have shape [B, S, D=8], got (4, 8)"),
-        (lambda: MultiHeadAttention(8, 2), lambda m: m(torch.randn(2, 4, 6)), ValueError, "query must have shape [B, S, D=8], got (2, 4, 6)"),
-        (lambda: MultiHeadAttention(8, 2), lambda m: m(torch.randn(2, 4, 8), torch.randn(3, 4, 8)), ValueError,
-         "query, key and value must share the batch size B, got 2, 3, 3"),
-        (lambda: MultiHeadAttention(8, 2), lambda m: m(torch.randn(2, 4, 8), torch.randn(2, 5, 8), torch.randn(2, 6, 8)),
-         ValueError, "key and value must have the same length Sk, got 5 and 6"),
-        (lambda: MultiHeadAttention(8, 2), lambda m: m(torch.randn(2, 4, 8), mask=torch.ones(2, 1, 1, 4)), TypeError,
-         "got dtype torch.float32"),
-        (lambda: MultiHeadAttention(8, 2), lambda m: m(torch.randn(2, 4, 8), mask=torch.ones(2, 1, 4, dtype=torch.bool)),
-         ValueError, "with exactly 4 dims, got shape (2, 1, 4)"),
-        (lambda: MultiHeadAttention(8, 2), lambda m: m(torch.randn(2, 4, 8), mask=torch.ones(3, 1, 1, 4, dtype=torch.bool)),
-         ValueError, "broadcastable to [B, H, Sq, Sk] = [2, 2, 4, 4], got shape (3, 1, 1, 4)"),
-        (lambda: None, lambda _: split_heads(torch.randn(2, 3, 10), 4), ValueError, "got d_model=10, n_heads=4"),
-        (lambda: None, lambda _: merge_heads(torch.randn(2, 3, 10)), ValueError, "[B, H, S, Dh] (4 dims), got (2, 3, 10)"),
+        (
+            lambda: MultiHeadAttention(10, 3),
+            None,
+            ValueError,
+            "d_model must be divisible by n_heads, got d_model=10, n_heads=3",
+        ),
+        (
+            lambda: MultiHeadAttention(8, 2),
+            lambda m: m(torch.randn(4, 8)),
+            ValueError,
+            "query must have shape [B, S, D=8], got (4, 8)",
+        ),
+        (
+            lambda: MultiHeadAttention(8, 2),
+            lambda m: m(torch.randn(2, 4, 6)),
+            ValueError,
+            "query must have shape [B, S, D=8], got (2, 4, 6)",
+        ),
+        (
+            lambda: MultiHeadAttention(8, 2),
+            lambda m: m(torch.randn(2, 4, 8), torch.randn(3, 4, 8)),
+            ValueError,
+            "query, key and value must share the batch size B, got 2, 3, 3",
+        ),
+        (
+            lambda: MultiHeadAttention(8, 2),
+            lambda m: m(
+                torch.randn(2, 4, 8), torch.randn(2, 5, 8), torch.randn(2, 6, 8)
+            ),
+            ValueError,
+            "key and value must have the same length Sk, got 5 and 6",
+        ),
+        (
+            lambda: MultiHeadAttention(8, 2),
+            lambda m: m(torch.randn(2, 4, 8), mask=torch.ones(2, 1, 1, 4)),
+            TypeError,
+            "got dtype torch.float32",
+        ),
+        (
+            lambda: MultiHeadAttention(8, 2),
+            lambda m: m(
+                torch.randn(2, 4, 8), mask=torch.ones(2, 1, 4, dtype=torch.bool)
+            ),
+            ValueError,
+            "with exactly 4 dims, got shape (2, 1, 4)",
+        ),
+        (
+            lambda: MultiHeadAttention(8, 2),
+            lambda m: m(
+                torch.randn(2, 4, 8), mask=torch.ones(3, 1, 1, 4, dtype=torch.bool)
+            ),
+            ValueError,
+            "broadcastable to [B, H, Sq, Sk] = [2, 2, 4, 4], got shape (3, 1, 1, 4)",
+        ),
+        (
+            lambda: None,
+            lambda _: split_heads(torch.randn(2, 3, 10), 4),
+            ValueError,
+            "got d_model=10, n_heads=4",
+        ),
+        (
+            lambda: None,
+            lambda _: merge_heads(torch.randn(2, 3, 10)),
+            ValueError,
+            "[B, H, S, Dh] (4 dims), got (2, 3, 10)",
+        ),
     ],
 )
 def test_bad_input_gets_a_clear_error(build, call, error, message):

@@ -1,15 +1,24 @@
 """tformer_ref's blocks and positions against PyTorch as the oracle (fp32, eval mode, atol 1e-5)."""
+
 import math
 
 import pytest
 import torch
 import torch.nn as nn
 
-from tformer_ref.blocks import (DecoderBlock, EncoderBlock, FeedForward,
-                                SublayerConnection)
+from tformer_ref.blocks import (
+    DecoderBlock,
+    EncoderBlock,
+    FeedForward,
+    SublayerConnection,
+)
 from tformer_ref.masks import causal_mask, padding_mask
-from tformer_ref.positions import (LearnedPositionalEmbedding, SinusoidalPositionalEncoding, make_positions,
-                                   sinusoidal_encoding)
+from tformer_ref.positions import (
+    LearnedPositionalEmbedding,
+    SinusoidalPositionalEncoding,
+    make_positions,
+    sinusoidal_encoding,
+)
 from tformer_ref.torch_compat import decoder_block_to_torch, encoder_block_to_torch
 
 TOKENS = torch.tensor([[5, 6, 7, 0, 0], [1, 2, 3, 4, 9], [3, 3, 0, 0, 0]])  # 0 = pad
@@ -29,7 +38,9 @@ def randomise_norms(module):
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_encoder_block_equals_nn_transformer_encoder_layer(norm_first, fused):
     torch.manual_seed(0)
-    ours = randomise_norms(EncoderBlock(16, 4, 40, dropout=0.1, norm_first=norm_first, fused=fused)).eval()
+    ours = randomise_norms(
+        EncoderBlock(16, 4, 40, dropout=0.1, norm_first=norm_first, fused=fused)
+    ).eval()
     theirs = encoder_block_to_torch(ours)
     x = torch.randn(3, 5, 16)
     keep = padding_mask(TOKENS, 0)
@@ -43,13 +54,22 @@ def test_encoder_block_equals_nn_transformer_encoder_layer(norm_first, fused):
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_decoder_block_equals_nn_transformer_decoder_layer(norm_first, fused):
     torch.manual_seed(1)
-    ours = randomise_norms(DecoderBlock(16, 4, 40, dropout=0.1, norm_first=norm_first, fused=fused)).eval()
+    ours = randomise_norms(
+        DecoderBlock(16, 4, 40, dropout=0.1, norm_first=norm_first, fused=fused)
+    ).eval()
     theirs = decoder_block_to_torch(ours)
     tgt = torch.tensor([[4, 5, 6, 0], [7, 8, 9, 2], [1, 0, 0, 0]])
     x, memory = torch.randn(3, 4, 16), torch.randn(3, 5, 16)
-    got = ours(x, memory, padding_mask(tgt, 0) & causal_mask(4), padding_mask(TOKENS, 0))
-    want = theirs(x, memory, tgt_mask=~causal_mask(4)[0, 0], tgt_key_padding_mask=tgt == 0,
-                  memory_key_padding_mask=TOKENS == 0)
+    got = ours(
+        x, memory, padding_mask(tgt, 0) & causal_mask(4), padding_mask(TOKENS, 0)
+    )
+    want = theirs(
+        x,
+        memory,
+        tgt_mask=~causal_mask(4)[0, 0],
+        tgt_key_padding_mask=tgt == 0,
+        memory_key_padding_mask=TOKENS == 0,
+    )
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
@@ -111,6 +131,7 @@ def test_feed_forward_is_position_wise():
 
 # --------------------------------------------------------------------------- positions
 
+
 def test_sinusoidal_table_matches_the_papers_formula():
     n, d = 50, 16
     pe = sinusoidal_encoding(n, d)
@@ -118,7 +139,9 @@ def test_sinusoidal_table_matches_the_papers_formula():
         for i in range(d // 2):
             angle = pos / 10000 ** (2 * i / d)
             assert math.isclose(pe[pos, 2 * i].item(), math.sin(angle), abs_tol=1e-6)
-            assert math.isclose(pe[pos, 2 * i + 1].item(), math.cos(angle), abs_tol=1e-6)
+            assert math.isclose(
+                pe[pos, 2 * i + 1].item(), math.cos(angle), abs_tol=1e-6
+            )
 
 
 def test_sinusoidal_is_a_buffer_not_a_parameter_and_extends_past_max_len():
@@ -136,13 +159,16 @@ def test_learned_positions_raise_a_clear_error_past_max_len():
         module(torch.zeros(1, 9, 16))
 
 
-@pytest.mark.parametrize("bad,error", [
-    (lambda: sinusoidal_encoding(10, 15), ValueError),
-    (lambda: sinusoidal_encoding(10.0, 16), TypeError),
-    (lambda: make_positions("rotary", 16, 8), ValueError),
-    (lambda: SinusoidalPositionalEncoding(16)(torch.zeros(2, 3, 8)), ValueError),
-    (lambda: LearnedPositionalEmbedding(8, 16)([1, 2]), TypeError),
-])
+@pytest.mark.parametrize(
+    "bad,error",
+    [
+        (lambda: sinusoidal_encoding(10, 15), ValueError),
+        (lambda: sinusoidal_encoding(10.0, 16), TypeError),
+        (lambda: make_positions("rotary", 16, 8), ValueError),
+        (lambda: SinusoidalPositionalEncoding(16)(torch.zeros(2, 3, 8)), ValueError),
+        (lambda: LearnedPositionalEmbedding(8, 16)([1, 2]), TypeError),
+    ],
+)
 def test_bad_input_raises_clear_errors(bad, error):
     with pytest.raises(error, match="got"):
         bad()

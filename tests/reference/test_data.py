@@ -1,12 +1,25 @@
 """The toy date task: generation, vocabulary, collate (dynamic padding) and the bucketing sampler."""
+
 import datetime as dt
 
 import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from tformer_ref.data import (BOS, EOS, PAD, STYLES, BucketBatchSampler, CharVocab, Collate, PairDataset, all_dates,
-                              make_pairs, pad_batch, render_target)
+from tformer_ref.data import (
+    BOS,
+    EOS,
+    PAD,
+    STYLES,
+    BucketBatchSampler,
+    CharVocab,
+    Collate,
+    PairDataset,
+    all_dates,
+    make_pairs,
+    pad_batch,
+    render_target,
+)
 
 
 def test_pairs_are_seeded_and_held_out_dates_are_disjoint():
@@ -22,7 +35,9 @@ def test_every_style_is_unambiguous_and_targets_vary_in_length():
     dates = all_dates()
     for style in STYLES:
         rendered = [style(d) for d in dates]
-        assert len(set(rendered)) == len(dates), "a style maps two dates to the same text"
+        assert len(set(rendered)) == len(dates), (
+            "a style maps two dates to the same text"
+        )
     assert render_target(dt.date(2021, 3, 3)) == "3 March 2021"
     lengths = {len(render_target(d)) for d in dates}
     assert min(lengths) == 10 and max(lengths) == 17
@@ -43,7 +58,14 @@ def test_vocab_round_trip_and_no_unknown_characters():
 
 def test_dataset_items_and_collate_pad_dynamically():
     vocab = CharVocab.for_dates()
-    ds = PairDataset([("2021-03-03", "3 March 2021"), ("3.3.2021", "3 March 2021"), ("Dec 25, 1999", "25 December 1999")], vocab)
+    ds = PairDataset(
+        [
+            ("2021-03-03", "3 March 2021"),
+            ("3.3.2021", "3 March 2021"),
+            ("Dec 25, 1999", "25 December 1999"),
+        ],
+        vocab,
+    )
     src, tgt = Collate()([ds[0], ds[1]])
     assert src.shape == (2, 11) and tgt.shape == (2, 14)
     assert src[1, 9:].tolist() == [PAD, PAD] and src[1, 8] == EOS
@@ -73,8 +95,15 @@ def test_bucketing_sampler_covers_everything_once_and_pads_less():
         return pads / total
 
     bucketed = pad_fraction(DataLoader(ds, batch_sampler=sampler, collate_fn=Collate()))
-    random_batches = pad_fraction(DataLoader(ds, batch_size=32, shuffle=True, collate_fn=Collate(),
-                                             generator=torch.Generator().manual_seed(0)))
+    random_batches = pad_fraction(
+        DataLoader(
+            ds,
+            batch_size=32,
+            shuffle=True,
+            collate_fn=Collate(),
+            generator=torch.Generator().manual_seed(0),
+        )
+    )
     assert bucketed < 0.05 < random_batches
 
 

@@ -1,4 +1,5 @@
 """Greedy and beam search: stop at EOS, encode once, eval mode, no grad; beam beats greedy where it should."""
+
 import math
 
 import pytest
@@ -6,7 +7,13 @@ import torch
 import torch.nn as nn
 
 from tformer_ref.baselines import TorchTransformer
-from tformer_ref.decoding import beam_search, evaluate_accuracy, greedy_decode, sequence_accuracy, strip
+from tformer_ref.decoding import (
+    beam_search,
+    evaluate_accuracy,
+    greedy_decode,
+    sequence_accuracy,
+    strip,
+)
 
 BOS, EOS, PAD = 1, 2, 0
 
@@ -42,8 +49,14 @@ class TableModel(nn.Module):
 
 
 # table 0: greedy takes 5 (0.6) then faces a flat distribution; 6 (0.4) then EOS (0.9) is better overall.
-TRAP = {(): {5: 0.6, 6: 0.4}, (5,): {3: 0.26, 4: 0.26, 7: 0.26, EOS: 0.22}, (6,): {EOS: 0.9, 3: 0.1},
-        (5, 3): {EOS: 1.0}, (5, 4): {EOS: 1.0}, (5, 7): {EOS: 1.0}}
+TRAP = {
+    (): {5: 0.6, 6: 0.4},
+    (5,): {3: 0.26, 4: 0.26, 7: 0.26, EOS: 0.22},
+    (6,): {EOS: 0.9, 3: 0.1},
+    (5, 3): {EOS: 1.0},
+    (5, 4): {EOS: 1.0},
+    (5, 7): {EOS: 1.0},
+}
 # table 1: a long output; table 2: EOS at once.
 LONG = {(): {3: 1.0}, (3,): {4: 1.0}, (3, 4): {5: 1.0}, (3, 4, 5): {EOS: 1.0}}
 SHORT = {(): {EOS: 1.0}}
@@ -79,7 +92,9 @@ def test_beam_finds_the_better_sequence_greedy_misses():
 
 def test_beam_of_one_is_greedy_on_a_real_model():
     torch.manual_seed(0)
-    model = TorchTransformer(12, 12, d_model=16, n_heads=8, n_layers=2, d_ff=32, dropout=0.1, max_len=32)
+    model = TorchTransformer(
+        12, 12, d_model=16, n_heads=8, n_layers=2, d_ff=32, dropout=0.1, max_len=32
+    )
     src = torch.randint(3, 12, (6, 5))
     greedy = greedy_decode(model, src, 12)
     beam = beam_search(model, src, 12, beam_size=1)
@@ -97,13 +112,20 @@ def test_beam_without_any_finished_hypothesis_returns_the_best_prefix():
 
 
 def test_sequence_accuracy_compares_up_to_eos():
-    pred = torch.tensor([[BOS, 5, 6, EOS, PAD], [BOS, 5, EOS, 9, 9], [BOS, 5, 7, EOS, PAD]])
+    pred = torch.tensor(
+        [[BOS, 5, 6, EOS, PAD], [BOS, 5, EOS, 9, 9], [BOS, 5, 7, EOS, PAD]]
+    )
     tgt = torch.tensor([[BOS, 5, 6, EOS], [BOS, 5, EOS, PAD], [BOS, 5, 6, EOS]])
     assert sequence_accuracy(pred, tgt) == pytest.approx(2 / 3)
     with pytest.raises(ValueError, match="same batch size"):
         sequence_accuracy(pred[:2], tgt)
     model = TableModel({1: LONG})
-    batches = [(torch.tensor([[1], [1]]), torch.tensor([[BOS, 3, 4, 5, EOS], [BOS, 3, 4, EOS, PAD]]))]
+    batches = [
+        (
+            torch.tensor([[1], [1]]),
+            torch.tensor([[BOS, 3, 4, 5, EOS], [BOS, 3, 4, EOS, PAD]]),
+        )
+    ]
     assert evaluate_accuracy(model, batches, 8) == 0.5
 
 
@@ -114,12 +136,23 @@ def test_both_models_train_and_decode_through_the_same_interface(cls):
 
     make = Transformer if cls == "model" else TorchTransformer
     torch.manual_seed(0)
-    model = make(12, 12, d_model=16, n_heads=8, n_layers=2, d_ff=32, dropout=0.0, max_len=32)
+    model = make(
+        12, 12, d_model=16, n_heads=8, n_layers=2, d_ff=32, dropout=0.0, max_len=32
+    )
     src = torch.randint(3, 12, (4, 5))
-    tgt = torch.cat([torch.ones(4, 1, dtype=torch.long), torch.randint(3, 12, (4, 4)), torch.full((4, 1), EOS)], 1)
+    tgt = torch.cat(
+        [
+            torch.ones(4, 1, dtype=torch.long),
+            torch.randint(3, 12, (4, 4)),
+            torch.full((4, 1), EOS),
+        ],
+        1,
+    )
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
     losses = [train_step(model, src, tgt, opt)[0] for _ in range(30)]
     assert losses[-1] < losses[0] / 2
     greedy = greedy_decode(model, src, 8)
-    assert [strip(r) for r in greedy] == [strip(r) for r in beam_search(model, src, 8, beam_size=1)]
+    assert [strip(r) for r in greedy] == [
+        strip(r) for r in beam_search(model, src, 8, beam_size=1)
+    ]
     assert sequence_accuracy(greedy, tgt) == 1.0  # it memorised the four pairs

@@ -6,6 +6,7 @@ docstring example that drifted from the code (a renamed argument, a changed defa
 different output), which a reader copies and finds broken. Every module a lesson teaches
 must have examples.
 """
+
 from __future__ import annotations
 
 import doctest

@@ -1,5 +1,6 @@
 """Sampling and the KV cache (chapter 8), against plain re-computation on the device the
 course picks (CPU here; CUDA under `make test-gpu`)."""
+
 import pytest
 import torch
 
@@ -7,16 +8,32 @@ from tformer_ref.device import get_device
 from tformer_ref.kv_cache import KVCache
 from tformer_ref.masks import causal_mask
 from tformer_ref.model import DecoderOnlyLM
-from tformer_ref.sampling import (generate, next_token_probs, sample_next, top_k_filter,
-                                  top_p_filter)
+from tformer_ref.sampling import (
+    generate,
+    next_token_probs,
+    sample_next,
+    top_k_filter,
+    top_p_filter,
+)
 
 DEVICE = get_device()
 
 
 def tiny_lm(positions="learned", seed=0, **kw):
     torch.manual_seed(seed)
-    lm = DecoderOnlyLM(13, 32, 4, 2, 64, dropout=0.0, max_len=40, pad_id=None,
-                       positions=positions, norm_first=True, **kw)
+    lm = DecoderOnlyLM(
+        13,
+        32,
+        4,
+        2,
+        64,
+        dropout=0.0,
+        max_len=40,
+        pad_id=None,
+        positions=positions,
+        norm_first=True,
+        **kw,
+    )
     return lm.to(DEVICE).eval()
 
 
@@ -41,8 +58,15 @@ def test_cached_sampling_equals_uncached_under_the_same_seed(seed):
 
     def run(use_cache):
         g = torch.Generator(device=DEVICE).manual_seed(seed)
-        return generate(lm, prompt, 30, temperature=1.3, top_p=0.95, generator=g,
-                        use_cache=use_cache)
+        return generate(
+            lm,
+            prompt,
+            30,
+            temperature=1.3,
+            top_p=0.95,
+            generator=g,
+            use_cache=use_cache,
+        )
 
     first = run(True)
     assert torch.equal(first, run(False))
@@ -93,6 +117,7 @@ def test_causal_mask_with_a_past_lets_each_new_query_see_every_cached_key():
 
 
 # ----------------------------------------------------------------------------- top-p
+
 
 def probs_of(logits):
     return logits.softmax(-1)
@@ -148,16 +173,19 @@ def test_temperature_towards_zero_is_greedy():
     assert torch.equal(next_token_probs(logits, 0).argmax(-1), greedy)
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(top_p=0.0), "top_p must be in"),
-    (dict(top_p=1.5), "top_p must be in"),
-    (dict(top_p=-0.1), "top_p must be in"),
-    (dict(top_k=0), "top_k must be an int >= 1"),
-    (dict(top_k=2.5), "top_k must be an int >= 1"),
-    (dict(temperature=-1.0), "temperature must be"),
-    (dict(temperature=float("nan")), "temperature must be"),
-    (dict(temperature=float("inf")), "temperature must be"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(top_p=0.0), "top_p must be in"),
+        (dict(top_p=1.5), "top_p must be in"),
+        (dict(top_p=-0.1), "top_p must be in"),
+        (dict(top_k=0), "top_k must be an int >= 1"),
+        (dict(top_k=2.5), "top_k must be an int >= 1"),
+        (dict(temperature=-1.0), "temperature must be"),
+        (dict(temperature=float("nan")), "temperature must be"),
+        (dict(temperature=float("inf")), "temperature must be"),
+    ],
+)
 def test_bad_sampling_arguments_raise_clear_errors(kwargs, match):
     with pytest.raises(ValueError, match=match):
         next_token_probs(torch.randn(1, 5), **kwargs)

@@ -1,4 +1,5 @@
 """tformer_ref.plotting and tformer_ref.widgets: the figures and explorers the lessons display."""
+
 import io
 
 import numpy as np
@@ -12,7 +13,7 @@ from tformer_ref.widgets import HeadExplorer, head_explorer
 
 def _weights(n_heads=4, sq=5, sk=5, seed=0):
     g = torch.Generator().manual_seed(seed)
-    return torch.randn(n_heads, sq, sk, generator=g).softmax(dim=-1)   # [H, Sq, Sk]
+    return torch.randn(n_heads, sq, sk, generator=g).softmax(dim=-1)  # [H, Sq, Sk]
 
 
 def _images(ax):
@@ -25,12 +26,13 @@ def _decode(png: bytes) -> np.ndarray:
 
 # --------------------------------------------------------------------------- attention_heatmaps
 
+
 def test_heatmaps_one_image_per_head_and_a_colorbar():
     w = _weights(n_heads=4)
     fig = attention_heatmaps(w, list("abcde"), title="t")
     image_axes = [ax for ax in fig.axes if _images(ax)]
     assert len(image_axes) == 4
-    assert len(fig.axes) == 5                                   # 4 maps + the colour bar
+    assert len(fig.axes) == 5  # 4 maps + the colour bar
     for h, ax in enumerate(image_axes):
         (image,) = _images(ax)
         np.testing.assert_allclose(image.get_array(), w[h].numpy())
@@ -48,13 +50,17 @@ def test_heatmaps_share_one_colour_scale():
 
 
 def test_heatmaps_grid_drops_unused_panels():
-    fig = attention_heatmaps(_weights(n_heads=5), max_cols=4)  # a 2 x 4 grid, 3 panels unused
+    fig = attention_heatmaps(
+        _weights(n_heads=5), max_cols=4
+    )  # a 2 x 4 grid, 3 panels unused
     assert sum(1 for ax in fig.axes if _images(ax)) == 5
     assert len(fig.axes) == 6
 
 
 def test_heatmaps_accept_one_map_and_cross_attention_labels():
-    fig = attention_heatmaps(_weights(n_heads=2, sq=3, sk=4)[0], list("abc"), key_tokens=list("wxyz"))
+    fig = attention_heatmaps(
+        _weights(n_heads=2, sq=3, sk=4)[0], list("abc"), key_tokens=list("wxyz")
+    )
     (ax,) = [ax for ax in fig.axes if _images(ax)]
     assert _images(ax)[0].get_array().shape == (3, 4)
     assert [t.get_text() for t in ax.get_xticklabels()] == list("wxyz")
@@ -70,11 +76,12 @@ def test_heatmaps_reject_bad_shapes_and_labels():
 
 def test_heatmaps_accept_tensors_that_require_grad():
     w = _weights().requires_grad_()
-    fig = attention_heatmaps(w)                                 # detached internally
+    fig = attention_heatmaps(w)  # detached internally
     assert sum(1 for ax in fig.axes if _images(ax)) == 4
 
 
 # --------------------------------------------------------------------------- attention_png
+
 
 def test_attention_png_is_a_png_of_one_map():
     png = attention_png(_weights()[0], list("abcde"), title="head 0")
@@ -92,6 +99,7 @@ def test_attention_png_depends_on_the_map():
 
 # --------------------------------------------------------------------------- heads_cost_figure
 
+
 def test_heads_cost_figure_two_panels_with_the_data():
     heads, ms, mib = (1, 8, 16), [10.0, 11.0, 12.5], [0.5, 4.0, 8.0]
     fig = heads_cost_figure(heads, ms, mib, title="cost")
@@ -99,8 +107,12 @@ def test_heads_cost_figure_two_panels_with_the_data():
     ax_time, ax_mem = fig.axes
     (line_time,) = ax_time.get_lines()
     (line_mem,) = ax_mem.get_lines()
-    assert list(line_time.get_xdata()) == list(heads) and list(line_time.get_ydata()) == ms
-    assert list(line_mem.get_xdata()) == list(heads) and list(line_mem.get_ydata()) == mib
+    assert (
+        list(line_time.get_xdata()) == list(heads) and list(line_time.get_ydata()) == ms
+    )
+    assert (
+        list(line_mem.get_xdata()) == list(heads) and list(line_mem.get_ydata()) == mib
+    )
     for ax in (ax_time, ax_mem):
         assert ax.get_xlabel() == "number of heads H"
         assert ax.get_ylabel() and ax.get_title()
@@ -115,13 +127,20 @@ def test_heads_cost_figure_rejects_mismatched_lengths():
 
 # --------------------------------------------------------------------------- head_explorer
 
+
 def test_explorer_has_one_image_per_head_showing_that_head():
     w = _weights(n_heads=3)
     explorer = head_explorer(w, list("abcde"))
     assert isinstance(explorer, HeadExplorer)
     assert explorer.children == (explorer.slider, explorer.stack)
-    assert (explorer.slider.min, explorer.slider.max, explorer.slider.value) == (0, 2, 0)
-    assert len(explorer.images) == 3 and explorer.stack.children == tuple(explorer.images)
+    assert (explorer.slider.min, explorer.slider.max, explorer.slider.value) == (
+        0,
+        2,
+        0,
+    )
+    assert len(explorer.images) == 3 and explorer.stack.children == tuple(
+        explorer.images
+    )
     vmax = float(w.max())
     for h, image in enumerate(explorer.images):
         assert image.format == "png"
@@ -133,7 +152,7 @@ def test_explorer_has_one_image_per_head_showing_that_head():
 def test_explorer_slider_selects_the_head_shown():
     explorer = head_explorer(_weights(n_heads=4))
     assert explorer.head == 0
-    explorer.slider.value = 2                                   # what the callback must follow
+    explorer.slider.value = 2  # what the callback must follow
     assert explorer.stack.selected_index == 2 and explorer.head == 2
     explorer.show_head(3)
     assert explorer.slider.value == 3 and explorer.stack.selected_index == 3
@@ -152,6 +171,12 @@ def test_explorer_state_is_serialisable_widget_state():
 
     explorer = head_explorer(_weights(n_heads=2))
     state = widgets.Widget.get_manager_state(drop_defaults=False)["state"]
-    for w in (explorer, explorer.slider, explorer.stack, explorer.link, *explorer.images):
+    for w in (
+        explorer,
+        explorer.slider,
+        explorer.stack,
+        explorer.link,
+        *explorer.images,
+    ):
         assert w.model_id in state
     assert state[explorer.stack.model_id]["state"]["selected_index"] == 0

@@ -1,5 +1,6 @@
 """The corpus, the tokenizers, next-token windows, the loss and the weight-decay groups
 (chapter 8)."""
+
 import collections
 
 import pytest
@@ -8,8 +9,16 @@ import torch.nn as nn
 
 from tformer_ref.lm_training import next_token_loss, weight_decay_groups
 from tformer_ref.model import DecoderOnlyLM
-from tformer_ref.text import (_PIECES, BytePairTokenizer, CharTokenizer, _merge,
-                              check_vocab, lm_windows, load_corpus, train_val_split)
+from tformer_ref.text import (
+    _PIECES,
+    BytePairTokenizer,
+    CharTokenizer,
+    _merge,
+    check_vocab,
+    lm_windows,
+    load_corpus,
+    train_val_split,
+)
 
 
 @pytest.fixture(scope="module")
@@ -19,6 +28,7 @@ def text():
 
 def test_the_corpus_ships_with_the_package_and_its_licence(text):
     from importlib import resources
+
     readme = resources.files("tformer_ref").joinpath("corpora", "README.md").read_text()
     readme = " ".join(readme.split())
     assert "in the public domain" in readme and "dict-devil" in readme
@@ -80,8 +90,9 @@ def test_decoding_token_by_token_breaks_a_multibyte_character():
 def test_bad_vocab_sizes_raise_clear_errors():
     with pytest.raises(ValueError, match="at least 256"):
         BytePairTokenizer.train("abc", 100)
-    with pytest.raises(ValueError,
-                       match="tokenizer has 4 ids but the model's embedding"):
+    with pytest.raises(
+        ValueError, match="tokenizer has 4 ids but the model's embedding"
+    ):
         check_vocab(3, CharTokenizer("abc", specials=("<pad>",)))
 
 
@@ -121,4 +132,3 @@ def test_a_tied_head_is_the_embedding_and_does_not_decay():
     assert all(p is not lm.lm_head.weight for p in decay["params"])
     assert sum(p is lm.tok_embed.weight for p in no_decay["params"]) == 1
     torch.optim.AdamW([decay, no_decay])
-

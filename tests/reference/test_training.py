@@ -1,4 +1,5 @@
 """Shift, loss, Noam schedule, train step and fit loop, against PyTorch and against the paper's formula."""
+
 import math
 
 import pytest
@@ -8,7 +9,15 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
 from tformer_ref.baselines import TorchTransformer
-from tformer_ref.training import History, fit, noam_lambda, noam_scheduler, sequence_loss, shift_targets, train_step
+from tformer_ref.training import (
+    History,
+    fit,
+    noam_lambda,
+    noam_scheduler,
+    sequence_loss,
+    shift_targets,
+    train_step,
+)
 
 
 def test_shift_is_along_time_for_batch_first():
@@ -33,7 +42,9 @@ def test_loss_ignores_padding_and_smooths_labels():
     assert torch.equal(sequence_loss(other, labels), sequence_loss(logits, labels))
     eps = 0.1
     lp = logits.log_softmax(-1)
-    smoothed = ((1 - eps) * -lp.gather(-1, labels[..., None])[..., 0] - eps * lp.mean(-1))[keep].mean()
+    smoothed = (
+        (1 - eps) * -lp.gather(-1, labels[..., None])[..., 0] - eps * lp.mean(-1)
+    )[keep].mean()
     assert torch.allclose(sequence_loss(logits, labels, 0, eps), smoothed, atol=1e-6)
     with pytest.raises(ValueError, match=r"logits \[B, St, V\]"):
         sequence_loss(logits, labels[:, :3])
@@ -41,10 +52,12 @@ def test_loss_ignores_padding_and_smooths_labels():
 
 def test_noam_matches_the_paper_and_never_divides_by_zero():
     d, w = 512, 4000
-    paper = lambda n: d ** -0.5 * min(n ** -0.5, n * w ** -1.5)  # n = 1, 2, ...
+    paper = lambda n: d**-0.5 * min(n**-0.5, n * w**-1.5)  # n = 1, 2, ...
     assert noam_lambda(0, d, w) == pytest.approx(paper(1)) and noam_lambda(0, d, w) > 0
     assert noam_lambda(w - 1, d, w) == pytest.approx(paper(w))
-    assert noam_lambda(w - 1, d, w) == pytest.approx(7.0e-4, rel=0.01)  # the peak quoted in the paper's setting
+    assert noam_lambda(w - 1, d, w) == pytest.approx(
+        7.0e-4, rel=0.01
+    )  # the peak quoted in the paper's setting
     rates = [noam_lambda(s, d, w) for s in range(2 * w)]
     assert max(rates) == rates[w - 1]
     with pytest.raises(ValueError):
@@ -71,7 +84,9 @@ def test_noam_scheduler_sets_the_rate_and_never_steps_the_optimizer():
 
 def _tiny(seed=0, dropout=0.0):
     torch.manual_seed(seed)
-    return TorchTransformer(11, 11, d_model=16, n_heads=8, n_layers=2, d_ff=32, dropout=dropout, max_len=16)
+    return TorchTransformer(
+        11, 11, d_model=16, n_heads=8, n_layers=2, d_ff=32, dropout=dropout, max_len=16
+    )
 
 
 def _batch():
@@ -94,7 +109,9 @@ def test_train_step_clips_after_backward_and_reports_the_norm():
     want.backward()
     grads = [p.grad for p in twin.parameters()]
     want_norm = torch.linalg.vector_norm(torch.stack([g.norm() for g in grads]))
-    assert loss == pytest.approx(want.item(), rel=1e-5) and norm == pytest.approx(want_norm.item(), rel=1e-4)
+    assert loss == pytest.approx(want.item(), rel=1e-5) and norm == pytest.approx(
+        want_norm.item(), rel=1e-4
+    )
     assert norm > 0.05  # so clipping was active
     with torch.no_grad():
         for p, q in zip(model.parameters(), twin.parameters()):
@@ -104,7 +121,9 @@ def test_train_step_clips_after_backward_and_reports_the_norm():
 def test_train_step_without_clipping_still_reports_the_norm():
     src, tgt = _batch()
     model = _tiny()
-    _, norm = train_step(model, src, tgt, torch.optim.SGD(model.parameters(), lr=0.0), max_norm=None)
+    _, norm = train_step(
+        model, src, tgt, torch.optim.SGD(model.parameters(), lr=0.0), max_norm=None
+    )
     assert norm > 0 and math.isfinite(norm)
 
 
@@ -114,21 +133,51 @@ def test_fit_records_history_and_stops_at_target():
     model = _tiny()
     opt = torch.optim.Adam(model.parameters(), lr=1.0)
     calls = []
-    h = fit(model, loader, opt, noam_scheduler(opt, 16, 4, factor=2.0), epochs=3, progress=False,
-            evaluate=lambda m: calls.append(1) or 0.5, eval_every=4)
-    assert h.step == list(range(1, 16)) and len(h.loss) == len(h.lr) == len(h.grad_norm) == len(h.time) == 15
+    h = fit(
+        model,
+        loader,
+        opt,
+        noam_scheduler(opt, 16, 4, factor=2.0),
+        epochs=3,
+        progress=False,
+        evaluate=lambda m: calls.append(1) or 0.5,
+        eval_every=4,
+    )
+    assert (
+        h.step == list(range(1, 16))
+        and len(h.loss) == len(h.lr) == len(h.grad_norm) == len(h.time) == 15
+    )
     assert h.loss[-1] < h.loss[0]
     assert h.eval_step == [4, 8, 12, 15] and len(calls) == 4
     assert h.time == sorted(h.time)
-    h2 = fit(_tiny(), loader, torch.optim.SGD(_tiny().parameters(), lr=0.0), epochs=10, progress=False,
-             evaluate=lambda m: 1.0, eval_every=2, target=0.99)
+    h2 = fit(
+        _tiny(),
+        loader,
+        torch.optim.SGD(_tiny().parameters(), lr=0.0),
+        epochs=10,
+        progress=False,
+        evaluate=lambda m: 1.0,
+        eval_every=2,
+        target=0.99,
+    )
     assert h2.step[-1] == 2 and h2.time_to(0.99) == h2.time[1]
-    h3 = fit(_tiny(), loader, torch.optim.SGD(_tiny().parameters(), lr=0.0), max_steps=7, progress=False)
+    h3 = fit(
+        _tiny(),
+        loader,
+        torch.optim.SGD(_tiny().parameters(), lr=0.0),
+        max_steps=7,
+        progress=False,
+    )
     assert h3.step[-1] == 7 and History().time_to(0.5) is None
 
 
 def test_fit_writes_nothing_to_stderr_with_progress_off(capfd):
     src, tgt = _batch()
     model = _tiny()
-    fit(model, [(src, tgt)], torch.optim.SGD(model.parameters(), lr=0.01), progress=False)
+    fit(
+        model,
+        [(src, tgt)],
+        torch.optim.SGD(model.parameters(), lr=0.01),
+        progress=False,
+    )
     assert capfd.readouterr().err == ""

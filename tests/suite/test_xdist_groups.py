@@ -11,6 +11,7 @@ The cause was found by the doubled setup times in ``--durations``.
 The guard: pytest is pinned to 8.4 (requirements.txt), and these tests fail when the
 group suffix is missing or a group's tests land on different workers.
 """
+
 import os
 from pathlib import Path
 
@@ -25,7 +26,8 @@ def test_a_grouped_test_carries_its_group_in_its_id(request):
     assert request.node.nodeid.endswith("@xdist_groups_regression"), (
         f"{request.node.nodeid!r}: --dist loadgroup did not tag this test with its "
         "xdist_group, so grouped tests may run on different workers (pytest-xdist and "
-        "pytest versions disagree; see this file's docstring)")
+        "pytest versions disagree; see this file's docstring)"
+    )
 
 
 @pytest.fixture(scope="module")

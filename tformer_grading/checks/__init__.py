@@ -6,7 +6,9 @@ A check author reads ``diagnosis`` (the API: ``Pitfall``, ``Section``, ``Case``,
 learner's module) and ``delegation`` (the hidden "written by hand" tests);
 ``blocks`` holds what chapters 4 and 5 share.
 """
+
 from .diagnosis import CheckFailure, Diagnosis, Pitfall, Section
+
 # The checks' shared machinery; every other module of this package holds one exercise's
 # checks. Defined in the guard, which captures it before learner code runs.
 from ..guard.integrity import SHARED_CHECK_MODULES as SHARED_MODULES

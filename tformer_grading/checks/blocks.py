@@ -16,6 +16,7 @@ A *wiring* wraps one sublayer: ``wiring(x, sublayer, norm, drop) -> new x``,
 :func:`post_ln` and :func:`pre_ln`; each chapter writes its wrong ones next to
 the ``Pitfall`` they reproduce.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -31,11 +32,25 @@ from tformer_ref.attention import MultiHeadAttention
 
 from ..guard.integrity import seal
 from .delegation import reject_wrapped
-from .diagnosis import (Case, Diagnosis, Pitfall, Raised, Section, describe_difference, fail,
-                        fail_unexplained, passed, quiet, run, same, single_thread)
+from .diagnosis import (
+    Case,
+    Diagnosis,
+    Pitfall,
+    Raised,
+    Section,
+    describe_difference,
+    fail,
+    fail_unexplained,
+    passed,
+    quiet,
+    run,
+    same,
+    single_thread,
+)
 
 
 # -------------------------------------------------------------------- the right wirings
+
 
 def keep(t: Tensor) -> Tensor:
     """Dropout in eval mode: the identity."""
@@ -54,6 +69,7 @@ def pre_ln(x: Tensor, sublayer: Callable, norm: Callable, drop: Callable) -> Ten
 
 # ------------------------------------------------------------------ the learner's parts
 
+
 @dataclass(frozen=True)
 class Parts:
     """The learner's sublayer modules: attentions and norms in the order a role assigns
@@ -69,8 +85,9 @@ class Parts:
         hidden = F.relu(F.linear(x, self.ff1.weight, self.ff1.bias))
         return F.linear(hidden, self.ff2.weight, self.ff2.bias)
 
-    def in_role(self, norm_order: Sequence[int],
-                attn_order: Sequence[int] | None = None) -> "Parts":
+    def in_role(
+        self, norm_order: Sequence[int], attn_order: Sequence[int] | None = None
+    ) -> "Parts":
         """The same parts with norm ``norm_order[i]`` serving sublayer i (and attention
         ``attn_order[j]`` playing attention j)."""
         attns = self.attns
@@ -91,56 +108,87 @@ def reject_batchnorm(title: str, module: nn.Module, batchnorm: Diagnosis) -> Non
 def _attentions(title: str, module: nn.Module, n_attn: int, section: Section) -> list:
     """[(name, module)] of the learner's ``n_attn`` MultiHeadAttention sublayers."""
     __tracebackhide__ = True
-    found = [(n, m) for n, m in module.named_modules()
-             if isinstance(m, MultiHeadAttention)]
+    found = [
+        (n, m) for n, m in module.named_modules() if isinstance(m, MultiHeadAttention)
+    ]
     if len(found) != n_attn:
-        kinds = sorted({type(m).__name__ for m in module.modules()
-                        if "ttention" in type(m).__name__})
+        kinds = sorted(
+            {
+                type(m).__name__
+                for m in module.modules()
+                if "ttention" in type(m).__name__
+            }
+        )
         others = f" (other attention modules: {', '.join(kinds)})" if kinds else ""
-        fail(title, f"expected {n_attn} attention sublayer(s) built from "
-                    "tformer_ref.attention.MultiHeadAttention (the class the "
-                    f"exercise imports), found {len(found)}{others}. Each attention "
-                    "sublayer needs its own MultiHeadAttention instance.", section)
+        fail(
+            title,
+            f"expected {n_attn} attention sublayer(s) built from "
+            "tformer_ref.attention.MultiHeadAttention (the class the "
+            f"exercise imports), found {len(found)}{others}. Each attention "
+            "sublayer needs its own MultiHeadAttention instance.",
+            section,
+        )
     return found
 
 
-def _layer_norms(title: str, module: nn.Module, n_norms: int,
-                 section: Section) -> tuple:
+def _layer_norms(
+    title: str, module: nn.Module, n_norms: int, section: Section
+) -> tuple:
     __tracebackhide__ = True
     norms = tuple(m for m in module.modules() if isinstance(m, nn.LayerNorm))
     if len(norms) != n_norms:
-        fail(title, f"expected {n_norms} nn.LayerNorm(d_model) modules, one per "
-                    f"sublayer (each with its own weights), found {len(norms)}.",
-             section)
+        fail(
+            title,
+            f"expected {n_norms} nn.LayerNorm(d_model) modules, one per "
+            f"sublayer (each with its own weights), found {len(norms)}.",
+            section,
+        )
     return norms
 
 
-def _feed_forward(title: str, module: nn.Module, d_model: int, d_ff: int | None,
-                  attns: list) -> tuple:
+def _feed_forward(
+    title: str, module: nn.Module, d_model: int, d_ff: int | None, attns: list
+) -> tuple:
     """The feed-forward's (first, second) Linear, found by shape outside the attentions;
     ``d_ff=None``: read it from the first one."""
     __tracebackhide__ = True
     inside = tuple(n + "." for n, _ in attns)
-    linears = [(n, m) for n, m in module.named_modules()
-               if isinstance(m, nn.Linear) and not n.startswith(inside)]
+    linears = [
+        (n, m)
+        for n, m in module.named_modules()
+        if isinstance(m, nn.Linear) and not n.startswith(inside)
+    ]
     if d_ff is None:
-        widths = {m.out_features for _, m in linears
-                  if m.in_features == d_model and m.out_features != d_model}
+        widths = {
+            m.out_features
+            for _, m in linears
+            if m.in_features == d_model and m.out_features != d_model
+        }
         d_ff = widths.pop() if len(widths) == 1 else -1
     first = [m for _, m in linears if tuple(m.weight.shape) == (d_ff, d_model)]
     second = [m for _, m in linears if tuple(m.weight.shape) == (d_model, d_ff)]
     if len(first) != 1 or len(second) != 1:
         listing = ", ".join(f"{n} {list(m.weight.shape)}" for n, m in linears) or "none"
-        fail(title, "cannot find the feed-forward: expected one "
-                    f"nn.Linear(d_model={d_model}, d_ff={d_ff}) and one "
-                    "nn.Linear(d_ff, d_model) besides the attention. Found Linear "
-                    f"layers: {listing}.")
+        fail(
+            title,
+            "cannot find the feed-forward: expected one "
+            f"nn.Linear(d_model={d_model}, d_ff={d_ff}) and one "
+            "nn.Linear(d_ff, d_model) besides the attention. Found Linear "
+            f"layers: {listing}.",
+        )
     return first[0], second[0]
 
 
-def find_parts(title: str, module: nn.Module, d_model: int, d_ff: int | None,
-               n_attn: int, n_norms: int, batchnorm: Diagnosis,
-               attn_section: Section) -> Parts:
+def find_parts(
+    title: str,
+    module: nn.Module,
+    d_model: int,
+    d_ff: int | None,
+    n_attn: int,
+    n_norms: int,
+    batchnorm: Diagnosis,
+    attn_section: Section,
+) -> Parts:
     """Find the learner's parts by type and shape, or fail saying what is missing:
     BatchNorm is named as ``batchnorm``, a wrong count of norms points to its section.
     ``d_ff=None``: read it from the feed-forward's first Linear."""
@@ -171,6 +219,7 @@ def norm_orders(n: int) -> list:
 
 # --------------------------------------------------------------------------- comparing
 
+
 def _matches_all(theirs, cases, fn, role, agree) -> bool:
     """Whether ``fn(role, *case)`` agrees with the learner on every case; stops at the
     first disagreement."""
@@ -180,11 +229,18 @@ def _matches_all(theirs, cases, fn, role, agree) -> bool:
     return True
 
 
-def compare_with_roles(title: str, cases: Sequence[Case], learner: Callable,
-                       reference: Callable, pitfalls: Sequence[Pitfall],
-                       roles: Sequence[Any], atol: float = 1e-5, rtol: float = 1e-4,
-                       announce: bool = True,
-                       explain: Callable[[], None] | None = None) -> None:
+def compare_with_roles(
+    title: str,
+    cases: Sequence[Case],
+    learner: Callable,
+    reference: Callable,
+    pitfalls: Sequence[Pitfall],
+    roles: Sequence[Any],
+    atol: float = 1e-5,
+    rtol: float = 1e-4,
+    announce: bool = True,
+    explain: Callable[[], None] | None = None,
+) -> None:
     """Like ``compare_to_reference``, with ``reference(role, *args)`` and each pitfall's
     ``impl(role, *args)`` tried under every assignment ``role`` of the learner's
     parts. ``explain()``, when given, runs when no pitfall reproduces the learner's
@@ -197,14 +253,17 @@ def compare_with_roles(title: str, cases: Sequence[Case], learner: Callable,
         for case, want in zip(cases, ours):
             if not isinstance(want, torch.Tensor):
                 raise RuntimeError(f"reference failed on case {case.label}: {want!r}")
+
         def right(got, want):
             return describe_difference(got, want, atol, rtol) is None
 
         if all(right(g, w) for g, w in zip(theirs, ours)) or any(
-                _matches_all(theirs, cases, reference, r, right) for r in roles[1:]):
+            _matches_all(theirs, cases, reference, r, right) for r in roles[1:]
+        ):
             if announce:
                 passed(title, f"matches the reference on {len(cases)} cases")
             return
+
         def agree(got, want):
             return same(got, want, atol, rtol)
 
@@ -229,8 +288,13 @@ def holds(title: str, probe: Callable[..., bool], *args) -> bool:
 
 # --------------------------------------------------------------------------- by hand
 
-FORBIDDEN_BLOCKS = (nn.TransformerEncoderLayer, nn.TransformerDecoderLayer,
-                    nn.TransformerEncoder, nn.TransformerDecoder, nn.Transformer)
+FORBIDDEN_BLOCKS = (
+    nn.TransformerEncoderLayer,
+    nn.TransformerDecoderLayer,
+    nn.TransformerEncoder,
+    nn.TransformerDecoder,
+    nn.Transformer,
+)
 FORBIDDEN_MODULES = ("tformer_ref.blocks", "tformer_ref.model")
 
 

@@ -37,6 +37,7 @@ state of the other three:
 The sections cited are chapter 1's (einsum, per-head projections, scaling; through
 ``ch01``'s ``Section`` constants) and chapter 3's §3.5 on fill values.
 """
+
 from __future__ import annotations
 
 import math
@@ -49,8 +50,17 @@ from . import ch01
 from .cases import build_module, randn
 from .ch01 import S_EINSUM, S_MERGE, S_PROJ, S_SCALE
 from .ch03 import S_FILL
-from .diagnosis import (UNEXPLAINED, CheckFailure, Diagnosis, Raised, fail, passed,
-                        run, single_thread, verify_integrity)
+from .diagnosis import (
+    UNEXPLAINED,
+    CheckFailure,
+    Diagnosis,
+    Raised,
+    fail,
+    passed,
+    run,
+    single_thread,
+    verify_integrity,
+)
 
 #: The exercise these checks grade (the pitfall index links its rows there).
 ASSIGNMENT = "ch03_bughunt"
@@ -60,16 +70,22 @@ SIZES = ((32, 4),)
 
 
 def _validate_sizes(sizes) -> tuple:
-    if (not isinstance(sizes, (tuple, list)) or not sizes
-            or not all(isinstance(s, (tuple, list)) and len(s) == 2 for s in sizes)):
-        raise TypeError(f"sizes must be a sequence of (embed_size, heads) pairs, got "
-                        f"{sizes!r}")
+    if (
+        not isinstance(sizes, (tuple, list))
+        or not sizes
+        or not all(isinstance(s, (tuple, list)) and len(s) == 2 for s in sizes)
+    ):
+        raise TypeError(
+            f"sizes must be a sequence of (embed_size, heads) pairs, got {sizes!r}"
+        )
     for e, h in sizes:
         ints = isinstance(e, int) and isinstance(h, int)
         if not ints or h < 2 or e % h or e // h < 3:
-            raise ValueError(f"each (embed_size, heads) needs heads >= 2 dividing "
-                             f"embed_size into heads of at least 3 features, got "
-                             f"({e!r}, {h!r})")
+            raise ValueError(
+                f"each (embed_size, heads) needs heads >= 2 dividing "
+                f"embed_size into heads of at least 3 features, got "
+                f"({e!r}, {h!r})"
+            )
     return tuple(tuple(s) for s in sizes)
 
 
@@ -91,8 +107,11 @@ def _call(title: str, module, values, keys, query, mask=None, what: str = ""):
     if isinstance(got, Raised):
         return got
     if type(got) is not torch.Tensor:
-        fail(title, f"forward(values, keys, query, mask) must return one torch.Tensor "
-                    f"[N, query_len, embed_size]{what}; got {type(got).__name__}.")
+        fail(
+            title,
+            f"forward(values, keys, query, mask) must return one torch.Tensor "
+            f"[N, query_len, embed_size]{what}; got {type(got).__name__}.",
+        )
     return got
 
 
@@ -101,8 +120,12 @@ def _expect_shape(title: str, got, shape: tuple, what: str, section) -> torch.Te
     if isinstance(got, Raised):
         fail(title, f"your forward raised {got!r} on {what}.", section)
     if tuple(got.shape) != shape:
-        fail(title, f"on {what} your forward returned shape {list(got.shape)}; "
-                    f"expected {list(shape)} = [N, query_len, embed_size].", section)
+        fail(
+            title,
+            f"on {what} your forward returned shape {list(got.shape)}; "
+            f"expected {list(shape)} = [N, query_len, embed_size].",
+            section,
+        )
     return got
 
 
@@ -121,25 +144,31 @@ TOKENS_NEVER_MIX = Diagnosis(
     "never exchange information, and keys of another length than the queries make it "
     "fail. Move the head axis first (transpose(1, 2) to [N, H, L, Dh]) or label the "
     "axes as they are: 'nqhd,nkhd->nhqk', then 'nhqk,nkhd->nqhd' for the values.",
-    S_EINSUM)
+    S_EINSUM,
+)
 ROWS_OUT_OF_ORDER = Diagnosis(
     "output rows not in query order",
     "Output row i must be query i's result: after the weighted sum, [N, H, Lq, Dh] "
     "goes back to [N, Lq, H, Dh] (transpose(1, 2)) before the reshape to "
     "[N, Lq, embed_size]; reshaping [N, H, Lq, Dh] directly glues different queries "
-    "into one row.", S_MERGE)
+    "into one row.",
+    S_MERGE,
+)
 KEY_ORDER_MATTERS = Diagnosis(
     "the output depends on the order of the keys",
     "Attention is a weighted average over the keys: shuffling the key/value tokens "
     "together must leave every query's output unchanged. Check that the keys and the "
     "values are indexed by the same letter in your two einsums (or matmuls).",
-    S_EINSUM)
+    S_EINSUM,
+)
 WEIGHTS_NOT_OVER_KEYS = Diagnosis(
     "weights do not sum to 1 over the keys",
     "When every value token is the same vector, any average of them is that vector, "
     "whatever the queries and keys: each query's weights over the keys must sum to 1. "
     "After relabelling the einsum, softmax must still run over the key axis of the "
-    "scores (dim=-1 of [N, H, Lq, Lk]).", S_EINSUM)
+    "scores (dim=-1 of [N, H, Lq, Lk]).",
+    S_EINSUM,
+)
 
 
 def _einsum_mixing(title: str, module, e: int) -> list:
@@ -152,21 +181,32 @@ def _einsum_mixing(title: str, module, e: int) -> list:
     changed[:, 0] = randn(2, e, seed=13)
     after = _call(title, module, changed, changed, q)
     if isinstance(base, Raised) or isinstance(after, Raised):
-        found.append(f"self-attention on [2, 5, {e}] raised "
-                     f"{base if isinstance(base, Raised) else after!r}")
+        found.append(
+            f"self-attention on [2, 5, {e}] raised "
+            f"{base if isinstance(base, Raised) else after!r}"
+        )
     elif base.shape == after.shape == (2, 5, e):
         moved = float((after - base)[:, 1:].abs().max())
         if moved <= 1e-6 * (1 + float(base.abs().max())):
-            found.append(f"changing key/value token 0 changed the output at query "
-                         f"positions 1 to 4 by at most {moved:.1e}, so tokens never "
-                         f"mix")
-    cross = _call(title, module, randn(2, 7, e, seed=14), randn(2, 7, e, seed=14),
-                  randn(2, 3, e, seed=15))
+            found.append(
+                f"changing key/value token 0 changed the output at query "
+                f"positions 1 to 4 by at most {moved:.1e}, so tokens never "
+                f"mix"
+            )
+    cross = _call(
+        title,
+        module,
+        randn(2, 7, e, seed=14),
+        randn(2, 7, e, seed=14),
+        randn(2, 3, e, seed=15),
+    )
     if isinstance(cross, Raised):
         found.append(f"cross-attention (query_len 3, key_len 7) raised {cross!r}")
     elif tuple(cross.shape) != (2, 3, e):
-        found.append(f"cross-attention (query_len 3, key_len 7) returned shape "
-                     f"{list(cross.shape)}, not [2, 3, {e}]")
+        found.append(
+            f"cross-attention (query_len 3, key_len 7) returned shape "
+            f"{list(cross.shape)}, not [2, 3, {e}]"
+        )
     return found
 
 
@@ -175,37 +215,56 @@ def _einsum_orders(title: str, module, e: int, label: str) -> None:
     __tracebackhide__ = True
     q, k, v = randn(2, 4, e, seed=21), randn(2, 6, e, seed=22), randn(2, 6, e, seed=23)
     what = f"cross-attention with query [2, 4, {e}], keys and values [2, 6, {e}]"
-    base = _expect_shape(title, _call(title, module, v, k, q), (2, 4, e), what,
-                         S_EINSUM)
+    base = _expect_shape(
+        title, _call(title, module, v, k, q), (2, 4, e), what, S_EINSUM
+    )
     tol = 1e-5 * (1 + float(base.abs().max()))
     qp, kp = torch.tensor([2, 0, 3, 1]), torch.tensor([4, 2, 5, 0, 3, 1])
-    shuffled = _expect_shape(title, _call(title, module, v, k, q[:, qp]), (2, 4, e),
-                             what, S_EINSUM)
+    shuffled = _expect_shape(
+        title, _call(title, module, v, k, q[:, qp]), (2, 4, e), what, S_EINSUM
+    )
     gap = float((shuffled - base[:, qp]).abs().max())
     if gap > tol:
-        ROWS_OUT_OF_ORDER.fail(title, f"Measured ({label}): with the queries in the "
-                                      f"order {qp.tolist()}, your output rows differ "
-                                      f"from the same rows reordered by up to "
-                                      f"{gap:.3g}.")
-    keyed = _expect_shape(title, _call(title, module, v[:, kp], k[:, kp], q), (2, 4, e),
-                          what, S_EINSUM)
+        ROWS_OUT_OF_ORDER.fail(
+            title,
+            f"Measured ({label}): with the queries in the "
+            f"order {qp.tolist()}, your output rows differ "
+            f"from the same rows reordered by up to "
+            f"{gap:.3g}.",
+        )
+    keyed = _expect_shape(
+        title, _call(title, module, v[:, kp], k[:, kp], q), (2, 4, e), what, S_EINSUM
+    )
     gap = float((keyed - base).abs().max())
     if gap > tol:
-        KEY_ORDER_MATTERS.fail(title, f"Measured ({label}): reordering the key/value "
-                                      f"tokens together as {kp.tolist()} changed the "
-                                      f"output by up to {gap:.3g}.")
+        KEY_ORDER_MATTERS.fail(
+            title,
+            f"Measured ({label}): reordering the key/value "
+            f"tokens together as {kp.tolist()} changed the "
+            f"output by up to {gap:.3g}.",
+        )
     same_v = randn(2, 1, e, seed=24).expand(2, 6, e).contiguous()
-    one = _expect_shape(title, _call(title, module, same_v, k, q), (2, 4, e), what,
-                        S_EINSUM)
-    other = _expect_shape(title, _call(title, module, same_v, randn(2, 6, e, seed=25),
-                                       q.flip(1)), (2, 4, e), what, S_EINSUM)
-    spread = max(float((one - one[:, :1]).abs().max()),
-                 float((other - one).abs().max()))
+    one = _expect_shape(
+        title, _call(title, module, same_v, k, q), (2, 4, e), what, S_EINSUM
+    )
+    other = _expect_shape(
+        title,
+        _call(title, module, same_v, randn(2, 6, e, seed=25), q.flip(1)),
+        (2, 4, e),
+        what,
+        S_EINSUM,
+    )
+    spread = max(
+        float((one - one[:, :1]).abs().max()), float((other - one).abs().max())
+    )
     if spread > tol:
-        WEIGHTS_NOT_OVER_KEYS.fail(title, f"Measured ({label}): with every value token "
-                                          f"the same vector, your output still varies "
-                                          f"by up to {spread:.3g} with the queries and "
-                                          f"keys.")
+        WEIGHTS_NOT_OVER_KEYS.fail(
+            title,
+            f"Measured ({label}): with every value token "
+            f"the same vector, your output still varies "
+            f"by up to {spread:.3g} with the queries and "
+            f"keys.",
+        )
 
 
 def check_bug_einsum(cls, sizes=SIZES) -> None:
@@ -218,11 +277,16 @@ def check_bug_einsum(cls, sizes=SIZES) -> None:
             module = _build(cls, e, h, torch.float32)
             found = _einsum_mixing(TITLE_EINSUM, module, e)
             if found:
-                TOKENS_NEVER_MIX.fail(TITLE_EINSUM, f"Measured ({_sizes_label(e, h)}): "
-                                                    + "; ".join(found) + ".")
+                TOKENS_NEVER_MIX.fail(
+                    TITLE_EINSUM,
+                    f"Measured ({_sizes_label(e, h)}): " + "; ".join(found) + ".",
+                )
             _einsum_orders(TITLE_EINSUM, module, e, _sizes_label(e, h))
-    passed(TITLE_EINSUM, "tokens mix, cross-attention works, rows follow the queries, "
-                         "key order does not matter, weights sum to 1 over the keys")
+    passed(
+        TITLE_EINSUM,
+        "tokens mix, cross-attention works, rows follow the queries, "
+        "key order does not matter, weights sum to 1 over the keys",
+    )
 
 
 # ---------------------------------------------------------- bug 2: the shared Linear
@@ -236,7 +300,9 @@ SHARED_PROJECTION = Diagnosis(
     "every other head. Each head needs its own projection of the whole embedding: "
     "project first with Linear(embed_size, embed_size) (H separate embed_size -> Dh "
     "maps side by side), then split into heads. Do it for the values, the keys and "
-    "the queries.", S_PROJ)
+    "the queries.",
+    S_PROJ,
+)
 
 _INPUT_ROLES = ("query", "keys", "values")
 _COMPUTED = (("query", "queries"), ("keys", "keys"), ("values", "values"))
@@ -245,8 +311,9 @@ _COMPUTED = (("query", "queries"), ("keys", "keys"), ("values", "values"))
 def _perturbed(x: torch.Tensor, head: int, dh: int, n: int, seed: int) -> torch.Tensor:
     """[n + 1, B, L, E]: x, then n copies changed in head ``head``'s slice only."""
     delta = torch.zeros(n, *x.shape, dtype=x.dtype, device=x.device)
-    delta[..., head * dh:(head + 1) * dh] = 2.0 * randn(n, *x.shape[:-1], dh, seed=seed,
-                                                        dtype=x.dtype)
+    delta[..., head * dh : (head + 1) * dh] = 2.0 * randn(
+        n, *x.shape[:-1], dh, seed=seed, dtype=x.dtype
+    )
     return torch.cat([x[None], x[None] + delta])
 
 
@@ -257,13 +324,20 @@ def _confined_rank(title: str, module, xs: dict, role: str, head: int, dh: int):
     n = 4
     x = xs[role]
     batch = _perturbed(x, head, dh, n, seed=300 + 10 * head + _INPUT_ROLES.index(role))
-    args = {r: batch if r == role else xs[r].expand(n + 1, *xs[r].shape)
-            for r in _INPUT_ROLES}
+    args = {
+        r: batch if r == role else xs[r].expand(n + 1, *xs[r].shape)
+        for r in _INPUT_ROLES
+    }
     flat = {r: a.reshape(-1, *x.shape[1:]) for r, a in args.items()}
     got = _call(title, module, flat["values"], flat["keys"], flat["query"])
     shape = (flat["query"].size(0), x.size(1), x.size(2))
-    got = _expect_shape(title, got, shape, f"self-attention [{shape[0]}, {shape[1]}, "
-                                           f"{shape[2]}] (float64)", S_PROJ)
+    got = _expect_shape(
+        title,
+        got,
+        shape,
+        f"self-attention [{shape[0]}, {shape[1]}, {shape[2]}] (float64)",
+        S_PROJ,
+    )
     got = got.reshape(n + 1, -1, x.size(-1))
     moves = (got[1:] - got[:1]).reshape(-1, x.size(-1))
     sv = torch.linalg.svdvals(moves)
@@ -281,13 +355,18 @@ def check_bug_shared_linear(cls, sizes=SIZES) -> None:
         for e, h in sizes:
             dh = e // h
             module = _build(cls, e, h, torch.float64)
-            xs = {r: 1.5 * randn(3, 5, e, seed=200 + i, dtype=torch.float64)
-                  for i, r in enumerate(_INPUT_ROLES)}
+            xs = {
+                r: 1.5 * randn(3, 5, e, seed=200 + i, dtype=torch.float64)
+                for i, r in enumerate(_INPUT_ROLES)
+            }
             for role in _INPUT_ROLES:
-                ranks = [_confined_rank(TITLE_SHARED, module, xs, role, head, dh)
-                         for head in range(h)]
-                confined = [i for i, r in enumerate(ranks) if r is not None
-                            and r[0] < 1e-6]
+                ranks = [
+                    _confined_rank(TITLE_SHARED, module, xs, role, head, dh)
+                    for head in range(h)
+                ]
+                confined = [
+                    i for i, r in enumerate(ranks) if r is not None and r[0] < 1e-6
+                ]
                 if confined:
                     i = confined[0]
                     SHARED_PROJECTION.fail(
@@ -299,9 +378,12 @@ def check_bug_shared_linear(cls, sizes=SIZES) -> None:
                         f"projection (the next singular value is {ranks[i][0]:.1e} "
                         f"of the largest): head {i}'s {dict(_COMPUTED)[role]} are "
                         f"computed from that slice alone (heads "
-                        f"{', '.join(map(str, confined))} of {h} behave so).")
-    passed(TITLE_SHARED, "each head's queries, keys and values depend on the whole "
-                         "embedding")
+                        f"{', '.join(map(str, confined))} of {h} behave so).",
+                    )
+    passed(
+        TITLE_SHARED,
+        "each head's queries, keys and values depend on the whole embedding",
+    )
 
 
 # ------------------------------------------------------------------- bug 3: the scale
@@ -313,14 +395,17 @@ SCORES_SCALED_WRONG = Diagnosis(
     "The variance of q·k grows with the length of the vectors being dotted, which is "
     "head_dim per head: divide the scores by head_dim ** 0.5 "
     "(math.sqrt(self.head_dim)). The seed divides by embed_size ** (1/2), which makes "
-    "every logit √heads times too small and the attention too flat.", S_SCALE)
+    "every logit √heads times too small and the attention too flat.",
+    S_SCALE,
+)
 SCALE_NOT_MEASURED = Diagnosis(
     "attention that the scale check cannot read",
     "The scale is measured by loading known weights into your projections and "
     "fitting the divisor of attention read per token (the fixed einsum) or across "
     "the heads of one token (the seed's). Your module's output matched neither, so "
     "fix what the other checks report first (bug 1, bug 2), then run this one again.",
-    S_SCALE)
+    S_SCALE,
+)
 
 
 def _seed_merge(t: torch.Tensor) -> torch.Tensor:
@@ -330,9 +415,12 @@ def _seed_merge(t: torch.Tensor) -> torch.Tensor:
 
 # The seed's einsum as a reading of ch01's measurement model: heads never moved, so
 # q kᵀ of [N, L, H, Dh] tensors attends across the heads of each token.
-SEED_READING = ch01.Reading("your attention runs across the heads of each token "
-                            "(the seed's einsum)", None, split=ch01._seed_heads,
-                            merge=_seed_merge)
+SEED_READING = ch01.Reading(
+    "your attention runs across the heads of each token (the seed's einsum)",
+    None,
+    split=ch01._seed_heads,
+    merge=_seed_merge,
+)
 _READINGS = (ch01.READINGS[0], SEED_READING, *ch01.READINGS[1:])
 
 
@@ -358,8 +446,12 @@ def _load_shared(module, e: int, h: int) -> dict:
             elif p.dim() == 1:
                 p.zero_()
     block = torch.block_diag(*[small] * h)
-    return {"q": (block, zero), "k": (block, zero), "v": (block, zero),
-            "o": (out, zero)}
+    return {
+        "q": (block, zero),
+        "k": (block, zero),
+        "v": (block, zero),
+        "o": (out, zero),
+    }
 
 
 def _load_found(module, e: int) -> dict:
@@ -373,12 +465,19 @@ def _load_found(module, e: int) -> dict:
             alignment = ch01._alignment_by_order(wrapped, e, alignment)
     except CheckFailure as failure:  # said again with this check's title and section
         text = str(failure).split(": ", 1)[-1].split("\n    Read ")[0]
-        fail(TITLE_SCALE, f"to measure the scale the check loads its own weights into "
-                          f"your projections, and could not find them: {text}",
-             S_PROJ)
-    w = {n: (randn(e, e, seed=520 + j, dtype=torch.float64) / math.sqrt(e),
-             randn(e, seed=530 + j, dtype=torch.float64) * 0.1)
-         for j, n in enumerate("qkvo")}
+        fail(
+            TITLE_SCALE,
+            f"to measure the scale the check loads its own weights into "
+            f"your projections, and could not find them: {text}",
+            S_PROJ,
+        )
+    w = {
+        n: (
+            randn(e, e, seed=520 + j, dtype=torch.float64) / math.sqrt(e),
+            randn(e, seed=530 + j, dtype=torch.float64) * 0.1,
+        )
+        for j, n in enumerate("qkvo")
+    }
     return ch01._load(wrapped, alignment, w)
 
 
@@ -401,13 +500,24 @@ def _measure_divisor(module, e: int, h: int, shared: bool) -> tuple:
     xq, xk, xv = (randn(2, 5, e, seed=540 + i, dtype=torch.float64) for i in range(3))
     what = f"self-attention [2, 5, {e}] (float64)"
     # First as built: what it returns is judged before any weight is looked for.
-    _expect_shape(TITLE_SCALE, _call(TITLE_SCALE, module, xv, xk, xq), (2, 5, e), what,
-                  S_SCALE)
+    _expect_shape(
+        TITLE_SCALE, _call(TITLE_SCALE, module, xv, xk, xq), (2, 5, e), what, S_SCALE
+    )
     w = _load_shared(module, e, h) if shared else _load_found(module, e)
-    got = _expect_shape(TITLE_SCALE, _call(TITLE_SCALE, module, xv, xk, xq), (2, 5, e),
-                        f"{what} with the check's weights", S_SCALE)
-    r = ch01.Run(f"{_sizes_label(e, h)}", (xq, xk, xv), got, got,
-                 (w, h, xq.clone(), xk.clone(), xv.clone()))
+    got = _expect_shape(
+        TITLE_SCALE,
+        _call(TITLE_SCALE, module, xv, xk, xq),
+        (2, 5, e),
+        f"{what} with the check's weights",
+        S_SCALE,
+    )
+    r = ch01.Run(
+        f"{_sizes_label(e, h)}",
+        (xq, xk, xv),
+        got,
+        got,
+        (w, h, xq.clone(), xk.clone(), xv.clone()),
+    )
     for reading in _READINGS:
         divisor, err, _ = ch01._fit_divisor(reading, r)
         if ch01._close(r, err):
@@ -428,15 +538,19 @@ def check_bug_scale(cls, sizes=SIZES) -> None:
             divisor, _, r = _measure_divisor(module, e, h, shared)
             if divisor is None:
                 SCALE_NOT_MEASURED.fail(
-                    TITLE_SCALE, f"Measured ({_sizes_label(e, h)}): no divisor makes "
-                                 f"any reading reproduce your output; it "
-                                 f"{UNEXPLAINED}.")
+                    TITLE_SCALE,
+                    f"Measured ({_sizes_label(e, h)}): no divisor makes "
+                    f"any reading reproduce your output; it "
+                    f"{UNEXPLAINED}.",
+                )
             if abs(divisor / math.sqrt(dh) - 1) > 2e-3:
                 named = ch01._scale_name([r], [divisor])
                 SCORES_SCALED_WRONG.fail(
-                    TITLE_SCALE, f"Measured ({_sizes_label(e, h)}): your scores are "
-                                 f"divided by {divisor:.4g}{named}; expected "
-                                 f"√head_dim = {math.sqrt(dh):.4g}.")
+                    TITLE_SCALE,
+                    f"Measured ({_sizes_label(e, h)}): your scores are "
+                    f"divided by {divisor:.4g}{named}; expected "
+                    f"√head_dim = {math.sqrt(dh):.4g}.",
+                )
     passed(TITLE_SCALE, "scores divided by √head_dim")
 
 
@@ -450,27 +564,37 @@ FILL_OVERFLOWS = Diagnosis(
     "masked_fill refuses it ('value cannot be converted to type ... Half without "
     "overflow'); where it is stored it becomes -inf, and a fully masked row becomes "
     "NaN. Fill with the scores' own limit, torch.finfo(energy.dtype).min, which is "
-    "finite in every dtype.", S_FILL)
+    "finite in every dtype.",
+    S_FILL,
+)
 HALF_FAILS = Diagnosis(
     "forward fails in float16",
     "Under mixed precision the whole module runs in float16: build every constant "
     "from the scores' own dtype (torch.finfo(energy.dtype).min, not a float32 tensor) "
-    "and use the mask as it comes.", S_FILL)
+    "and use the mask as it comes.",
+    S_FILL,
+)
 FULLY_MASKED_NAN = Diagnosis(
     "NaN for a fully masked row",
     "A query whose keys are all masked gets softmax(-inf, ..., -inf) = 0/0 = NaN, and "
     "the NaN spreads to everything computed from it. Fill with a finite value, "
-    "torch.finfo(energy.dtype).min: such a row then gets uniform weights.", S_FILL)
+    "torch.finfo(energy.dtype).min: such a row then gets uniform weights.",
+    S_FILL,
+)
 MASKED_KEYS_WEIGHTED = Diagnosis(
     "masked keys keep some weight",
     "A masked key must get weight exactly 0, so its score must become a number whose "
     "exp() is 0 next to the real scores: a small fill (0, -1, -10) leaves it part of "
-    "the softmax. torch.finfo(energy.dtype).min works in every dtype.", S_FILL)
+    "the softmax. torch.finfo(energy.dtype).min works in every dtype.",
+    S_FILL,
+)
 NAN_IN_HALF = Diagnosis(
     "NaN or inf in float16",
     "With a mask whose every row keeps at least one key, float16 attention must stay "
     "finite: a fill that overflows, or a constant too large for float16, gives inf, "
-    "and inf - inf gives NaN. Use torch.finfo(energy.dtype).min as the fill.", S_FILL)
+    "and inf - inf gives NaN. Use torch.finfo(energy.dtype).min as the fill.",
+    S_FILL,
+)
 
 
 def _fill_mask(length: int) -> torch.Tensor:
@@ -490,8 +614,11 @@ def check_bug_fill_value(cls, sizes=SIZES) -> None:
     with single_thread():
         for e, h in sizes:
             _check_fill(cls, e, h)
-    passed(TITLE_FILL, "in float16: no error, no NaN for a fully masked row, masked "
-                       "keys get no weight")
+    passed(
+        TITLE_FILL,
+        "in float16: no error, no NaN for a fully masked row, masked "
+        "keys get no weight",
+    )
 
 
 def _check_fill(cls, e: int, h: int) -> None:
@@ -501,34 +628,51 @@ def _check_fill(cls, e: int, h: int) -> None:
     length, half = h, torch.float16
     module = _build(cls, e, h, half)
     mask = _fill_mask(length)
-    x, q = randn(3, length, e, seed=41, dtype=half), randn(3, length, e, seed=42,
-                                                            dtype=half)
-    label = f"{_sizes_label(e, h)}, float16, mask [3, 1, 1, {length}] with one fully " \
-            f"masked sequence"
+    x, q = (
+        randn(3, length, e, seed=41, dtype=half),
+        randn(3, length, e, seed=42, dtype=half),
+    )
+    label = (
+        f"{_sizes_label(e, h)}, float16, mask [3, 1, 1, {length}] with one fully "
+        f"masked sequence"
+    )
     got = _call(TITLE_FILL, module, x, x, q, mask)
     if isinstance(got, Raised):
         overflow = "overflow" in str(got.exc) or "-1e20" in repr(got)
         (FILL_OVERFLOWS if overflow else HALF_FAILS).fail(
-            TITLE_FILL, f"Measured ({label}): your forward raised {got!r}.")
+            TITLE_FILL, f"Measured ({label}): your forward raised {got!r}."
+        )
     got = _expect_shape(TITLE_FILL, got, (3, length, e), label, S_FILL)
     if not bool(torch.isfinite(got[[0, 2]]).all()):
-        NAN_IN_HALF.fail(TITLE_FILL, f"Measured ({label}): the sequences that keep "
-                                     f"some keys got NaN or inf.")
+        NAN_IN_HALF.fail(
+            TITLE_FILL,
+            f"Measured ({label}): the sequences that keep some keys got NaN or inf.",
+        )
     if not bool(torch.isfinite(got[1]).all()):
-        FULLY_MASKED_NAN.fail(TITLE_FILL, f"Measured ({label}): the fully masked "
-                                          f"sequence's output is "
-                                          f"{_bad_values(got[1])}.")
+        FULLY_MASKED_NAN.fail(
+            TITLE_FILL,
+            f"Measured ({label}): the fully masked "
+            f"sequence's output is "
+            f"{_bad_values(got[1])}.",
+        )
     moved_q = q.clone()
     moved_q[2] = randn(length, e, seed=43, dtype=half)
-    again = _expect_shape(TITLE_FILL, _call(TITLE_FILL, module, x, x, moved_q, mask),
-                          (3, length, e), label, S_FILL)
+    again = _expect_shape(
+        TITLE_FILL,
+        _call(TITLE_FILL, module, x, x, moved_q, mask),
+        (3, length, e),
+        label,
+        S_FILL,
+    )
     change = float((again[2].float() - got[2].float()).abs().max())
     if change > 1e-3 * (1 + float(got[2].float().abs().max())):
         MASKED_KEYS_WEIGHTED.fail(
-            TITLE_FILL, f"Measured ({label}): with every key but the last masked, "
-                        f"changing the queries still changed the output by "
-                        f"{change:.3g} (one key left, the weights cannot depend on the "
-                        f"query).")
+            TITLE_FILL,
+            f"Measured ({label}): with every key but the last masked, "
+            f"changing the queries still changed the output by "
+            f"{change:.3g} (one key left, the weights cannot depend on the "
+            f"query).",
+        )
 
 
 def _bad_values(t: torch.Tensor) -> str:

@@ -27,6 +27,7 @@ src_mask)`` and ``model.decoder(trg, enc_src, src_mask, trg_mask)`` returning lo
 T, V]; masks follow the seed's convention (its ``masked_fill(mask == 0, ...)``: an entry
 equal to 0 is masked, and ``None`` masks nothing).
 """
+
 from __future__ import annotations
 
 import sys
@@ -46,8 +47,16 @@ from ..guard.integrity import seal
 from .ch03 import S_CAUSAL, S_PADDING
 from .ch06 import DECODES_IN_TRAINING_MODE, S_DECODE
 from .delegation import check_not_delegated
-from .diagnosis import (_NOT_THE_LEARNERS, UNEXPLAINED, Diagnosis, Raised, fail, passed,
-                        run, single_threaded)
+from .diagnosis import (
+    _NOT_THE_LEARNERS,
+    UNEXPLAINED,
+    Diagnosis,
+    Raised,
+    fail,
+    passed,
+    run,
+    single_threaded,
+)
 
 #: The exercise these checks grade (the pitfall index links its rows there).
 ASSIGNMENT = "ch06_bughunt"
@@ -58,6 +67,7 @@ VOCAB = 16  # ids 3 .. 15 are ordinary tokens
 
 # ---------------------------------------------------------------------------- the model
 
+
 def _core(seed: int = 0) -> Transformer:
     """A small tformer_ref Transformer built under ``seed`` (the notebook's random state
     left alone) that never outputs PAD or SOS. Its logits are scaled up so that every
@@ -66,8 +76,17 @@ def _core(seed: int = 0) -> Transformer:
     tokens)."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        core = Transformer(VOCAB, VOCAB, d_model=32, n_heads=4, n_layers=2, d_ff=64,
-                           dropout=0.1, max_len=64, pad_id=PAD_IDX)
+        core = Transformer(
+            VOCAB,
+            VOCAB,
+            d_model=32,
+            n_heads=4,
+            n_layers=2,
+            d_ff=64,
+            dropout=0.1,
+            max_len=64,
+            pad_id=PAD_IDX,
+        )
     with torch.no_grad():
         core.generator.weight.mul_(4.0)
         core.generator.bias.mul_(4.0)
@@ -94,11 +113,15 @@ def _seed_mask(mask, name: str, like: torch.Tensor, move: bool):
     if mask is None:
         return None
     if not isinstance(mask, torch.Tensor):
-        raise TypeError(f"{name} must be a tensor (entries equal to 0 are masked) or "
-                        f"None, got {type(mask).__name__}")
+        raise TypeError(
+            f"{name} must be a tensor (entries equal to 0 are masked) or "
+            f"None, got {type(mask).__name__}"
+        )
     if mask.dim() > 4:
-        raise ValueError(f"{name} must broadcast to the scores [N, heads, query_len, "
-                         f"key_len], got shape {list(mask.shape)}")
+        raise ValueError(
+            f"{name} must broadcast to the scores [N, heads, query_len, "
+            f"key_len], got shape {list(mask.shape)}"
+        )
     keep = mask != 0
     keep = keep.reshape((1,) * (4 - keep.dim()) + tuple(keep.shape))
     return keep.to(like.device) if move else keep
@@ -124,8 +147,16 @@ class Encoder(nn.Module):
         self.core, self.log, self.move_masks = core, log, move_masks
 
     def forward(self, src, mask):
-        self.log.append(Call("encoder", _ids(src), _snapshot(mask), None, self.training,
-                             torch.is_grad_enabled()))
+        self.log.append(
+            Call(
+                "encoder",
+                _ids(src),
+                _snapshot(mask),
+                None,
+                self.training,
+                torch.is_grad_enabled(),
+            )
+        )
         core = self.core
         x = core.embed(src, core.src_embed, core.src_pos)
         return core.encoder(x, _seed_mask(mask, "src_mask", x, self.move_masks))
@@ -141,8 +172,9 @@ class Decoder(nn.Module):
 
     def forward(self, trg, enc_src, src_mask, trg_mask):
         masks = _snapshot(src_mask), _snapshot(trg_mask)
-        self.log.append(Call("decoder", _ids(trg), *masks, self.training,
-                             torch.is_grad_enabled()))
+        self.log.append(
+            Call("decoder", _ids(trg), *masks, self.training, torch.is_grad_enabled())
+        )
         core = self.core
         x = core.embed(trg, core.tgt_embed, core.tgt_pos)
         self_mask = _seed_mask(trg_mask, "trg_mask", x, self.move_masks)
@@ -174,8 +206,12 @@ class SeedStyleTransformer(nn.Module):
     (book/ch06_training).
     """
 
-    def __init__(self, core: Transformer, move_masks: bool = False,
-                 mask_method: Callable | None = None):
+    def __init__(
+        self,
+        core: Transformer,
+        move_masks: bool = False,
+        mask_method: Callable | None = None,
+    ):
         super().__init__()
         self.log: list[Call] = []
         self.encoder = Encoder(core, self.log, move_masks)
@@ -216,10 +252,12 @@ _PADDED = (
 )
 
 # What generate_text returns, as the exercise states it; failures enforcing it quote it.
-CONTRACT = ('The exercise says: "generate_text(model, src, max_length, device) '
-            "returns trg, a LongTensor [1, T]: SOS_IDX, then the greedy tokens, at "
-            "most max_length tokens in all, ending with EOS_IDX when the model "
-            'produces it."')
+CONTRACT = (
+    'The exercise says: "generate_text(model, src, max_length, device) '
+    "returns trg, a LongTensor [1, T]: SOS_IDX, then the greedy tokens, at "
+    "most max_length tokens in all, ending with EOS_IDX when the model "
+    'produces it."'
+)
 
 
 def _source(ids) -> torch.Tensor:
@@ -230,8 +268,9 @@ def _reference(model: SeedStyleTransformer, src: torch.Tensor, max_length: int) 
     """The reference's greedy search on the same weights, with the padding and causal
     masks: SOS, then at most ``max_length - 1`` tokens, stopping after EOS (the seed's
     count)."""
-    return greedy_decode(model.core, src, max_length - 1, SOS_IDX, EOS_IDX,
-                         PAD_IDX)[0].tolist()
+    return greedy_decode(model.core, src, max_length - 1, SOS_IDX, EOS_IDX, PAD_IDX)[
+        0
+    ].tolist()
 
 
 def _mask_builder(fn: Callable) -> Callable | None:
@@ -256,17 +295,29 @@ def _decode(fn, model, src, max_length):
 def _tokens(title: str, label: str, out) -> list:
     __tracebackhide__ = True
     if type(out) is not torch.Tensor or out.dim() != 2 or out.size(0) != 1:
-        got = (f"shape {list(out.shape)}" if isinstance(out, torch.Tensor)
-               else type(out).__name__)
-        fail(title, f"case {label}: expected a LongTensor [1, T] of token ids, got "
-                    f"{got}. " + CONTRACT, S_DECODE)
+        got = (
+            f"shape {list(out.shape)}"
+            if isinstance(out, torch.Tensor)
+            else type(out).__name__
+        )
+        fail(
+            title,
+            f"case {label}: expected a LongTensor [1, T] of token ids, got "
+            f"{got}. " + CONTRACT,
+            S_DECODE,
+        )
     if out.dtype not in (torch.long, torch.int32):
-        fail(title, f"case {label}: expected token ids (torch.long), got dtype "
-                    f"{out.dtype}. " + CONTRACT, S_DECODE)
+        fail(
+            title,
+            f"case {label}: expected token ids (torch.long), got dtype "
+            f"{out.dtype}. " + CONTRACT,
+            S_DECODE,
+        )
     return out[0].tolist()
 
 
 # ----------------------------------------------------------- what the masks looked like
+
 
 def _pattern(keep: torch.Tensor, q: int, k: int) -> torch.Tensor | None:
     """A recorded keep-mask as the one [q, k] pattern every batch row and head sees, or
@@ -338,8 +389,11 @@ def _sentence(text: str) -> str:
 
 
 def _shape(mask) -> str:
-    return "None" if mask is None else (f"a {mask}" if isinstance(mask, str)
-                                        else f"shape {list(mask.shape)}")
+    return (
+        "None"
+        if mask is None
+        else (f"a {mask}" if isinstance(mask, str) else f"shape {list(mask.shape)}")
+    )
 
 
 # ------------------------------------------------------------------------ the diagnoses
@@ -348,28 +402,38 @@ NO_MASK_METHOD = Diagnosis(
     "create_trg_mask called as a method of model.decoder",
     "The seed's decoder has no create_trg_mask method: the seed defines "
     "create_trg_mask as a free function (it is in the setup cell). Call it as "
-    "create_trg_mask(trg), or build the causal mask yourself.", S_DECODE)
+    "create_trg_mask(trg), or build the causal mask yourself.",
+    S_DECODE,
+)
 NO_TARGET_MASK = Diagnosis(
     "decoding without the causal target mask",
     "Every step must decode the prefix with the causal (lower triangular) mask it was "
     "trained with: without it, earlier positions see later ones inside the decoder, "
     "and from the second layer on the last position's output is not what the model "
-    "learned to produce.", S_CAUSAL)
+    "learned to produce.",
+    S_CAUSAL,
+)
 INVERTED_TARGET_MASK = Diagnosis(
     "causal mask inverted",
     "Your target mask keeps the future and hides the past. The model's convention is "
     "the seed's (an entry equal to 0 is masked), and the causal mask is lower "
     "triangular: torch.tril of ones, 1 (or True) at (i, j) for every key j up to "
-    "query i.", S_CAUSAL)
+    "query i.",
+    S_CAUSAL,
+)
 TARGET_MASK_LENGTH = Diagnosis(
     "target mask built for the wrong length",
     "At each step the decoder reads the whole prefix trg [1, t], so the target mask "
     "must be [t, t] (or [1, 1, t, t]) for that t: build it from trg at every step, "
-    "after the last token was appended.", S_CAUSAL)
+    "after the last token was appended.",
+    S_CAUSAL,
+)
 TARGET_MASK_PATTERN = Diagnosis(
     "target mask not causal",
     "The target mask must be lower triangular: query i may attend to keys 0 .. i and "
-    "no others.", S_CAUSAL)
+    "no others.",
+    S_CAUSAL,
+)
 NO_DEVICE = Diagnosis(
     "tensor built without a device",
     "A tensor made by torch.ones, zeros, tensor, arange ... without device= lives on "
@@ -377,22 +441,28 @@ NO_DEVICE = Diagnosis(
     "mask with torch.ones((trg_len, trg_len)): on a GPU the decoder's scores are CUDA "
     "tensors and masked_fill raises 'Expected all tensors to be on the same device'; "
     "on a CPU nothing shows. Build it on trg's device (device=trg.device) or move it "
-    "(.to(device)), as the seed already does for trg.", S_DECODE)
+    "(.to(device)), as the seed already does for trg.",
+    S_DECODE,
+)
 SOURCE_PADDING_ATTENDED = Diagnosis(
     "padding in the source attended to",
     "The encoder's self-attention and the decoder's cross-attention must both ignore "
     "the source's padding: pass the source mask, create_src_mask(src) [1, 1, 1, S], to "
     "model.encoder and to every model.decoder call, where the seed passes None.",
-    S_PADDING)
+    S_PADDING,
+)
 SOURCE_MASK_WRONG = Diagnosis(
     "source mask not built from src",
     "The source mask says which positions of src are real tokens: "
     "create_src_mask(src), shape [1, 1, 1, S] for src [1, S], True (or 1) at real "
     "tokens and False (0) at PAD_IDX. It is the same for the encoder and for every "
-    "decoder step.", S_PADDING)
+    "decoder step.",
+    S_PADDING,
+)
 
 
 # ------------------------------------------------------------- check 1: the target mask
+
 
 def _decoder_calls(log: list) -> list:
     return [c for c in log if c.part == "decoder"]
@@ -401,16 +471,24 @@ def _decoder_calls(log: list) -> list:
 def _source_mask_problem(log: list) -> str | None:
     """What was wrong with the source masks a loop passed (None is judged elsewhere)."""
     for call in log:
-        src_ids = next((c.tokens[0] for c in log if c.part == "encoder"
-                        and isinstance(c.tokens, list)), None)
+        src_ids = next(
+            (
+                c.tokens[0]
+                for c in log
+                if c.part == "encoder" and isinstance(c.tokens, list)
+            ),
+            None,
+        )
         if src_ids is None or call.src_mask is None:
             continue
         kind = _source_kind(call.src_mask, src_ids)
         if kind in ("shape", "inverted", "other"):
-            what = {"shape": f"had {_shape(call.src_mask)} for a source of "
-                             f"{len(src_ids)} positions",
-                    "inverted": "masked the real tokens and kept the padding",
-                    "other": "did not mark the source's padding"}[kind]
+            what = {
+                "shape": f"had {_shape(call.src_mask)} for a source of "
+                f"{len(src_ids)} positions",
+                "inverted": "masked the real tokens and kept the padding",
+                "other": "did not mark the source's padding",
+            }[kind]
             return f"The source mask you passed to model.{call.part} {what}."
     return None
 
@@ -421,8 +499,9 @@ def _target_length_problem(log: list) -> str | None:
         if kind == "shape":
             t = len(call.tokens[0])
             tokens = "token" if t == 1 else "tokens"
-            return (f"At the step that decoded {t} {tokens}, your target mask had "
-                    f"{shown}.")
+            return (
+                f"At the step that decoded {t} {tokens}, your target mask had {shown}."
+            )
     return None
 
 
@@ -449,15 +528,19 @@ def _fail_on_target_mask(title: str, label: str, log: list) -> None:
     training = sum(c.training for c in calls)
     if training:
         DECODES_IN_TRAINING_MODE.fail(
-            title, f"In case {label}, {training} of your {len(calls)} decoder calls "
-                   "ran in training mode.")
+            title,
+            f"In case {label}, {training} of your {len(calls)} decoder calls "
+            "ran in training mode.",
+        )
     for call in calls:
         t = len(call.tokens[0]) if isinstance(call.tokens, list) else 0
         if t < 2:
             continue
         kind, shown = _target_kind(call)
-        observed = (f"In case {label}, at the step that decoded {t} tokens, your "
-                    f"target mask was {shown}.")
+        observed = (
+            f"In case {label}, at the step that decoded {t} tokens, your "
+            f"target mask was {shown}."
+        )
         if kind == "none":
             NO_TARGET_MASK.fail(title, observed)
         if kind in ("upper", "inverted"):
@@ -466,16 +549,21 @@ def _fail_on_target_mask(title: str, label: str, log: list) -> None:
             TARGET_MASK_PATTERN.fail(title, observed)
 
 
-def _explain_target_tokens(title: str, label: str, log: list, got: list,
-                           want: list) -> None:
+def _explain_target_tokens(
+    title: str, label: str, log: list, got: list, want: list
+) -> None:
     __tracebackhide__ = True
     _fail_on_target_mask(title, label, log)
     source = _source_mask_problem(log)
     if source is not None:
         SOURCE_MASK_WRONG.fail(title, f"In case {label}: {source}")
-    fail(title, f"case {label}: your loop returned {got}, expected {want}. It "
-                f"{UNEXPLAINED}: the target mask of every step and the model's mode "
-                "looked right. " + CONTRACT, S_DECODE)
+    fail(
+        title,
+        f"case {label}: your loop returned {got}, expected {want}. It "
+        f"{UNEXPLAINED}: the target mask of every step and the model's mode "
+        "looked right. " + CONTRACT,
+        S_DECODE,
+    )
 
 
 @single_threaded
@@ -496,23 +584,39 @@ def check_target_mask(generate_text: Callable) -> None:
         got = _tokens(title, label, out)
         if got != want:
             _explain_target_tokens(title, label, model.log, got, want)
-    passed(title, f"{len(_PLAIN)} sources decode exactly as the reference's greedy "
-                  "search: the loop calls the free create_trg_mask (or builds the "
-                  "causal mask itself)")
+    passed(
+        title,
+        f"{len(_PLAIN)} sources decode exactly as the reference's greedy "
+        "search: the loop calls the free create_trg_mask (or builds the "
+        "causal mask itself)",
+    )
 
 
 # ---------------------------------------------------------- check 2: where tensors live
 
 _MOVES = frozenset({"to", "cuda", "cpu"})
 # Ops that may mix devices on a GPU without error (copying, indexing with CPU indices).
-_MIXING_ALLOWED = frozenset({"to", "copy_", "type_as", "__getitem__", "__setitem__",
-                             "index_put_", "new_ones", "new_zeros", "new_full",
-                             "new_empty", "new_tensor"})
+_MIXING_ALLOWED = frozenset(
+    {
+        "to",
+        "copy_",
+        "type_as",
+        "__getitem__",
+        "__setitem__",
+        "index_put_",
+        "new_ones",
+        "new_zeros",
+        "new_full",
+        "new_empty",
+        "new_tensor",
+    }
+)
 
 
 def _same_device(a: torch.device, b: torch.device) -> bool:
-    return a.type == b.type and (a.index is None or b.index is None
-                                 or a.index == b.index)
+    return a.type == b.type and (
+        a.index is None or b.index is None or a.index == b.index
+    )
 
 
 def _device_of(value) -> torch.device | None:
@@ -628,8 +732,9 @@ class Placement(TorchFunctionMode):
         flat = tree_flatten((args, kwargs))[0]
         inputs = [t for t in flat if isinstance(t, torch.Tensor)]
         placed = any(id(t) in self.placed for t in inputs)
-        loose = [self.loose[id(t)][1] for t in inputs
-                 if id(t) in self.loose and t.dim() > 0]
+        loose = [
+            self.loose[id(t)][1] for t in inputs if id(t) in self.loose and t.dim() > 0
+        ]
         if self.meeting is None and placed and loose and name not in _MIXING_ALLOWED:
             self.meeting = Meeting(name, loose[0], self._loop_line())
         out = func(*args, **kwargs)
@@ -643,9 +748,11 @@ class Placement(TorchFunctionMode):
             if name == "cpu" or by_name:  # the CPU by name: wrong once on a GPU
                 how = f"put on the CPU by name ({name})"
                 return self._moved(torch.device("cpu"), how)
-            target = (torch.device("cuda") if name == "cuda"
-                      else next((d for d in map(_device_of, named) if d is not None),
-                                None))
+            target = (
+                torch.device("cuda")
+                if name == "cuda"
+                else next((d for d in map(_device_of, named) if d is not None), None)
+            )
             if target is not None:
                 return self._moved(target)
         elif kwargs.get("device") is not None:
@@ -695,17 +802,25 @@ def check_mask_device(generate_text: Callable) -> None:
             seen = _describe_meeting(placement.meeting)
             NO_DEVICE.fail(title, f"In case {label}: {seen}")
         if isinstance(out, Raised):
-            fail(title, f"case {label}: your loop raised {out!r}; this check runs it "
-                        "to the end to see where each tensor it builds lives.",
-                 S_DECODE)
-    passed(title, "every tensor it builds is on the model's device (made there or "
-                  "moved) before it meets the model's")
+            fail(
+                title,
+                f"case {label}: your loop raised {out!r}; this check runs it "
+                "to the end to see where each tensor it builds lives.",
+                S_DECODE,
+            )
+    passed(
+        title,
+        "every tensor it builds is on the model's device (made there or "
+        "moved) before it meets the model's",
+    )
 
 
 # ------------------------------------------------------- check 3: padding in the source
 
-def _explain_padding(title: str, label: str, ids: list, log: list, got: list,
-                     want: list, unpadded: list) -> None:
+
+def _explain_padding(
+    title: str, label: str, ids: list, log: list, got: list, want: list, unpadded: list
+) -> None:
     __tracebackhide__ = True
     source = _source_mask_problem(log)
     if source is not None:
@@ -717,23 +832,35 @@ def _explain_padding(title: str, label: str, ids: list, log: list, got: list,
     if enc_none or dec_none:
         parts = []
         if enc_none:
-            shown = _shape(next(c.src_mask for c in encoders
-                                if _source_kind(c.src_mask, ids) == "none"))
+            shown = _shape(
+                next(
+                    c.src_mask
+                    for c in encoders
+                    if _source_kind(c.src_mask, ids) == "none"
+                )
+            )
             parts.append(f"your model.encoder call got src_mask={shown}")
         if dec_none:
             shown = _shape(dec_none[0].src_mask)
-            parts.append(f"{len(dec_none)} of your {len(decoders)} model.decoder calls "
-                         f"got src_mask={shown}")
+            parts.append(
+                f"{len(dec_none)} of your {len(decoders)} model.decoder calls "
+                f"got src_mask={shown}"
+            )
         pads = sum(i == PAD_IDX for i in ids)
         SOURCE_PADDING_ATTENDED.fail(
-            title, f"In case {label} ({pads} PAD_IDX at the end) your loop returned "
-                   f"{got}; with the padding masked it decodes to {want} (and without "
-                   f"the padding, to {unpadded}). {_sentence(' and '.join(parts))}, so "
-                   "attention reads the padding.")
+            title,
+            f"In case {label} ({pads} PAD_IDX at the end) your loop returned "
+            f"{got}; with the padding masked it decodes to {want} (and without "
+            f"the padding, to {unpadded}). {_sentence(' and '.join(parts))}, so "
+            "attention reads the padding.",
+        )
     _fail_on_target_mask(title, label, log)
-    fail(title, f"case {label}: your loop returned {got}, expected {want}. It "
-                f"{UNEXPLAINED}: the source mask of every call looked right. "
-                + CONTRACT, S_DECODE)
+    fail(
+        title,
+        f"case {label}: your loop returned {got}, expected {want}. It "
+        f"{UNEXPLAINED}: the source mask of every call looked right. " + CONTRACT,
+        S_DECODE,
+    )
 
 
 @single_threaded
@@ -753,14 +880,19 @@ def check_source_padding(generate_text: Callable) -> None:
         got = _tokens(title, label, out)
         if got != want:
             log = list(model.log)
-            unpadded = _reference(model, _source([i for i in ids if i != PAD_IDX]),
-                                  max_length)
+            unpadded = _reference(
+                model, _source([i for i in ids if i != PAD_IDX]), max_length
+            )
             _explain_padding(title, label, ids, log, got, want, unpadded)
-    passed(title, f"{len(_PADDED)} sources ending with padding decode as the reference "
-                  "with the padding masked, in the encoder and in the cross-attention")
+    passed(
+        title,
+        f"{len(_PADDED)} sources ending with padding decode as the reference "
+        "with the padding masked, in the encoder and in the cross-attention",
+    )
 
 
 # -------------------------------------------------------------------------- hidden test
+
 
 @single_threaded
 def check_generate_text_by_hand(generate_text: Callable) -> None:
@@ -774,8 +906,9 @@ def check_generate_text_by_hand(generate_text: Callable) -> None:
     if isinstance(out, Raised):
         fail(title, f"your loop raised {out!r}", S_DECODE)
     forbidden = ["tformer_ref.greedy_decode", "tformer_ref.beam_search"]
-    check_not_delegated(title, lambda: generate_text(model, src, 8, get_device()),
-                        forbidden=forbidden)
+    check_not_delegated(
+        title, lambda: generate_text(model, src, 8, get_device()), forbidden=forbidden
+    )
 
 
 seal(__name__)

@@ -1,4 +1,5 @@
 """Inputs for checks: seeded tensors and learner modules built the same way everywhere."""
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -11,16 +12,25 @@ from ..guard.integrity import seal
 from .diagnosis import Raised, fail
 
 
-def randn(*shape: int, seed: int, dtype: torch.dtype = torch.float32,
-          device: torch.device | str | None = None) -> torch.Tensor:
+def randn(
+    *shape: int,
+    seed: int,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
     """A normal tensor from its own generator (the learner's random state is left alone), on
     ``device`` (default: the course's device)."""
     g = torch.Generator().manual_seed(seed)
     return torch.randn(*shape, generator=g, dtype=dtype).to(device or get_device())
 
 
-def build_module(title: str, cls: type, args: Sequence, dtype: torch.dtype = torch.float32,
-                 seed: int | None = None) -> torch.nn.Module:
+def build_module(
+    title: str,
+    cls: type,
+    args: Sequence,
+    dtype: torch.dtype = torch.float32,
+    seed: int | None = None,
+) -> torch.nn.Module:
     """``cls(*args)`` on the course's device in ``dtype``; a learner's error becomes a failure
     that says which call raised. With ``seed``, built under that seed without disturbing the
     notebook's random state."""
@@ -36,7 +46,10 @@ def build_module(title: str, cls: type, args: Sequence, dtype: torch.dtype = tor
     except Exception as exc:
         fail(title, f"{call} raised {Raised(exc)!r}")
     if not isinstance(module, torch.nn.Module):
-        fail(title, f"{cls.__name__} must be an nn.Module subclass, got {type(module).__name__}")
+        fail(
+            title,
+            f"{cls.__name__} must be an nn.Module subclass, got {type(module).__name__}",
+        )
     return module.to(device=get_device(), dtype=dtype)
 
 

@@ -9,6 +9,7 @@ named only when it reproduces every case; otherwise the check *measures* what is
 the number the scores were divided by, the axis the softmax normalised), and only when
 no stage can be isolated does it fall back to saying where the outputs differ.
 """
+
 from __future__ import annotations
 
 import math
@@ -23,12 +24,28 @@ from tformer_ref.device import get_device
 from tformer_ref.heads import merge_heads, split_heads
 from ..guard.integrity import seal
 from .cases import build_module, randn
+
 # Test cells call ch01.check_by_hand: it is re-exported here.
 from .delegation import check_by_hand, check_not_delegated  # noqa: F401
-from .diagnosis import (UNEXPLAINED, Case, Diagnosis, Pitfall, Raised, Section,
-                        describe_difference, fail, passed, probe_batch_independence,
-                        probe_eval_determinism, probe_token_mixing, quiet, run, same,
-                        single_thread, verify_integrity)
+from .diagnosis import (
+    UNEXPLAINED,
+    Case,
+    Diagnosis,
+    Pitfall,
+    Raised,
+    Section,
+    describe_difference,
+    fail,
+    passed,
+    probe_batch_independence,
+    probe_eval_determinism,
+    probe_token_mixing,
+    quiet,
+    run,
+    same,
+    single_thread,
+    verify_integrity,
+)
 
 CHAPTER = "ch01_shapes"
 S_SPLIT = Section(CHAPTER, "1.5", "Splitting into heads")
@@ -42,6 +59,7 @@ S_SCALE = Section(CHAPTER, "1.9", "Scaling by the head size")
 # One comparison for the three exercises: run every case, name a listed pitfall only
 # when it reproduces every case, then run the measuring stages, then say where it
 # differs.
+
 
 @dataclass(frozen=True)
 class Run:
@@ -70,8 +88,9 @@ def _changed(args: tuple, before: list, names: Sequence[str]) -> str | None:
     return None
 
 
-def _run_function(case: Case, fn: Callable, reference: Callable,
-                  names: Sequence[str]) -> Run:
+def _run_function(
+    case: Case, fn: Callable, reference: Callable, names: Sequence[str]
+) -> Run:
     ref_args = case.make()
     want = reference(*ref_args)
     args = case.make()
@@ -84,8 +103,13 @@ def _is_right(r: Run, atol: float, rtol: float) -> bool:
     return r.mutated is None and describe_difference(r.got, r.want, atol, rtol) is None
 
 
-def _name_listed(title: str, runs: Sequence[Run], pitfalls: Sequence[Pitfall],
-                 atol: float, rtol: float) -> None:
+def _name_listed(
+    title: str,
+    runs: Sequence[Run],
+    pitfalls: Sequence[Pitfall],
+    atol: float,
+    rtol: float,
+) -> None:
     """Name a listed pitfall, but only one that reproduces every case."""
     __tracebackhide__ = True
     for pitfall in pitfalls:
@@ -98,30 +122,39 @@ def _raised_stage(title: str, runs: Sequence[Run]) -> None:
     __tracebackhide__ = True
     raised = [r for r in runs if isinstance(r.got, Raised)]
     if raised:
-        fail(title, f"your code raised {raised[0].got!r} while the check ran case "
-                    f"{raised[0].label} ({len(raised)} of {len(runs)} cases raised).")
+        fail(
+            title,
+            f"your code raised {raised[0].got!r} while the check ran case "
+            f"{raised[0].label} ({len(raised)} of {len(runs)} cases raised).",
+        )
 
 
 INPUT_CHANGED = Diagnosis(
     "input changed in place",
     "Your function must leave its arguments as it found them: the caller still needs "
     "them (the residual connection reuses the block's input). Use out-of-place ops "
-    "(x * s, not x.mul_(s) or x *= s) on the arguments.", S_SPLIT)
+    "(x * s, not x.mul_(s) or x *= s) on the arguments.",
+    S_SPLIT,
+)
 
 
 def _mutation_stage(title: str, runs: Sequence[Run]) -> None:
     __tracebackhide__ = True
     for r in runs:
         if r.mutated is not None:
-            INPUT_CHANGED.fail(title, f"After your call on case {r.label} the values "
-                                      f"of the argument `{r.mutated}` had changed.")
+            INPUT_CHANGED.fail(
+                title,
+                f"After your call on case {r.label} the values "
+                f"of the argument `{r.mutated}` had changed.",
+            )
 
 
 WRONG_FORM = Diagnosis(
     "wrong type, shape, dtype or device",
     "Return one plain tensor of the documented shape, with the input's dtype and "
     "device (no .float(), no new tensors made without dtype=/device= of the input).",
-    S_SPLIT)
+    S_SPLIT,
+)
 
 
 def _form_stage(title: str, runs: Sequence[Run], section: Section) -> None:
@@ -129,28 +162,48 @@ def _form_stage(title: str, runs: Sequence[Run], section: Section) -> None:
     __tracebackhide__ = True
     for r in runs:
         got, want = r.got, r.want
-        if (not isinstance(got, torch.Tensor) or got.shape != want.shape
-                or got.dtype != want.dtype or got.device != want.device):
-            fail(title, f"this looks like the pitfall '{WRONG_FORM.name}'. On case "
-                        f"{r.label}: {describe_difference(got, want, 0, 0)}. "
-                        f"{WRONG_FORM.explanation}", section)
+        if (
+            not isinstance(got, torch.Tensor)
+            or got.shape != want.shape
+            or got.dtype != want.dtype
+            or got.device != want.device
+        ):
+            fail(
+                title,
+                f"this looks like the pitfall '{WRONG_FORM.name}'. On case "
+                f"{r.label}: {describe_difference(got, want, 0, 0)}. "
+                f"{WRONG_FORM.explanation}",
+                section,
+            )
 
 
-def _fallback(title: str, runs: Sequence[Run], atol: float, rtol: float,
-              known: str = "") -> None:
+def _fallback(
+    title: str, runs: Sequence[Run], atol: float, rtol: float, known: str = ""
+) -> None:
     """Where, not why: the first case that differs, and what is known to be right."""
     __tracebackhide__ = True
-    wrong = [(r, m) for r in runs
-             if (m := describe_difference(r.got, r.want, atol, rtol))]
+    wrong = [
+        (r, m) for r in runs if (m := describe_difference(r.got, r.want, atol, rtol))
+    ]
     r, msg = wrong[0]
-    fail(title, f"wrong on {len(wrong)} of {len(runs)} cases. First: case {r.label}: "
-                f"{msg}. {known}It {UNEXPLAINED}; compare your code with the lesson "
-                "step by step.")
+    fail(
+        title,
+        f"wrong on {len(wrong)} of {len(runs)} cases. First: case {r.label}: "
+        f"{msg}. {known}It {UNEXPLAINED}; compare your code with the lesson "
+        "step by step.",
+    )
 
 
-def _staged(title: str, runs: Sequence[Run], pitfalls: Sequence[Pitfall],
-            stages: Sequence[Callable], atol: float, rtol: float,
-            known: str = "", when_right: Callable | None = None) -> None:
+def _staged(
+    title: str,
+    runs: Sequence[Run],
+    pitfalls: Sequence[Pitfall],
+    stages: Sequence[Callable],
+    atol: float,
+    rtol: float,
+    known: str = "",
+    when_right: Callable | None = None,
+) -> None:
     """Pass, or fail with the first stage that explains the difference.
     ``when_right(title, runs)`` checks what right values cannot show (the gradient)."""
     __tracebackhide__ = True
@@ -172,6 +225,7 @@ def _staged(title: str, runs: Sequence[Run], pitfalls: Sequence[Pitfall],
 # integers ±1..±N, shuffled, no two with the same absolute value), their output says,
 # element by element, where it was copied from; any arithmetic (abs, a mean, a scale)
 # gives numbers that are not codes, and the sorted order of arange cannot hide a sort.
+
 
 def _codes(*shape: int) -> torch.Tensor:
     """A tensor of ``shape`` holding ±1..±N once each in a seeded shuffled order."""
@@ -203,8 +257,11 @@ def _sources(got: Any, x: torch.Tensor) -> tuple | None:
 def _axis_letters(shape: Sequence[int], sizes: dict) -> str | None:
     """``shape`` written with the letters of ``sizes`` (all distinct), or None."""
     by_size = {v: k for k, v in sizes.items()}
-    if (len(by_size) != len(sizes) or any(n not in by_size for n in shape)
-            or len(set(shape)) != len(shape)):
+    if (
+        len(by_size) != len(sizes)
+        or any(n not in by_size for n in shape)
+        or len(set(shape)) != len(shape)
+    ):
         return None
     return ", ".join(by_size[n] for n in shape)
 
@@ -212,7 +269,9 @@ def _axis_letters(shape: Sequence[int], sizes: dict) -> str | None:
 VALUES_CHANGED = Diagnosis(
     "values changed, not only moved",
     "Splitting and merging heads only rearrange numbers (view, reshape, transpose, "
-    "permute): no arithmetic on the values.", S_SPLIT)
+    "permute): no arithmetic on the values.",
+    S_SPLIT,
+)
 
 
 def _values_stage(title: str, r: Run) -> None:
@@ -221,10 +280,16 @@ def _values_stage(title: str, r: Run) -> None:
     got, want = r.got.detach().double(), r.want.detach().double()
     scale = (got * want).sum() / (want * want).sum()
     if torch.allclose(got, scale * want, atol=1e-6, rtol=1e-6):
-        VALUES_CHANGED.fail(title, f"On case {r.label} your output is the expected one "
-                                   f"times {scale.item():.4g}.")
-    VALUES_CHANGED.fail(title, f"On case {r.label} (each value of x distinct) your "
-                               "output holds numbers that are not elements of x.")
+        VALUES_CHANGED.fail(
+            title,
+            f"On case {r.label} your output is the expected one "
+            f"times {scale.item():.4g}.",
+        )
+    VALUES_CHANGED.fail(
+        title,
+        f"On case {r.label} (each value of x distinct) your "
+        "output holds numbers that are not elements of x.",
+    )
 
 
 # ------------------------------------------------------------- the gradient reaches x
@@ -239,7 +304,9 @@ GRADIENT_CUT = Diagnosis(
     "flow back to x unchanged in layout: the gradient of a rearrangement is the "
     "inverse rearrangement of the upstream gradient. Rearrange x itself with tensor "
     "ops (view, reshape, transpose, permute): no .detach(), .data, torch.no_grad() "
-    "or copies through NumPy/lists.", S_SPLIT)
+    "or copies through NumPy/lists.",
+    S_SPLIT,
+)
 
 
 def _input_gradient(fn: Callable, x: torch.Tensor, rest: tuple, upstream):
@@ -253,8 +320,9 @@ def _input_gradient(fn: Callable, x: torch.Tensor, rest: tuple, upstream):
     return grad
 
 
-def _gradient_stage(fn: Callable, inverse: Callable, title: str,
-                    runs: Sequence[Run]) -> None:
+def _gradient_stage(
+    fn: Callable, inverse: Callable, title: str, runs: Sequence[Run]
+) -> None:
     """On every case, x's gradient must be the upstream gradient G [shape of the
     output] moved back by ``inverse(G, x)``."""
     __tracebackhide__ = True
@@ -263,20 +331,31 @@ def _gradient_stage(fn: Callable, inverse: Callable, title: str,
         upstream = _codes(*r.want.shape).to(r.want.dtype)
         grad = run(_input_gradient, (fn, x, rest, upstream))
         if isinstance(grad, Raised):
-            fail(title, f"your code raised {grad!r} while the check took the gradient "
-                        f"through it on case {r.label}.", S_SPLIT)
+            fail(
+                title,
+                f"your code raised {grad!r} while the check took the gradient "
+                f"through it on case {r.label}.",
+                S_SPLIT,
+            )
         if grad is None:
-            GRADIENT_CUT.fail(title, f"On case {r.label} your output is right but "
-                                     "carries no gradient back to x (autograd cannot "
-                                     "reach x from it).")
+            GRADIENT_CUT.fail(
+                title,
+                f"On case {r.label} your output is right but "
+                "carries no gradient back to x (autograd cannot "
+                "reach x from it).",
+            )
         diff = describe_difference(grad, inverse(upstream, x), 0, 0)
         if diff:
-            GRADIENT_CUT.fail(title, f"On case {r.label} your output is right, but "
-                                     "the gradient reaching x is not the upstream "
-                                     f"gradient rearranged back: {diff}.")
+            GRADIENT_CUT.fail(
+                title,
+                f"On case {r.label} your output is right, but "
+                "the gradient reaching x is not the upstream "
+                f"gradient rearranged back: {diff}.",
+            )
 
 
 # ------------------------------------------------------------------------- split_heads
+
 
 def _split_no_transpose(x, h):
     b, s, d = x.shape
@@ -298,41 +377,58 @@ SPLIT_VIEW_STRAIGHT = Pitfall(
     "You viewed [B, S, D] straight as [B, H, S, Dh]. The shape is right but the "
     "numbers are not: memory holds each token's D features together, so the view mixes "
     "tokens into heads. View as [B, S, H, Dh] first, then transpose(1, 2).",
-    S_SPLIT, _split_view_straight)
+    S_SPLIT,
+    _split_view_straight,
+)
 
 SPLIT_PITFALLS = (
-    Pitfall("view without transpose",
-            "You reshaped [B, S, D] to [B, S, H, Dh] but did not move the head axis: "
-            "the result must be [B, H, S, Dh], so add .transpose(1, 2).",
-            S_SPLIT, _split_no_transpose),
+    Pitfall(
+        "view without transpose",
+        "You reshaped [B, S, D] to [B, S, H, Dh] but did not move the head axis: "
+        "the result must be [B, H, S, Dh], so add .transpose(1, 2).",
+        S_SPLIT,
+        _split_no_transpose,
+    ),
     SPLIT_VIEW_STRAIGHT,
-    Pitfall("heads interleaved",
-            "You cut D into Dh groups of H (view(B, S, Dh, H)) instead of H groups of "
-            "Dh: head h must be the contiguous slice x[..., h*Dh:(h+1)*Dh].",
-            S_SPLIT, _split_interleaved),
+    Pitfall(
+        "heads interleaved",
+        "You cut D into Dh groups of H (view(B, S, Dh, H)) instead of H groups of "
+        "Dh: head h must be the contiguous slice x[..., h*Dh:(h+1)*Dh].",
+        S_SPLIT,
+        _split_interleaved,
+    ),
 )
 
 AXES_IN_WRONG_ORDER = Diagnosis(
     "axes in the wrong order",
     "split_heads returns [B, H, S, Dh] and merge_heads [B, S, D]: check which axis "
-    "your view/permute/transpose puts where.", S_SPLIT)
+    "your view/permute/transpose puts where.",
+    S_SPLIT,
+)
 WRONG_SHAPE = Diagnosis(
     "wrong output shape",
     "With n_heads = H, D is cut into H heads of Dh = D // H features: use the n_heads "
-    "argument and the input's own sizes, never fixed numbers.", S_SPLIT)
+    "argument and the input's own sizes, never fixed numbers.",
+    S_SPLIT,
+)
 BATCH_MIXED = Diagnosis(
     "batch entries mixed",
     "Every output of batch entry b must come from batch entry b of the input: no "
-    "view/reshape may cut across the batch axis.", S_SPLIT)
+    "view/reshape may cut across the batch axis.",
+    S_SPLIT,
+)
 TOKENS_INTO_HEADS = Diagnosis(
     "tokens mixed into the heads",
     "Every row [b, h, s, :] must hold features of token s only. Memory holds each "
     "token's D features together: view as [B, S, H, Dh] first, then transpose(1, 2).",
-    S_SPLIT)
+    S_SPLIT,
+)
 WRONG_FEATURES = Diagnosis(
     "features assigned to the wrong heads",
     "Head h is the contiguous slice x[..., h*Dh:(h+1)*Dh], in the order of the heads: "
-    "view(B, S, H, Dh) (H before Dh), then transpose(1, 2).", S_SPLIT)
+    "view(B, S, H, Dh) (H before Dh), then transpose(1, 2).",
+    S_SPLIT,
+)
 
 
 def _split_shape_stage(title: str, r: Run) -> None:
@@ -344,11 +440,17 @@ def _split_shape_stage(title: str, r: Run) -> None:
     where = f"On case {r.label} your output has shape {list(r.got.shape)}"
     _head_count_stage(title, r, where)
     if letters and r.got.numel() == r.want.numel():
-        AXES_IN_WRONG_ORDER.fail(title, f"{where}, i.e. [{letters}]; expected "
-                                        f"[B, H, S, Dh] = {list(r.want.shape)}.")
+        AXES_IN_WRONG_ORDER.fail(
+            title,
+            f"{where}, i.e. [{letters}]; expected "
+            f"[B, H, S, Dh] = {list(r.want.shape)}.",
+        )
     named = f", i.e. [{letters}]" if letters else ""
-    WRONG_SHAPE.fail(title, f"{where}{named}; expected [B, H, S, Dh] = "
-                            f"{list(r.want.shape)} (n_heads = {h}, so Dh = {d // h}).")
+    WRONG_SHAPE.fail(
+        title,
+        f"{where}{named}; expected [B, H, S, Dh] = "
+        f"{list(r.want.shape)} (n_heads = {h}, so Dh = {d // h}).",
+    )
 
 
 def _head_count_stage(title: str, r: Run, where: str) -> None:
@@ -357,33 +459,45 @@ def _head_count_stage(title: str, r: Run, where: str) -> None:
     __tracebackhide__ = True
     (b, s, d), h = r.args[0].shape, r.args[1]
     got = r.got
-    if (got.dim() != 4 or (got.size(0), got.size(2)) != (b, s)
-            or got.size(1) * got.size(3) != d):
+    if (
+        got.dim() != 4
+        or (got.size(0), got.size(2)) != (b, s)
+        or got.size(1) * got.size(3) != d
+    ):
         return
     src = _sources(got, r.ref_args[0])
     if src is not None and bool((src[2].diff(dim=-1) == 1).all()):
-        WRONG_SHAPE.fail(title, f"{where}: {got.size(1)} heads of {got.size(3)} "
-                                f"features each. n_heads = {h} asks for {h} heads of "
-                                f"Dh = {d // h}.")
+        WRONG_SHAPE.fail(
+            title,
+            f"{where}: {got.size(1)} heads of {got.size(3)} "
+            f"features each. n_heads = {h} asks for {h} heads of "
+            f"Dh = {d // h}.",
+        )
 
 
 def _first_mismatch(found: torch.Tensor, expected: torch.Tensor) -> tuple:
     return tuple(int(i) for i in (found != expected).nonzero()[0])
 
 
-def _batch_and_token_stage(title: str, r: Run, src: tuple, batch: tuple, token: tuple,
-                           tokens_mixed: Diagnosis) -> None:
+def _batch_and_token_stage(
+    title: str, r: Run, src: tuple, batch: tuple, token: tuple, tokens_mixed: Diagnosis
+) -> None:
     """Every output element must come from its own batch entry, then its own token:
     ``batch`` and ``token`` are (where each element came from, where it should have)."""
     __tracebackhide__ = True
-    for (found, expected), diagnosis, what in ((batch, BATCH_MIXED, "batch entry"),
-                                                (token, tokens_mixed, "token")):
+    for (found, expected), diagnosis, what in (
+        (batch, BATCH_MIXED, "batch entry"),
+        (token, tokens_mixed, "token"),
+    ):
         if bool((found != expected).any()):
             at = _first_mismatch(found, expected.expand_as(found))
             origin = [int(t[at]) for t in src]
-            diagnosis.fail(title, f"On case {r.label} out{list(at)} was "
-                                  f"copied from {what} {int(found[at])} of x "
-                                  f"(x{origin}).")
+            diagnosis.fail(
+                title,
+                f"On case {r.label} out{list(at)} was "
+                f"copied from {what} {int(found[at])} of x "
+                f"(x{origin}).",
+            )
 
 
 def _split_sources_stage(title: str, r: Run) -> None:
@@ -399,14 +513,18 @@ def _split_sources_stage(title: str, r: Run) -> None:
     ib = torch.arange(b, device=x.device).view(b, 1, 1, 1)
     i_s = torch.arange(s, device=x.device).view(1, 1, s, 1)
     _batch_and_token_stage(title, r, src, (sb, ib), (ss, i_s), TOKENS_INTO_HEADS)
-    want = (torch.arange(h, device=x.device).view(h, 1) * dh
-            + torch.arange(dh, device=x.device))
+    want = torch.arange(h, device=x.device).view(h, 1) * dh + torch.arange(
+        dh, device=x.device
+    )
     for head in range(h):
         if not torch.equal(sf[0, head, 0], want[head]):
             holds = sf[0, head, 0].tolist()
-            WRONG_FEATURES.fail(title, f"On case {r.label} your head "
-                                       f"{head} holds features {holds} of each token; "
-                                       f"expected {want[head].tolist()}.")
+            WRONG_FEATURES.fail(
+                title,
+                f"On case {r.label} your head "
+                f"{head} holds features {holds} of each token; "
+                f"expected {want[head].tolist()}.",
+            )
 
 
 def _split_layout_stage(title: str, runs: Sequence[Run]) -> None:
@@ -424,14 +542,26 @@ def _split_layout_stage(title: str, runs: Sequence[Run]) -> None:
 
 def _split_cases():
     shapes = [(2, 5, 12, 3), (1, 7, 8, 2), (3, 4, 16, 4), (4, 6, 24, 4)]
-    cases = [Case(f"x [B={b}, S={s}, D={d}], n_heads={h}",
-                  lambda b=b, s=s, d=d, h=h, i=i: (randn(b, s, d, seed=i), h))
-             for i, (b, s, d, h) in enumerate(shapes)]
-    cases.append(Case("x [2, 3, 6] float64, n_heads=3",
-                      lambda: (randn(2, 3, 6, seed=9, dtype=torch.float64), 3)))
+    cases = [
+        Case(
+            f"x [B={b}, S={s}, D={d}], n_heads={h}",
+            lambda b=b, s=s, d=d, h=h, i=i: (randn(b, s, d, seed=i), h),
+        )
+        for i, (b, s, d, h) in enumerate(shapes)
+    ]
+    cases.append(
+        Case(
+            "x [2, 3, 6] float64, n_heads=3",
+            lambda: (randn(2, 3, 6, seed=9, dtype=torch.float64), 3),
+        )
+    )
     # Last: every value a distinct code, B, S, H and Dh all different (see _sources).
-    cases.append(Case("x [B=2, S=3, D=20] of distinct codes, n_heads=4",
-                      lambda: (_codes(2, 3, 20), 4)))
+    cases.append(
+        Case(
+            "x [B=2, S=3, D=20] of distinct codes, n_heads=4",
+            lambda: (_codes(2, 3, 20), 4),
+        )
+    )
     return cases
 
 
@@ -439,11 +569,20 @@ def check_split_heads(split_heads_fn) -> None:
     """``split_heads_fn(x [B, S, D], n_heads) -> [B, H, S, Dh]``."""
     __tracebackhide__ = True
     with single_thread():
-        runs = [_run_function(c, split_heads_fn, split_heads, ("x", "n_heads"))
-                for c in _split_cases()]
+        runs = [
+            _run_function(c, split_heads_fn, split_heads, ("x", "n_heads"))
+            for c in _split_cases()
+        ]
         gradient = partial(_gradient_stage, split_heads_fn, _merge_back)
-        _staged("split_heads", runs, SPLIT_PITFALLS, (_split_layout_stage,), 0, 0,
-                when_right=gradient)
+        _staged(
+            "split_heads",
+            runs,
+            SPLIT_PITFALLS,
+            (_split_layout_stage,),
+            0,
+            0,
+            when_right=gradient,
+        )
 
 
 def _merge_back(g: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -457,6 +596,7 @@ def _split_back(g: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
 
 
 # ------------------------------------------------------------------------- merge_heads
+
 
 def _merge_no_transpose(x):
     b, h, s, dh = x.shape
@@ -477,36 +617,49 @@ MERGE_NO_TRANSPOSE = Pitfall(
     "merged without transpose",
     "You reshaped [B, H, S, Dh] straight to [B, S, D]: that glues rows of *different "
     "tokens* together. Transpose back to [B, S, H, Dh] first.",
-    S_MERGE, _merge_no_transpose)
+    S_MERGE,
+    _merge_no_transpose,
+)
 
 MERGE_DH_MAJOR = Pitfall(
     "heads merged in the wrong order",
     "You put the Dh axis before the head axis (e.g. permute(0, 2, 3, 1)), so the "
     "features of the heads are interleaved. merge_heads must undo split_heads exactly: "
     "head h back at x[..., h*Dh:(h+1)*Dh].",
-    S_MERGE, _merge_dh_major)
+    S_MERGE,
+    _merge_dh_major,
+)
 
 MERGE_PITFALLS = (
     MERGE_NO_TRANSPOSE,
     MERGE_DH_MAJOR,
-    Pitfall("view on a non-contiguous tensor",
-            "After transpose the tensor is no longer contiguous in memory and .view() "
-            "refuses it. Use .contiguous().view(...) or .reshape(...).",
-            S_MERGE, _merge_view_after_transpose),
+    Pitfall(
+        "view on a non-contiguous tensor",
+        "After transpose the tensor is no longer contiguous in memory and .view() "
+        "refuses it. Use .contiguous().view(...) or .reshape(...).",
+        S_MERGE,
+        _merge_view_after_transpose,
+    ),
 )
 
 MERGE_WRONG_SHAPE = Diagnosis(
     "wrong merged shape",
     "merge_heads returns [B, S, D] with D = H * Dh, read from the input's own shape: "
-    "no fixed numbers, no axis left over.", S_MERGE)
+    "no fixed numbers, no axis left over.",
+    S_MERGE,
+)
 MERGE_TOKENS_GLUED = Diagnosis(
     "tokens glued together",
     "Row [b, s, :] of the merge must hold the H heads of token s only: move the head "
-    "axis back next to Dh (transpose(1, 2)) before flattening.", S_MERGE)
+    "axis back next to Dh (transpose(1, 2)) before flattening.",
+    S_MERGE,
+)
 MERGE_WRONG_PLACES = Diagnosis(
     "head features put in the wrong places",
     "merge_heads must undo split_heads exactly: feature h*Dh + j of each token is "
-    "x[b, h, s, j], heads in order, each head's Dh features together.", S_MERGE)
+    "x[b, h, s, j], heads in order, each head's Dh features together.",
+    S_MERGE,
+)
 
 
 def _merge_shape_stage(title: str, r: Run) -> None:
@@ -518,11 +671,14 @@ def _merge_shape_stage(title: str, r: Run) -> None:
     letters = _axis_letters(r.got.shape, sizes)
     where = f"On case {r.label} your output has shape {list(r.got.shape)}"
     if letters and r.got.numel() == r.want.numel():
-        AXES_IN_WRONG_ORDER.fail(title, f"{where}, i.e. [{letters}]; expected "
-                                        f"[B, S, D] = {list(r.want.shape)}.")
+        AXES_IN_WRONG_ORDER.fail(
+            title,
+            f"{where}, i.e. [{letters}]; expected [B, S, D] = {list(r.want.shape)}.",
+        )
     named = f", i.e. [{letters}]" if letters else ""
-    MERGE_WRONG_SHAPE.fail(title, f"{where}{named}; expected [B, S, D] = "
-                                  f"{list(r.want.shape)}.")
+    MERGE_WRONG_SHAPE.fail(
+        title, f"{where}{named}; expected [B, S, D] = {list(r.want.shape)}."
+    )
 
 
 def _merge_sources_stage(title: str, r: Run) -> None:
@@ -540,11 +696,15 @@ def _merge_sources_stage(title: str, r: Run) -> None:
     _batch_and_token_stage(title, r, src, (sb, ib), (ss, i_s), MERGE_TOKENS_GLUED)
     f = torch.arange(h * dh, device=dev)
     if not (torch.equal(sh[0, 0], f // dh) and torch.equal(sj[0, 0], f % dh)):
-        pairs = ", ".join(f"({a}, {c})" for a, c in zip(sh[0, 0, :6].tolist(),
-                                                        sj[0, 0, :6].tolist()))
-        MERGE_WRONG_PLACES.fail(title, f"On case {r.label} features 0-5 "
-                                       f"of each token come from (head, feature) "
-                                       f"{pairs}; expected (0, 0), (0, 1), (0, 2), ...")
+        pairs = ", ".join(
+            f"({a}, {c})" for a, c in zip(sh[0, 0, :6].tolist(), sj[0, 0, :6].tolist())
+        )
+        MERGE_WRONG_PLACES.fail(
+            title,
+            f"On case {r.label} features 0-5 "
+            f"of each token come from (head, feature) "
+            f"{pairs}; expected (0, 0), (0, 1), (0, 2), ...",
+        )
 
 
 def _merge_layout_stage(title: str, runs: Sequence[Run]) -> None:
@@ -566,17 +726,33 @@ def _noncontiguous(x: torch.Tensor) -> torch.Tensor:
 
 def _merge_cases():
     shapes = [(2, 3, 5, 4), (1, 2, 7, 4), (3, 4, 4, 4), (4, 4, 6, 2)]
-    cases = [Case(f"x [B={b}, H={h}, S={s}, Dh={dh}]",
-                  lambda b=b, h=h, s=s, dh=dh, i=i: (randn(b, h, s, dh, seed=10 + i),))
-             for i, (b, h, s, dh) in enumerate(shapes)]
+    cases = [
+        Case(
+            f"x [B={b}, H={h}, S={s}, Dh={dh}]",
+            lambda b=b, h=h, s=s, dh=dh, i=i: (randn(b, h, s, dh, seed=10 + i),),
+        )
+        for i, (b, h, s, dh) in enumerate(shapes)
+    ]
     # What split_heads really hands over: a transposed, non-contiguous view.
-    cases.append(Case("a non-contiguous x, as split_heads returns it",
-                      lambda: (split_heads(randn(2, 5, 12, seed=20), 3),)))
-    cases.append(Case("x [2, 3, 6, 2] float64",
-                      lambda: (randn(2, 3, 6, 2, seed=21, dtype=torch.float64),)))
+    cases.append(
+        Case(
+            "a non-contiguous x, as split_heads returns it",
+            lambda: (split_heads(randn(2, 5, 12, seed=20), 3),),
+        )
+    )
+    cases.append(
+        Case(
+            "x [2, 3, 6, 2] float64",
+            lambda: (randn(2, 3, 6, 2, seed=21, dtype=torch.float64),),
+        )
+    )
     # Last: every value a distinct code, B, H, S, Dh and D all different (see _sources).
-    cases.append(Case("x [B=2, H=3, S=4, Dh=5] of distinct codes, non-contiguous",
-                      lambda: (_noncontiguous(_codes(2, 3, 4, 5)),)))
+    cases.append(
+        Case(
+            "x [B=2, H=3, S=4, Dh=5] of distinct codes, non-contiguous",
+            lambda: (_noncontiguous(_codes(2, 3, 4, 5)),),
+        )
+    )
     return cases
 
 
@@ -584,17 +760,27 @@ def check_merge_heads(merge_heads_fn) -> None:
     """``merge_heads_fn(x [B, H, S, Dh]) -> [B, S, D]``, the inverse of split_heads."""
     __tracebackhide__ = True
     with single_thread():
-        runs = [_run_function(c, merge_heads_fn, merge_heads, ("x",))
-                for c in _merge_cases()]
+        runs = [
+            _run_function(c, merge_heads_fn, merge_heads, ("x",))
+            for c in _merge_cases()
+        ]
         gradient = partial(_gradient_stage, merge_heads_fn, _split_back)
-        _staged("merge_heads", runs, MERGE_PITFALLS, (_merge_layout_stage,), 0, 0,
-                when_right=gradient)
+        _staged(
+            "merge_heads",
+            runs,
+            MERGE_PITFALLS,
+            (_merge_layout_stage,),
+            0,
+            0,
+            when_right=gradient,
+        )
 
 
 # ---------------------------------------------------------------- multi-head attention
 # Functional multi-head attention from the weights a case hands in,
 # w = {"q": (weight, bias), "k": ..., "v": ..., "o": ...}: the same numbers are loaded
 # into the learner's module (see "finding the projections" below).
+
 
 def _project(w, xq, xk, xv):
     """The query, key and value projections [B, S, D], before the split into heads."""
@@ -668,42 +854,65 @@ def _mha_merged_dh_major(w, h, xq, xk, xv):
 
 
 MHA_PITFALLS = (
-    Pitfall("scaled by sqrt(d_model)",
-            "Your scores are divided by √d_model, not √d_head. The variance of q·k "
-            "grows with the length of the vectors being dotted, which is Dh per head; "
-            "dividing by √D makes the logits √H times too small.",
-            S_SCALE, _mha_scaled_by_sqrt_d_model),
-    Pitfall("no scaling",
-            "Your scores are not divided by √d_head at all. Unscaled logits grow like "
-            "√Dh and push softmax into saturation, where its gradients vanish.",
-            S_SCALE, _mha_unscaled),
-    Pitfall("softmax over the query axis",
-            "Your softmax normalises over the queries (dim=-2). Each query's weights "
-            "over the keys must sum to 1, so softmax over the last axis (dim=-1).",
-            S_EINSUM, _mha_softmax_over_queries),
-    Pitfall("einsum over the wrong axes (the seed's bug)",
-            "Your einsum treats the sequence axis as heads: on [B, S, H, Dh] tensors "
-            "'bhqd,bhkd->bhqk' attends across the heads of one token, so tokens never "
-            "mix (and cross-attention with Sq != Sk fails). Transpose to [B, H, S, Dh] "
-            "first, or label the axes 'bqhd,bkhd->bhqk'.",
-            S_EINSUM, _mha_seed_einsum),
-    Pitfall("einsum over the wrong axes and scaled by sqrt(d_model) (the seed's code)",
-            "This is the seed's SelfAttention: its einsum attends across the heads of "
-            "one token instead of across tokens, and it divides by √embed_size instead "
-            "of √head_dim.",
-            S_EINSUM, _mha_seed_code),
-    Pitfall(SPLIT_VIEW_STRAIGHT.name,
-            "Your heads are split by viewing [B, S, D] straight as [B, H, S, Dh], "
-            "which mixes tokens into heads.",
-            S_SPLIT, _mha_split_view_straight),
-    Pitfall(MERGE_NO_TRANSPOSE.name,
-            "Your heads are merged by reshaping [B, H, S, Dh] straight to [B, S, D], "
-            "which glues different tokens.",
-            S_MERGE, _mha_merged_without_transpose),
-    Pitfall(MERGE_DH_MAJOR.name,
-            "Your merge interleaves the heads' features (Dh axis before the head "
-            "axis).",
-            S_MERGE, _mha_merged_dh_major),
+    Pitfall(
+        "scaled by sqrt(d_model)",
+        "Your scores are divided by √d_model, not √d_head. The variance of q·k "
+        "grows with the length of the vectors being dotted, which is Dh per head; "
+        "dividing by √D makes the logits √H times too small.",
+        S_SCALE,
+        _mha_scaled_by_sqrt_d_model,
+    ),
+    Pitfall(
+        "no scaling",
+        "Your scores are not divided by √d_head at all. Unscaled logits grow like "
+        "√Dh and push softmax into saturation, where its gradients vanish.",
+        S_SCALE,
+        _mha_unscaled,
+    ),
+    Pitfall(
+        "softmax over the query axis",
+        "Your softmax normalises over the queries (dim=-2). Each query's weights "
+        "over the keys must sum to 1, so softmax over the last axis (dim=-1).",
+        S_EINSUM,
+        _mha_softmax_over_queries,
+    ),
+    Pitfall(
+        "einsum over the wrong axes (the seed's bug)",
+        "Your einsum treats the sequence axis as heads: on [B, S, H, Dh] tensors "
+        "'bhqd,bhkd->bhqk' attends across the heads of one token, so tokens never "
+        "mix (and cross-attention with Sq != Sk fails). Transpose to [B, H, S, Dh] "
+        "first, or label the axes 'bqhd,bkhd->bhqk'.",
+        S_EINSUM,
+        _mha_seed_einsum,
+    ),
+    Pitfall(
+        "einsum over the wrong axes and scaled by sqrt(d_model) (the seed's code)",
+        "This is the seed's SelfAttention: its einsum attends across the heads of "
+        "one token instead of across tokens, and it divides by √embed_size instead "
+        "of √head_dim.",
+        S_EINSUM,
+        _mha_seed_code,
+    ),
+    Pitfall(
+        SPLIT_VIEW_STRAIGHT.name,
+        "Your heads are split by viewing [B, S, D] straight as [B, H, S, Dh], "
+        "which mixes tokens into heads.",
+        S_SPLIT,
+        _mha_split_view_straight,
+    ),
+    Pitfall(
+        MERGE_NO_TRANSPOSE.name,
+        "Your heads are merged by reshaping [B, H, S, Dh] straight to [B, S, D], "
+        "which glues different tokens.",
+        S_MERGE,
+        _mha_merged_without_transpose,
+    ),
+    Pitfall(
+        MERGE_DH_MAJOR.name,
+        "Your merge interleaves the heads' features (Dh axis before the head axis).",
+        S_MERGE,
+        _mha_merged_dh_major,
+    ),
 )
 
 
@@ -724,24 +933,33 @@ SHARED_HEAD_LINEAR = Diagnosis(
     "one Linear shared by all heads",
     "Each head must have its own projection of the whole D-dimensional input: use "
     "Linear(d_model, d_model), which is H separate D→Dh projections side by side.",
-    S_PROJ)
+    S_PROJ,
+)
 INPUT_NOT_PROJECTED = Diagnosis(
     "an input is never projected",
     "forward(query, key, value) projects each of its three inputs with its own "
     "weights: Q from query, K from key, V from value. In cross-attention they are "
-    "different tensors, so none of them may stand in for another.", S_PROJ)
+    "different tensors, so none of them may stand in for another.",
+    S_PROJ,
+)
 PROJECTION_SHARED = Diagnosis(
     "one projection applied to several inputs",
     "Query, key and value each need their own nn.Linear(d_model, d_model) (or their "
-    "own third of one nn.Linear(d_model, 3 * d_model)).", S_PROJ)
+    "own third of one nn.Linear(d_model, 3 * d_model)).",
+    S_PROJ,
+)
 PROJECTION_SIZE = Diagnosis(
     "projection of the wrong size",
     "Each of the query, key and value projections maps D features to D features "
-    "(nn.Linear(d_model, d_model)), split into H heads afterwards.", S_PROJ)
+    "(nn.Linear(d_model, d_model)), split into H heads afterwards.",
+    S_PROJ,
+)
 NO_OUTPUT_PROJECTION = Diagnosis(
     "output projection missing",
     "After merging the heads, apply the output projection nn.Linear(d_model, d_model) "
-    "and return its result: it mixes what the heads found.", S_PROJ)
+    "and return its result: it mixes what the heads found.",
+    S_PROJ,
+)
 
 # What each role's weights are applied to (a tuple: the integrity seal wants immutable
 # module globals).
@@ -787,8 +1005,11 @@ class Alignment:
         found = {}
         for p in self.weights:
             found.setdefault(p.role, []).append(p.name or "a parameter")
-        return ", ".join(f"{role}: {' + '.join(dict.fromkeys(found[role]))}"
-                         for role in "qkvo" if role in found)
+        return ", ".join(
+            f"{role}: {' + '.join(dict.fromkeys(found[role]))}"
+            for role in "qkvo"
+            if role in found
+        )
 
 
 def _shared_head_check(module, d_model: int, n_heads: int) -> None:
@@ -802,7 +1023,8 @@ def _shared_head_check(module, d_model: int, n_heads: int) -> None:
             f"It is the seed's bug: your module has a [{d_head}, {d_head}] weight, "
             "i.e. a Linear(d_head, d_head) applied to every head's slice, and "
             f"{total:,} parameters; per-head projections from d_model need "
-            f"4·(D²+D) = {4 * (d_model**2 + d_model):,}.")
+            f"4·(D²+D) = {4 * (d_model**2 + d_model):,}.",
+        )
 
 
 def _probe_inputs(d: int, sq: int) -> dict:
@@ -824,11 +1046,16 @@ def _gradients(module, xs: dict, named: list):
     """d sum(out * R) / d param for each of ``named``; None when there is none."""
     with torch.enable_grad():
         out = module(xs["q"], xs["k"], xs["v"])
-        if (not isinstance(out, torch.Tensor) or out.shape != xs["o"].shape
-                or not out.requires_grad or not named):
+        if (
+            not isinstance(out, torch.Tensor)
+            or out.shape != xs["o"].shape
+            or not out.requires_grad
+            or not named
+        ):
             return None
-        return torch.autograd.grad((out * xs["o"]).sum(), [p for _, p in named],
-                                   allow_unused=True)
+        return torch.autograd.grad(
+            (out * xs["o"]).sum(), [p for _, p in named], allow_unused=True
+        )
 
 
 def _probe_gradients(module, d: int):
@@ -843,12 +1070,16 @@ def _probe_gradients(module, d: int):
         if not isinstance(grads, Raised):
             break
     if grads is None:
-        return ("your module's output gives no gradient with respect to its parameters "
-                "(it is not one tensor [B, Sq, D], or no_grad, detach or .data inside "
-                "forward)")
+        return (
+            "your module's output gives no gradient with respect to its parameters "
+            "(it is not one tensor [B, Sq, D], or no_grad, detach or .data inside "
+            "forward)"
+        )
     if isinstance(grads, Raised):
-        return (f"your module raised {grads!r} when the check ran it on query "
-                f"[2, 3, {d}], key and value [2, 3, {d}] (key != value)")
+        return (
+            f"your module raised {grads!r} when the check ran it on query "
+            f"[2, 3, {d}], key and value [2, 3, {d}] (key != value)"
+        )
     return xs, [(n, p, g) for (n, p), g in zip(named, grads)]
 
 
@@ -871,9 +1102,16 @@ def _roles(vectors: torch.Tensor, bases: dict) -> list:
     norms = vectors.norm(dim=1)
     fits = {role: _fits(vectors, b) for role, b in bases.items()}
     tiny = 1e-9 * float(norms.max())
-    return [("unused" if norms[i] <= tiny else
-             next(iter(hits)) if len(hits := [r for r in fits if fits[r][i]]) == 1
-             else "?") for i in range(len(vectors))]
+    return [
+        (
+            "unused"
+            if norms[i] <= tiny
+            else next(iter(hits))
+            if len(hits := [r for r in fits if fits[r][i]]) == 1
+            else "?"
+        )
+        for i in range(len(vectors))
+    ]
 
 
 def _mixture(vectors: torch.Tensor, xs: dict) -> str | None:
@@ -900,8 +1138,11 @@ def _pieces_of(name: str, p, g, xs: dict, bases: dict):
         if used == {"o"} and p.shape == (d, d):
             return [Piece(name, p, "o", torch.arange(d), not transposed)]
         if used and used <= {"q", "k", "v"}:
-            return [_piece(name, p, role, roles, vectors, transposed)
-                    for role in "qkv" if role in used]
+            return [
+                _piece(name, p, role, roles, vectors, transposed)
+                for role in "qkv"
+                if role in used
+            ]
     rows = g if g.size(1) == d else g.T
     mixed = _mixture(rows[rows.norm(dim=1) > 0], xs) if rows.size(1) == d else None
     return f"`{name}` {list(p.shape)} is applied to {mixed}" if mixed else None
@@ -928,8 +1169,11 @@ def _listing(found, pieces) -> str:
     roles = {}
     for piece in pieces:
         roles.setdefault(piece.name, []).append(_input_of(piece.role))
-    parts = [f"{name} {list(p.shape)}: {_effect(name, g, roles)}"
-             for name, p, g in found if p.dim() == 2]
+    parts = [
+        f"{name} {list(p.shape)}: {_effect(name, g, roles)}"
+        for name, p, g in found
+        if p.dim() == 2
+    ]
     return "Your weights: " + "; ".join(parts) + "."
 
 
@@ -942,14 +1186,19 @@ def _check_roles(title: str, found, pieces, mixed, d: int) -> None:
         PROJECTION_SHARED.fail(title, f"{mixed[0]}. {listing}")
     for role in "qkv":
         if not any(p.role == role for p in pieces):
-            INPUT_NOT_PROJECTED.fail(title, f"None of your weights is applied to "
-                                            f"`{_input_of(role)}`. {listing}")
+            INPUT_NOT_PROJECTED.fail(
+                title,
+                f"None of your weights is applied to `{_input_of(role)}`. {listing}",
+            )
     for role in "qkv":
         n = sum(len(p.index) for p in pieces if p.role == role)
         if n != d:
-            PROJECTION_SIZE.fail(title, f"{n} output features are computed from "
-                                        f"`{_input_of(role)}`; expected D = {d}. "
-                                        f"{listing}")
+            PROJECTION_SIZE.fail(
+                title,
+                f"{n} output features are computed from "
+                f"`{_input_of(role)}`; expected D = {d}. "
+                f"{listing}",
+            )
     _check_output_role(title, found, pieces, listing)
 
 
@@ -958,19 +1207,31 @@ def _check_output_role(title: str, found, pieces, listing: str) -> None:
     __tracebackhide__ = True
     outs = [p for p in pieces if p.role == "o"]
     placed = {p.name for p in pieces}
-    unread = [n for n, p, g in found if p.dim() == 2 and n not in placed
-              and g is not None and bool((g != 0).any())]
+    unread = [
+        n
+        for n, p, g in found
+        if p.dim() == 2 and n not in placed and g is not None and bool((g != 0).any())
+    ]
     if not outs and unread:  # used, but not as a last linear map: say so, name nothing
-        fail(title, f"the gradient of {', '.join(unread)} fits none of query, key, "
-                    "value, nor a linear map applied last (is something applied after "
-                    f"your output projection?). {listing} It {UNEXPLAINED}.", S_PROJ)
+        fail(
+            title,
+            f"the gradient of {', '.join(unread)} fits none of query, key, "
+            "value, nor a linear map applied last (is something applied after "
+            f"your output projection?). {listing} It {UNEXPLAINED}.",
+            S_PROJ,
+        )
     if not outs:
-        NO_OUTPUT_PROJECTION.fail(title, f"No [D, D] weight acts on the merged heads. "
-                                         f"{listing}")
+        NO_OUTPUT_PROJECTION.fail(
+            title, f"No [D, D] weight acts on the merged heads. {listing}"
+        )
     if len(outs) > 1:
         names = ", ".join(p.name for p in outs)
-        fail(title, f"several weights act after the attention ({names}): expected one "
-                    f"output projection. {listing} It {UNEXPLAINED}.", S_PROJ)
+        fail(
+            title,
+            f"several weights act after the attention ({names}): expected one "
+            f"output projection. {listing} It {UNEXPLAINED}.",
+            S_PROJ,
+        )
 
 
 def _bias_targets(pieces, r: torch.Tensor):
@@ -1022,8 +1283,12 @@ def _align(title: str, module, d: int) -> Alignment | str:
             (mixed.append(got) if isinstance(got, str) else pieces.extend(got or []))
     _check_roles(title, found, pieces, mixed, d)
     roles, features, targets = _bias_targets(pieces, xs["o"])
-    biases = [b for _, p, g in found if p.dim() == 1
-              for b in _bias_pieces(p, g, roles, features, targets)]
+    biases = [
+        b
+        for _, p, g in found
+        if p.dim() == 1
+        for b in _bias_pieces(p, g, roles, features, targets)
+    ]
     return Alignment(tuple(pieces), tuple(biases))
 
 
@@ -1035,13 +1300,16 @@ def _weights_qkvo(matrices, d_model: int, listing: str, why: str) -> list:
         return list(matrices)
     if shapes == [(3 * d_model, d_model), (d_model, d_model)]:
         return [*matrices[0].chunk(3, dim=0), matrices[1]]
-    fail("MultiHeadAttention",
-         f"cannot find the projections: {why}, so the check cannot see which weight is "
-         "applied to what. It then expects four "
-         "nn.Linear(d_model, d_model) registered in the order query, key, value, "
-         "output "
-         "(or one nn.Linear(d_model, 3*d_model) for q, k, v, then the output one). "
-         f"Found parameters: {listing}.", S_PROJ)
+    fail(
+        "MultiHeadAttention",
+        f"cannot find the projections: {why}, so the check cannot see which weight is "
+        "applied to what. It then expects four "
+        "nn.Linear(d_model, d_model) registered in the order query, key, value, "
+        "output "
+        "(or one nn.Linear(d_model, 3*d_model) for q, k, v, then the output one). "
+        f"Found parameters: {listing}.",
+        S_PROJ,
+    )
 
 
 def _biases_qkvo(vectors, d_model: int, listing: str) -> list:
@@ -1055,9 +1323,11 @@ def _biases_qkvo(vectors, d_model: int, listing: str) -> list:
         return list(vectors)
     if sizes == [3 * d_model, d_model]:
         return [*vectors[0].chunk(3), vectors[1]]
-    fail("MultiHeadAttention",
-         f"cannot match the biases to the projections. Found parameters: {listing}.",
-         S_PROJ)
+    fail(
+        "MultiHeadAttention",
+        f"cannot match the biases to the projections. Found parameters: {listing}.",
+        S_PROJ,
+    )
 
 
 def _alignment_by_order(module, d_model: int, why: str) -> Alignment:
@@ -1072,8 +1342,12 @@ def _alignment_by_order(module, d_model: int, why: str) -> Alignment:
     every = torch.arange(d_model, device=get_device())
     return Alignment(
         tuple(Piece("", w, role, every, False) for role, w in zip("qkvo", weights)),
-        tuple(BiasPiece(b, every, role, every.cpu())
-              for role, b in zip("qkvo", biases) if b is not None))
+        tuple(
+            BiasPiece(b, every, role, every.cpu())
+            for role, b in zip("qkvo", biases)
+            if b is not None
+        ),
+    )
 
 
 def _load_weights(alignment: Alignment, w: dict) -> None:
@@ -1084,7 +1358,7 @@ def _load_weights(alignment: Alignment, w: dict) -> None:
         if p.role == "o":
             p.param.copy_(weight.T if p.transposed else weight)
             continue
-        rows = weight[start[p.role]:start[p.role] + len(p.index)].to(p.param.dtype)
+        rows = weight[start[p.role] : start[p.role] + len(p.index)].to(p.param.dtype)
         start[p.role] += len(p.index)
         if p.transposed:
             p.param[:, p.index] = rows.T
@@ -1111,19 +1385,34 @@ def _load(module, alignment: Alignment, w: dict) -> dict:
 def _mha_cases():
     # (D, H, B, Sq, Sk, dtype); Sq != Sk is cross-attention, with key != value; B == H
     # catches batch/head mix-ups.
-    configs = [(16, 4, 2, 5, 5, torch.float32), (24, 3, 3, 4, 7, torch.float32),
-               (12, 2, 2, 6, 6, torch.float64), (32, 4, 4, 5, 3, torch.float32)]
+    configs = [
+        (16, 4, 2, 5, 5, torch.float32),
+        (24, 3, 3, 4, 7, torch.float32),
+        (12, 2, 2, 6, 6, torch.float64),
+        (32, 4, 4, 5, 3, torch.float32),
+    ]
     cases = []
     for i, (d, h, b, sq, sk, dtype) in enumerate(configs):
+
         def make(d=d, h=h, b=b, sq=sq, sk=sk, dtype=dtype, i=i):
-            w = {n: (randn(d, d, seed=100 * i + j, dtype=dtype) / math.sqrt(d),
-                     randn(d, seed=100 * i + j + 50, dtype=dtype) * 0.1)
-                 for j, n in enumerate("qkvo")}
+            w = {
+                n: (
+                    randn(d, d, seed=100 * i + j, dtype=dtype) / math.sqrt(d),
+                    randn(d, seed=100 * i + j + 50, dtype=dtype) * 0.1,
+                )
+                for j, n in enumerate("qkvo")
+            }
             xq = randn(b, sq, d, seed=1000 + i, dtype=dtype)
             if sq == sk:  # self-attention: one tensor passed three times
                 return w, h, xq, xq, xq
-            return (w, h, xq, randn(b, sk, d, seed=2000 + i, dtype=dtype),
-                    randn(b, sk, d, seed=3000 + i, dtype=dtype))
+            return (
+                w,
+                h,
+                xq,
+                randn(b, sk, d, seed=2000 + i, dtype=dtype),
+                randn(b, sk, d, seed=3000 + i, dtype=dtype),
+            )
+
         kind = "self-attention" if sq == sk else "cross-attention"
         label = f"{kind} D={d}, H={h}, B={b}, Sq={sq}, Sk={sk}, {dtype}"
         cases.append(Case(label, make))
@@ -1160,9 +1449,15 @@ def _mha_run(cls, case: Case) -> Run:
     before = _snapshot(args)
     got = run(_forward, (module, *args))
     again = run(_forward, (module, *args))
-    return Run(case.label, args, got, want, ref_args,
-               _changed(args, before, ("query", "key", "value")),
-               extra=(module, again, alignment))
+    return Run(
+        case.label,
+        args,
+        got,
+        want,
+        ref_args,
+        _changed(args, before, ("query", "key", "value")),
+        extra=(module, again, alignment),
+    )
 
 
 # ------------------------------------------------------------- measuring the attention
@@ -1175,48 +1470,70 @@ def _mha_run(cls, case: Case) -> Run:
 WRONG_SCALE = Diagnosis(
     "scores divided by the wrong number",
     "Divide q·kᵀ by √Dh, the square root of the head size: it keeps the logits' "
-    "variance at 1 whatever Dh is.", S_SCALE)
+    "variance at 1 whatever Dh is.",
+    S_SCALE,
+)
 SOFTMAX_AXIS = Diagnosis(
     "softmax over the wrong axis",
     "The scores are [B, H, Sq, Sk]; each query's weights over the keys must sum to 1: "
-    "softmax(dim=-1).", S_EINSUM)
+    "softmax(dim=-1).",
+    S_EINSUM,
+)
 HEAD_LAYOUT = Diagnosis(
     "heads cut or merged in the wrong layout",
     "Head h is features h*Dh:(h+1)*Dh of each token: split with view(B, S, H, Dh)"
-    ".transpose(1, 2), merge with the exact inverse.", S_SPLIT)
+    ".transpose(1, 2), merge with the exact inverse.",
+    S_SPLIT,
+)
 KEY_VALUE_SWAPPED = Diagnosis(
     "key and value swapped",
     "The scores compare queries with the projected *key*; the weights then average "
-    "the projected *value*.", S_PROJ)
+    "the projected *value*.",
+    S_PROJ,
+)
 HEADS_FIXED = Diagnosis(
     "number of heads fixed",
     "Use the n_heads the constructor receives (and Dh = d_model // n_heads), never a "
-    "number that happened to fit your first test.", S_SPLIT)
+    "number that happened to fit your first test.",
+    S_SPLIT,
+)
 HEADS_WRONG = Diagnosis(
     "wrong number of heads",
     "The attention runs on H = n_heads heads of Dh = d_model // n_heads features: "
     "split_heads(x, n_heads) takes the head *count*, and the scores are divided by "
-    "√Dh of those heads.", S_SPLIT)
+    "√Dh of those heads.",
+    S_SPLIT,
+)
 CAUSAL_WITHOUT_MASK = Diagnosis(
     "causal mask without being asked",
     "With mask=None every query attends to every key; masks come in through the mask "
-    "argument (chapter 3), never built in.", S_EINSUM)
+    "argument (chapter 3), never built in.",
+    S_EINSUM,
+)
 HEADS_NEVER_SPLIT = Diagnosis(
     "heads never split",
     "Your module computes one attention over all D features: split Q, K and V into H "
-    "heads of Dh features with split_heads, attend per head, then merge.", S_SPLIT)
+    "heads of Dh features with split_heads, attend per head, then merge.",
+    S_SPLIT,
+)
 WEIGHTS_RESCALED = Diagnosis(
     "attention weights do not sum to 1",
     "Scale the scores *before* the softmax; after it, each query's weights over the "
-    "keys must sum to exactly 1.", S_SCALE)
+    "keys must sum to exactly 1.",
+    S_SCALE,
+)
 NO_SOFTMAX = Diagnosis(
     "softmax missing",
     "Your output is linear in the scores: turn the scaled scores into weights with "
-    "softmax(dim=-1) before multiplying by V.", S_EINSUM)
+    "softmax(dim=-1) before multiplying by V.",
+    S_EINSUM,
+)
 ADDS_INPUT = Diagnosis(
     "an input added to the output",
     "Attention returns the output projection of the merged heads, nothing more; the "
-    "residual connection x + attention(x) belongs to the block (chapter 4).", S_PROJ)
+    "residual connection x + attention(x) belongs to the block (chapter 4).",
+    S_PROJ,
+)
 
 
 @dataclass(frozen=True)
@@ -1235,41 +1552,82 @@ class Reading:
     rescaled: bool = False  # the weights times a measured factor after the softmax
 
 
-_INTERLEAVED = ("your head h takes every H-th feature (h, h+H, ...) instead of the "
-                "slice h*Dh:(h+1)*Dh")
-_STRAIGHT = ("your split views [B, S, D] straight as [B, H, S, Dh], mixing tokens into "
-             "heads")
+_INTERLEAVED = (
+    "your head h takes every H-th feature (h, h+H, ...) instead of the "
+    "slice h*Dh:(h+1)*Dh"
+)
+_STRAIGHT = (
+    "your split views [B, S, D] straight as [B, H, S, Dh], mixing tokens into heads"
+)
 _GLUED = "your merge reshapes [B, H, S, Dh] straight to [B, S, D], gluing tokens"
 _DH_MAJOR = "your merge puts the Dh axis before the head axis, interleaving the heads"
 
 READINGS = (
     Reading("", None),
-    Reading("your attention weights sum to 1 over axis 2 (the queries) of the scores "
-            "[B, H, Sq, Sk], not over the keys (axis 3)", SOFTMAX_AXIS, axis=-2),
-    Reading("your attention weights sum to 1 over axis 1 (the heads) of the scores "
-            "[B, H, Sq, Sk], not over the keys (axis 3)", SOFTMAX_AXIS, axis=-3),
-    Reading("your attention weights sum to 1 over axis 0 (the batch) of the scores "
-            "[B, H, Sq, Sk], not over the keys (axis 3)", SOFTMAX_AXIS, axis=-4),
+    Reading(
+        "your attention weights sum to 1 over axis 2 (the queries) of the scores "
+        "[B, H, Sq, Sk], not over the keys (axis 3)",
+        SOFTMAX_AXIS,
+        axis=-2,
+    ),
+    Reading(
+        "your attention weights sum to 1 over axis 1 (the heads) of the scores "
+        "[B, H, Sq, Sk], not over the keys (axis 3)",
+        SOFTMAX_AXIS,
+        axis=-3,
+    ),
+    Reading(
+        "your attention weights sum to 1 over axis 0 (the batch) of the scores "
+        "[B, H, Sq, Sk], not over the keys (axis 3)",
+        SOFTMAX_AXIS,
+        axis=-4,
+    ),
     Reading(_INTERLEAVED, HEAD_LAYOUT, split=_split_interleaved),
     Reading(_STRAIGHT, HEAD_LAYOUT, split=_split_view_straight),
     Reading(_GLUED, HEAD_LAYOUT, merge=_merge_no_transpose),
     Reading(_DH_MAJOR, HEAD_LAYOUT, merge=_merge_dh_major),
-    Reading("your scores use the projected value and your weights average the "
-            "projected key", KEY_VALUE_SWAPPED, swap_kv=True),
-    Reading("your output is single-head attention over all D features",
-            HEADS_NEVER_SPLIT, heads=1),
+    Reading(
+        "your scores use the projected value and your weights average the "
+        "projected key",
+        KEY_VALUE_SWAPPED,
+        swap_kv=True,
+    ),
+    Reading(
+        "your output is single-head attention over all D features",
+        HEADS_NEVER_SPLIT,
+        heads=1,
+    ),
     Reading("", WEIGHTS_RESCALED, rescaled=True),
-    Reading(f"{_INTERLEAVED}, and {_DH_MAJOR}", HEAD_LAYOUT, split=_split_interleaved,
-            merge=_merge_dh_major),
-    Reading(f"{_INTERLEAVED}, and {_GLUED}", HEAD_LAYOUT, split=_split_interleaved,
-            merge=_merge_no_transpose),
-    Reading(f"{_STRAIGHT}, and {_DH_MAJOR}", HEAD_LAYOUT, split=_split_view_straight,
-            merge=_merge_dh_major),
-    Reading(f"{_STRAIGHT}, and {_GLUED}", HEAD_LAYOUT, split=_split_view_straight,
-            merge=_merge_no_transpose),
-    Reading("your attention is causal: query i sees only keys 0..i, though mask=None "
-            "asks every query to attend to every key", CAUSAL_WITHOUT_MASK,
-            causal=True),
+    Reading(
+        f"{_INTERLEAVED}, and {_DH_MAJOR}",
+        HEAD_LAYOUT,
+        split=_split_interleaved,
+        merge=_merge_dh_major,
+    ),
+    Reading(
+        f"{_INTERLEAVED}, and {_GLUED}",
+        HEAD_LAYOUT,
+        split=_split_interleaved,
+        merge=_merge_no_transpose,
+    ),
+    Reading(
+        f"{_STRAIGHT}, and {_DH_MAJOR}",
+        HEAD_LAYOUT,
+        split=_split_view_straight,
+        merge=_merge_dh_major,
+    ),
+    Reading(
+        f"{_STRAIGHT}, and {_GLUED}",
+        HEAD_LAYOUT,
+        split=_split_view_straight,
+        merge=_merge_no_transpose,
+    ),
+    Reading(
+        "your attention is causal: query i sees only keys 0..i, though mask=None "
+        "asks every query to attend to every key",
+        CAUSAL_WITHOUT_MASK,
+        causal=True,
+    ),
 )
 
 
@@ -1305,7 +1663,7 @@ def _fit_divisor(reading: Reading, r: Run) -> tuple:
     bias = r.ref_args[0]["o"][1].double()
     grid = torch.linspace(-8.0, 14.0, 89, dtype=torch.float64)  # log2, step 0.25
     for _ in range(5):
-        outs = _reading_outputs(reading, r.ref_args, 2.0 ** grid).double()
+        outs = _reading_outputs(reading, r.ref_args, 2.0**grid).double()
         c = torch.ones(len(grid), dtype=torch.float64, device=outs.device)
         if reading.rescaled:
             c, outs = _rescale(outs, got, bias)
@@ -1313,8 +1671,9 @@ def _fit_divisor(reading: Reading, r: Run) -> tuple:
         i = int(err.argmin())
         best, best_err, step = grid[i], float(err[i]), float(grid[1] - grid[0])
         factor = float(c[i])
-        grid = torch.linspace(float(best) - step, float(best) + step, 21,
-                              dtype=torch.float64)
+        grid = torch.linspace(
+            float(best) - step, float(best) + step, 21, dtype=torch.float64
+        )
     return 2.0 ** float(best), best_err, factor
 
 
@@ -1375,8 +1734,9 @@ def _scale_name(runs: Sequence[Run], divisors: list) -> str:
     return ""
 
 
-def _scale_finding(runs: Sequence[Run], divisors: list,
-                   heads: Sequence[int] | None) -> str | None:
+def _scale_finding(
+    runs: Sequence[Run], divisors: list, heads: Sequence[int] | None
+) -> str | None:
     """The divisors, unless they are √ of the head size the learner's heads have (a
     module with the wrong number of ``heads`` per case is told about that, not about
     its scale)."""
@@ -1385,11 +1745,14 @@ def _scale_finding(runs: Sequence[Run], divisors: list,
     own = [math.sqrt(d / n) for (d, _), n in zip(map(_d_h, runs), heads)]
     if all(abs(s / e - 1) < 2e-3 for s, e in zip(divisors, own)):
         return None
-    shapes = ", ".join(f"{s:.4g} (D={d}, H={h})" for s, (d, h) in
-                       zip(divisors, map(_d_h, runs)))
+    shapes = ", ".join(
+        f"{s:.4g} (D={d}, H={h})" for s, (d, h) in zip(divisors, map(_d_h, runs))
+    )
     wanted = ", ".join(f"{e:.4g}" for e in expected)
-    return (f"your scores are divided by {shapes}{_scale_name(runs, divisors)}; "
-            f"expected √Dh = {wanted}")
+    return (
+        f"your scores are divided by {shapes}{_scale_name(runs, divisors)}; "
+        f"expected √Dh = {wanted}"
+    )
 
 
 def _fail_findings(title: str, findings: list) -> None:
@@ -1399,8 +1762,12 @@ def _fail_findings(title: str, findings: list) -> None:
         diagnosis, detail = findings[0]
         diagnosis.fail(title, f"Measured: {detail}.")
     text = "; ".join(f"'{d.name}': {detail}" for d, detail in findings)
-    fail(title, f"this looks like {len(findings)} mistakes at once: {text}. "
-                + " ".join(d.explanation for d, _ in findings), findings[0][0].section)
+    fail(
+        title,
+        f"this looks like {len(findings)} mistakes at once: {text}. "
+        + " ".join(d.explanation for d, _ in findings),
+        findings[0][0].section,
+    )
 
 
 def _fit_weight_sum(r: Run, base: torch.Tensor) -> tuple:
@@ -1414,8 +1781,9 @@ def _fit_weight_sum(r: Run, base: torch.Tensor) -> tuple:
 def _weight_sums(runs: Sequence[Run], factors: list) -> str | None:
     if all(abs(c - 1) < 1e-3 for c in factors):
         return None
-    sums = ", ".join(f"{c:.4g} (D={d}, H={h})"
-                     for c, (d, h) in zip(factors, map(_d_h, runs)))
+    sums = ", ".join(
+        f"{c:.4g} (D={d}, H={h})" for c, (d, h) in zip(factors, map(_d_h, runs))
+    )
     return f"each query's weights sum to {sums}, not 1"
 
 
@@ -1425,8 +1793,11 @@ def _linear_readings(title: str, runs: Sequence[Run]) -> None:
     linear = [_fit_weight_sum(r, _no_softmax(r.ref_args)) for r in runs]
     if all(_close(r, err) for r, (_, err) in zip(runs, linear)):
         divs = ", ".join(f"{1 / c:.4g}" for c, _ in linear)
-        NO_SOFTMAX.fail(title, f"Measured: your output is exactly that of weights = "
-                               f"scores / ({divs}) with no softmax.")
+        NO_SOFTMAX.fail(
+            title,
+            f"Measured: your output is exactly that of weights = "
+            f"scores / ({divs}) with no softmax.",
+        )
 
 
 def _no_softmax(ref_args: tuple) -> torch.Tensor:
@@ -1473,14 +1844,19 @@ def _heads_pattern(runs: Sequence[Run], heads: list) -> tuple:
     """(diagnosis, what the measured head counts have in common, if anything)."""
     sizes = [d // n for (d, _), n in zip(map(_d_h, runs), heads)]
     if all(n == d // h for (d, h), n in zip(map(_d_h, runs), heads)):
-        return HEADS_WRONG, ("; that is d_model // n_heads heads: the head size was "
-                             "passed where the head count goes")
+        return HEADS_WRONG, (
+            "; that is d_model // n_heads heads: the head size was "
+            "passed where the head count goes"
+        )
     if len(set(heads)) == 1:
-        return HEADS_FIXED, f": your module splits into {heads[0]} heads whatever " \
-                            "n_heads is"
+        return (
+            HEADS_FIXED,
+            f": your module splits into {heads[0]} heads whatever n_heads is",
+        )
     if len(set(sizes)) == 1:
-        return HEADS_WRONG, (f": your heads always have {sizes[0]} features, "
-                             "whatever n_heads is")
+        return HEADS_WRONG, (
+            f": your heads always have {sizes[0]} features, whatever n_heads is"
+        )
     return HEADS_WRONG, ""
 
 
@@ -1495,12 +1871,19 @@ def _head_count_readings(title: str, runs: Sequence[Run]) -> None:
     if all(n == h for n, (_, h) in zip(heads, map(_d_h, runs))):
         return
     diagnosis, pattern = _heads_pattern(runs, heads)
-    measured = ", ".join(f"{n} head{'s' * (n != 1)} of {d // n} features "
-                         f"(D={d}, H={h})" for n, (d, h) in zip(heads, map(_d_h, runs)))
+    measured = ", ".join(
+        f"{n} head{'s' * (n != 1)} of {d // n} features (D={d}, H={h})"
+        for n, (d, h) in zip(heads, map(_d_h, runs))
+    )
     wanted = ", ".join(f"{h} of {d // h}" for d, h in map(_d_h, runs))
-    findings = [(diagnosis, f"the attention was computed with {measured}; expected "
-                            f"H = n_heads heads of D // H features: {wanted}"
-                            f"{pattern}")]
+    findings = [
+        (
+            diagnosis,
+            f"the attention was computed with {measured}; expected "
+            f"H = n_heads heads of D // H features: {wanted}"
+            f"{pattern}",
+        )
+    ]
     scale = _scale_finding(runs, [s for _, s in fitted], heads)
     if scale:
         findings.append((WRONG_SCALE, scale))
@@ -1511,37 +1894,53 @@ def _adds_input_stage(title: str, runs: Sequence[Run]) -> None:
     """The output is the reference's plus one of the inputs."""
     __tracebackhide__ = True
     for name, i in (("query", 0), ("key", 1), ("value", 2)):
-        if all(r.args[i].shape == r.want.shape
-               and torch.allclose(r.got - r.want, r.ref_args[2 + i], atol=1e-4,
-                                  rtol=1e-3)
-               for r in runs):
-            ADDS_INPUT.fail(title, f"Measured: your output minus the expected one is "
-                                   f"exactly `{name}` on every case.")
+        if all(
+            r.args[i].shape == r.want.shape
+            and torch.allclose(r.got - r.want, r.ref_args[2 + i], atol=1e-4, rtol=1e-3)
+            for r in runs
+        ):
+            ADDS_INPUT.fail(
+                title,
+                f"Measured: your output minus the expected one is "
+                f"exactly `{name}` on every case.",
+            )
 
 
 TOKENS_NEVER_MIX = Diagnosis(
     "tokens never mix",
     "The scores must contract over the feature axis and range over key *positions*: check the "
     "axes of your matmul/einsum (the seed's einsum labels the sequence axis as heads).",
-    S_EINSUM)
+    S_EINSUM,
+)
 BATCH_ENTRIES_LEAK = Diagnosis(
     "batch entries leak into each other",
     "Check that no reshape/view mixes the batch axis with the head or sequence axis, and that "
-    "batch-first tensors go to modules built with batch_first=True.", S_SPLIT)
+    "batch-first tensors go to modules built with batch_first=True.",
+    S_SPLIT,
+)
 DROPOUT_IN_EVAL = Diagnosis(
     "dropout on in eval mode",
     "Dropout must be off in eval mode: use nn.Dropout or pass "
-    "`dropout_p if self.training else 0.0`.", S_PROJ)
+    "`dropout_p if self.training else 0.0`.",
+    S_PROJ,
+)
 
 
 def _determinism_stage(title: str, runs: Sequence[Run]) -> None:
     __tracebackhide__ = True
     for r in runs:
         again = r.extra[1]
-        if (isinstance(r.got, torch.Tensor) and isinstance(again, torch.Tensor)
-                and r.got.shape == again.shape and not torch.equal(r.got, again)):
-            DROPOUT_IN_EVAL.fail(title, f"On case {r.label} two calls in eval mode "
-                                        "with the same inputs gave different outputs.")
+        if (
+            isinstance(r.got, torch.Tensor)
+            and isinstance(again, torch.Tensor)
+            and r.got.shape == again.shape
+            and not torch.equal(r.got, again)
+        ):
+            DROPOUT_IN_EVAL.fail(
+                title,
+                f"On case {r.label} two calls in eval mode "
+                "with the same inputs gave different outputs.",
+            )
 
 
 def _mha_form_stage(title: str, runs: Sequence[Run]) -> None:
@@ -1549,9 +1948,12 @@ def _mha_form_stage(title: str, runs: Sequence[Run]) -> None:
     for r in runs:
         (b, sq, d), sk = r.args[0].shape, r.args[1].size(1)
         if isinstance(r.got, torch.Tensor) and sq != sk and r.got.shape == (b, sk, d):
-            WRONG_FORM.fail(title, f"On case {r.label} your output has one row per "
-                                   f"*key* (Sk = {sk}), not one per query (Sq = {sq}): "
-                                   f"{list(r.got.shape)} instead of {[b, sq, d]}.")
+            WRONG_FORM.fail(
+                title,
+                f"On case {r.label} your output has one row per "
+                f"*key* (Sk = {sk}), not one per query (Sq = {sq}): "
+                f"{list(r.got.shape)} instead of {[b, sq, d]}.",
+            )
     _form_stage(title, runs, S_PROJ)
 
 
@@ -1573,7 +1975,9 @@ INPUT_GRADIENT_CUT = Diagnosis(
     "Training sends the gradient back through the attention to query, key and value "
     "(the embeddings, the encoder, the previous block learn from it): compute with "
     "tensor ops on the inputs themselves, no .detach(), .data or torch.no_grad() in "
-    "forward.", S_PROJ)
+    "forward.",
+    S_PROJ,
+)
 
 
 def _input_gradients(module, xs: tuple, upstream: torch.Tensor):
@@ -1603,22 +2007,38 @@ def _mha_gradient_stage(title: str, runs: Sequence[Run]) -> None:
     upstream = randn(*r.want.shape, seed=77, dtype=r.want.dtype)
     got = run(_input_gradients, (r.extra[0], r.args, upstream))
     if isinstance(got, Raised):
-        fail(title, f"your code raised {got!r} while the check took the gradient "
-                    f"through your module on case {r.label}.", S_PROJ)
+        fail(
+            title,
+            f"your code raised {got!r} while the check took the gradient "
+            f"through your module on case {r.label}.",
+            S_PROJ,
+        )
     wanted = _reference_gradients(r.ref_args, upstream)
     for name, g, want in zip(("query", "key", "value"), got, wanted):
         if g is None:
-            INPUT_GRADIENT_CUT.fail(title, f"On case {r.label} your output is right "
-                                           f"but no gradient reaches `{name}`.")
+            INPUT_GRADIENT_CUT.fail(
+                title,
+                f"On case {r.label} your output is right "
+                f"but no gradient reaches `{name}`.",
+            )
         diff = describe_difference(g, want, 1e-4, 1e-3)
         if diff:
-            INPUT_GRADIENT_CUT.fail(title, f"On case {r.label} your output is right "
-                                           f"but the gradient reaching `{name}` "
-                                           f"differs from the reference's: {diff}.")
+            INPUT_GRADIENT_CUT.fail(
+                title,
+                f"On case {r.label} your output is right "
+                f"but the gradient reaching `{name}` "
+                f"differs from the reference's: {diff}.",
+            )
 
 
-_MHA_STAGES = (_raised_stage, _determinism_stage, _mha_form_stage, _mha_measure_stage,
-               _adds_input_stage, _mha_probe_stage)
+_MHA_STAGES = (
+    _raised_stage,
+    _determinism_stage,
+    _mha_form_stage,
+    _mha_measure_stage,
+    _adds_input_stage,
+    _mha_probe_stage,
+)
 
 
 def check_multi_head_attention(cls) -> None:
@@ -1629,10 +2049,20 @@ def check_multi_head_attention(cls) -> None:
     __tracebackhide__ = True
     with single_thread():
         runs = [_mha_run(cls, case) for case in _mha_cases()]
-        known = (f"Your projections ({runs[0].extra[2].describe()}) were found by what "
-                 "they are applied to and given the check's weights. ")
-        _staged("MultiHeadAttention", runs, MHA_PITFALLS, _MHA_STAGES, 1e-5, 1e-4,
-                known, when_right=_mha_gradient_stage)
+        known = (
+            f"Your projections ({runs[0].extra[2].describe()}) were found by what "
+            "they are applied to and given the check's weights. "
+        )
+        _staged(
+            "MultiHeadAttention",
+            runs,
+            MHA_PITFALLS,
+            _MHA_STAGES,
+            1e-5,
+            1e-4,
+            known,
+            when_right=_mha_gradient_stage,
+        )
 
 
 def check_multi_head_attention_behaviour(cls) -> None:
@@ -1650,8 +2080,10 @@ def check_multi_head_attention_behaviour(cls) -> None:
     probe_eval_determinism("MultiHeadAttention", module, (x, x, x), DROPOUT_IN_EVAL)
     probe_token_mixing("MultiHeadAttention", self_attend, x, TOKENS_NEVER_MIX)
     probe_batch_independence("MultiHeadAttention", self_attend, x, BATCH_ENTRIES_LEAK)
-    passed("MultiHeadAttention",
-           "mixes tokens, keeps batch entries apart, deterministic in eval mode")
+    passed(
+        "MultiHeadAttention",
+        "mixes tokens, keeps batch entries apart, deterministic in eval mode",
+    )
 
 
 def check_multi_head_attention_by_hand(cls) -> None:
@@ -1661,10 +2093,15 @@ def check_multi_head_attention_by_hand(cls) -> None:
     module = _build(cls, 16, 4, torch.float32)
     x = randn(2, 5, 16, seed=8)
     check_not_delegated(
-        "MultiHeadAttention", lambda: module(x, x, x),
-        forbidden=["scaled_dot_product_attention", "multi_head_attention_forward",
-                   "tformer_ref"],
-        module=module)
+        "MultiHeadAttention",
+        lambda: module(x, x, x),
+        forbidden=[
+            "scaled_dot_product_attention",
+            "multi_head_attention_forward",
+            "tformer_ref",
+        ],
+        module=module,
+    )
 
 
 seal(__name__)

@@ -10,6 +10,7 @@ learner's own numbers (the divisor of the scores, the axis the weights sum to 1 
 the base of the logarithm, the size of an ε). A listed pitfall is named only when its
 variant reproduces every output of the learner.
 """
+
 from __future__ import annotations
 
 import math
@@ -21,8 +22,20 @@ from tformer_ref.device import get_device
 from ..guard.integrity import seal
 from .cases import randn
 from .delegation import check_not_delegated
-from .diagnosis import (UNEXPLAINED, Case, Diagnosis, Pitfall, Raised, Section, fail,
-                        passed, run, same, single_threaded, verify_integrity)
+from .diagnosis import (
+    UNEXPLAINED,
+    Case,
+    Diagnosis,
+    Pitfall,
+    Raised,
+    Section,
+    fail,
+    passed,
+    run,
+    same,
+    single_threaded,
+    verify_integrity,
+)
 
 CHAPTER = "ch02_attention"
 S_STEPS = Section(CHAPTER, "2.1", "Attention step by step")
@@ -37,18 +50,21 @@ def part_of_pair(fn, index: int):
     """``fn`` returns the pair (out, weights); keep only ``result[index]``, so that the
     weights (index 1) and the outputs (index 0) are compared in turn. Chapter 3 uses it
     too."""
+
     def pick(*args):
         result = fn(*args)
         if not isinstance(result, (tuple, list)) or len(result) != 2:
             kind = type(result).__name__
             raise TypeError(f"must return a pair (out, weights), got {kind}")
         return result[index]
+
     return pick
 
 
 # --------------------------------------------------------------------------- attention
 # The reference is the package's scaled_dot_product_attention; each variant below
 # changes one step of it.
+
 
 def _attention_unscaled(q, k, v):
     weights = (q @ k.transpose(-2, -1)).softmax(dim=-1)
@@ -77,29 +93,44 @@ def _attention_softmax_over_heads(q, k, v):
 
 
 ATTENTION_PITFALLS = (
-    Pitfall("no scaling",
-            "Your scores are not divided by √d_k. With unit-variance entries var(q·k) "
-            "= d_k, so the logits grow like √d_k, softmax saturates to nearly one-hot "
-            "rows and its gradients vanish.",
-            S_SATURATION, _attention_unscaled),
-    Pitfall("scaled by sqrt(d_model)",
-            "Your scores are divided by √(H·Dh) = √d_model, not by √d_k = √Dh, the "
-            "length of the vectors being dotted. The logits come out √H times too "
-            "small and attention is too flat.",
-            S_DMODEL, _attention_over_sqrt_d_model),
-    Pitfall("scaled by d_k instead of sqrt(d_k)",
-            "Your scores are divided by d_k. The standard deviation of q·k is √d_k, so "
-            "that is what brings it back to 1; dividing by d_k shrinks the logits √d_k "
-            "times too much.",
-            S_VARIANCE, _attention_over_d_k),
-    Pitfall("softmax over the wrong axis (queries)",
-            "Your softmax normalises over the queries (dim=-2). Each query's weights "
-            "over the keys must sum to 1: softmax over the last axis, dim=-1.",
-            S_STEPS, _attention_softmax_over_queries),
-    Pitfall("softmax over the wrong axis (heads)",
-            "Your softmax normalises over the heads (dim=1). Each query's weights over "
-            "the keys must sum to 1: softmax over the last axis, dim=-1.",
-            S_STEPS, _attention_softmax_over_heads),
+    Pitfall(
+        "no scaling",
+        "Your scores are not divided by √d_k. With unit-variance entries var(q·k) "
+        "= d_k, so the logits grow like √d_k, softmax saturates to nearly one-hot "
+        "rows and its gradients vanish.",
+        S_SATURATION,
+        _attention_unscaled,
+    ),
+    Pitfall(
+        "scaled by sqrt(d_model)",
+        "Your scores are divided by √(H·Dh) = √d_model, not by √d_k = √Dh, the "
+        "length of the vectors being dotted. The logits come out √H times too "
+        "small and attention is too flat.",
+        S_DMODEL,
+        _attention_over_sqrt_d_model,
+    ),
+    Pitfall(
+        "scaled by d_k instead of sqrt(d_k)",
+        "Your scores are divided by d_k. The standard deviation of q·k is √d_k, so "
+        "that is what brings it back to 1; dividing by d_k shrinks the logits √d_k "
+        "times too much.",
+        S_VARIANCE,
+        _attention_over_d_k,
+    ),
+    Pitfall(
+        "softmax over the wrong axis (queries)",
+        "Your softmax normalises over the queries (dim=-2). Each query's weights "
+        "over the keys must sum to 1: softmax over the last axis, dim=-1.",
+        S_STEPS,
+        _attention_softmax_over_queries,
+    ),
+    Pitfall(
+        "softmax over the wrong axis (heads)",
+        "Your softmax normalises over the heads (dim=1). Each query's weights over "
+        "the keys must sum to 1: softmax over the last axis, dim=-1.",
+        S_STEPS,
+        _attention_softmax_over_heads,
+    ),
 )
 
 
@@ -108,16 +139,29 @@ def _attention_cases():
     # mix-ups; H != Dh everywhere so that √d_model and d_k scaling cannot coincide.
     # Sk < Dh everywhere: the rows of v are then independent, so the weights an output
     # applies to v can be solved back from the output (see _mixing).
-    configs = [(2, 4, 5, 5, 8, torch.float32), (3, 3, 4, 6, 16, torch.float32),
-               (1, 2, 3, 3, 4, torch.float64), (2, 2, 6, 6, 64, torch.float32)]
+    configs = [
+        (2, 4, 5, 5, 8, torch.float32),
+        (3, 3, 4, 6, 16, torch.float32),
+        (1, 2, 3, 3, 4, torch.float64),
+        (2, 2, 6, 6, 64, torch.float32),
+    ]
     cases = []
     for i, (b, h, sq, sk, dh, dtype) in enumerate(configs):
+
         def make(b=b, h=h, sq=sq, sk=sk, dh=dh, dtype=dtype, i=i):
-            return (randn(b, h, sq, dh, seed=10 * i, dtype=dtype),
-                    randn(b, h, sk, dh, seed=10 * i + 1, dtype=dtype),
-                    randn(b, h, sk, dh, seed=10 * i + 2, dtype=dtype))
-        cases.append(Case(f"q [B={b}, H={h}, Sq={sq}, Dh={dh}], "
-                          f"k and v [.., Sk={sk}, ..], {dtype}", make))
+            return (
+                randn(b, h, sq, dh, seed=10 * i, dtype=dtype),
+                randn(b, h, sk, dh, seed=10 * i + 1, dtype=dtype),
+                randn(b, h, sk, dh, seed=10 * i + 2, dtype=dtype),
+            )
+
+        cases.append(
+            Case(
+                f"q [B={b}, H={h}, Sq={sq}, Dh={dh}], "
+                f"k and v [.., Sk={sk}, ..], {dtype}",
+                make,
+            )
+        )
     return cases
 
 
@@ -130,91 +174,124 @@ WRONG_SCALE = Diagnosis(
     "dotted: var(q·k) = Dh for unit-variance entries, and √Dh brings the standard "
     "deviation back to 1 (too large a factor saturates softmax, too small flattens "
     "it).",
-    S_VARIANCE)
+    S_VARIANCE,
+)
 SCALE_NOT_CONSTANT = Diagnosis(
     "scale not constant",
     "The scores of every query are divided by the same constant √Dh; a factor that "
     "changes from row to row (a norm, a max, a per-head size) is not scaled attention.",
-    S_VARIANCE)
+    S_VARIANCE,
+)
 WRONG_AXIS = Diagnosis(
     "weights normalised over the wrong axis",
     "Each query's weights over the keys must sum to 1: softmax over the last axis "
     "(dim=-1), the keys.",
-    S_STEPS)
+    S_STEPS,
+)
 NOT_NORMALISED = Diagnosis(
     "weights do not sum to 1",
     "Softmax makes each query's weights positive and sum to 1 over the keys; a row of "
     "attention weights is a probability distribution.",
-    S_STEPS)
+    S_STEPS,
+)
 NO_SOFTMAX = Diagnosis(
     "softmax missing",
     "The weights are softmax(q·kᵀ/√Dh); the scaled scores themselves are not weights.",
-    S_STEPS)
+    S_STEPS,
+)
 LOG_WEIGHTS = Diagnosis(
     "log-weights instead of weights",
     "log_softmax returns the logarithm of the weights; attention needs softmax.",
-    S_STEPS)
+    S_STEPS,
+)
 WRONG_VECTORS = Diagnosis(
     "scores from the wrong vectors",
     "weights[b, h, i, j] = softmax over j of q_i·k_j / √Dh: queries index the rows, "
     "keys the columns, and the values play no part in the scores.",
-    S_STEPS)
+    S_STEPS,
+)
 TRANSPOSED = Diagnosis(
     "weights transposed",
-    "weights has shape [B, H, Sq, Sk]: one row per query, one column per key.", S_STEPS)
+    "weights has shape [B, H, Sq, Sk]: one row per query, one column per key.",
+    S_STEPS,
+)
 SCRAMBLED = Diagnosis(
     "right numbers in the wrong places",
     "A view/reshape/transpose moved entries between axes: view() reinterprets memory, "
-    "it does not move axes (chapter 1).", S_STEPS)
+    "it does not move axes (chapter 1).",
+    S_STEPS,
+)
 PRECISION = Diagnosis(
     "precision lost",
     "Compute in the dtype of the inputs: a cast to a lower precision and back loses "
-    "digits the reference keeps.", S_STEPS)
+    "digits the reference keeps.",
+    S_STEPS,
+)
 RANDOM = Diagnosis(
     "result depends on chance",
     "Attention in this exercise has no dropout and no randomness: the same inputs must "
-    "give the same outputs.", S_STEPS)
+    "give the same outputs.",
+    S_STEPS,
+)
 MUTATES_INPUT = Diagnosis(
     "input modified in place",
     "Your function changed a tensor it was given (an in-place op such as div_, mul_, "
     "/= or a slice assignment). The caller still needs it: use out-of-place ops.",
-    S_STEPS)
+    S_STEPS,
+)
 PAIR_ORDER = Diagnosis(
     "pair in the wrong order",
-    "attention returns (out, weights): the output first, then the weights.", S_STEPS)
+    "attention returns (out, weights): the output first, then the weights.",
+    S_STEPS,
+)
 OUTPUT_WRONG_ROWS = Diagnosis(
     "output mixes the wrong vectors",
-    "out = weights @ v: each output is the weighted average of the values.", S_STEPS)
+    "out = weights @ v: each output is the weighted average of the values.",
+    S_STEPS,
+)
 OUTPUT_RESCALED = Diagnosis(
     "output rescaled",
-    "out = weights @ v, nothing more: the weights already sum to 1.", S_STEPS)
+    "out = weights @ v, nothing more: the weights already sum to 1.",
+    S_STEPS,
+)
 PAIR_MISMATCH = Diagnosis(
     "output and weights do not match",
     "out must be the weights you return applied to v (out = weights @ v): compute both "
-    "from one softmax.", S_STEPS)
+    "from one softmax.",
+    S_STEPS,
+)
 
 NOT_FINITE = Diagnosis(
     "NaN or inf in the weights",
     "softmax of finite scores is finite: a division by a row sum that can be 0, or an "
-    "exp that overflows (subtract the row's max first), gives NaN or inf.", S_STEPS)
+    "exp that overflows (subtract the row's max first), gives NaN or inf.",
+    S_STEPS,
+)
 BLOCKS_MIXED = Diagnosis(
     "batch entries or heads mixed up",
     "Each (batch entry, head) computes its own attention from its own q, k and v: an "
-    "index, a view or a broadcast took another one's.", S_STEPS)
+    "index, a view or a broadcast took another one's.",
+    S_STEPS,
+)
 WEIGHTS_SHIFTED = Diagnosis(
     "weights shifted",
     "The weights are the softmax itself: adding an ε (even renormalised) moves weight "
-    "onto every key.", S_STEPS)
+    "onto every key.",
+    S_STEPS,
+)
 MASKED = Diagnosis(
     "weights masked",
     "This exercise has no mask: every query attends to every key (masks are "
     "chapter 3).",
-    S_STEPS)
+    S_STEPS,
+)
 KEY_SHIFT = Diagnosis(
     "scores shifted per key",
     "Softmax over the keys is unchanged by a constant per query (subtracting each "
     "row's max is safe), but a term that varies from key to key changes the weights: "
-    "take a max for stability over dim=-1, keepdim=True.", S_STEPS)
+    "take a max for stability over dim=-1, keepdim=True.",
+    S_STEPS,
+)
 
 AXIS_NAMES = ("batch", "heads", "queries", "keys")
 SIZE_NAMES = ("B", "H", "Sq", "Sk", "Dh")
@@ -238,8 +315,14 @@ def _sizes_formulas() -> tuple:
     for (name, size), (p, form) in ((b, p) for b in bases for p in powers):
         for factor, prefix in ((1.0, ""), (2.0, "2·"), (0.5, "½·")):
             label = prefix + form.format(f"({name})" if "=" in name else name)
-            out.append((label, (lambda size, p, factor:
-                                lambda s: factor * size(s) ** p)(size, p, factor)))
+            out.append(
+                (
+                    label,
+                    (lambda size, p, factor: lambda s: factor * size(s) ** p)(
+                        size, p, factor
+                    ),
+                )
+            )
     return tuple(out)
 
 
@@ -250,8 +333,9 @@ def _formula_for(values: list, sizes: list) -> str | None:
     """The name of the formula giving ``values`` on every case (sizes per case), or
     None."""
     for name, formula in DIVISOR_FORMULAS:
-        if all(math.isclose(v, formula(s), rel_tol=2e-3)
-               for v, s in zip(values, sizes)):
+        if all(
+            math.isclose(v, formula(s), rel_tol=2e-3) for v, s in zip(values, sizes)
+        ):
             return name
     return None
 
@@ -319,13 +403,20 @@ def _row_scales(w: torch.Tensor, source: torch.Tensor, dim: int = -1):
 def _score_sources(q, k, v) -> list:
     """(name, [B, H, Sq, Sk] tensor) for the score matrices a learner may have used."""
     q, k, v = q.double(), k.double(), v.double()
-    sources = [("q·kᵀ", q @ k.mT), ("q·vᵀ (v used as the keys)", q @ v.mT),
-               ("the attention weights (softmax applied twice)",
-                (q @ k.mT / math.sqrt(q.size(-1))).softmax(-1))]
+    sources = [
+        ("q·kᵀ", q @ k.mT),
+        ("q·vᵀ (v used as the keys)", q @ v.mT),
+        (
+            "the attention weights (softmax applied twice)",
+            (q @ k.mT / math.sqrt(q.size(-1))).softmax(-1),
+        ),
+    ]
     if q.size(2) == k.size(2):
-        sources += [("k·qᵀ (keys and queries swapped)", k @ q.mT),
-                    ("q·qᵀ (q used as the keys)", q @ q.mT),
-                    ("k·kᵀ (k used as the queries)", k @ k.mT)]
+        sources += [
+            ("k·qᵀ (keys and queries swapped)", k @ q.mT),
+            ("q·qᵀ (q used as the keys)", q @ q.mT),
+            ("k·kᵀ (k used as the queries)", k @ k.mT),
+        ]
     return sources
 
 
@@ -355,25 +446,36 @@ def _structure_of_weights(w, ref, q, k, v):
     constant c, or None when nothing could be isolated. The stages in order: layout,
     an offset on the weights, normalisation, then the scores."""
     w64, ref64 = w.detach().double(), ref.detach().double()
-    return (_layout_problem(w64, ref64) or _affine_of_softmax(w64, q, k)
-            or _normalisation_problem(w64, q, k, v) or _scores_problem(w64, q, k, v))
+    return (
+        _layout_problem(w64, ref64)
+        or _affine_of_softmax(w64, q, k)
+        or _normalisation_problem(w64, q, k, v)
+        or _scores_problem(w64, q, k, v)
+    )
 
 
 def _layout_problem(w64, ref64):
     """NaN/inf, transposed or permuted weights [B, H, Sq, Sk], or None."""
     if not torch.isfinite(w64).all():
         bad = ~torch.isfinite(w64)
-        return NOT_FINITE, (f"Your weights are NaN or inf at {int(bad.sum())} of "
-                            f"{bad.numel()} positions (first at "
-                            f"{tuple(bad.nonzero()[0].tolist())}).")
-    if w64.size(-1) == w64.size(-2) and torch.allclose(w64, ref64.mT, atol=1e-5,
-                                                       rtol=1e-4):
-        return TRANSPOSED, ("Your weights are the right ones transposed: "
-                            "weights[.., j, i] holds query i's weight on key j.")
-    if torch.allclose(w64.flatten().sort().values, ref64.flatten().sort().values,
-                      atol=1e-5, rtol=1e-4):
-        return SCRAMBLED, ("Your weights hold exactly the right numbers, but in other "
-                           "positions.")
+        return NOT_FINITE, (
+            f"Your weights are NaN or inf at {int(bad.sum())} of "
+            f"{bad.numel()} positions (first at "
+            f"{tuple(bad.nonzero()[0].tolist())})."
+        )
+    if w64.size(-1) == w64.size(-2) and torch.allclose(
+        w64, ref64.mT, atol=1e-5, rtol=1e-4
+    ):
+        return TRANSPOSED, (
+            "Your weights are the right ones transposed: "
+            "weights[.., j, i] holds query i's weight on key j."
+        )
+    if torch.allclose(
+        w64.flatten().sort().values, ref64.flatten().sort().values, atol=1e-5, rtol=1e-4
+    ):
+        return SCRAMBLED, (
+            "Your weights hold exactly the right numbers, but in other positions."
+        )
     mixed = _block_mixup(w64, ref64)
     if mixed:
         return BLOCKS_MIXED, f"Your weights {mixed}."
@@ -387,9 +489,12 @@ def _block_mixup(got64: torch.Tensor, ref64: torch.Tensor) -> str | None:
     first = None
     for b in range(b_size):
         for h in range(h_size):
-            match = [(b2, h2) for b2 in range(b_size) for h2 in range(h_size)
-                     if torch.allclose(got64[b, h], ref64[b2, h2], atol=1e-5,
-                                       rtol=1e-4)]
+            match = [
+                (b2, h2)
+                for b2 in range(b_size)
+                for h2 in range(h_size)
+                if torch.allclose(got64[b, h], ref64[b2, h2], atol=1e-5, rtol=1e-4)
+            ]
             if not match:
                 return None
             if (b, h) not in match and first is None:
@@ -397,23 +502,28 @@ def _block_mixup(got64: torch.Tensor, ref64: torch.Tensor) -> str | None:
     if first is None:
         return None
     b, h, b2, h2 = first
-    return (f"for batch entry {b}, head {h} are the right ones for batch entry {b2}, "
-            f"head {h2}: batch entries or heads got mixed up")
+    return (
+        f"for batch entry {b}, head {h} are the right ones for batch entry {b2}, "
+        f"head {h2}: batch entries or heads got mixed up"
+    )
 
 
 def _normalisation_problem(w64, q, k, v):
     """Weights [B, H, Sq, Sk] that do not sum to 1 over the keys, or None."""
     dims = _normalised_over(w64, SINGLE_AXES)
     sums = w64.sum(-1)
-    if dims is None and torch.allclose(sums, sums.mean().expand_as(sums), rtol=1e-4,
-                                       atol=0):
+    if dims is None and torch.allclose(
+        sums, sums.mean().expand_as(sums), rtol=1e-4, atol=0
+    ):
         return _unnormalised(w64, q, k, v)  # rows sum to one constant, not 1
     dims = dims or _normalised_over(w64, SEVERAL_AXES)
     if dims is None:
         return _unnormalised(w64, q, k, v)
     if dims != (3,):
-        return WRONG_AXIS, (f"Your attention weights sum to 1 over "
-                            f"{_axes_name(dims)}, not over the keys (axis 3).")
+        return WRONG_AXIS, (
+            f"Your attention weights sum to 1 over "
+            f"{_axes_name(dims)}, not over the keys (axis 3)."
+        )
     return None
 
 
@@ -425,8 +535,9 @@ def _scores_problem(w64, q, k, v):
         return _key_shift(w64, q, k)
     name, c = found
     if name != "q·kᵀ":
-        return WRONG_VECTORS, (f"Your weights are a softmax over the keys of {name}, "
-                               "not of q·kᵀ.")
+        return WRONG_VECTORS, (
+            f"Your weights are a softmax over the keys of {name}, not of q·kᵀ."
+        )
     masked = _masked(w64, c, q, k)
     if masked:
         return MASKED, masked
@@ -437,7 +548,8 @@ def _scores_problem(w64, q, k, v):
             "The factor your scores are divided by changes across the "
             f"{', '.join(varying)} (from {_num(d.min().item())} to "
             f"{_num(d.max().item())}); expected the constant √Dh = "
-            f"{_num(math.sqrt(q.size(-1)))}.")
+            f"{_num(math.sqrt(q.size(-1)))}."
+        )
     return "scale", c.nanmean().item()
 
 
@@ -449,8 +561,10 @@ def _masked(w64, c, q, k) -> str | None:
     if not zeros.any():
         return None
     where = tuple(zeros.nonzero()[0].tolist())
-    return (f"Your weights are exactly 0 at {int(zeros.sum())} positions (first at "
-            f"{where}) where a softmax of your own scores is not: a mask.")
+    return (
+        f"Your weights are exactly 0 at {int(zeros.sum())} positions (first at "
+        f"{where}) where a softmax of your own scores is not: a mask."
+    )
 
 
 def _affine_of_softmax(w64, q, k):
@@ -463,14 +577,20 @@ def _affine_of_softmax(w64, q, k):
     # the shift must explain nearly all of the departure (rounding noise does not fit)
     if residual > 1e-2 * (w64 - p).norm() or abs(b) < 1e-6 or not 0.5 < a < 1.5:
         return None
-    return WEIGHTS_SHIFTED, (f"Your weights are {_num(a)} × the right weights + "
-                             f"{b:.3g}: a constant was added to every weight.")
+    return WEIGHTS_SHIFTED, (
+        f"Your weights are {_num(a)} × the right weights + "
+        f"{b:.3g}: a constant was added to every weight."
+    )
 
 
 def _double_centred(t: torch.Tensor) -> torch.Tensor:
     """t [..., Sq, Sk] minus its row means and column means (plus the grand mean)."""
-    return (t - t.mean(-1, keepdim=True) - t.mean(-2, keepdim=True)
-            + t.mean((-2, -1), keepdim=True))
+    return (
+        t
+        - t.mean(-1, keepdim=True)
+        - t.mean(-2, keepdim=True)
+        + t.mean((-2, -1), keepdim=True)
+    )
 
 
 def _key_shift(w64, q, k):
@@ -483,36 +603,49 @@ def _key_shift(w64, q, k):
     if (y - c * x).norm() > FIT_RTOL * y.norm():
         return None
     d = 1 / c.flatten()
-    return KEY_SHIFT, ("Your log-weights are q·kᵀ divided by "
-                       f"{_num(d.mean().item())} plus a term that depends on the key "
-                       "alone (the same for every query): something computed over "
-                       "the queries (a max or mean along dim -2, a bias per key) "
-                       "entered the scores before the softmax.")
+    return KEY_SHIFT, (
+        "Your log-weights are q·kᵀ divided by "
+        f"{_num(d.mean().item())} plus a term that depends on the key "
+        "alone (the same for every query): something computed over "
+        "the queries (a max or mean along dim -2, a bias per key) "
+        "entered the scores before the softmax."
+    )
 
 
 def _unnormalised(w64, q, k, v):
     """(Diagnosis, detail) for weights w64 [B, H, Sq, Sk] that sum to 1 over no axis."""
     if torch.allclose(w64.exp().sum(-1), w64.new_ones(()), atol=SUM_ATOL, rtol=0):
-        return LOG_WEIGHTS, "exp(your weights) sums to 1 over the keys: they are " \
-                            "log-probabilities."
+        return (
+            LOG_WEIGHTS,
+            "exp(your weights) sums to 1 over the keys: they are log-probabilities.",
+        )
     s = q.double() @ k.double().mT
     c = ((w64 * s).sum() / (s * s).sum()).item()
     if (w64 - c * s).norm() <= FIT_RTOL * w64.norm() and c != 0:
-        return NO_SOFTMAX, (f"Your weights are the scores q·kᵀ divided by "
-                            f"{_num(1 / c)}, with no softmax.")
+        return NO_SOFTMAX, (
+            f"Your weights are the scores q·kᵀ divided by "
+            f"{_num(1 / c)}, with no softmax."
+        )
     sums = w64.sum(-1)
     found = _softmax_source(w64, q, k, v)
-    shape = (" They are proportional to exp(c·q·kᵀ) along each row, so the division "
-             "by the row's sum is what is missing or wrong." if found else "")
+    shape = (
+        " They are proportional to exp(c·q·kᵀ) along each row, so the division "
+        "by the row's sum is what is missing or wrong."
+        if found
+        else ""
+    )
     total = sums.mean().item()
     if found and torch.allclose(sums, torch.full_like(sums, total), rtol=1e-4, atol=0):
         return NOT_NORMALISED, (
             f"Every row of your weights sums to {_num(total)} (= 1/{_num(1 / total)}) "
             f"instead of 1: they are the softmax multiplied by {_num(total)}, e.g. a "
-            "scale applied after the softmax instead of to the scores.")
-    return NOT_NORMALISED, (f"Your weights sum over the keys to values from "
-                            f"{_num(sums.min().item())} to {_num(sums.max().item())}, "
-                            f"and to 1 over no axis.{shape}")
+            "scale applied after the softmax instead of to the scores."
+        )
+    return NOT_NORMALISED, (
+        f"Your weights sum over the keys to values from "
+        f"{_num(sums.min().item())} to {_num(sums.max().item())}, "
+        f"and to 1 over no axis.{shape}"
+    )
 
 
 def _scale_detail(factors: list, sizes: list) -> str:
@@ -520,17 +653,20 @@ def _scale_detail(factors: list, sizes: list) -> str:
     case (factors: c per case)."""
     divisors = [1 / c if c != 0 else math.inf for c in factors]
     expected = [math.sqrt(s["Dh"]) for s in sizes]
-    text = (f"Your scores q·kᵀ are divided by {_nums(divisors)} on the {len(sizes)} "
-            f"cases (Dh = {', '.join(str(s['Dh']) for s in sizes)}); expected √d_k = "
-            f"√Dh = {_nums(expected)}.")
+    text = (
+        f"Your scores q·kᵀ are divided by {_nums(divisors)} on the {len(sizes)} "
+        f"cases (Dh = {', '.join(str(s['Dh']) for s in sizes)}); expected √d_k = "
+        f"√Dh = {_nums(expected)}."
+    )
     if any(c == 0 for c in factors):
         return text + " Your weights are uniform: the scores play no part."
     formula = _formula_for(divisors, sizes)
     if formula is not None:
         text += f" On every case your divisor is {formula}."
     elif all(math.isclose(d, divisors[0], rel_tol=2e-3) for d in divisors):
-        text += (" It is the same constant on every case, whatever Dh: a hard-coded "
-                 "number?")
+        text += (
+            " It is the same constant on every case, whatever Dh: a hard-coded number?"
+        )
     elif all(c < 0 for c in factors):
         text += " The factor is negative: the scores' sign is flipped."
     else:
@@ -541,11 +677,17 @@ def _scale_detail(factors: list, sizes: list) -> str:
 def _explain_weights(got: list, refs: list, args: list, labels: list):
     """(Diagnosis, detail) explaining wrong weights, or None. got/refs: weights per
     case, args: (q, k, v) per case."""
-    found = [None if torch.allclose(w.detach(), r, atol=1e-5, rtol=1e-4)
-             else _structure_of_weights(w, r, *a) or (None, "")
-             for w, r, a in zip(got, refs, args)]
-    named = [(f[0], f"On case {label}: {f[1]}") for f, label in zip(found, labels)
-             if f is not None and f[0] != "scale"]
+    found = [
+        None
+        if torch.allclose(w.detach(), r, atol=1e-5, rtol=1e-4)
+        else _structure_of_weights(w, r, *a) or (None, "")
+        for w, r, a in zip(got, refs, args)
+    ]
+    named = [
+        (f[0], f"On case {label}: {f[1]}")
+        for f, label in zip(found, labels)
+        if f is not None and f[0] != "scale"
+    ]
     if any(d is NOT_FINITE for d, _ in named):  # a fact to fix first, whatever else
         return next(f for f in named if f[0] is NOT_FINITE)
     if named:  # named only when the same mistake explains every case that is wrong
@@ -553,10 +695,13 @@ def _explain_weights(got: list, refs: list, args: list, labels: list):
         same_kind = all(d is named[0][0] is not None for d, _ in named)
         return named[0] if same_kind and len(named) == wrong else None
     sizes = [_sizes(q, k) for q, k, _ in args]
-    factors = [1 / math.sqrt(s["Dh"]) if f is None else f[1]
-               for f, s in zip(found, sizes)]
-    if all(math.isclose(c * math.sqrt(s["Dh"]), 1, rel_tol=FIT_RTOL)
-           for c, s in zip(factors, sizes)):
+    factors = [
+        1 / math.sqrt(s["Dh"]) if f is None else f[1] for f, s in zip(found, sizes)
+    ]
+    if all(
+        math.isclose(c * math.sqrt(s["Dh"]), 1, rel_tol=FIT_RTOL)
+        for c, s in zip(factors, sizes)
+    ):
         return _precision(got, refs)
     return WRONG_SCALE, _scale_detail(factors, sizes)
 
@@ -567,11 +712,14 @@ def _precision(got: list, refs: list):
     worst = max((g.double() - r.double()).abs().max().item() for g, r in zip(got, refs))
     if worst > 1e-2:
         return None
-    return PRECISION, (f"Your weights are softmax(q·kᵀ/√Dh) but only to about "
-                       f"{worst:.2g} (largest difference from the reference).")
+    return PRECISION, (
+        f"Your weights are softmax(q·kᵀ/√Dh) but only to about "
+        f"{worst:.2g} (largest difference from the reference)."
+    )
 
 
 # ---------------------------------------------------------------- attention: the output
+
 
 def _mixing(out: torch.Tensor, rows: torch.Tensor):
     """Solve out [B, H, Sq, Dh] = W @ rows [B, H, S, Dh] for W [B, H, Sq, S]; None when
@@ -594,13 +742,17 @@ def _explain_output(out, w, ref_out, q, k, v):
         return None
     found = _structure_of_weights(mix, w, q, k, v)
     if found is None:
-        return PAIR_MISMATCH, ("Your output mixes the rows of v with weights that are "
-                               "not the ones you return.")
+        return PAIR_MISMATCH, (
+            "Your output mixes the rows of v with weights that are "
+            "not the ones you return."
+        )
     if found[0] == "scale":
         found = WRONG_SCALE, _scale_detail([found[1]], [_sizes(q, k)])
-    return PAIR_MISMATCH, ("The weights you return are right, but your output is not "
-                           "weights @ v: it mixes v with other weights. About those: "
-                           f"{found[0].name}. {found[1]}")
+    return PAIR_MISMATCH, (
+        "The weights you return are right, but your output is not "
+        "weights @ v: it mixes v with other weights. About those: "
+        f"{found[0].name}. {found[1]}"
+    )
 
 
 def _output_shortcut(out, w, ref_out, q, k, v):
@@ -610,27 +762,38 @@ def _output_shortcut(out, w, ref_out, q, k, v):
     c = ((out64 * wv).sum() / (wv * wv).sum()).item()
     if (out64 - c * wv).norm() <= FIT_RTOL * out64.norm():
         return OUTPUT_RESCALED, f"Your output is {_num(c)} × weights @ v."
-    if torch.allclose(out64.flatten().sort().values,
-                      ref_out.double().flatten().sort().values, atol=1e-5, rtol=1e-4):
-        return SCRAMBLED, ("Your output holds exactly the right numbers, but in other "
-                           "positions.")
+    if torch.allclose(
+        out64.flatten().sort().values,
+        ref_out.double().flatten().sort().values,
+        atol=1e-5,
+        rtol=1e-4,
+    ):
+        return SCRAMBLED, (
+            "Your output holds exactly the right numbers, but in other positions."
+        )
     for name, extra in (("q", q), ("k", k), ("v", v)):
         if extra.shape == out.shape and torch.allclose(
-                out64 - wv, extra.double(), atol=1e-5, rtol=1e-4):
-            return OUTPUT_WRONG_ROWS, (f"Your output is weights @ v + {name}: a "
-                                       "residual connection belongs to the block "
-                                       "(chapter 4), not to attention.")
+            out64 - wv, extra.double(), atol=1e-5, rtol=1e-4
+        ):
+            return OUTPUT_WRONG_ROWS, (
+                f"Your output is weights @ v + {name}: a "
+                "residual connection belongs to the block "
+                "(chapter 4), not to attention."
+            )
     mixed = _block_mixup(out64, ref_out.double())
     if mixed:
         return BLOCKS_MIXED, f"Your outputs {mixed}."
     for name, rows in (("k", k), ("q", q)):
         if rows.size(2) <= rows.size(3) and _mixing(out, rows) is not None:
-            return OUTPUT_WRONG_ROWS, (f"Your output is a weighted sum of the rows of "
-                                       f"{name}, not of v: weights @ {name}.")
+            return OUTPUT_WRONG_ROWS, (
+                f"Your output is a weighted sum of the rows of "
+                f"{name}, not of v: weights @ {name}."
+            )
     return None
 
 
 # -------------------------------------------------------------- attention: the stages
+
 
 def _call_all(title: str, fn, cases) -> list:
     """Run fn on every case: [(args, result)]. Fails on an exception, a result that is
@@ -641,15 +804,23 @@ def _call_all(title: str, fn, cases) -> list:
         args, kept = case.make(), case.make()
         result = run(fn, args)
         if isinstance(result, Raised):
-            fail(title, f"your code raised {result!r} while the check ran case "
-                        f"{case.label}.")
+            fail(
+                title,
+                f"your code raised {result!r} while the check ran case {case.label}.",
+            )
         if not isinstance(result, (tuple, list)) or len(result) != 2:
-            fail(title, f"attention must return a pair (out, weights), got "
-                        f"{type(result).__name__} on case {case.label}.", S_STEPS)
+            fail(
+                title,
+                f"attention must return a pair (out, weights), got "
+                f"{type(result).__name__} on case {case.label}.",
+                S_STEPS,
+            )
         for name, before, after in zip("qkv", kept, args):
             if not torch.equal(before, after):
-                MUTATES_INPUT.fail(title, f"On case {case.label} your function changed "
-                                          f"its argument {name}.")
+                MUTATES_INPUT.fail(
+                    title,
+                    f"On case {case.label} your function changed its argument {name}.",
+                )
         calls.append((kept, tuple(result)))
     return calls
 
@@ -662,22 +833,34 @@ def _check_types(title: str, calls, cases) -> None:
         b, h, sq, dh = q.shape
         want_out, want_w = [b, h, sq, dh], [b, h, sq, k.size(2)]
         if not all(isinstance(t, torch.Tensor) for t in (out, w)):
-            fail(title, f"on case {case.label} the pair holds {type(out).__name__} and "
-                        f"{type(w).__name__}; expected two tensors (out, weights).",
-                 S_STEPS)
+            fail(
+                title,
+                f"on case {case.label} the pair holds {type(out).__name__} and "
+                f"{type(w).__name__}; expected two tensors (out, weights).",
+                S_STEPS,
+            )
         if [list(out.shape), list(w.shape)] == [want_w, want_out] != [want_out, want_w]:
-            PAIR_ORDER.fail(title, f"On case {case.label} your first tensor has the "
-                                   f"weights' shape {want_w}, the second the output's "
-                                   f"{want_out}.")
+            PAIR_ORDER.fail(
+                title,
+                f"On case {case.label} your first tensor has the "
+                f"weights' shape {want_w}, the second the output's "
+                f"{want_out}.",
+            )
         if list(w.shape) == [b, h, k.size(2), sq] and sq != k.size(2):
-            TRANSPOSED.fail(title, f"On case {case.label} your weights have shape "
-                                   f"{list(w.shape)} = [B, H, Sk, Sq]; expected "
-                                   f"{want_w}.")
+            TRANSPOSED.fail(
+                title,
+                f"On case {case.label} your weights have shape "
+                f"{list(w.shape)} = [B, H, Sk, Sq]; expected "
+                f"{want_w}.",
+            )
         for part, got, want in (("weights", w, want_w), ("output", out, want_out)):
             problem = _type_problem(got, want, q)
             if problem:
-                fail(f"{title} ({part})",
-                     f"on case {case.label} your {part}: {problem}.", S_STEPS)
+                fail(
+                    f"{title} ({part})",
+                    f"on case {case.label} your {part}: {problem}.",
+                    S_STEPS,
+                )
 
 
 def _type_problem(got: torch.Tensor, shape: list, like: torch.Tensor) -> str | None:
@@ -696,11 +879,16 @@ def _check_deterministic(title: str, fn, case, first) -> None:
     __tracebackhide__ = True
     again = run(fn, case.make())
     if isinstance(again, Raised):
-        fail(title, f"your code raised {again!r} when the check called it a second "
-                    f"time on case {case.label} (the first call returned).")
+        fail(
+            title,
+            f"your code raised {again!r} when the check called it a second "
+            f"time on case {case.label} (the first call returned).",
+        )
     if not _same_result(again, first):
-        RANDOM.fail(title, f"Two calls on the same inputs (case {case.label}) gave "
-                           "different results.")
+        RANDOM.fail(
+            title,
+            f"Two calls on the same inputs (case {case.label}) gave different results.",
+        )
 
 
 def _same_result(a, b) -> bool:
@@ -708,50 +896,66 @@ def _same_result(a, b) -> bool:
     (NaN equal to NaN)."""
     if not isinstance(a, (tuple, list)) or len(a) != len(b):
         return False
-    return all(isinstance(x, torch.Tensor) and x.shape == y.shape and x.dtype == y.dtype
-               and torch.allclose(x, y, rtol=0, atol=0, equal_nan=True)
-               for x, y in zip(a, b))
+    return all(
+        isinstance(x, torch.Tensor)
+        and x.shape == y.shape
+        and x.dtype == y.dtype
+        and torch.allclose(x, y, rtol=0, atol=0, equal_nan=True)
+        for x, y in zip(a, b)
+    )
 
 
 def _name_if_pitfall(title: str, calls, cases, detail: str) -> None:
     """Name the listed pitfall whose variant reproduces both outputs on every case."""
     __tracebackhide__ = True
     for pitfall in ATTENTION_PITFALLS:
-        if all(all(same(g, p, 1e-5, 1e-4) for g, p in zip(got, run(pitfall.impl, args)))
-               for args, got in calls):
+        if all(
+            all(same(g, p, 1e-5, 1e-4) for g, p in zip(got, run(pitfall.impl, args)))
+            for args, got in calls
+        ):
             pitfall.fail(title, detail)
 
 
-def _fail_where(title: str, part: str, cases, got: list, refs: list,
-                stage: str = "") -> None:
+def _fail_where(
+    title: str, part: str, cases, got: list, refs: list, stage: str = ""
+) -> None:
     """The fallback: which case, which stage, how far; names no mistake."""
     __tracebackhide__ = True
     for case, g, r in zip(cases, got, refs):
         diff = (g.detach().double() - r.double()).abs().nan_to_num(nan=math.inf)
         if diff.max() > 1e-5 + 1e-4 * r.abs().max():
             idx = tuple(int(i) for i in torch.unravel_index(diff.argmax(), diff.shape))
-            fail(f"attention ({part})",
-                 f"the first stage that differs is the {part}{stage}: on case "
-                 f"{case.label}, "
-                 f"largest difference {diff.max().item():.3g} at index {idx} (yours "
-                 f"{g[idx].item():.6g}, expected {r[idx].item():.6g}). It "
-                 f"{UNEXPLAINED}; compare your code with the lesson step by step.",
-                 S_STEPS)
-    fail(f"attention ({part})", f"your {part} differ from the reference. It "
-                                f"{UNEXPLAINED}.", S_STEPS)
+            fail(
+                f"attention ({part})",
+                f"the first stage that differs is the {part}{stage}: on case "
+                f"{case.label}, "
+                f"largest difference {diff.max().item():.3g} at index {idx} (yours "
+                f"{g[idx].item():.6g}, expected {r[idx].item():.6g}). It "
+                f"{UNEXPLAINED}; compare your code with the lesson step by step.",
+                S_STEPS,
+            )
+    fail(
+        f"attention ({part})",
+        f"your {part} differ from the reference. It {UNEXPLAINED}.",
+        S_STEPS,
+    )
 
 
 def _weights_stage(ws: list) -> str:
     """Where in the weights the departure lies, when nothing could be isolated."""
     if all(_normalised_over(w.detach().double(), SINGLE_AXES) == (3,) for w in ws):
-        return (" (they sum to 1 over the keys like a softmax, but of scores that are "
-                "not a multiple of q·kᵀ)")
+        return (
+            " (they sum to 1 over the keys like a softmax, but of scores that are "
+            "not a multiple of q·kᵀ)"
+        )
     return ""
 
 
 def _compare(got: list, refs: list) -> bool:
-    return all(torch.allclose(g.detach(), r, atol=1e-5, rtol=1e-4, equal_nan=False)
-               for g, r in zip(got, refs))
+    return all(
+        torch.allclose(g.detach(), r, atol=1e-5, rtol=1e-4, equal_nan=False)
+        for g, r in zip(got, refs)
+    )
 
 
 @single_threaded
@@ -794,10 +998,16 @@ def _pair_note(calls) -> str:
     """A second problem worth knowing about: the output is not the returned weights
     applied to v."""
     for (_, _, v), (out, w) in calls:
-        if not torch.allclose(out.detach().double(), w.detach().double() @ v.double(),
-                              atol=1e-5, rtol=1e-4):
-            return (" Besides, your output is not weights @ v with the weights you "
-                    "return: compute both from one softmax.")
+        if not torch.allclose(
+            out.detach().double(),
+            w.detach().double() @ v.double(),
+            atol=1e-5,
+            rtol=1e-4,
+        ):
+            return (
+                " Besides, your output is not weights @ v with the weights you "
+                "return: compute both from one softmax."
+            )
     return ""
 
 
@@ -806,9 +1016,11 @@ def _fail_output(fn, calls, cases, outs, ref) -> None:
     __tracebackhide__ = True
     title = "attention (output)"
     _check_deterministic(title, fn, cases[0], calls[0][1])
-    found = [(case, _explain_output(out, w, ref_out, q, k, v))
-             for case, ((q, k, v), (out, w)), (ref_out, _) in zip(cases, calls, ref)
-             if not torch.allclose(out.detach(), ref_out, atol=1e-5, rtol=1e-4)]
+    found = [
+        (case, _explain_output(out, w, ref_out, q, k, v))
+        for case, ((q, k, v), (out, w)), (ref_out, _) in zip(cases, calls, ref)
+        if not torch.allclose(out.detach(), ref_out, atol=1e-5, rtol=1e-4)
+    ]
     # named only when the same mistake explains every case that is wrong
     if all(f is not None and f[0] is found[0][1][0] for _, f in found):
         case, (diagnosis, detail) = found[0]
@@ -823,76 +1035,115 @@ def check_attention_by_hand(attention_fn) -> None:
     q, k, v = (randn(2, 2, 3, 4, seed=s) for s in (1, 2, 3))
     result = run(attention_fn, (q.clone(), k.clone(), v.clone()))
     if isinstance(result, Raised):
-        fail("attention", f"your code raised {result!r} while the check ran q, k, v "
-                          "[B=2, H=2, S=3, Dh=4].")
-    check_not_delegated("attention", lambda: attention_fn(q, k, v),
-                        forbidden=["scaled_dot_product_attention",
-                                   "multi_head_attention_forward", "tformer_ref"])
+        fail(
+            "attention",
+            f"your code raised {result!r} while the check ran q, k, v "
+            "[B=2, H=2, S=3, Dh=4].",
+        )
+    check_not_delegated(
+        "attention",
+        lambda: attention_fn(q, k, v),
+        forbidden=[
+            "scaled_dot_product_attention",
+            "multi_head_attention_forward",
+            "tformer_ref",
+        ],
+    )
 
 
 # --------------------------------------------------------------------------- entropy
+
 
 def _entropy(weights):
     return torch.special.entr(weights).sum(dim=-1)
 
 
 ENTROPY_PITFALLS = (
-    Pitfall("0·log 0 gives NaN",
-            "Where a weight is exactly 0, w·log(w) is 0·(−inf) = NaN in floating "
-            "point, but its limit is 0. Use torch.xlogy(w, w), torch.special.entr(w), "
-            "or mask the zeros out before summing.",
-            S_ENTROPY, lambda w: -(w * w.log()).sum(dim=-1)),
-    Pitfall("log base 2",
-            "Your entropy is in bits (log2); the exercise asks for nats (natural log), "
-            "like the lesson.",
-            S_ENTROPY, lambda w: torch.special.entr(w).sum(dim=-1) / math.log(2)),
-    Pitfall("missing minus sign",
-            "Entropy is −Σ w·log w, which is ≥ 0: log w ≤ 0 for weights in [0, 1].",
-            S_ENTROPY, lambda w: -torch.special.entr(w).sum(dim=-1)),
-    Pitfall("sum over the wrong axis",
-            "You summed over the queries (dim=-2). The distribution of one query is "
-            "its row: sum over the keys, the last axis.",
-            S_ENTROPY, lambda w: torch.special.entr(w).sum(dim=-2)),
-    Pitfall("mean instead of sum",
-            "You averaged w·log w over the keys; entropy is their sum.",
-            S_ENTROPY, lambda w: torch.special.entr(w).mean(dim=-1)),
+    Pitfall(
+        "0·log 0 gives NaN",
+        "Where a weight is exactly 0, w·log(w) is 0·(−inf) = NaN in floating "
+        "point, but its limit is 0. Use torch.xlogy(w, w), torch.special.entr(w), "
+        "or mask the zeros out before summing.",
+        S_ENTROPY,
+        lambda w: -(w * w.log()).sum(dim=-1),
+    ),
+    Pitfall(
+        "log base 2",
+        "Your entropy is in bits (log2); the exercise asks for nats (natural log), "
+        "like the lesson.",
+        S_ENTROPY,
+        lambda w: torch.special.entr(w).sum(dim=-1) / math.log(2),
+    ),
+    Pitfall(
+        "missing minus sign",
+        "Entropy is −Σ w·log w, which is ≥ 0: log w ≤ 0 for weights in [0, 1].",
+        S_ENTROPY,
+        lambda w: -torch.special.entr(w).sum(dim=-1),
+    ),
+    Pitfall(
+        "sum over the wrong axis",
+        "You summed over the queries (dim=-2). The distribution of one query is "
+        "its row: sum over the keys, the last axis.",
+        S_ENTROPY,
+        lambda w: torch.special.entr(w).sum(dim=-2),
+    ),
+    Pitfall(
+        "mean instead of sum",
+        "You averaged w·log w over the keys; entropy is their sum.",
+        S_ENTROPY,
+        lambda w: torch.special.entr(w).mean(dim=-1),
+    ),
 )
 
 NAN_AT_ZEROS = Diagnosis(
     "NaN where a weight is 0",
     "0·ln 0 must count as 0 (its limit), but w * w.log() computes 0·(−inf) = NaN. Use "
     "torch.xlogy(w, w) or torch.special.entr(w), or mask the zeros before summing.",
-    S_ENTROPY)
+    S_ENTROPY,
+)
 ENTROPY_FACTOR = Diagnosis(
     "entropy off by a constant factor",
     "The entropy is −Σ w·ln w: natural logarithm (nats), a minus sign so that it is "
-    "≥ 0, and nothing else multiplying it.", S_ENTROPY)
+    "≥ 0, and nothing else multiplying it.",
+    S_ENTROPY,
+)
 ENTROPY_DIVIDED = Diagnosis(
     "entropy divided by a size",
     "The entropy of a row is the sum of −w·ln w over its keys, not their mean, and not "
-    "normalised by ln Sk.", S_ENTROPY)
+    "normalised by ln Sk.",
+    S_ENTROPY,
+)
 ENTROPY_EPS = Diagnosis(
     "ε in the logarithm biases the entropy",
     "Adding ε (or clamping at ε) to dodge log 0 changes every term: the bias grows "
     "with ε and with the number of keys. torch.xlogy(w, w) or torch.special.entr(w) "
-    "give 0·ln 0 = 0 exactly; a clamp at ε ≤ 1e-12 is harmless.", S_ENTROPY)
+    "give 0·ln 0 = 0 exactly; a clamp at ε ≤ 1e-12 is harmless.",
+    S_ENTROPY,
+)
 ENTROPY_OFFSET = Diagnosis(
     "entropy shifted by a constant",
     "The entropy is −Σ w·ln w alone: 0 for a one-hot row, ln Sk for a uniform one; "
-    "nothing is added or subtracted.", S_ENTROPY)
+    "nothing is added or subtracted.",
+    S_ENTROPY,
+)
 ENTROPY_PRECISION = Diagnosis(
     "entropy computed in low precision",
     "Compute in the dtype of the weights: half or bfloat16 keep only 3 or 2 "
-    "significant digits.", S_ENTROPY)
+    "significant digits.",
+    S_ENTROPY,
+)
 ZERO_ROWS = Diagnosis(
     "0·ln 0 handled wrongly",
     "A weight of exactly 0 contributes 0 to the entropy (the limit of w·ln w) and the "
     "rest of its row counts as usual: zero that one term, not the whole row.",
-    S_ENTROPY)
+    S_ENTROPY,
+)
 ENTROPY_AXES = Diagnosis(
     "entropy reduced over the wrong axes",
     "weights [..., Sq, Sk] gives one entropy per query: sum over the keys (the last "
-    "axis) only, without keepdim, shape [..., Sq].", S_ENTROPY)
+    "axis) only, without keepdim, shape [..., Sq].",
+    S_ENTROPY,
+)
 
 
 def _softmax_weights(shape, seed, dtype=torch.float32, temperature=1.0):
@@ -915,11 +1166,15 @@ def _entropy_cases():
     # [..., Sq, Sk]: any number of leading axes.
     return [
         Case("weights [2, 4, 5, 7] from softmax", _softmax_weights((2, 4, 5, 7), 40)),
-        Case("causal weights [2, 3, 5, 5] (exact zeros above the diagonal)",
-             _causal_weights),
+        Case(
+            "causal weights [2, 3, 5, 5] (exact zeros above the diagonal)",
+            _causal_weights,
+        ),
         Case("one-hot weights [2, 1, 4, 4] (entropy 0)", _one_hot_weights),
-        Case("weights [1, 2, 3, 6] float64",
-             _softmax_weights((1, 2, 3, 6), 42, torch.float64, 3.0)),
+        Case(
+            "weights [1, 2, 3, 6] float64",
+            _softmax_weights((1, 2, 3, 6), 42, torch.float64, 3.0),
+        ),
         Case("weights [3, 4, 6] (3-D)", _softmax_weights((3, 4, 6), 43)),
         Case("weights [5, 3] (2-D: [Sq, Sk])", _softmax_weights((5, 3), 44)),
     ]
@@ -934,14 +1189,22 @@ def _call_entropy(title: str, fn, cases) -> list:
         (w,), (kept,) = case.make(), case.make()
         got = run(fn, (w,))
         if isinstance(got, Raised):
-            fail(title, f"your code raised {got!r} while the check ran case "
-                        f"{case.label}.")
+            fail(
+                title,
+                f"your code raised {got!r} while the check ran case {case.label}.",
+            )
         if not torch.equal(w, kept):
-            MUTATES_INPUT.fail(title, f"On case {case.label} your function changed the "
-                                      "weights it was given.")
+            MUTATES_INPUT.fail(
+                title,
+                f"On case {case.label} your function changed the weights it was given.",
+            )
         if type(got) not in (torch.Tensor, torch.nn.Parameter):
-            fail(title, f"on case {case.label} expected a plain torch.Tensor, got "
-                        f"{type(got).__name__}.", S_ENTROPY)
+            fail(
+                title,
+                f"on case {case.label} expected a plain torch.Tensor, got "
+                f"{type(got).__name__}.",
+                S_ENTROPY,
+            )
         calls.append((kept, got))
     return calls
 
@@ -959,17 +1222,21 @@ REDUCTIONS = (
 def _reduced_shape(shape, dims, keepdim) -> list:
     n = len(shape)
     dims = set(range(n)) if dims is None else {d % n for d in dims}
-    return [1 if i in dims else s for i, s in enumerate(shape)
-            if keepdim or i not in dims]
+    return [
+        1 if i in dims else s for i, s in enumerate(shape) if keepdim or i not in dims
+    ]
 
 
 def _check_entropy_dtypes(title: str, calls, cases) -> None:
     __tracebackhide__ = True
     for case, (w, g) in zip(cases, calls):
         if g.dtype != w.dtype or g.device != w.device:
-            fail(title, f"on case {case.label} expected a {w.dtype} tensor on "
-                        f"{w.device} (like the weights), got {g.dtype} on {g.device}.",
-                 S_ENTROPY)
+            fail(
+                title,
+                f"on case {case.label} expected a {w.dtype} tensor on "
+                f"{w.device} (like the weights), got {g.dtype} on {g.device}.",
+                S_ENTROPY,
+            )
 
 
 def _check_entropy_shapes(title: str, calls, cases) -> None:
@@ -979,14 +1246,21 @@ def _check_entropy_shapes(title: str, calls, cases) -> None:
         _check_entropy_dtypes(title, calls, cases)
         return
     for text, dims, keepdim in REDUCTIONS:
-        if all(list(g.shape) == _reduced_shape(w.shape, dims, keepdim)
-               for w, g in calls):
-            ENTROPY_AXES.fail(title, f"Your entropy is reduced {text}: on case "
-                                     f"{cases[0].label} it has shape "
-                                     f"{list(calls[0][1].shape)}, expected "
-                                     f"{list(calls[0][0].shape[:-1])}.")
-    case, (w, g) = next((c, wg) for c, wg in zip(cases, calls)
-                        if list(wg[1].shape) != list(wg[0].shape[:-1]))
+        if all(
+            list(g.shape) == _reduced_shape(w.shape, dims, keepdim) for w, g in calls
+        ):
+            ENTROPY_AXES.fail(
+                title,
+                f"Your entropy is reduced {text}: on case "
+                f"{cases[0].label} it has shape "
+                f"{list(calls[0][1].shape)}, expected "
+                f"{list(calls[0][0].shape[:-1])}.",
+            )
+    case, (w, g) = next(
+        (c, wg)
+        for c, wg in zip(cases, calls)
+        if list(wg[1].shape) != list(wg[0].shape[:-1])
+    )
     _fail_shape_of_one_case(title, case, w, g)
 
 
@@ -994,19 +1268,32 @@ def _fail_shape_of_one_case(title: str, case, w, g) -> None:
     """The entropy g has the wrong shape on this case of weights w: say how."""
     __tracebackhide__ = True
     if list(g.shape) == [n for n in w.shape[:-1] if n != 1]:
-        ENTROPY_AXES.fail(title, f"On case {case.label} your entropy has shape "
-                                 f"{list(g.shape)}, expected {list(w.shape[:-1])}: the "
-                                 "axes of size 1 are gone (a squeeze()?).")
-    removed = [d for d in range(w.dim()) for keep in (False, True)
-               if list(g.shape) == _reduced_shape(w.shape, (d,), keep)]
+        ENTROPY_AXES.fail(
+            title,
+            f"On case {case.label} your entropy has shape "
+            f"{list(g.shape)}, expected {list(w.shape[:-1])}: the "
+            "axes of size 1 are gone (a squeeze()?).",
+        )
+    removed = [
+        d
+        for d in range(w.dim())
+        for keep in (False, True)
+        if list(g.shape) == _reduced_shape(w.shape, (d,), keep)
+    ]
     if removed:
-        ENTROPY_AXES.fail(title, f"On case {case.label} your entropy has shape "
-                                 f"{list(g.shape)}: the weights' shape {list(w.shape)} "
-                                 f"reduced over axis {removed[0]} (of {w.dim()}), not "
-                                 f"over the last one, {w.dim() - 1}: a hard-coded dim?")
-    fail(title, f"on case {case.label} your entropy has shape {list(g.shape)}, "
-                f"expected {list(w.shape[:-1])} = [..., Sq]: one entropy per query.",
-         S_ENTROPY)
+        ENTROPY_AXES.fail(
+            title,
+            f"On case {case.label} your entropy has shape "
+            f"{list(g.shape)}: the weights' shape {list(w.shape)} "
+            f"reduced over axis {removed[0]} (of {w.dim()}), not "
+            f"over the last one, {w.dim() - 1}: a hard-coded dim?",
+        )
+    fail(
+        title,
+        f"on case {case.label} your entropy has shape {list(g.shape)}, "
+        f"expected {list(w.shape[:-1])} = [..., Sq]: one entropy per query.",
+        S_ENTROPY,
+    )
 
 
 def _nan_finding(calls, refs):
@@ -1022,18 +1309,24 @@ def _nan_finding(calls, refs):
         kind = "NaN" if torch.isnan(g).any() else "inf" if bad.any() else kind
     if not rows:
         return None
-    nan = (f"{kind} on exactly the {rows} rows that have a weight equal to 0 (0·ln 0 "
-           "computed as 0·(−inf)).")
-    finite = [((w, g[~(w == 0).any(-1)]), r[~(w == 0).any(-1)])
-              for (w, g), r in zip(calls, refs)]
+    nan = (
+        f"{kind} on exactly the {rows} rows that have a weight equal to 0 (0·ln 0 "
+        "computed as 0·(−inf))."
+    )
+    finite = [
+        ((w, g[~(w == 0).any(-1)]), r[~(w == 0).any(-1)])
+        for (w, g), r in zip(calls, refs)
+    ]
     if all(torch.allclose(g.detach(), r, atol=1e-5, rtol=1e-4) for (_, g), r in finite):
         return NAN_AT_ZEROS, f"Your entropy is {nan} Every other row is right."
     ratios = _ratios([c for c, _ in finite], [r for _, r in finite])
     if ratios:
         diagnosis, detail = _ratio_finding(ratios)
         detail = detail[0].lower() + detail[1:]
-        return diagnosis, (f"On the rows without a zero weight, {detail} Besides, your "
-                           f"entropy is {nan}")
+        return diagnosis, (
+            f"On the rows without a zero weight, {detail} Besides, your "
+            f"entropy is {nan}"
+        )
     return None
 
 
@@ -1051,12 +1344,16 @@ def _zero_rows_finding(calls, refs):
         wrong_rows += int(bad.sum())
         if example is None and bad.any():
             idx = tuple(bad.nonzero()[0].tolist())
-            example = f"on weights {list(w.shape)} row {idx}: yours " \
-                      f"{g64[idx].item():.6g}, expected {r64[idx].item():.6g}"
+            example = (
+                f"on weights {list(w.shape)} row {idx}: yours "
+                f"{g64[idx].item():.6g}, expected {r64[idx].item():.6g}"
+            )
     if not wrong_rows:
         return None
-    return ZERO_ROWS, (f"Your entropy is right on every row without a zero weight and "
-                       f"wrong on {wrong_rows} rows that have one ({example}).")
+    return ZERO_ROWS, (
+        f"Your entropy is right on every row without a zero weight and "
+        f"wrong on {wrong_rows} rows that have one ({example})."
+    )
 
 
 def _ratios(calls, refs):
@@ -1072,7 +1369,8 @@ def _ratios(calls, refs):
         ratio = g64[rows] / r64[rows]
         c = ratio.mean().item()
         if (ratio - c).abs().max() > 1e-3 * abs(c) or not torch.allclose(
-                g64, c * r64, atol=1e-5, rtol=1e-4):
+            g64, c * r64, atol=1e-5, rtol=1e-4
+        ):
             return None
         out.append((c, w))
     return out or None
@@ -1083,19 +1381,27 @@ def _ratio_finding(ratios):
     cs = [c for c, _ in ratios]
     if all(math.isclose(c, cs[0], rel_tol=1e-3) for c in cs):
         return ENTROPY_FACTOR, _factor_detail(cs[0])
-    sizes = [{"Sk": w.size(-1), "Sq": w.size(-2), "ln Sk": math.log(w.size(-1))}
-             for _, w in ratios]
+    sizes = [
+        {"Sk": w.size(-1), "Sq": w.size(-2), "ln Sk": math.log(w.size(-1))}
+        for _, w in ratios
+    ]
     divisors = [1 / c for c in cs]
     for name in ("Sk", "Sq", "ln Sk"):
         if all(math.isclose(d, s[name], rel_tol=1e-3) for d, s in zip(divisors, sizes)):
-            what = {"Sk": "the mean over the keys instead of their sum",
-                    "Sq": "a division by the number of queries",
-                    "ln Sk": "the entropy normalised by ln Sk, its largest value"}[name]
-            return ENTROPY_DIVIDED, (f"Your entropy is the right one divided by "
-                                     f"{_nums(divisors)} on the cases, which is "
-                                     f"{name}: {what}.")
-    return ENTROPY_FACTOR, (f"Your entropy is the right one times {_nums(cs)} on the "
-                            "cases: a factor that changes with the input's size.")
+            what = {
+                "Sk": "the mean over the keys instead of their sum",
+                "Sq": "a division by the number of queries",
+                "ln Sk": "the entropy normalised by ln Sk, its largest value",
+            }[name]
+            return ENTROPY_DIVIDED, (
+                f"Your entropy is the right one divided by "
+                f"{_nums(divisors)} on the cases, which is "
+                f"{name}: {what}."
+            )
+    return ENTROPY_FACTOR, (
+        f"Your entropy is the right one times {_nums(cs)} on the "
+        "cases: a factor that changes with the input's size."
+    )
 
 
 def _factor_detail(c: float) -> str:
@@ -1104,8 +1410,10 @@ def _factor_detail(c: float) -> str:
         text += " It is negative: the minus sign is missing (or doubled)."
     if not math.isclose(abs(c), 1, rel_tol=1e-3):
         base = math.exp(1 / abs(c))
-        text += (f" That factor is what a logarithm in base {_num(base)} gives "
-                 "(log2: 1.443, log10: 0.4343); expected the natural log, base e.")
+        text += (
+            f" That factor is what a logarithm in base {_num(base)} gives "
+            "(log2: 1.443, log10: 0.4343); expected the natural log, base e."
+        )
     return text
 
 
@@ -1121,8 +1429,10 @@ def _offset_finding(calls, refs):
         offsets.append((c, w.size(-1)))
     if all(abs(c) <= 1e-5 for c, _ in offsets):
         return None
-    text = (f"Your entropy is the right one plus {_nums(c for c, _ in offsets)} on "
-            "the cases")
+    text = (
+        f"Your entropy is the right one plus {_nums(c for c, _ in offsets)} on "
+        "the cases"
+    )
     if all(math.isclose(-c, math.log(sk), rel_tol=1e-3) for c, sk in offsets):
         text += ", which is −ln Sk: the entropy minus that of a uniform row"
     return ENTROPY_OFFSET, text + "."
@@ -1137,10 +1447,12 @@ def _close_finding(calls, refs):
         if not torch.isfinite(diff).all() or (diff > 1e-2 * (r.abs() + 1e-3)).any():
             return None
         worst = max(worst, diff.max().item())
-    return ENTROPY_PRECISION, (f"Your entropy is everywhere within {worst:.2g} of the "
-                               "right one, but not within the tolerance (1e-5 + "
-                               "1e-4·|H|): a computation in a lower precision (half, "
-                               "bfloat16)?")
+    return ENTROPY_PRECISION, (
+        f"Your entropy is everywhere within {worst:.2g} of the "
+        "right one, but not within the tolerance (1e-5 + "
+        "1e-4·|H|): a computation in a lower precision (half, "
+        "bfloat16)?"
+    )
 
 
 EPS_MODELS = (
@@ -1152,8 +1464,10 @@ EPS_MODELS = (
 
 def _eps_error(model, calls, log_eps: float) -> float:
     """Largest |learner − model(ε)| over the cases, ε = 10**log_eps."""
-    return max((g.detach().double() - model(w.double(), 10.0 ** log_eps)).abs().max()
-               .item() for w, g in calls)
+    return max(
+        (g.detach().double() - model(w.double(), 10.0**log_eps)).abs().max().item()
+        for w, g in calls
+    )
 
 
 def _fit_eps(model, calls) -> tuple:
@@ -1174,14 +1488,18 @@ def _fit_eps(model, calls) -> tuple:
 def _eps_finding(calls, refs):
     """(Diagnosis, detail) when the entropy is −Σ w ln w biased by an ε of a measured
     size."""
-    bias = max((g.detach().double() - r.double()).abs().max().item()
-               for (_, g), r in zip(calls, refs))
+    bias = max(
+        (g.detach().double() - r.double()).abs().max().item()
+        for (_, g), r in zip(calls, refs)
+    )
     for name, model in EPS_MODELS:
         log_eps, err = _fit_eps(model, calls)
         if err <= max(2e-6, 1e-2 * bias):
-            return ENTROPY_EPS, (f"Your entropy matches {name} with ε ≈ "
-                                 f"{10 ** log_eps:.2g}: it is off by up to {bias:.3g} "
-                                 "from −Σ w·ln w.")
+            return ENTROPY_EPS, (
+                f"Your entropy matches {name} with ε ≈ "
+                f"{10**log_eps:.2g}: it is off by up to {bias:.3g} "
+                "from −Σ w·ln w."
+            )
     return None
 
 
@@ -1209,8 +1527,11 @@ def _explain_entropy(title: str, calls, refs, cases) -> None:
     found = _nan_finding(calls, refs)
     if found is None and all(torch.isfinite(g).all() for _, g in calls):
         ratios = _ratios(calls, refs)
-        found = (_ratio_finding(ratios) if ratios else _offset_finding(calls, refs)
-                 or _eps_finding(calls, refs))
+        found = (
+            _ratio_finding(ratios)
+            if ratios
+            else _offset_finding(calls, refs) or _eps_finding(calls, refs)
+        )
     found = found or _zero_rows_finding(calls, refs) or _close_finding(calls, refs)
     if found is not None:
         found[0].fail(title, found[1])
@@ -1218,11 +1539,15 @@ def _explain_entropy(title: str, calls, refs, cases) -> None:
         diff = (g.detach().double() - r.double()).abs().nan_to_num(nan=math.inf)
         if diff.max() > 1e-5 + 1e-4 * r.abs().max():
             idx = tuple(int(i) for i in torch.unravel_index(diff.argmax(), diff.shape))
-            fail(title, f"wrong on case {case.label}: largest difference "
-                        f"{diff.max().item():.3g} at row {idx} (yours "
-                        f"{g[idx].item():.6g}, expected {r[idx].item():.6g}). It "
-                        f"{UNEXPLAINED}; compare your code with −Σ w·ln w over the "
-                        "last axis.", S_ENTROPY)
+            fail(
+                title,
+                f"wrong on case {case.label}: largest difference "
+                f"{diff.max().item():.3g} at row {idx} (yours "
+                f"{g[idx].item():.6g}, expected {r[idx].item():.6g}). It "
+                f"{UNEXPLAINED}; compare your code with −Σ w·ln w over the "
+                "last axis.",
+                S_ENTROPY,
+            )
 
 
 seal(__name__)

@@ -11,6 +11,7 @@ happen) and the first stage that departs from the wiring is reported, with what 
 computed instead: the residual sum's coefficients, which tensor a sublayer read, the
 activation between the Linear layers, the fraction of a branch dropout zeroed.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -25,13 +26,36 @@ import torch.nn.functional as F
 from tformer_ref.attention import MultiHeadAttention
 from tformer_ref.device import get_device
 from ..guard.integrity import seal
-from .blocks import (Parts, _attentions, _feed_forward, check_block_not_delegated,
-                     compare_with_roles, holds, keep, norm_orders, post_ln, pre_ln,
-                     reject_batchnorm)
+from .blocks import (
+    Parts,
+    _attentions,
+    _feed_forward,
+    check_block_not_delegated,
+    compare_with_roles,
+    holds,
+    keep,
+    norm_orders,
+    post_ln,
+    pre_ln,
+    reject_batchnorm,
+)
 from .cases import build_module, randn
-from .diagnosis import (UNEXPLAINED, Case, CheckFailure, Diagnosis, Pitfall, Raised,
-                        Section, compare_to_reference, describe_difference, fail,
-                        passed, quiet, run, single_threaded)
+from .diagnosis import (
+    UNEXPLAINED,
+    Case,
+    CheckFailure,
+    Diagnosis,
+    Pitfall,
+    Raised,
+    Section,
+    compare_to_reference,
+    describe_difference,
+    fail,
+    passed,
+    quiet,
+    run,
+    single_threaded,
+)
 
 CHAPTER = "ch04_blocks"
 S_RESIDUAL = Section(CHAPTER, "4.1", "Residual connections")
@@ -45,11 +69,14 @@ S_TYING = Section(CHAPTER, "4.7", "Weight tying")
 S_PADDING = Section("ch03_masks", "3.1", "Padding masks")
 
 #: The exercise's sentence on the norms, quoted when a block breaks it.
-NORM_RULE = ("two nn.LayerNorm(d_model) (or F.layer_norm with your own weight and bias "
-             "of shape [D]), one per sublayer, with their learnable gain and bias")
+NORM_RULE = (
+    "two nn.LayerNorm(d_model) (or F.layer_norm with your own weight and bias "
+    "of shape [D]), one per sublayer, with their learnable gain and bias"
+)
 
 
 # ------------------------------------------------------------ measuring a computation
+
 
 def fit_sum(target, named: dict):
     """``target`` [...] as a weighted sum of the tensors in ``named`` (those of its
@@ -96,12 +123,21 @@ def _relu_squared(t):
     return F.relu(t) ** 2
 
 
-SMOOTH = (("GELU", F.gelu), ("GELU (tanh approximation)",
-          lambda t: F.gelu(t, approximate="tanh")), ("SiLU", F.silu),
-          ("sigmoid", torch.sigmoid), ("tanh", torch.tanh), ("softplus", F.softplus),
-          ("ELU", F.elu), ("ReLU6", F.relu6), ("squared ReLU", _relu_squared),
-          ("Mish", F.mish), ("Hardswish", F.hardswish), ("softsign", F.softsign),
-          ("softmax over the hidden features", lambda t: torch.softmax(t, -1)))
+SMOOTH = (
+    ("GELU", F.gelu),
+    ("GELU (tanh approximation)", lambda t: F.gelu(t, approximate="tanh")),
+    ("SiLU", F.silu),
+    ("sigmoid", torch.sigmoid),
+    ("tanh", torch.tanh),
+    ("softplus", F.softplus),
+    ("ELU", F.elu),
+    ("ReLU6", F.relu6),
+    ("squared ReLU", _relu_squared),
+    ("Mish", F.mish),
+    ("Hardswish", F.hardswish),
+    ("softsign", F.softsign),
+    ("softmax over the hidden features", lambda t: torch.softmax(t, -1)),
+)
 
 
 def describe_function(t, u) -> str | None:
@@ -113,8 +149,11 @@ def describe_function(t, u) -> str | None:
     t, u = t.detach(), u.detach()
     slopes = _slopes(t, u)
     if slopes is not None:
-        names = {(1.0, 0.0): "ReLU", (1.0, 1.0): "no activation",
-                 (1.0, -1.0): "the absolute value"}
+        names = {
+            (1.0, 0.0): "ReLU",
+            (1.0, 1.0): "no activation",
+            (1.0, -1.0): "the absolute value",
+        }
         if slopes in names:
             return names[slopes]
         if slopes[0] == slopes[1]:
@@ -137,8 +176,10 @@ def unrecognised_map(t, u) -> str:
     gap = (u.double() - F.relu(t.double())).abs().reshape(-1)
     i = int(gap.argmax())
     z, got = t.reshape(-1)[i].item(), u.reshape(-1)[i].item()
-    return (f"a map that is not ReLU (hidden value {z:.4g} became {got:.4g}, ReLU "
-            f"gives {max(z, 0.0):.4g})")
+    return (
+        f"a map that is not ReLU (hidden value {z:.4g} became {got:.4g}, ReLU "
+        f"gives {max(z, 0.0):.4g})"
+    )
 
 
 # -------------------------------------------------------------------------- FeedForward
@@ -147,16 +188,22 @@ FF_WIDTH = Diagnosis(
     "feed-forward hidden width is not d_ff",
     "The feed-forward widens each token to d_ff features and back: nn.Linear(d_model, "
     "d_ff) then nn.Linear(d_ff, d_model). d_ff is an argument (the paper's "
-    "4·d_model is only its usual value).", S_FF)
+    "4·d_model is only its usual value).",
+    S_FF,
+)
 FF_ACTIVATION = Diagnosis(
     "the wrong activation in the feed-forward",
     "FFN(x) = max(0, x·W1 + b1)·W2 + b2: a ReLU between the two Linear layers, nothing "
-    "else (the lesson's block and PyTorch's default layer use ReLU).", S_FF)
+    "else (the lesson's block and PyTorch's default layer use ReLU).",
+    S_FF,
+)
 FF_STAGE = Diagnosis(
     "the feed-forward computes an extra step",
     "FFN(x) = max(0, x·W1 + b1)·W2 + b2: the first Linear reads x itself and the "
     "output is the second Linear's, nothing added or applied after it (the block adds "
-    "the residual).", S_FF)
+    "the residual).",
+    S_FF,
+)
 
 
 def _ff_linears(title, module, d_model, d_ff):
@@ -168,21 +215,33 @@ def _ff_linears(title, module, d_model, d_ff):
         widths = {o for o, i in shapes if i == d_model and (d_model, o) in shapes}
         if len(linears) == 2 and len(widths) == 1:
             widths = sorted(widths)
-            FF_WIDTH.fail(title, f"Built with d_model={d_model}, d_ff={d_ff}, your "
-                                 f"hidden layer has {widths[0]} features (expected "
-                                 f"exactly two nn.Linear layers; found: {listing}).")
-        fail(title, f"expected exactly two nn.Linear layers, Linear(d_model={d_model}, "
-                    f"d_ff={d_ff}) then Linear(d_ff, d_model); found: {listing}.", S_FF)
+            FF_WIDTH.fail(
+                title,
+                f"Built with d_model={d_model}, d_ff={d_ff}, your "
+                f"hidden layer has {widths[0]} features (expected "
+                f"exactly two nn.Linear layers; found: {listing}).",
+            )
+        fail(
+            title,
+            f"expected exactly two nn.Linear layers, Linear(d_model={d_model}, "
+            f"d_ff={d_ff}) then Linear(d_ff, d_model); found: {listing}.",
+            S_FF,
+        )
     first = next(m for _, m in linears if tuple(m.weight.shape) == (d_ff, d_model))
     second = next(m for _, m in linears if tuple(m.weight.shape) == (d_model, d_ff))
     return first, second
 
 
 # (D, d_ff, leading dimensions of x, dtype): x [..., D] with 1, 2 and 3 leading dims
-FF_CONFIGS = ((8, 32, (2, 5), torch.float32), (12, 20, (3, 4), torch.float32),
-              (6, 24, (2, 3), torch.float64), (16, 40, (1, 7), torch.float32),
-              (8, 20, (6,), torch.float32), (6, 16, (2, 2, 3), torch.float32),
-              (8, 24, (2, 4), torch.float32))
+FF_CONFIGS = (
+    (8, 32, (2, 5), torch.float32),
+    (12, 20, (3, 4), torch.float32),
+    (6, 24, (2, 3), torch.float64),
+    (16, 40, (1, 7), torch.float32),
+    (8, 20, (6,), torch.float32),
+    (6, 16, (2, 2, 3), torch.float32),
+    (8, 24, (2, 4), torch.float32),
+)
 #: Inputs scaled by this factor in the last case: hidden values beyond any clip (ReLU6).
 FF_WIDE_SCALE = 10.0
 
@@ -190,14 +249,17 @@ FF_WIDE_SCALE = 10.0
 def _ff_cases(cls):
     cases = []
     for i, (d, f, lead, dtype) in enumerate(FF_CONFIGS):
+
         def make(d=d, f=f, lead=lead, dtype=dtype, i=i):
             torch.manual_seed(40 + i)
             module = build_module("FeedForward", cls, (d, f), dtype).eval()
             scale = FF_WIDE_SCALE if i == len(FF_CONFIGS) - 1 else 1.0
             return module, randn(*lead, d, seed=400 + i, dtype=dtype) * scale, f
+
         scaled = ", x scaled by 10" if i == len(FF_CONFIGS) - 1 else ""
-        cases.append(Case(f"D={d}, d_ff={f}, x {list(lead) + [d]}, {dtype}{scaled}",
-                          make))
+        cases.append(
+            Case(f"D={d}, d_ff={f}, x {list(lead) + [d]}, {dtype}{scaled}", make)
+        )
     return cases
 
 
@@ -222,16 +284,23 @@ def _ff_relu_at_output(module, x, d_ff):  # a ReLU after the second layer too
 
 
 FF_PITFALLS = (
-    Pitfall("no activation between the two Linear layers",
-            "Without the ReLU the two Linear layers collapse into one linear map "
-            "(W2·W1): the sublayer can no longer compute anything a single matrix "
-            "could not. FFN(x) = max(0, x·W1 + b1)·W2 + "
-            "b2.", S_FF, _ff_without_activation),
-    Pitfall("ReLU after the output layer",
-            "The feed-forward ends with the second Linear, no activation after it: a "
-            "ReLU there would make every update the sublayer adds to the residual "
-            "stream non-negative.",
-            S_FF, _ff_relu_at_output),
+    Pitfall(
+        "no activation between the two Linear layers",
+        "Without the ReLU the two Linear layers collapse into one linear map "
+        "(W2·W1): the sublayer can no longer compute anything a single matrix "
+        "could not. FFN(x) = max(0, x·W1 + b1)·W2 + "
+        "b2.",
+        S_FF,
+        _ff_without_activation,
+    ),
+    Pitfall(
+        "ReLU after the output layer",
+        "The feed-forward ends with the second Linear, no activation after it: a "
+        "ReLU there would make every update the sublayer adds to the residual "
+        "stream non-negative.",
+        S_FF,
+        _ff_relu_at_output,
+    ),
 )
 
 
@@ -259,8 +328,9 @@ class _Recorder(torch.overrides.TorchFunctionMode):
         elif name == "linear" and len(args) > 1:
             which = [i for i, w in enumerate(self.weights) if args[1] is w]
             if which:
-                self.events.append(Event(f"linear{which[0] + 1}", _kept(args), kwargs,
-                                         _copy(out)))
+                self.events.append(
+                    Event(f"linear{which[0] + 1}", _kept(args), kwargs, _copy(out))
+                )
         return out
 
 
@@ -300,8 +370,11 @@ def _ff_trace(module, x, d_ff):
         y = module(x)
     first = [e for e in events if e.kind == "linear1"]
     second = [e for e in events if e.kind == "linear2"]
-    return (first[0] if len(first) == 1 else None,
-            second[0] if len(second) == 1 else None, y)
+    return (
+        first[0] if len(first) == 1 else None,
+        second[0] if len(second) == 1 else None,
+        y,
+    )
 
 
 def _hidden_dropped(title, z, u, label):
@@ -310,9 +383,12 @@ def _hidden_dropped(title, z, u, label):
     h = F.relu(z)
     dropped = ((u == 0) & (h > 1e-6)).double().mean() / (h > 1e-6).double().mean()
     if dropped > 0.02 and _kept_scale(u, h) is not None:
-        DROPOUT_IN_EVAL.fail(title, f"On case {label}, in eval mode "
-                                    f"{float(dropped):.0%} of the positive hidden "
-                                    "activations were zeroed.")
+        DROPOUT_IN_EVAL.fail(
+            title,
+            f"On case {label}, in eval mode "
+            f"{float(dropped):.0%} of the positive hidden "
+            "activations were zeroed.",
+        )
 
 
 def _ff_stage_input(title, first, x, label):
@@ -321,10 +397,14 @@ def _ff_stage_input(title, first, x, label):
     if torch.allclose(first.inp, x):
         return
     coefs = fit_sum(first.inp, {"x": x})
-    what = (describe_sum(coefs) if coefs else
-            f"{describe_function(x, first.inp) or 'a function'} of x")
-    FF_STAGE.fail(title, f"On case {label}, your first Linear reads {what}, not x "
-                         "itself.")
+    what = (
+        describe_sum(coefs)
+        if coefs
+        else f"{describe_function(x, first.inp) or 'a function'} of x"
+    )
+    FF_STAGE.fail(
+        title, f"On case {label}, your first Linear reads {what}, not x itself."
+    )
 
 
 def _ff_stage_activation(title, first, second, label):
@@ -335,9 +415,12 @@ def _ff_stage_activation(title, first, second, label):
         return
     _hidden_dropped(title, first.out, second.inp, label)
     act = act or unrecognised_map(first.out, second.inp)
-    FF_ACTIVATION.fail(title, f"On case {label}, between your two Linear layers "
-                              f"the hidden features go through {act} where FFN "
-                              "uses ReLU.")
+    FF_ACTIVATION.fail(
+        title,
+        f"On case {label}, between your two Linear layers "
+        f"the hidden features go through {act} where FFN "
+        "uses ReLU.",
+    )
 
 
 def _ff_stage_output(title, second, x, y, label):
@@ -351,11 +434,19 @@ def _ff_stage_output(title, second, x, y, label):
     if bias is not None:
         named["its bias"] = bias.expand_as(y)
     coefs = fit_sum(y, named)
-    said = (describe_sum(coefs) if coefs else
-            f"{what} of the second Linear's output" if what else None)
+    said = (
+        describe_sum(coefs)
+        if coefs
+        else f"{what} of the second Linear's output"
+        if what
+        else None
+    )
     if said:
-        FF_STAGE.fail(title, f"On case {label}, your FeedForward returns {said}, "
-                             "not the second Linear's output.")
+        FF_STAGE.fail(
+            title,
+            f"On case {label}, your FeedForward returns {said}, "
+            "not the second Linear's output.",
+        )
 
 
 def _ff_stages(title, module, x, d_ff, label):
@@ -366,8 +457,11 @@ def _ff_stages(title, module, x, d_ff, label):
     before = x.clone()
     first, second, y = _ff_trace(module, x, d_ff)
     if not torch.equal(before, x):
-        FF_STAGE.fail(title, f"On case {label}, your FeedForward modified its input "
-                             "x in place (an in-place op such as relu_ or += on x).")
+        FF_STAGE.fail(
+            title,
+            f"On case {label}, your FeedForward modified its input "
+            "x in place (an in-place op such as relu_ or += on x).",
+        )
     if first is None or second is None:
         return
     _ff_stage_input(title, first, x, label)
@@ -384,18 +478,28 @@ def _ff_explain(title, cls):
         module, x, d_ff = case.make()
         got = run(_call_ff, (module, x, d_ff))
         if isinstance(got, Raised):
-            fail(title, f"your FeedForward raised {got!r} while the check ran case "
-                        f"{case.label} (FeedForward maps x [..., D], any number of "
-                        "leading dimensions, to [..., D]).", S_FF)
+            fail(
+                title,
+                f"your FeedForward raised {got!r} while the check ran case "
+                f"{case.label} (FeedForward maps x [..., D], any number of "
+                "leading dimensions, to [..., D]).",
+                S_FF,
+            )
         if isinstance(got, torch.Tensor) and got.shape != x.shape:
-            fail(title, f"on case {case.label} your FeedForward returned shape "
-                        f"{list(got.shape)}; it maps x [..., D] to the same shape "
-                        f"{list(x.shape)}.", S_FF)
+            fail(
+                title,
+                f"on case {case.label} your FeedForward returned shape "
+                f"{list(got.shape)}; it maps x [..., D] to the same shape "
+                f"{list(x.shape)}.",
+                S_FF,
+            )
     for case in (cases[2], *cases):  # the float64 case first, else the first wrong one
         module, x, d_ff = case.make()
         want = _ff_reference(module, x, d_ff)
-        if describe_difference(run(_call_ff, (module, x, d_ff)), want, 1e-5,
-                               1e-4) is not None:
+        if (
+            describe_difference(run(_call_ff, (module, x, d_ff)), want, 1e-5, 1e-4)
+            is not None
+        ):
             break
     module, x, d_ff = case.make()  # fresh: the learner's call may have changed x
     with quiet():
@@ -421,7 +525,9 @@ FF_DROPOUT = Diagnosis(
     "ReLU and the second Linear, at the rate `dropout` given to the constructor "
     "(nn.Dropout(dropout) or F.dropout(h, dropout, self.training)); x goes into the "
     "first Linear untouched and nothing comes after the second Linear, not even "
-    "dropout (the block drops the sublayer's output itself).", S_FF)
+    "dropout (the block drops the sublayer's output itself).",
+    S_FF,
+)
 
 
 def _ff_train_trace(title, cls, p):
@@ -436,8 +542,12 @@ def _ff_train_trace(title, cls, p):
     try:
         first, second, y = _ff_trace(module, x, f)
     except Exception as exc:  # noqa: BLE001 - the learner's code may raise anything
-        fail(title, f"your FeedForward raised {Raised(exc)!r} while the check ran case "
-                    f"{label}.", S_FF)
+        fail(
+            title,
+            f"your FeedForward raised {Raised(exc)!r} while the check ran case "
+            f"{label}.",
+            S_FF,
+        )
     return label, x, first, second, y
 
 
@@ -451,8 +561,10 @@ def _ff_train_ends(title, label, x, first, second, y, p):
     """In train mode too, the first Linear reads x and the output is the second
     Linear's: a dropout on either end is measured and named."""
     __tracebackhide__ = True
-    ends = ((first.inp, x, "the first Linear's input (x)"),
-            (y, second.out, "your FeedForward's output (the second Linear's)"))
+    ends = (
+        (first.inp, x, "the first Linear's input (x)"),
+        (y, second.out, "your FeedForward's output (the second Linear's)"),
+    )
     for got, want, what in ends:
         if not isinstance(got, torch.Tensor) or got.shape != want.shape:
             continue
@@ -460,11 +572,18 @@ def _ff_train_ends(title, label, x, first, second, y, p):
             continue
         zeroed = _fraction_zeroed(got, want)
         if zeroed > 0.02:
-            FF_DROPOUT.fail(title, f"On case {label}, {zeroed:.0%} of {what} were "
-                                   f"zeroed in train mode: a dropout there.")
-        fail(title, f"on case {label}, in train mode {what} differs from the eval-mode "
-                    f"computation: {describe_difference(got, want, 1e-5, 1e-4)}; "
-                    f"{UNEXPLAINED}.", S_FF)
+            FF_DROPOUT.fail(
+                title,
+                f"On case {label}, {zeroed:.0%} of {what} were "
+                f"zeroed in train mode: a dropout there.",
+            )
+        fail(
+            title,
+            f"on case {label}, in train mode {what} differs from the eval-mode "
+            f"computation: {describe_difference(got, want, 1e-5, 1e-4)}; "
+            f"{UNEXPLAINED}.",
+            S_FF,
+        )
 
 
 def _ff_hidden_rate(first, second):
@@ -478,8 +597,10 @@ def _ff_rates_fit(rates):
     """Either no hidden dropout at any p, or one at the rate given, scaled by
     1/(1-p)."""
     none = all(r < 0.02 and (s is None or abs(s - 1) < 0.02) for p, r, s in rates)
-    given = all(abs(r - p) < 0.06 and (s is None or abs(s * (1 - p) - 1) < 0.03)
-                for p, r, s in rates)
+    given = all(
+        abs(r - p) < 0.06 and (s is None or abs(s * (1 - p) - 1) < 0.03)
+        for p, r, s in rates
+    )
     return none or given
 
 
@@ -489,10 +610,14 @@ def _check_ff_signature(title, cls):
     try:
         inspect.signature(cls).bind(8, 32, 0.1)
     except TypeError:
-        fail(title, f"{cls.__name__}{inspect.signature(cls)} does not take the "
-                    "exercise's FeedForward(d_model, d_ff, dropout=0.0): the dropout "
-                    "rate is its third argument (the block builds FeedForward("
-                    "d_model, d_ff, dropout)).", S_FF)
+        fail(
+            title,
+            f"{cls.__name__}{inspect.signature(cls)} does not take the "
+            "exercise's FeedForward(d_model, d_ff, dropout=0.0): the dropout "
+            "rate is its third argument (the block builds FeedForward("
+            "d_model, d_ff, dropout)).",
+            S_FF,
+        )
     except ValueError:  # no signature to read: the calls below will tell
         pass
 
@@ -513,11 +638,14 @@ def _check_ff_dropout(title, cls):
         return
     said = " and ".join(f"{r:.0%} at dropout={p}" for p, r, _ in rates)
     scales = " and ".join(f"{s:.3g}" for _, _, s in rates if s is not None)
-    FF_DROPOUT.fail(title, f"In train mode your hidden layer lost {said} of its "
-                           f"positive activations (kept ones scaled by {scales}); "
-                           "expected about the rate given (20 % and 50 %, kept ones "
-                           "scaled by 1/(1-p)), or none at all: the rate must follow "
-                           "the dropout argument.")
+    FF_DROPOUT.fail(
+        title,
+        f"In train mode your hidden layer lost {said} of its "
+        f"positive activations (kept ones scaled by {scales}); "
+        "expected about the rate given (20 % and 50 %, kept ones "
+        "scaled by 1/(1-p)), or none at all: the rate must follow "
+        "the dropout argument.",
+    )
 
 
 @single_threaded
@@ -533,8 +661,9 @@ def check_feed_forward(cls) -> None:
     said = io.StringIO()  # the success line waits for the train-mode probe
     try:
         with contextlib.redirect_stdout(said):
-            compare_to_reference("FeedForward", cases, _call_ff, _ff_reference,
-                                 FF_PITFALLS)
+            compare_to_reference(
+                "FeedForward", cases, _call_ff, _ff_reference, FF_PITFALLS
+            )
     except CheckFailure as failure:
         if UNEXPLAINED in str(failure):
             _ff_explain("FeedForward", cls)
@@ -551,83 +680,119 @@ BATCHNORM = Diagnosis(
     "positions): padding tokens pollute them, a batch of one sentence at decoding time "
     "has no statistics to speak of, and eval mode switches to running averages that "
     "the training batches never matched. LayerNorm normalises each token's own D "
-    "features: use nn.LayerNorm(d_model).", S_NORM)
+    "features: use nn.LayerNorm(d_model).",
+    S_NORM,
+)
 OTHER_NORM = Diagnosis(
     "another normalisation instead of LayerNorm",
-    f"The block normalises with LayerNorm: the exercise asks for {NORM_RULE}.", S_NORM)
+    f"The block normalises with LayerNorm: the exercise asks for {NORM_RULE}.",
+    S_NORM,
+)
 NORM_SHAPE = Diagnosis(
     "LayerNorm over the wrong shape",
     "nn.LayerNorm(d_model) normalises each token over its own D features; a wider "
-    "normalized_shape mixes positions (and breaks on other lengths).", S_NORM)
+    "normalized_shape mixes positions (and breaks on other lengths).",
+    S_NORM,
+)
 NO_AFFINE = Diagnosis(
     "LayerNorm without its gain and bias",
     f"The exercise asks for {NORM_RULE}: nn.LayerNorm(d_model) keeps the default "
     "elementwise_affine=True, so each feature gets its learnable scale and shift back "
-    "after the normalisation.", S_NORM)
+    "after the normalisation.",
+    S_NORM,
+)
 NORM_IN_FORWARD = Diagnosis(
     "a LayerNorm created inside forward",
     "A norm built in forward gets fresh weights on every call: they are not the "
     "block's parameters, so the optimizer never sees them. Create the two "
-    "nn.LayerNorm(d_model) in __init__.", S_NORM)
+    "nn.LayerNorm(d_model) in __init__.",
+    S_NORM,
+)
 SHARED_NORM = Diagnosis(
     "one LayerNorm for both sublayers",
     "Each sublayer has its own LayerNorm (its own gain and bias): create two "
-    "nn.LayerNorm(d_model) and use each once.", S_NORM)
+    "nn.LayerNorm(d_model) and use each once.",
+    S_NORM,
+)
 NORM_EPS = Diagnosis(
     "LayerNorm eps",
     "The exercise asks for nn.LayerNorm(d_model) with its defaults, eps = 1e-5 inside "
     "the square root (keep the defaults: `eps=1e-5`, `elementwise_affine=True`); a "
     "larger eps no longer normalises small activations, and another eps is not the "
-    "block the exercise specifies.", S_NORM)
+    "block the exercise specifies.",
+    S_NORM,
+)
 MISSING_NORM = Diagnosis(
     "a sublayer without its LayerNorm",
     "Each sublayer has its own LayerNorm: Post-LN x = LayerNorm(x + Sublayer(x)), "
-    "Pre-LN x = x + Sublayer(LayerNorm(x)).", S_PLACEMENT)
+    "Pre-LN x = x + Sublayer(LayerNorm(x)).",
+    S_PLACEMENT,
+)
 WRONG_INPUT = Diagnosis(
     "a sublayer reads the wrong tensor",
     "Post-LN: the attention reads the block's input x and the feed-forward the first "
     "sublayer's result; Pre-LN: each sublayer reads the LayerNorm of the residual "
-    "stream.", S_PLACEMENT)
+    "stream.",
+    S_PLACEMENT,
+)
 RESIDUAL_SUM = Diagnosis(
     "the residual sum has the wrong terms",
     "Each sublayer adds its output to its own input exactly once, unscaled: x + "
     "Dropout(Sublayer(...)), the sum normalised after (Post-LN) or kept as the stream "
-    "(Pre-LN).", S_RESIDUAL)
+    "(Pre-LN).",
+    S_RESIDUAL,
+)
 WRONG_OUTPUT = Diagnosis(
     "the block returns the wrong tensor",
     "The block returns the result of its last sublayer: Post-LN LayerNorm(h + "
-    "FF(h)), Pre-LN h + FF(LayerNorm(h)).", S_PLACEMENT)
+    "FF(h)), Pre-LN h + FF(LayerNorm(h)).",
+    S_PLACEMENT,
+)
 INPUT_MODIFIED = Diagnosis(
     "the block modifies its input in place",
     "An in-place op on x (x += ..., x.add_(...)) changes the caller's tensor, which "
     "the caller may still use (and autograd may need): write x = x + ... instead.",
-    S_RESIDUAL)
+    S_RESIDUAL,
+)
 SUBLAYER_ORDER = Diagnosis(
     "the sublayers in the wrong order",
     "The encoder block runs self-attention first (tokens exchange information), then "
-    "the position-wise feed-forward.", S_PLACEMENT)
+    "the position-wise feed-forward.",
+    S_PLACEMENT,
+)
 MASK_LOST = Diagnosis(
     "the mask does not reach the attention",
     "forward(x, mask) passes the boolean keep-mask (True = attend) on unchanged: "
-    "attn(x, x, x, mask=mask).", S_PADDING)
+    "attn(x, x, x, mask=mask).",
+    S_PADDING,
+)
 NOT_SELF_ATTENTION = Diagnosis(
     "query, key and value are not the same tensor",
     "The encoder's attention is self-attention: query, key and value are all the "
-    "sublayer's input.", S_PLACEMENT)
+    "sublayer's input.",
+    S_PLACEMENT,
+)
 
 
 def _check_ff_width(title, module, d_model, d_ff):
     """A block whose feed-forward has another hidden width than d_ff."""
     __tracebackhide__ = True
-    inside = tuple(n + "." for n, m in module.named_modules()
-                   if isinstance(m, MultiHeadAttention))
-    shapes = [tuple(m.weight.shape) for n, m in module.named_modules()
-              if isinstance(m, nn.Linear) and not n.startswith(inside)]
+    inside = tuple(
+        n + "." for n, m in module.named_modules() if isinstance(m, MultiHeadAttention)
+    )
+    shapes = [
+        tuple(m.weight.shape)
+        for n, m in module.named_modules()
+        if isinstance(m, nn.Linear) and not n.startswith(inside)
+    ]
     widths = sorted({o for o, i in shapes if i == d_model and (d_model, o) in shapes})
     if len(shapes) == 2 and len(widths) == 1 and widths[0] != d_ff:
-        FF_WIDTH.fail(title, f"Built with d_model={d_model}, d_ff={d_ff}, your "
-                             "block's feed-forward has a hidden layer of "
-                             f"{widths[0]} features.")
+        FF_WIDTH.fail(
+            title,
+            f"Built with d_model={d_model}, d_ff={d_ff}, your "
+            "block's feed-forward has a hidden layer of "
+            f"{widths[0]} features.",
+        )
 
 
 class LearnerNorm:
@@ -652,8 +817,16 @@ def _attn_hook(events):
         v = k if bound.get("value") is None else bound["value"]
         out = out[0] if isinstance(out, tuple) else out
         q, k, v, out = _copy(q), _copy(k), _copy(v), _copy(out)
-        events.append(Event("attn", (q,), {}, out,
-                            {"q": q, "k": k, "v": v, "mask": bound.get("mask")}))
+        events.append(
+            Event(
+                "attn",
+                (q,),
+                {},
+                out,
+                {"q": q, "k": k, "v": v, "mask": bound.get("mask")},
+            )
+        )
+
     return hook
 
 
@@ -666,8 +839,9 @@ def trace_block(module, x, mask, parts_or_weights):
         weights = (weights.ff1.weight, weights.ff2.weight)
     events = []
     attns = [m for m in module.modules() if isinstance(m, MultiHeadAttention)]
-    handles = [m.register_forward_hook(_attn_hook(events), with_kwargs=True)
-               for m in attns]
+    handles = [
+        m.register_forward_hook(_attn_hook(events), with_kwargs=True) for m in attns
+    ]
     try:
         with torch.no_grad(), quiet(), _Recorder(events, weights):
             y = module(x, mask)
@@ -682,8 +856,12 @@ def _norm_args(event):
     args, kwargs = event.args, event.kwargs
     names = ("input", "normalized_shape", "weight", "bias", "eps")
     got = [args[i] if len(args) > i else kwargs.get(n) for i, n in enumerate(names)]
-    return (tuple(got[1]) if got[1] is not None else None, got[2], got[3],
-            1e-5 if got[4] is None else got[4])
+    return (
+        tuple(got[1]) if got[1] is not None else None,
+        got[2],
+        got[3],
+        1e-5 if got[4] is None else got[4],
+    )
 
 
 def _batch_dependent(module, x, mask):
@@ -692,8 +870,9 @@ def _batch_dependent(module, x, mask):
     changed[1:] = changed[1:] * 3.0 + 1.0
     module.eval()
     with torch.no_grad(), quiet():
-        return not torch.allclose(module(x, mask)[0], module(changed, mask)[0],
-                                  atol=1e-5)
+        return not torch.allclose(
+            module(x, mask)[0], module(changed, mask)[0], atol=1e-5
+        )
 
 
 def _reject_other_norms(title, calls):
@@ -722,28 +901,42 @@ def _check_norm_calls(title, calls, d_model, module):
     for e in calls:
         shape, weight, bias, _ = _norm_args(e)
         if shape != (d_model,):
-            NORM_SHAPE.fail(title, "Your block calls layer_norm with normalized_shape="
-                                   f"{list(shape or ())} on x [B, S, D={d_model}].")
+            NORM_SHAPE.fail(
+                title,
+                "Your block calls layer_norm with normalized_shape="
+                f"{list(shape or ())} on x [B, S, D={d_model}].",
+            )
         if weight is None or bias is None:
             missing = "gain (weight=None" if weight is None else "bias (bias=None"
-            NO_AFFINE.fail(title, f"Your LayerNorm has no learnable {missing}, as "
-                                  "elementwise_affine=False gives).")
+            NO_AFFINE.fail(
+                title,
+                f"Your LayerNorm has no learnable {missing}, as "
+                "elementwise_affine=False gives).",
+            )
         _check_default_eps(title, _norm_args(e)[3])
         if id(weight) not in params or id(bias) not in params:
-            NORM_IN_FORWARD.fail(title, "Your LayerNorm's gain or bias is not a "
-                                        "parameter of the block.")
+            NORM_IN_FORWARD.fail(
+                title, "Your LayerNorm's gain or bias is not a parameter of the block."
+            )
 
 
 def _no_layer_norm(title, module, x, mask):
     """A block without a layer_norm call: BatchNorm by hand, or a hand-written norm."""
     __tracebackhide__ = True
     if _batch_dependent(module, x, mask):
-        BATCHNORM.fail(title, "Your block makes no layer_norm call, and in eval mode "
-                              "sequence 0's output changes with the other sequences: "
-                              "its norms take statistics across the batch.")
-    fail(title, "expected 2 nn.LayerNorm(d_model) modules, one per sublayer: your "
-                "block makes no layer_norm call (a norm written by hand is not "
-                f"one the checks can see). The exercise asks for {NORM_RULE}.", S_NORM)
+        BATCHNORM.fail(
+            title,
+            "Your block makes no layer_norm call, and in eval mode "
+            "sequence 0's output changes with the other sequences: "
+            "its norms take statistics across the batch.",
+        )
+    fail(
+        title,
+        "expected 2 nn.LayerNorm(d_model) modules, one per sublayer: your "
+        "block makes no layer_norm call (a norm written by hand is not "
+        f"one the checks can see). The exercise asks for {NORM_RULE}.",
+        S_NORM,
+    )
 
 
 def _learner_norms(title, module, events, x, mask, explain=None):
@@ -760,15 +953,21 @@ def _learner_norms(title, module, events, x, mask, explain=None):
     for e in calls:
         norms.setdefault(id(_norm_args(e)[1]), _norm_args(e)[1:3])
     if len(norms) == 1 and len(calls) >= 2:
-        SHARED_NORM.fail(title, f"Your block calls the same LayerNorm {len(calls)} "
-                                "times per forward.")
+        SHARED_NORM.fail(
+            title,
+            f"Your block calls the same LayerNorm {len(calls)} times per forward.",
+        )
     if len(norms) != 2 and explain is not None:
         explain()
     if len(norms) != 2:
-        fail(title, f"expected 2 nn.LayerNorm(d_model) modules, one per sublayer: your "
-                    f"block normalises with {len(norms)} distinct LayerNorm(s) in "
-                    f"{len(calls)} layer_norm call(s). The exercise asks for "
-                    f"{NORM_RULE}.", S_NORM)
+        fail(
+            title,
+            f"expected 2 nn.LayerNorm(d_model) modules, one per sublayer: your "
+            f"block normalises with {len(norms)} distinct LayerNorm(s) in "
+            f"{len(calls)} layer_norm call(s). The exercise asks for "
+            f"{NORM_RULE}.",
+            S_NORM,
+        )
     return tuple(LearnerNorm(w, b) for w, b in norms.values())
 
 
@@ -786,15 +985,25 @@ def discover(title, module, x, mask, d_ff, norm_first=None) -> Parts:
     try:
         events, y = trace_block(module, x, mask, (ff1.weight, ff2.weight))
     except Exception as exc:  # noqa: BLE001 - the learner's code may raise anything
-        fail(title, f"your block raised {Raised(exc)!r} while the check ran it on x "
-                    f"{list(x.shape)}, {x.dtype}, mask "
-                    f"{None if mask is None else list(mask.shape)}.")
+        fail(
+            title,
+            f"your block raised {Raised(exc)!r} while the check ran it on x "
+            f"{list(x.shape)}, {x.dtype}, mask "
+            f"{None if mask is None else list(mask.shape)}.",
+        )
     found = Parts((attns[0][1],), (), ff1, ff2)
     explain = None
     if norm_first is not None:
+
         def explain():
-            _explain_stream(title, Stream(events, x, y, found), mask, norm_first,
-                            f"x {list(x.shape)}, {x.dtype}")
+            _explain_stream(
+                title,
+                Stream(events, x, y, found),
+                mask,
+                norm_first,
+                f"x {list(x.shape)}, {x.dtype}",
+            )
+
     norms = _learner_norms(title, module, events, x, mask, explain)
     module.train(training)
     return Parts((attns[0][1],), norms, ff1, ff2)
@@ -817,11 +1026,13 @@ def encoder_wired(attn_wiring, ff_wiring, drop=keep, ff=Parts.ff):
     by ``attn_wiring`` and its feed-forward ``ff(parts, h)`` by ``ff_wiring``:
     ``block(order, module, x, mask, parts)``, ``order`` saying which norm serves which
     sublayer."""
+
     def block(order, module, x, mask, parts):
         parts = parts.in_role(order)
         attn = parts.attns[0]
         x = attn_wiring(x, lambda h: attn(h, h, h, mask=mask), parts.norms[0], drop)
         return ff_wiring(x, lambda h: ff(parts, h), parts.norms[1], drop)
+
     return block
 
 
@@ -836,18 +1047,27 @@ def _mask(kind, b, s, device):
 
 
 # (D, H, d_ff, B, S, mask, dtype)
-BLOCK_CONFIGS = ((16, 4, 40, 3, 5, "pad", torch.float32),
-                 (24, 3, 48, 2, 6, None, torch.float32),
-                 (12, 2, 20, 2, 4, "causal", torch.float64),
-                 (16, 4, 32, 4, 5, "pad", torch.float32))
+BLOCK_CONFIGS = (
+    (16, 4, 40, 3, 5, "pad", torch.float32),
+    (24, 3, 48, 2, 6, None, torch.float32),
+    (12, 2, 20, 2, 4, "causal", torch.float64),
+    (16, 4, 32, 4, 5, "pad", torch.float32),
+)
 #: The case whose stages are measured when a block is wrong (float64: exact fits).
 ANALYSIS_CONFIG = ((16, 4, 40, 3, 5, "pad", torch.float64),)
 
 
-def _block_cases(cls, norm_first, dropout=0.1, train=False, configs=BLOCK_CONFIGS,
-                 title="EncoderBlock"):
+def _block_cases(
+    cls,
+    norm_first,
+    dropout=0.1,
+    train=False,
+    configs=BLOCK_CONFIGS,
+    title="EncoderBlock",
+):
     cases = []
     for i, (d, h, f, b, s, mask_kind, dtype) in enumerate(configs):
+
         def make(d=d, h=h, f=f, b=b, s=s, mask_kind=mask_kind, dtype=dtype, i=i):
             torch.manual_seed(1000 + i)
             args = (d, h, f, dropout, norm_first)
@@ -858,9 +1078,15 @@ def _block_cases(cls, norm_first, dropout=0.1, train=False, configs=BLOCK_CONFIG
             randomise_learner_norms(parts, seed=i)
             module.train(train)
             return module, x, mask, parts
-        cases.append(Case(f"D={d}, H={h}, d_ff={f}, x [{b}, {s}, {d}], mask "
-                          f"{mask_kind}, {dtype}", make))
+
+        cases.append(
+            Case(
+                f"D={d}, H={h}, d_ff={f}, x [{b}, {s}, {d}], mask {mask_kind}, {dtype}",
+                make,
+            )
+        )
     return cases
+
 
 POST_LN_BLOCK = encoder_wired(post_ln, post_ln)
 PRE_LN_BLOCK = encoder_wired(pre_ln, pre_ln)
@@ -887,50 +1113,79 @@ _MISSING_RESIDUAL = (
     "The block never adds its input back: each sublayer must compute x + "
     "Sublayer(...), so that the input (and its gradient) passes through unchanged next "
     "to the sublayer. Without it a deep stack has no identity path and gradients "
-    "vanish.")
+    "vanish."
+)
 
-MISSING_RESIDUAL = Pitfall("missing residual", _MISSING_RESIDUAL, S_RESIDUAL,
-                           encoder_wired(post_ln_no_residual, post_ln_no_residual))
+MISSING_RESIDUAL = Pitfall(
+    "missing residual",
+    _MISSING_RESIDUAL,
+    S_RESIDUAL,
+    encoder_wired(post_ln_no_residual, post_ln_no_residual),
+)
 NO_RESIDUAL_AROUND_ATTENTION = Pitfall(
-    "missing residual (around the attention)", _MISSING_RESIDUAL, S_RESIDUAL,
-    encoder_wired(post_ln_no_residual, post_ln))
+    "missing residual (around the attention)",
+    _MISSING_RESIDUAL,
+    S_RESIDUAL,
+    encoder_wired(post_ln_no_residual, post_ln),
+)
 NO_RESIDUAL_AROUND_FF = Pitfall(
-    "missing residual (around the feed-forward)", _MISSING_RESIDUAL, S_RESIDUAL,
-    encoder_wired(post_ln, post_ln_no_residual))
+    "missing residual (around the feed-forward)",
+    _MISSING_RESIDUAL,
+    S_RESIDUAL,
+    encoder_wired(post_ln, post_ln_no_residual),
+)
 PRE_LN_FOR_POST_LN = Pitfall(
     "LayerNorm in the wrong place (Pre-LN where Post-LN was asked)",
     "With norm_first=False the block is the paper's Post-LN: x = LayerNorm(x + "
     "Dropout(Sublayer(x))). You normalised the sublayer's input instead (Pre-LN).",
-    S_PLACEMENT, PRE_LN_BLOCK)
+    S_PLACEMENT,
+    PRE_LN_BLOCK,
+)
 POST_LN_FOR_PRE_LN = Pitfall(
     "LayerNorm in the wrong place (Post-LN where Pre-LN was asked)",
     "With norm_first=True the block is Pre-LN: x = x + "
     "Dropout(Sublayer(LayerNorm(x))). Your block normalises after the residual add "
     "(Post-LN): does it read its norm_first argument?",
-    S_PLACEMENT, POST_LN_BLOCK)
+    S_PLACEMENT,
+    POST_LN_BLOCK,
+)
 NORM_ON_SUBLAYER = Pitfall(
     "LayerNorm in the wrong place (x + LayerNorm(sublayer))",
     "You normalised the sublayer's output and then added the input: x + "
     "LayerNorm(Sublayer(x)). The norm goes around the sum in Post-LN, LayerNorm(x + "
     "Sublayer(x)), or on the sublayer's input in Pre-LN, x + Sublayer(LayerNorm(x)).",
-    S_PLACEMENT, encoder_wired(_norm_on_sublayer, _norm_on_sublayer))
+    S_PLACEMENT,
+    encoder_wired(_norm_on_sublayer, _norm_on_sublayer),
+)
 NORMED_STREAM = Pitfall(
     "LayerNorm in the wrong place (the residual stream normalised)",
     "You replaced the residual stream by its norm (h = LayerNorm(x); x = h + "
     "Sublayer(h)). In Pre-LN only the sublayer sees the normalised copy: x = x + "
     "Sublayer(LayerNorm(x)).",
-    S_PLACEMENT, encoder_wired(_normed_stream, _normed_stream))
+    S_PLACEMENT,
+    encoder_wired(_normed_stream, _normed_stream),
+)
 
-POST_PITFALLS = (MISSING_RESIDUAL, NO_RESIDUAL_AROUND_ATTENTION, NO_RESIDUAL_AROUND_FF,
-                 PRE_LN_FOR_POST_LN, NORM_ON_SUBLAYER, NORMED_STREAM)
+POST_PITFALLS = (
+    MISSING_RESIDUAL,
+    NO_RESIDUAL_AROUND_ATTENTION,
+    NO_RESIDUAL_AROUND_FF,
+    PRE_LN_FOR_POST_LN,
+    NORM_ON_SUBLAYER,
+    NORMED_STREAM,
+)
 PRE_PITFALLS = (
     POST_LN_FOR_PRE_LN,
-    replace(MISSING_RESIDUAL,
-            impl=encoder_wired(_pre_ln_no_residual, _pre_ln_no_residual)),
-    replace(NO_RESIDUAL_AROUND_ATTENTION,
-            impl=encoder_wired(_pre_ln_no_residual, pre_ln)),
+    replace(
+        MISSING_RESIDUAL, impl=encoder_wired(_pre_ln_no_residual, _pre_ln_no_residual)
+    ),
+    replace(
+        NO_RESIDUAL_AROUND_ATTENTION, impl=encoder_wired(_pre_ln_no_residual, pre_ln)
+    ),
     replace(NO_RESIDUAL_AROUND_FF, impl=encoder_wired(pre_ln, _pre_ln_no_residual)),
-    NORM_ON_SUBLAYER, NORMED_STREAM)
+    NORM_ON_SUBLAYER,
+    NORMED_STREAM,
+)
 
 
 def _call_block(module, x, mask, parts):
@@ -940,14 +1195,18 @@ def _call_block(module, x, mask, parts):
 def _reject_input_mutation(title, cls, norm_first, dropout=0.1):
     """The block must leave the caller's x unchanged (no ``x += ...`` on it)."""
     __tracebackhide__ = True
-    case = _block_cases(cls, norm_first, dropout, configs=BLOCK_CONFIGS[:1],
-                        title=title)[0]
+    case = _block_cases(
+        cls, norm_first, dropout, configs=BLOCK_CONFIGS[:1], title=title
+    )[0]
     module, x, mask, parts = case.make()
     before = x.clone()
     run(_call_block, (module, x, mask, parts))
     if not torch.equal(before, x):
-        INPUT_MODIFIED.fail(title, f"On case {case.label}, the x passed to your block "
-                                   "changed during the call.")
+        INPUT_MODIFIED.fail(
+            title,
+            f"On case {case.label}, the x passed to your block "
+            "changed during the call.",
+        )
 
 
 X = "x"
@@ -983,8 +1242,11 @@ class Stream:
             if name is None or name in self.known:
                 continue
             # A tensor computed twice (norm1(x) called for q, k and v) keeps one name.
-            same = [n for n, t in self.known.items()
-                    if t.shape == e.out.shape and torch.equal(t, e.out)]
+            same = [
+                n
+                for n, t in self.known.items()
+                if t.shape == e.out.shape and torch.equal(t, e.out)
+            ]
             e.info["name"] = same[0] if same else name
             if not same:
                 self.known[name], self.when[name] = e.out, i
@@ -1031,12 +1293,16 @@ def _stage(title, what, target, named, expected, diagnosis, label):
         return
     want = describe_sum(expected)
     if coefs is None:
-        fail(title, f"on case {label}, {what} should be {want}, but it is no weighted "
-                    f"sum of {', '.join(named)}. It {UNEXPLAINED}; this is the first "
-                    "stage that differs: compare that step with the lesson.",
-             diagnosis.section)
-    diagnosis.fail(title, f"On case {label}, {what} is {describe_sum(coefs)}; expected "
-                          f"{want}.")
+        fail(
+            title,
+            f"on case {label}, {what} should be {want}, but it is no weighted "
+            f"sum of {', '.join(named)}. It {UNEXPLAINED}; this is the first "
+            "stage that differs: compare that step with the lesson.",
+            diagnosis.section,
+        )
+    diagnosis.fail(
+        title, f"On case {label}, {what} is {describe_sum(coefs)}; expected {want}."
+    )
 
 
 def _stage_mask(title, event, mask, label):
@@ -1045,11 +1311,17 @@ def _stage_mask(title, event, mask, label):
     if mask is None:
         return
     if isinstance(got, torch.Tensor) and got.dtype != torch.bool:
-        MASK_LOST.fail(title, f"On case {label}, your attention received a {got.dtype} "
-                              "mask; it takes the boolean keep-mask you were given.")
+        MASK_LOST.fail(
+            title,
+            f"On case {label}, your attention received a {got.dtype} "
+            "mask; it takes the boolean keep-mask you were given.",
+        )
     if got is None:
-        MASK_LOST.fail(title, f"On case {label}, the block was given a padding mask "
-                              "but its attention was called with mask=None.")
+        MASK_LOST.fail(
+            title,
+            f"On case {label}, the block was given a padding mask "
+            "but its attention was called with mask=None.",
+        )
     try:
         g, m = torch.broadcast_tensors(got.bool(), mask)
         same_mask, inverted = torch.equal(g, m), torch.equal(g, ~m)
@@ -1058,8 +1330,11 @@ def _stage_mask(title, event, mask, label):
     if not same_mask:
         what = "the inverted mask (~mask)" if inverted else "another mask"
         shape = list(getattr(got, "shape", []))
-        MASK_LOST.fail(title, f"On case {label}, your attention received {what} "
-                              f"(shape {shape}), not the mask the block was given.")
+        MASK_LOST.fail(
+            title,
+            f"On case {label}, your attention received {what} "
+            f"(shape {shape}), not the mask the block was given.",
+        )
 
 
 def _stage_attention(title, st, event, expected, mask, label):
@@ -1080,9 +1355,12 @@ def _stage_activation(title, st, label):
     act = describe_function(first.out, second.inp)
     if act != "ReLU":
         act = act or unrecognised_map(first.out, second.inp)
-        FF_ACTIVATION.fail(title, f"On case {label}, between your feed-forward's "
-                                  f"Linear layers the hidden features go through "
-                                  f"{act}.")
+        FF_ACTIVATION.fail(
+            title,
+            f"On case {label}, between your feed-forward's "
+            f"Linear layers the hidden features go through "
+            f"{act}.",
+        )
 
 
 def _stage_norm_eps(title, st, label):
@@ -1098,16 +1376,21 @@ def _stage_order(title, st, label):
     __tracebackhide__ = True
     attn, lin1 = st.first("attn"), st.first("linear1")
     if lin1 is not None and st.index(lin1) < st.index(attn):
-        SUBLAYER_ORDER.fail(title, f"On case {label}, your block ran its feed-forward "
-                                   "before its attention.")
+        SUBLAYER_ORDER.fail(
+            title,
+            f"On case {label}, your block ran its feed-forward before its attention.",
+        )
 
 
 def _missing_norm(title, sublayer, where, label):
     """No norm call where the wiring has the ``sublayer``'s norm."""
     __tracebackhide__ = True
     wiring = "Post-LN" if where.startswith("after") else "Pre-LN"
-    MISSING_NORM.fail(title, f"On case {label}, no LayerNorm runs {where}, where "
-                             f"{wiring} puts the {sublayer} sublayer's norm.")
+    MISSING_NORM.fail(
+        title,
+        f"On case {label}, no LayerNorm runs {where}, where "
+        f"{wiring} puts the {sublayer} sublayer's norm.",
+    )
 
 
 def _stages_post_ln(title, st, mask, label):
@@ -1119,21 +1402,48 @@ def _stages_post_ln(title, st, mask, label):
     if not after:
         _missing_norm(title, "attention", "after the attention", label)
     n1 = after[0]
-    _stage(title, f"the input of the LayerNorm after the attention ({n1.info['call']})",
-           n1.inp, st.before(n1), {X: 1, ATTN: 1}, RESIDUAL_SUM, label)
+    _stage(
+        title,
+        f"the input of the LayerNorm after the attention ({n1.info['call']})",
+        n1.inp,
+        st.before(n1),
+        {X: 1, ATTN: 1},
+        RESIDUAL_SUM,
+        label,
+    )
     lin1 = st.first("linear1")
     if lin1 is not None:
-        _stage(title, "the feed-forward's input", lin1.inp, st.before(lin1),
-               {n1.info["name"]: 1}, WRONG_INPUT, label)
+        _stage(
+            title,
+            "the feed-forward's input",
+            lin1.inp,
+            st.before(lin1),
+            {n1.info["name"]: 1},
+            WRONG_INPUT,
+            label,
+        )
     _stage_activation(title, st, label)
     if len(after) < 2:
         _missing_norm(title, "feed-forward", "after the feed-forward", label)
     n2 = after[1]
-    _stage(title, f"the input of the LayerNorm after the feed-forward "
-                  f"({n2.info['call']})", n2.inp, st.with_computed_ff(st.before(n2)),
-           {n1.info["name"]: 1, st.ff_name(n1.info["name"]): 1}, RESIDUAL_SUM, label)
-    _stage(title, "the block's output", st.y, st.with_computed_ff(st.before(None)),
-           {n2.info["name"]: 1}, WRONG_OUTPUT, label)
+    _stage(
+        title,
+        f"the input of the LayerNorm after the feed-forward ({n2.info['call']})",
+        n2.inp,
+        st.with_computed_ff(st.before(n2)),
+        {n1.info["name"]: 1, st.ff_name(n1.info["name"]): 1},
+        RESIDUAL_SUM,
+        label,
+    )
+    _stage(
+        title,
+        "the block's output",
+        st.y,
+        st.with_computed_ff(st.before(None)),
+        {n2.info["name"]: 1},
+        WRONG_OUTPUT,
+        label,
+    )
 
 
 def _stages_pre_ln(title, st, mask, label):
@@ -1144,24 +1454,50 @@ def _stages_pre_ln(title, st, mask, label):
     if not before:
         _missing_norm(title, "attention", "before the attention", label)
     n1 = before[-1]
-    _stage(title, f"the input of the LayerNorm before the attention "
-                  f"({n1.info['call']})", n1.inp, st.before(n1), {X: 1}, WRONG_INPUT,
-           label)
+    _stage(
+        title,
+        f"the input of the LayerNorm before the attention ({n1.info['call']})",
+        n1.inp,
+        st.before(n1),
+        {X: 1},
+        WRONG_INPUT,
+        label,
+    )
     _stage_attention(title, st, attn, {n1.info["name"]: 1}, mask, label)
     after = [e for e in st.norms() if st.index(e) > st.index(attn)]
     if not after:
         _missing_norm(title, "feed-forward", "before the feed-forward", label)
     n2 = after[0]
-    _stage(title, f"the input of the LayerNorm before the feed-forward "
-                  f"({n2.info['call']})", n2.inp, st.before(n2), {X: 1, ATTN: 1},
-           RESIDUAL_SUM, label)
+    _stage(
+        title,
+        f"the input of the LayerNorm before the feed-forward ({n2.info['call']})",
+        n2.inp,
+        st.before(n2),
+        {X: 1, ATTN: 1},
+        RESIDUAL_SUM,
+        label,
+    )
     lin1 = st.first("linear1")
     if lin1 is not None:
-        _stage(title, "the feed-forward's input", lin1.inp, st.before(lin1),
-               {n2.info["name"]: 1}, WRONG_INPUT, label)
+        _stage(
+            title,
+            "the feed-forward's input",
+            lin1.inp,
+            st.before(lin1),
+            {n2.info["name"]: 1},
+            WRONG_INPUT,
+            label,
+        )
     _stage_activation(title, st, label)
-    _stage(title, "the block's output", st.y, st.with_computed_ff(st.before(None)),
-           {X: 1, ATTN: 1, st.ff_name(n2.info["name"]): 1}, RESIDUAL_SUM, label)
+    _stage(
+        title,
+        "the block's output",
+        st.y,
+        st.with_computed_ff(st.before(None)),
+        {X: 1, ATTN: 1, st.ff_name(n2.info["name"]): 1},
+        RESIDUAL_SUM,
+        label,
+    )
 
 
 def _raise_on_learner_error(title, cases):
@@ -1169,8 +1505,10 @@ def _raise_on_learner_error(title, cases):
     for case in cases:
         got = run(_call_block, case.make())
         if isinstance(got, Raised):
-            fail(title, f"your block raised {got!r} while the check ran case "
-                        f"{case.label}.")
+            fail(
+                title,
+                f"your block raised {got!r} while the check ran case {case.label}.",
+            )
 
 
 def _explain_block(title, cls, norm_first):
@@ -1183,14 +1521,22 @@ def _explain_block(title, cls, norm_first):
     before = x.clone()
     events, y = trace_block(module, x, mask, parts)
     if not torch.equal(before, x):
-        INPUT_MODIFIED.fail(title, f"On case {case.label}, the x passed to your "
-                                   "block changed during the call.")
+        INPUT_MODIFIED.fail(
+            title,
+            f"On case {case.label}, the x passed to your "
+            "block changed during the call.",
+        )
     if not isinstance(y, torch.Tensor):
-        WRONG_OUTPUT.fail(title, f"On case {case.label}, your block returned a "
-                                 f"{type(y).__name__}, not the tensor [B, S, D].")
+        WRONG_OUTPUT.fail(
+            title,
+            f"On case {case.label}, your block returned a "
+            f"{type(y).__name__}, not the tensor [B, S, D].",
+        )
     if not holds(title, _deterministic_in_eval, module, x, mask):
-        DROPOUT_IN_EVAL.fail(title, f"On case {case.label}, two calls in eval mode "
-                                    "gave different outputs.")
+        DROPOUT_IN_EVAL.fail(
+            title,
+            f"On case {case.label}, two calls in eval mode gave different outputs.",
+        )
     _explain_stream(title, Stream(events, x, y, parts), mask, norm_first, case.label)
 
 
@@ -1201,8 +1547,11 @@ def _explain_stream(title, st, mask, norm_first, label):
     if st.first("attn") is None or not isinstance(st.y, torch.Tensor):
         return
     if st.y.shape != st.x.shape:
-        WRONG_OUTPUT.fail(title, f"On case {label}, your block returned shape "
-                                 f"{list(st.y.shape)}, expected {list(st.x.shape)}.")
+        WRONG_OUTPUT.fail(
+            title,
+            f"On case {label}, your block returned shape "
+            f"{list(st.y.shape)}, expected {list(st.x.shape)}.",
+        )
     _stage_norm_eps(title, st, label)
     _stage_order(title, st, label)
     stages = _stages_pre_ln if norm_first else _stages_post_ln
@@ -1230,14 +1579,20 @@ def check_encoder_block(cls, norm_first: bool = False) -> None:
     _probe_parts(cls, title)
     _reject_input_mutation(title, cls, norm_first)
     reference = PRE_LN_BLOCK if norm_first else POST_LN_BLOCK
-    compare_with_roles(title, _block_cases(cls, norm_first, title=title), _call_block,
-                       reference, PRE_PITFALLS if norm_first else POST_PITFALLS,
-                       norm_orders(2),
-                       explain=lambda: _explain_block(title, cls, norm_first))
+    compare_with_roles(
+        title,
+        _block_cases(cls, norm_first, title=title),
+        _call_block,
+        reference,
+        PRE_PITFALLS if norm_first else POST_PITFALLS,
+        norm_orders(2),
+        explain=lambda: _explain_block(title, cls, norm_first),
+    )
 
 
 # -------------------------------------------------------------------- dropout placement
 # Probed in train mode at dropout 1: every dropped path is then exactly zero.
+
 
 def _zero(t):
     return torch.zeros_like(t)
@@ -1280,48 +1635,81 @@ SEED_DROPOUT = Pitfall(
     "TransformerBlock does. Dropout belongs on the sublayer's output *before* the "
     "residual add: LayerNorm(x + Dropout(Sublayer(x))) (Vaswani et al. §5.4). After "
     "the norm it zeroes features of the whole residual stream, input included, and "
-    "rescales the rest by 1/(1-p).", S_DROPOUT,
-    encoder_wired(_dropout_after_norm, _dropout_after_norm, drop=_zero))
+    "rescales the rest by 1/(1-p).",
+    S_DROPOUT,
+    encoder_wired(_dropout_after_norm, _dropout_after_norm, drop=_zero),
+)
 DROPOUT_ON_SUM = Pitfall(
     "dropout on the residual sum",
     "Your block applies dropout to x + Sublayer(x), which drops the residual path too. "
-    "Only the sublayer's output is dropped: x + Dropout(Sublayer(...)).", S_DROPOUT,
-    encoder_wired(_dropout_on_sum, _dropout_on_sum, drop=_zero))
+    "Only the sublayer's output is dropped: x + Dropout(Sublayer(...)).",
+    S_DROPOUT,
+    encoder_wired(_dropout_on_sum, _dropout_on_sum, drop=_zero),
+)
 NO_DROPOUT = Pitfall(
     "no dropout on the sublayer outputs",
     "Your block never applies dropout to the sublayer outputs (the dropout argument "
     "has no effect there). The paper's regularisation is Dropout(Sublayer(x)) before "
-    "each residual add.", S_DROPOUT,
-    encoder_wired(_post_ln_no_dropout, _post_ln_no_dropout, drop=_zero))
+    "each residual add.",
+    S_DROPOUT,
+    encoder_wired(_post_ln_no_dropout, _post_ln_no_dropout, drop=_zero),
+)
 ONLY_FF_DROPOUT = Pitfall(
     "no dropout on the sublayer outputs",
     "Your block never applies dropout to the sublayer outputs (only inside the "
     "feed-forward). The paper's regularisation is Dropout(Sublayer(x)) before each "
-    "residual add.", S_DROPOUT,
-    encoder_wired(_post_ln_no_dropout, _post_ln_no_dropout, drop=_zero,
-                  ff=_ff_hidden_dropped))
+    "residual add.",
+    S_DROPOUT,
+    encoder_wired(
+        _post_ln_no_dropout, _post_ln_no_dropout, drop=_zero, ff=_ff_hidden_dropped
+    ),
+)
 
 POST_DROPOUT_PITFALLS = (SEED_DROPOUT, DROPOUT_ON_SUM, NO_DROPOUT, ONLY_FF_DROPOUT)
 PRE_DROPOUT_PITFALLS = (
-    replace(SEED_DROPOUT, impl=encoder_wired(
-        _pre_ln_input_dropped, _pre_ln_input_dropped, drop=_zero)),
-    replace(DROPOUT_ON_SUM, impl=encoder_wired(
-        _pre_ln_dropout_on_sum, _pre_ln_dropout_on_sum, drop=_zero)),
-    replace(NO_DROPOUT, impl=encoder_wired(
-        _pre_ln_no_dropout, _pre_ln_no_dropout, drop=_zero)),
-    replace(ONLY_FF_DROPOUT, impl=encoder_wired(
-        _pre_ln_no_dropout, _pre_ln_no_dropout, drop=_zero, ff=_ff_hidden_dropped)))
+    replace(
+        SEED_DROPOUT,
+        impl=encoder_wired(_pre_ln_input_dropped, _pre_ln_input_dropped, drop=_zero),
+    ),
+    replace(
+        DROPOUT_ON_SUM,
+        impl=encoder_wired(_pre_ln_dropout_on_sum, _pre_ln_dropout_on_sum, drop=_zero),
+    ),
+    replace(
+        NO_DROPOUT,
+        impl=encoder_wired(_pre_ln_no_dropout, _pre_ln_no_dropout, drop=_zero),
+    ),
+    replace(
+        ONLY_FF_DROPOUT,
+        impl=encoder_wired(
+            _pre_ln_no_dropout, _pre_ln_no_dropout, drop=_zero, ff=_ff_hidden_dropped
+        ),
+    ),
+)
 
 # Post-LN first (the seed's block), then Pre-LN: each one is diagnosed on its own.
 DROPOUT_ROUNDS = (
-    ("Post-LN", False, encoder_wired(post_ln, post_ln, drop=_zero),
-     POST_DROPOUT_PITFALLS, ((16, 4, 40, 3, 5, "pad", torch.float32),
-                             (12, 2, 20, 2, 4, None, torch.float64))),
-    ("Pre-LN", True, encoder_wired(pre_ln, pre_ln, drop=_zero),
-     PRE_DROPOUT_PITFALLS, ((16, 4, 32, 2, 5, "pad", torch.float32),
-                            (8, 2, 24, 3, 3, None, torch.float32))),
+    (
+        "Post-LN",
+        False,
+        encoder_wired(post_ln, post_ln, drop=_zero),
+        POST_DROPOUT_PITFALLS,
+        (
+            (16, 4, 40, 3, 5, "pad", torch.float32),
+            (12, 2, 20, 2, 4, None, torch.float64),
+        ),
+    ),
+    (
+        "Pre-LN",
+        True,
+        encoder_wired(pre_ln, pre_ln, drop=_zero),
+        PRE_DROPOUT_PITFALLS,
+        (
+            (16, 4, 32, 2, 5, "pad", torch.float32),
+            (8, 2, 24, 3, 3, None, torch.float32),
+        ),
+    ),
 )
-
 
 
 # Then measured at a moderate p in train mode: the fraction of each branch's activations
@@ -1337,7 +1725,8 @@ DROPOUT_MEASURED = Diagnosis(
     "scales the others by 1/(1-p) (nn.Dropout(dropout) or F.dropout(t, dropout, "
     "self.training)); the input, the residual path, the residual sum and the "
     "normalised stream are never dropped.",
-    S_DROPOUT)
+    S_DROPOUT,
+)
 
 
 def _zeroed(t) -> float:
@@ -1367,24 +1756,50 @@ def _dropout_observations(st, norm_first, p=P_PROBE):
     h = (lin1.inp if lin1 is not None else norms[0].out) if not norm_first else s1
     s2 = st.y if norm_first else norms[1].inp
     f = lin2.out if lin2 is not None else None
-    ff_in = [] if lin1 is None else [
-        ("after_norm" if not norm_first else "input", "the feed-forward's input",
-         lin1.inp, 0, None)]
-    ff_res = [] if f is None else [
-        ("residual", "the residual path the feed-forward's output is added to", s2 - f,
-         0, None)]
+    ff_in = (
+        []
+        if lin1 is None
+        else [
+            (
+                "after_norm" if not norm_first else "input",
+                "the feed-forward's input",
+                lin1.inp,
+                0,
+                None,
+            )
+        ]
+    )
+    ff_res = (
+        []
+        if f is None
+        else [
+            (
+                "residual",
+                "the residual path the feed-forward's output is added to",
+                s2 - f,
+                0,
+                None,
+            )
+        ]
+    )
     # Everything that is never dropped first, then the two branches.
-    return [("input", "the attention's query input", attn.info["q"], 0, None),
-            ("sum", "the residual sum x + attention", s1, 0, None),
-            *ff_in,
-            ("sum", "the residual sum h + feed-forward", s2, 0, None),
-            ("after_norm", "the block's output", st.y, 0, None),
-            ("residual", "the residual path the attention's output is added to",
-             s1 - attn.out, 0, None),
-            *ff_res,
-            ("branch", "the attention branch (what is added to x)", s1 - st.x, p,
-             attn.out),
-            ("branch", "the feed-forward branch (what is added to h)", s2 - h, p, f)]
+    return [
+        ("input", "the attention's query input", attn.info["q"], 0, None),
+        ("sum", "the residual sum x + attention", s1, 0, None),
+        *ff_in,
+        ("sum", "the residual sum h + feed-forward", s2, 0, None),
+        ("after_norm", "the block's output", st.y, 0, None),
+        (
+            "residual",
+            "the residual path the attention's output is added to",
+            s1 - attn.out,
+            0,
+            None,
+        ),
+        *ff_res,
+        ("branch", "the attention branch (what is added to x)", s1 - st.x, p, attn.out),
+        ("branch", "the feed-forward branch (what is added to h)", s2 - h, p, f),
+    ]
 
 
 @dataclass(frozen=True)
@@ -1410,8 +1825,10 @@ def _departure(key, what, t, want, before, name, p=P_PROBE):
         return kind, f"{where}, {got:.0%} of {what} were zeroed, expected {expected}."
     scale = _kept_scale(t, before) if want else None
     if scale is not None and abs(scale * (1 - p) - 1) > 0.02:
-        return "scale", (f"{where}, the kept activations of {what} were multiplied by "
-                         f"{scale:.3g}, expected 1/(1-p) = {1 / (1 - p):.3g}.")
+        return "scale", (
+            f"{where}, the kept activations of {what} were multiplied by "
+            f"{scale:.3g}, expected 1/(1-p) = {1 / (1 - p):.3g}."
+        )
     return None
 
 
@@ -1427,8 +1844,10 @@ def _measure_dropout(title, cls, norm_first, p=P_PROBE):
     try:
         events, y = trace_block(module, x, mask, parts)
     except Exception as exc:  # noqa: BLE001 - the learner's code may raise anything
-        fail(title, f"your block raised {Raised(exc)!r} in train mode on case "
-                    f"{case.label}.")
+        fail(
+            title,
+            f"your block raised {Raised(exc)!r} in train mode on case {case.label}.",
+        )
     st = Stream(events, x, y, parts)
     if st.first("attn") is None or not isinstance(y, torch.Tensor):
         return None
@@ -1441,18 +1860,21 @@ def _measure_dropout(title, cls, norm_first, p=P_PROBE):
 
 # The placements each listed pitfall shows at p = 0.3: it is named only when the
 # measured first departure is one of them.
-DROPOUT_SIGNATURES = ((SEED_DROPOUT.name, frozenset({"after_norm", "input"})),
-                      (DROPOUT_ON_SUM.name, frozenset({"sum"})),
-                      (NO_DROPOUT.name, frozenset({"branch_none"})),
-                      (ONLY_FF_DROPOUT.name, frozenset({"branch_none"})))
+DROPOUT_SIGNATURES = (
+    (SEED_DROPOUT.name, frozenset({"after_norm", "input"})),
+    (DROPOUT_ON_SUM.name, frozenset({"sum"})),
+    (NO_DROPOUT.name, frozenset({"branch_none"})),
+    (ONLY_FF_DROPOUT.name, frozenset({"branch_none"})),
+)
 
 
 def _consistent(pitfalls, finding):
     """The pitfalls whose placement agrees with the measured ``finding``."""
     if finding is None:
         return pitfalls
-    return tuple(p for p in pitfalls
-                 if finding.key in dict(DROPOUT_SIGNATURES).get(p.name, ()))
+    return tuple(
+        p for p in pitfalls if finding.key in dict(DROPOUT_SIGNATURES).get(p.name, ())
+    )
 
 
 #: A second rate: a dropout constant that happens to equal P_PROBE is caught there.
@@ -1462,7 +1884,9 @@ ATTENTION_DROPOUT = Diagnosis(
     "the attention's dropout is not the block's rate",
     "The exercise asks for MultiHeadAttention(d_model, n_heads, dropout=dropout): the "
     "attention drops its weights at the block's rate too (its `dropout` argument, "
-    "default 0.0, is the rate on the attention weights).", S_DROPOUT)
+    "default 0.0, is the rate on the attention weights).",
+    S_DROPOUT,
+)
 
 
 def _attention_rate(title, cls, p):
@@ -1480,9 +1904,12 @@ def _check_attention_rate(title, cls):
     for p in (P_PROBE, P_SECOND):
         rate = _attention_rate(title, cls, p)
         if rate is not None and abs(rate - p) > 1e-9:
-            ATTENTION_DROPOUT.fail(title, f"Built with dropout={p}, your block's "
-                                          "MultiHeadAttention drops its attention "
-                                          f"weights at p = {rate:g}.")
+            ATTENTION_DROPOUT.fail(
+                title,
+                f"Built with dropout={p}, your block's "
+                "MultiHeadAttention drops its attention "
+                f"weights at p = {rate:g}.",
+            )
 
 
 @single_threaded
@@ -1500,19 +1927,32 @@ def check_dropout_placement(cls) -> None:
     for norm_first in (False, True):
         _reject_input_mutation(title, cls, norm_first, P_PROBE)
     for name, norm_first, reference, pitfalls, configs in DROPOUT_ROUNDS:
-        finding = (_measure_dropout(title, cls, norm_first)
-                   or _measure_dropout(title, cls, norm_first, P_SECOND))
-        cases = [Case(f"{case.label}, {name}, dropout=1, train mode", case.make)
-                 for case in _block_cases(cls, norm_first, 1.0, True, configs, title)]
-        compare_with_roles(title, cases, _call_block, reference,
-                           _consistent(pitfalls, finding), norm_orders(2),
-                           announce=False, explain=finding and finding.fail)
+        finding = _measure_dropout(title, cls, norm_first) or _measure_dropout(
+            title, cls, norm_first, P_SECOND
+        )
+        cases = [
+            Case(f"{case.label}, {name}, dropout=1, train mode", case.make)
+            for case in _block_cases(cls, norm_first, 1.0, True, configs, title)
+        ]
+        compare_with_roles(
+            title,
+            cases,
+            _call_block,
+            reference,
+            _consistent(pitfalls, finding),
+            norm_orders(2),
+            announce=False,
+            explain=finding and finding.fail,
+        )
         if finding is not None:
             finding.fail()
     _check_attention_rate(title, cls)
-    passed(title, "on each sublayer's output, before the residual add (Post-LN and "
-                  "Pre-LN), at the block's rate: at p = 0.3 and 0.5 each branch loses "
-                  "about 30 % and 50 %, and the attention drops its weights at p")
+    passed(
+        title,
+        "on each sublayer's output, before the residual add (Post-LN and "
+        "Pre-LN), at the block's rate: at p = 0.3 and 0.5 each branch loses "
+        "about 30 % and 50 %, and the attention drops its weights at p",
+    )
 
 
 # --------------------------------------------------------------------------- behaviour
@@ -1522,11 +1962,15 @@ PADDING_VISIBLE = Diagnosis(
     "padding changes the real tokens",
     "Padding must be invisible. Pass the mask to the attention, and normalise each "
     "token on its own features (LayerNorm), never with statistics taken across "
-    "positions.", S_NORM)
+    "positions.",
+    S_NORM,
+)
 DROPOUT_IN_EVAL = Diagnosis(
     "dropout still on in eval mode",
     "Dropout must be off in eval mode: use nn.Dropout or pass "
-    "`dropout_p if self.training else 0.0`.", S_DROPOUT)
+    "`dropout_p if self.training else 0.0`.",
+    S_DROPOUT,
+)
 
 
 def _batch_independent(module, x):
@@ -1536,8 +1980,9 @@ def _batch_independent(module, x):
     changed = x.clone()
     changed[1:] = changed[1:] * 3.0 + 1.0
     base, other, one = module(x.clone()), module(changed), module(x[:1].clone())
-    return (torch.allclose(other[0], base[0], atol=1e-5)
-            and torch.allclose(one[0], base[0], atol=1e-5))
+    return torch.allclose(other[0], base[0], atol=1e-5) and torch.allclose(
+        one[0], base[0], atol=1e-5
+    )
 
 
 def _padding_invisible(module, x):
@@ -1564,14 +2009,23 @@ def _deterministic_in_eval(module, *inputs):
 
 
 BEHAVIOUR_PROBES = (
-    (_batch_independent, BATCHNORM,
-     "In train mode, the output for sequence 0 depends on the other sequences of the "
-     "batch."),
-    (_padding_invisible, PADDING_VISIBLE,
-     "Adding masked padding positions changed the outputs of the real tokens."),
-    (_same_in_train_and_eval, BATCHNORM,
-     "At dropout 0 the block gives different outputs in train and eval mode (a "
-     "train/eval mismatch)."),
+    (
+        _batch_independent,
+        BATCHNORM,
+        "In train mode, the output for sequence 0 depends on the other sequences of the "
+        "batch.",
+    ),
+    (
+        _padding_invisible,
+        PADDING_VISIBLE,
+        "Adding masked padding positions changed the outputs of the real tokens.",
+    ),
+    (
+        _same_in_train_and_eval,
+        BATCHNORM,
+        "At dropout 0 the block gives different outputs in train and eval mode (a "
+        "train/eval mismatch).",
+    ),
 )
 
 
@@ -1592,8 +2046,11 @@ def check_block_behaviour(cls) -> None:
     dropped = build_module(title, cls, (16, 4, 32, 0.5, False))
     if not holds(title, _deterministic_in_eval, dropped, x):
         DROPOUT_IN_EVAL.fail(title, "Two calls in eval mode gave different outputs.")
-    passed(title, "normalises each token on its own, ignores padding, same in train "
-                  "and eval mode at dropout 0")
+    passed(
+        title,
+        "normalises each token on its own, ignores padding, same in train "
+        "and eval mode at dropout 0",
+    )
 
 
 @single_threaded

@@ -10,6 +10,7 @@ sinusoid table is fitted (layout, frequencies, phases, amplitude), the embedding
 scale and position rows are estimated from its output, and the decoder block is
 traced with forward hooks, sublayer by sublayer, to the first stage that departs.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -25,16 +26,36 @@ from tformer_ref.attention import MultiHeadAttention
 from tformer_ref.device import get_device
 from tformer_ref.positions import sinusoidal_encoding
 from ..guard.integrity import seal
-from .blocks import (Parts, check_block_not_delegated, find_parts, keep,
-                     norm_orders, post_ln, pre_ln, randomise_norms)
+from .blocks import (
+    Parts,
+    check_block_not_delegated,
+    find_parts,
+    keep,
+    norm_orders,
+    post_ln,
+    pre_ln,
+    randomise_norms,
+)
 from .cases import build_module, randn
-from .ch04 import (BATCHNORM, DROPOUT_IN_EVAL, S_DROPOUT, S_PLACEMENT,
-                   S_RESIDUAL)
+from .ch04 import BATCHNORM, DROPOUT_IN_EVAL, S_DROPOUT, S_PLACEMENT, S_RESIDUAL
 from .delegation import check_by_hand  # noqa: F401 (test cells call ch05.check_by_hand)
-from .diagnosis import (Case, Diagnosis, Pitfall, Raised, Section,
-                        describe_difference, fail, fail_unexplained, passed, quiet, run,
-                        same, single_threaded, verify_integrity,
-                        UNEXPLAINED)
+from .diagnosis import (
+    Case,
+    Diagnosis,
+    Pitfall,
+    Raised,
+    Section,
+    describe_difference,
+    fail,
+    fail_unexplained,
+    passed,
+    quiet,
+    run,
+    same,
+    single_threaded,
+    verify_integrity,
+    UNEXPLAINED,
+)
 
 CHAPTER = "ch05_model"
 S_ORDER = Section(CHAPTER, "5.1", "Attention ignores order")
@@ -52,6 +73,7 @@ S_LM = Section(CHAPTER, "5.8", "A decoder-only model")
 # compare -> a listed pitfall that reproduces every case -> the learner's exception ->
 # a measurement (``measure`` raises when it can say what is off) -> the fallback.
 
+
 def _identity(fn):
     return fn
 
@@ -65,14 +87,23 @@ def fail_if_raised(title: str, cases: Sequence[Case], theirs: list) -> None:
     __tracebackhide__ = True
     for case, got in zip(cases, theirs):
         if isinstance(got, Raised):
-            fail(title, f"your code raised {got!r} while the check ran case "
-                        f"{case.label}.")
+            fail(
+                title,
+                f"your code raised {got!r} while the check ran case {case.label}.",
+            )
 
 
-def grade_function(title: str, cases: Sequence[Case], learner: Callable,
-                   reference: Callable, pitfalls: Sequence[Pitfall],
-                   measure: Callable, atol: float, rtol: float,
-                   adapt: Callable = _identity) -> None:
+def grade_function(
+    title: str,
+    cases: Sequence[Case],
+    learner: Callable,
+    reference: Callable,
+    pitfalls: Sequence[Pitfall],
+    measure: Callable,
+    atol: float,
+    rtol: float,
+    adapt: Callable = _identity,
+) -> None:
     """Pass, or fail naming a listed pitfall, the learner's exception or what
     ``measure(title, cases, theirs, ours)`` found; else the where-not-why fallback."""
     __tracebackhide__ = True
@@ -97,8 +128,11 @@ def grade_function(title: str, cases: Sequence[Case], learner: Callable,
 
 def _first_wrong(cases, theirs, ours, atol, rtol):
     """(case, got, want) of the first case the learner gets wrong."""
-    return next((c, g, w) for c, g, w in zip(cases, theirs, ours)
-                if not _right(g, w, atol, rtol))
+    return next(
+        (c, g, w)
+        for c, g, w in zip(cases, theirs, ours)
+        if not _right(g, w, atol, rtol)
+    )
 
 
 def _numbers(values, digits: int = 4) -> str:
@@ -107,6 +141,7 @@ def _numbers(values, digits: int = 4) -> str:
 
 # ------------------------------------------------------------------ sinusoidal encoding
 # The tables are computed in float64 and returned in float32.
+
 
 def _positions(n):
     return torch.arange(n, dtype=torch.float64)[:, None]
@@ -171,36 +206,63 @@ GROWING_FREQUENCIES = Pitfall(
     "wrong frequencies (positions multiplied by 10000^(2i/D))",
     "Your frequencies grow with i instead of shrinking: divide the position by "
     "10000^(2i/D) (div_term = exp(-2i·ln(10000)/D), note the minus "
-    "sign).", S_SINUSOID, _growing_frequencies)
+    "sign).",
+    S_SINUSOID,
+    _growing_frequencies,
+)
 
 SINUSOID_PITFALLS = (
-    Pitfall("sin and cos swapped",
-            "Your even columns hold cosines and the odd ones sines. The paper's table "
-            "is PE[pos, 2i] = sin(pos/10000^(2i/D)) and PE[pos, 2i+1] = cos(...): at "
-            "position 0 the even columns are 0 and the odd ones "
-            "1.", S_SINUSOID, _sin_cos_swapped),
-    Pitfall("wrong frequencies (exponent i/D, not 2i/D)",
-            "Your pair i turns at 1/10000^(i/D): the exponent must be 2i/D (the column "
-            "index of the sine), so that the wavelengths run from 2π up to 10000·2π "
-            "over the D/2 pairs; with i/D they stop at about "
-            "100·2π.", S_SINUSOID, _exponent_i_over_d),
+    Pitfall(
+        "sin and cos swapped",
+        "Your even columns hold cosines and the odd ones sines. The paper's table "
+        "is PE[pos, 2i] = sin(pos/10000^(2i/D)) and PE[pos, 2i+1] = cos(...): at "
+        "position 0 the even columns are 0 and the odd ones "
+        "1.",
+        S_SINUSOID,
+        _sin_cos_swapped,
+    ),
+    Pitfall(
+        "wrong frequencies (exponent i/D, not 2i/D)",
+        "Your pair i turns at 1/10000^(i/D): the exponent must be 2i/D (the column "
+        "index of the sine), so that the wavelengths run from 2π up to 10000·2π "
+        "over the D/2 pairs; with i/D they stop at about "
+        "100·2π.",
+        S_SINUSOID,
+        _exponent_i_over_d,
+    ),
     GROWING_FREQUENCIES,
-    Pitfall("wrong frequencies (one exponent per column)",
-            "You gave every column j its own frequency 1/10000^(j/D). A sine and its "
-            "cosine share one frequency: columns 2i and 2i+1 both use 10000^(2i/D). "
-            "Sharing it is what makes PE[pos+k] a rotation of "
-            "PE[pos].", S_SINUSOID, _per_column_table),
-    Pitfall("wrong frequencies (the base 10000 left out)",
-            "Your frequencies are exp(-2i/D): the log of the base is missing, div_term "
-            "= exp(2i · (-ln(10000)/D)).", S_SINUSOID, _without_base),
-    Pitfall("sin and cos concatenated, not interleaved",
-            "You put all the sines first and all the cosines after ([sin | cos]). The "
-            "course follows the paper: sine in the even columns, cosine in the odd "
-            "ones (pe[:, 0::2] = sin, pe[:, 1::2] = cos).", S_SINUSOID, _concatenated),
-    Pitfall("positions start at 1",
-            "Your first row is position 1: positions are 0, 1, ..., n-1 "
-            "(torch.arange(n)); row 0 is [0, 1, 0, 1, "
-            "...].", S_SINUSOID, _from_position_one),
+    Pitfall(
+        "wrong frequencies (one exponent per column)",
+        "You gave every column j its own frequency 1/10000^(j/D). A sine and its "
+        "cosine share one frequency: columns 2i and 2i+1 both use 10000^(2i/D). "
+        "Sharing it is what makes PE[pos+k] a rotation of "
+        "PE[pos].",
+        S_SINUSOID,
+        _per_column_table,
+    ),
+    Pitfall(
+        "wrong frequencies (the base 10000 left out)",
+        "Your frequencies are exp(-2i/D): the log of the base is missing, div_term "
+        "= exp(2i · (-ln(10000)/D)).",
+        S_SINUSOID,
+        _without_base,
+    ),
+    Pitfall(
+        "sin and cos concatenated, not interleaved",
+        "You put all the sines first and all the cosines after ([sin | cos]). The "
+        "course follows the paper: sine in the even columns, cosine in the odd "
+        "ones (pe[:, 0::2] = sin, pe[:, 1::2] = cos).",
+        S_SINUSOID,
+        _concatenated,
+    ),
+    Pitfall(
+        "positions start at 1",
+        "Your first row is position 1: positions are 0, 1, ..., n-1 "
+        "(torch.arange(n)); row 0 is [0, 1, 0, 1, "
+        "...].",
+        S_SINUSOID,
+        _from_position_one,
+    ),
 )
 
 
@@ -212,6 +274,7 @@ def _as_float32(fn):
         if type(out) is torch.Tensor and out.dtype in (torch.float32, torch.float64):
             return out.detach().to("cpu", torch.float32)
         return out
+
     return as_float32
 
 
@@ -221,27 +284,38 @@ def _frequencies_grow(learner) -> bool:
     full-table comparison can name it."""
     got = run(learner, (10, 8))
     want = _growing_frequencies(10, 8)
-    return (type(got) is torch.Tensor and got.shape == want.shape
-            and got.dtype == want.dtype and torch.allclose(got[1], want[1], atol=1e-2))
+    return (
+        type(got) is torch.Tensor
+        and got.shape == want.shape
+        and got.dtype == want.dtype
+        and torch.allclose(got[1], want[1], atol=1e-2)
+    )
 
 
 # Stage 1, the form of the table: a tensor [n_positions, d_model] of float32/float64.
+
 
 def _shape_problem(shape, n, d) -> str | None:
     want = [n, d]
     if shape == want:
         return None
     if shape == [1, n, d]:
-        return (f"your table has shape {shape}: a leading batch axis. The exercise "
-                f"asks for [n_positions, d_model] = {want} (embed adds it to [B, S, D] "
-                "by broadcasting)")
+        return (
+            f"your table has shape {shape}: a leading batch axis. The exercise "
+            f"asks for [n_positions, d_model] = {want} (embed adds it to [B, S, D] "
+            "by broadcasting)"
+        )
     if shape == [d, n]:
-        return (f"your table has shape {shape}: transposed. The exercise asks for "
-                f"[n_positions, d_model] = {want}, one row per position")
+        return (
+            f"your table has shape {shape}: transposed. The exercise asks for "
+            f"[n_positions, d_model] = {want}, one row per position"
+        )
     if shape == [n, d // 2]:
-        return (f"your table has shape {shape}: half the features. Each of the D/2 "
-                "pairs has a sine and a cosine column, [n_positions, d_model] = "
-                f"{want}")
+        return (
+            f"your table has shape {shape}: half the features. Each of the D/2 "
+            "pairs has a sine and a cosine column, [n_positions, d_model] = "
+            f"{want}"
+        )
     return f"expected shape [n_positions, d_model] = {want}, got {shape}"
 
 
@@ -253,22 +327,31 @@ def _form_problem(got, n: int, d: int) -> str | None:
     if shape:
         return shape
     if not got.is_floating_point():
-        return (f"your table has dtype {got.dtype}: sines and cosines need a floating "
-                "point tensor (torch.zeros(n, d) is float32; an integer tensor "
-                "truncates every value to 0 or ±1)")
+        return (
+            f"your table has dtype {got.dtype}: sines and cosines need a floating "
+            "point tensor (torch.zeros(n, d) is float32; an integer tensor "
+            "truncates every value to 0 or ±1)"
+        )
     if got.dtype not in (torch.float32, torch.float64):
-        return (f"your table has dtype {got.dtype}, which keeps about 3 significant "
-                "digits: return float32 (or float64)")
+        return (
+            f"your table has dtype {got.dtype}, which keeps about 3 significant "
+            "digits: return float32 (or float64)"
+        )
     if not torch.isfinite(got).all():
         where = tuple((~torch.isfinite(got)).nonzero()[0].tolist())
         return f"your table has NaN or inf values (first at [row, column] = {where})"
     if not got.any():
         return "your table is all zeros: it was allocated but never filled"
-    unwritten = [j for j in (got == 0).all(0).nonzero().flatten().tolist()
-                 if not _frequency_zero_sine(got, j)]
+    unwritten = [
+        j
+        for j in (got == 0).all(0).nonzero().flatten().tolist()
+        if not _frequency_zero_sine(got, j)
+    ]
     if n > 1 and unwritten:
-        return (f"columns {unwritten[:6]}{'...' if len(unwritten) > 6 else ''} of your "
-                "table are all zero: never written")
+        return (
+            f"columns {unwritten[:6]}{'...' if len(unwritten) > 6 else ''} of your "
+            "table are all zero: never written"
+        )
     return None
 
 
@@ -290,6 +373,7 @@ def _frequency_zero_sine(table, j: int) -> bool:
 # pair is A·sin(ω·pos + φ), A·cos(ω·pos + φ), so atan2(sine, cosine) grows
 # linearly with the position.
 
+
 def _sin_even(d):
     return torch.arange(0, d, 2), torch.arange(1, d, 2)
 
@@ -307,12 +391,19 @@ def _cos_first_half(d):
 
 
 EXPECTED_LAYOUT = "sin on even features, cos on odd ones"
-LAYOUTS = ((EXPECTED_LAYOUT, _sin_even),
-           ("cos on even features, sin on odd ones (sin and cos swapped)", _cos_even),
-           ("sines in the first half, cosines in the second ([sin | cos] "
-            "concatenated, not interleaved)", _sin_first_half),
-           ("cosines in the first half, sines in the second ([cos | sin] "
-            "concatenated)", _cos_first_half))
+LAYOUTS = (
+    (EXPECTED_LAYOUT, _sin_even),
+    ("cos on even features, sin on odd ones (sin and cos swapped)", _cos_even),
+    (
+        "sines in the first half, cosines in the second ([sin | cos] "
+        "concatenated, not interleaved)",
+        _sin_first_half,
+    ),
+    (
+        "cosines in the first half, sines in the second ([cos | sin] concatenated)",
+        _cos_first_half,
+    ),
+)
 
 
 @dataclass(frozen=True)
@@ -333,7 +424,7 @@ def _line_fit(theta):
     """theta [n, P] unwrapped along the rows -> (slope [P], intercept [P])."""
     pos = torch.arange(theta.size(0), dtype=torch.float64)[:, None]
     dp = pos - pos.mean()
-    slope = (dp * (theta - theta.mean(0))).sum(0) / (dp ** 2).sum()
+    slope = (dp * (theta - theta.mean(0))).sum(0) / (dp**2).sum()
     return slope, theta.mean(0) - slope * pos.mean()
 
 
@@ -341,7 +432,7 @@ def _fit_layout(table, name, columns) -> SinusoidFit | None:
     """table [n, D] float64 read with ``columns(D) -> (sine cols, cosine cols)``."""
     sin_cols, cos_cols = columns(table.size(1))
     s, c = table[:, sin_cols], table[:, cos_cols]
-    radius = torch.sqrt(s ** 2 + c ** 2)  # [n, D/2]
+    radius = torch.sqrt(s**2 + c**2)  # [n, D/2]
     if radius.min() < 1e-6:
         return None
     theta = torch.atan2(s, c)
@@ -373,14 +464,17 @@ def fit_sinusoids(table) -> SinusoidFit | None:
 
 # Stage 3, the fitted parameters against the paper's: one sentence per parameter off.
 
+
 def _frequency_problem(omega, d) -> str | None:
     """omega [D/2] against 10000^(-2i/D): the base, the exponent, the first pair."""
     i = torch.arange(omega.numel(), dtype=torch.float64)
     want = 10000.0 ** (-2 * i / d)
     if torch.allclose(omega, want, rtol=2e-3, atol=1e-6):
         return None
-    shown = (f"your pairs turn at ω = {_numbers(omega[:4])}... per position; "
-             f"expected ω_i = 10000^(-2i/D) = {_numbers(want[:4])}... (D = {d})")
+    shown = (
+        f"your pairs turn at ω = {_numbers(omega[:4])}... per position; "
+        f"expected ω_i = 10000^(-2i/D) = {_numbers(want[:4])}... (D = {d})"
+    )
     usable = omega > 1e-9
     if usable.sum() < 2:
         return shown
@@ -388,14 +482,15 @@ def _frequency_problem(omega, d) -> str | None:
     slope, intercept = _log_line(idx, log_w)
     if (log_w - (intercept + slope * idx)).abs().max() > 1e-2:
         return _arithmetic_words(omega, d) or (
-            shown + ": they are not a geometric sequence in the pair index i")
+            shown + ": they are not a geometric sequence in the pair index i"
+        )
     return shown + ". " + _geometric_reading(-slope, math.exp(intercept), d)
 
 
 def _log_line(idx, log_w):
     """Least squares log ω = intercept + slope·i -> (slope, intercept)."""
     di = idx - idx.mean()
-    slope = (di * (log_w - log_w.mean())).sum() / (di ** 2).sum()
+    slope = (di * (log_w - log_w.mean())).sum() / (di**2).sum()
     return slope.item(), (log_w.mean() - slope * idx.mean()).item()
 
 
@@ -403,26 +498,39 @@ def _geometric_reading(c, omega0, d) -> str:
     """ω_i = ω_0·exp(-c·i) said in the lesson's terms: base and exponent."""
     k = c * d / math.log(10000.0)  # ω_i = 10000^(-k·i/D); the paper has k = 2
     base = math.exp(c * d / 2) if abs(c * d / 2) < 700 else float("inf")
-    words = [f"They fit ω_i = {omega0:.4g}·b^(-2i/D) with base b = {base:.5g} "
-             f"(expected 10000), i.e. 10000^(-k·i/D) with k = {k:.3g} (expected 2)"]
+    words = [
+        f"They fit ω_i = {omega0:.4g}·b^(-2i/D) with base b = {base:.5g} "
+        f"(expected 10000), i.e. 10000^(-k·i/D) with k = {k:.3g} (expected 2)"
+    ]
     if abs(c) < 1e-6:
-        words.append("every pair turns at the same frequency: the exponent is "
-                     "always 0 (an integer division 2i // D, or i left out?)")
+        words.append(
+            "every pair turns at the same frequency: the exponent is "
+            "always 0 (an integer division 2i // D, or i left out?)"
+        )
     elif abs(k - 1) < 0.01:
-        words.append("the exponent is i/D, not 2i/D (i counts pairs: the sine of pair "
-                     "i sits in column 2i)")
+        words.append(
+            "the exponent is i/D, not 2i/D (i counts pairs: the sine of pair "
+            "i sits in column 2i)"
+        )
     elif abs(k - 4) < 0.02:
-        words.append("the exponent is 4i/D: the factor 2 counted twice (arange(0, D, "
-                     "2) already steps by 2)")
+        words.append(
+            "the exponent is 4i/D: the factor 2 counted twice (arange(0, D, "
+            "2) already steps by 2)"
+        )
     elif abs(base - math.e) < 0.01:
-        words.append("that is base e: the log of 10000 is missing from "
-                     "exp(-2i·ln(10000)/D)")
+        words.append(
+            "that is base e: the log of 10000 is missing from exp(-2i·ln(10000)/D)"
+        )
     elif abs(k - 2) > 0.01:
-        words.append(f"the base or the exponent's denominator is off: with base 10000 "
-                     f"that is the exponent 2i/{2 * d / k:.3g} instead of 2i/{d}")
+        words.append(
+            f"the base or the exponent's denominator is off: with base 10000 "
+            f"that is the exponent 2i/{2 * d / k:.3g} instead of 2i/{d}"
+        )
     if abs(omega0 - 1) > 2e-3:
-        words.append(f"the first pair turns at ω_0 = {omega0:.4g}, expected 1 "
-                     "(pair 0 is sin(pos), cos(pos): the pair index starts at 0)")
+        words.append(
+            f"the first pair turns at ω_0 = {omega0:.4g}, expected 1 "
+            "(pair 0 is sin(pos), cos(pos): the pair index starts at 0)"
+        )
     return "; ".join(words)
 
 
@@ -433,10 +541,14 @@ def _phase_problem(fit) -> str | None:
     slow = (fit.omega > 1e-3) & (fit.omega < 0.5)
     start = (fit.phase[slow] / fit.omega[slow]).median().item() if slow.any() else None
     if start is not None and _wrap(fit.phase - fit.omega * start).abs().max() < 1e-3:
-        return (f"your row 0 is position {start:.3g}, not 0: positions are 0, 1, ..., "
-                "n-1 (torch.arange(n)), so row 0 is [0, 1, 0, 1, ...]")
-    return (f"your sines have phases φ = {_numbers(fit.phase[:4])}... at row 0 "
-            "(expected 0: row 0 is sin 0 = 0 and cos 0 = 1)")
+        return (
+            f"your row 0 is position {start:.3g}, not 0: positions are 0, 1, ..., "
+            "n-1 (torch.arange(n)), so row 0 is [0, 1, 0, 1, ...]"
+        )
+    return (
+        f"your sines have phases φ = {_numbers(fit.phase[:4])}... at row 0 "
+        "(expected 0: row 0 is sin 0 = 0 and cos 0 = 1)"
+    )
 
 
 def _amplitude_problem(fit) -> str | None:
@@ -444,16 +556,24 @@ def _amplitude_problem(fit) -> str | None:
     if (a - 1).abs().max() < 1e-3:
         return None
     if (a - a.mean()).abs().max() < 1e-3:
-        return (f"your sines and cosines have amplitude {a.mean().item():.4g}, not 1: "
-                "the table is scaled")
-    return (f"your pairs have amplitudes from {a.min().item():.4g} to "
-            f"{a.max().item():.4g}, not 1")
+        return (
+            f"your sines and cosines have amplitude {a.mean().item():.4g}, not 1: "
+            "the table is scaled"
+        )
+    return (
+        f"your pairs have amplitudes from {a.min().item():.4g} to "
+        f"{a.max().item():.4g}, not 1"
+    )
 
 
 def _fit_problems(fit, d) -> list:
     layout = None if fit.layout == EXPECTED_LAYOUT else f"your table has {fit.layout}"
-    found = [layout, _frequency_problem(fit.omega, d), _phase_problem(fit),
-             _amplitude_problem(fit)]
+    found = [
+        layout,
+        _frequency_problem(fit.omega, d),
+        _phase_problem(fit),
+        _amplitude_problem(fit),
+    ]
     return [p for p in found if p]
 
 
@@ -461,7 +581,9 @@ SINUSOID_FITTED = Diagnosis(
     "sinusoid parameters off",
     "The paper's table is PE[pos, 2i] = sin(pos/10000^(2i/D)), PE[pos, 2i+1] = "
     "cos(pos/10000^(2i/D)) for pos = 0, 1, ...: sine in the even columns, base "
-    "10000, exponent 2i/D, amplitude 1.", S_SINUSOID)
+    "10000, exponent 2i/D, amplitude 1.",
+    S_SINUSOID,
+)
 
 
 def _measure_table(title, got, n, d, where) -> None:
@@ -480,9 +602,12 @@ def _measure_table(title, got, n, d, where) -> None:
             SINUSOID_FITTED.fail(title, f"Fitted on case {where}: {arithmetic}.")
         columns = _column_problems(got.detach().double().cpu(), d)
         if columns:
-            SINUSOID_FITTED.fail(title, "No sin/cos pairing fits your table, so it "
-                                        f"was read column by column on case {where}: "
-                                        f"{'; '.join(columns)}.")
+            SINUSOID_FITTED.fail(
+                title,
+                "No sin/cos pairing fits your table, so it "
+                f"was read column by column on case {where}: "
+                f"{'; '.join(columns)}.",
+            )
 
 
 def _signed_frequencies(table):
@@ -516,24 +641,29 @@ def _arithmetic_words(omega, d) -> str | None:
     start, step = omega[0].item() + 0.0, _wrap(omega[1] - omega[0]).item()
     if abs(step) < 1e-6 or _wrap(omega - start - i * step).abs().max() > 1e-3:
         return None
-    words = (f"your pairs turn at ω = {_numbers(omega[:4] + 0.0)}... per position "
-             f"(read mod 2π): ω_i = {start:.4g} + i·({step:.4g}), changing linearly "
-             "with the pair index i instead of shrinking geometrically as "
-             "10000^(-2i/D) (multiplied by the same factor from one pair to the next)")
+    words = (
+        f"your pairs turn at ω = {_numbers(omega[:4] + 0.0)}... per position "
+        f"(read mod 2π): ω_i = {start:.4g} + i·({step:.4g}), changing linearly "
+        "with the pair index i instead of shrinking geometrically as "
+        "10000^(-2i/D) (multiplied by the same factor from one pair to the next)"
+    )
     log_step = -2 * math.log(10000.0) / d
     if abs(_wrap(torch.tensor(step - log_step)).item()) < 1e-3:
-        words += (f"; {step:.4g} = -2·ln(10000)/D: your frequencies are the *log* of "
-                  "10000^(-2i/D), so the exp() of div_term is missing")
+        words += (
+            f"; {step:.4g} = -2·ln(10000)/D: your frequencies are the *log* of "
+            "10000^(-2i/D), so the exp() of div_term is missing"
+        )
     return words
 
 
 # Stage 2b, when no pairing fits: each column on its own. A sinusoid c(p) of
 # frequency ω, whatever its phase, has c(p+1) + c(p-1) = 2·cos(ω)·c(p).
 
+
 def _column_frequencies(table):
     """table [n, D] float64 -> ω [D] per column (0..π), by least squares."""
     mid, around = table[1:-1], table[2:] + table[:-2]
-    cos_w = (mid * around).sum(0) / (2 * (mid ** 2).sum(0)).clamp_min(1e-300)
+    cos_w = (mid * around).sum(0) / (2 * (mid**2).sum(0)).clamp_min(1e-300)
     return torch.arccos(cos_w.clamp(-1.0, 1.0))
 
 
@@ -553,19 +683,25 @@ def _column_problems(table, d) -> list:
     found = []
     sines_on_odd = (~even & starts_at_zero).nonzero().flatten().tolist()
     if sines_on_odd:
-        found.append(f"columns {_columns(sines_on_odd)} start at 0 like sines, where "
-                     "the cosines belong (cos 0 = 1)")
+        found.append(
+            f"columns {_columns(sines_on_odd)} start at 0 like sines, where "
+            "the cosines belong (cos 0 = 1)"
+        )
     cos_on_even = (even & starts_at_peak & (peak > 0)).nonzero().flatten().tolist()
     if cos_on_even:
-        found.append(f"columns {_columns(cos_on_even)} start at their peak like "
-                     "cosines, where the sines belong (sin 0 = 0)")
+        found.append(
+            f"columns {_columns(cos_on_even)} start at their peak like "
+            "cosines, where the sines belong (sin 0 = 0)"
+        )
     omega = _column_frequencies(table)
     off = ((want > 0.02) & ((omega - want).abs() > 0.02 * want)).nonzero().flatten()
     if len(off):
-        found.append(f"columns {_columns(off.tolist())} turn at ω = "
-                     f"{_numbers(omega[off][:6])} per position; expected "
-                     f"{_numbers(want[off][:6])} (columns 2i and 2i+1 share "
-                     "ω_i = 10000^(-2i/D))")
+        found.append(
+            f"columns {_columns(off.tolist())} turn at ω = "
+            f"{_numbers(omega[off][:6])} per position; expected "
+            f"{_numbers(want[off][:6])} (columns 2i and 2i+1 share "
+            "ω_i = 10000^(-2i/D))"
+        )
     return found
 
 
@@ -580,13 +716,17 @@ def _measure_sinusoid(fn):
         n, d = PROBE_TABLE
         got = run(fn, PROBE_TABLE)
         if isinstance(got, Raised):
-            fail(title, f"your code raised {got!r} while the check ran case "
-                        f"n_positions={n}, d_model={d}.")
+            fail(
+                title,
+                f"your code raised {got!r} while the check ran case "
+                f"n_positions={n}, d_model={d}.",
+            )
         if not _right(got, _sinusoid_table(n, d), 1e-4, 1e-4):
             _measure_table(title, got, n, d, f"n_positions={n}, d_model={d}")
         case, got, _ = _first_wrong(cases, theirs, ours, 1e-4, 1e-4)
         n, d = case.make()
         _measure_table(title, got, n, d, case.label)
+
     return measure
 
 
@@ -595,31 +735,53 @@ def check_sinusoidal_encoding(fn) -> None:
     """``fn(n_positions, d_model) -> [n_positions, d_model]``, the table of Vaswani et
     al. §3.5 (float32 or float64, any device)."""
     __tracebackhide__ = True
-    cases = [Case(f"n_positions={n}, d_model={d}", lambda n=n, d=d: (n, d))
-             for n, d in [(10, 8), (50, 16), (7, 6), (100, 32), (1, 4)]]
-    grade_function("sinusoidal_encoding", cases, fn, _sinusoid_table, SINUSOID_PITFALLS,
-                   _measure_sinusoid(_as_float32(fn)), atol=1e-4, rtol=1e-4,
-                   adapt=_as_float32)
+    cases = [
+        Case(f"n_positions={n}, d_model={d}", lambda n=n, d=d: (n, d))
+        for n, d in [(10, 8), (50, 16), (7, 6), (100, 32), (1, 4)]
+    ]
+    grade_function(
+        "sinusoidal_encoding",
+        cases,
+        fn,
+        _sinusoid_table,
+        SINUSOID_PITFALLS,
+        _measure_sinusoid(_as_float32(fn)),
+        atol=1e-4,
+        rtol=1e-4,
+        adapt=_as_float32,
+    )
 
 
 # --------------------------------------------------------------------------- embeddings
 
+
 def _embed_cases():
-    configs = [(2, 5, 16, 20, torch.float32), (3, 4, 8, 11, torch.float32),
-               (1, 7, 12, 9, torch.float64), (4, 3, 32, 50, torch.float32)]
+    configs = [
+        (2, 5, 16, 20, torch.float32),
+        (3, 4, 8, 11, torch.float32),
+        (1, 7, 12, 9, torch.float64),
+        (4, 3, 32, 50, torch.float32),
+    ]
     device = get_device()
     cases = []
     for i, (b, s, d, vocab, dtype) in enumerate(configs):
+
         def make(b=b, s=s, d=d, vocab=vocab, dtype=dtype, i=i):
             torch.manual_seed(500 + i)
             table = nn.Embedding(vocab, d).to(device=device, dtype=dtype)
-            nn.init.normal_(table.weight, std=d ** -0.5)
+            nn.init.normal_(table.weight, std=d**-0.5)
             g = torch.Generator().manual_seed(600 + i)
             tokens = torch.randint(0, vocab, (b, s), generator=g).to(device)
             pe = sinusoidal_encoding(s + 6, d, dtype=dtype, device=device)
             return tokens, table, pe
-        cases.append(Case(f"tokens [{b}, {s}], vocab {vocab}, d_model {d}, "
-                          f"pe [{s + 6}, {d}], {dtype}", make))
+
+        cases.append(
+            Case(
+                f"tokens [{b}, {s}], vocab {vocab}, d_model {d}, "
+                f"pe [{s + 6}, {d}], {dtype}",
+                make,
+            )
+        )
     return cases
 
 
@@ -649,50 +811,71 @@ def _embed_positions_by_token(tokens, table, pe):  # pe[tokens]
 
 
 EMBED_PITFALLS = (
-    Pitfall("missing √d_model embedding scale",
-            "Your token embeddings are not multiplied by √d_model (Vaswani et al. "
-            "§3.4). Embeddings start with entries of size about 1/√D, the "
-            "positional encoding with entries of size 1: without the scale the "
-            "positions drown the tokens.", S_EMBED,
-            _embed_unscaled),
-    Pitfall("scaled by d_model, not √d_model",
-            "You multiplied the embeddings by d_model; the paper multiplies by "
-            "√d_model.",
-            S_EMBED, _embed_times_d),
-    Pitfall("divided by √d_model",
-            "You divided the embeddings by √d_model; the paper multiplies by it.",
-            S_EMBED, _embed_over_sqrt_d),
-    Pitfall("positions scaled too",
-            "You multiplied (embedding + position) by √d_model: only the token "
-            "embedding is scaled, the positional encoding is added afterwards, as it "
-            "is.",
-            S_EMBED, _embed_positions_scaled),
-    Pitfall("positions looked up by token id",
-            "You indexed the positional table with the token ids (pe[tokens]): the row "
-            "is the token's *position*, 0..S-1 (pe[:S]), whatever the "
-            "token.", S_SINUSOID,
-            _embed_positions_by_token),
+    Pitfall(
+        "missing √d_model embedding scale",
+        "Your token embeddings are not multiplied by √d_model (Vaswani et al. "
+        "§3.4). Embeddings start with entries of size about 1/√D, the "
+        "positional encoding with entries of size 1: without the scale the "
+        "positions drown the tokens.",
+        S_EMBED,
+        _embed_unscaled,
+    ),
+    Pitfall(
+        "scaled by d_model, not √d_model",
+        "You multiplied the embeddings by d_model; the paper multiplies by √d_model.",
+        S_EMBED,
+        _embed_times_d,
+    ),
+    Pitfall(
+        "divided by √d_model",
+        "You divided the embeddings by √d_model; the paper multiplies by it.",
+        S_EMBED,
+        _embed_over_sqrt_d,
+    ),
+    Pitfall(
+        "positions scaled too",
+        "You multiplied (embedding + position) by √d_model: only the token "
+        "embedding is scaled, the positional encoding is added afterwards, as it "
+        "is.",
+        S_EMBED,
+        _embed_positions_scaled,
+    ),
+    Pitfall(
+        "positions looked up by token id",
+        "You indexed the positional table with the token ids (pe[tokens]): the row "
+        "is the token's *position*, 0..S-1 (pe[:S]), whatever the "
+        "token.",
+        S_SINUSOID,
+        _embed_positions_by_token,
+    ),
 )
 
 
 # Stage 1, the form: [B, S, D] in the table's dtype, on its device.
 
+
 def _embed_form_problem(got, tokens, table) -> str | None:
     b, s = tokens.shape
     d = table.embedding_dim
     if not isinstance(got, torch.Tensor) or type(got) is not torch.Tensor:
-        return f"expected a plain torch.Tensor [B, S, D] = [{b}, {s}, {d}], got " \
-               f"{type(got).__name__}"
+        return (
+            f"expected a plain torch.Tensor [B, S, D] = [{b}, {s}, {d}], got "
+            f"{type(got).__name__}"
+        )
     shape = list(got.shape)
     if shape == [b, s, 2 * d]:
-        return (f"your output has shape {shape}: 2·D features. You concatenated the "
-                "positions to the embeddings; they are *added* (same D features)")
+        return (
+            f"your output has shape {shape}: 2·D features. You concatenated the "
+            "positions to the embeddings; they are *added* (same D features)"
+        )
     if shape != [b, s, d]:
         return f"expected shape [B, S, D] = {[b, s, d]}, got {shape}"
     if got.dtype != table.weight.dtype:
-        return (f"your output is {got.dtype} for a {table.weight.dtype} table: keep "
-                "the table's dtype (a tensor you create inside, such as the scale, "
-                "must not change it)")
+        return (
+            f"your output is {got.dtype} for a {table.weight.dtype} table: keep "
+            "the table's dtype (a tensor you create inside, such as the scale, "
+            "must not change it)"
+        )
     if not torch.isfinite(got).all():
         return "your output has NaN or inf values"
     if got.device != table.weight.device:
@@ -702,6 +885,7 @@ def _embed_form_problem(got, tokens, table) -> str | None:
 
 # Stage 2, side effects: the inputs untouched, the same output twice (no dropout).
 
+
 def _mutation_problem(fn, make) -> str | None:
     tokens, table, pe = make()
     before = (tokens.clone(), table.weight.detach().clone(), pe.clone())
@@ -709,10 +893,12 @@ def _mutation_problem(fn, make) -> str | None:
     after = (tokens, table.weight.detach(), pe)
     for name, old, new in zip(("tokens", "table.weight", "pe"), before, after):
         if not torch.equal(old, new):
-            return (f"your embed changed its input {name} in place (largest change "
-                    f"{(old.double() - new.double()).abs().max().item():.3g}): every "
-                    "later call then sees a different table. Compute a new tensor "
-                    "instead (x = x * scale, not x *= scale or .mul_)")
+            return (
+                f"your embed changed its input {name} in place (largest change "
+                f"{(old.double() - new.double()).abs().max().item():.3g}): every "
+                "later call then sees a different table. Compute a new tensor "
+                "instead (x = x * scale, not x *= scale or .mul_)"
+            )
     return None
 
 
@@ -723,9 +909,11 @@ def _dropout_problem(fn, make) -> str | None:
     if first.shape != second.shape or torch.equal(first, second):
         return None
     zeros = ((first == 0).double().mean().item(), (second == 0).double().mean().item())
-    return ("two calls with the same inputs gave different outputs "
-            f"({zeros[0]:.0%} and {zeros[1]:.0%} of the entries zero): embed applies "
-            "no dropout and no other randomness (the model applies dropout after it)")
+    return (
+        "two calls with the same inputs gave different outputs "
+        f"({zeros[0]:.0%} and {zeros[1]:.0%} of the entries zero): embed applies "
+        "no dropout and no other randomness (the model applies dropout after it)"
+    )
 
 
 # Stage 3, the fit: out = α·table(tokens) + β·pe[r_s] at each position s.
@@ -744,10 +932,11 @@ def _embed_probe(i):
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(700 + i)
             table = nn.Embedding(vocab, d).to(get_device())
-            nn.init.normal_(table.weight, std=d ** -0.5)
+            nn.init.normal_(table.weight, std=d**-0.5)
         g = torch.Generator().manual_seed(800 + i)
         tokens = torch.randint(0, vocab, (b, s), generator=g).to(get_device())
         return tokens, table, sinusoidal_encoding(max_len, d, device=get_device())
+
     return make
 
 
@@ -765,7 +954,7 @@ class EmbedFit:
 
 def _position_rows(q, pe):
     """q [S, D] -> (rows, β) with q_s ≈ β·pe[rows_s], or (None, 0)."""
-    coef = (q @ pe.T) / (pe ** 2).sum(-1)  # [S, L]: best β per (s, row)
+    coef = (q @ pe.T) / (pe**2).sum(-1)  # [S, L]: best β per (s, row)
     resid = (q[:, None, :] - coef[..., None] * pe[None]).norm(dim=-1)
     rows = resid.argmin(-1)
     picked = coef.gather(1, rows[:, None]).squeeze(1)
@@ -781,7 +970,7 @@ def fit_embed(got, tokens, table, pe) -> EmbedFit | None:
     e = F.embedding(tokens, table.weight).detach().double().cpu()
     y, pe = got.detach().double().cpu(), pe.double().cpu()
     centred = e - e.mean(0)
-    alpha = ((y - y.mean(0)) * centred).sum() / (centred ** 2).sum()
+    alpha = ((y - y.mean(0)) * centred).sum() / (centred**2).sum()
     added = y - alpha * e  # [B, S, D]: what was added to α·embedding
     size = 1 + y.abs().max().item()
     shared = (added - added.mean(0)).abs().max().item() < 1e-4 * size
@@ -794,17 +983,19 @@ def fit_embed(got, tokens, table, pe) -> EmbedFit | None:
 
 def _named_scale(alphas, configs) -> str:
     """What each measured α equals, when one expression explains every probe."""
-    named = (("1 (no scale)", lambda b, s, d, v, m: 1.0),
-             ("d_model", lambda b, s, d, v, m: d),
-             ("1/√d_model", lambda b, s, d, v, m: d ** -0.5),
-             ("1/d_model", lambda b, s, d, v, m: 1 / d),
-             ("√(max_len), pe.size(0)", lambda b, s, d, v, m: m ** 0.5),
-             ("√(vocabulary size)", lambda b, s, d, v, m: v ** 0.5),
-             ("√S, the sequence length", lambda b, s, d, v, m: s ** 0.5),
-             ("√B, the batch size", lambda b, s, d, v, m: b ** 0.5),
-             ("√(d_model/2)", lambda b, s, d, v, m: (d / 2) ** 0.5),
-             ("2·√d_model", lambda b, s, d, v, m: 2 * d ** 0.5),
-             ("d_model^(1/4)", lambda b, s, d, v, m: d ** 0.25))
+    named = (
+        ("1 (no scale)", lambda b, s, d, v, m: 1.0),
+        ("d_model", lambda b, s, d, v, m: d),
+        ("1/√d_model", lambda b, s, d, v, m: d**-0.5),
+        ("1/d_model", lambda b, s, d, v, m: 1 / d),
+        ("√(max_len), pe.size(0)", lambda b, s, d, v, m: m**0.5),
+        ("√(vocabulary size)", lambda b, s, d, v, m: v**0.5),
+        ("√S, the sequence length", lambda b, s, d, v, m: s**0.5),
+        ("√B, the batch size", lambda b, s, d, v, m: b**0.5),
+        ("√(d_model/2)", lambda b, s, d, v, m: (d / 2) ** 0.5),
+        ("2·√d_model", lambda b, s, d, v, m: 2 * d**0.5),
+        ("d_model^(1/4)", lambda b, s, d, v, m: d**0.25),
+    )
     for name, value in named:
         if all(abs(a - value(*c)) < 1e-3 * value(*c) for a, c in zip(alphas, configs)):
             return f": that is {name}"
@@ -818,41 +1009,58 @@ def _scale_problem(fits) -> str | None:
         return None
     at = " and ".join(f"{a:.4g} (D = {c[2]})" for a, c in zip(alphas, EMBED_PROBES))
     expected = " and ".join(f"{w:.4g}" for w in wants)
-    return (f"your token embeddings are multiplied by {at}"
-            f"{_named_scale(alphas, EMBED_PROBES)}; expected √d_model = {expected}")
+    return (
+        f"your token embeddings are multiplied by {at}"
+        f"{_named_scale(alphas, EMBED_PROBES)}; expected √d_model = {expected}"
+    )
 
 
 def _rows_problem(fit, s) -> str | None:
     if not fit.shared:
-        return ("your output is not α·table(tokens) plus one vector per position: "
-                "after the best α, what remains differs between sequences at the same "
-                "position (the positional term pe[:S] is the same for every sequence)")
+        return (
+            "your output is not α·table(tokens) plus one vector per position: "
+            "after the best α, what remains differs between sequences at the same "
+            "position (the positional term pe[:S] is the same for every sequence)"
+        )
     if fit.rows == ():
         return "no positional encoding is added to the embeddings"
     if fit.rows is None:
-        return ("the vector added at each position is not a row of pe (nor a multiple "
-                "of one): add pe[:S], row s at position s")
+        return (
+            "the vector added at each position is not a row of pe (nor a multiple "
+            "of one): add pe[:S], row s at position s"
+        )
     if list(fit.rows) == list(range(s)):
         return None
-    where = {tuple(range(1, s + 1)): ": the positions start at 1",
-             tuple(range(s - 1, -1, -1)): ": reversed"}.get(fit.rows, "")
-    return (f"at positions 0..{s - 1} you add rows {list(fit.rows)} of pe{where}; "
-            f"expected rows 0..{s - 1} (pe[:S])")
+    where = {
+        tuple(range(1, s + 1)): ": the positions start at 1",
+        tuple(range(s - 1, -1, -1)): ": reversed",
+    }.get(fit.rows, "")
+    return (
+        f"at positions 0..{s - 1} you add rows {list(fit.rows)} of pe{where}; "
+        f"expected rows 0..{s - 1} (pe[:S])"
+    )
 
 
 def _pos_scale_problem(fit) -> str | None:
     if not fit.rows or abs(fit.pos_scale - 1) < 1e-3:
         return None
-    same = " (the same as the embeddings: the sum was scaled)" if abs(
-        fit.pos_scale - fit.scale) < 1e-3 * abs(fit.scale) else ""
-    return (f"your positional encoding is multiplied by {fit.pos_scale:.4g}{same}; "
-            "it is added as it is (scale 1)")
+    same = (
+        " (the same as the embeddings: the sum was scaled)"
+        if abs(fit.pos_scale - fit.scale) < 1e-3 * abs(fit.scale)
+        else ""
+    )
+    return (
+        f"your positional encoding is multiplied by {fit.pos_scale:.4g}{same}; "
+        "it is added as it is (scale 1)"
+    )
 
 
 EMBED_MEASURED = Diagnosis(
     "embedding scale or positions off",
     "embed returns table(tokens)·√d_model + pe[:S]: only the token embeddings are "
-    "scaled, and row s of the positional table is added at position s.", S_EMBED)
+    "scaled, and row s of the positional table is added at position s.",
+    S_EMBED,
+)
 
 
 def _fit_probes(fn):
@@ -878,11 +1086,23 @@ def _measure_embed(fn):
         fits = _fit_probes(fn)
         if fits:
             s = EMBED_PROBES[0][1]
-            problems = [p for p in (_scale_problem(fits), _rows_problem(fits[0], s),
-                                    _pos_scale_problem(fits[0])) if p]
+            problems = [
+                p
+                for p in (
+                    _scale_problem(fits),
+                    _rows_problem(fits[0], s),
+                    _pos_scale_problem(fits[0]),
+                )
+                if p
+            ]
             if problems:
-                EMBED_MEASURED.fail(title, "Measured on tokens [4, 6] and [5, 5]: "
-                                           + "; ".join(problems) + ".")
+                EMBED_MEASURED.fail(
+                    title,
+                    "Measured on tokens [4, 6] and [5, 5]: "
+                    + "; ".join(problems)
+                    + ".",
+                )
+
     return measure
 
 
@@ -892,8 +1112,16 @@ def check_embed(fn) -> None:
     -> [B, S, D]``: ``table(tokens) · √D + pe[:S]``."""
     __tracebackhide__ = True
     _side_effects("embed", fn)
-    grade_function("embed", _embed_cases(), fn, _embed, EMBED_PITFALLS,
-                   _measure_embed(fn), atol=1e-5, rtol=1e-5)
+    grade_function(
+        "embed",
+        _embed_cases(),
+        fn,
+        _embed,
+        EMBED_PITFALLS,
+        _measure_embed(fn),
+        atol=1e-5,
+        rtol=1e-5,
+    )
 
 
 def _side_effects(title, fn) -> None:
@@ -911,6 +1139,7 @@ def _side_effects(title, fn) -> None:
 # A decoder variant is ``fn(role, module, x, memory, src_mask)``. ``role`` = (attention
 # order, norm order) says which of the learner's attentions is the self-attention and
 # which norm serves which sublayer.
+
 
 def decoder_parts(module, d_model, d_ff=None) -> Parts:
     return find_parts("DecoderBlock", module, d_model, d_ff, 2, 3, BATCHNORM, S_DECODER)
@@ -995,8 +1224,9 @@ def _post_ln_no_residual(x, sublayer, norm, drop):  # LayerNorm(Dropout(Sublayer
 
 def _decoder_no_residual(role, module, x, memory, src_mask):
     p = _in_role(role, module, x)
-    return _decoder(p, x, _masked_self(p), _cross(p, memory, src_mask),
-                    _post_ln_no_residual)
+    return _decoder(
+        p, x, _masked_self(p), _cross(p, memory, src_mask), _post_ln_no_residual
+    )
 
 
 def _decoder_pre_ln(role, module, x, memory, src_mask):
@@ -1009,55 +1239,83 @@ NO_CAUSAL_MASK = Pitfall(
     "The decoder's self-attention is not masked, so position i reads the target tokens "
     "after it: in training it copies the answer instead of predicting it, and at "
     "generation time those tokens do not exist yet. Self-attention in the decoder "
-    "always uses the causal (lower-triangular) mask.", S_DECODER, _unmasked_self)
+    "always uses the causal (lower-triangular) mask.",
+    S_DECODER,
+    _unmasked_self,
+)
 TRIU_MASK = Pitfall(
     "causal mask built with triu instead of tril",
     "Your self-attention mask keeps the upper triangle: each position attends to "
     "itself and the *future*. The keep-mask is lower triangular, "
-    "torch.ones(S, S).tril().", S_DECODER, _triu_self)
+    "torch.ones(S, S).tril().",
+    S_DECODER,
+    _triu_self,
+)
 CROSS_FROM_DECODER = Pitfall(
     "cross-attention taking keys/values from the decoder",
     "Your cross-attention takes its keys and values from the decoder's own states, so "
     "the target never reads the source. Queries come from the decoder, keys and values "
     "from the encoder's output: cross_attn(x, memory, memory, "
-    "mask=src_mask).", S_DECODER,
-    _cross_from_decoder)
+    "mask=src_mask).",
+    S_DECODER,
+    _cross_from_decoder,
+)
 SOURCE_PADDING_SEEN = Pitfall(
     "cross-attention ignores the source padding mask",
     "Your cross-attention reads the encoder's padding positions: pass the source mask "
-    "(src_mask, [B, 1, 1, Ss]) to it.", S_DECODER, _cross_without_src_mask)
+    "(src_mask, [B, 1, 1, Ss]) to it.",
+    S_DECODER,
+    _cross_without_src_mask,
+)
 CROSS_FIRST = Pitfall(
     "cross-attention before self-attention",
     "The decoder block runs masked self-attention first, then cross-attention "
-    "to the encoder, then the feed-forward.", S_DECODER, _cross_before_self)
+    "to the encoder, then the feed-forward.",
+    S_DECODER,
+    _cross_before_self,
+)
 MISSING_RESIDUAL = Pitfall(
     "missing residual",
     "Each of the three sublayers is wrapped as LayerNorm(x + "
     "Dropout(Sublayer(x))): the input is added "
-    "back.", S_RESIDUAL, _decoder_no_residual)
+    "back.",
+    S_RESIDUAL,
+    _decoder_no_residual,
+)
 PRE_LN_FOR_POST_LN = Pitfall(
     "LayerNorm in the wrong place (Pre-LN where Post-LN was asked)",
-    "This block is Post-LN: x = LayerNorm(x + Dropout(Sublayer(x))) for each "
-    "sublayer.", S_PLACEMENT, _decoder_pre_ln)
+    "This block is Post-LN: x = LayerNorm(x + Dropout(Sublayer(x))) for each sublayer.",
+    S_PLACEMENT,
+    _decoder_pre_ln,
+)
 
 DECODER_PITFALLS = (
-    NO_CAUSAL_MASK, TRIU_MASK, CROSS_FROM_DECODER,
+    NO_CAUSAL_MASK,
+    TRIU_MASK,
+    CROSS_FROM_DECODER,
     replace(CROSS_FROM_DECODER, impl=_cross_from_decoder_unmasked),
-    SOURCE_PADDING_SEEN, CROSS_FIRST, MISSING_RESIDUAL, PRE_LN_FOR_POST_LN,
+    SOURCE_PADDING_SEEN,
+    CROSS_FIRST,
+    MISSING_RESIDUAL,
+    PRE_LN_FOR_POST_LN,
 )
-DECODER_ROLES = tuple((attns, norms) for attns in ((0, 1), (1, 0))
-                      for norms in norm_orders(3))
+DECODER_ROLES = tuple(
+    (attns, norms) for attns in ((0, 1), (1, 0)) for norms in norm_orders(3)
+)
 
 
 def _decoder_cases(cls):
     # (D, H, d_ff, B, St, Ss, source padding?, dtype); Ss != St catches keys taken from
     # the wrong side.
-    configs = [(16, 4, 40, 2, 5, 7, True, torch.float32),
-               (24, 3, 48, 3, 4, 4, True, torch.float32),
-               (12, 2, 20, 2, 6, 3, False, torch.float64),
-               (16, 4, 32, 4, 5, 6, True, torch.float32)]
+    configs = [
+        (16, 4, 40, 2, 5, 7, True, torch.float32),
+        (24, 3, 48, 3, 4, 4, True, torch.float32),
+        (12, 2, 20, 2, 6, 3, False, torch.float64),
+        (16, 4, 32, 4, 5, 6, True, torch.float32),
+    ]
     cases = []
     for i, (d, h, f, b, st, ss, pad, dtype) in enumerate(configs):
+
         def make(d=d, h=h, f=f, b=b, st=st, ss=ss, pad=pad, dtype=dtype, i=i):
             torch.manual_seed(2000 + i)
             module = build_module("DecoderBlock", cls, (d, h, f, 0.1), dtype).eval()
@@ -1065,9 +1323,15 @@ def _decoder_cases(cls):
             x = randn(b, st, d, seed=2100 + i, dtype=dtype)
             memory = randn(b, ss, d, seed=2200 + i, dtype=dtype)
             return module, x, memory, _source_mask(b, ss) if pad else None
-        cases.append(Case(f"D={d}, H={h}, d_ff={f}, x [{b}, {st}, {d}], "
-                          f"memory [{b}, {ss}, {d}], source padding "
-                          f"{'yes' if pad else 'no'}, {dtype}", make))
+
+        cases.append(
+            Case(
+                f"D={d}, H={h}, d_ff={f}, x [{b}, {st}, {d}], "
+                f"memory [{b}, {ss}, {d}], source padding "
+                f"{'yes' if pad else 'no'}, {dtype}",
+                make,
+            )
+        )
     return cases
 
 
@@ -1098,14 +1362,18 @@ def _require_affine_norms(module):
     for name, norm in module.named_modules():
         affine = getattr(norm, "weight", None) is not None and norm.bias is not None
         if isinstance(norm, nn.LayerNorm) and not affine:
-            fail("DecoderBlock", f"your LayerNorm '{name}' has no weight or no bias "
-                                 "(elementwise_affine=False or bias=False): the "
-                                 "exercise asks for nn.LayerNorm(d_model), with both.",
-                 S_DECODER)
+            fail(
+                "DecoderBlock",
+                f"your LayerNorm '{name}' has no weight or no bias "
+                "(elementwise_affine=False or bias=False): the "
+                "exercise asks for nn.LayerNorm(d_model), with both.",
+                S_DECODER,
+            )
 
 
 # The trace: forward hooks record each call of the learner's attentions, norms and
 # feed-forward layers, in order, with what went in and what came out.
+
 
 @dataclass(frozen=True, eq=False)  # calls are compared by identity
 class Call:
@@ -1124,8 +1392,11 @@ _ATTN_SIGNATURE = inspect.signature(MultiHeadAttention.forward)
 def _attn_inputs(module, args, kwargs):
     bound = _ATTN_SIGNATURE.bind(module, *args, **kwargs)
     bound.apply_defaults()
-    query, key, value = bound.arguments["query"], bound.arguments["key"], \
-        bound.arguments["value"]
+    query, key, value = (
+        bound.arguments["query"],
+        bound.arguments["key"],
+        bound.arguments["value"],
+    )
     key = query if key is None else key
     return query, key, key if value is None else value, bound.arguments["mask"]
 
@@ -1133,12 +1404,17 @@ def _attn_inputs(module, args, kwargs):
 def _recorder(kind, calls):
     def hook(module, args, kwargs, output):
         out = output[0] if isinstance(output, tuple) else output
-        inputs = (_attn_inputs(module, args, kwargs) if kind == "attn"
-                  else (args or tuple(kwargs.values()))[:1])
+        inputs = (
+            _attn_inputs(module, args, kwargs)
+            if kind == "attn"
+            else (args or tuple(kwargs.values()))[:1]
+        )
         # Copies: the learner's code may change a tensor in place after this call.
-        kept = tuple(t.detach().clone() if isinstance(t, torch.Tensor) else t
-                     for t in inputs)
+        kept = tuple(
+            t.detach().clone() if isinstance(t, torch.Tensor) else t for t in inputs
+        )
         calls.append(Call(kind, module, kept, out.detach().clone()))
+
     return hook
 
 
@@ -1147,8 +1423,10 @@ def trace_block(module, parts, x, memory, src_mask):
     calls = []
     watched = [("attn", m) for m in parts.attns] + [("norm", m) for m in parts.norms]
     watched += [("ff1", parts.ff1), ("ff2", parts.ff2)]
-    handles = [m.register_forward_hook(_recorder(kind, calls), with_kwargs=True)
-               for kind, m in watched]
+    handles = [
+        m.register_forward_hook(_recorder(kind, calls), with_kwargs=True)
+        for kind, m in watched
+    ]
     try:
         with torch.no_grad():
             out = run(module, (x, memory, src_mask))
@@ -1159,15 +1437,19 @@ def trace_block(module, parts, x, memory, src_mask):
 
 
 def _close(a, b) -> bool:
-    return (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)
-            and a.shape == b.shape
-            and torch.allclose(a.double(), b.double(), atol=1e-5, rtol=1e-4))
+    return (
+        isinstance(a, torch.Tensor)
+        and isinstance(b, torch.Tensor)
+        and a.shape == b.shape
+        and torch.allclose(a.double(), b.double(), atol=1e-5, rtol=1e-4)
+    )
 
 
 def _combination(target, first, second):
     """(a, b) with target ≈ a·first + b·second (least squares), or None."""
-    if not all(isinstance(t, torch.Tensor) and t.shape == target.shape
-               for t in (first, second)):
+    if not all(
+        isinstance(t, torch.Tensor) and t.shape == target.shape for t in (first, second)
+    ):
         return None
     basis = torch.stack([first.double().flatten(), second.double().flatten()], 1).cpu()
     goal = target.double().flatten()[:, None].cpu()
@@ -1183,54 +1465,77 @@ def _combination(target, first, second):
 MASK_WRONG = Diagnosis(
     "causal mask wrong",
     "The self-attention's keep-mask is torch.ones(St, St).tril()[None, None] (True = "
-    "attend): position i attends to positions 0..i, itself included.", S_DECODER)
+    "attend): position i attends to positions 0..i, itself included.",
+    S_DECODER,
+)
 SELF_INPUTS_WRONG = Diagnosis(
     "self-attention inputs wrong",
     "The decoder's first sublayer is self-attention over the target: query, key and "
-    "value are all the block's input x, self_attn(x, x, x, mask=causal).", S_DECODER)
+    "value are all the block's input x, self_attn(x, x, x, mask=causal).",
+    S_DECODER,
+)
 NORM_MISSING = Diagnosis(
     "LayerNorm missing after a sublayer",
     "Each of the three sublayers is wrapped as x = LayerNorm(x + "
-    "Dropout(Sublayer(x))): three norms, each used once.", S_PLACEMENT)
+    "Dropout(Sublayer(x))): three norms, each used once.",
+    S_PLACEMENT,
+)
 CROSS_INPUTS_WRONG = Diagnosis(
     "cross-attention inputs wrong",
     "Cross-attention takes its queries from the decoder stream (the self-attention "
     "sublayer's output) and its keys and values from the encoder's output: "
-    "cross_attn(x, memory, memory, mask=src_mask).", S_DECODER)
+    "cross_attn(x, memory, memory, mask=src_mask).",
+    S_DECODER,
+)
 SOURCE_MASK_WRONG = Diagnosis(
     "cross-attention masked wrongly",
     "The cross-attention's mask is src_mask, passed as it is ([B, 1, 1, Ss], True = "
     "a real source token); the causal mask belongs to the self-attention only.",
-    S_DECODER)
+    S_DECODER,
+)
 ORDER_WRONG = Diagnosis(
     "sublayers out of order",
     "The block runs masked self-attention, then cross-attention, then the "
     "feed-forward, one after the other, each as x = LayerNorm(x + "
-    "Dropout(Sublayer(x))) before the next one starts.", S_DECODER)
+    "Dropout(Sublayer(x))) before the next one starts.",
+    S_DECODER,
+)
 RESIDUAL_WRONG = Diagnosis(
     "residual wrong",
     "Each sublayer is wrapped as LayerNorm(x + Dropout(Sublayer(x))), x being that "
-    "sublayer's own input: the input is added back once, unscaled.", S_RESIDUAL)
+    "sublayer's own input: the input is added back once, unscaled.",
+    S_RESIDUAL,
+)
 PRE_LN_STAGE = Diagnosis(
     "LayerNorm before the sublayer",
     "This block is Post-LN: the sublayer reads the stream x itself, and the norm comes "
-    "after the residual sum, x = LayerNorm(x + Dropout(Sublayer(x))).", S_PLACEMENT)
+    "after the residual sum, x = LayerNorm(x + Dropout(Sublayer(x))).",
+    S_PLACEMENT,
+)
 NORM_SHARED = Diagnosis(
     "one LayerNorm for several sublayers",
     "Each of the three sublayers has its own nn.LayerNorm(d_model), with its own "
-    "weights: three modules, each used once.", S_PLACEMENT)
+    "weights: three modules, each used once.",
+    S_PLACEMENT,
+)
 ATTENTION_SHARED = Diagnosis(
     "one attention for both sublayers",
     "Self-attention and cross-attention are two MultiHeadAttention modules with their "
-    "own weights.", S_DECODER)
+    "own weights.",
+    S_DECODER,
+)
 FF_WRONG = Diagnosis(
     "feed-forward wrong",
     "The feed-forward is Linear(d_model, d_ff) -> ReLU -> Linear(d_ff, d_model), on "
-    "the cross-attention sublayer's output.", S_DECODER)
+    "the cross-attention sublayer's output.",
+    S_DECODER,
+)
 OUTPUT_WRONG = Diagnosis(
     "block output wrong",
     "The block returns the last LayerNorm's output, LayerNorm(x + Dropout(FF(x))), "
-    "nothing added or changed after it.", S_RESIDUAL)
+    "nothing added or changed after it.",
+    S_RESIDUAL,
+)
 
 
 @dataclass(frozen=True)
@@ -1245,11 +1550,11 @@ class Trace:
 
     def after(self, call, kind):
         """The first call of ``kind`` after ``call`` (None: none)."""
-        later = self.calls[self.calls.index(call) + 1:]
+        later = self.calls[self.calls.index(call) + 1 :]
         return next((c for c in later if c.kind == kind), None)
 
     def before(self, call, kind):
-        return [c for c in self.calls[:self.calls.index(call)] if c.kind == kind]
+        return [c for c in self.calls[: self.calls.index(call)] if c.kind == kind]
 
 
 def _pattern(mask, b, h, sq, sk):
@@ -1261,8 +1566,10 @@ def _pattern(mask, b, h, sq, sk):
 
 def _rows(pattern):
     """[Sq, Sk] bool -> "query 0: keys [..]; query 1: ..." for the first rows."""
-    shown = [f"query {i}: keys {row.nonzero().flatten().tolist()}"
-             for i, row in enumerate(pattern[:3])]
+    shown = [
+        f"query {i}: keys {row.nonzero().flatten().tolist()}"
+        for i, row in enumerate(pattern[:3])
+    ]
     return "; ".join(shown)
 
 
@@ -1280,17 +1587,23 @@ def _self_mask_problem(mask, q, heads):
         if torch.equal(first, tril.T):
             return TRIU_MASK, "Your self-attention's mask is the upper triangle (triu)."
         if torch.equal(first, ~tril):
-            return MASK_WRONG, ("Your self-attention's mask is True on the future "
-                                "positions only (triu(diagonal=1)), the complement of "
-                                "the keep-mask: True must mean 'attend'.")
+            return MASK_WRONG, (
+                "Your self-attention's mask is True on the future "
+                "positions only (triu(diagonal=1)), the complement of "
+                "the keep-mask: True must mean 'attend'."
+            )
         if torch.equal(first, tril.tril(-1)):
-            return MASK_WRONG, ("Your self-attention's mask hides the diagonal "
-                                "(tril(diagonal=-1)): position i must attend to itself "
-                                "too, and position 0 is left with no key at all.")
+            return MASK_WRONG, (
+                "Your self-attention's mask hides the diagonal "
+                "(tril(diagonal=-1)): position i must attend to itself "
+                "too, and position 0 is left with no key at all."
+            )
         if first.all():
             return NO_CAUSAL_MASK, "Your self-attention's mask keeps every position."
-    return MASK_WRONG, (f"Your self-attention's mask keeps, for sequence 0: "
-                        f"{_rows(first)}; expected query i: keys 0..i.")
+    return MASK_WRONG, (
+        f"Your self-attention's mask keeps, for sequence 0: "
+        f"{_rows(first)}; expected query i: keys 0..i."
+    )
 
 
 def _cross_mask_problem(mask, src_mask, q, k, heads):
@@ -1302,17 +1615,24 @@ def _cross_mask_problem(mask, src_mask, q, k, heads):
     if torch.equal(got, want):
         return None
     if src_mask is not None and torch.equal(got, ~want):
-        return SOURCE_MASK_WRONG, ("Your cross-attention's mask is ~src_mask: it keeps "
-                                   "the padding and hides the real source tokens.")
+        return SOURCE_MASK_WRONG, (
+            "Your cross-attention's mask is ~src_mask: it keeps "
+            "the padding and hides the real source tokens."
+        )
     causal = torch.ones(sq, sk, dtype=torch.bool).tril()
     if torch.equal(got, (want & causal).expand_as(got)) or torch.equal(
-            got, causal.expand_as(got)):
-        return SOURCE_MASK_WRONG, ("Your cross-attention's mask includes the causal "
-                                   "triangle: a target position may read every source "
-                                   "token (the source is all known).")
-    return SOURCE_MASK_WRONG, (f"Your cross-attention keeps, for sequence 0: "
-                               f"{_rows(got[0, 0])}; src_mask keeps "
-                               f"{_rows(want[0, 0])}.")
+        got, causal.expand_as(got)
+    ):
+        return SOURCE_MASK_WRONG, (
+            "Your cross-attention's mask includes the causal "
+            "triangle: a target position may read every source "
+            "token (the source is all known)."
+        )
+    return SOURCE_MASK_WRONG, (
+        f"Your cross-attention keeps, for sequence 0: "
+        f"{_rows(got[0, 0])}; src_mask keeps "
+        f"{_rows(want[0, 0])}."
+    )
 
 
 def _stage_self(t, heads):
@@ -1322,21 +1642,28 @@ def _stage_self(t, heads):
     second = [c for c in t.calls if c.kind == "attn"][1]
     if _close(k, t.memory) or _close(q, t.memory):
         if _close(second.inputs[1], t.memory):
-            return SELF_INPUTS_WRONG, ("Both of your attention calls read the "
-                                       "encoder's output (memory): the first one, "
-                                       "the self-attention, must read x only.")
-        return ORDER_WRONG, ("Your first attention call reads the encoder's output "
-                             "(memory): the cross-attention runs before the "
-                             "self-attention.")
+            return SELF_INPUTS_WRONG, (
+                "Both of your attention calls read the "
+                "encoder's output (memory): the first one, "
+                "the self-attention, must read x only."
+            )
+        return ORDER_WRONG, (
+            "Your first attention call reads the encoder's output "
+            "(memory): the cross-attention runs before the "
+            "self-attention."
+        )
     if not _close(q, t.x):
         earlier = [c for c in t.before(call, "norm") if _close(q, c.output)]
         if earlier:
-            return PRE_LN_STAGE, ("Your self-attention reads LayerNorm(x), not the "
-                                  "block's input x (Pre-LN placement).")
+            return PRE_LN_STAGE, (
+                "Your self-attention reads LayerNorm(x), not the "
+                "block's input x (Pre-LN placement)."
+            )
         return None, "the self-attention's query is not the block's input x"
     if not (_close(k, q) and _close(v, q)):
-        return SELF_INPUTS_WRONG, ("Your self-attention's keys or values are not its "
-                                   "queries (x).")
+        return SELF_INPUTS_WRONG, (
+            "Your self-attention's keys or values are not its queries (x)."
+        )
     return _self_mask_problem(mask, q, heads)
 
 
@@ -1347,22 +1674,33 @@ def _stage_wrapped(t, call, stream, name, used):
     if norm is None:
         return (NORM_MISSING, f"No LayerNorm runs after the {name}."), norm
     if nxt is not None and t.calls.index(nxt) < t.calls.index(norm):
-        return (ORDER_WRONG, f"The next attention starts before a LayerNorm has run "
-                             f"on the {name}'s sum."), norm
+        return (
+            ORDER_WRONG,
+            f"The next attention starts before a LayerNorm has run "
+            f"on the {name}'s sum.",
+        ), norm
     if norm.module in used:
-        return (NORM_SHARED, f"The LayerNorm after the {name} is the same module as "
-                             "an earlier sublayer's."), norm
+        return (
+            NORM_SHARED,
+            f"The LayerNorm after the {name} is the same module as "
+            "an earlier sublayer's.",
+        ), norm
     read, y = norm.inputs[0], call.output
     if _close(read, stream + y):
         return None, norm
     if stream is not t.x and _close(read, t.x + y):
-        return (RESIDUAL_WRONG, f"The LayerNorm after the {name} reads x_in + "
-                                f"{name}(...), with x_in the block's input, not the "
-                                f"{name}'s own input."), norm
+        return (
+            RESIDUAL_WRONG,
+            f"The LayerNorm after the {name} reads x_in + "
+            f"{name}(...), with x_in the block's input, not the "
+            f"{name}'s own input.",
+        ), norm
     if _close(read, stream + torch.relu(y)):
-        return (FF_WRONG if call.kind == "ff2" else RESIDUAL_WRONG,
-                f"The LayerNorm after the {name} reads x + ReLU({name}(x)): a ReLU "
-                "after the sublayer's output."), norm
+        return (
+            FF_WRONG if call.kind == "ff2" else RESIDUAL_WRONG,
+            f"The LayerNorm after the {name} reads x + ReLU({name}(x)): a ReLU "
+            "after the sublayer's output.",
+        ), norm
     return _residual_reading(read, stream, y, name), norm
 
 
@@ -1372,13 +1710,19 @@ def _residual_reading(read, stream, y, name):
         return None, f"the LayerNorm after the {name} does not read x + {name}(x)"
     a, b = coef
     if abs(a) < 1e-3 and abs(b - 1) < 1e-3:
-        return MISSING_RESIDUAL, (f"The LayerNorm after the {name} reads {name}(x) "
-                                  "alone: x is not added back.")
+        return MISSING_RESIDUAL, (
+            f"The LayerNorm after the {name} reads {name}(x) "
+            "alone: x is not added back."
+        )
     if abs(a - 1) < 1e-3 and abs(b) < 1e-3:
-        return RESIDUAL_WRONG, (f"The LayerNorm after the {name} reads x alone: the "
-                                f"{name}'s output is never added.")
-    return RESIDUAL_WRONG, (f"The LayerNorm after the {name} reads {a:g}·x + "
-                            f"{b:g}·{name}(x); expected 1·x + 1·{name}(x).")
+        return RESIDUAL_WRONG, (
+            f"The LayerNorm after the {name} reads x alone: the "
+            f"{name}'s output is never added."
+        )
+    return RESIDUAL_WRONG, (
+        f"The LayerNorm after the {name} reads {a:g}·x + "
+        f"{b:g}·{name}(x); expected 1·x + 1·{name}(x)."
+    )
 
 
 def _stage_cross(t, first, h1, heads):
@@ -1388,60 +1732,97 @@ def _stage_cross(t, first, h1, heads):
     if any(c.kind == "ff1" for c in t.before(call, "ff1")):
         return (ORDER_WRONG, "Your feed-forward runs before the cross-attention."), call
     if call.module is first.module:
-        return (ATTENTION_SHARED, "Both attention calls use the same "
-                                  "MultiHeadAttention module."), call
+        return (
+            ATTENTION_SHARED,
+            "Both attention calls use the same MultiHeadAttention module.",
+        ), call
     q, k, v, mask = call.inputs
     if _close(q, t.memory):
-        return (CROSS_INPUTS_WRONG, "Your cross-attention takes its queries from "
-                                    "memory: query is the decoder stream, key and "
-                                    "value are memory."), call
+        return (
+            CROSS_INPUTS_WRONG,
+            "Your cross-attention takes its queries from "
+            "memory: query is the decoder stream, key and "
+            "value are memory.",
+        ), call
     if not _close(k, t.memory) and (_close(k, h1) or _close(k, t.x)):
-        return (CROSS_FROM_DECODER, "Your cross-attention's keys are the decoder's "
-                                    "states, not memory."), call
+        return (
+            CROSS_FROM_DECODER,
+            "Your cross-attention's keys are the decoder's states, not memory.",
+        ), call
     if not (_close(k, t.memory) and _close(v, t.memory)):
-        return (CROSS_INPUTS_WRONG, "Your cross-attention's keys or values are not the "
-                                    "encoder's output (memory)."), call
+        return (
+            CROSS_INPUTS_WRONG,
+            "Your cross-attention's keys or values are not the "
+            "encoder's output (memory).",
+        ), call
     if _close(q, t.x) and not _close(q, h1):
-        return (CROSS_INPUTS_WRONG, "Your cross-attention's queries are the block's "
-                                    "input x, not the self-attention sublayer's output "
-                                    "(x was not updated between the sublayers)."), call
+        return (
+            CROSS_INPUTS_WRONG,
+            "Your cross-attention's queries are the block's "
+            "input x, not the self-attention sublayer's output "
+            "(x was not updated between the sublayers).",
+        ), call
     if not _close(q, h1):
         if any(_close(q, c.output) for c in t.before(call, "norm")):
-            return (PRE_LN_STAGE, "Your cross-attention reads a LayerNorm of its input "
-                                  "(Pre-LN placement)."), call
-        return (None, "the cross-attention's query is not the self-attention "
-                      "sublayer's output"), call
+            return (
+                PRE_LN_STAGE,
+                "Your cross-attention reads a LayerNorm of its input "
+                "(Pre-LN placement).",
+            ), call
+        return (
+            None,
+            "the cross-attention's query is not the self-attention sublayer's output",
+        ), call
     return _cross_mask_problem(mask, t.src_mask, q, k, heads), call
 
 
 def _stage_ff(t, after, h2):
     """Stage 5: Linear -> ReLU -> Linear on h2; -> (problem, second Linear's call)."""
     if not any(c.kind == "ff2" for c in t.calls):
-        return (None, "the feed-forward's Linear modules were never called (hooks "
-                      "cannot see F.linear on their weights)"), None
+        return (
+            None,
+            "the feed-forward's Linear modules were never called (hooks "
+            "cannot see F.linear on their weights)",
+        ), None
     ff1 = t.after(after, "ff1")
     ff2 = t.after(ff1, "ff2") if ff1 is not None else None
     if ff1 is None or ff2 is None:
-        return (ORDER_WRONG, "The feed-forward's layers do not run after the "
-                             "cross-attention sublayer."), None
+        return (
+            ORDER_WRONG,
+            "The feed-forward's layers do not run after the cross-attention sublayer.",
+        ), None
     if not _close(ff1.inputs[0], h2):
         if any(_close(ff1.inputs[0], c.output) for c in t.before(ff1, "norm")[2:]):
-            return (PRE_LN_STAGE, "Your feed-forward reads a LayerNorm of its input "
-                                  "(Pre-LN placement)."), ff2
-        reads = ("the block's input x" if _close(ff1.inputs[0], t.x)
-                 else "something else")
-        return (FF_WRONG, f"Your feed-forward reads {reads}, not the cross-attention "
-                          "sublayer's output."), ff2
+            return (
+                PRE_LN_STAGE,
+                "Your feed-forward reads a LayerNorm of its input (Pre-LN placement).",
+            ), ff2
+        reads = (
+            "the block's input x" if _close(ff1.inputs[0], t.x) else "something else"
+        )
+        return (
+            FF_WRONG,
+            f"Your feed-forward reads {reads}, not the cross-attention "
+            "sublayer's output.",
+        ), ff2
     hidden, given = ff1.output, ff2.inputs[0]
     if _close(given, torch.relu(hidden)):
         return None, ff2
-    for name, act in (("no activation", hidden), ("GELU", F.gelu(hidden)),
-                      ("tanh", torch.tanh(hidden)), ("sigmoid", torch.sigmoid(hidden)),
-                      ("LeakyReLU", F.leaky_relu(hidden)), ("SiLU", F.silu(hidden)),
-                      ("ELU", F.elu(hidden))):
+    for name, act in (
+        ("no activation", hidden),
+        ("GELU", F.gelu(hidden)),
+        ("tanh", torch.tanh(hidden)),
+        ("sigmoid", torch.sigmoid(hidden)),
+        ("LeakyReLU", F.leaky_relu(hidden)),
+        ("SiLU", F.silu(hidden)),
+        ("ELU", F.elu(hidden)),
+    ):
         if _close(given, act):
-            return (FF_WRONG, f"Between the feed-forward's layers you apply {name}; "
-                              "the exercise asks for ReLU."), ff2
+            return (
+                FF_WRONG,
+                f"Between the feed-forward's layers you apply {name}; "
+                "the exercise asks for ReLU.",
+            ), ff2
     return (None, "the feed-forward's second Linear does not read ReLU(first)"), ff2
 
 
@@ -1450,9 +1831,11 @@ def _stage_output(t, last_norm, h2):
         return None
     coef = _combination(t.out, last_norm.output, h2)
     if coef is not None:
-        return OUTPUT_WRONG, (f"Your block returns {coef[0]:g}·LayerNorm₃(...) + "
-                              f"{coef[1]:g}·(the feed-forward's input), not the last "
-                              "LayerNorm's output.")
+        return OUTPUT_WRONG, (
+            f"Your block returns {coef[0]:g}·LayerNorm₃(...) + "
+            f"{coef[1]:g}·(the feed-forward's input), not the last "
+            "LayerNorm's output."
+        )
     return OUTPUT_WRONG, "Your block does not return the last LayerNorm's output."
 
 
@@ -1475,8 +1858,9 @@ def _walk(t, heads):
     found, ff2 = _stage_ff(t, n2, n2.output)
     if found:
         return found
-    found, n3 = _stage_wrapped(t, ff2, n2.output, "feed-forward",
-                               (n1.module, n2.module))
+    found, n3 = _stage_wrapped(
+        t, ff2, n2.output, "feed-forward", (n1.module, n2.module)
+    )
     return found or _stage_output(t, n3, n2.output)
 
 
@@ -1490,24 +1874,36 @@ def _trace_case(title, case):
         fail(title, f"your block raised {out!r} while the check ran case {case.label}.")
     if type(out) is not torch.Tensor or out.shape != x.shape:
         what = list(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
-        fail(title, f"on case {case.label}: your block returned {what}; forward "
-                    f"returns one tensor [B, St, D] = {list(x.shape)}.", S_DECODER)
+        fail(
+            title,
+            f"on case {case.label}: your block returned {what}; forward "
+            f"returns one tensor [B, St, D] = {list(x.shape)}.",
+            S_DECODER,
+        )
     attns = [c for c in calls if c.kind == "attn"]
     if len(attns) != 2 or not any(c.kind == "norm" for c in calls):
         # A module run through .forward() or functions on its weights is invisible to
         # hooks: say what was seen, claim nothing.
         norms = sum(c.kind == "norm" for c in calls)
-        fail(title, f"on case {case.label} the forward hooks saw {len(attns)} "
-                    f"attention call(s) (expected 2) and {norms} LayerNorm call(s) "
-                    f"(expected 3). It {UNEXPLAINED}.", S_DECODER)
+        fail(
+            title,
+            f"on case {case.label} the forward hooks saw {len(attns)} "
+            f"attention call(s) (expected 2) and {norms} LayerNorm call(s) "
+            f"(expected 3). It {UNEXPLAINED}.",
+            S_DECODER,
+        )
     heads = attns[0].module.n_heads
     found = _walk(Trace(x, memory, src_mask, out, tuple(calls)), heads)
     if found is None:
         return
     diagnosis, observed = found
     if diagnosis is None:
-        fail(title, f"on case {case.label}, the first stage that departs: {observed} "
-                    f"(observed with forward hooks). It {UNEXPLAINED}.", S_DECODER)
+        fail(
+            title,
+            f"on case {case.label}, the first stage that departs: {observed} "
+            f"(observed with forward hooks). It {UNEXPLAINED}.",
+            S_DECODER,
+        )
     diagnosis.fail(title, f"On case {case.label}: {observed}")
 
 
@@ -1523,16 +1919,27 @@ def _without_src_mask(title, cls):
         want = run(module, (x.clone(), memory.clone(), None))
     for name, old, new in zip(("x", "memory"), before, (x, memory)):
         if not isinstance(got, Raised) and not torch.equal(old, new):
-            fail(title, f"your forward changed its input {name} in place (x += ..., "
-                        "or an in-place op on it): write x = x + ..., so that the "
-                        "caller's tensor stays as it was.", S_DECODER)
+            fail(
+                title,
+                f"your forward changed its input {name} in place (x += ..., "
+                "or an in-place op on it): write x = x + ..., so that the "
+                "caller's tensor stays as it was.",
+                S_DECODER,
+            )
     if isinstance(got, Raised):
-        fail(title, f"forward(x, memory) without src_mask raised {got!r}. The "
-                    "exercise's signature is forward(x, memory, src_mask=None).",
-             S_DECODER)
+        fail(
+            title,
+            f"forward(x, memory) without src_mask raised {got!r}. The "
+            "exercise's signature is forward(x, memory, src_mask=None).",
+            S_DECODER,
+        )
     if not _close(got, want):
-        fail(title, "forward(x, memory) and forward(x, memory, None) differ: src_mask "
-                    "defaults to None (no source padding).", S_DECODER)
+        fail(
+            title,
+            "forward(x, memory) and forward(x, memory, None) differ: src_mask "
+            "defaults to None (no source padding).",
+            S_DECODER,
+        )
 
 
 def _fail_if_random(title, case):
@@ -1550,25 +1957,33 @@ def _agrees(got, want) -> bool:
     every pitfall)."""
     if isinstance(got, Raised) or isinstance(want, Raised):
         return same(got, want, 1e-5, 1e-4)
-    return (type(got) is torch.Tensor and type(want) is torch.Tensor
-            and got.shape == want.shape and got.dtype == want.dtype
-            and torch.allclose(got, want, atol=1e-5, rtol=1e-4))
+    return (
+        type(got) is torch.Tensor
+        and type(want) is torch.Tensor
+        and got.shape == want.shape
+        and got.dtype == want.dtype
+        and torch.allclose(got, want, atol=1e-5, rtol=1e-4)
+    )
 
 
 def _matches_some_role(theirs, made, fn, agree) -> bool:
     """Whether ``fn(role, *inputs)`` agrees with the learner on every case for some
     role. ``made``: each case's inputs, built once (the recomputations only read the
     learner's parts)."""
-    return any(all(agree(g, run(fn, (role, *inputs)))
-                   for g, inputs in zip(theirs, made)) for role in DECODER_ROLES)
+    return any(
+        all(agree(g, run(fn, (role, *inputs))) for g, inputs in zip(theirs, made))
+        for role in DECODER_ROLES
+    )
 
 
 def _grade_decoder(title, cls):
     __tracebackhide__ = True
     cases = _decoder_cases(cls)
     theirs = [run(_call_decoder, case.make()) for case in cases]
-    made = [(decoder_parts(m, x.size(-1)), x, memory, mask)
-            for m, x, memory, mask in (case.make() for case in cases)]
+    made = [
+        (decoder_parts(m, x.size(-1)), x, memory, mask)
+        for m, x, memory, mask in (case.make() for case in cases)
+    ]
     ours = [run(decoder_block, (DECODER_ROLES[0], *inputs)) for inputs in made]
     right = lambda g, w: _right(g, w, 1e-5, 1e-4)  # noqa: E731
     if _matches_some_role(theirs, made, decoder_block, right):
@@ -1596,8 +2011,11 @@ def check_decoder_block(cls) -> None:
     _grade_decoder(title, cls)
     _without_src_mask(title, cls)
     _check_sublayer_dropout(title, cls)
-    passed(title, "matches the reference on 4 cases; in train mode each sublayer's "
-                  "output is dropped at the block's rate")
+    passed(
+        title,
+        "matches the reference on 4 cases; in train mode each sublayer's "
+        "output is dropped at the block's rate",
+    )
 
 
 # ------------------------------------------------------- decoder dropout, train mode
@@ -1618,7 +2036,9 @@ SUBLAYER_DROPOUT = Diagnosis(
     "in train mode dropout zeroes a fraction p (the block's `dropout`) of *every* "
     "sublayer's output, self-attention, cross-attention and feed-forward alike, and "
     "scales the rest by 1/(1-p) (nn.Dropout(dropout), or F.dropout(t, dropout, "
-    "self.training)).", S_DROPOUT)
+    "self.training)).",
+    S_DROPOUT,
+)
 
 
 def _train_trace(title, cls, p):
@@ -1626,18 +2046,24 @@ def _train_trace(title, cls, p):
     float64 on x [B, St, D], memory [B, Ss, D], no source mask."""
     __tracebackhide__ = True
     d, h, f, b, st, ss = DROPOUT_CONFIG
-    label = (f"D={d}, H={h}, d_ff={f}, x [{b}, {st}, {d}], memory [{b}, {ss}, {d}], "
-             f"torch.float64, dropout={p}, train mode")
+    label = (
+        f"D={d}, H={h}, d_ff={f}, x [{b}, {st}, {d}], memory [{b}, {ss}, {d}], "
+        f"torch.float64, dropout={p}, train mode"
+    )
     module = build_module("DecoderBlock", cls, (d, h, f, p), torch.float64, seed=51)
     x = randn(b, st, d, seed=510, dtype=torch.float64)
     memory = randn(b, ss, d, seed=511, dtype=torch.float64)
     with torch.random.fork_rng(devices=[]), quiet():
         torch.manual_seed(52)
-        out, calls = trace_block(module.train(), decoder_parts(module, d, f), x,
-                                 memory, None)
+        out, calls = trace_block(
+            module.train(), decoder_parts(module, d, f), x, memory, None
+        )
     if isinstance(out, Raised):
-        fail(title, f"your block raised {out!r} in train mode on case {label}.",
-             S_DECODER)
+        fail(
+            title,
+            f"your block raised {out!r} in train mode on case {label}.",
+            S_DECODER,
+        )
     return label, x, calls
 
 
@@ -1650,10 +2076,14 @@ def _branches(x, calls):
     if len(attns) != 2 or len(ff2) != 1 or len(norms) != 3:
         return []
     streams = (x, norms[0].output, norms[1].output)
-    return [(name, norm.inputs[0] - stream, before) for name, norm, stream, before
-            in zip(SUBLAYERS, norms, streams, (*attns, ff2[0]))
-            if isinstance(norm.inputs[0], torch.Tensor)
-            and norm.inputs[0].shape == before.shape == stream.shape]
+    return [
+        (name, norm.inputs[0] - stream, before)
+        for name, norm, stream, before in zip(
+            SUBLAYERS, norms, streams, (*attns, ff2[0])
+        )
+        if isinstance(norm.inputs[0], torch.Tensor)
+        and norm.inputs[0].shape == before.shape == stream.shape
+    ]
 
 
 def _branch_rates(x, calls):
@@ -1661,11 +2091,13 @@ def _branch_rates(x, calls):
     found = []
     for name, branch, before in _branches(x, calls):
         alive = before.abs() > 1e-6
-        zeroed = float(((branch == 0) & alive).double().sum()
-                       / alive.double().sum().clamp_min(1))
+        zeroed = float(
+            ((branch == 0) & alive).double().sum() / alive.double().sum().clamp_min(1)
+        )
         kept = (branch != 0) & alive
-        scale = (float((branch[kept] / before[kept]).median())
-                 if kept.sum() >= 10 else None)
+        scale = (
+            float((branch[kept] / before[kept]).median()) if kept.sum() >= 10 else None
+        )
         found.append((name, zeroed, scale))
     return found
 
@@ -1673,11 +2105,15 @@ def _branch_rates(x, calls):
 def _rate_problem(name, zeroed, scale, p) -> str | None:
     """What is off in one sublayer's measured dropout at rate ``p``, or None."""
     if abs(zeroed - p) > 0.1:
-        return (f"{zeroed:.0%} of {name}'s output was zeroed on its way into the "
-                f"residual sum, expected about {p:.0%} (p = {p})")
+        return (
+            f"{zeroed:.0%} of {name}'s output was zeroed on its way into the "
+            f"residual sum, expected about {p:.0%} (p = {p})"
+        )
     if scale is not None and abs(scale * (1 - p) - 1) > 0.02:
-        return (f"the kept entries of {name}'s output were multiplied by "
-                f"{scale:.3g}, expected 1/(1-p) = {1 / (1 - p):.3g}")
+        return (
+            f"the kept entries of {name}'s output were multiplied by "
+            f"{scale:.3g}, expected 1/(1-p) = {1 / (1 - p):.3g}"
+        )
     return None
 
 
@@ -1697,14 +2133,17 @@ def _check_sublayer_dropout(title, cls):
 # Probes on one block in eval mode: ``probe(module, x, memory, src_mask)`` returns what
 # it observed when the property fails, else None.
 
+
 def _deterministic(module, x, memory, src_mask):
     a = module(x.clone(), memory.clone(), src_mask)
     b = module(x.clone(), memory.clone(), src_mask)
     if torch.equal(a, b):
         return None
     differ = (a != b).double().mean().item()
-    return (f"Two calls in eval mode gave different outputs ({differ:.0%} of the "
-            "entries differ).")
+    return (
+        f"Two calls in eval mode gave different outputs ({differ:.0%} of the "
+        "entries differ)."
+    )
 
 
 def _reads_memory(module, x, memory, src_mask):
@@ -1722,8 +2161,10 @@ def _past_ignores_future(module, x, memory, src_mask):
     if changed.max() <= 1e-5:
         return None
     moved = [i for i in range(3) if changed[:, i].max() > 1e-5]
-    return (f"Changing target positions 3..5 changed the outputs at positions {moved} "
-            f"(by up to {changed.max().item():.3g}): the past sees the future.")
+    return (
+        f"Changing target positions 3..5 changed the outputs at positions {moved} "
+        f"(by up to {changed.max().item():.3g}): the past sees the future."
+    )
 
 
 def _masked_source_invisible(module, x, memory, src_mask):
@@ -1733,8 +2174,10 @@ def _masked_source_invisible(module, x, memory, src_mask):
     changed = (module(x.clone(), hidden, src_mask) - base).abs().max().item()
     if changed <= 1e-5:
         return None
-    return ("Changing the masked (padding) source positions 3..4 of sequence 0 "
-            f"changed its output by up to {changed:.3g}.")
+    return (
+        "Changing the masked (padding) source positions 3..4 of sequence 0 "
+        f"changed its output by up to {changed:.3g}."
+    )
 
 
 DECODER_PROBES = (
@@ -1754,9 +2197,12 @@ def _observe(title, probe, *args):
             return probe(*args)
         except Exception as exc:  # the learner's code may raise anything
             name = probe.__name__.strip("_").replace("_", " ")
-            fail(title, f"your block raised {Raised(exc)!r} while the check ran the "
-                        f"probe '{name}' (x [2, 6, 16], memory [2, 5, 16], src_mask "
-                        "[2, 1, 1, 5]).")
+            fail(
+                title,
+                f"your block raised {Raised(exc)!r} while the check ran the "
+                f"probe '{name}' (x [2, 6, 16], memory [2, 5, 16], src_mask "
+                "[2, 1, 1, 5]).",
+            )
 
 
 @single_threaded
@@ -1768,14 +2214,17 @@ def check_decoder_behaviour(cls) -> None:
     title = "DecoderBlock behaviour"
     module = _probe(cls)
     x, memory = randn(2, 6, 16, seed=31), randn(2, 5, 16, seed=32)
-    src_mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], dtype=torch.bool,
-                            device=get_device())[:, None, None, :]
+    src_mask = torch.tensor(
+        [[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], dtype=torch.bool, device=get_device()
+    )[:, None, None, :]
     for probe, diagnosis in DECODER_PROBES:
         observed = _observe(title, probe, module, x, memory, src_mask)
         if observed:
             diagnosis.fail(title, observed)
-    passed(title, "causal, reads the memory, ignores source padding, deterministic in "
-                  "eval mode")
+    passed(
+        title,
+        "causal, reads the memory, ignores source padding, deterministic in eval mode",
+    )
 
 
 @single_threaded

@@ -13,6 +13,7 @@ this batch's and what was left from the last one); ``ch06`` names the mistakes.
 Shape letters: B batch, St target length, V vocabulary, P all parameters
 flattened.
 """
+
 from __future__ import annotations
 
 import copy
@@ -44,8 +45,9 @@ class RecordingTransformer(TorchTransformer):
 
     def decode(self, tgt_in, memory, src_mask, tgt_mask=None):
         logits = super().decode(tgt_in, memory, src_mask, tgt_mask)
-        call = ForwardCall(self.training, tgt_in.detach().clone(),
-                           logits.detach().double())
+        call = ForwardCall(
+            self.training, tgt_in.detach().clone(), logits.detach().double()
+        )
         self.log.append(("forward", call))
         if logits.requires_grad:
             logits.register_hook(lambda g, call=call: self._reached(call, g))
@@ -80,8 +82,16 @@ def build_models(seed: int):
 
 def flat_grad(model) -> torch.Tensor:
     """[P] float64: every parameter's gradient (zeros where None), on the CPU."""
-    return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p))
-                      .detach().flatten().double().cpu() for p in model.parameters()])
+    return torch.cat(
+        [
+            (p.grad if p.grad is not None else torch.zeros_like(p))
+            .detach()
+            .flatten()
+            .double()
+            .cpu()
+            for p in model.parameters()
+        ]
+    )
 
 
 def flat_params(model) -> torch.Tensor:
@@ -107,8 +117,9 @@ def recording_optimizer(model, lr: float):
     step, zero_grad = opt.step, opt.zero_grad
 
     def logged_step(self, *args, **kwargs):
-        model.log.append(("step", StepCall(self.param_groups[0]["lr"],
-                                           flat_grad(model))))
+        model.log.append(
+            ("step", StepCall(self.param_groups[0]["lr"], flat_grad(model)))
+        )
         return step(*args, **kwargs)
 
     def logged_zero_grad(self, *args, **kwargs):
@@ -121,7 +132,7 @@ def recording_optimizer(model, lr: float):
 
 
 def _halving(step):
-    return 0.5 ** step
+    return 0.5**step
 
 
 def recording_scheduler(opt, model):
@@ -159,8 +170,12 @@ class Want:
 def batch_loss(model, src, tgt, pad_id, eps):
     """The mean cross-entropy over the real tokens, teacher forced."""
     logits = model(src, tgt[:, :-1])
-    return F.cross_entropy(logits.flatten(0, 1), tgt[:, 1:].flatten(),
-                           ignore_index=pad_id, label_smoothing=eps)
+    return F.cross_entropy(
+        logits.flatten(0, 1),
+        tgt[:, 1:].flatten(),
+        ignore_index=pad_id,
+        label_smoothing=eps,
+    )
 
 
 def reference_view(twin, model, src, tgt, pad_id, eps) -> Want:
@@ -183,6 +198,7 @@ def loss_at(twin, state, src, tgt, pad_id, eps) -> float:
 
 
 # ------------------------------------------------------------------- measurements
+
 
 def loss_fit(logits, grad, labels):
     """Read a cross-entropy's normaliser and label smoothing off its gradient.
@@ -237,6 +253,7 @@ def close(a: float, b: float, rel: float = 2e-3, abs_: float = 1e-7) -> bool:
 
 # ------------------------------------------------------------------- observing a step
 
+
 @dataclass(frozen=True)
 class StepCase:
     """One run of the learner's step: ``updates`` batches (drawn from ``seed``) on the
@@ -272,8 +289,14 @@ class Seen:
 
     def loss_after(self) -> float:
         """The batch's loss at the weights the step left."""
-        return loss_at(self.twin, self.state_after, self.src, self.tgt,
-                       self.case.pad_id, self.case.eps)
+        return loss_at(
+            self.twin,
+            self.state_after,
+            self.src,
+            self.tgt,
+            self.case.pad_id,
+            self.case.eps,
+        )
 
     def events(self, kind):
         return [payload for event, payload in self.log if event == kind]
@@ -293,11 +316,13 @@ def batches(case: StepCase, update: int, pad_id: int):
             out[i, :n] = torch.randint(4, VOCAB, (n,), generator=g)
             out[i, 0], out[i, n - 1] = 1, 2
         return out.to(get_device())
+
     return rows(4, 6), rows(4, 7)
 
 
-def observe(title, step_fn, case: StepCase, model: RecordingTransformer, twin,
-            start: dict) -> list[Seen]:
+def observe(
+    title, step_fn, case: StepCase, model: RecordingTransformer, twin, start: dict
+) -> list[Seen]:
     """Run the learner's step ``case.updates`` times on ``model`` reset to the weights
     ``start``; each update begins with the model left in eval mode (as after an
     evaluation) and is recorded. ``twin`` computes the reference's view."""
@@ -315,12 +340,29 @@ def observe(title, step_fn, case: StepCase, model: RecordingTransformer, twin,
         left, before = flat_grad(model), flat_params(model)
         lr = opt.param_groups[0]["lr"]
         args = (model, src, tgt, opt, sched, case.max_norm, case.pad_id, case.eps)
-        out = run_or_fail(title, step_fn, args, f"case {case.label}, update {k}: "
-                          "your train_step")
+        out = run_or_fail(
+            title, step_fn, args, f"case {case.label}, update {k}: your train_step"
+        )
         after = {k: v.detach().clone() for k, v in model.state_dict().items()}
-        seen.append(Seen(case, k, src, tgt, model.log, left, flat_grad(model), before,
-                         flat_params(model), out, want, lr, after, param_slices(model),
-                         twin))
+        seen.append(
+            Seen(
+                case,
+                k,
+                src,
+                tgt,
+                model.log,
+                left,
+                flat_grad(model),
+                before,
+                flat_params(model),
+                out,
+                want,
+                lr,
+                after,
+                param_slices(model),
+                twin,
+            )
+        )
     return seen
 
 

@@ -12,6 +12,7 @@ just above its ``Pitfall``) name what reproduces the learner's parameters. The
 data-loading check is a behaviour check: it reads which samples each rank gets in
 each epoch.
 """
+
 from __future__ import annotations
 
 import copy
@@ -28,9 +29,21 @@ from tformer_ref.device import get_device
 from tformer_ref.toy_lm import TinyCausalLM, count_targets, lm_loss_sum, make_token_data
 from ..guard.integrity import seal
 from .delegation import check_not_delegated
-from .diagnosis import (UNEXPLAINED, Case, Diagnosis, Pitfall, Raised, Section,
-                        compare_to_reference, fail, passed, quiet, run, single_threaded,
-                        verify_integrity)
+from .diagnosis import (
+    UNEXPLAINED,
+    Case,
+    Diagnosis,
+    Pitfall,
+    Raised,
+    Section,
+    compare_to_reference,
+    fail,
+    passed,
+    quiet,
+    run,
+    single_threaded,
+    verify_integrity,
+)
 
 CHAPTER = "ch07_scale"
 S_AMP = Section(CHAPTER, "7.1", "Mixed precision with torch.amp")
@@ -48,11 +61,14 @@ def _model(dtype=torch.float64, seed=0):
 
 
 def _flat(model, *extra):
-    return torch.cat([p.detach().flatten().double().cpu() for p in model.parameters()]
-                     + [torch.tensor(list(extra), dtype=torch.float64)])
+    return torch.cat(
+        [p.detach().flatten().double().cpu() for p in model.parameters()]
+        + [torch.tensor(list(extra), dtype=torch.float64)]
+    )
 
 
 # ---------------------------------------------------------------- gradient accumulation
+
 
 def _loss_fn(model, batch):
     return lm_loss_sum(model, batch, PAD)
@@ -84,7 +100,9 @@ MEAN_NOT_DIVIDED = Pitfall(
     "up to k times the big batch's gradient: the same as multiplying the learning rate "
     "by k. Divide so that the k losses add up to the big batch's mean: by the step's "
     "total number of target tokens.",
-    S_ACCUM, _accum_mean_per_micro_batch)
+    S_ACCUM,
+    _accum_mean_per_micro_batch,
+)
 
 
 def _accum_sum_undivided(model, micro_batches, optimizer, scheduler, loss_fn):
@@ -101,7 +119,9 @@ SUM_NOT_DIVIDED = Pitfall(
     "You call backward on the summed token loss of each micro-batch without dividing "
     "at all: the gradient is N_tokens times the big batch's mean-loss gradient. Divide "
     "each micro-batch's summed loss by the total number of target tokens of the step.",
-    S_ACCUM, _accum_sum_undivided)
+    S_ACCUM,
+    _accum_sum_undivided,
+)
 
 
 def _accum_mean_over_k(model, micro_batches, optimizer, scheduler, loss_fn):
@@ -121,7 +141,9 @@ DIVIDED_BY_K = Pitfall(
     "the same number of real tokens; with padding they do not, and short micro-batches "
     "weigh as much as long ones. Divide each micro-batch's summed loss by the total "
     "number of target tokens of the whole step.",
-    S_ACCUM, _accum_mean_over_k)
+    S_ACCUM,
+    _accum_mean_over_k,
+)
 
 
 def _accum_zero_grad_inside_loop(model, micro_batches, optimizer, scheduler, loss_fn):
@@ -139,7 +161,9 @@ ZERO_EACH_MICRO_STEP = Pitfall(
     "optimizer.zero_grad() inside the micro-batch loop wipes what the earlier "
     "micro-batches accumulated: the step uses only the last micro-batch. Zero once per "
     "optimizer step, before the loop (or after the step).",
-    S_ACCUM, _accum_zero_grad_inside_loop)
+    S_ACCUM,
+    _accum_zero_grad_inside_loop,
+)
 
 
 def _accum_never_zeroed(model, micro_batches, optimizer, scheduler, loss_fn):
@@ -156,7 +180,9 @@ NEVER_ZEROED = Pitfall(
     "Nothing zeroes the gradients between optimizer steps, so each step also adds "
     "every earlier step's gradients. Call optimizer.zero_grad() once per optimizer "
     "step.",
-    S_ACCUM, _accum_never_zeroed)
+    S_ACCUM,
+    _accum_never_zeroed,
+)
 
 
 def _accum_optimizer_inside_loop(model, micro_batches, optimizer, scheduler, loss_fn):
@@ -174,7 +200,9 @@ OPTIMIZER_EACH_MICRO_STEP = Pitfall(
     "optimizer.step() inside the micro-batch loop makes k small steps instead of one "
     "big one: that is training with the small batch, not accumulating. Step once, "
     "after the last micro-batch.",
-    S_ACCUM, _accum_optimizer_inside_loop)
+    S_ACCUM,
+    _accum_optimizer_inside_loop,
+)
 
 
 def _accum_scheduler_inside_loop(model, micro_batches, optimizer, scheduler, loss_fn):
@@ -192,10 +220,19 @@ SCHEDULER_EACH_MICRO_STEP = Pitfall(
     "scheduler.step() inside the micro-batch loop advances the learning-rate schedule "
     "k times per optimizer step (warm-up ends k times too early). The schedule counts "
     "optimizer steps: step it once, after optimizer.step().",
-    S_ACCUM, _accum_scheduler_inside_loop)
+    S_ACCUM,
+    _accum_scheduler_inside_loop,
+)
 
-ACCUM_PITFALLS = (MEAN_NOT_DIVIDED, SUM_NOT_DIVIDED, DIVIDED_BY_K, ZERO_EACH_MICRO_STEP,
-                  NEVER_ZEROED, OPTIMIZER_EACH_MICRO_STEP, SCHEDULER_EACH_MICRO_STEP)
+ACCUM_PITFALLS = (
+    MEAN_NOT_DIVIDED,
+    SUM_NOT_DIVIDED,
+    DIVIDED_BY_K,
+    ZERO_EACH_MICRO_STEP,
+    NEVER_ZEROED,
+    OPTIMIZER_EACH_MICRO_STEP,
+    SCHEDULER_EACH_MICRO_STEP,
+)
 
 
 def _warm_up(step):
@@ -206,14 +243,17 @@ def _warm_up(step):
 def _accum_case(seed, sizes, steps, min_len, momentum=0.0):
     """Several optimizer steps, each on micro-batches of the given sizes; SGD with a
     warm-up schedule."""
+
     def make():
         model = _model(seed=seed)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.5, momentum=momentum)
         warm_up = LambdaLR(optimizer, _warm_up)
-        data = make_token_data(sum(sizes) * steps, 10, vocab=12, pad_id=PAD,
-                               min_len=min_len, seed=seed).to(get_device())
+        data = make_token_data(
+            sum(sizes) * steps, 10, vocab=12, pad_id=PAD, min_len=min_len, seed=seed
+        ).to(get_device())
         plan = [list(step.split(list(sizes))) for step in data.split(sum(sizes))]
         return model, plan, optimizer, warm_up
+
     return make
 
 
@@ -224,8 +264,10 @@ def _accum_cases(hidden=False):
     cases = []
     for seed, sizes, steps, min_len in configs:
         lengths = "equal" if min_len == 10 else "varying"
-        label = (f"{steps} steps of {len(sizes)} micro-batches of sizes {list(sizes)}, "
-                 f"{lengths} lengths")
+        label = (
+            f"{steps} steps of {len(sizes)} micro-batches of sizes {list(sizes)}, "
+            f"{lengths} lengths"
+        )
         momentum = 0.9 if hidden else 0.0
         cases.append(Case(label, _accum_case(seed, sizes, steps, min_len, momentum)))
     return cases
@@ -236,10 +278,12 @@ def _simulate_accum(fn):
         for micro in plan:
             fn(model, micro, optimizer, scheduler, _loss_fn)
         return _flat(model, optimizer.param_groups[0]["lr"])
+
     return simulate
 
 
 # ---------------------------------------------- recording what the learner's step did
+
 
 @dataclass
 class _Tape:
@@ -264,8 +308,16 @@ class _Tape:
 
 def _grad_vector(params) -> torch.Tensor:
     """The gradients of ``params`` as one float64 CPU vector [P] (zeros where None)."""
-    return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p))
-                      .detach().flatten().double().cpu() for p in params])
+    return torch.cat(
+        [
+            (p.grad if p.grad is not None else torch.zeros_like(p))
+            .detach()
+            .flatten()
+            .double()
+            .cpu()
+            for p in params
+        ]
+    )
 
 
 class _TapedSGD(torch.optim.SGD):
@@ -323,6 +375,7 @@ def _taped_loss_fn(tape: _Tape, loss_fn):
     def recorded(model, batch):
         tape.events.append("loss_fn")
         return loss_fn(model, batch)
+
     return recorded
 
 
@@ -350,10 +403,12 @@ class _MicroInfo:
 
 
 def _micro_info(micro_batches) -> _MicroInfo:
-    return _MicroInfo(tuple(count_targets(b, PAD) for b in micro_batches),
-                      tuple(b.size(0) for b in micro_batches),
-                      tuple(b.size(0) * (b.size(1) - 1) for b in micro_batches),
-                      tuple(int((b != PAD).sum()) for b in micro_batches))
+    return _MicroInfo(
+        tuple(count_targets(b, PAD) for b in micro_batches),
+        tuple(b.size(0) for b in micro_batches),
+        tuple(b.size(0) * (b.size(1) - 1) for b in micro_batches),
+        tuple(int((b != PAD).sum()) for b in micro_batches),
+    )
 
 
 def _summed_loss_gradients(model, micro_batches) -> list:
@@ -404,18 +459,24 @@ def _run_accum_probe(title, accumulation_step) -> list:
     optimizer = _TapedSGD(model.parameters(), tape, lr=PROBE_LR)
     scheduler = _TapedLambdaLR(optimizer, _warm_up, tape)
     n = sum(PROBE_SIZES)
-    data = make_token_data(2 * n, 10, vocab=12, pad_id=PAD, min_len=2,
-                           seed=7).to(get_device())
+    data = make_token_data(2 * n, 10, vocab=12, pad_id=PAD, min_len=2, seed=7).to(
+        get_device()
+    )
     calls = []
     for index, step in enumerate(data.split(n)):
         micro = list(step.split(list(PROBE_SIZES)))
         info, sums = _micro_info(micro), _summed_loss_gradients(model, micro)
         leftover = _grad_vector(model.parameters())
         start, first_step = len(tape.events), len(tape.steps)
-        out = run(accumulation_step, (model, micro, optimizer, scheduler,
-                                      _taped_loss_fn(tape, _loss_fn)))
-        calls.append(_AccumCall(index, tape.since(start), info, sums, leftover,
-                                tape.steps[first_step:]))
+        out = run(
+            accumulation_step,
+            (model, micro, optimizer, scheduler, _taped_loss_fn(tape, _loss_fn)),
+        )
+        calls.append(
+            _AccumCall(
+                index, tape.since(start), info, sums, leftover, tape.steps[first_step:]
+            )
+        )
         if isinstance(out, Raised):
             return calls, out
     return calls, None
@@ -423,15 +484,20 @@ def _run_accum_probe(title, accumulation_step) -> list:
 
 def _report_accum_raised(title, raised: Raised, index: int) -> None:
     __tracebackhide__ = True
-    fail(title, f"your code raised {raised!r} while the check ran call {index + 1} "
-                f"(micro-batches of sizes {list(PROBE_SIZES)}).", S_ACCUM)
+    fail(
+        title,
+        f"your code raised {raised!r} while the check ran call {index + 1} "
+        f"(micro-batches of sizes {list(PROBE_SIZES)}).",
+        S_ACCUM,
+    )
 
 
 STEP_COUNT = Diagnosis(
     "optimizer steps per call",
     "accumulation_step makes exactly one optimizer step, after the last micro-batch's "
     "backward: that one step is what a step on the concatenated batch does.",
-    S_ACCUM)
+    S_ACCUM,
+)
 
 
 def _stage_optimizer_steps(title, call: _AccumCall) -> None:
@@ -439,8 +505,10 @@ def _stage_optimizer_steps(title, call: _AccumCall) -> None:
     steps = call.events.count("optimizer.step")
     if steps == 1:
         return
-    seen = (f"In call {call.index + 1} (with {call.info.k} micro-batches) "
-            f"optimizer.step() ran {steps} times.")
+    seen = (
+        f"In call {call.index + 1} (with {call.info.k} micro-batches) "
+        f"optimizer.step() ran {steps} times."
+    )
     if steps == call.info.k:
         OPTIMIZER_EACH_MICRO_STEP.fail(title, seen)
     STEP_COUNT.fail(title, seen)
@@ -449,26 +517,37 @@ def _stage_optimizer_steps(title, call: _AccumCall) -> None:
 # What a wrong divisor often is, per micro-batch i: (description, divisor of i).
 def _uniform_divisors(info: _MicroInfo) -> tuple:
     n, k = sum(info.targets), info.k
-    return (("1, i.e. not divided at all", 1),
-            (f"the number of micro-batches k = {k}", k),
-            (f"the step's target tokens times k ({n} × {k})", n * k),
-            (f"the step's target tokens squared ({n}²)", n * n),
-            (f"every target position of the step, padding included "
-             f"({sum(info.positions)})", sum(info.positions)),
-            (f"the step's real tokens, the first of each sequence included "
-             f"({sum(info.real_tokens)})", sum(info.real_tokens)),
-            (f"the step's number of sequences ({sum(info.sequences)})",
-             sum(info.sequences)))
+    return (
+        ("1, i.e. not divided at all", 1),
+        (f"the number of micro-batches k = {k}", k),
+        (f"the step's target tokens times k ({n} × {k})", n * k),
+        (f"the step's target tokens squared ({n}²)", n * n),
+        (
+            f"every target position of the step, padding included "
+            f"({sum(info.positions)})",
+            sum(info.positions),
+        ),
+        (
+            f"the step's real tokens, the first of each sequence included "
+            f"({sum(info.real_tokens)})",
+            sum(info.real_tokens),
+        ),
+        (
+            f"the step's number of sequences ({sum(info.sequences)})",
+            sum(info.sequences),
+        ),
+    )
 
 
 def _per_batch_divisors(info: _MicroInfo) -> tuple:
     k = info.k
-    return (("its own target tokens n_i", info.targets),
-            ("its own target tokens times k", tuple(t * k for t in info.targets)),
-            ("its own target positions, padding included", info.positions),
-            ("its own number of sequences", info.sequences),
-            ("its own real tokens, the first of each sequence included",
-             info.real_tokens))
+    return (
+        ("its own target tokens n_i", info.targets),
+        ("its own target tokens times k", tuple(t * k for t in info.targets)),
+        ("its own target positions, padding included", info.positions),
+        ("its own number of sequences", info.sequences),
+        ("its own real tokens, the first of each sequence included", info.real_tokens),
+    )
 
 
 def _close(a: float, b: float, rel: float = 1e-6) -> bool:
@@ -480,26 +559,30 @@ WRONG_DIVISOR = Diagnosis(
     "The big batch's loss is the mean over all of its target tokens, so every "
     "micro-batch's summed token loss is divided by the same number: the total number "
     "of real target tokens of the step (count_targets summed over the micro-batches).",
-    S_ACCUM)
+    S_ACCUM,
+)
 GRADIENT_FACTOR = Diagnosis(
     "whole gradient off by a constant factor",
     "The step's gradient points the right way but has the wrong size: the big "
     "batch's loss is the mean over all of its target tokens, so every micro-batch's "
     "summed loss is divided by the step's total target tokens, and nothing rescales "
     "the gradient between the backward and optimizer.step().",
-    S_ACCUM)
+    S_ACCUM,
+)
 WRONG_WEIGHTING = Diagnosis(
     "micro-batches weighted, not tokens",
     "Your step gives the micro-batches' losses different divisors, so a token in one "
     "micro-batch counts more than a token in another. Divide every micro-batch's "
     "summed loss by the same number: the step's total target tokens.",
-    S_ACCUM)
+    S_ACCUM,
+)
 LOST_MICRO_BATCHES = Diagnosis(
     "micro-batches missing from the gradient",
     "Every micro-batch's gradient must still be in .grad when optimizer.step() runs: "
     "backward on each of them, and zero the gradients once, before the first (or after "
     "the step), not between micro-batches.",
-    S_ACCUM)
+    S_ACCUM,
+)
 
 
 def _divisors_text(divisors) -> str:
@@ -511,12 +594,20 @@ def _name_uniform(title, divisor: float, info: _MicroInfo, seen: str) -> None:
     n = sum(info.targets)
     if _close(divisor, 1.0):
         SUM_NOT_DIVIDED.fail(title, seen)
-    what = next((f", which is {text}" for text, value in _uniform_divisors(info)
-                 if _close(divisor, value)), "")
+    what = next(
+        (
+            f", which is {text}"
+            for text, value in _uniform_divisors(info)
+            if _close(divisor, value)
+        ),
+        "",
+    )
     # A divisor none of the step's counts explains is reported as the measured factor.
     (WRONG_DIVISOR if what else GRADIENT_FACTOR).fail(
-        title, f"{seen} Every micro-batch's summed loss was divided by {divisor:.6g}"
-               f"{what}; expected {n}, the step's real target tokens.")
+        title,
+        f"{seen} Every micro-batch's summed loss was divided by {divisor:.6g}"
+        f"{what}; expected {n}, the step's real target tokens.",
+    )
 
 
 def _name_per_batch(title, divisors, info: _MicroInfo, seen: str) -> None:
@@ -525,11 +616,17 @@ def _name_per_batch(title, divisors, info: _MicroInfo, seen: str) -> None:
         MEAN_NOT_DIVIDED.fail(title, seen)
     if all(_close(d, t * info.k) for d, t in zip(divisors, info.targets)):
         DIVIDED_BY_K.fail(title, seen)
-    what = next((f" Each micro-batch was divided by {text}." for text, values
-                 in _per_batch_divisors(info)
-                 if all(_close(d, v) for d, v in zip(divisors, values))), "")
-    WRONG_WEIGHTING.fail(title, f"{seen}{what} Expected all divided by "
-                                f"{sum(info.targets)}.")
+    what = next(
+        (
+            f" Each micro-batch was divided by {text}."
+            for text, values in _per_batch_divisors(info)
+            if all(_close(d, v) for d, v in zip(divisors, values))
+        ),
+        "",
+    )
+    WRONG_WEIGHTING.fail(
+        title, f"{seen}{what} Expected all divided by {sum(info.targets)}."
+    )
 
 
 def _stage_weights(title, call: _AccumCall, others: tuple = ()) -> None:
@@ -544,13 +641,15 @@ def _stage_weights(title, call: _AccumCall, others: tuple = ()) -> None:
         _weights_unexplained(title, call, residual)
     if len(weights) > info.k and abs(weights[-1]) > 1e-6:
         return  # the previous step's gradient is still there: the zeroing stage says so
-    w = weights[:info.k]
+    w = weights[: info.k]
     if all(_close(x * n, 1.0, 1e-6) for x in w):
         return
     divisors = [1 / x if abs(x * n) > 1e-9 else math.inf for x in w]
-    seen = (f"In call {call.index + 1} the gradient optimizer.step() used divided the "
-            f"summed token losses of the {info.k} micro-batches (real targets "
-            f"{list(info.targets)}) by {_divisors_text(divisors)}.")
+    seen = (
+        f"In call {call.index + 1} the gradient optimizer.step() used divided the "
+        f"summed token losses of the {info.k} micro-batches (real targets "
+        f"{list(info.targets)}) by {_divisors_text(divisors)}."
+    )
     lost = [i + 1 for i, d in enumerate(divisors) if math.isinf(d)]
     if lost:
         _name_lost(title, call, lost, divisors, seen)
@@ -566,7 +665,8 @@ ONLY_LAST_MICRO_BATCH = Diagnosis(
     "were overwritten or zeroed (p.grad = g, zero_grad or set_to_none between "
     "micro-batches). Each backward must add to .grad: call loss.backward() on every "
     "micro-batch and zero the gradients once, before the first.",
-    S_ACCUM)
+    S_ACCUM,
+)
 
 
 def _zeroed_between_micro_batches(events: list, k: int) -> bool:
@@ -574,7 +674,7 @@ def _zeroed_between_micro_batches(events: list, k: int) -> bool:
     model's) after the first loss_fn and before the optimizer step."""
     if "loss_fn" not in events or "optimizer.step" not in events:
         return False
-    inside = events[events.index("loss_fn"):events.index("optimizer.step")]
+    inside = events[events.index("loss_fn") : events.index("optimizer.step")]
     zeros = inside.count("optimizer.zero_grad") + inside.count("model.zero_grad")
     return zeros >= k - 1
 
@@ -587,10 +687,12 @@ def _name_lost(title, call: _AccumCall, lost: list, divisors, seen: str) -> None
     if lost == list(range(1, info.k)) and _close(divisors[-1], n):
         if _zeroed_between_micro_batches(call.events, info.k):
             ZERO_EACH_MICRO_STEP.fail(title, seen)
-        ONLY_LAST_MICRO_BATCH.fail(title, f"{seen} zero_grad() was not called "
-                                          "between the micro-batches.")
-    LOST_MICRO_BATCHES.fail(title, f"{seen} Micro-batches {lost} of {info.k} added "
-                                   "nothing to it.")
+        ONLY_LAST_MICRO_BATCH.fail(
+            title, f"{seen} zero_grad() was not called between the micro-batches."
+        )
+    LOST_MICRO_BATCHES.fail(
+        title, f"{seen} Micro-batches {lost} of {info.k} added nothing to it."
+    )
 
 
 GRADIENT_RESCALED = Diagnosis(
@@ -598,7 +700,8 @@ GRADIENT_RESCALED = Diagnosis(
     "Clipping is not part of this exercise: accumulation_step must step with exactly "
     "the big batch's gradient, whatever its norm (clip_grad_norm_ belongs to the "
     "training loop's own settings, not to accumulation).",
-    S_ACCUM)
+    S_ACCUM,
+)
 
 
 def _round_number(x: float, rel: float = 1e-5) -> bool:
@@ -611,16 +714,21 @@ def _step_norms(call: _AccumCall) -> tuple:
     """(the norm of the gradient the step used, the norm of the right gradient)."""
     if not call.steps:
         return math.nan, math.nan
-    return (float(call.steps[-1][1].norm()),
-            float((sum(call.sums) / sum(call.info.targets)).norm()))
+    return (
+        float(call.steps[-1][1].norm()),
+        float((sum(call.sums) / sum(call.info.targets)).norm()),
+    )
 
 
 def _clipped_to(norms: list) -> bool:
     """Each call's step gradient is below the right one's, and all have one norm
     (a clip's max_norm; a divisor would scale each call's own norm)."""
     got = [g for g, _ in norms]
-    return (len(norms) > 1 and all(g < w * (1 - 1e-6) for g, w in norms)
-            and all(_close(g, got[0], 1e-5) for g in got))
+    return (
+        len(norms) > 1
+        and all(g < w * (1 - 1e-6) for g, w in norms)
+        and all(_close(g, got[0], 1e-5) for g in got)
+    )
 
 
 def _stage_rescaled(title, call: _AccumCall, seen: str, others: tuple) -> None:
@@ -632,22 +740,28 @@ def _stage_rescaled(title, call: _AccumCall, seen: str, others: tuple) -> None:
     norms = [(got, want)] + [_step_norms(c) for c in others]
     if not ((got < want * (1 - 1e-6) and _round_number(got)) or _clipped_to(norms)):
         return
-    GRADIENT_RESCALED.fail(title, f"{seen} The gradient at the step was rescaled as "
-                                  f"a whole to norm {got:.4g} (the big batch's "
-                                  f"gradient has norm {want:.4g}): that is "
-                                  f"clip_grad_norm_(..., {got:.4g}).")
+    GRADIENT_RESCALED.fail(
+        title,
+        f"{seen} The gradient at the step was rescaled as "
+        f"a whole to norm {got:.4g} (the big batch's "
+        f"gradient has norm {want:.4g}): that is "
+        f"clip_grad_norm_(..., {got:.4g}).",
+    )
 
 
 def _weights_unexplained(title, call: _AccumCall, residual: float) -> None:
     __tracebackhide__ = True
-    fail(title, f"in call {call.index + 1} (micro-batches of sizes "
-                f"{list(PROBE_SIZES)}) the gradient optimizer.step() used is not a "
-                "weighted sum of the micro-batches' gradients at the step's starting "
-                f"parameters (relative residual {residual:.2g}): the parameters "
-                "changed between micro-batches, or the losses were combined "
-                "non-linearly. It "
-                f"{UNEXPLAINED}; compare your code with the lesson step by step.",
-         S_ACCUM)
+    fail(
+        title,
+        f"in call {call.index + 1} (micro-batches of sizes "
+        f"{list(PROBE_SIZES)}) the gradient optimizer.step() used is not a "
+        "weighted sum of the micro-batches' gradients at the step's starting "
+        f"parameters (relative residual {residual:.2g}): the parameters "
+        "changed between micro-batches, or the losses were combined "
+        "non-linearly. It "
+        f"{UNEXPLAINED}; compare your code with the lesson step by step.",
+        S_ACCUM,
+    )
 
 
 def _stage_zeroing(title, call: _AccumCall) -> None:
@@ -659,8 +773,10 @@ def _stage_zeroing(title, call: _AccumCall) -> None:
     kept = weights[-1]
     if abs(kept) <= 1e-6:
         return
-    seen = (f"The gradient of call {call.index + 1}'s optimizer.step() still held "
-            f"{kept:.4g} × the gradient left from call {call.index}.")
+    seen = (
+        f"The gradient of call {call.index + 1}'s optimizer.step() still held "
+        f"{kept:.4g} × the gradient left from call {call.index}."
+    )
     if _close(kept, 1.0, 1e-5):
         NEVER_ZEROED.fail(title, seen)
     LEFTOVER_GRADIENT.fail(title, seen)
@@ -671,34 +787,41 @@ LEFTOVER_GRADIENT = Diagnosis(
     "Part of the previous optimizer step's gradient is still in .grad when this step "
     "runs. Zero the gradients once per accumulation_step (optimizer.zero_grad()), "
     "before the first backward or after the step.",
-    S_ACCUM)
+    S_ACCUM,
+)
 SCHEDULER_COUNT = Diagnosis(
     "scheduler steps per call",
     "The schedule counts optimizer steps: step it exactly once per accumulation_step, "
     "after optimizer.step().",
-    S_ACCUM)
+    S_ACCUM,
+)
 SCHEDULER_FIRST = Diagnosis(
     "scheduler stepped before the optimizer",
     "scheduler.step() before optimizer.step() makes every step use the next step's "
     "learning rate (and warm-up starts one step late). Step the optimizer, then the "
     "scheduler.",
-    S_ACCUM)
+    S_ACCUM,
+)
 
 
 def _stage_scheduler(title, call: _AccumCall) -> None:
     __tracebackhide__ = True
     steps = call.events.count("scheduler.step")
     if steps != 1:
-        seen = (f"In call {call.index + 1} (with {call.info.k} micro-batches) "
-                f"scheduler.step() ran {steps} times.")
+        seen = (
+            f"In call {call.index + 1} (with {call.info.k} micro-batches) "
+            f"scheduler.step() ran {steps} times."
+        )
         if steps == call.info.k:
             SCHEDULER_EACH_MICRO_STEP.fail(title, seen)
         SCHEDULER_COUNT.fail(title, seen)
     lr, want = call.steps[-1][0], PROBE_LR * _warm_up(call.index)
     if _close(lr, want):
         return
-    seen = (f"Call {call.index + 1}'s optimizer.step() used the learning rate {lr:.4g}; "
-            f"the schedule gives {want:.4g} at that step.")
+    seen = (
+        f"Call {call.index + 1}'s optimizer.step() used the learning rate {lr:.4g}; "
+        f"the schedule gives {want:.4g} at that step."
+    )
     events = call.events
     if events.index("scheduler.step") < events.index("optimizer.step"):
         SCHEDULER_FIRST.fail(title, seen)
@@ -709,7 +832,8 @@ LR_CHANGED = Diagnosis(
     "learning rate changed",
     "The step must use the learning rate the scheduler set: do not change "
     "optimizer.param_groups' lr yourself; the scheduler does it once per step.",
-    S_ACCUM)
+    S_ACCUM,
+)
 
 
 def _diagnose_first_call(title, call: _AccumCall, others: tuple = ()) -> None:
@@ -744,12 +868,20 @@ def check_accumulation_step(accumulation_step, hidden: bool = False) -> None:
     title = "accumulation_step"
     verify_integrity()
     _diagnose_accumulation(title, accumulation_step)
-    compare_to_reference(title, _accum_cases(hidden), accumulation_step,
-                         _accum_reference, ACCUM_PITFALLS, atol=1e-9, rtol=1e-7,
-                         adapt=_simulate_accum)
+    compare_to_reference(
+        title,
+        _accum_cases(hidden),
+        accumulation_step,
+        _accum_reference,
+        ACCUM_PITFALLS,
+        atol=1e-9,
+        rtol=1e-7,
+        adapt=_simulate_accum,
+    )
 
 
 # ------------------------------------------------------------- one mixed-precision step
+
 
 def _amp_dtype(device_type):
     return torch.float16 if device_type == "cuda" else torch.bfloat16
@@ -788,7 +920,9 @@ CLIPPED_SCALED = Pitfall(
     "You clip while the gradients are still multiplied by the scaler's scale (e.g. "
     "1024), so they are clipped at max_norm / scale and the update is far too small. "
     "Call scaler.unscale_(optimizer) first, then clip, then scaler.step(optimizer).",
-    S_SCALER, _amp_clip_scaled_gradients)
+    S_SCALER,
+    _amp_clip_scaled_gradients,
+)
 
 
 def _amp_clip_then_unscale(model, batch, loss_fn, optimizer, scaler, max_norm):
@@ -807,7 +941,9 @@ CLIPPED_THEN_UNSCALED = Pitfall(
     "You clip before scaler.unscale_(optimizer), while the gradients are still "
     "multiplied by the scale: they are clipped at max_norm / scale. Unscale first, "
     "then clip.",
-    S_SCALER, _amp_clip_then_unscale)
+    S_SCALER,
+    _amp_clip_then_unscale,
+)
 
 
 def _amp_no_clipping(model, batch, loss_fn, optimizer, scaler, max_norm):
@@ -824,7 +960,9 @@ NOT_CLIPPED = Pitfall(
     "gradients not clipped",
     "The gradient norm is never clipped to max_norm: after scaler.unscale_(optimizer), "
     "call torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm).",
-    S_SCALER, _amp_no_clipping)
+    S_SCALER,
+    _amp_no_clipping,
+)
 
 
 def _amp_optimizer_step(model, batch, loss_fn, optimizer, scaler, max_norm):
@@ -843,7 +981,9 @@ OPTIMIZER_STEP = Pitfall(
     "optimizer.step() steps even when the gradients overflowed to inf/NaN, and the "
     "parameters become NaN. scaler.step(optimizer) checks for inf/NaN and skips that "
     "step.",
-    S_SCALER, _amp_optimizer_step)
+    S_SCALER,
+    _amp_optimizer_step,
+)
 
 
 def _amp_optimizer_step_on_scaled(model, batch, loss_fn, optimizer, scaler, max_norm):
@@ -860,7 +1000,9 @@ OPTIMIZER_STEP_SCALED = Pitfall(
     "optimizer.step() on gradients that were never unscaled steps with gradients "
     "multiplied by the scale, and it does not skip overflowed steps. Use "
     "scaler.unscale_, clip, scaler.step(optimizer).",
-    S_SCALER, _amp_optimizer_step_on_scaled)
+    S_SCALER,
+    _amp_optimizer_step_on_scaled,
+)
 
 
 def _amp_no_update(model, batch, loss_fn, optimizer, scaler, max_norm):
@@ -878,7 +1020,9 @@ NO_UPDATE = Pitfall(
     "Without scaler.update() the scale never changes: after an overflow it must be "
     "lowered (and it grows back after a run of good steps). Call scaler.update() after "
     "scaler.step(optimizer).",
-    S_SCALER, _amp_no_update)
+    S_SCALER,
+    _amp_no_update,
+)
 
 
 def _amp_unscaled_backward(model, batch, loss_fn, optimizer, scaler, max_norm):
@@ -897,7 +1041,9 @@ LOSS_NOT_SCALED = Pitfall(
     "You call loss.backward() instead of scaler.scale(loss).backward(): unscale_ then "
     "divides unscaled gradients by the scale, and in float16 the small ones would have "
     "underflowed anyway.",
-    S_SCALER, _amp_unscaled_backward)
+    S_SCALER,
+    _amp_unscaled_backward,
+)
 
 
 def _amp_no_zero_grad(model, batch, loss_fn, optimizer, scaler, max_norm):
@@ -914,22 +1060,34 @@ AMP_NOT_ZEROED = Pitfall(
     "zero_grad missing",
     "The gradients are never zeroed, so every step adds the earlier steps' gradients. "
     "Call optimizer.zero_grad() at the start of each step.",
-    S_SCALER, _amp_no_zero_grad)
+    S_SCALER,
+    _amp_no_zero_grad,
+)
 
-AMP_PITFALLS = (CLIPPED_SCALED, CLIPPED_THEN_UNSCALED, NOT_CLIPPED, OPTIMIZER_STEP,
-                OPTIMIZER_STEP_SCALED, NO_UPDATE, LOSS_NOT_SCALED, AMP_NOT_ZEROED)
+AMP_PITFALLS = (
+    CLIPPED_SCALED,
+    CLIPPED_THEN_UNSCALED,
+    NOT_CLIPPED,
+    OPTIMIZER_STEP,
+    OPTIMIZER_STEP_SCALED,
+    NO_UPDATE,
+    LOSS_NOT_SCALED,
+    AMP_NOT_ZEROED,
+)
 
 # Seen from behaviour (the autocast state inside loss_fn), before any comparison.
 NO_AUTOCAST = Diagnosis(
     "forward not under autocast",
     "Wrap the forward in torch.amp.autocast(device_type, dtype=...). The seed's "
     "torch.cuda.amp.autocast is deprecated and does nothing for a CPU model.",
-    S_AMP)
+    S_AMP,
+)
 WRONG_AUTOCAST_DTYPE = Diagnosis(
     "wrong autocast dtype",
     "The course uses bfloat16 on a CPU (float32's range, no scaler needed) and float16 "
     "with a GradScaler on CUDA.",
-    S_AMP)
+    S_AMP,
+)
 
 
 class _Recorder:
@@ -964,19 +1122,25 @@ def _amp_case(seed, overflow, max_norm):
         device = get_device()
         model = _model(torch.float32, seed=seed)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.2)
-        scaler = torch.amp.GradScaler(device.type, init_scale=2.0 ** 10)
+        scaler = torch.amp.GradScaler(device.type, init_scale=2.0**10)
         scaler.scale(torch.ones((), device=device))  # a first step creates the scale
-        batches = [make_token_data(6, 10, vocab=12, pad_id=PAD, min_len=3,
-                                   seed=seed + s).to(device) for s in range(2)]
+        batches = [
+            make_token_data(6, 10, vocab=12, pad_id=PAD, min_len=3, seed=seed + s).to(
+                device
+            )
+            for s in range(2)
+        ]
         return model, batches, optimizer, scaler, max_norm, _Recorder(overflow)
+
     return make
 
 
 def _amp_cases():
-    return [Case("two steps, gradients clipped at 0.05", _amp_case(1, False, 0.05)),
-            Case("an overflowing step, then a normal one", _amp_case(2, True, 0.05)),
-            Case("two steps, max_norm 1e6 (no clipping needed)",
-                 _amp_case(3, False, 1e6))]
+    return [
+        Case("two steps, gradients clipped at 0.05", _amp_case(1, False, 0.05)),
+        Case("an overflowing step, then a normal one", _amp_case(2, True, 0.05)),
+        Case("two steps, max_norm 1e6 (no clipping needed)", _amp_case(3, False, 1e6)),
+    ]
 
 
 def _simulate_amp(fn):
@@ -984,10 +1148,12 @@ def _simulate_amp(fn):
         for batch in batches:
             fn(model, batch, loss_fn, optimizer, scaler, max_norm)
         return _flat(model, math.log2(scaler.get_scale()))
+
     return simulate
 
 
 # ------------------------------------------------------- amp: the stages, measured
+
 
 class _TapedScaler(torch.amp.GradScaler):
     """GradScaler that writes the learner's scale, unscale_, step and update calls on
@@ -1079,13 +1245,18 @@ def _amp_probe_setup(overflow: bool, seed: int):
     tape, device = _Tape(), get_device()
     model = _model(torch.float32, seed=seed)
     for index, param in enumerate(model.parameters()):
-        param.register_post_accumulate_grad_hook(functools.partial(_write_grad, tape,
-                                                                   index))
+        param.register_post_accumulate_grad_hook(
+            functools.partial(_write_grad, tape, index)
+        )
     optimizer = _TapedSGD(model.parameters(), tape, lr=0.2)
-    scaler = _TapedScaler(device.type, tape, init_scale=2.0 ** 10)
+    scaler = _TapedScaler(device.type, tape, init_scale=2.0**10)
     scaler.scale(torch.ones((), device=device))  # a first step creates the scale
-    batches = [make_token_data(6, 10, vocab=12, pad_id=PAD, min_len=3,
-                               seed=seed + s).to(device) for s in range(2)]
+    batches = [
+        make_token_data(6, 10, vocab=12, pad_id=PAD, min_len=3, seed=seed + s).to(
+            device
+        )
+        for s in range(2)
+    ]
     return tape, model, optimizer, scaler, batches, _Recorder(overflow, tape)
 
 
@@ -1105,14 +1276,37 @@ def _run_amp_probe(title, amp_step, overflow: bool, max_norm: float = 0.05):
         tape.at_unscale.clear()
         out = run(amp_step, (model, batch, loss_fn, optimizer, scaler, max_norm))
         grads = tape.after_backward
-        after_backward = (torch.cat([grads.get(i, torch.zeros(n, dtype=torch.float64))
-                                     for i, n in enumerate(sizes)]) if grads else None)
+        after_backward = (
+            torch.cat(
+                [
+                    grads.get(i, torch.zeros(n, dtype=torch.float64))
+                    for i, n in enumerate(sizes)
+                ]
+            )
+            if grads
+            else None
+        )
         loss = loss_fn.values[-1] if loss_fn.calls > losses else None
-        calls.append(_AmpCall(index, tape.since(start), scale, scaler.get_scale(), true,
-                              leftover, after_backward, list(tape.at_unscale),
-                              tape.steps[first_step:],
-                              before, _flat(model), out, loss, max_norm, sizes,
-                              _grad_vector(model.parameters())))
+        calls.append(
+            _AmpCall(
+                index,
+                tape.since(start),
+                scale,
+                scaler.get_scale(),
+                true,
+                leftover,
+                after_backward,
+                list(tape.at_unscale),
+                tape.steps[first_step:],
+                before,
+                _flat(model),
+                out,
+                loss,
+                max_norm,
+                sizes,
+                _grad_vector(model.parameters()),
+            )
+        )
         if isinstance(out, Raised):
             break  # what the step did before it raised is still measured
     return calls, loss_fn
@@ -1126,13 +1320,23 @@ def _report_raised(title, call: _AmpCall, overflow: bool) -> None:
         if call.steps:
             _stage_step_gradient(title, call, lambda: math.nan)
     if call.events.count("scaler.update") > 1:
-        UPDATE_COUNT.fail(title, f"In step {call.index + 1} scaler.update() ran "
-                                 f"{call.events.count('scaler.update')} times.")
-    what = ("an overflowing step" if overflow and call.index == 0
-            else f"step {call.index + 1}")
-    fail(title, f"your code raised {call.returned!r} while the check ran {what} "
-                f"(max_norm {call.max_norm:g}); your calls were "
-                f"{_calls_text(call.events)}.", S_SCALER)
+        UPDATE_COUNT.fail(
+            title,
+            f"In step {call.index + 1} scaler.update() ran "
+            f"{call.events.count('scaler.update')} times.",
+        )
+    what = (
+        "an overflowing step"
+        if overflow and call.index == 0
+        else f"step {call.index + 1}"
+    )
+    fail(
+        title,
+        f"your code raised {call.returned!r} while the check ran {what} "
+        f"(max_norm {call.max_norm:g}); your calls were "
+        f"{_calls_text(call.events)}.",
+        S_SCALER,
+    )
 
 
 def _stage_autocast(title, loss_fn: _Recorder) -> None:
@@ -1143,14 +1347,22 @@ def _stage_autocast(title, loss_fn: _Recorder) -> None:
     device_type = get_device().type
     want = _amp_dtype(device_type)
     if not enabled:
-        other = (f" It ran under {elsewhere[0]} autocast, which does nothing for a "
-                 f"model on {device_type}." if elsewhere else "")
-        NO_AUTOCAST.fail(title, f"loss_fn ran without {device_type} autocast; here "
-                                f"that is torch.amp.autocast('{device_type}', "
-                                f"dtype={want}).{other}")
+        other = (
+            f" It ran under {elsewhere[0]} autocast, which does nothing for a "
+            f"model on {device_type}."
+            if elsewhere
+            else ""
+        )
+        NO_AUTOCAST.fail(
+            title,
+            f"loss_fn ran without {device_type} autocast; here "
+            f"that is torch.amp.autocast('{device_type}', "
+            f"dtype={want}).{other}",
+        )
     if dtype != want:
-        WRONG_AUTOCAST_DTYPE.fail(title, f"The forward ran under autocast in {dtype}, "
-                                         f"not {want}.")
+        WRONG_AUTOCAST_DTYPE.fail(
+            title, f"The forward ran under autocast in {dtype}, not {want}."
+        )
 
 
 def _rel_close(a: float, b: float, rel: float = 1e-3) -> bool:
@@ -1160,21 +1372,24 @@ def _rel_close(a: float, b: float, rel: float = 1e-3) -> bool:
 NO_BACKWARD = Diagnosis(
     "no backward",
     "No gradient reached the parameters: call scaler.scale(loss).backward().",
-    S_SCALER)
+    S_SCALER,
+)
 BACKWARD_SCALE = Diagnosis(
     "backward not scaled by the scaler's scale",
     "The backward must run on scaler.scale(loss), with the scaler amp_step was given "
     "(not a new GradScaler): the loss times that scaler's current scale, once. "
     "scaler.unscale_ divides by exactly that scale.",
-    S_SCALER)
+    S_SCALER,
+)
 
 
 def _stage_backward(title, call: _AmpCall) -> None:
     """Right after the backward the gradient must be scale × the loss's gradient."""
     __tracebackhide__ = True
     if call.after_backward is None:
-        NO_BACKWARD.fail(title, f"In step {call.index + 1} no parameter got a "
-                                "gradient.")
+        NO_BACKWARD.fail(
+            title, f"In step {call.index + 1} no parameter got a gradient."
+        )
     if not call.after_backward.isfinite().all():
         return  # only after an overflow: that step is measured by _stage_overflow
     # An overflow leaves inf in .grad: not a column to fit (the step must zero it).
@@ -1182,19 +1397,27 @@ def _stage_backward(title, call: _AmpCall) -> None:
     columns = [call.true] + ([call.leftover] if left else [])
     weights, residual = _fit(call.after_backward, columns)
     if residual > 1e-3:
-        _amp_unexplained(title, call, "right after your backward the gradients are "
-                                      "not a multiple of the loss's (residual "
-                                      f"{residual:.2g})")
+        _amp_unexplained(
+            title,
+            call,
+            "right after your backward the gradients are "
+            "not a multiple of the loss's (residual "
+            f"{residual:.2g})",
+        )
     if len(weights) > 1 and abs(weights[1]) > 1e-3:
-        seen = (f"In step {call.index + 1} the gradient after your backward still held "
-                f"{weights[1]:.4g} × step {call.index}'s gradient.")
+        seen = (
+            f"In step {call.index + 1} the gradient after your backward still held "
+            f"{weights[1]:.4g} × step {call.index}'s gradient."
+        )
         kept_all = _rel_close(weights[1], 1.0)
         (AMP_NOT_ZEROED if kept_all else AMP_LEFTOVER).fail(title, seen)
     b, s = weights[0], call.scale
     if _rel_close(b, s):
         return
-    seen = (f"In step {call.index + 1} the gradients right after your backward were "
-            f"{b:.6g} × the loss's gradient; the scaler's scale was {s:g}.")
+    seen = (
+        f"In step {call.index + 1} the gradients right after your backward were "
+        f"{b:.6g} × the loss's gradient; the scaler's scale was {s:g}."
+    )
     if _rel_close(b, 1.0):
         LOSS_NOT_SCALED.fail(title, seen)
     BACKWARD_SCALE.fail(title, seen)
@@ -1204,22 +1427,27 @@ AMP_LEFTOVER = Diagnosis(
     "previous step's gradient kept",
     "Part of the previous step's gradient is still in .grad when this step's backward "
     "runs: call optimizer.zero_grad() at the start of each step.",
-    S_SCALER)
+    S_SCALER,
+)
 AMP_STEP_COUNT = Diagnosis(
     "optimizer steps per amp_step",
     "One amp_step makes exactly one optimizer step, through scaler.step(optimizer) "
     "(which calls optimizer.step() itself unless the gradients overflowed): do not "
     "call optimizer.step() as well.",
-    S_SCALER)
+    S_SCALER,
+)
 
 
 def _stage_step_count(title, call: _AmpCall) -> None:
     __tracebackhide__ = True
     steps = len(call.steps)
     if steps != 1:
-        AMP_STEP_COUNT.fail(title, f"In step {call.index + 1} (no overflow) "
-                                   f"optimizer.step() ran {steps} times; the calls "
-                                   f"were {_calls_text(call.events)}.")
+        AMP_STEP_COUNT.fail(
+            title,
+            f"In step {call.index + 1} (no overflow) "
+            f"optimizer.step() ran {steps} times; the calls "
+            f"were {_calls_text(call.events)}.",
+        )
 
 
 def _calls_text(events) -> str:
@@ -1237,13 +1465,15 @@ STEP_GRADIENT = Diagnosis(
     "scaler.unscale_ or scaler.step) whose norm was clipped to max_norm: "
     "scaler.scale(loss).backward(), scaler.unscale_(optimizer), "
     "clip_grad_norm_(model.parameters(), max_norm), scaler.step(optimizer).",
-    S_SCALER)
+    S_SCALER,
+)
 UNSCALED_TWICE = Diagnosis(
     "gradients unscaled twice",
     "The gradients were divided by the scale twice (an extra division, or unscale_ "
     "after scaler.update()). GradScaler unscales once: scaler.unscale_(optimizer) "
     "before clipping, and scaler.step does not unscale again.",
-    S_SCALER)
+    S_SCALER,
+)
 
 
 def _stage_step_gradient(title, call: _AmpCall, unclipped) -> None:
@@ -1258,10 +1488,12 @@ def _stage_step_gradient(title, call: _AmpCall, unclipped) -> None:
     want = _clip_coefficient(norm, m)
     if _rel_close(r, want):
         return
-    seen = (f"In step {call.index + 1} the optimizer stepped with gradient norm "
-            f"{abs(r) * norm:.4g} ({r:.4g} × the true gradient, whose norm is "
-            f"{norm:.4g}); clipped at max_norm={m:g} it is {want * norm:.4g}. The "
-            f"scale was {s:g}.")
+    seen = (
+        f"In step {call.index + 1} the optimizer stepped with gradient norm "
+        f"{abs(r) * norm:.4g} ({r:.4g} × the true gradient, whose norm is "
+        f"{norm:.4g}); clipped at max_norm={m:g} it is {want * norm:.4g}. The "
+        f"scale was {s:g}."
+    )
     _stage_after_step(title, call, seen)
     if abs(r) < 1e-9:
         GRADIENT_WIPED.fail(title, seen)
@@ -1270,7 +1502,8 @@ def _stage_step_gradient(title, call: _AmpCall, unclipped) -> None:
     if _rel_close(r, s * want) or _rel_close(r, s):
         direct = "optimizer.step" in call.events
         (OPTIMIZER_STEP_SCALED if direct else STEP_GRADIENT).fail(
-            title, seen + " The gradients were never unscaled.")
+            title, seen + " The gradients were never unscaled."
+        )
     if _rel_close(r, want / s) or _rel_close(r, _clip_coefficient(s * norm, m)):
         _scale_sized_gradient(title, call, seen, unclipped())
     STEP_GRADIENT.fail(title, seen)
@@ -1282,7 +1515,8 @@ CLIPPED_AFTER_STEP = Diagnosis(
     "runs: unscaling or clipping them afterwards changes nothing in this step's "
     "update. The order is scaler.scale(loss).backward(), scaler.unscale_(optimizer), "
     "clip_grad_norm_(model.parameters(), max_norm), then scaler.step(optimizer).",
-    S_SCALER)
+    S_SCALER,
+)
 
 
 def _changed_after_step(call: _AmpCall) -> list:
@@ -1290,17 +1524,22 @@ def _changed_after_step(call: _AmpCall) -> list:
     and the gradients show it: unscale_ calls, and a gradient at exit that is neither
     the stepped one nor zeroed."""
     events = call.events
-    first = next((i for i, e in enumerate(events) if e.startswith("optimizer.step")),
-                 None)
+    first = next(
+        (i for i, e in enumerate(events) if e.startswith("optimizer.step")), None
+    )
     if first is None:
         return []
-    found = (["a scaler.unscale_ call"] if "scaler.unscale_" in events[first:]
-             else [])
+    found = ["a scaler.unscale_ call"] if "scaler.unscale_" in events[first:] else []
     g_step, g_exit = call.steps[-1][1], call.at_exit
-    if g_exit.any() and g_exit.isfinite().all() and not torch.allclose(
-            g_exit, g_step, rtol=1e-6, atol=1e-12):
-        found.append(f"a change of the gradients (norm {float(g_step.norm()):.4g} at "
-                     f"the step, {float(g_exit.norm()):.4g} when your step ended)")
+    if (
+        g_exit.any()
+        and g_exit.isfinite().all()
+        and not torch.allclose(g_exit, g_step, rtol=1e-6, atol=1e-12)
+    ):
+        found.append(
+            f"a change of the gradients (norm {float(g_step.norm()):.4g} at "
+            f"the step, {float(g_exit.norm()):.4g} when your step ended)"
+        )
     return found
 
 
@@ -1310,9 +1549,12 @@ def _stage_after_step(title, call: _AmpCall, seen: str) -> None:
     __tracebackhide__ = True
     found = _changed_after_step(call)
     if found:
-        CLIPPED_AFTER_STEP.fail(title, f"{seen} After the optimizer step your code "
-                                       f"made {' and '.join(found)}; your calls were "
-                                       f"{_calls_text(call.events)}.")
+        CLIPPED_AFTER_STEP.fail(
+            title,
+            f"{seen} After the optimizer step your code "
+            f"made {' and '.join(found)}; your calls were "
+            f"{_calls_text(call.events)}.",
+        )
 
 
 def _scale_sized_gradient(title, call: _AmpCall, seen: str, free: float) -> None:
@@ -1321,8 +1563,10 @@ def _scale_sized_gradient(title, call: _AmpCall, seen: str, free: float) -> None
     __tracebackhide__ = True
     s = call.scale
     seen += f" That is max_norm / scale = {call.max_norm / s:.4g}."
-    without = (f" With max_norm 1e6 (nothing to clip) it stepped with {free:.4g} × "
-               "the true gradient.")
+    without = (
+        f" With max_norm 1e6 (nothing to clip) it stepped with {free:.4g} × "
+        "the true gradient."
+    )
     if _rel_close(free, 1 / s):
         UNSCALED_TWICE.fail(title, seen + without)
     if _rel_close(free, 1.0) and _clipped_before_unscale(call):
@@ -1346,15 +1590,17 @@ GRADIENT_WIPED = Diagnosis(
     "The optimizer stepped with a zero gradient: the gradients were zeroed (or never "
     "reached .grad) between the backward and the step. Zero them at the start of the "
     "step, before the forward.",
-    S_SCALER)
+    S_SCALER,
+)
 
 
 def _clipped_before_unscale(call: _AmpCall) -> bool:
     """The gradients unscale_ found were no longer the ones the backward left."""
     if not call.at_unscale or call.after_backward is None:
         return False
-    return not torch.allclose(call.at_unscale[0], call.after_backward, rtol=1e-6,
-                              atol=0)
+    return not torch.allclose(
+        call.at_unscale[0], call.after_backward, rtol=1e-6, atol=0
+    )
 
 
 PER_TENSOR_CLIP = Diagnosis(
@@ -1362,13 +1608,15 @@ PER_TENSOR_CLIP = Diagnosis(
     "clip_grad_norm_ clips the norm of all the gradients together (one vector of every "
     "parameter's gradient), so it keeps their direction: call it once on "
     "model.parameters(), not once per parameter.",
-    S_SCALER)
+    S_SCALER,
+)
 VALUE_CLIP = Diagnosis(
     "gradients clipped by value",
     "Each gradient element was clamped (clip_grad_value_ or clamp): that changes the "
     "gradient's direction. The step clips the norm: "
     "torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm).",
-    S_SCALER)
+    S_SCALER,
+)
 
 
 def _shape_of_clipping(title, call: _AmpCall, g_step: torch.Tensor) -> None:
@@ -1377,50 +1625,72 @@ def _shape_of_clipping(title, call: _AmpCall, g_step: torch.Tensor) -> None:
     __tracebackhide__ = True
     m = call.max_norm
     pieces = zip(call.true.split(list(call.sizes)), g_step.split(list(call.sizes)))
-    if all(torch.allclose(got, g * _clip_coefficient(float(g.norm()), m), rtol=1e-3,
-                          atol=1e-9) for g, got in pieces):
-        PER_TENSOR_CLIP.fail(title, f"In step {call.index + 1} every parameter's own "
-                                    f"gradient norm was clipped to {m:g}.")
+    if all(
+        torch.allclose(
+            got, g * _clip_coefficient(float(g.norm()), m), rtol=1e-3, atol=1e-9
+        )
+        for g, got in pieces
+    ):
+        PER_TENSOR_CLIP.fail(
+            title,
+            f"In step {call.index + 1} every parameter's own "
+            f"gradient norm was clipped to {m:g}.",
+        )
     bound = float(g_step.abs().max())
     if torch.allclose(g_step, call.true.clamp(-bound, bound), rtol=1e-3, atol=1e-9):
-        VALUE_CLIP.fail(title, f"In step {call.index + 1} every gradient element was "
-                               f"clamped to ±{bound:.4g} (max_norm={m:g}).")
-    _amp_unexplained(title, call, "the gradient the optimizer stepped with is not a "
-                                  "multiple of the true gradient")
+        VALUE_CLIP.fail(
+            title,
+            f"In step {call.index + 1} every gradient element was "
+            f"clamped to ±{bound:.4g} (max_norm={m:g}).",
+        )
+    _amp_unexplained(
+        title,
+        call,
+        "the gradient the optimizer stepped with is not a "
+        "multiple of the true gradient",
+    )
 
 
 def _amp_unexplained(title, call: _AmpCall, what: str) -> None:
     __tracebackhide__ = True
-    fail(title, f"in step {call.index + 1} (max_norm {call.max_norm:g}, scale "
-                f"{call.scale:g}) {what}; your calls were {_calls_text(call.events)}. "
-                f"It {UNEXPLAINED}; compare your code with the lesson step by step.",
-         S_SCALER)
+    fail(
+        title,
+        f"in step {call.index + 1} (max_norm {call.max_norm:g}, scale "
+        f"{call.scale:g}) {what}; your calls were {_calls_text(call.events)}. "
+        f"It {UNEXPLAINED}; compare your code with the lesson step by step.",
+        S_SCALER,
+    )
 
 
 UPDATE_COUNT = Diagnosis(
     "scaler.update() calls per step",
     "Call scaler.update() exactly once per step, after scaler.step(optimizer): it "
     "halves the scale after an overflow and grows it after a run of good steps.",
-    S_SCALER)
+    S_SCALER,
+)
 SCALER_ORDER = Diagnosis(
     "scaler calls out of order",
     "The order is scaler.scale(loss).backward(), scaler.unscale_(optimizer), clip, "
     "scaler.step(optimizer), scaler.update().",
-    S_SCALER)
+    S_SCALER,
+)
 
 
 def _stage_update(title, call: _AmpCall) -> None:
     __tracebackhide__ = True
     updates = call.events.count("scaler.update")
-    seen = (f"In step {call.index + 1} scaler.update() ran {updates} times; your calls "
-            f"were {_calls_text(call.events)}.")
+    seen = (
+        f"In step {call.index + 1} scaler.update() ran {updates} times; your calls "
+        f"were {_calls_text(call.events)}."
+    )
     if updates == 0:
         NO_UPDATE.fail(title, seen)
     if updates != 1:
         UPDATE_COUNT.fail(title, seen)
     mine = [e for e in call.events if e.startswith("scaler.") and "by scaler" not in e]
-    if "scaler.step" in mine and (mine.index("scaler.update")
-                                  < mine.index("scaler.step")):
+    if "scaler.step" in mine and (
+        mine.index("scaler.update") < mine.index("scaler.step")
+    ):
         SCALER_ORDER.fail(title, seen)
 
 
@@ -1428,7 +1698,8 @@ RETURNED_LOSS = Diagnosis(
     "wrong value returned",
     "amp_step returns the loss loss_fn returned (a tensor or a float), unscaled: not "
     "scaler.scale(loss), not None.",
-    S_SCALER)
+    S_SCALER,
+)
 
 
 def _stage_returned(title, call: _AmpCall) -> None:
@@ -1439,21 +1710,31 @@ def _stage_returned(title, call: _AmpCall) -> None:
     try:
         value = float(got.detach() if isinstance(got, torch.Tensor) else got)
     except (TypeError, ValueError, RuntimeError):
-        RETURNED_LOSS.fail(title, f"Step {call.index + 1} returned "
-                                  f"{type(got).__name__}, not the loss {want:.6g}.")
+        RETURNED_LOSS.fail(
+            title,
+            f"Step {call.index + 1} returned "
+            f"{type(got).__name__}, not the loss {want:.6g}.",
+        )
     if value == want or _rel_close(value, want, 1e-5):
         return
-    extra = (f", {value / want:.6g} × the loss: the scaled loss"
-             if _rel_close(value / want, call.scale, 1e-5) else "")
-    RETURNED_LOSS.fail(title, f"Step {call.index + 1} returned {value:.6g}{extra}; "
-                              f"loss_fn returned {want:.6g}.")
+    extra = (
+        f", {value / want:.6g} × the loss: the scaled loss"
+        if _rel_close(value / want, call.scale, 1e-5)
+        else ""
+    )
+    RETURNED_LOSS.fail(
+        title,
+        f"Step {call.index + 1} returned {value:.6g}{extra}; "
+        f"loss_fn returned {want:.6g}.",
+    )
 
 
 OVERFLOW_STEPPED = Diagnosis(
     "overflowing step not skipped",
     "When the scaled gradients overflow (inf/NaN), the step must be skipped and the "
     "scale lowered: scaler.step(optimizer) skips it, scaler.update() halves the scale.",
-    S_SCALER)
+    S_SCALER,
+)
 
 
 def _stage_overflow(title, call: _AmpCall) -> None:
@@ -1462,13 +1743,17 @@ def _stage_overflow(title, call: _AmpCall) -> None:
     moved = int((call.after != call.before).sum())
     if moved:
         nan = int((~torch.isfinite(call.after)).sum())
-        seen = (f"The overflowing step changed {moved} parameter values ({nan} are no "
-                f"longer finite); your calls were {_calls_text(call.events)}.")
+        seen = (
+            f"The overflowing step changed {moved} parameter values ({nan} are no "
+            f"longer finite); your calls were {_calls_text(call.events)}."
+        )
         direct = "optimizer.step" in call.events
         (OPTIMIZER_STEP if direct else OVERFLOW_STEPPED).fail(title, seen)
     if call.scale_after != call.scale / 2:
-        seen = (f"After the overflowing step the scale was {call.scale_after:g}; "
-                f"expected {call.scale:g} / 2 = {call.scale / 2:g}.")
+        seen = (
+            f"After the overflowing step the scale was {call.scale_after:g}; "
+            f"expected {call.scale:g} / 2 = {call.scale / 2:g}."
+        )
         updates = call.events.count("scaler.update")
         (NO_UPDATE if updates == 0 else OVERFLOW_STEPPED).fail(title, seen)
 
@@ -1505,8 +1790,16 @@ def check_amp_step(amp_step) -> None:
     title = "amp_step"
     verify_integrity()
     _diagnose_amp(title, amp_step)
-    compare_to_reference(title, _amp_cases(), amp_step, _amp_reference, AMP_PITFALLS,
-                         atol=1e-6, rtol=1e-5, adapt=_simulate_amp)
+    compare_to_reference(
+        title,
+        _amp_cases(),
+        amp_step,
+        _amp_reference,
+        AMP_PITFALLS,
+        atol=1e-6,
+        rtol=1e-5,
+        adapt=_simulate_amp,
+    )
 
 
 # ----------------------------------------------------- DistributedSampler and set_epoch
@@ -1532,34 +1825,44 @@ BATCH_TOO_BIG = Diagnosis(
     "Each rank's DataLoader must yield at most batch_size samples at a time: "
     "batch_size is the batch of one process (not the global batch), so pass "
     "batch_size=batch_size to the DataLoader.",
-    S_SAMPLER)
+    S_SAMPLER,
+)
 
 
 def _read(title, make_loader, n, rank, world, epoch, batch_size):
     """(the sample indices, in order, of what ``make_loader`` gives ``rank``, the size
     of each of its batches, the class name of its sampler)."""
     __tracebackhide__ = True
-    call = (f"make_loader(dataset, rank={rank}, world_size={world}, epoch={epoch}, "
-            f"batch_size={batch_size})")
+    call = (
+        f"make_loader(dataset, rank={rank}, world_size={world}, epoch={epoch}, "
+        f"batch_size={batch_size})"
+    )
     try:
         with quiet():  # a warning on stderr would make nbgrader zero the cell
             loader = make_loader(IndexDataset(n), rank, world, epoch, batch_size)
             batches = list(loader)
-        batches = [b[0] if isinstance(b, (list, tuple)) and len(b) == 1 else b
-                   for b in batches]
+        batches = [
+            b[0] if isinstance(b, (list, tuple)) and len(b) == 1 else b for b in batches
+        ]
         for batch in batches:
             if not isinstance(batch, torch.Tensor):
-                raise TypeError("expected batches of sample tensors, got "
-                                f"{type(batch).__name__}")
+                raise TypeError(
+                    f"expected batches of sample tensors, got {type(batch).__name__}"
+                )
     except Exception as exc:  # the learner's code may raise anything
-        fail(title, f"your code raised {Raised(exc)!r} while the check ran {call}.",
-             S_SAMPLER)
+        fail(
+            title,
+            f"your code raised {Raised(exc)!r} while the check ran {call}.",
+            S_SAMPLER,
+        )
     biggest = max((b.numel() for b in batches), default=0)
     if biggest > batch_size:
         BATCH_TOO_BIG.fail(title, f"{call} gave batches of {biggest} samples.")
-    return ([i for batch in batches for i in batch.flatten().tolist()],
-            [b.numel() for b in batches],
-            type(getattr(loader, "sampler", None)).__name__)
+    return (
+        [i for batch in batches for i in batch.flatten().tolist()],
+        [b.numel() for b in batches],
+        type(getattr(loader, "sampler", None)).__name__,
+    )
 
 
 @dataclass(frozen=True)
@@ -1585,14 +1888,25 @@ class _Reads:
 
 def _read_all(title, make_loader, world, n, batch_size) -> _Reads:
     __tracebackhide__ = True
-    reads = {(rank, epoch): _read(title, make_loader, n, rank, world, epoch, batch_size)
-             for epoch in range(EPOCHS) for rank in range(world)}
+    reads = {
+        (rank, epoch): _read(title, make_loader, n, rank, world, epoch, batch_size)
+        for epoch in range(EPOCHS)
+        for rank in range(world)
+    }
     again, _, _ = _read(title, make_loader, n, 0, world, 1, batch_size)
-    return _Reads(world, n, batch_size, {key: r[0] for key, r in reads.items()},
-                  {key: r[1] for key, r in reads.items()}, again, reads[0, 0][2])
+    return _Reads(
+        world,
+        n,
+        batch_size,
+        {key: r[0] for key, r in reads.items()},
+        {key: r[1] for key, r in reads.items()},
+        again,
+        reads[0, 0][2],
+    )
 
 
 # Each probe returns what it saw when the loader shows its mistake, else None.
+
 
 def _every_rank_reads_everything(reads):
     everything = list(range(reads.n))
@@ -1612,21 +1926,25 @@ SAMPLER_NOT_SPLIT = Diagnosis(
     "Your loader has a DistributedSampler, yet every rank reads every sample: its "
     "num_replicas must be world_size (and rank your rank), so that each rank gets its "
     "own 1/world_size of the samples.",
-    S_SAMPLER)
+    S_SAMPLER,
+)
 NO_SAMPLER = Diagnosis(
     "no DistributedSampler",
     "Every rank reads the whole dataset, so the processes compute the same gradients "
     "and DDP buys nothing. Pass sampler=DistributedSampler(dataset, "
     "num_replicas=world_size, rank=rank) to the DataLoader (and no shuffle=True: the "
     "sampler shuffles).",
-    S_SAMPLER)
+    S_SAMPLER,
+)
 
 
 def _ranks_read_the_same(reads):
     first = reads.order[0, 0]
     if all(reads.order[rank, 0] == first for rank in range(1, reads.world)):
-        return (f"In epoch 0 all {reads.world} ranks read the same {len(first)} "
-                "samples, in the same order")
+        return (
+            f"In epoch 0 all {reads.world} ranks read the same {len(first)} "
+            "samples, in the same order"
+        )
     return None
 
 
@@ -1634,14 +1952,17 @@ RANK_IGNORED = Diagnosis(
     "rank not used",
     "Every rank got the same share: the loader does not depend on its rank argument. "
     "Pass rank=rank (and num_replicas=world_size) to the DistributedSampler.",
-    S_SAMPLER)
+    S_SAMPLER,
+)
 
 
 def _batches_too_small(reads):
     for (rank, epoch), sizes in reads.sizes.items():
         if any(size < reads.batch_size for size in sizes[:-1]):
-            return (f"Rank {rank}'s batches in epoch {epoch} held {sizes} samples, "
-                    f"with batch_size={reads.batch_size}")
+            return (
+                f"Rank {rank}'s batches in epoch {epoch} held {sizes} samples, "
+                f"with batch_size={reads.batch_size}"
+            )
     return None
 
 
@@ -1650,7 +1971,8 @@ BATCH_TOO_SMALL = Diagnosis(
     "batch_size is the batch of one process: every batch but the last holds "
     "batch_size samples. Do not divide it by world_size (the global batch is "
     "world_size × batch_size).",
-    S_SAMPLER)
+    S_SAMPLER,
+)
 
 
 def _samples_read_twice(reads):
@@ -1662,9 +1984,11 @@ def _samples_read_twice(reads):
         # ranks disagree.
         if repeats >= reads.world:
             shared = len(set(reads.order[0, epoch]) & set(reads.order[1, epoch]))
-            return (f"In epoch {epoch} {repeats} samples were read by more than one "
-                    f"rank (ranks 0 and 1 share {shared} of their "
-                    f"{len(reads.order[0, epoch])})")
+            return (
+                f"In epoch {epoch} {repeats} samples were read by more than one "
+                f"rank (ranks 0 and 1 share {shared} of their "
+                f"{len(reads.order[0, epoch])})"
+            )
     return None
 
 
@@ -1672,7 +1996,8 @@ RANKS_OVERLAP = Diagnosis(
     "ranks overlap",
     "Several ranks read the same samples in one epoch. Every rank must shuffle with "
     "the same seed (the DistributedSampler's default) and then take its own share.",
-    S_SAMPLER)
+    S_SAMPLER,
+)
 
 
 def _whole_batches_of_a_share(reads, count: int) -> bool:
@@ -1688,10 +2013,12 @@ def _last_batch_dropped(reads):
         distinct = len(set(reads.together(epoch)))
         cut = all(_whole_batches_of_a_share(reads, c) for c in reads.counts(epoch))
         if distinct <= reads.n - reads.world and cut:
-            return (f"In epoch {epoch} the ranks together read only {distinct} of the "
-                    f"{reads.n} samples, each rank {reads.counts(epoch)}, all in full "
-                    f"batches of {reads.batch_size}: the last, smaller batch was "
-                    "dropped")
+            return (
+                f"In epoch {epoch} the ranks together read only {distinct} of the "
+                f"{reads.n} samples, each rank {reads.counts(epoch)}, all in full "
+                f"batches of {reads.batch_size}: the last, smaller batch was "
+                "dropped"
+            )
     return None
 
 
@@ -1700,16 +2027,19 @@ LAST_BATCH_DROPPED = Diagnosis(
     "Each epoch every sample must be read: keep the DataLoader's last, smaller batch "
     "(no drop_last=True on the DataLoader). Only DistributedSampler's own drop_last "
     "may leave out fewer than world_size samples.",
-    S_SAMPLER)
+    S_SAMPLER,
+)
 
 
 def _samples_missed(reads):
     for epoch in range(EPOCHS):
         distinct = len(set(reads.together(epoch)))
         if distinct <= reads.n - reads.world:
-            return (f"In epoch {epoch} the ranks together read only {distinct} of the "
-                    f"{reads.n} samples (each rank {reads.counts(epoch)}; a share is "
-                    f"about {reads.n / reads.world:.3g})")
+            return (
+                f"In epoch {epoch} the ranks together read only {distinct} of the "
+                f"{reads.n} samples (each rank {reads.counts(epoch)}; a share is "
+                f"about {reads.n / reads.world:.3g})"
+            )
     return None
 
 
@@ -1718,7 +2048,8 @@ EPOCH_INCOMPLETE = Diagnosis(
     "Each epoch the ranks together must read the whole dataset; DistributedSampler "
     "gives every rank its share (padding, or with drop_last dropping, fewer than "
     "world_size samples).",
-    S_SAMPLER)
+    S_SAMPLER,
+)
 
 
 def _order_changes_on_repeat(reads):
@@ -1733,7 +2064,8 @@ UNSEEDED_SHUFFLE = Diagnosis(
     "each computes the same shuffle, so the shuffle must be seeded "
     "(DistributedSampler(..., seed=...) does it) and two calls with the same arguments "
     "must give the same order.",
-    S_SAMPLER)
+    S_SAMPLER,
+)
 
 
 def _sorted_every_epoch(reads):
@@ -1747,7 +2079,8 @@ NO_SHUFFLE = Diagnosis(
     "no shuffling",
     "Every epoch reads the samples in the same, sorted order. Use "
     "DistributedSampler(..., shuffle=True) (its default) and sampler.set_epoch(epoch).",
-    S_SAMPLER)
+    S_SAMPLER,
+)
 
 
 def _same_order_every_epoch(reads):
@@ -1762,7 +2095,8 @@ NO_SET_EPOCH = Diagnosis(
     "The order is shuffled but the same in every epoch. DistributedSampler seeds its "
     "shuffle with seed + epoch, and the epoch only changes when you call "
     "sampler.set_epoch(epoch) before iterating.",
-    S_SAMPLER)
+    S_SAMPLER,
+)
 
 
 def _two_epochs_alike(reads):
@@ -1776,14 +2110,17 @@ EPOCHS_REPEAT = Diagnosis(
     "epochs repeat an order",
     "Each epoch must have its own shuffle: call sampler.set_epoch(epoch) with the "
     "epoch itself (DistributedSampler then shuffles with seed + epoch).",
-    S_SAMPLER)
+    S_SAMPLER,
+)
 
 
 def _same_split_every_epoch(reads):
     shares = [set(reads.order[0, epoch]) for epoch in range(EPOCHS)]
     if shares[0] == shares[1] == shares[2]:
-        return (f"Rank 0 read the same {len(shares[0])} samples (in a new order) in "
-                "epochs 0, 1 and 2")
+        return (
+            f"Rank 0 read the same {len(shares[0])} samples (in a new order) in "
+            "epochs 0, 1 and 2"
+        )
     return None
 
 
@@ -1792,25 +2129,29 @@ FIXED_SPLIT = Diagnosis(
     "Which samples each rank gets must change from epoch to epoch: shuffle the whole "
     "dataset with the shared, epoch-dependent seed first, then split it "
     "(DistributedSampler with set_epoch does both), not each rank's fixed share.",
-    S_SAMPLER)
+    S_SAMPLER,
+)
 
 # In this order: the first probe that sees a mistake names it.
-LOADER_PROBES = ((_sampler_not_split, SAMPLER_NOT_SPLIT),
-                 (_every_rank_reads_everything, NO_SAMPLER),
-                 (_ranks_read_the_same, RANK_IGNORED),
-                 (_batches_too_small, BATCH_TOO_SMALL),
-                 (_samples_read_twice, RANKS_OVERLAP),
-                 (_last_batch_dropped, LAST_BATCH_DROPPED),
-                 (_samples_missed, EPOCH_INCOMPLETE),
-                 (_order_changes_on_repeat, UNSEEDED_SHUFFLE),
-                 (_sorted_every_epoch, NO_SHUFFLE),
-                 (_same_order_every_epoch, NO_SET_EPOCH),
-                 (_two_epochs_alike, EPOCHS_REPEAT),
-                 (_same_split_every_epoch, FIXED_SPLIT))
+LOADER_PROBES = (
+    (_sampler_not_split, SAMPLER_NOT_SPLIT),
+    (_every_rank_reads_everything, NO_SAMPLER),
+    (_ranks_read_the_same, RANK_IGNORED),
+    (_batches_too_small, BATCH_TOO_SMALL),
+    (_samples_read_twice, RANKS_OVERLAP),
+    (_last_batch_dropped, LAST_BATCH_DROPPED),
+    (_samples_missed, EPOCH_INCOMPLETE),
+    (_order_changes_on_repeat, UNSEEDED_SHUFFLE),
+    (_sorted_every_epoch, NO_SHUFFLE),
+    (_same_order_every_epoch, NO_SET_EPOCH),
+    (_two_epochs_alike, EPOCHS_REPEAT),
+    (_same_split_every_epoch, FIXED_SPLIT),
+)
 
 
-def check_make_loader(make_loader, world_sizes=(2, 4), n: int = 24,
-                      batch_size: int = 3) -> None:
+def check_make_loader(
+    make_loader, world_sizes=(2, 4), n: int = 24, batch_size: int = 3
+) -> None:
     """``make_loader(dataset, rank, world_size, epoch, batch_size)``: the DataLoader
     rank ``rank`` uses in epoch ``epoch``. Each epoch the ranks must split the dataset
     between them (no sample read twice, none missed: no drop_last on the DataLoader),
@@ -1825,19 +2166,26 @@ def check_make_loader(make_loader, world_sizes=(2, 4), n: int = 24,
             seen = probe(reads)
             if seen is not None:
                 diagnosis.fail(title, f"{seen} (world_size={world}, {n} samples).")
-    passed(title, f"ranks split each epoch's samples, reshuffled every epoch "
-                  f"(world sizes {list(world_sizes)})")
+    passed(
+        title,
+        f"ranks split each epoch's samples, reshuffled every epoch "
+        f"(world sizes {list(world_sizes)})",
+    )
 
 
 # --------------------------------------------------------------------- written by hand?
+
 
 def _shortcuts() -> dict:
     """The code objects a step written by hand never enters: the course's training
     code."""
     from tformer_ref import accumulation, amp
 
-    course = (accumulation.train_accumulated, accumulation.train_big_batch,
-              amp.optimizer_step)
+    course = (
+        accumulation.train_accumulated,
+        accumulation.train_big_batch,
+        amp.optimizer_step,
+    )
     codes = {fn.__code__: f"{fn.__module__}.{fn.__name__}" for fn in course}
     # _autocast_loss too: it is part of the reference's step.
     for fn in (_accum_reference, _amp_reference, _autocast_loss):
@@ -1851,8 +2199,11 @@ def check_accumulation_by_hand(accumulation_step) -> None:
     __tracebackhide__ = True
     model, plan, optimizer, scheduler = _accum_cases()[1].make()
     args = (model, plan[0], optimizer, scheduler, _loss_fn)
-    check_not_delegated("accumulation_step", lambda: run(accumulation_step, args),
-                        forbidden_code=_shortcuts())
+    check_not_delegated(
+        "accumulation_step",
+        lambda: run(accumulation_step, args),
+        forbidden_code=_shortcuts(),
+    )
 
 
 @single_threaded
@@ -1861,8 +2212,9 @@ def check_amp_by_hand(amp_step) -> None:
     __tracebackhide__ = True
     model, batches, optimizer, scaler, max_norm, loss_fn = _amp_case(1, False, 0.05)()
     args = (model, batches[0], loss_fn, optimizer, scaler, max_norm)
-    check_not_delegated("amp_step", lambda: run(amp_step, args),
-                        forbidden_code=_shortcuts())
+    check_not_delegated(
+        "amp_step", lambda: run(amp_step, args), forbidden_code=_shortcuts()
+    )
 
 
 seal(__name__)

@@ -20,6 +20,7 @@ incremental step of a ``DecoderOnlyLM`` with a KV cache) and ``generate_greedy``
   pre-hook on its attention): none at a step after the first is a cache made anew,
   some at a call's first step is a cache carried over.
 """
+
 from __future__ import annotations
 
 import copy
@@ -39,9 +40,22 @@ from tformer_ref.model import DecoderOnlyLM
 from tformer_ref.positions import LearnedPositionalEmbedding
 from ..guard.integrity import seal
 from .delegation import check_not_delegated
-from .diagnosis import (UNEXPLAINED, Case, CheckFailure, Diagnosis, Pitfall, Raised,
-                        Section, describe_difference, fail, passed, quiet, run,
-                        single_threaded, verify_integrity)
+from .diagnosis import (
+    UNEXPLAINED,
+    Case,
+    CheckFailure,
+    Diagnosis,
+    Pitfall,
+    Raised,
+    Section,
+    describe_difference,
+    fail,
+    passed,
+    quiet,
+    run,
+    single_threaded,
+    verify_integrity,
+)
 
 CHAPTER = "ch08_generation"
 # Some diagnoses point to chapter 5's sections: the pitfall index still lists them
@@ -63,12 +77,14 @@ KEPT = 1e-9
 def keeps_random_state(check):
     """Decorator: the check's draws (reference sampling, module initialisation, the
     learner's own) leave the notebook's random state as it was."""
+
     @functools.wraps(check)
     def run_check(*args, **kwargs):
         __tracebackhide__ = True
         device = get_device()
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
             return check(*args, **kwargs)
+
     return run_check
 
 
@@ -107,8 +123,10 @@ LARGE, EXACT = len(PROB_CASES) - 1, len(PROB_CASES)
 #: Probabilities that are powers of two: float32 holds them, their sums and softmax's
 #: results exactly, so the two most likely tokens reach top_p = 0.75 *exactly*. The
 #: smallest set reaching p is those two; a strict comparison keeps a third.
-EXACT_PROBS = ((0.5, 0.25, 0.125, 0.0625, 0.03125, 0.03125),
-               (0.03125, 0.125, 0.0625, 0.5, 0.03125, 0.25))
+EXACT_PROBS = (
+    (0.5, 0.25, 0.125, 0.0625, 0.03125, 0.03125),
+    (0.03125, 0.125, 0.0625, 0.5, 0.03125, 0.25),
+)
 EXACT_P = 0.75
 
 
@@ -128,10 +146,13 @@ def _prob_case(b, v, seed, t, p, boost, offset) -> Case:
 
 def _exact_case() -> Case:
     b, v = len(EXACT_PROBS), len(EXACT_PROBS[0])
-    label = (f"logits [{b}, {v}] whose probabilities are 1/2, 1/4, 1/8, ... exactly, "
-             f"temperature=1.0, top_p={EXACT_P} (two tokens reach it exactly)")
-    return Case(label, lambda: (torch.tensor(EXACT_PROBS).log().to(get_device()), 1.0,
-                                EXACT_P))
+    label = (
+        f"logits [{b}, {v}] whose probabilities are 1/2, 1/4, 1/8, ... exactly, "
+        f"temperature=1.0, top_p={EXACT_P} (two tokens reach it exactly)"
+    )
+    return Case(
+        label, lambda: (torch.tensor(EXACT_PROBS).log().to(get_device()), 1.0, EXACT_P)
+    )
 
 
 def prob_cases() -> list[Case]:
@@ -175,7 +196,8 @@ KEEPS_NONE = Diagnosis(
     "When the most likely token alone already holds more than top_p, it must be kept "
     "alone: the nucleus is never empty. Keep a token when the tokens ranked above it "
     "hold less than top_p (cumsum - probs < top_p): the first token always passes.",
-    S_TOP_P)
+    S_TOP_P,
+)
 DROPS_CROSSING = Diagnosis(
     "top-p drops the token that crosses p",
     "The kept set must *reach* top_p: it holds the tokens ranked above the crossing "
@@ -183,7 +205,8 @@ DROPS_CROSSING = Diagnosis(
     "whose cumulative sum stays below top_p (cumsum < p, or cumsum <= p) loses that "
     "token, and keeps nothing at all when the top token alone exceeds top_p. Compare "
     "the mass *before* each token with top_p (cumsum - probs < top_p).",
-    S_TOP_P)
+    S_TOP_P,
+)
 KEEPS_ONE_TOO_MANY = Diagnosis(
     "top-p keeps one token too many when the mass reaches p exactly",
     "The nucleus is the *smallest* set whose probability reaches top_p: once the "
@@ -192,7 +215,8 @@ KEEPS_ONE_TOO_MANY = Diagnosis(
     "probs <= top_p, or a loop that stops only when the sum is > top_p) keeps it too. "
     "Keep a token when the tokens ranked above it hold *less* than top_p "
     "(cumsum - probs < top_p); equivalently, remove where cumsum >= top_p, then shift.",
-    S_TOP_P)
+    S_TOP_P,
+)
 SOFTMAX_OVERFLOW = Diagnosis(
     "softmax overflows on large logits (exp without subtracting the max)",
     "exp of a logit above about 88 is inf in float32, and inf / inf is NaN: logits "
@@ -200,57 +224,66 @@ SOFTMAX_OVERFLOW = Diagnosis(
     "largest logit before the exp changes nothing in the result (softmax(x) = "
     "softmax(x - max x)) and keeps every exp in [0, 1]: use torch.softmax, which does "
     "it for you, or x - x.max(dim=-1, keepdim=True).values before your exp.",
-    S_TEMPERATURE)
+    S_TEMPERATURE,
+)
 NOT_TOP_TOKENS = Diagnosis(
     "top-p keeps tokens that are not the most likely",
     "The nucleus is made of the *most likely* tokens: sort the probabilities in "
     "descending order before the cumulative sum, and map the kept positions back to "
     "the token ids (scatter with the sort's indices).",
-    S_TOP_P)
+    S_TOP_P,
+)
 TOP_P_NOT_APPLIED = Diagnosis(
     "top-p not applied",
     "Every token keeps some probability: nothing was cut. Set the logits of the tokens "
     "outside the nucleus to -inf before the softmax (or zero their probabilities and "
     "renormalise).",
-    S_TOP_P)
+    S_TOP_P,
+)
 TOP_P_BEFORE_TEMPERATURE = Diagnosis(
     "top-p applied before the temperature",
     "The set of tokens you keep is the one top_p picks at temperature 1, although the "
     "probabilities on it follow the temperature. Divide the logits by the temperature "
     "first, then choose the nucleus from *those* probabilities: a temperature below 1 "
     "concentrates the mass and needs fewer tokens, one above 1 needs more.",
-    S_TOP_P)
+    S_TOP_P,
+)
 NOT_RENORMALISED = Diagnosis(
     "probabilities not renormalised",
     "After the cut every row must sum to 1 over the vocabulary: softmax the filtered "
     "logits (the -inf ones get 0) along the last axis, or divide the kept "
     "probabilities by their sum.",
-    S_TOP_P)
+    S_TOP_P,
+)
 NOT_PROBABILITIES = Diagnosis(
     "returns something other than probabilities",
     "The function returns the probabilities the next token is drawn from: numbers in "
     "[0, 1], each row summing to 1 (the softmax of the filtered logits), not the "
     "filtered logits themselves.",
-    S_TOP_P)
+    S_TOP_P,
+)
 TEMPERATURE_AFTER_SOFTMAX = Diagnosis(
     "temperature applied after the softmax",
     "Temperature divides the *logits*, before the softmax: softmax(logits / T). "
     "Dividing the probabilities by T changes nothing once they are renormalised, and "
     "a second softmax of probabilities (numbers in [0, 1]) is almost uniform: below "
     "T = 1 your distribution gets flatter where it should get sharper.",
-    S_TEMPERATURE)
+    S_TEMPERATURE,
+)
 TEMPERATURE_IGNORED = Diagnosis(
     "temperature applied after the softmax, or not at all",
     "At every temperature your probabilities are the temperature-1 ones. Divide the "
     "logits by the temperature before the softmax: dividing the probabilities instead "
     "(probs / T) is undone by the renormalisation.",
-    S_TEMPERATURE)
+    S_TEMPERATURE,
+)
 TEMPERATURE_MULTIPLIED = Diagnosis(
     "temperature multiplied instead of divided",
     "Your distribution behaves as if at temperature 1/T: sharper where it should be "
     "flatter and the reverse. Divide the logits by the temperature (logits / T), so "
     "that T < 1 sharpens and T > 1 flattens.",
-    S_TEMPERATURE)
+    S_TEMPERATURE,
+)
 
 
 def _kept_text(mask_row, full_row) -> str:
@@ -306,17 +339,26 @@ def _probs_form(title, cases, theirs, ours) -> None:
     __tracebackhide__ = True
     for case, got, want in zip(cases, theirs, ours):
         if isinstance(got, Raised):
-            fail(title, f"your next_token_probs raised {got!r} on case {case.label}.",
-                 S_TOP_P)
+            fail(
+                title,
+                f"your next_token_probs raised {got!r} on case {case.label}.",
+                S_TOP_P,
+            )
         problem = describe_difference(got, want, ATOL, RTOL)
         if problem and not problem.startswith(("values differ", "your output has NaN")):
             hint = ""
             if isinstance(got, torch.Tensor) and list(got.shape) == [want.size(0)]:
-                hint = (" (one number per row: that is a sampled token or an argmax, "
-                        "the function returns the whole distribution [B, V])")
-            fail(title, f"on case {case.label}: {problem}{hint}. next_token_probs "
-                        f"returns the probabilities [B, V] = {list(want.shape)} as a "
-                        f"float tensor on the logits' device.", S_TOP_P)
+                hint = (
+                    " (one number per row: that is a sampled token or an argmax, "
+                    "the function returns the whole distribution [B, V])"
+                )
+            fail(
+                title,
+                f"on case {case.label}: {problem}{hint}. next_token_probs "
+                f"returns the probabilities [B, V] = {list(want.shape)} as a "
+                f"float tensor on the logits' device.",
+                S_TOP_P,
+            )
 
 
 def _probs_empty(title, rows: list[_Row]) -> None:
@@ -330,16 +372,21 @@ def _probs_empty(title, rows: list[_Row]) -> None:
     what = "NaN" if torch.isnan(first.got).any() else "all zeros"
     if len(alone) == len(empty):
         top = float(first.full.max())
-        observed = (f"On {first.where} your probabilities are {what}: the most "
-                    f"likely token alone holds {top:.3f} > top_p = {first.top_p}, "
-                    "and you kept none.")
+        observed = (
+            f"On {first.where} your probabilities are {what}: the most "
+            f"likely token alone holds {top:.3f} > top_p = {first.top_p}, "
+            "and you kept none."
+        )
         dropping = [r for r in rows if r not in empty and _drops_crossing(r)]
         if dropping:
             DROPS_CROSSING.fail(title, _crossing_text(dropping[0]) + " " + observed)
         KEEPS_NONE.fail(title, observed)
-    fail(title, f"on {first.where} your probabilities are {what}, where the reference "
-                f"keeps {_kept_text(first.ref_kept, first.full)}. It {UNEXPLAINED}.",
-         S_TOP_P)
+    fail(
+        title,
+        f"on {first.where} your probabilities are {what}, where the reference "
+        f"keeps {_kept_text(first.ref_kept, first.full)}. It {UNEXPLAINED}.",
+        S_TOP_P,
+    )
 
 
 def _not_probabilities(title, rows: list[_Row]) -> None:
@@ -347,8 +394,9 @@ def _not_probabilities(title, rows: list[_Row]) -> None:
     for r in rows:
         low, high = float(r.got.min()), float(r.got.max())
         if low < -1e-6 or high > 1 + 1e-6:
-            NOT_PROBABILITIES.fail(title, f"On {r.where} your values run from "
-                                          f"{low:.3g} to {high:.3g}.")
+            NOT_PROBABILITIES.fail(
+                title, f"On {r.where} your values run from {low:.3g} to {high:.3g}."
+            )
 
 
 def _is_top_set(kept, full) -> bool:
@@ -374,12 +422,16 @@ def _reaches_exactly(r: _Row) -> bool:
 
 def _crossing_text(r: _Row) -> str:
     missing = int((r.ref_kept & ~r.kept).nonzero()[0])
-    how = (f"brings the sum up to top_p = {r.top_p} exactly (the set must *reach* "
-           "top_p)" if _reaches_exactly(r) else
-           f"carries the sum across top_p = {r.top_p}")
-    return (f"On {r.where} you keep {_kept_text(r.kept, r.full)}; the reference keeps "
-            f"{_kept_text(r.ref_kept, r.full)}: token {missing} (probability "
-            f"{float(r.full[missing]):.3f}) is the one that {how}.")
+    how = (
+        f"brings the sum up to top_p = {r.top_p} exactly (the set must *reach* top_p)"
+        if _reaches_exactly(r)
+        else f"carries the sum across top_p = {r.top_p}"
+    )
+    return (
+        f"On {r.where} you keep {_kept_text(r.kept, r.full)}; the reference keeps "
+        f"{_kept_text(r.ref_kept, r.full)}: token {missing} (probability "
+        f"{float(r.full[missing]):.3f}) is the one that {how}."
+    )
 
 
 def _keeps_one_more(r: _Row) -> bool:
@@ -395,10 +447,12 @@ def _one_more_text(r: _Row) -> str:
     extra = int((r.kept & ~r.ref_kept).nonzero()[0])
     held = float(r.full[r.ref_kept].sum())
     exactly = " exactly" if _reaches_exactly(r) else ""
-    return (f"On {r.where} you keep {_kept_text(r.kept, r.full)}; the reference keeps "
-            f"{_kept_text(r.ref_kept, r.full)}: those already hold {held:.3f}, "
-            f"which is top_p = {r.top_p}{exactly}, so token {extra} (probability "
-            f"{float(r.full[extra]):.3f}) is one too many.")
+    return (
+        f"On {r.where} you keep {_kept_text(r.kept, r.full)}; the reference keeps "
+        f"{_kept_text(r.ref_kept, r.full)}: those already hold {held:.3f}, "
+        f"which is top_p = {r.top_p}{exactly}, so token {extra} (probability "
+        f"{float(r.full[extra]):.3f}) is one too many."
+    )
 
 
 def _support_problems(title, rows: list[_Row]) -> None:
@@ -408,28 +462,40 @@ def _support_problems(title, rows: list[_Row]) -> None:
     if not differ:
         return
     first = differ[0]
-    observed = (f"On {first.where} you keep {_kept_text(first.kept, first.full)}; the "
-                f"reference keeps {_kept_text(first.ref_kept, first.full)}.")
+    observed = (
+        f"On {first.where} you keep {_kept_text(first.kept, first.full)}; the "
+        f"reference keeps {_kept_text(first.ref_kept, first.full)}."
+    )
     unsorted = [r for r in differ if not _is_top_set(r.kept, r.full)]
     if unsorted:
         r = unsorted[0]
-        NOT_TOP_TOKENS.fail(title, f"On {r.where} you keep "
-                                   f"{_kept_text(r.kept, r.full)}, while a more likely "
-                                   "token is dropped.")
+        NOT_TOP_TOKENS.fail(
+            title,
+            f"On {r.where} you keep "
+            f"{_kept_text(r.kept, r.full)}, while a more likely "
+            "token is dropped.",
+        )
     if all(_drops_crossing(r) for r in differ):
         DROPS_CROSSING.fail(title, _crossing_text(first))
     if all(_keeps_one_more(r) for r in differ):
         exact = [r for r in differ if _reaches_exactly(r)]
         if exact:
             KEEPS_ONE_TOO_MANY.fail(title, _one_more_text(exact[0]))
-        fail(title, f"{_one_more_text(first)} The nucleus is the smallest set of most "
-                    f"likely tokens whose probability reaches top_p. It {UNEXPLAINED}.",
-             S_TOP_P)
+        fail(
+            title,
+            f"{_one_more_text(first)} The nucleus is the smallest set of most "
+            f"likely tokens whose probability reaches top_p. It {UNEXPLAINED}.",
+            S_TOP_P,
+        )
     if all(r.kept.all() for r in differ):
         TOP_P_NOT_APPLIED.fail(title, observed)
-    fail(title, f"the tokens you keep differ from the reference's. {observed} The "
-                f"nucleus is the smallest set of most likely tokens whose probability "
-                f"reaches top_p. It {UNEXPLAINED}.", S_TOP_P)
+    fail(
+        title,
+        f"the tokens you keep differ from the reference's. {observed} The "
+        f"nucleus is the smallest set of most likely tokens whose probability "
+        f"reaches top_p. It {UNEXPLAINED}.",
+        S_TOP_P,
+    )
 
 
 def _slope(r: _Row):
@@ -440,7 +506,7 @@ def _slope(r: _Row):
         return None
     x, y = r.logits[kept], r.got[kept].log()
     dx = x - x.mean()
-    slope = float((dx * (y - y.mean())).sum() / (dx ** 2).sum())
+    slope = float((dx * (y - y.mean())).sum() / (dx**2).sum())
     residual = float((y - y.mean() - slope * dx).abs().max())
     return slope, residual
 
@@ -466,35 +532,50 @@ def _temperature_problems(title, rows: list[_Row]) -> None:
     t = r.temperature
     if linear:
         effective = 1 / slope
-        observed = (f"On {r.where}, log-probability against logit has slope "
-                    f"{slope:.4g}: your distribution is at temperature "
-                    f"{effective:.4g}, expected {t}.")
+        observed = (
+            f"On {r.where}, log-probability against logit has slope "
+            f"{slope:.4g}: your distribution is at temperature "
+            f"{effective:.4g}, expected {t}."
+        )
         if all(_close(1 / s, 1.0) for _, (s, _) in fits):
             TEMPERATURE_IGNORED.fail(title, observed)
         if all(_close(1 / s, 1 / f.temperature) for f, (s, _) in fits):
             TEMPERATURE_MULTIPLIED.fail(title, observed)
         if all(_close(1 / s, f.temperature) for f, (s, _) in fits):
-            at_one = [_top_p_set(_full(f.logits[None], 1.0), f.top_p)[0]
-                      for f, _ in fits]
+            at_one = [
+                _top_p_set(_full(f.logits[None], 1.0), f.top_p)[0] for f, _ in fits
+            ]
             if all(torch.equal(f.kept, s) for (f, _), s in zip(fits, at_one)):
                 TOP_P_BEFORE_TEMPERATURE.fail(
-                    title, f"On {r.where} you keep {_kept_text(r.kept, r.full)}: the "
-                           "set top_p picks at temperature 1; at temperature "
-                           f"{t} it is {_kept_text(r.ref_kept, r.full)}.")
+                    title,
+                    f"On {r.where} you keep {_kept_text(r.kept, r.full)}: the "
+                    "set top_p picks at temperature 1; at temperature "
+                    f"{t} it is {_kept_text(r.ref_kept, r.full)}.",
+                )
             return  # the temperature is right: the kept set is what differs
-        fail(title, "only the cases at a temperature other than 1 are wrong. "
-                    f"{observed} It {UNEXPLAINED}.", S_TEMPERATURE)
+        fail(
+            title,
+            "only the cases at a temperature other than 1 are wrong. "
+            f"{observed} It {UNEXPLAINED}.",
+            S_TEMPERATURE,
+        )
     sharper = [f for f, _ in fits if f.temperature < 1]
     if sharper and all(_entropy(f.got) > _entropy(f.want) + 1e-3 for f in sharper):
         f = sharper[0]
         TEMPERATURE_AFTER_SOFTMAX.fail(
-            title, f"On {f.where} (a temperature below 1) your distribution has "
-                   f"entropy {_entropy(f.got):.3f} nats, the reference's "
-                   f"{_entropy(f.want):.3f}: flatter, not sharper, and its log is "
-                   "not a straight line in the logits.")
-    fail(title, f"only the cases at a temperature other than 1 are wrong. On {r.where} "
-                "the log of your probabilities is not a straight line in the logits "
-                f"(no temperature gives it). It {UNEXPLAINED}.", S_TEMPERATURE)
+            title,
+            f"On {f.where} (a temperature below 1) your distribution has "
+            f"entropy {_entropy(f.got):.3f} nats, the reference's "
+            f"{_entropy(f.want):.3f}: flatter, not sharper, and its log is "
+            "not a straight line in the logits.",
+        )
+    fail(
+        title,
+        f"only the cases at a temperature other than 1 are wrong. On {r.where} "
+        "the log of your probabilities is not a straight line in the logits "
+        f"(no temperature gives it). It {UNEXPLAINED}.",
+        S_TEMPERATURE,
+    )
 
 
 def _pipeline_on_probabilities(logits, temperature, top_p):
@@ -515,13 +596,18 @@ def _after_softmax(title, cases, theirs) -> None:
     __tracebackhide__ = True
     for variant in (_pipeline_on_probabilities, _nucleus_then_softmax_of_probabilities):
         outs = [run(variant, c.make()) for c in cases]
-        if all(isinstance(g, torch.Tensor) and isinstance(v, torch.Tensor)
-               and g.shape == v.shape
-               and torch.allclose(g.detach().float(), v.float(), atol=ATOL, rtol=RTOL)
-               for g, v in zip(theirs, outs)):
+        if all(
+            isinstance(g, torch.Tensor)
+            and isinstance(v, torch.Tensor)
+            and g.shape == v.shape
+            and torch.allclose(g.detach().float(), v.float(), atol=ATOL, rtol=RTOL)
+            for g, v in zip(theirs, outs)
+        ):
             TEMPERATURE_AFTER_SOFTMAX.fail(
-                title, "Your probabilities equal, on every case, those of a softmax "
-                       "taken of probabilities divided by the temperature.")
+                title,
+                "Your probabilities equal, on every case, those of a softmax "
+                "taken of probabilities divided by the temperature.",
+            )
 
 
 def _sums_problems(title, rows: list[_Row]) -> None:
@@ -530,10 +616,14 @@ def _sums_problems(title, rows: list[_Row]) -> None:
         total = float(r.got.sum())
         if abs(total - 1) > 1e-4:
             scaled = r.got / total
-            note = (" Divided by that sum, your row equals the reference's."
-                    if torch.allclose(scaled, r.want, atol=ATOL, rtol=RTOL) else "")
-            NOT_RENORMALISED.fail(title, f"On {r.where} your probabilities sum to "
-                                         f"{total:.4f}.{note}")
+            note = (
+                " Divided by that sum, your row equals the reference's."
+                if torch.allclose(scaled, r.want, atol=ATOL, rtol=RTOL)
+                else ""
+            )
+            NOT_RENORMALISED.fail(
+                title, f"On {r.where} your probabilities sum to {total:.4f}.{note}"
+            )
 
 
 def _shifted_down(case: Case) -> tuple:
@@ -557,12 +647,18 @@ def _overflow_problems(title, fn, cases, theirs, ours) -> None:
     if not (_right(shifted, _reference_probs(*args)) or (broken and finite)):
         return
     logits, t, _ = case.make()
-    what = ("has NaN or inf" if broken else
-            f"is off by up to {float((got.double() - want.double()).abs().max()):.3g}")
-    SOFTMAX_OVERFLOW.fail(title, f"On case {case.label} (logits / temperature up to "
-                                 f"{float(logits.max()) / t:.0f}) your output {what}; "
-                                 "on the same logits minus each row's largest (the "
-                                 "same distribution) it is right.")
+    what = (
+        "has NaN or inf"
+        if broken
+        else f"is off by up to {float((got.double() - want.double()).abs().max()):.3g}"
+    )
+    SOFTMAX_OVERFLOW.fail(
+        title,
+        f"On case {case.label} (logits / temperature up to "
+        f"{float(logits.max()) / t:.0f}) your output {what}; "
+        "on the same logits minus each row's largest (the "
+        "same distribution) it is right.",
+    )
 
 
 @single_threaded
@@ -586,8 +682,11 @@ def check_next_token_probs(next_token_probs) -> None:
         # may fall a hair off top_p; the exact answer is right all the same.
         ours[EXACT] = _exact_answer()
     if all(_right(g, w) for g, w in zip(theirs, ours)):
-        passed(title, f"matches the reference on {len(cases)} cases "
-                      "(temperatures 0.5 to 2, top_p 0.5 to 1)")
+        passed(
+            title,
+            f"matches the reference on {len(cases)} cases "
+            "(temperatures 0.5 to 2, top_p 0.5 to 1)",
+        )
         return
     _probs_form(title, cases, theirs, ours)
     # The large and the exact case catch what the others cannot; a mistake the others
@@ -598,8 +697,12 @@ def check_next_token_probs(next_token_probs) -> None:
         focus = [LARGE, EXACT]
     else:
         focus = plain
-    _probs_problems(title, [cases[i] for i in focus], [theirs[i] for i in focus],
-                    [ours[i] for i in focus])
+    _probs_problems(
+        title,
+        [cases[i] for i in focus],
+        [theirs[i] for i in focus],
+        [ours[i] for i in focus],
+    )
 
 
 def _probs_problems(title, cases, theirs, ours) -> None:
@@ -610,19 +713,26 @@ def _probs_problems(title, cases, theirs, ours) -> None:
     _probs_empty(title, rows)
     _not_probabilities(title, rows)
     _after_softmax(title, cases, theirs)
-    at_one_right = all(_right(g, w) for c, g, w in zip(cases, theirs, ours)
-                       if c.make()[1] == 1.0)
+    at_one_right = all(
+        _right(g, w) for c, g, w in zip(cases, theirs, ours) if c.make()[1] == 1.0
+    )
     if at_one_right:
         _temperature_problems(title, rows)
     _support_problems(title, rows)
     _sums_problems(title, rows)
-    problems = [(c, m) for c, g, w in zip(cases, theirs, ours)
-                if (m := describe_difference(g, w, ATOL, RTOL))]
+    problems = [
+        (c, m)
+        for c, g, w in zip(cases, theirs, ours)
+        if (m := describe_difference(g, w, ATOL, RTOL))
+    ]
     case, msg = problems[0]
-    fail(title, f"wrong on {len(problems)} of {len(cases)} cases, with the right "
-                f"tokens kept and rows summing to 1. First: case {case.label}: {msg}. "
-                f"It {UNEXPLAINED}; compare your code with the lesson step by step.",
-         S_TEMPERATURE)
+    fail(
+        title,
+        f"wrong on {len(problems)} of {len(cases)} cases, with the right "
+        f"tokens kept and rows summing to 1. First: case {case.label}: {msg}. "
+        f"It {UNEXPLAINED}; compare your code with the lesson step by step.",
+        S_TEMPERATURE,
+    )
 
 
 @single_threaded
@@ -631,22 +741,43 @@ def check_next_token_probs_by_hand(next_token_probs) -> None:
     """Hidden test: the learner wrote it, not a call of the course's sampling code."""
     __tracebackhide__ = True
     args = prob_cases()[3].make()
-    check_not_delegated("next_token_probs", lambda: run(next_token_probs, args),
-                        forbidden=("tformer_ref",))
+    check_not_delegated(
+        "next_token_probs",
+        lambda: run(next_token_probs, args),
+        forbidden=("tformer_ref",),
+    )
 
 
 # =========================================================================== models
 
-def lm(seed: int, *, norm_first: bool, positions: str, std: float | None = None,
-       dropout: float = 0.0, **kwargs) -> DecoderOnlyLM:
+
+def lm(
+    seed: int,
+    *,
+    norm_first: bool,
+    positions: str,
+    std: float | None = None,
+    dropout: float = 0.0,
+    **kwargs,
+) -> DecoderOnlyLM:
     """A tiny seeded DecoderOnlyLM(V=11, D=16, H=2, L=2, F=32, max_len=24) in eval mode
     on the course's device; ``std`` redraws every weight matrix from N(0, std²) (an
     untrained model with Xavier weights repeats one token forever)."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = DecoderOnlyLM(11, 16, 2, 2, 32, dropout=dropout, max_len=24,
-                              pad_id=None, norm_first=norm_first, positions=positions,
-                              **kwargs)
+        model = DecoderOnlyLM(
+            11,
+            16,
+            2,
+            2,
+            32,
+            dropout=dropout,
+            max_len=24,
+            pad_id=None,
+            norm_first=norm_first,
+            positions=positions,
+            **kwargs,
+        )
         if std is not None:
             with torch.no_grad():
                 for p in model.parameters():
@@ -661,6 +792,7 @@ def _ids(b: int, s: int, seed: int, vocab: int = 11) -> torch.Tensor:
 
 
 # =========================================================================== lm_step
+
 
 @dataclass(frozen=True)
 class StepCase:
@@ -685,8 +817,14 @@ def _model_2():
 
 
 def _model_3():
-    return lm(3, norm_first=False, positions="learned", std=0.5, fused=False,
-              tie_embeddings=True)
+    return lm(
+        3,
+        norm_first=False,
+        positions="learned",
+        std=0.5,
+        fused=False,
+        tie_embeddings=True,
+    )
 
 
 def _model_5():
@@ -706,18 +844,42 @@ def step_cases() -> list[StepCase]:
     return [
         StepCase(f"{M1}, empty cache, tokens [2, 5]", m1, None, (_ids(2, 5, 80),)),
         StepCase(f"{M2}, empty cache, tokens [2, 4]", m2, None, (_ids(2, 4, 81),)),
-        StepCase(f"{M1}, the cache holding 6 tokens (filled by the reference), tokens "
-                 "[2, 1]", m1, _ids(2, 6, 82), (_ids(2, 1, 83),)),
-        StepCase(f"{M2}, the cache holding 4 tokens (filled by the reference), tokens "
-                 "[2, 3]", m2, _ids(2, 4, 84), (_ids(2, 3, 85),)),
-        StepCase(f"{M3}, the cache holding 5 tokens (filled by the reference), tokens "
-                 "[1, 2]", m3, _ids(1, 5, 86), (_ids(1, 2, 87),)),
-        StepCase(f"{M2}, an empty cache and your lm_step called 5 times with tokens "
-                 "[1, 4], [1, 1], [1, 1], [1, 2], [1, 1]", m2, None,
-                 tuple(_ids(1, s, 90 + i) for i, s in enumerate((4, 1, 1, 2, 1)))),
+        StepCase(
+            f"{M1}, the cache holding 6 tokens (filled by the reference), tokens "
+            "[2, 1]",
+            m1,
+            _ids(2, 6, 82),
+            (_ids(2, 1, 83),),
+        ),
+        StepCase(
+            f"{M2}, the cache holding 4 tokens (filled by the reference), tokens "
+            "[2, 3]",
+            m2,
+            _ids(2, 4, 84),
+            (_ids(2, 3, 85),),
+        ),
+        StepCase(
+            f"{M3}, the cache holding 5 tokens (filled by the reference), tokens "
+            "[1, 2]",
+            m3,
+            _ids(1, 5, 86),
+            (_ids(1, 2, 87),),
+        ),
+        StepCase(
+            f"{M2}, an empty cache and your lm_step called 5 times with tokens "
+            "[1, 4], [1, 1], [1, 1], [1, 2], [1, 1]",
+            m2,
+            None,
+            tuple(_ids(1, s, 90 + i) for i, s in enumerate((4, 1, 1, 2, 1))),
+        ),
         StepCase(f"{M5}, empty cache, tokens [2, 4]", m5, None, (_ids(2, 4, 96),)),
-        StepCase(f"{M5}, the cache holding 3 tokens (filled by the reference), tokens "
-                 "[2, 2]", m5, _ids(2, 3, 97), (_ids(2, 2, 98),)),
+        StepCase(
+            f"{M5}, the cache holding 3 tokens (filled by the reference), tokens "
+            "[2, 2]",
+            m5,
+            _ids(2, 3, 97),
+            (_ids(2, 2, 98),),
+        ),
     ]
 
 
@@ -765,8 +927,9 @@ def _run_case(step, case: StepCase, model=None) -> StepRun:
 
 
 def _case_right(got: StepRun, want: StepRun) -> bool:
-    return (len(got.outputs) == len(want.outputs)
-            and all(_right(g, w) for g, w in zip(got.outputs, want.outputs)))
+    return len(got.outputs) == len(want.outputs) and all(
+        _right(g, w) for g, w in zip(got.outputs, want.outputs)
+    )
 
 
 def _first_problem(got: StepRun, want: StepRun) -> tuple[int, str]:
@@ -782,47 +945,54 @@ NOT_CAUSAL = Diagnosis(
     "Changing a later token changed the logits of an earlier one. Pass every block "
     "the causal keep-mask, causal_mask(S, device, past=cache.length): query i may "
     "attend to the cached keys and the new keys up to its own position only.",
-    S_CACHE_PITFALLS)
+    S_CACHE_PITFALLS,
+)
 CACHE_NOT_GROWN = Diagnosis(
     "the cache is not grown",
     "lm_step must leave the new tokens' keys and values in the cache it is given, so "
     "that the next step attends to them: block i appends to cache.layer(i) when you "
     "call block(x, mask, cache.layer(i)). A block called without its LayerKV, or a new "
     "KVCache made inside lm_step, leaves the caller's cache as it was.",
-    S_CACHE)
+    S_CACHE,
+)
 CACHE_GROWN_TWICE = Diagnosis(
     "the cache is grown twice",
     "Each call must add exactly the S new tokens to every layer: every block runs once "
     "per call, with its own cache.layer(i). Running a block (or the whole stack) a "
     "second time appends the same keys again, and the next queries attend to them "
     "twice.",
-    S_CACHE)
+    S_CACHE,
+)
 ONE_LAYER_FOR_ALL = Diagnosis(
     "every block uses the same cache layer",
     "Block i keeps its keys and values in cache.layer(i): the layers' keys differ, so "
     "each needs its own LayerKV (for i, block in enumerate(model.blocks.layers): "
     "x = block(x, mask, cache.layer(i))).",
-    S_CACHE)
+    S_CACHE,
+)
 POSITIONS_NOT_OFFSET = Diagnosis(
     "positions not offset by the cache length",
     "The S new tokens come after the cache.length tokens already cached, so they sit "
     "at positions cache.length .. cache.length + S - 1: "
     "model.pos(x, start=cache.length). "
     "Read cache.length once, before the blocks grow the cache.",
-    S_CACHE_PITFALLS)
+    S_CACHE_PITFALLS,
+)
 MASK_SHAPE = Diagnosis(
     "causal mask of the wrong shape",
     "With a cache the S new queries attend to cache.length + S keys, so the mask is "
     "[1, 1, S, cache.length + S]: causal_mask(S, device, past=cache.length), with "
     "cache.length read once, before the blocks grow the cache. A mask for the full "
     "length is [T, T], one for the new tokens alone [S, S]: neither fits.",
-    S_CACHE_PITFALLS)
+    S_CACHE_PITFALLS,
+)
 MASK_ROWS = Diagnosis(
     "causal mask rows for the wrong positions",
     "The new query i sits at position cache.length + i and may attend to every key up "
     "to there: the rows of the mask are the *last* S rows of the full-length causal "
     "mask (causal_mask(S, device, past=cache.length)), not its first S rows.",
-    S_CACHE_PITFALLS)
+    S_CACHE_PITFALLS,
+)
 
 
 S_DROPOUT = Section("ch04_blocks", "4.4", "Where dropout goes")
@@ -834,14 +1004,16 @@ DROPOUT_ACTIVE = Diagnosis(
     "F.dropout(x, p) does not: its training argument defaults to True, so it drops "
     "at inference too. Call model.dropout(x), or F.dropout(x, p, "
     "training=model.training); and never call model.train() in a decoding step.",
-    S_DROPOUT)
+    S_DROPOUT,
+)
 POSITIONS_WRONG = Diagnosis(
     "positions added wrongly (twice, or from the wrong start)",
     "The S tokens of a step sit at positions cache.length .. cache.length + S - 1, "
     "and each gets its position's encoding once: x = model.pos(x, start=cache.length) "
     "(model.pos returns x with the encodings added; do not add it to x again, and "
     "call it once). On an empty cache that is positions 0 .. S - 1.",
-    S_CACHE_PITFALLS)
+    S_CACHE_PITFALLS,
+)
 
 
 def _no_scale(model, tokens, cache):
@@ -854,7 +1026,7 @@ def _no_scale(model, tokens, cache):
 def _no_final_norm(model, tokens, cache):
     past = cache.length
     mask = causal_mask_for(tokens, past)
-    x = model.tok_embed(tokens) * model.d_model ** 0.5
+    x = model.tok_embed(tokens) * model.d_model**0.5
     x = model.dropout(model.pos(x, start=past))
     for i, block in enumerate(model.blocks.layers):
         x = block(x, mask, cache.layer(i))
@@ -863,7 +1035,7 @@ def _no_final_norm(model, tokens, cache):
 
 def _no_positions(model, tokens, cache):
     mask = causal_mask_for(tokens, cache.length)
-    x = model.dropout(model.tok_embed(tokens) * model.d_model ** 0.5)
+    x = model.dropout(model.tok_embed(tokens) * model.d_model**0.5)
     return model.lm_head(model.blocks(x, mask, cache))
 
 
@@ -873,16 +1045,27 @@ def causal_mask_for(tokens, past):
 
 
 EMPTY_CACHE_PITFALLS = (
-    Pitfall("embeddings not scaled by sqrt(d_model)",
-            "The token embeddings are multiplied by sqrt(model.d_model) before the "
-            "positions are added, as in the model's own forward.", S_EMBED, _no_scale),
-    Pitfall("final LayerNorm skipped",
-            "After the last block comes model.blocks.norm (a LayerNorm in a Pre-LN "
-            "model, nn.Identity in a Post-LN one), then model.lm_head.", S_LM,
-            _no_final_norm),
-    Pitfall("positions not added",
-            "The embeddings go through model.pos(x, start=cache.length), which adds "
-            "the positions' encodings, before the blocks.", S_LM, _no_positions),
+    Pitfall(
+        "embeddings not scaled by sqrt(d_model)",
+        "The token embeddings are multiplied by sqrt(model.d_model) before the "
+        "positions are added, as in the model's own forward.",
+        S_EMBED,
+        _no_scale,
+    ),
+    Pitfall(
+        "final LayerNorm skipped",
+        "After the last block comes model.blocks.norm (a LayerNorm in a Pre-LN "
+        "model, nn.Identity in a Post-LN one), then model.lm_head.",
+        S_LM,
+        _no_final_norm,
+    ),
+    Pitfall(
+        "positions not added",
+        "The embeddings go through model.pos(x, start=cache.length), which adds "
+        "the positions' encodings, before the blocks.",
+        S_LM,
+        _no_positions,
+    ),
 )
 
 
@@ -891,8 +1074,11 @@ def _raised_problems(title, cases, runs) -> None:
     for case, got in zip(cases, runs):
         for k, out in enumerate(got.outputs):
             if isinstance(out, Raised):
-                where = f"call {k + 1} of case {case.label}" if len(case.chunks) > 1 \
+                where = (
+                    f"call {k + 1} of case {case.label}"
+                    if len(case.chunks) > 1
                     else f"case {case.label}"
+                )
                 text = str(out.exc).lower()
                 if "mask" in text and "shape" in text:
                     MASK_SHAPE.fail(title, f"On {where} your lm_step raised {out!r}.")
@@ -904,19 +1090,28 @@ def _form_problems(title, cases, runs, refs) -> None:
     for case, got, want in zip(cases, runs, refs):
         for g, w in zip(got.outputs, want.outputs):
             problem = describe_difference(g, w, ATOL, RTOL)
-            if problem is None or problem.startswith(("values differ",
-                                                      "your output has NaN")):
+            if problem is None or problem.startswith(
+                ("values differ", "your output has NaN")
+            ):
                 continue
             b, s, v = w.shape
             hint = ""
             if isinstance(g, torch.Tensor) and list(g.shape) == [b, v]:
-                hint = (" (only the last position: return the logits of all S new "
-                        "tokens)")
-            elif (isinstance(g, torch.Tensor)
-                  and list(g.shape) == [b, s, case.model.d_model]):
+                hint = (
+                    " (only the last position: return the logits of all S new tokens)"
+                )
+            elif isinstance(g, torch.Tensor) and list(g.shape) == [
+                b,
+                s,
+                case.model.d_model,
+            ]:
                 hint = " (the hidden states: model.lm_head turns them into logits)"
-            fail(title, f"on case {case.label}: {problem}{hint}. lm_step returns the "
-                        f"logits [B, S, V] = {[b, s, v]}.", S_CACHE)
+            fail(
+                title,
+                f"on case {case.label}: {problem}{hint}. lm_step returns the "
+                f"logits [B, S, V] = {[b, s, v]}.",
+                S_CACHE,
+            )
 
 
 def _growth_problems(title, cases, runs) -> None:
@@ -925,24 +1120,31 @@ def _growth_problems(title, cases, runs) -> None:
     for case, got in zip(cases, runs):
         n_layers = len(case.model.blocks.layers)
         for k, ((before, after), chunk, out) in enumerate(
-                zip(got.lengths, case.chunks, got.outputs)):
+            zip(got.lengths, case.chunks, got.outputs)
+        ):
             s = chunk.size(1)
             was = before[0] if before else 0
             want = (was + s,) * n_layers
             if after == want:
                 continue
-            where = (f"call {k + 1} of case {case.label}" if len(case.chunks) > 1
-                     else f"case {case.label}")
-            seen = (f"On {where} ({s} new token(s), {was} cached before), the cache's "
-                    f"{len(after)} layer(s) hold {list(after)} tokens after your call; "
-                    f"expected {n_layers} layers holding {list(want)}.")
+            where = (
+                f"call {k + 1} of case {case.label}"
+                if len(case.chunks) > 1
+                else f"case {case.label}"
+            )
+            seen = (
+                f"On {where} ({s} new token(s), {was} cached before), the cache's "
+                f"{len(after)} layer(s) hold {list(after)} tokens after your call; "
+                f"expected {n_layers} layers holding {list(want)}."
+            )
             grown = [a - was for a in after]
             if isinstance(out, Raised):
                 # An error midway leaves the cache half grown; one layer that grew for
                 # two blocks says why the error came.
                 if len(after) == 1 and n_layers > 1 and grown[0] > s:
-                    ONE_LAYER_FOR_ALL.fail(title, seen + f" Your lm_step then raised "
-                                                         f"{out!r}.")
+                    ONE_LAYER_FOR_ALL.fail(
+                        title, seen + f" Your lm_step then raised {out!r}."
+                    )
                 continue
             if not after or all(g == 0 for g in grown) or after == before:
                 CACHE_NOT_GROWN.fail(title, seen)
@@ -950,8 +1152,11 @@ def _growth_problems(title, cases, runs) -> None:
                 ONE_LAYER_FOR_ALL.fail(title, seen)
             if len(after) == n_layers and all(g > s and g % s == 0 for g in grown):
                 CACHE_GROWN_TWICE.fail(title, seen)
-            fail(title, f"the cache does not grow by the new tokens. {seen} It "
-                        f"{UNEXPLAINED}.", S_CACHE)
+            fail(
+                title,
+                f"the cache does not grow by the new tokens. {seen} It {UNEXPLAINED}.",
+                S_CACHE,
+            )
 
 
 def _future_visible(step, model) -> str | None:
@@ -962,15 +1167,20 @@ def _future_visible(step, model) -> str | None:
     changed[:, -1] = (changed[:, -1] + 1) % 11
     base = _run_steps(step, model, None, (tokens,)).outputs[0]
     moved = _run_steps(step, model, None, (changed,)).outputs[0]
-    if not (type(base) is type(moved) is torch.Tensor and base.shape == moved.shape
-            and base.dim() == 3):
+    if not (
+        type(base) is type(moved) is torch.Tensor
+        and base.shape == moved.shape
+        and base.dim() == 3
+    ):
         return None
     diff = (moved[:, :-1] - base[:, :-1]).abs().amax(dim=(0, 2))
     hit = [i for i, d in enumerate(diff.tolist()) if d > 1e-5]
     if not hit:
         return None
-    return (f"On {M1} with an empty cache and tokens [2, 5], changing token 4 changed "
-            f"the logits at positions {hit} (by up to {float(diff.max()):.3g}).")
+    return (
+        f"On {M1} with an empty cache and tokens [2, 5], changing token 4 changed "
+        f"the logits at positions {hit} (by up to {float(diff.max()):.3g})."
+    )
 
 
 def _empty_cache_problems(title, step, cases, runs, refs) -> None:
@@ -989,9 +1199,13 @@ def _empty_cache_problems(title, step, cases, runs, refs) -> None:
     _empty_position_problems(title, step, cases, runs, empty, wrong)
     i = wrong[0]
     k, problem = _first_problem(runs[i], refs[i])
-    fail(title, f"wrong already on an empty cache (no cached token): case "
-                f"{cases[i].label}: {problem}. It {UNEXPLAINED}; compare your code "
-                "with the model's forward step by step.", S_LM)
+    fail(
+        title,
+        f"wrong already on an empty cache (no cached token): case "
+        f"{cases[i].label}: {problem}. It {UNEXPLAINED}; compare your code "
+        "with the model's forward step by step.",
+        S_LM,
+    )
 
 
 def _has_dropout(model) -> bool:
@@ -1004,8 +1218,11 @@ def _dropout_problems(title, step, cases, runs, refs) -> None:
     __tracebackhide__ = True
     for case, got in zip(cases, runs):
         if got.trained:
-            DROPOUT_ACTIVE.fail(title, f"After your lm_step ran on case {case.label}, "
-                                       "the model (or a part of it) was in train mode.")
+            DROPOUT_ACTIVE.fail(
+                title,
+                f"After your lm_step ran on case {case.label}, "
+                "the model (or a part of it) was in train mode.",
+            )
     for case, got, want in zip(cases, runs, refs):
         if not _has_dropout(case.model) or _case_right(got, want):
             continue
@@ -1014,31 +1231,42 @@ def _dropout_problems(title, step, cases, runs, refs) -> None:
             torch.manual_seed(seed)
             again.append(_run_case(step, case))
         outs = again[0].outputs + again[1].outputs
-        if outs and all(type(o) is torch.Tensor for o in outs) \
-                and not _same_run(*again):
-            off = max(float((x - y).abs().max()) for x, y in
-                      zip(again[0].outputs, again[1].outputs) if x.shape == y.shape)
-            DROPOUT_ACTIVE.fail(title, f"On case {case.label} the same call, made "
-                                       "twice (under two random seeds), gave logits "
-                                       f"that differ by up to {off:.3g}: something "
-                                       "random runs although the model is in eval "
-                                       "mode.")
+        if (
+            outs
+            and all(type(o) is torch.Tensor for o in outs)
+            and not _same_run(*again)
+        ):
+            off = max(
+                float((x - y).abs().max())
+                for x, y in zip(again[0].outputs, again[1].outputs)
+                if x.shape == y.shape
+            )
+            DROPOUT_ACTIVE.fail(
+                title,
+                f"On case {case.label} the same call, made "
+                "twice (under two random seeds), gave logits "
+                f"that differ by up to {off:.3g}: something "
+                "random runs although the model is in eval "
+                "mode.",
+            )
 
 
 def _positions_twice(model, tokens, cache):
     past = cache.length
-    x = model.tok_embed(tokens) * model.d_model ** 0.5
+    x = model.tok_embed(tokens) * model.d_model**0.5
     x = model.pos(model.pos(x, start=past), start=past)
-    return model.lm_head(model.blocks(model.dropout(x), causal_mask_for(tokens, past),
-                                      cache))
+    return model.lm_head(
+        model.blocks(model.dropout(x), causal_mask_for(tokens, past), cache)
+    )
 
 
 def _embeddings_plus_positions(model, tokens, cache):
     past = cache.length
-    x = model.tok_embed(tokens) * model.d_model ** 0.5
+    x = model.tok_embed(tokens) * model.d_model**0.5
     x = x + model.pos(x, start=past)
-    return model.lm_head(model.blocks(model.dropout(x), causal_mask_for(tokens, past),
-                                      cache))
+    return model.lm_head(
+        model.blocks(model.dropout(x), causal_mask_for(tokens, past), cache)
+    )
 
 
 def _start_used(step, case: StepCase) -> int | None:
@@ -1072,45 +1300,68 @@ def _empty_position_problems(title, step, cases, runs, empty, wrong) -> None:
             note = " (a start of S - 1, the last token's position)"
         elif all(k == starts[0] for k in starts):
             note = f" (a start of {start} instead of cache.length = 0)"
-        POSITIONS_WRONG.fail(title, f"On case {case.label} your {s} token(s) sat at "
-                                    f"position(s) {_ranges(range(start, start + s))}"
-                                    f"{note}; on an empty cache they belong at "
-                                    f"{_ranges(range(s))}.")
+        POSITIONS_WRONG.fail(
+            title,
+            f"On case {case.label} your {s} token(s) sat at "
+            f"position(s) {_ranges(range(start, start + s))}"
+            f"{note}; on an empty cache they belong at "
+            f"{_ranges(range(s))}.",
+        )
     for impl, what in (
-            (_positions_twice, "the positions' encodings added twice (model.pos "
-                               "applied two times)"),
-            (_embeddings_plus_positions, "x + model.pos(x): model.pos already "
-                                         "returns x plus the encodings, so the "
-                                         "embeddings count twice")):
+        (
+            _positions_twice,
+            "the positions' encodings added twice (model.pos applied two times)",
+        ),
+        (
+            _embeddings_plus_positions,
+            "x + model.pos(x): model.pos already "
+            "returns x plus the encodings, so the "
+            "embeddings count twice",
+        ),
+    ):
         if all(_same_run(runs[i], _run_case(impl, cases[i])) for i in empty):
-            POSITIONS_WRONG.fail(title, f"On every empty-cache case your logits are "
-                                        f"those of {what}.")
+            POSITIONS_WRONG.fail(
+                title, f"On every empty-cache case your logits are those of {what}."
+            )
     models = {id(cases[i].model): cases[i].model for i in wrong}
     once = {k: _neutral(m) for k, m in models.items()}
     twice = {k: _neutral(m, scale=2.0) for k, m in models.items()}
 
     def agrees(table, ours):
-        return all(_case_right(_run_case(step, cases[i], table[id(cases[i].model)]),
-                               _run_case(_reference_step, cases[i],
-                                         ours[id(cases[i].model)])) for i in wrong)
+        return all(
+            _case_right(
+                _run_case(step, cases[i], table[id(cases[i].model)]),
+                _run_case(_reference_step, cases[i], ours[id(cases[i].model)]),
+            )
+            for i in wrong
+        )
+
     if agrees(once, once):
-        POSITIONS_WRONG.fail(title, "Your logits are wrong already on an empty cache, "
-                                    "and all right on a copy of the model whose "
-                                    "positional table is the same at every position: "
-                                    "the positions your tokens get are wrong.")
+        POSITIONS_WRONG.fail(
+            title,
+            "Your logits are wrong already on an empty cache, "
+            "and all right on a copy of the model whose "
+            "positional table is the same at every position: "
+            "the positions your tokens get are wrong.",
+        )
     if agrees(once, twice):
-        POSITIONS_WRONG.fail(title, "On a copy of the model whose positional table is "
-                                    "the same row at every position, your logits are "
-                                    "those of the reference with that row doubled: "
-                                    "the encodings are added twice.")
+        POSITIONS_WRONG.fail(
+            title,
+            "On a copy of the model whose positional table is "
+            "the same row at every position, your logits are "
+            "those of the reference with that row doubled: "
+            "the encodings are added twice.",
+        )
 
 
 def _same_run(a: StepRun, b: StepRun) -> bool:
-    return (len(a.outputs) == len(b.outputs)
-            and all(isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)
-                    and x.shape == y.shape
-                    and torch.allclose(x.detach(), y.detach(), atol=ATOL, rtol=RTOL)
-                    for x, y in zip(a.outputs, b.outputs)))
+    return len(a.outputs) == len(b.outputs) and all(
+        isinstance(x, torch.Tensor)
+        and isinstance(y, torch.Tensor)
+        and x.shape == y.shape
+        and torch.allclose(x.detach(), y.detach(), atol=ATOL, rtol=RTOL)
+        for x, y in zip(a.outputs, b.outputs)
+    )
 
 
 def _neutral(model: DecoderOnlyLM, scale: float = 1.0) -> DecoderOnlyLM:
@@ -1130,9 +1381,10 @@ def _at_start(start):
     def step(model, tokens, cache):
         past = cache.length
         mask = causal_mask_for(tokens, past)
-        x = model.tok_embed(tokens) * model.d_model ** 0.5
+        x = model.tok_embed(tokens) * model.d_model**0.5
         x = model.dropout(model.pos(x, start=start))
         return model.lm_head(model.blocks(x, mask, cache))
+
     return step
 
 
@@ -1141,11 +1393,14 @@ def _offset_seen(step, case: StepCase) -> str:
     got = _run_case(step, case).outputs[0]
     s, past = case.chunks[0].size(1), case.past.size(1)
     for start in range(0, case.model.max_len - s + 1):
-        if start != past and _same_run(StepRun([got], []),
-                                        _run_case(_at_start(start), case)):
-            return (f" On case {case.label}, your {s} new token(s) sat at "
-                    f"position(s) {_ranges(range(start, start + s))}; after {past} "
-                    f"cached tokens they belong at {_ranges(range(past, past + s))}.")
+        if start != past and _same_run(
+            StepRun([got], []), _run_case(_at_start(start), case)
+        ):
+            return (
+                f" On case {case.label}, your {s} new token(s) sat at "
+                f"position(s) {_ranges(range(start, start + s))}; after {past} "
+                f"cached tokens they belong at {_ranges(range(past, past + s))}."
+            )
     return ""
 
 
@@ -1154,15 +1409,20 @@ def _position_problems(title, step, cases, wrong) -> None:
     neutral = {id(cases[i].model): _neutral(cases[i].model) for i in wrong}
     for i in wrong:
         model = neutral[id(cases[i].model)]
-        if not _case_right(_run_case(step, cases[i], model),
-                           _run_case(_reference_step, cases[i], model)):
+        if not _case_right(
+            _run_case(step, cases[i], model),
+            _run_case(_reference_step, cases[i], model),
+        ):
             return
     single = [i for i in wrong if cases[i].past is not None]
     seen = _offset_seen(step, cases[single[0]]) if single else ""
-    POSITIONS_NOT_OFFSET.fail(title, "Your logits are wrong once the cache holds "
-                                     "tokens, and all right on a copy of the model "
-                                     "whose positional table is the same at every "
-                                     f"position.{seen}")
+    POSITIONS_NOT_OFFSET.fail(
+        title,
+        "Your logits are wrong once the cache holds "
+        "tokens, and all right on a copy of the model "
+        "whose positional table is the same at every "
+        f"position.{seen}",
+    )
 
 
 def _influence(step, case: StepCase) -> list[set] | None:
@@ -1211,15 +1471,21 @@ def _mask_problems(title, step, cases, wrong) -> None:
             want = set(range(n_past + q + 1))
             if keys == want:
                 continue
-            observed = (f"On case {case.label}, the new token {q} (position "
-                        f"{n_past + q}) is influenced by the tokens at positions "
-                        f"{_ranges(keys)}; it should see {_ranges(want)}.")
+            observed = (
+                f"On case {case.label}, the new token {q} (position "
+                f"{n_past + q}) is influenced by the tokens at positions "
+                f"{_ranges(keys)}; it should see {_ranges(want)}."
+            )
             if any(k > n_past + q for k in keys):
                 NOT_CAUSAL.fail(title, observed)
             if keys < want:
                 MASK_ROWS.fail(title, observed)
-            fail(title, f"the new queries attend to the wrong tokens. {observed} It "
-                        f"{UNEXPLAINED}.", S_CACHE_PITFALLS)
+            fail(
+                title,
+                f"the new queries attend to the wrong tokens. {observed} It "
+                f"{UNEXPLAINED}.",
+                S_CACHE_PITFALLS,
+            )
 
 
 @single_threaded
@@ -1232,9 +1498,12 @@ def check_lm_step(lm_step) -> None:
     title = "lm_step"
     verify_integrity()
     n_cases = _lm_step_problems(title, lm_step)
-    passed(title, f"matches the model's forward on {n_cases} cases, empty cache and "
-                  "after cached tokens, with dropout in eval mode, and grows the cache "
-                  "by S")
+    passed(
+        title,
+        f"matches the model's forward on {n_cases} cases, empty cache and "
+        "after cached tokens, with dropout in eval mode, and grows the cache "
+        "by S",
+    )
 
 
 def _lm_step_problems(title, lm_step) -> int:
@@ -1262,9 +1531,13 @@ def _lm_step_problems(title, lm_step) -> int:
     i = wrong[0]
     k, problem = _first_problem(runs[i], refs[i])
     call = f"call {k + 1} of " if len(cases[i].chunks) > 1 else ""
-    fail(title, "right on an empty cache, wrong once the cache holds tokens: "
-                f"{call}case {cases[i].label}: {problem}. It {UNEXPLAINED}; compare "
-                "your code with the model's forward step by step.", S_CACHE_PITFALLS)
+    fail(
+        title,
+        "right on an empty cache, wrong once the cache holds tokens: "
+        f"{call}case {cases[i].label}: {problem}. It {UNEXPLAINED}; compare "
+        "your code with the model's forward step by step.",
+        S_CACHE_PITFALLS,
+    )
 
 
 @single_threaded
@@ -1275,9 +1548,14 @@ def check_lm_step_by_hand(lm_step) -> None:
     __tracebackhide__ = True
     case = step_cases()[5]  # an empty cache: the reference fills none inside the record
     check_not_delegated(
-        "lm_step", lambda: _run_case(lm_step, case),
-        forbidden_code={inspect.unwrap(DecoderOnlyLM.forward).__code__:
-                        "the model's own forward, model(tokens, cache=cache)"})
+        "lm_step",
+        lambda: _run_case(lm_step, case),
+        forbidden_code={
+            inspect.unwrap(
+                DecoderOnlyLM.forward
+            ).__code__: "the model's own forward, model(tokens, cache=cache)"
+        },
+    )
 
 
 # =========================================================================== generate
@@ -1308,8 +1586,14 @@ def gen_cases() -> list[GenCase]:
     models = {2: _gen_model(2), 4: _gen_model(4)}
     out = []
     for name, which, seed, b, s, n in GEN_CASES:
-        out.append(GenCase(f"{name}, prompt [{b}, {s}], max_new_tokens={n}",
-                           models[which], _ids(b, s, 200 + seed), n))
+        out.append(
+            GenCase(
+                f"{name}, prompt [{b}, {s}], max_new_tokens={n}",
+                models[which],
+                _ids(b, s, 200 + seed),
+                n,
+            )
+        )
     return out
 
 
@@ -1336,20 +1620,30 @@ def _record_cache(attended):
         kv = kwargs.get("kv")
         query = args[0] if args else kwargs.get("query")
         cached = getattr(kv, "length", None) if kv is not None else None
-        attended.append((cached if isinstance(cached, int) else None,
-                         int(query.size(1)) if isinstance(query, torch.Tensor) else 0))
+        attended.append(
+            (
+                cached if isinstance(cached, int) else None,
+                int(query.size(1)) if isinstance(query, torch.Tensor) else 0,
+            )
+        )
+
     return hook
 
 
 def _run_generate(fn, case: GenCase, seed: int = 0) -> GenRun:
     fed, logits, attended = [], [], []
     model = case.model
-    hooks = [model.tok_embed.register_forward_hook(
-                 lambda m, args, out: fed.append(args[0].detach().clone())),
-             model.lm_head.register_forward_hook(
-                 lambda m, args, out: logits.append(out.detach().clone())),
-             model.blocks.layers[0].self_attn.register_forward_pre_hook(
-                 _record_cache(attended), with_kwargs=True)]
+    hooks = [
+        model.tok_embed.register_forward_hook(
+            lambda m, args, out: fed.append(args[0].detach().clone())
+        ),
+        model.lm_head.register_forward_hook(
+            lambda m, args, out: logits.append(out.detach().clone())
+        ),
+        model.blocks.layers[0].self_attn.register_forward_pre_hook(
+            _record_cache(attended), with_kwargs=True
+        ),
+    ]
     prompt = case.prompt.clone()
     devices = [prompt.device] if prompt.device.type == "cuda" else []
     try:
@@ -1369,37 +1663,43 @@ CACHE_CARRIED = Diagnosis(
     "tokens. Make a new KVCache() inside generate_greedy on every call; a default "
     "argument (cache=KVCache()), a global, an attribute set on the model or a dict of "
     "caches is made once and shared by all calls.",
-    S_CACHE_PITFALLS)
+    S_CACHE_PITFALLS,
+)
 ONLY_NEW_TOKENS = Diagnosis(
     "returns only the new tokens",
     "generate_greedy returns the prompt followed by the new tokens, [B, S + N] "
     "(torch.cat([prompt, new], dim=1)).",
-    S_CACHE)
+    S_CACHE,
+)
 OFF_BY_ONE = Diagnosis(
     "decoding drops or repeats a token",
     "The output is the prompt and exactly max_new_tokens new tokens, each chosen once: "
     "the prompt's last logits give the first new token, and each step feeds the token "
     "just chosen and gives the next one (N choices, N - 1 single-token steps after the "
     "prompt).",
-    S_CACHE)
+    S_CACHE,
+)
 FED_WRONG_TOKEN = Diagnosis(
     "a step feeds the wrong token",
     "After the prompt, each step feeds the model the one token just chosen (shape "
     "[B, 1]), at the next position: the cache already holds everything before it.",
-    S_CACHE)
+    S_CACHE,
+)
 PREFIX_AGAIN = Diagnosis(
     "the prefix fed again with a cache",
     "With a cache, the tokens already fed are in it: each step after the prompt feeds "
     "only the new token. Feeding the whole sequence again appends its keys a second "
     "time (the cache then holds the prefix twice) and places the tokens at the wrong "
     "positions.",
-    S_CACHE)
+    S_CACHE,
+)
 NOT_CACHED = Diagnosis(
     "decoding without the cache",
     "Your tokens are right, but your loop runs the whole sequence through the model at "
     "every step. The exercise is incremental decoding: the prompt once, then one token "
     "per step with the cache, each token through the model once.",
-    S_CACHE)
+    S_CACHE,
+)
 NEW_CACHE_EACH_STEP = Diagnosis(
     "a new or reset cache at every step: each new token sees only itself",
     "One KVCache serves the whole call: the prompt's keys and values go in first, and "
@@ -1407,19 +1707,22 @@ NEW_CACHE_EACH_STEP = Diagnosis(
     "it. A KVCache() made (or cache.reset() called) inside the loop leaves each new "
     "token attending to itself alone, at position 0. Make the cache once, before the "
     "loop.",
-    S_CACHE_PITFALLS)
+    S_CACHE_PITFALLS,
+)
 STEP_LOGITS_WRONG = Diagnosis(
     "the step's logits are wrong",
     "Your loop feeds the prompt and then each chosen token as it should, but the "
     "logits the model gives back for a step differ from the uncached model's on the "
     "same tokens: lm_step is wrong. Make check_lm_step pass first.",
-    S_CACHE_PITFALLS)
+    S_CACHE_PITFALLS,
+)
 WRONG_CHOICE = Diagnosis(
     "the next token is not the argmax of the last position",
     "Greedy decoding appends, for each row, the token with the largest logit at the "
     "*last* position of the step: logits[:, -1].argmax(-1) (not position 0, not an "
     "argmax over the batch or over positions).",
-    S_CACHE)
+    S_CACHE,
+)
 
 
 def _prefix_again(title, case, got, seen: str) -> None:
@@ -1429,9 +1732,12 @@ def _prefix_again(title, case, got, seen: str) -> None:
         return
     for k, chunk in enumerate(got.fed[1:], start=1):
         if chunk.size(1) > 1:
-            PREFIX_AGAIN.fail(title, seen + f" Step {k} after the prompt fed "
-                                            f"{chunk.size(1)} tokens, the sequence so "
-                                            "far, not the one new token.")
+            PREFIX_AGAIN.fail(
+                title,
+                seen + f" Step {k} after the prompt fed "
+                f"{chunk.size(1)} tokens, the sequence so "
+                "far, not the one new token.",
+            )
 
 
 def _gen_raised(title, cases, runs) -> None:
@@ -1442,12 +1748,22 @@ def _gen_raised(title, cases, runs) -> None:
         earlier_ok = any(not isinstance(r.output, Raised) for r in runs[:k])
         text = str(got.output.exc).lower()
         if earlier_ok and "cache" in text:
-            CACHE_CARRIED.fail(title, f"Call {k + 1} (case {case.label}) raised "
-                                      f"{got.output!r}, after earlier calls ran.")
-        _prefix_again(title, case, got, f"On case {case.label} your generate_greedy "
-                                        f"raised {got.output!r}.")
-        fail(title, f"your generate_greedy raised {got.output!r} on case "
-                    f"{case.label}.", S_CACHE)
+            CACHE_CARRIED.fail(
+                title,
+                f"Call {k + 1} (case {case.label}) raised "
+                f"{got.output!r}, after earlier calls ran.",
+            )
+        _prefix_again(
+            title,
+            case,
+            got,
+            f"On case {case.label} your generate_greedy raised {got.output!r}.",
+        )
+        fail(
+            title,
+            f"your generate_greedy raised {got.output!r} on case {case.label}.",
+            S_CACHE,
+        )
 
 
 def _gen_form(title, case, got, want) -> None:
@@ -1456,24 +1772,46 @@ def _gen_form(title, case, got, want) -> None:
     b, total = want.shape
     s = case.prompt.size(1)
     if not isinstance(out, torch.Tensor) or type(out) is not torch.Tensor:
-        fail(title, f"on case {case.label}: expected a LongTensor of token ids "
-                    f"[B, S + N] = {[b, total]}, got {type(out).__name__}.", S_CACHE)
-    if out.dtype != torch.long or out.device != want.device or out.dim() != 2 \
-            or out.size(0) != b:
-        hint = (" (argmax gives int64 ids; a float tensor of ids, from torch.zeros or "
-                "torch.empty filled in place, is not a token tensor)"
-                if out.dtype.is_floating_point else "")
-        fail(title, f"on case {case.label}: the tokens must be a LongTensor [B, S + N] "
-                    f"= {[b, total]} of ids (torch.int64) on {want.device}, got "
-                    f"{out.dtype} {list(out.shape)} on {out.device}{hint}.", S_CACHE)
+        fail(
+            title,
+            f"on case {case.label}: expected a LongTensor of token ids "
+            f"[B, S + N] = {[b, total]}, got {type(out).__name__}.",
+            S_CACHE,
+        )
+    if (
+        out.dtype != torch.long
+        or out.device != want.device
+        or out.dim() != 2
+        or out.size(0) != b
+    ):
+        hint = (
+            " (argmax gives int64 ids; a float tensor of ids, from torch.zeros or "
+            "torch.empty filled in place, is not a token tensor)"
+            if out.dtype.is_floating_point
+            else ""
+        )
+        fail(
+            title,
+            f"on case {case.label}: the tokens must be a LongTensor [B, S + N] "
+            f"= {[b, total]} of ids (torch.int64) on {want.device}, got "
+            f"{out.dtype} {list(out.shape)} on {out.device}{hint}.",
+            S_CACHE,
+        )
     if got.prompt_changed:
-        fail(title, f"on case {case.label} your generate_greedy changed the prompt in "
-                    "place: build the output with torch.cat, leave the caller's tensor "
-                    "alone.", S_CACHE)
+        fail(
+            title,
+            f"on case {case.label} your generate_greedy changed the prompt in "
+            "place: build the output with torch.cat, leave the caller's tensor "
+            "alone.",
+            S_CACHE,
+        )
     if list(out.shape) == [b, case.n] and torch.equal(out, want[:, s:]):
-        ONLY_NEW_TOKENS.fail(title, f"On case {case.label} you returned "
-                                    f"{list(out.shape)}, the new tokens alone, "
-                                    "right as they are.")
+        ONLY_NEW_TOKENS.fail(
+            title,
+            f"On case {case.label} you returned "
+            f"{list(out.shape)}, the new tokens alone, "
+            "right as they are.",
+        )
 
 
 def _dropped_or_repeated(title, case, got, want) -> None:
@@ -1484,24 +1822,33 @@ def _dropped_or_repeated(title, case, got, want) -> None:
     length = out.size(1)
     if abs(length - (s + n)) != 1:
         if length != s + n:
-            fail(title, f"on case {case.label}: expected [B, S + N] = "
-                        f"{[out.size(0), s + n]}, got {list(out.shape)}.", S_CACHE)
+            fail(
+                title,
+                f"on case {case.label}: expected [B, S + N] = "
+                f"{[out.size(0), s + n]}, got {list(out.shape)}.",
+                S_CACHE,
+            )
         return
     longer = _reference_greedy(case.model, case.prompt, n + 1)
-    seen = (f"On case {case.label} you return {length} tokens, expected {s} + {n} = "
-            f"{s + n}")
+    seen = (
+        f"On case {case.label} you return {length} tokens, expected {s} + {n} = {s + n}"
+    )
     if length == s + n + 1 and torch.equal(out, longer):
-        OFF_BY_ONE.fail(title, seen + ": one new token too many (your loop chose "
-                                      f"{n + 1}).")
+        OFF_BY_ONE.fail(
+            title, seen + f": one new token too many (your loop chose {n + 1})."
+        )
     if length == s + n - 1 and torch.equal(out, want[:, :-1]):
-        OFF_BY_ONE.fail(title, seen + ": the last new token is missing (your loop "
-                                      f"chose {n - 1}).")
+        OFF_BY_ONE.fail(
+            title, seen + f": the last new token is missing (your loop chose {n - 1})."
+        )
     short, long = (out, want) if length < s + n else (want, out)
     for j in range(long.size(1)):
-        if torch.equal(torch.cat([long[:, :j], long[:, j + 1:]], dim=1), short):
+        if torch.equal(torch.cat([long[:, :j], long[:, j + 1 :]], dim=1), short):
             what = "missing" if length < s + n else "repeated or extra"
-            OFF_BY_ONE.fail(title, seen + f": the token at position {j} is {what}, the "
-                                          "others are right.")
+            OFF_BY_ONE.fail(
+                title,
+                seen + f": the token at position {j} is {what}, the others are right.",
+            )
     OFF_BY_ONE.fail(title, seen + ".")
 
 
@@ -1513,7 +1860,7 @@ def _first_wrong_token(out, want) -> int:
 def _expected_feed(out, s) -> list:
     """The chunks a cached loop feeds for the learner's own output: the prompt, then
     each chosen token but the last."""
-    return [out[:, :s]] + [out[:, j:j + 1] for j in range(s, out.size(1) - 1)]
+    return [out[:, :s]] + [out[:, j : j + 1] for j in range(s, out.size(1) - 1)]
 
 
 def _learners_step(fn):
@@ -1539,8 +1886,11 @@ def _grows_cache(step) -> bool:
     case = step_cases()[0]
     got = _run_case(step, case)
     s = case.chunks[0].size(1)
-    return bool(got.lengths) and all(n == s for n in got.lengths[0][1]) \
+    return (
+        bool(got.lengths)
+        and all(n == s for n in got.lengths[0][1])
         and len(got.lengths[0][1]) == len(case.model.blocks.layers)
+    )
 
 
 def _step_cache_problems(title, fn, seen, k, cached, want_cached) -> None:
@@ -1550,27 +1900,39 @@ def _step_cache_problems(title, fn, seen, k, cached, want_cached) -> None:
     step = _learners_step(fn)
     if cached is None or cached == want_cached:
         if step is not None and cached is not None and _step_failure(step) is None:
-            fail(title, f"{seen} The cache held the {want_cached} earlier tokens, "
-                        "as it should, and your lm_step passes check_lm_step's cases: "
-                        "what your loop runs for a step is not your lm_step as it is. "
-                        f"It {UNEXPLAINED}; compare your loop with the lesson step by "
-                        "step.", S_CACHE)
+            fail(
+                title,
+                f"{seen} The cache held the {want_cached} earlier tokens, "
+                "as it should, and your lm_step passes check_lm_step's cases: "
+                "what your loop runs for a step is not your lm_step as it is. "
+                f"It {UNEXPLAINED}; compare your loop with the lesson step by "
+                "step.",
+                S_CACHE,
+            )
         return  # the step is what is wrong
-    observed = (f"{seen} When step {k} began, the first block's cache held {cached} "
-                f"token(s); it should hold the {want_cached} before the step's token.")
+    observed = (
+        f"{seen} When step {k} began, the first block's cache held {cached} "
+        f"token(s); it should hold the {want_cached} before the step's token."
+    )
     if cached == 0 and k >= 1:
         if step is not None and not _grows_cache(step):
-            STEP_LOGITS_WRONG.fail(title, f"{observed} Your lm_step does not grow the "
-                                          "cache it is given (check_lm_step says "
-                                          f"{_step_failure(step)}).")
+            STEP_LOGITS_WRONG.fail(
+                title,
+                f"{observed} Your lm_step does not grow the "
+                "cache it is given (check_lm_step says "
+                f"{_step_failure(step)}).",
+            )
         NEW_CACHE_EACH_STEP.fail(title, observed)
     if k == 0:
         CACHE_CARRIED.fail(title, observed)
     named = _step_failure(step) if step is not None else "it is not found"
     if named is None:
-        fail(title, f"{observed} Your lm_step passes check_lm_step's cases. It "
-                    f"{UNEXPLAINED}; compare your loop with the lesson step by step.",
-             S_CACHE)
+        fail(
+            title,
+            f"{observed} Your lm_step passes check_lm_step's cases. It "
+            f"{UNEXPLAINED}; compare your loop with the lesson step by step.",
+            S_CACHE,
+        )
     # The step grows the cache wrongly (twice, say): it is the step's fault.
 
 
@@ -1580,9 +1942,12 @@ def _carried_seen(title, cases, runs) -> None:
     __tracebackhide__ = True
     for k, (case, got) in enumerate(zip(cases, runs)):
         if got.attended and got.attended[0][0]:
-            CACHE_CARRIED.fail(title, f"Call {k + 1} (case {case.label}): when its "
-                                      "prompt went in, the first block's cache "
-                                      f"already held {got.attended[0][0]} token(s).")
+            CACHE_CARRIED.fail(
+                title,
+                f"Call {k + 1} (case {case.label}): when its "
+                "prompt went in, the first block's cache "
+                f"already held {got.attended[0][0]} token(s).",
+            )
 
 
 def _trace_problems(title, fn, case, got, want) -> None:
@@ -1591,65 +1956,87 @@ def _trace_problems(title, fn, case, got, want) -> None:
     out, fed = got.output, got.fed
     s = case.prompt.size(1)
     diverge = _first_wrong_token(out, want)
-    seen = (f"On case {case.label} the first wrong token is at position {diverge} "
-            f"(new token {diverge - s}): yours {_tokens_text(out[:, diverge])}, "
-            f"expected {_tokens_text(want[:, diverge])}.")
+    seen = (
+        f"On case {case.label} the first wrong token is at position {diverge} "
+        f"(new token {diverge - s}): yours {_tokens_text(out[:, diverge])}, "
+        f"expected {_tokens_text(want[:, diverge])}."
+    )
     if diverge < s:
-        fail(title, seen + " The output must start with the prompt as it was given.",
-             S_CACHE)
+        fail(
+            title,
+            seen + " The output must start with the prompt as it was given.",
+            S_CACHE,
+        )
     if not fed:
         return
     expected = _expected_feed(out, s)
     if not torch.equal(fed[0], case.prompt):
         return
     _prefix_again(title, case, got, seen)
-    for k, chunk in enumerate(fed[1:len(expected)], start=1):
+    for k, chunk in enumerate(fed[1 : len(expected)], start=1):
         if not torch.equal(chunk, expected[k]):
             position = s + k - 1
-            previous = out[:, position - 1:position]
-            what = (" (the token before it, again)" if torch.equal(chunk, previous)
-                    else "")
-            FED_WRONG_TOKEN.fail(title, seen + f" Step {k} after the prompt fed "
-                                               f"{_tokens_text(chunk[:, 0])}{what}; "
-                                               "the token just chosen is "
-                                               f"{_tokens_text(expected[k][:, 0])}.")
+            previous = out[:, position - 1 : position]
+            what = (
+                " (the token before it, again)" if torch.equal(chunk, previous) else ""
+            )
+            FED_WRONG_TOKEN.fail(
+                title,
+                seen + f" Step {k} after the prompt fed "
+                f"{_tokens_text(chunk[:, 0])}{what}; "
+                "the token just chosen is "
+                f"{_tokens_text(expected[k][:, 0])}.",
+            )
     if len(got.logits) != len(fed):
         return
     for k, (chunk, logits) in enumerate(zip(fed, got.logits)):
         end = s + k if k else s
         if end > out.size(1) or logits.dim() != 3:
             return
-        want_logits = case.model(out[:, :end])[:, -chunk.size(1):]
+        want_logits = case.model(out[:, :end])[:, -chunk.size(1) :]
         if logits.shape != want_logits.shape:
             return
         if not torch.allclose(logits, want_logits, atol=1e-4, rtol=1e-3):
             off = float((logits - want_logits).abs().max())
-            differ = (f" The logits of step {k} (0: the prompt) differ from the "
-                      f"model's by up to {off:.3g}.")
+            differ = (
+                f" The logits of step {k} (0: the prompt) differ from the "
+                f"model's by up to {off:.3g}."
+            )
             cached = got.attended[k][0] if len(got.attended) == len(fed) else None
-            _step_cache_problems(title, fn, seen + differ, k, cached,
-                                 end - chunk.size(1))
+            _step_cache_problems(
+                title, fn, seen + differ, k, cached, end - chunk.size(1)
+            )
             STEP_LOGITS_WRONG.fail(title, seen + differ)
         chosen = out[:, end] if end < out.size(1) else None
         best = logits[:, -1].argmax(-1)
         if chosen is not None and not torch.equal(chosen, best):
-            WRONG_CHOICE.fail(title, seen + f" After step {k} you appended "
-                                            f"{_tokens_text(chosen)}; the argmax of "
-                                            "the last position's logits is "
-                                            f"{_tokens_text(best)}.")
+            WRONG_CHOICE.fail(
+                title,
+                seen + f" After step {k} you appended "
+                f"{_tokens_text(chosen)}; the argmax of "
+                "the last position's logits is "
+                f"{_tokens_text(best)}.",
+            )
 
 
 def _carried(title, fn, case) -> None:
     """The same call twice, under the same seed, must give the same tokens."""
     __tracebackhide__ = True
     a, b = _run_generate(fn, case, seed=1), _run_generate(fn, case, seed=1)
-    if isinstance(a.output, torch.Tensor) and isinstance(b.output, torch.Tensor) \
-            and a.output.shape == b.output.shape and torch.equal(a.output, b.output):
+    if (
+        isinstance(a.output, torch.Tensor)
+        and isinstance(b.output, torch.Tensor)
+        and a.output.shape == b.output.shape
+        and torch.equal(a.output, b.output)
+    ):
         return
     if isinstance(a.output, Raised) and isinstance(b.output, Raised):
         return
-    CACHE_CARRIED.fail(title, f"Two calls on case {case.label}, each under "
-                              "torch.manual_seed(1), returned different results.")
+    CACHE_CARRIED.fail(
+        title,
+        f"Two calls on case {case.label}, each under "
+        "torch.manual_seed(1), returned different results.",
+    )
 
 
 def _fed_positions(got: GenRun) -> int:
@@ -1669,20 +2056,32 @@ def check_generate_greedy(generate_greedy) -> None:
     with torch.no_grad():
         wants = [_reference_greedy(c.model, c.prompt, c.n) for c in cases]
     runs = [_run_generate(generate_greedy, c) for c in cases]
-    right = [isinstance(r.output, torch.Tensor) and type(r.output) is torch.Tensor
-             and r.output.dtype == w.dtype and r.output.shape == w.shape
-             and r.output.device == w.device and torch.equal(r.output, w)
-             and not r.prompt_changed for r, w in zip(runs, wants)]
+    right = [
+        isinstance(r.output, torch.Tensor)
+        and type(r.output) is torch.Tensor
+        and r.output.dtype == w.dtype
+        and r.output.shape == w.shape
+        and r.output.device == w.device
+        and torch.equal(r.output, w)
+        and not r.prompt_changed
+        for r, w in zip(runs, wants)
+    ]
     if all(right):
         for case, got in zip(cases, runs):
             s = case.prompt.size(1)
             if got.fed and _fed_positions(got) > s + case.n:
-                NOT_CACHED.fail(title, f"On case {case.label} your loop fed "
-                                       f"{_fed_positions(got)} token positions through "
-                                       f"the model; with a cache it needs {s} + "
-                                       f"{case.n - 1} = {s + case.n - 1}.")
-        passed(title, f"equals uncached greedy decoding on {len(cases)} prompts in a "
-                      "row, each token through the model once")
+                NOT_CACHED.fail(
+                    title,
+                    f"On case {case.label} your loop fed "
+                    f"{_fed_positions(got)} token positions through "
+                    f"the model; with a cache it needs {s} + "
+                    f"{case.n - 1} = {s + case.n - 1}.",
+                )
+        passed(
+            title,
+            f"equals uncached greedy decoding on {len(cases)} prompts in a "
+            "row, each token through the model once",
+        )
         return
     _carried_seen(title, cases, runs)
     _gen_raised(title, cases, runs)
@@ -1697,18 +2096,26 @@ def check_generate_greedy(generate_greedy) -> None:
         _trace_problems(title, generate_greedy, case, got, want)
     out = got.output
     j = _first_wrong_token(out, want)
-    fail(title, f"wrong on case {case.label}: the first wrong token is at position {j} "
-                f"(yours {_tokens_text(out[:, j])}, expected "
-                f"{_tokens_text(want[:, j])}). It {UNEXPLAINED}; compare your loop "
-                "with the lesson step by step.", S_CACHE)
+    fail(
+        title,
+        f"wrong on case {case.label}: the first wrong token is at position {j} "
+        f"(yours {_tokens_text(out[:, j])}, expected "
+        f"{_tokens_text(want[:, j])}). It {UNEXPLAINED}; compare your loop "
+        "with the lesson step by step.",
+        S_CACHE,
+    )
 
 
 def _shortcuts() -> dict:
-    return {inspect.unwrap(fn).__code__: name for fn, name in (
-        (sampling.generate, "tformer_ref.sampling.generate"),
-        (sampling.sample_next, "tformer_ref.sampling.sample_next"),
-        (greedy_decode, "tformer_ref.decoding.greedy_decode"),
-        (beam_search, "tformer_ref.decoding.beam_search"))}
+    return {
+        inspect.unwrap(fn).__code__: name
+        for fn, name in (
+            (sampling.generate, "tformer_ref.sampling.generate"),
+            (sampling.sample_next, "tformer_ref.sampling.sample_next"),
+            (greedy_decode, "tformer_ref.decoding.greedy_decode"),
+            (beam_search, "tformer_ref.decoding.beam_search"),
+        )
+    }
 
 
 @single_threaded
@@ -1717,8 +2124,11 @@ def check_generate_greedy_by_hand(generate_greedy) -> None:
     """Hidden test: the learner wrote the loop, not a call of the course's generate."""
     __tracebackhide__ = True
     case = gen_cases()[0]
-    check_not_delegated("generate_greedy", lambda: _run_generate(generate_greedy, case),
-                        forbidden_code=_shortcuts())
+    check_not_delegated(
+        "generate_greedy",
+        lambda: _run_generate(generate_greedy, case),
+        forbidden_code=_shortcuts(),
+    )
 
 
 seal(__name__)

@@ -6,6 +6,7 @@ reference package's functions it enters from outside, and every code object it
 enters (``sys.setprofile``). A learner's code that switches the recorder off is
 itself reported.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -73,24 +74,36 @@ def record_calls():
         sys.setprofile(old)
 
 
-def reject_wrapped(title: str, module: torch.nn.Module,
-                   kinds: tuple = (torch.nn.MultiheadAttention,),
-                   modules: Sequence[str] = ("tformer_ref",)) -> None:
+def reject_wrapped(
+    title: str,
+    module: torch.nn.Module,
+    kinds: tuple = (torch.nn.MultiheadAttention,),
+    modules: Sequence[str] = ("tformer_ref",),
+) -> None:
     """Fail when ``module`` contains a submodule of one of ``kinds``, or one whose class is
     defined in one of ``modules`` (a package or module name): the exercise is to write it, not
     to wrap PyTorch's own or the reference's."""
     __tracebackhide__ = True
     for name, sub in module.named_modules():
         home = type(sub).__module__
-        if isinstance(sub, kinds) or any(home == m or home.startswith(m + ".") for m in modules):
-            fail(title, f"your module contains {home}.{type(sub).__name__} (at "
-                        f"'{name or 'self'}'): the exercise is to write it yourself, not to wrap "
-                        "the reference or PyTorch's own.")
+        if isinstance(sub, kinds) or any(
+            home == m or home.startswith(m + ".") for m in modules
+        ):
+            fail(
+                title,
+                f"your module contains {home}.{type(sub).__name__} (at "
+                f"'{name or 'self'}'): the exercise is to write it yourself, not to wrap "
+                "the reference or PyTorch's own.",
+            )
 
 
-def check_not_delegated(title: str, run: Callable[[], Any], forbidden: Sequence[str] = (),
-                        module: torch.nn.Module | None = None,
-                        forbidden_code: Mapping[types.CodeType, str] | None = None) -> None:
+def check_not_delegated(
+    title: str,
+    run: Callable[[], Any],
+    forbidden: Sequence[str] = (),
+    module: torch.nn.Module | None = None,
+    forbidden_code: Mapping[types.CodeType, str] | None = None,
+) -> None:
     """Fail when ``run()`` calls any of ``forbidden`` (PyTorch function names,
     ``"tformer_ref.<name>"``, or ``"tformer_ref"`` for any reference code) or enters one of
     ``forbidden_code`` (code object -> what to call it), or when ``module`` contains a reference
@@ -102,20 +115,29 @@ def check_not_delegated(title: str, run: Callable[[], Any], forbidden: Sequence[
     with record_calls() as calls, quiet():
         run()
     if calls.switched_off:
-        fail(title, "your code changed sys.setprofile while it was being checked, which hides "
-                    "what it calls.")
+        fail(
+            title,
+            "your code changed sys.setprofile while it was being checked, which hides "
+            "what it calls.",
+        )
     used = {c for c in calls.torch | calls.reference if c in forbidden}
     if "tformer_ref" in forbidden:
         used |= calls.reference
-    used |= {name for code, name in (forbidden_code or {}).items() if code in calls.code}
+    used |= {
+        name for code, name in (forbidden_code or {}).items() if code in calls.code
+    }
     if used:
-        fail(title, f"your code calls {', '.join(sorted(used))}: the exercise is to write that "
-                    "computation yourself.")
+        fail(
+            title,
+            f"your code calls {', '.join(sorted(used))}: the exercise is to write that "
+            "computation yourself.",
+        )
     passed(title, "written by hand, no built-in or reference shortcut")
 
 
-def check_by_hand(title: str, fn: Callable, args: tuple,
-                  forbidden: Sequence[str] = ("tformer_ref",)) -> None:
+def check_by_hand(
+    title: str, fn: Callable, args: tuple, forbidden: Sequence[str] = ("tformer_ref",)
+) -> None:
     """Hidden test: ``fn(*args)`` runs without calling ``forbidden`` (default: any reference
     code)."""
     __tracebackhide__ = True

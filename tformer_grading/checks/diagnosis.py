@@ -16,6 +16,7 @@ into a value and keeps warnings and stderr out of the cell.
 The guards (``tformer_grading.guard``) touch this module in two places only:
 :func:`verify_integrity` before a check and :func:`passed` after it.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -73,8 +74,11 @@ class Diagnosis:
         """Raise the failure that names this mistake; ``detail`` is what was observed."""
         __tracebackhide__ = True
         observed = f"{detail} " if detail else ""
-        fail(title, f"this looks like the pitfall '{self.name}'. {observed}{self.explanation}",
-             self.section)
+        fail(
+            title,
+            f"this looks like the pitfall '{self.name}'. {observed}{self.explanation}",
+            self.section,
+        )
 
 
 @dataclass(frozen=True)
@@ -102,16 +106,23 @@ class Case:
 _COURSE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _NOT_THE_LEARNERS = tuple(
     os.path.join(folder, "")
-    for folder in (os.path.dirname(os.path.abspath(torch.__file__)),
-                   os.path.join(_COURSE, "tformer_grading"), os.path.join(_COURSE, "tformer_ref"),
-                   sysconfig.get_paths()["stdlib"]))
+    for folder in (
+        os.path.dirname(os.path.abspath(torch.__file__)),
+        os.path.join(_COURSE, "tformer_grading"),
+        os.path.join(_COURSE, "tformer_ref"),
+        sysconfig.get_paths()["stdlib"],
+    )
+)
 
 
 def learner_line(exc: BaseException) -> str:
     """Where in the learner's code ``exc`` was raised: " at line N of your code: `text`", or
     "" when no frame of the traceback is theirs (the error came from torch on bad input)."""
-    frames = [f for f in traceback.extract_tb(exc.__traceback__)
-              if not os.path.abspath(f.filename).startswith(_NOT_THE_LEARNERS)]
+    frames = [
+        f
+        for f in traceback.extract_tb(exc.__traceback__)
+        if not os.path.abspath(f.filename).startswith(_NOT_THE_LEARNERS)
+    ]
     if not frames:
         return ""
     frame = frames[-1]
@@ -128,7 +139,9 @@ class Raised:
 
     def __repr__(self) -> str:
         message = str(self.exc)
-        if len(message) > 300:  # a flood of text is the learner's, not the reader's, problem
+        if (
+            len(message) > 300
+        ):  # a flood of text is the learner's, not the reader's, problem
             message = message[:300] + " …"
         return f"{type(self.exc).__name__}: {message}{learner_line(self.exc)}"
 
@@ -154,7 +167,8 @@ def verify_integrity() -> None:
             f"grading integrity: the course's check code was changed while your notebook ran "
             f"({shown}). No check can be trusted after that, so every check from here on fails. "
             "Remove the code that patches tformer_ref, tformer_grading, torch or IPython, restart "
-            "the kernel and run all cells again.")
+            "the kernel and run all cells again."
+        )
 
 
 def passed(title: str, detail: str) -> None:
@@ -166,6 +180,7 @@ def passed(title: str, detail: str) -> None:
 
 
 # --------------------------------------------------------------------------- running learner code
+
 
 @contextlib.contextmanager
 def single_thread():
@@ -182,11 +197,13 @@ def single_thread():
 
 def single_threaded(check: Callable) -> Callable:
     """Decorator: run a whole check on one thread (see :func:`single_thread`)."""
+
     @functools.wraps(check)
     def run_check(*args, **kwargs):
         __tracebackhide__ = True
         with single_thread():
             return check(*args, **kwargs)
+
     return run_check
 
 
@@ -222,12 +239,17 @@ def run_or_fail(title: str, fn: Callable, args: tuple, call: str) -> Any:
 
 # --------------------------------------------------------------------------- comparing outputs
 
-def describe_difference(got: Any, want: torch.Tensor, atol: float, rtol: float) -> str | None:
+
+def describe_difference(
+    got: Any, want: torch.Tensor, atol: float, rtol: float
+) -> str | None:
     """None when ``got`` equals ``want`` within tolerance, else a sentence saying how it differs."""
     if isinstance(got, Raised):
         return f"your code raised {got!r}"
     if not isinstance(got, torch.Tensor):
-        return f"expected a tensor of shape {list(want.shape)}, got {type(got).__name__}"
+        return (
+            f"expected a tensor of shape {list(want.shape)}, got {type(got).__name__}"
+        )
     if type(got) not in (torch.Tensor, torch.nn.Parameter):
         # A subclass can override __torch_function__ and make any comparison say "equal".
         return f"expected a plain torch.Tensor, got the tensor subclass {type(got).__name__}"
@@ -241,21 +263,32 @@ def describe_difference(got: Any, want: torch.Tensor, atol: float, rtol: float) 
     nan_got = torch.isnan(got_d)
     if nan_got.any() and not torch.isnan(want_d).any():
         where = tuple(nan_got.nonzero()[0].tolist())
-        return f"your output has NaN (first at index {where}) where the reference has none"
+        return (
+            f"your output has NaN (first at index {where}) where the reference has none"
+        )
     if torch.allclose(got_d, want_d, atol=atol, rtol=rtol, equal_nan=True):
         return None
     diff = (got_d.double() - want_d.double()).abs().nan_to_num(nan=float("inf"))
     idx = tuple(int(i) for i in torch.unravel_index(diff.argmax(), diff.shape))
-    return (f"values differ: largest difference {diff.max().item():.3g} at index {idx} "
-            f"(yours {got_d[idx].item():.6g}, expected {want_d[idx].item():.6g})")
+    return (
+        f"values differ: largest difference {diff.max().item():.3g} at index {idx} "
+        f"(yours {got_d[idx].item():.6g}, expected {want_d[idx].item():.6g})"
+    )
 
 
 def same(a: Any, b: Any, atol: float, rtol: float) -> bool:
     """Two outputs agree: equal tensors, or the same kind of exception."""
     if isinstance(a, Raised) or isinstance(b, Raised):
-        return isinstance(a, Raised) and isinstance(b, Raised) and type(a.exc) is type(b.exc)
-    return (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)
-            and describe_difference(a, b, atol, rtol) is None)
+        return (
+            isinstance(a, Raised)
+            and isinstance(b, Raised)
+            and type(a.exc) is type(b.exc)
+        )
+    return (
+        isinstance(a, torch.Tensor)
+        and isinstance(b, torch.Tensor)
+        and describe_difference(a, b, atol, rtol) is None
+    )
 
 
 def _identity(fn: Callable) -> Callable:
@@ -283,7 +316,9 @@ def compare_to_reference(
     learner, reference = adapt(learner), adapt(reference)
     ours = [run(reference, case.make()) for case in cases]
     for case, want in zip(cases, ours):
-        if isinstance(want, Raised):  # a broken case is the course's bug, not the learner's
+        if isinstance(
+            want, Raised
+        ):  # a broken case is the course's bug, not the learner's
             raise RuntimeError(f"reference failed on case {case.label}: {want!r}")
     theirs = [run(learner, case.make()) for case in cases]
     if all(describe_difference(g, w, atol, rtol) is None for g, w in zip(theirs, ours)):
@@ -296,15 +331,27 @@ def compare_to_reference(
     fail_unexplained(title, cases, theirs, ours, atol, rtol)
 
 
-def fail_unexplained(title: str, cases: Sequence[Case], theirs: list, ours: list,
-                     atol: float, rtol: float) -> None:
+def fail_unexplained(
+    title: str,
+    cases: Sequence[Case],
+    theirs: list,
+    ours: list,
+    atol: float,
+    rtol: float,
+) -> None:
     """The failure when no known pitfall explains the learner's outputs: where, not why."""
     __tracebackhide__ = True
-    problems = [(case, msg) for case, got, want in zip(cases, theirs, ours)
-                if (msg := describe_difference(got, want, atol, rtol)) is not None]
+    problems = [
+        (case, msg)
+        for case, got, want in zip(cases, theirs, ours)
+        if (msg := describe_difference(got, want, atol, rtol)) is not None
+    ]
     case, msg = problems[0]
-    fail(title, f"wrong on {len(problems)} of {len(cases)} cases. First: case {case.label}: "
-                f"{msg}. It {UNEXPLAINED}; compare your code with the lesson step by step.")
+    fail(
+        title,
+        f"wrong on {len(problems)} of {len(cases)} cases. First: case {case.label}: "
+        f"{msg}. It {UNEXPLAINED}; compare your code with the lesson step by step.",
+    )
 
 
 # --------------------------------------------------------------------------- behaviour probes
@@ -313,8 +360,12 @@ def fail_unexplained(title: str, cases: Sequence[Case], theirs: list, ours: list
 # pitfall index lists it), and adds what it observed.
 
 
-def probe_token_mixing(title: str, fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor,
-                       diagnosis: Diagnosis) -> None:
+def probe_token_mixing(
+    title: str,
+    fn: Callable[[torch.Tensor], torch.Tensor],
+    x: torch.Tensor,
+    diagnosis: Diagnosis,
+) -> None:
     """Changing token j must change the output at some other position i: attention mixes
     tokens."""
     __tracebackhide__ = True
@@ -325,12 +376,19 @@ def probe_token_mixing(title: str, fn: Callable[[torch.Tensor], torch.Tensor], x
         base, out = fn(x.clone()).detach(), fn(changed).detach()
     others = [i for i in range(x.size(1)) if i != j]
     if torch.allclose(out[:, others], base[:, others], atol=1e-6):
-        diagnosis.fail(title, f"Changing token {j} changed no other position's output, so "
-                              "tokens never exchange information.")
+        diagnosis.fail(
+            title,
+            f"Changing token {j} changed no other position's output, so "
+            "tokens never exchange information.",
+        )
 
 
-def probe_batch_independence(title: str, fn: Callable[[torch.Tensor], torch.Tensor],
-                             x: torch.Tensor, diagnosis: Diagnosis) -> None:
+def probe_batch_independence(
+    title: str,
+    fn: Callable[[torch.Tensor], torch.Tensor],
+    x: torch.Tensor,
+    diagnosis: Diagnosis,
+) -> None:
     """Changing batch entries 1.. must leave batch entry 0's output unchanged."""
     __tracebackhide__ = True
     if x.size(0) < 2:
@@ -340,12 +398,16 @@ def probe_batch_independence(title: str, fn: Callable[[torch.Tensor], torch.Tens
     with quiet():
         base, out = fn(x.clone()).detach(), fn(changed).detach()
     if not torch.allclose(out[0], base[0], atol=1e-6):
-        diagnosis.fail(title, "Changing the other sequences of the batch changed the output for "
-                              "sequence 0: batch entries are leaking into each other.")
+        diagnosis.fail(
+            title,
+            "Changing the other sequences of the batch changed the output for "
+            "sequence 0: batch entries are leaking into each other.",
+        )
 
 
-def probe_eval_determinism(title: str, module: torch.nn.Module, inputs: tuple,
-                           diagnosis: Diagnosis) -> None:
+def probe_eval_determinism(
+    title: str, module: torch.nn.Module, inputs: tuple, diagnosis: Diagnosis
+) -> None:
     """In eval mode two identical calls must give identical outputs (dropout off)."""
     __tracebackhide__ = True
     module.eval()

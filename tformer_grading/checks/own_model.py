@@ -17,6 +17,7 @@ encoder–decoder. Two kinds of check:
 
 Shape letters: B batch, Ss source length, St target length, D = d_model, V vocabulary.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -66,14 +67,18 @@ S_TASK, S_SHIFT, S_LOSS = ch06.S_TASK, ch06.S_SHIFT, ch06.S_LOSS
 S_DECODER, S_ORDER = ch05.S_DECODER, ch05.S_ORDER
 S_CAUSAL, S_PADDING, S_PROBES = ch03.S_CAUSAL, ch03.S_PADDING, ch03.S_PROBES
 
-BORROWED = ("this piece is tformer_ref's, not yours: no points for it, and the model "
-            "check below still counts")
+BORROWED = (
+    "this piece is tformer_ref's, not yours: no points for it, and the model "
+    "check below still counts"
+)
 
 
 # ------------------------------------------------------------ the reference stand-ins
 
-def reference_embed(tokens: torch.Tensor, table: nn.Embedding,
-                    pe: torch.Tensor) -> torch.Tensor:
+
+def reference_embed(
+    tokens: torch.Tensor, table: nn.Embedding, pe: torch.Tensor
+) -> torch.Tensor:
     """Exercise 5's ``embed`` done right, for a learner who takes the reference's:
     tokens [B, S] -> table(tokens)·√D + pe[:S], [B, S, D].
 
@@ -101,8 +106,12 @@ class ReferenceDecoderBlock(_RefDecoderBlock):
     def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1):
         super().__init__(d_model, n_heads, d_ff, dropout)
 
-    def forward(self, x: torch.Tensor, memory: torch.Tensor,
-                src_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        memory: torch.Tensor,
+        src_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         return super().forward(x, memory, None, src_mask)
 
 
@@ -115,6 +124,7 @@ def _right_causal_mask(size: int) -> torch.Tensor:
 
 
 # ------------------------------------------------------------ whose piece is it?
+
 
 def borrowed_from(obj) -> str | None:
     """Where ``obj`` comes from when it is the course's code, None when it is the
@@ -146,8 +156,11 @@ def borrowed_from(obj) -> str | None:
 
 def _fail_if_borrowed(title: str, named: dict) -> None:
     __tracebackhide__ = True
-    found = [f"{name} is {where}" for name, obj in named.items()
-             if (where := borrowed_from(obj)) is not None]
+    found = [
+        f"{name} is {where}"
+        for name, obj in named.items()
+        if (where := borrowed_from(obj)) is not None
+    ]
     if found:
         fail(title, f"{BORROWED} ({'; '.join(found)}).")
 
@@ -194,6 +207,7 @@ def _with_names(classes: Sequence[type], **names):
 
 # ------------------------------------------------------------ the four pieces
 
+
 def _raised(outputs) -> str | None:
     for out in outputs:
         if isinstance(out, Raised):
@@ -211,8 +225,10 @@ def _ignores_causal_mask(module, x) -> str | None:
     if _raised((a, b)):
         return _raised((a, b))
     if not torch.allclose(a[:, :-1], b[:, :-1], atol=1e-5):
-        return ("with a causal mask, changing the last token changed the outputs of "
-                "the earlier ones: the mask is not applied")
+        return (
+            "with a causal mask, changing the last token changed the outputs of "
+            "the earlier ones: the mask is not applied"
+        )
     return None
 
 
@@ -227,8 +243,10 @@ def _ignores_padding_mask(module, x) -> str | None:
     if _raised((a, b)):
         return _raised((a, b))
     if not torch.allclose(a, b, atol=1e-5):
-        return ("with a padding mask, changing the masked keys and values changed the "
-                "output: the mask is not applied")
+        return (
+            "with a padding mask, changing the masked keys and values changed the "
+            "output: the mask is not applied"
+        )
     return None
 
 
@@ -259,8 +277,11 @@ def _attention_checks(split_heads, merge_heads, masked_attention, mha_cls) -> No
     ch01.check_multi_head_attention_by_hand(mha_cls)
     problem = _mha_mask_problem(mha_cls)
     if problem is not None:
-        fail("MultiHeadAttention with a mask",
-             f"{problem}. Pass the mask on to your masked_attention.", S_PROBES)
+        fail(
+            "MultiHeadAttention with a mask",
+            f"{problem}. Pass the mask on to your masked_attention.",
+            S_PROBES,
+        )
 
 
 def _mask_checks(causal_mask, padding_mask) -> None:
@@ -273,8 +294,9 @@ def _mask_checks(causal_mask, padding_mask) -> None:
 def _block_checks(feed_forward, encoder_block, decoder_block) -> None:
     __tracebackhide__ = True
     learner = (feed_forward, encoder_block, decoder_block)
-    with _with_names(learner, MultiHeadAttention=_RefAttention,
-                     causal_mask=_right_causal_mask):
+    with _with_names(
+        learner, MultiHeadAttention=_RefAttention, causal_mask=_right_causal_mask
+    ):
         ch04.check_feed_forward(feed_forward)
         ch04.check_encoder_block(encoder_block, norm_first=False)
         ch04.check_block_behaviour(encoder_block)
@@ -293,12 +315,19 @@ def _position_checks(sinusoidal_encoding, embed) -> None:
 
 # (title, the names of its objects, its chapter checks, the chapters they come from)
 PIECES = (
-    ("own_attention",
-     ("split_heads", "merge_heads", "masked_attention", "MultiHeadAttention"),
-     _attention_checks, "chapters 1 and 3"),
+    (
+        "own_attention",
+        ("split_heads", "merge_heads", "masked_attention", "MultiHeadAttention"),
+        _attention_checks,
+        "chapters 1 and 3",
+    ),
     ("own_masks", ("causal_mask", "padding_mask"), _mask_checks, "chapter 3"),
-    ("own_blocks", ("FeedForward", "EncoderBlock", "DecoderBlock"), _block_checks,
-     "chapters 4 and 5"),
+    (
+        "own_blocks",
+        ("FeedForward", "EncoderBlock", "DecoderBlock"),
+        _block_checks,
+        "chapters 4 and 5",
+    ),
     ("own_positions", ("sinusoidal_encoding", "embed"), _position_checks, "chapter 5"),
 )
 
@@ -349,6 +378,7 @@ def check_own_positions(sinusoidal_encoding, embed) -> None:
 
 # ------------------------------------------------------------ data, model, training
 
+
 def _data():
     """(vocabulary, training items, held-out src [N, Ss], held-out tgt [N, St])."""
     vocab = CharVocab.for_dates()
@@ -376,9 +406,12 @@ def _build(title: str, model_cls, vocab_size: int) -> nn.Module:
         except Exception as exc:
             fail(title, f"{call} raised {Raised(exc)!r}", S_DECODER)
     if not any(p.requires_grad for p in model.parameters()):
-        fail(title, f"{call} has no trainable parameters: keep the blocks in an "
-                    "nn.ModuleList and the layers as attributes of the module.",
-             S_DECODER)
+        fail(
+            title,
+            f"{call} has no trainable parameters: keep the blocks in an "
+            "nn.ModuleList and the layers as attributes of the module.",
+            S_DECODER,
+        )
     return model.to(get_device())
 
 
@@ -399,11 +432,17 @@ def _check_forward(title: str, model, src, tgt_in, vocab_size: int) -> None:
         fail(title, f"{call} raised {out!r}", S_DECODER)
     if not isinstance(out, torch.Tensor) or list(out.shape) != want:
         got = list(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
-        fail(title, f"{call} must return logits of shape {want} (B, St, V), got {got}",
-             S_DECODER)
+        fail(
+            title,
+            f"{call} must return logits of shape {want} (B, St, V), got {got}",
+            S_DECODER,
+        )
     if not out.is_floating_point():
-        fail(title, f"the logits must be a float tensor, got dtype {out.dtype}",
-             S_DECODER)
+        fail(
+            title,
+            f"the logits must be a float tensor, got dtype {out.dtype}",
+            S_DECODER,
+        )
 
 
 def greedy(model, src: torch.Tensor, steps: int = DECODE_STEPS) -> torch.Tensor:
@@ -445,15 +484,21 @@ def _backward(batch_loss, model, src, tgt):
         got = list(loss.shape) if is_tensor else type(loss).__name__
         return f"batch_loss(model, src, tgt) must return a scalar tensor, got {got}"
     if not loss.requires_grad:
-        return ("batch_loss returned a loss without a gradient (detached from the "
-                "model?)")
+        return (
+            "batch_loss returned a loss without a gradient (detached from the model?)"
+        )
     loss.backward()
     return loss.item()
 
 
-def train(model: nn.Module, batch_loss: Callable, items: PairDataset,
-          steps: int = STEPS, evaluate: Callable[[nn.Module], float] | None = None,
-          eval_every: int = 50) -> dict:
+def train(
+    model: nn.Module,
+    batch_loss: Callable,
+    items: PairDataset,
+    steps: int = STEPS,
+    evaluate: Callable[[nn.Module], float] | None = None,
+    eval_every: int = 50,
+) -> dict:
     """The fixed recipe: Adam (0.9, 0.98), warm-up then linear decay, gradients clipped
     at 1, batches of BATCH in a seeded order, ``steps`` updates of
     ``batch_loss(model, src, tgt)``.
@@ -465,19 +510,22 @@ def train(model: nn.Module, batch_loss: Callable, items: PairDataset,
     """
     device = get_device()
     # foreach: one fused update for all the small tensors, not a loop over them.
-    optimizer = torch.optim.Adam(model.parameters(), lr=PEAK_LR, betas=(0.9, 0.98),
-                                 eps=1e-9, foreach=True)
+    optimizer = torch.optim.Adam(
+        model.parameters(), lr=PEAK_LR, betas=(0.9, 0.98), eps=1e-9, foreach=True
+    )
     scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, functools.partial(_schedule, steps=steps))
+        optimizer, functools.partial(_schedule, steps=steps)
+    )
     order = torch.Generator().manual_seed(SEED)
     collate = Collate()
-    result = dict(steps=0, loss=float("nan"), seconds=0.0, error=None, curve=[],
-                  out_of_time=False)
+    result = dict(
+        steps=0, loss=float("nan"), seconds=0.0, error=None, curve=[], out_of_time=False
+    )
     start, evaluating = time.perf_counter(), 0.0
     while result["steps"] < steps:
         perm = torch.randperm(len(items), generator=order).tolist()
         for i in range(0, len(perm) - BATCH + 1, BATCH):
-            src, tgt = collate([items[j] for j in perm[i:i + BATCH]])
+            src, tgt = collate([items[j] for j in perm[i : i + BATCH]])
             model.train()
             optimizer.zero_grad(set_to_none=True)
             loss = run(_backward, (batch_loss, model, src.to(device), tgt.to(device)))
@@ -509,18 +557,25 @@ def train(model: nn.Module, batch_loss: Callable, items: PairDataset,
 # Each probe runs the untrained model (seeded, Xavier-initialised) and returns None or
 # (what it saw, the section to read).
 
+
 def _probe_batch(device) -> tuple[torch.Tensor, torch.Tensor]:
     """A fixed src [2, 8] (row 0 padded) and tgt [2, 7] (BOS ... EOS, row 1 padded)."""
-    src = torch.tensor([[8, 9, 10, 11, 12, 13, EOS, PAD],
-                        [14, 9, 15, 16, 17, 18, 19, EOS]])
-    tgt = torch.tensor([[BOS, 20, 21, 22, 23, 24, EOS],
-                        [BOS, 25, 26, 27, EOS, PAD, PAD]])
+    src = torch.tensor(
+        [[8, 9, 10, 11, 12, 13, EOS, PAD], [14, 9, 15, 16, 17, 18, 19, EOS]]
+    )
+    tgt = torch.tensor(
+        [[BOS, 20, 21, 22, 23, 24, EOS], [BOS, 25, 26, 27, EOS, PAD, PAD]]
+    )
     return src.to(device), tgt.to(device)
 
 
 def _same(a, b) -> bool:
-    return (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)
-            and a.shape == b.shape and torch.allclose(a, b, atol=1e-4, rtol=1e-4))
+    return (
+        isinstance(a, torch.Tensor)
+        and isinstance(b, torch.Tensor)
+        and a.shape == b.shape
+        and torch.allclose(a, b, atol=1e-4, rtol=1e-4)
+    )
 
 
 def _probe_causal(model, src, tgt):
@@ -529,10 +584,13 @@ def _probe_causal(model, src, tgt):
     changed[:, -1] = 30
     a, b = _logits(model, src, tgt_in), _logits(model, src, changed)
     if isinstance(a, torch.Tensor) and not _same(a[:, :-1], b[:, :-1]):
-        return ("the decoder sees the future: changing the last input token of the "
-                "target changed the logits at earlier positions, so in training each "
-                "position can read the token it must predict, and greedy decoding, "
-                "which has no future to read, fails", S_CAUSAL)
+        return (
+            "the decoder sees the future: changing the last input token of the "
+            "target changed the logits at earlier positions, so in training each "
+            "position can read the token it must predict, and greedy decoding, "
+            "which has no future to read, fails",
+            S_CAUSAL,
+        )
     return None
 
 
@@ -540,17 +598,23 @@ def _probe_source_padding(model, src, tgt):
     padded = torch.cat([src, torch.full_like(src[:, :3], PAD)], dim=1)
     a, b = _logits(model, src, tgt[:, :-1]), _logits(model, padded, tgt[:, :-1])
     if not _same(a, b):
-        return ("padding the source changes the logits: the source padding mask does "
-                "not reach the encoder's self-attention or the decoder's "
-                "cross-attention", S_PADDING)
+        return (
+            "padding the source changes the logits: the source padding mask does "
+            "not reach the encoder's self-attention or the decoder's "
+            "cross-attention",
+            S_PADDING,
+        )
     return None
 
 
 def _probe_source_read(model, src, tgt):
     a, b = _logits(model, src, tgt[:, :-1]), _logits(model, src.flip(0), tgt[:, :-1])
     if _same(a, b):
-        return ("the logits do not depend on the source: the decoder's cross-attention "
-                "does not read the encoder's output", S_DECODER)
+        return (
+            "the logits do not depend on the source: the decoder's cross-attention "
+            "does not read the encoder's output",
+            S_DECODER,
+        )
     return None
 
 
@@ -560,9 +624,12 @@ def _probe_source_order(model, src, tgt):
     a = _logits(model, real, tgt[1:2, :-1])
     b = _logits(model, reordered, tgt[1:2, :-1])
     if _same(a, b):
-        return ("reversing the source characters leaves the logits unchanged: the "
-                "encoder sees no positions (are the positional encodings added to the "
-                "source embeddings?)", S_ORDER)
+        return (
+            "reversing the source characters leaves the logits unchanged: the "
+            "encoder sees no positions (are the positional encodings added to the "
+            "source embeddings?)",
+            S_ORDER,
+        )
     return None
 
 
@@ -570,14 +637,22 @@ def _probe_target_order(model, src, tgt):
     repeated = torch.full((2, 5), 20, dtype=torch.long, device=src.device)
     out = _logits(model, src, repeated)
     if isinstance(out, torch.Tensor) and _same(out[:, :1].expand_as(out), out):
-        return ("a target of one repeated token gives the same logits at every "
-                "position: the decoder sees no positions (are the positional encodings "
-                "added to the target embeddings?)", S_ORDER)
+        return (
+            "a target of one repeated token gives the same logits at every "
+            "position: the decoder sees no positions (are the positional encodings "
+            "added to the target embeddings?)",
+            S_ORDER,
+        )
     return None
 
 
-MODEL_PROBES = (_probe_causal, _probe_source_padding, _probe_source_read,
-                _probe_source_order, _probe_target_order)
+MODEL_PROBES = (
+    _probe_causal,
+    _probe_source_padding,
+    _probe_source_read,
+    _probe_source_order,
+    _probe_target_order,
+)
 
 
 class _Spy(nn.Module):
@@ -602,16 +677,25 @@ def _close(a: float, b: float) -> bool:
 def _shift_problem(fed, tgt):
     """What is wrong with the decoder input ``fed`` that batch_loss gave the model."""
     if _same_ids(fed, tgt):
-        return ("batch_loss gives the model the whole target, not the target without "
-                "its last token: the target is not shifted, so each position learns to "
-                "copy its own input token instead of predicting the next one", S_SHIFT)
+        return (
+            "batch_loss gives the model the whole target, not the target without "
+            "its last token: the target is not shifted, so each position learns to "
+            "copy its own input token instead of predicting the next one",
+            S_SHIFT,
+        )
     if _same_ids(fed, tgt[:, 1:]):
-        return ("batch_loss gives the model the labels (the target without its first "
-                "token) as its input: the decoder reads what it must predict", S_SHIFT)
+        return (
+            "batch_loss gives the model the labels (the target without its first "
+            "token) as its input: the decoder reads what it must predict",
+            S_SHIFT,
+        )
     if not _same_ids(fed, tgt[:, :-1]):
-        return (f"batch_loss gives the model a decoder input of shape "
-                f"{list(fed.shape)} that is not the target without its last token "
-                f"({list(tgt[:, :-1].shape)})", S_SHIFT)
+        return (
+            f"batch_loss gives the model a decoder input of shape "
+            f"{list(fed.shape)} that is not the target without its last token "
+            f"({list(tgt[:, :-1].shape)})",
+            S_SHIFT,
+        )
     return None
 
 
@@ -621,15 +705,24 @@ def _loss_problem(got: float, logits, tgt):
     if _close(got, sequence_loss(logits, tgt[:, 1:], PAD).item()):
         return None
     if _close(got, F.cross_entropy(flat, tgt[:, 1:].reshape(-1)).item()):
-        return ("batch_loss counts the padding: the mean runs over the PAD labels too "
-                "(ignore_index=PAD leaves them out)", S_LOSS)
+        return (
+            "batch_loss counts the padding: the mean runs over the PAD labels too "
+            "(ignore_index=PAD leaves them out)",
+            S_LOSS,
+        )
     own_input = F.cross_entropy(flat, tgt[:, :-1].reshape(-1), ignore_index=PAD).item()
     if _close(got, own_input):
-        return ("batch_loss compares each position with its own input token, not with "
-                "the next one: the labels are not shifted", S_SHIFT)
+        return (
+            "batch_loss compares each position with its own input token, not with "
+            "the next one: the labels are not shifted",
+            S_SHIFT,
+        )
     want = sequence_loss(logits, tgt[:, 1:], PAD).item()
-    return (f"batch_loss gives {got:.4f} where the mean cross-entropy over the real "
-            f"label tokens (of {vocab_size} classes) is {want:.4f}", S_LOSS)
+    return (
+        f"batch_loss gives {got:.4f} where the mean cross-entropy over the real "
+        f"label tokens (of {vocab_size} classes) is {want:.4f}",
+        S_LOSS,
+    )
 
 
 def _probe_loss(batch_loss, vocab_size, src, tgt):
@@ -661,8 +754,10 @@ def _piece_findings(pieces: Sequence[tuple]) -> list[str]:
                 checks(*objects)
         except CheckFailure as exc:
             detail = str(exc).replace("\n", "\n    ")
-            found.append(f"- your {title[4:]} piece ({', '.join(names)}) fails a check "
-                         f"of {chapters}:\n    {detail}")
+            found.append(
+                f"- your {title[4:]} piece ({', '.join(names)}) fails a check "
+                f"of {chapters}:\n    {detail}"
+            )
     return found
 
 
@@ -682,12 +777,21 @@ def _assembly_findings(model, batch_loss, vocab_size) -> list[str]:
 def _validate_pieces(pieces: Sequence) -> None:
     for (title, names, _, _), objects in zip(PIECES, pieces):
         if not isinstance(objects, tuple) or len(objects) != len(names):
-            raise TypeError(f"{title[4:]} must be the tuple ({', '.join(names)}), got "
-                            f"{objects!r}")
+            raise TypeError(
+                f"{title[4:]} must be the tuple ({', '.join(names)}), got {objects!r}"
+            )
 
 
-def check_own_model_learns(model_cls, batch_loss, *, attention: tuple, masks: tuple,
-                           blocks: tuple, positions: tuple, steps: int = STEPS) -> None:
+def check_own_model_learns(
+    model_cls,
+    batch_loss,
+    *,
+    attention: tuple,
+    masks: tuple,
+    blocks: tuple,
+    positions: tuple,
+    steps: int = STEPS,
+) -> None:
     """Build ``model_cls(V, 32, 4, 64, 1)``, whose
     ``forward(src [B, Ss], tgt_in [B, St])`` returns logits [B, St, V], train it with
     ``batch_loss(model, src, tgt)`` for ``steps`` steps of the fixed recipe, and
@@ -716,37 +820,57 @@ def check_own_model_learns(model_cls, batch_loss, *, attention: tuple, masks: tu
             result = train(model, batch_loss, items, steps=steps)
         error = result["error"]
         if isinstance(error, Raised):
-            fail(title, f"training raised at step {result['steps'] + 1}: {error!r}",
-                 S_SHIFT)
+            fail(
+                title,
+                f"training raised at step {result['steps'] + 1}: {error!r}",
+                S_SHIFT,
+            )
         if isinstance(error, str) and error.startswith("batch_loss"):
             fail(title, error, S_LOSS)
         accuracy = 0.0 if error else run(exact_match, (model, test_src, test_tgt))
         if isinstance(accuracy, Raised):
-            fail(title, f"greedy decoding with model(src, prefix) raised {accuracy!r}",
-                 S_DECODER)
+            fail(
+                title,
+                f"greedy decoding with model(src, prefix) raised {accuracy!r}",
+                S_DECODER,
+            )
         if error is None and accuracy >= THRESHOLD:
-            passed(title, f"{accuracy:.1%} exact match on {N_TEST} new dates after "
-                          f"{result['steps']} steps ({result['seconds']:.1f} s of "
-                          f"training); the bar is {THRESHOLD:.0%}")
+            passed(
+                title,
+                f"{accuracy:.1%} exact match on {N_TEST} new dates after "
+                f"{result['steps']} steps ({result['seconds']:.1f} s of "
+                f"training); the bar is {THRESHOLD:.0%}",
+            )
             return
         fresh = _build(title, model_cls, len(vocab))
-        findings = (_piece_findings(pieces)
-                    + _assembly_findings(fresh, batch_loss, len(vocab)))
-    how = error or (f"after {result['steps']} steps it gets {accuracy:.1%} exact match "
-                    f"on {N_TEST} new dates; the bar is {THRESHOLD:.0%}")
+        findings = _piece_findings(pieces) + _assembly_findings(
+            fresh, batch_loss, len(vocab)
+        )
+    how = error or (
+        f"after {result['steps']} steps it gets {accuracy:.1%} exact match "
+        f"on {N_TEST} new dates; the bar is {THRESHOLD:.0%}"
+    )
     if result["out_of_time"]:
-        how += (f"; training was stopped after {SECONDS_LIMIT:.0f} s, at step "
-                f"{result['steps']} of {steps}: is your model much slower than the "
-                "reference's, or the machine busy?")
+        how += (
+            f"; training was stopped after {SECONDS_LIMIT:.0f} s, at step "
+            f"{result['steps']} of {steps}: is your model much slower than the "
+            "reference's, or the machine busy?"
+        )
     task = f"your model does not learn the task of §{S_TASK.number} ({how})"
     if findings:
-        fail(title, f"{task}. What the probes found, most likely first:\n"
-                    + "\n".join(findings))
-    fail(title, f"{task}, yet every piece of yours passes its chapter's checks and the "
-                "assembled model passes the probes (a causal decoder, source padding "
-                "ignored, the source read, positions on both sides, the target shifted "
-                f"and padding left out of the loss). It {UNEXPLAINED}; compare your "
-                f"OwnTransformer and batch_loss with {S_DECODER} and {S_SHIFT}.")
+        fail(
+            title,
+            f"{task}. What the probes found, most likely first:\n"
+            + "\n".join(findings),
+        )
+    fail(
+        title,
+        f"{task}, yet every piece of yours passes its chapter's checks and the "
+        "assembled model passes the probes (a causal decoder, source padding "
+        "ignored, the source read, positions on both sides, the target shifted "
+        f"and padding left out of the loss). It {UNEXPLAINED}; compare your "
+        f"OwnTransformer and batch_loss with {S_DECODER} and {S_SHIFT}.",
+    )
 
 
 seal(__name__)

@@ -18,6 +18,7 @@ process, outside the learner's kernel, and adds per notebook:
 It also hands the kernel a fresh receipt key (``receipts.GRADING_KEY_ENV``) and
 passes it on in ``resources`` to :class:`~tformer_grading.guard.verify.VerifyReceipts`.
 """
+
 from __future__ import annotations
 
 import os
@@ -36,14 +37,17 @@ _CAPPED = ("stream", "display_data", "execute_result", "error")
 
 
 def error_output(ename: str, evalue: str):
-    return new_output("error", ename=ename, evalue=evalue, traceback=[f"{ename}: {evalue}"])
+    return new_output(
+        "error", ename=ename, evalue=evalue, traceback=[f"{ename}: {evalue}"]
+    )
 
 
 class GuardedExecute(Execute):
     """nbgrader's Execute, plus kernel-death recovery, an output cap and the receipt key."""
 
     max_output_chars = Integer(
-        100_000, help="characters of output kept per cell; -1 for no limit").tag(config=True)
+        100_000, help="characters of output kept per cell; -1 for no limit"
+    ).tag(config=True)
 
     def preprocess(self, nb, resources=None, km=None):
         key = secrets.token_hex(16)
@@ -63,37 +67,59 @@ class GuardedExecute(Execute):
         resources[RESOURCE_KEY] = key
         return nb, resources
 
-    async def async_execute_cell(self, cell, cell_index, execution_count=None,
-                                 store_history=True):
+    async def async_execute_cell(
+        self, cell, cell_index, execution_count=None, store_history=True
+    ):
         if cell.cell_type != "code" or not cell.source.strip():
             return cell
         if self._stopped:
-            cell.outputs = [error_output(
-                "NotRun", f"this cell was not run: {self._stopped}. It scores 0.")]
+            cell.outputs = [
+                error_output(
+                    "NotRun", f"this cell was not run: {self._stopped}. It scores 0."
+                )
+            ]
             return cell
         try:
-            cell = await super().async_execute_cell(cell, cell_index, execution_count,
-                                                    store_history)
+            cell = await super().async_execute_cell(
+                cell, cell_index, execution_count, store_history
+            )
         except DeadKernelError:
             self._stopped = "the kernel died in an earlier cell"
-            cell.outputs.append(error_output(
-                "DeadKernelError", "the kernel died while running this cell (os._exit, a crash, "
-                "or out of memory). This cell and every later cell score 0."))
+            cell.outputs.append(
+                error_output(
+                    "DeadKernelError",
+                    "the kernel died while running this cell (os._exit, a crash, "
+                    "or out of memory). This cell and every later cell score 0.",
+                )
+            )
         except CellTimeoutError:
-            self._stopped = "an earlier cell ran past the time limit and ignored the interrupt"
-            cell.outputs.append(error_output(
-                "CellTimeoutError", f"this cell ran past the {self.timeout} s limit and did not "
-                "stop when interrupted, so the kernel was shut down. This cell and every later "
-                "cell score 0."))
+            self._stopped = (
+                "an earlier cell ran past the time limit and ignored the interrupt"
+            )
+            cell.outputs.append(
+                error_output(
+                    "CellTimeoutError",
+                    f"this cell ran past the {self.timeout} s limit and did not "
+                    "stop when interrupted, so the kernel was shut down. This cell and every later "
+                    "cell score 0.",
+                )
+            )
             try:
                 await ensure_async(self.km.shutdown_kernel(now=True))
             except Exception:  # already gone
                 pass
         dropped = self._dropped.pop(cell_index, 0)
         if dropped:
-            cell.outputs.append(new_output("stream", name="stdout", text=(
-                f"\n[grader: {dropped:,} characters of output dropped; at most "
-                f"{self.max_output_chars:,} are kept per cell]\n")))
+            cell.outputs.append(
+                new_output(
+                    "stream",
+                    name="stdout",
+                    text=(
+                        f"\n[grader: {dropped:,} characters of output dropped; at most "
+                        f"{self.max_output_chars:,} are kept per cell]\n"
+                    ),
+                )
+            )
         self.nb["cells"][cell_index] = cell
         return cell
 
@@ -109,7 +135,11 @@ class GuardedExecute(Execute):
     def _capped(self, msg, cell_index):
         """``msg`` cut to what is left of this cell's output allowance, or None to drop it."""
         content, kind = msg["content"], msg["msg_type"]
-        size = len(content["text"]) if kind == "stream" else len(str(content.get("data", content)))
+        size = (
+            len(content["text"])
+            if kind == "stream"
+            else len(str(content.get("data", content)))
+        )
         used = self._chars.get(cell_index, 0)
         self._chars[cell_index] = used + size
         if used + size <= self.max_output_chars or kind == "error":

@@ -12,6 +12,7 @@ defeat it (see book/instructors.md for what really isolates).
 Rules this imposes on the modules it seals: module globals are not rebound
 after import (use immutable values), and decorators use ``functools.wraps``.
 """
+
 from __future__ import annotations
 
 import ast
@@ -36,19 +37,46 @@ _WATCHED = {
     "torch.isnan": (lambda: torch.isnan, torch.isnan),
     "torch.Tensor.__torch_function__": (
         lambda: vars(torch.Tensor).get("__torch_function__"),
-        vars(torch.Tensor).get("__torch_function__")),
+        vars(torch.Tensor).get("__torch_function__"),
+    ),
     "torch.Tensor.allclose": (
         lambda: vars(torch.Tensor).get("allclose", _MISSING),
-        vars(torch.Tensor).get("allclose", _MISSING)),
-    **{f"builtins.{n}": (lambda n=n: getattr(builtins, n), getattr(builtins, n))
-       for n in ("isinstance", "print", "len", "all", "any", "zip", "type", "getattr",
-                 "hasattr", "__import__")},
+        vars(torch.Tensor).get("allclose", _MISSING),
+    ),
+    **{
+        f"builtins.{n}": (lambda n=n: getattr(builtins, n), getattr(builtins, n))
+        for n in (
+            "isinstance",
+            "print",
+            "len",
+            "all",
+            "any",
+            "zip",
+            "type",
+            "getattr",
+            "hasattr",
+            "__import__",
+        )
+    },
     "sys.setprofile": (lambda: sys.setprofile, sys.setprofile),
 }
-_SHELL_METHODS = ("run_cell", "run_cell_async", "run_ast_nodes", "run_code", "transform_cell",
-                  "showtraceback", "_showtraceback", "should_run_async", "custom_exceptions",
-                  "CustomTB")
-_TRANSFORMERS = ("ast_transformers", "input_transformers_post", "input_transformers_cleanup")
+_SHELL_METHODS = (
+    "run_cell",
+    "run_cell_async",
+    "run_ast_nodes",
+    "run_code",
+    "transform_cell",
+    "showtraceback",
+    "_showtraceback",
+    "should_run_async",
+    "custom_exceptions",
+    "CustomTB",
+)
+_TRANSFORMERS = (
+    "ast_transformers",
+    "input_transformers_post",
+    "input_transformers_cleanup",
+)
 
 
 def _shell():
@@ -91,12 +119,17 @@ def _differs_from_file(module, name: str, path: str, codes: dict) -> bool:
     if fn is _MISSING:
         return True
     if not isinstance(fn, types.FunctionType):
-        return not callable(fn)  # e.g. a torch.jit function: not comparable, not flagged
+        return not callable(
+            fn
+        )  # e.g. a torch.jit function: not comparable, not flagged
     if fn.__code__.co_filename == path:
         return fn.__code__ != codes.get(name)
     # Code from elsewhere: a notebook's function, or a library decorator without functools.wraps.
-    return (fn.__module__ in ("__main__", None, module.__name__)  # swapped code claims this module
-            or fn.__code__.co_filename.startswith("<"))
+    return (
+        fn.__module__
+        in ("__main__", None, module.__name__)  # swapped code claims this module
+        or fn.__code__.co_filename.startswith("<")
+    )
 
 
 def _disk_problems(module: types.ModuleType) -> list[str]:
@@ -109,10 +142,12 @@ def _disk_problems(module: types.ModuleType) -> list[str]:
         tree, codes = _compiled_functions(path)
     except (OSError, SyntaxError, ValueError):
         return [f"{module.__name__} cannot be read back from {path}"]
-    return [f"{module.__name__}.{node.name} is not the function in {os.path.basename(path)}"
-            for node in tree.body
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-            and _differs_from_file(module, node.name, path, codes)]
+    return [
+        f"{module.__name__}.{node.name} is not the function in {os.path.basename(path)}"
+        for node in tree.body
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and _differs_from_file(module, node.name, path, codes)
+    ]
 
 
 class _Seal:
@@ -121,11 +156,18 @@ class _Seal:
     def __init__(self, module: types.ModuleType):
         self.module, self.name = module, module.__name__
         self.values = {k: v for k, v in vars(module).items() if not k.startswith("__")}
-        self.functions = {k: (v, v.__code__, v.__defaults__, v.__kwdefaults__)
-                          for k, v in self.values.items() if isinstance(v, types.FunctionType)}
-        self.methods = {(k, m): f for k, cls in self.values.items()
-                        if isinstance(cls, type) and cls.__module__ == self.name
-                        for m, f in vars(cls).items() if isinstance(f, types.FunctionType)}
+        self.functions = {
+            k: (v, v.__code__, v.__defaults__, v.__kwdefaults__)
+            for k, v in self.values.items()
+            if isinstance(v, types.FunctionType)
+        }
+        self.methods = {
+            (k, m): f
+            for k, cls in self.values.items()
+            if isinstance(cls, type) and cls.__module__ == self.name
+            for m, f in vars(cls).items()
+            if isinstance(f, types.FunctionType)
+        }
         self.problems = _disk_problems(module)
 
     def compare(self) -> list[str]:
@@ -133,14 +175,22 @@ class _Seal:
         if sys.modules.get(self.name) is not self.module:
             out.append(f"sys.modules['{self.name}'] was replaced")
         now = vars(self.module)
-        out += [f"{self.name}.{k} was replaced"
-                for k, v in self.values.items() if now.get(k, _MISSING) is not v]
-        out += [f"{self.name}.{k} was modified in place"
-                for k, (fn, code, d, kd) in self.functions.items()
-                if (fn.__code__, fn.__defaults__, fn.__kwdefaults__) != (code, d, kd)
-                or fn.__code__ is not code]
-        out += [f"{self.name}.{k}.{m} was replaced" for (k, m), f in self.methods.items()
-                if vars(self.values[k]).get(m, _MISSING) is not f]
+        out += [
+            f"{self.name}.{k} was replaced"
+            for k, v in self.values.items()
+            if now.get(k, _MISSING) is not v
+        ]
+        out += [
+            f"{self.name}.{k} was modified in place"
+            for k, (fn, code, d, kd) in self.functions.items()
+            if (fn.__code__, fn.__defaults__, fn.__kwdefaults__) != (code, d, kd)
+            or fn.__code__ is not code
+        ]
+        out += [
+            f"{self.name}.{k}.{m} was replaced"
+            for (k, m), f in self.methods.items()
+            if vars(self.values[k]).get(m, _MISSING) is not f
+        ]
         return out
 
 
@@ -161,12 +211,17 @@ def _ipython_problems() -> list[str]:
     now = _shell_state()
     if now is None or _SHELL_AT_IMPORT is None:
         return []
-    out = [f"the IPython shell's {name} was changed" for name, value in now.items()
-           if value is not _SHELL_AT_IMPORT.get(name, _MISSING)
-           and not (isinstance(value, tuple) and value == _SHELL_AT_IMPORT.get(name))]
+    out = [
+        f"the IPython shell's {name} was changed"
+        for name, value in now.items()
+        if value is not _SHELL_AT_IMPORT.get(name, _MISSING)
+        and not (isinstance(value, tuple) and value == _SHELL_AT_IMPORT.get(name))
+    ]
     for fn in (fn for name in _TRANSFORMERS for fn in now[name]):
         if not getattr(fn, "__module__", "").startswith(("IPython.", "ipykernel.")):
-            out.append(f"an IPython transformer from {getattr(fn, '__module__', '?')} was registered")
+            out.append(
+                f"an IPython transformer from {getattr(fn, '__module__', '?')} was registered"
+            )
     return out
 
 
@@ -175,7 +230,9 @@ _SHELL_AT_IMPORT = _shell_state()
 
 def _looks_like_checks(value) -> bool:
     try:
-        return isinstance(value, types.ModuleType) or any(n.startswith("check_") for n in dir(value))
+        return isinstance(value, types.ModuleType) or any(
+            n.startswith("check_") for n in dir(value)
+        )
     except Exception:  # a hostile object's __dir__
         return True
 
@@ -193,12 +250,18 @@ def _main_problems() -> list[str]:
         # Test cells reach the checks through the names of the exercise modules only
         # (`ch01`, `bughunt_attention`, `own_model`, ...); the shared machinery's short
         # names (`blocks`, `cases`) a learner may well use for their own imports.
-        if (not name.startswith("tformer_grading.checks.")
-                or short in SHARED_CHECK_MODULES):
+        if (
+            not name.startswith("tformer_grading.checks.")
+            or short in SHARED_CHECK_MODULES
+        ):
             continue
         for ns in namespaces:
             value = ns.get(short, _MISSING)
-            if value is not _MISSING and value is not seal_.module and _looks_like_checks(value):
+            if (
+                value is not _MISSING
+                and value is not seal_.module
+                and _looks_like_checks(value)
+            ):
                 out.append(f"the notebook's '{short}' is not {name}")
     return out
 
@@ -214,8 +277,11 @@ def integrity_problems() -> list[str]:
             if not getattr(getattr(module, "__spec__", None), "_initializing", False):
                 seal(name)
     problems = [p for s in list(_SEALS.values()) for p in s.compare()]
-    problems += [f"{name} was replaced" for name, (now, then) in _WATCHED.items()
-                 if now() is not then]
+    problems += [
+        f"{name} was replaced"
+        for name, (now, then) in _WATCHED.items()
+        if now() is not then
+    ]
     problems += _ipython_problems() + _main_problems()
     return list(dict.fromkeys(problems))
 

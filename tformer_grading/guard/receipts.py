@@ -7,6 +7,7 @@ this module reads it once when the checks are imported and removes it from
 test cell: a test cell whose checks were skipped, replaced or silenced scores
 zero even though it raised nothing.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -54,8 +55,11 @@ def expected_receipts(source: str) -> int:
 
 def valid_receipts(text: str, key: str) -> list[int]:
     """The numbers of the correctly signed success lines in ``text``."""
-    return [int(n) for line, n, mac in _RECEIPT.findall(text)
-            if secrets.compare_digest(mac, receipt_mac(key, int(n), line))]
+    return [
+        int(n)
+        for line, n, mac in _RECEIPT.findall(text)
+        if secrets.compare_digest(mac, receipt_mac(key, int(n), line))
+    ]
 
 
 def receipt_lines(text: str) -> str:

@@ -7,6 +7,7 @@ nothing but shows fewer valid receipts than the check calls in its (restored)
 source gets an error output, so nbgrader scores it 0: its checks were replaced,
 skipped or silenced by the notebook's code.
 """
+
 from __future__ import annotations
 
 from nbgrader.preprocessors import NbGraderPreprocessor
@@ -16,8 +17,11 @@ from .receipts import expected_receipts, valid_receipts
 
 
 def _stdout(cell) -> str:
-    return "".join(o.get("text", "") for o in cell.outputs
-                   if o.output_type == "stream" and o.name == "stdout")
+    return "".join(
+        o.get("text", "")
+        for o in cell.outputs
+        if o.output_type == "stream" and o.name == "stdout"
+    )
 
 
 class VerifyReceipts(NbGraderPreprocessor):
@@ -26,12 +30,18 @@ class VerifyReceipts(NbGraderPreprocessor):
     def preprocess(self, nb, resources):
         key = resources.get(RESOURCE_KEY)
         if not key:
-            raise RuntimeError("VerifyReceipts runs after GuardedExecute, which hands it the key "
-                               "(see nbgrader_config.py)")
+            raise RuntimeError(
+                "VerifyReceipts runs after GuardedExecute, which hands it the key "
+                "(see nbgrader_config.py)"
+            )
         seen: set[int] = set()
         for cell in nb.cells:
             meta = cell.metadata.get("nbgrader", {})
-            if cell.cell_type != "code" or not meta.get("grade") or meta.get("solution"):
+            if (
+                cell.cell_type != "code"
+                or not meta.get("grade")
+                or meta.get("solution")
+            ):
                 continue
             if any(o.output_type == "error" for o in cell.outputs):
                 continue  # already scores 0
@@ -39,9 +49,12 @@ class VerifyReceipts(NbGraderPreprocessor):
             seen |= numbers
             want = expected_receipts(cell.source)
             if len(numbers) < want:
-                cell.outputs.append(error_output(
-                    "GradingIntegrityError",
-                    f"this test cell makes {want} check call(s) but only {len(numbers)} reported "
-                    "a verified success: its checks were replaced, skipped or silenced by the "
-                    "notebook's code. It scores 0."))
+                cell.outputs.append(
+                    error_output(
+                        "GradingIntegrityError",
+                        f"this test cell makes {want} check call(s) but only {len(numbers)} reported "
+                        "a verified success: its checks were replaced, skipped or silenced by the "
+                        "notebook's code. It scores 0.",
+                    )
+                )
         return nb, resources

@@ -81,7 +81,14 @@ scores = q @ k.transpose(-2, -1) / math.sqrt(Dh)  # [B, H, Sq, Sk]: contract ove
 weights = scores.softmax(dim=-1)  # over the keys: each query's row sums to 1
 out = weights @ v  # [B, H, Sq, Dh]
 
-print("scores", tuple(scores.shape), "-> weights", tuple(weights.shape), "-> out", tuple(out.shape))
+print(
+    "scores",
+    tuple(scores.shape),
+    "-> weights",
+    tuple(weights.shape),
+    "-> out",
+    tuple(out.shape),
+)
 assert torch.allclose(weights.sum(dim=-1), torch.ones(B, H, Sq, device=device))
 
 # %% [markdown]
@@ -92,10 +99,14 @@ assert torch.allclose(weights.sum(dim=-1), torch.ones(B, H, Sq, device=device))
 # %%
 torch_out = F.scaled_dot_product_attention(q, k, v)
 ref_out, ref_weights = scaled_dot_product_attention(q, k, v)
-assert torch.allclose(out, torch_out, atol=1e-5) and torch.allclose(out, ref_out, atol=1e-6)
+assert torch.allclose(out, torch_out, atol=1e-5) and torch.allclose(
+    out, ref_out, atol=1e-6
+)
 wrong_axis = scores.softmax(dim=-2) @ v
 print("largest difference from PyTorch:", (out - torch_out).abs().max().item())
-print("softmax over the wrong axis is off by", (wrong_axis - torch_out).abs().max().item())
+print(
+    "softmax over the wrong axis is off by", (wrong_axis - torch_out).abs().max().item()
+)
 
 # %% [markdown]
 # ## 2.2 Why the scores grow with d_k
@@ -112,12 +123,17 @@ dims = [4, 16, 64, 256, 1024]
 n_pairs = 4000
 measured, measured_scaled = [], []
 for d_k in dims:
-    a, b = torch.randn(n_pairs, d_k, device=device), torch.randn(n_pairs, d_k, device=device)
+    a, b = (
+        torch.randn(n_pairs, d_k, device=device),
+        torch.randn(n_pairs, d_k, device=device),
+    )
     dots = (a * b).sum(dim=-1)
     measured.append(dots.var().item())
     measured_scaled.append((dots / math.sqrt(d_k)).var().item())
 for d_k, var, var_s in zip(dims, measured, measured_scaled):
-    print(f"d_k={d_k:5d}  var(q·k)={var:8.1f} (predicted {d_k})  var(q·k/√d_k)={var_s:.2f}")
+    print(
+        f"d_k={d_k:5d}  var(q·k)={var:8.1f} (predicted {d_k})  var(q·k/√d_k)={var_s:.2f}"
+    )
     assert abs(var / d_k - 1) < 0.15 and abs(var_s - 1) < 0.15
 
 fig, ax = plt.subplots(figsize=(5, 3.2))
@@ -148,6 +164,7 @@ plt.show()
 # unscaled head of size 512, seed 004's example). For each we measure the largest weight (mean over rows) and the size of
 # the softmax Jacobian for a typical row (median over rows: the mean is dominated by the rare rows whose
 # two largest scores happen to tie).
+
 
 # %% mystnb={"figure": {"caption": "Larger scores saturate softmax: its Jacobian (left) shrinks by orders of magnitude and the largest weight (right) approaches 1. Unscaled scores at d_k = 512 sit deep in that region: gradients vanish. At d_k = 64 (std 8) the Jacobian is only a few times smaller than with scaling.", "name": "fig-ch02-saturation"}, "image": {"alt": "Left: median Jacobian norm of softmax falling steeply as the score standard deviation grows, with markers at 1, 8 and √512. Right: mean largest attention weight rising towards 1."}}
 def softmax_jacobian_norm(s: torch.Tensor) -> torch.Tensor:
@@ -180,12 +197,16 @@ plt.show()
 jac_scaled, jac_64, jac_512 = (jac_norms[stds.index(s)] for s in (1, 8, math.sqrt(512)))
 assert jac_scaled > 100 * jac_512  # vanishing, not exploding, at d_k = 512
 assert 1.5 < jac_scaled / jac_64 < 10  # at Dh = 64: smaller, by a few times only
-for name, value in (("jac_scaled", jac_scaled), ("jac_unscaled64", jac_64),
-                    ("jac_unscaled512", jac_512), ("jac_ratio64", jac_scaled / jac_64),
-                    ("jac_ratio512", jac_scaled / jac_512),
-                    ("maxw_scaled", max_weights[stds.index(1)]),
-                    ("maxw_unscaled64", max_weights[stds.index(8)]),
-                    ("maxw_unscaled512", max_weights[stds.index(math.sqrt(512))])):
+for name, value in (
+    ("jac_scaled", jac_scaled),
+    ("jac_unscaled64", jac_64),
+    ("jac_unscaled512", jac_512),
+    ("jac_ratio64", jac_scaled / jac_64),
+    ("jac_ratio512", jac_scaled / jac_512),
+    ("maxw_scaled", max_weights[stds.index(1)]),
+    ("maxw_unscaled64", max_weights[stds.index(8)]),
+    ("maxw_unscaled512", max_weights[stds.index(math.sqrt(512))]),
+):
     glue(f"ch02_{name}", float(value), display=False)
 
 # %% [markdown]
@@ -218,6 +239,7 @@ for name, value in (("jac_scaled", jac_scaled), ("jac_unscaled64", jac_64),
 # uniform row, 0 for a one-hot row (with $0 \ln 0 = 0$: `torch.xlogy(w, w)` handles it, while
 # `w * w.log()` gives `0 · (−inf) = NaN`). Multiply the scaled scores by a factor and watch it.
 
+
 # %%
 def attention_entropy(weights: torch.Tensor) -> torch.Tensor:
     """weights [..., Sq, Sk] -> entropy of every row [..., Sq], in nats."""
@@ -235,15 +257,23 @@ def show_entropy(factor: float = 1.0):
     ent = attention_entropy(w).mean().item()
     fig, ax = plt.subplots(figsize=(4, 3.4))
     ax.imshow(w, vmin=0, vmax=1, cmap="viridis")
-    ax.set_title(f"scores × {factor:.2f}: mean entropy {ent:.2f} (uniform: {math.log(S):.2f})")
+    ax.set_title(
+        f"scores × {factor:.2f}: mean entropy {ent:.2f} (uniform: {math.log(S):.2f})"
+    )
     ax.set_xlabel("key")
     ax.set_ylabel("query")
     plt.tight_layout()
     plt.show()
 
 
-slider = widgets.FloatLogSlider(value=1.0, base=10, min=-1, max=math.log10(math.sqrt(512)), step=0.05,
-                                description="factor")
+slider = widgets.FloatLogSlider(
+    value=1.0,
+    base=10,
+    min=-1,
+    max=math.log10(math.sqrt(512)),
+    step=0.05,
+    description="factor",
+)
 display(widgets.interactive(show_entropy, factor=slider))
 
 # %% [markdown]
@@ -253,14 +283,23 @@ display(widgets.interactive(show_entropy, factor=slider))
 
 # %% mystnb={"figure": {"caption": "Attention entropy against the factor on the scores, and the weights with √d_model scaling, the right √d_k scaling and no scaling.", "name": "fig-ch02-entropy"}, "image": {"alt": "Left: mean entropy falling from ln S towards 0 as the factor grows. Right: three heat maps of attention weights, from nearly uniform to nearly one-hot."}}
 factors = torch.logspace(-1.5, math.log10(32), 40).tolist()
-entropies = [attention_entropy((unit_scores * f).softmax(-1)).mean().item() for f in factors]
+entropies = [
+    attention_entropy((unit_scores * f).softmax(-1)).mean().item() for f in factors
+]
 fig, axes = plt.subplots(1, 4, figsize=(13, 3))
 axes[0].semilogx(factors, entropies)
 axes[0].axhline(math.log(S), color="k", ls="--", label="uniform, ln S")
 axes[0].set_xlabel("factor on the scaled scores")
 axes[0].set_ylabel("mean entropy (nats)")
 axes[0].legend()
-for ax, (f, name) in zip(axes[1:], [(1 / math.sqrt(8), "÷√d_model (H=8)"), (1.0, "÷√d_k"), (math.sqrt(512), "no scaling")]):
+for ax, (f, name) in zip(
+    axes[1:],
+    [
+        (1 / math.sqrt(8), "÷√d_model (H=8)"),
+        (1.0, "÷√d_k"),
+        (math.sqrt(512), "no scaling"),
+    ],
+):
     w = (unit_scores * f).softmax(-1)[0, 0].cpu()
     ax.imshow(w, vmin=0, vmax=1, cmap="viridis")
     ax.set_title(f"{name}: entropy {attention_entropy(w).mean().item():.2f}")
@@ -292,12 +331,18 @@ qh = torch.randn(1, n_heads, 32, d_head, device=device)
 kh = torch.randn(1, n_heads, 32, d_head, device=device)
 raw = qh @ kh.transpose(-2, -1)
 entropy = {}
-for name, divisor in [("dhead", math.sqrt(d_head)), ("dmodel", math.sqrt(d_model)), ("none", 1.0)]:
+for name, divisor in [
+    ("dhead", math.sqrt(d_head)),
+    ("dmodel", math.sqrt(d_model)),
+    ("none", 1.0),
+]:
     s = raw / divisor
     entropy[name] = attention_entropy(s.softmax(-1)).mean().item()
     label = {"dhead": "÷√d_head", "dmodel": "÷√d_model", "none": "none"}[name]
-    print(f"{label:10s} std of logits {s.std().item():5.2f}   mean entropy {entropy[name]:.2f} "
-          f"(uniform {math.log(32):.2f})")
+    print(
+        f"{label:10s} std of logits {s.std().item():5.2f}   mean entropy {entropy[name]:.2f} "
+        f"(uniform {math.log(32):.2f})"
+    )
 ratio = (raw / math.sqrt(d_head)).std() / (raw / math.sqrt(d_model)).std()
 assert abs(ratio.item() - math.sqrt(n_heads)) < 1e-3  # exactly √H times smaller
 assert entropy["none"] + 1 < entropy["dhead"] < entropy["dmodel"] - 0.1 < math.log(32)
@@ -350,12 +395,18 @@ except RuntimeError as exc:
 seed_everything(0)
 x_small = torch.randn(2, 3, 8, dtype=torch.double, requires_grad=True)
 with_dropout = MultiHeadAttention(8, 2, dropout=0.5).double().train()
-print("double, tiny, dropout on:", torch.autograd.gradcheck(with_dropout, (x_small,), raise_exception=False))
+print(
+    "double, tiny, dropout on:",
+    torch.autograd.gradcheck(with_dropout, (x_small,), raise_exception=False),
+)
 in_float32 = MultiHeadAttention(8, 2).eval()
 x32 = x_small.detach().float().requires_grad_()
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
-    print("float32, tiny, eval:     ", torch.autograd.gradcheck(in_float32, (x32,), raise_exception=False))
+    print(
+        "float32, tiny, eval:     ",
+        torch.autograd.gradcheck(in_float32, (x32,), raise_exception=False),
+    )
 print("gradcheck warned:", str(caught[0].message).split(".")[0])
 
 # %% [markdown]

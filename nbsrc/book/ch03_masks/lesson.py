@@ -55,10 +55,21 @@ import torch.nn as nn
 import torch.nn.functional as F
 from IPython.display import display
 
-from tformer_ref.attention import MultiHeadAttention, masked_fill_value, scaled_dot_product_attention
+from tformer_ref.attention import (
+    MultiHeadAttention,
+    masked_fill_value,
+    scaled_dot_product_attention,
+)
 from tformer_ref.device import get_device, seed_everything
-from tformer_ref.masks import (causal_mask, combine_masks, from_ignore_mask, padding_mask, to_additive_mask,
-                               to_ignore_mask, to_mha_masks)
+from tformer_ref.masks import (
+    causal_mask,
+    combine_masks,
+    from_ignore_mask,
+    padding_mask,
+    to_additive_mask,
+    to_ignore_mask,
+    to_mha_masks,
+)
 
 seed_everything(0)
 device = get_device()
@@ -71,9 +82,9 @@ print("device:", device)
 
 # %%
 PAD = 0
-tokens = torch.tensor([[5, 6, 7, 0, 0],
-                       [1, 2, 3, 4, 9],
-                       [8, 0, 0, 0, 0]], device=device)
+tokens = torch.tensor(
+    [[5, 6, 7, 0, 0], [1, 2, 3, 4, 9], [8, 0, 0, 0, 0]], device=device
+)
 pad_mask = padding_mask(tokens, pad_id=PAD)  # [B, 1, 1, S]
 print(tuple(pad_mask.shape))
 print(pad_mask[:, 0, 0].int())
@@ -108,8 +119,14 @@ q, k, v = (torch.randn(3, H, 5, Dh, device=device) for _ in range(3))
 scores = q @ k.transpose(-2, -1) / math.sqrt(Dh)
 silent = scores.masked_fill(~wrong_mask, -1e4).softmax(-1)  # runs!
 right = scores.masked_fill(~pad_mask, -1e4).softmax(-1)
-print("sequence 2, head 1, query 0 — wrong mask:", [round(p, 2) for p in silent[2, 1, 0].tolist()])
-print("sequence 2, head 1, query 0 — right mask:", [round(p, 2) for p in right[2, 1, 0].tolist()])
+print(
+    "sequence 2, head 1, query 0 — wrong mask:",
+    [round(p, 2) for p in silent[2, 1, 0].tolist()],
+)
+print(
+    "sequence 2, head 1, query 0 — right mask:",
+    [round(p, 2) for p in right[2, 1, 0].tolist()],
+)
 assert not torch.allclose(silent, right)
 try:  # the package refuses a mask that is not 4-dimensional, whatever the sizes
     scaled_dot_product_attention(q, k, v, wrong_mask)
@@ -122,7 +139,9 @@ except ValueError as exc:
 # Tokenizers choose their own (often 1, or the last id); pass it in.
 
 # %%
-other_tokens = torch.tensor([[0, 3, 1, 1]], device=device)  # pad id 1; 0 is a real token here
+other_tokens = torch.tensor(
+    [[0, 3, 1, 1]], device=device
+)  # pad id 1; 0 is a real token here
 print("pad_id=1:    ", padding_mask(other_tokens, pad_id=1)[0, 0, 0].int().tolist())
 print("seed's x != 0:", (other_tokens != 0)[0].int().tolist())
 
@@ -197,18 +216,29 @@ print(both[0, 0].int())
 torch.manual_seed(0)
 ours = MultiHeadAttention(8, 2).eval().to(device)
 theirs = nn.MultiheadAttention(8, 2, batch_first=True).eval().to(device)
-with torch.no_grad():  # the same weights in both (nn.MultiheadAttention packs q, k, v together)
-    theirs.in_proj_weight.copy_(torch.cat([ours.q_proj.weight, ours.k_proj.weight, ours.v_proj.weight]))
-    theirs.in_proj_bias.copy_(torch.cat([ours.q_proj.bias, ours.k_proj.bias, ours.v_proj.bias]))
+with (
+    torch.no_grad()
+):  # the same weights in both (nn.MultiheadAttention packs q, k, v together)
+    theirs.in_proj_weight.copy_(
+        torch.cat([ours.q_proj.weight, ours.k_proj.weight, ours.v_proj.weight])
+    )
+    theirs.in_proj_bias.copy_(
+        torch.cat([ours.q_proj.bias, ours.k_proj.bias, ours.v_proj.bias])
+    )
     theirs.out_proj.load_state_dict(ours.out_proj.state_dict())
 
 xs = torch.randn(1, 4, 8, device=device)
 keep = causal_mask(4, device=device)
 with torch.no_grad():
     reference = ours(xs, mask=keep)
-    confused, confused_w = theirs(xs, xs, xs, attn_mask=keep[0, 0])  # a keep-mask where it wants ignore
+    confused, confused_w = theirs(
+        xs, xs, xs, attn_mask=keep[0, 0]
+    )  # a keep-mask where it wants ignore
     converted, _ = theirs(xs, xs, xs, attn_mask=to_ignore_mask(keep)[0, 0])
-print("nn.MultiheadAttention given the keep-mask, weights of query 0:", [round(p, 2) for p in confused_w[0, 0].tolist()])
+print(
+    "nn.MultiheadAttention given the keep-mask, weights of query 0:",
+    [round(p, 2) for p in confused_w[0, 0].tolist()],
+)
 assert torch.allclose(converted, reference, atol=1e-5)
 assert not torch.allclose(confused[:, :3], reference[:, :3], atol=1e-3)
 
@@ -223,10 +253,20 @@ assert not torch.allclose(confused[:, :3], reference[:, :3], atol=1e-3)
 x3 = torch.randn(3, 5, 8, device=device)
 with torch.no_grad():
     ref3 = ours(x3, mask=both)
-    via_kpm, _ = theirs(x3, x3, x3, key_padding_mask=to_ignore_mask(pad_mask)[:, 0, 0],
-                        attn_mask=to_ignore_mask(causal)[0, 0], need_weights=False)
-    via_attn_mask, _ = theirs(x3, x3, x3, attn_mask=to_mha_masks(both, n_heads=2), need_weights=False)
-assert torch.allclose(via_kpm, ref3, atol=1e-5) and torch.allclose(via_attn_mask, ref3, atol=1e-5)
+    via_kpm, _ = theirs(
+        x3,
+        x3,
+        x3,
+        key_padding_mask=to_ignore_mask(pad_mask)[:, 0, 0],
+        attn_mask=to_ignore_mask(causal)[0, 0],
+        need_weights=False,
+    )
+    via_attn_mask, _ = theirs(
+        x3, x3, x3, attn_mask=to_mha_masks(both, n_heads=2), need_weights=False
+    )
+assert torch.allclose(via_kpm, ref3, atol=1e-5) and torch.allclose(
+    via_attn_mask, ref3, atol=1e-5
+)
 assert torch.equal(from_ignore_mask(to_ignore_mask(both)), both)
 print("keep-mask -> ignore-masks: nn.MultiheadAttention agrees with the reference")
 
@@ -243,10 +283,19 @@ print("keep-mask -> ignore-masks: nn.MultiheadAttention agrees with the referenc
 qs = torch.randn(1, 1, 4, 8, device=device)
 float_tril = torch.tril(torch.ones(4, 4, device=device))  # seed 004's 1/0 pattern
 leaky = F.scaled_dot_product_attention(qs, qs, qs, attn_mask=float_tril)
-proper = F.scaled_dot_product_attention(qs, qs, qs, attn_mask=to_additive_mask(keep, qs.dtype))
-assert torch.allclose(proper, F.scaled_dot_product_attention(qs, qs, qs, attn_mask=keep), atol=1e-6)
-assert torch.allclose(proper, scaled_dot_product_attention(qs, qs, qs, keep)[0], atol=1e-6)
-print("float 1/0 mask differs from the causal result by", (leaky - proper).abs().max().item())
+proper = F.scaled_dot_product_attention(
+    qs, qs, qs, attn_mask=to_additive_mask(keep, qs.dtype)
+)
+assert torch.allclose(
+    proper, F.scaled_dot_product_attention(qs, qs, qs, attn_mask=keep), atol=1e-6
+)
+assert torch.allclose(
+    proper, scaled_dot_product_attention(qs, qs, qs, keep)[0], atol=1e-6
+)
+print(
+    "float 1/0 mask differs from the causal result by",
+    (leaky - proper).abs().max().item(),
+)
 print("additive mask:\n", to_additive_mask(keep, torch.float16)[0, 0])
 
 # %% [markdown]
@@ -266,9 +315,11 @@ print("additive mask:\n", to_additive_mask(keep, torch.float16)[0, 0])
 
 # %%
 for dtype in (torch.float16, torch.bfloat16, torch.float32):
-    print(f"{str(dtype):15s} largest {torch.finfo(dtype).max:10.4g}   "
-          f"-1e9 becomes {torch.tensor(-1e9, dtype=dtype).item():.4g}   "
-          f"-1e20 becomes {torch.tensor(-1e20, dtype=dtype).item():.4g}")
+    print(
+        f"{str(dtype):15s} largest {torch.finfo(dtype).max:10.4g}   "
+        f"-1e9 becomes {torch.tensor(-1e9, dtype=dtype).item():.4g}   "
+        f"-1e20 becomes {torch.tensor(-1e20, dtype=dtype).item():.4g}"
+    )
 assert torch.isinf(torch.tensor(-1e9).half())
 assert torch.isinf(torch.tensor(-1e20).half())
 half_scores = torch.randn(4, dtype=torch.float16)
@@ -289,7 +340,10 @@ for fill in (-1e9, float("-1e20")):
 row = torch.tensor([[1.0, 2.0, 3.0]])
 nothing = torch.tensor([[False, False, False]])
 print("all masked, -inf fill:   ", row.masked_fill(~nothing, float("-inf")).softmax(-1))
-print("all masked, finite fill: ", row.masked_fill(~nothing, masked_fill_value(row.dtype)).softmax(-1))
+print(
+    "all masked, finite fill: ",
+    row.masked_fill(~nothing, masked_fill_value(row.dtype)).softmax(-1),
+)
 assert torch.isnan(row.masked_fill(~nothing, float("-inf")).softmax(-1)).all()
 
 # %% [markdown]
@@ -305,13 +359,13 @@ assert torch.isnan(row.masked_fill(~nothing, float("-inf")).softmax(-1)).all()
 # `SelfAttention` with all four bugs to fix):
 
 # %%
-energy16 = torch.randn(2, 4, dtype=torch.float16)       # [queries, keys]
-mask01 = torch.tensor([[1, 1, 0, 0], [0, 0, 0, 0]])     # the seed's: 0 = masked
+energy16 = torch.randn(2, 4, dtype=torch.float16)  # [queries, keys]
+mask01 = torch.tensor([[1, 1, 0, 0], [0, 0, 0, 0]])  # the seed's: 0 = masked
 fixed16 = energy16.masked_fill(mask01 == 0, torch.finfo(energy16.dtype).min)
 weights16 = fixed16.float().softmax(dim=-1)
 print("weights:\n", weights16)
 assert torch.isfinite(weights16).all() and torch.all(weights16[0, 2:] == 0)
-assert torch.allclose(weights16[1], torch.full((4,), 0.25))   # no key: a uniform row
+assert torch.allclose(weights16[1], torch.full((4,), 0.25))  # no key: a uniform row
 
 # %% [markdown]
 # A finite fill gives a uniform row instead — finite, but it averages the padding. The reference
@@ -327,8 +381,12 @@ assert torch.allclose(weights16[1], torch.full((4,), 0.25))   # no key: a unifor
 scores16 = torch.tensor([-20.0, -30.0, -40.0], dtype=torch.float16)
 fill16 = torch.finfo(torch.float16).min
 added16 = scores16 + fill16
-print("float16 scores + finfo(float16).min:", added16,
-      "-> softmax", added16.float().softmax(-1))
+print(
+    "float16 scores + finfo(float16).min:",
+    added16,
+    "-> softmax",
+    added16.float().softmax(-1),
+)
 added32 = scores16.float() + fill16  # the same mask added to float32 scores
 moderate = scores16 + torch.tensor(-1e4, dtype=torch.float16)  # a moderate fill
 print("added in float32:", added32, "-> softmax", added32.softmax(-1))
@@ -361,7 +419,9 @@ assert torch.isnan(torch_out[1]).all() and torch.isfinite(ours_out).all()
 assert torch.allclose(ours_out[1], ours.out_proj.bias.expand(3, 8))
 for dtype in (torch.float16, torch.bfloat16):
     qh = torch.randn(2, 2, 3, 4, dtype=dtype)
-    out_h, w_h = scaled_dot_product_attention(qh, qh, qh, padding_mask(fully_padded.cpu(), PAD))
+    out_h, w_h = scaled_dot_product_attention(
+        qh, qh, qh, padding_mask(fully_padded.cpu(), PAD)
+    )
     assert torch.isfinite(out_h).all() and torch.all(w_h[1] == 0)
 print("float16 and bfloat16: finite, and zero weights for the fully padded sequence")
 
@@ -374,13 +434,19 @@ print("float16 and bfloat16: finite, and zero weights for the fully padded seque
 # * **Pad invariance.** Append more padding, or change what sits at padded positions: the outputs of the
 #   real tokens must not move.
 
+
 # %%
 def causality_probe(module, mask, t=3, S=6):
     x = torch.randn(2, S, 8, device=device)
     changed = x.clone()
-    changed[:, t + 1:] = torch.randn_like(changed[:, t + 1:])
+    changed[:, t + 1 :] = torch.randn_like(changed[:, t + 1 :])
     with torch.no_grad():
-        return (module(x, mask=mask) - module(changed, mask=mask))[:, : t + 1].abs().max().item()
+        return (
+            (module(x, mask=mask) - module(changed, mask=mask))[:, : t + 1]
+            .abs()
+            .max()
+            .item()
+        )
 
 
 tril6 = causal_mask(6, device=device)
@@ -389,12 +455,15 @@ print(f"tril: the past moved by {causality_probe(ours, tril6):.1e}")
 print(f"triu: the past moved by {causality_probe(ours, triu6):.1e}")
 assert causality_probe(ours, tril6) < 1e-6 and causality_probe(ours, triu6) > 1e-3
 
+
 # %%
 def pad_probe(module, make_mask):
     short = torch.tensor([[4, 5, 6, 0], [7, 8, 9, 3]], device=device)
     long = torch.cat([short, torch.full((2, 3), PAD, device=device)], dim=1)
     x = torch.randn(2, 7, 8, device=device)
-    garbage = x.masked_fill((long == PAD)[..., None], 5.0)  # different content at padded positions
+    garbage = x.masked_fill(
+        (long == PAD)[..., None], 5.0
+    )  # different content at padded positions
     with torch.no_grad():
         a = module(x[:, :4], mask=make_mask(short))
         b = module(x, mask=make_mask(long))[:, :4]
@@ -408,9 +477,16 @@ def wrong_axis(t):
     return (t != PAD)[None, :, None, :]
 
 
-print(f"padding mask [B, 1, 1, S]: real tokens moved by {pad_probe(ours, lambda t: padding_mask(t, PAD)):.1e}")
-print(f"mask on the heads axis:   real tokens moved by {pad_probe(ours, wrong_axis):.1e}")
-assert pad_probe(ours, lambda t: padding_mask(t, PAD)) < 1e-5 and pad_probe(ours, wrong_axis) > 1e-3
+print(
+    f"padding mask [B, 1, 1, S]: real tokens moved by {pad_probe(ours, lambda t: padding_mask(t, PAD)):.1e}"
+)
+print(
+    f"mask on the heads axis:   real tokens moved by {pad_probe(ours, wrong_axis):.1e}"
+)
+assert (
+    pad_probe(ours, lambda t: padding_mask(t, PAD)) < 1e-5
+    and pad_probe(ours, wrong_axis) > 1e-3
+)
 
 # %% [markdown]
 # (The wrong-axis mask is written out as `[1, B, 1, S]` because the package refuses 3-dimensional masks;
@@ -431,7 +507,9 @@ explorer_k = torch.randn(2, 1, 8, 16, device=device)
 
 def explore_masks(len_a=5, len_b=3, causal_on=True, sequence=0, ax_pair=None):
     lengths = torch.tensor([len_a, len_b], device=device)
-    ids = torch.where(torch.arange(8, device=device) < lengths[:, None], 1, PAD)  # 1 = some real token
+    ids = torch.where(
+        torch.arange(8, device=device) < lengths[:, None], 1, PAD
+    )  # 1 = some real token
     mask = padding_mask(ids, PAD)
     if causal_on:
         mask = combine_masks(mask, causal_mask(8, device=device))
@@ -439,8 +517,12 @@ def explore_masks(len_a=5, len_b=3, causal_on=True, sequence=0, ax_pair=None):
     show = ax_pair is None
     if show:
         _, ax_pair = plt.subplots(1, 2, figsize=(8, 3.6))
-    ax_pair[0].imshow(mask.expand(2, 1, 8, 8)[sequence, 0].cpu(), cmap="gray", vmin=0, vmax=1)
-    ax_pair[0].set_title(f"mask, sequence {sequence} (length {(len_a, len_b)[sequence]})")
+    ax_pair[0].imshow(
+        mask.expand(2, 1, 8, 8)[sequence, 0].cpu(), cmap="gray", vmin=0, vmax=1
+    )
+    ax_pair[0].set_title(
+        f"mask, sequence {sequence} (length {(len_a, len_b)[sequence]})"
+    )
     ax_pair[1].imshow(weights[sequence, 0].cpu(), cmap="viridis", vmin=0, vmax=1)
     ax_pair[1].set_title("attention weights")
     for ax in ax_pair:
@@ -451,14 +533,18 @@ def explore_masks(len_a=5, len_b=3, causal_on=True, sequence=0, ax_pair=None):
         plt.show()
 
 
-display(widgets.interactive(
-    explore_masks,
-    len_a=widgets.IntSlider(value=5, min=0, max=8, description="length A"),
-    len_b=widgets.IntSlider(value=3, min=0, max=8, description="length B"),
-    causal_on=widgets.Checkbox(value=True, description="causal"),
-    sequence=widgets.Dropdown(options=[("A", 0), ("B", 1)], value=0, description="show"),
-    ax_pair=widgets.fixed(None),
-))
+display(
+    widgets.interactive(
+        explore_masks,
+        len_a=widgets.IntSlider(value=5, min=0, max=8, description="length A"),
+        len_b=widgets.IntSlider(value=3, min=0, max=8, description="length B"),
+        causal_on=widgets.Checkbox(value=True, description="causal"),
+        sequence=widgets.Dropdown(
+            options=[("A", 0), ("B", 1)], value=0, description="show"
+        ),
+        ax_pair=widgets.fixed(None),
+    )
+)
 
 # %% [markdown]
 # Without a running kernel, here are three settings: padding only, causal and padding, and a sequence of

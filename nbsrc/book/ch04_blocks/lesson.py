@@ -95,9 +95,14 @@ with torch.no_grad():
             h = norm(h + attn(h)) if residual else norm(attn(h))
             row.append(token_similarity(h))
         similarity[residual] = row
-        print(f"residual={residual!s:5}: similarity after each layer", [round(s, 3) for s in row])
+        print(
+            f"residual={residual!s:5}: similarity after each layer",
+            [round(s, 3) for s in row],
+        )
 
-assert similarity[False][-1] > 0.99  # without residuals the tokens have collapsed to one vector
+assert (
+    similarity[False][-1] > 0.99
+)  # without residuals the tokens have collapsed to one vector
 assert similarity[True][-1] < 0.8  # with them, they are still told apart...
 assert similarity[True][-1] > 2 * similarity[True][0]  # ...but they too grow more alike
 glue("ch04_sim_plain_last", similarity[False][-1], display=False)
@@ -126,7 +131,9 @@ x = torch.randn(2, 7, 512, device=device)
 with torch.no_grad():
     whole = ff(x)
     one_position = ff(x[:, 3:4])  # position 3 alone
-assert torch.allclose(whole[:, 3:4], one_position, atol=1e-5)  # position-wise: no token mixing here
+assert torch.allclose(
+    whole[:, 3:4], one_position, atol=1e-5
+)  # position-wise: no token mixing here
 
 ff_params = count_parameters(ff)
 attn_params = count_parameters(MultiHeadAttention(512, 8))
@@ -178,7 +185,9 @@ bn_short, bn_long = bn(short_batch)[0], bn(long_batch)[0, :4]
 ln_short, ln_long = layer_norm(short_batch)[0], layer_norm(long_batch)[0, :4]
 bn_change = (bn_short - bn_long).abs().max().item()
 ln_change = (ln_short - ln_long).abs().max().item()
-print(f"(1) same sentence, different padding: BatchNorm output moves by {bn_change:.3f}, LayerNorm by {ln_change:.1e}")
+print(
+    f"(1) same sentence, different padding: BatchNorm output moves by {bn_change:.3f}, LayerNorm by {ln_change:.1e}"
+)
 assert bn_change > 0.1 and ln_change < 1e-6
 # LayerNorm works per token: the first token alone is normalised exactly as inside its sentence.
 assert torch.allclose(layer_norm(sentence[:, :1]), layer_norm(sentence)[:, :1])
@@ -190,7 +199,9 @@ assert torch.allclose(layer_norm(sentence[:, :1]), layer_norm(sentence)[:, :1])
 
 # %%
 try:
-    batch_norm(torch.randn(1, D, 1, device=device))  # one sequence of one token, in train mode
+    batch_norm(
+        torch.randn(1, D, 1, device=device)
+    )  # one sequence of one token, in train mode
     raised = None
 except ValueError as exc:
     raised = str(exc)
@@ -203,8 +214,10 @@ batch_norm.eval()  # generation runs in eval mode: running statistics, no batch 
 with torch.no_grad():
     one_bn = batch_norm(torch.randn(1, D, 1, device=device))
 batch_norm.train()  # back to train mode for (3)
-print("    BatchNorm in eval mode on a batch of one token: fine, shape",
-      tuple(one_bn.shape))
+print(
+    "    BatchNorm in eval mode on a batch of one token: fine, shape",
+    tuple(one_bn.shape),
+)
 
 # %% [markdown]
 # **(2) Batch size 1 in training.** With one value per feature there are no statistics to take:
@@ -216,7 +229,9 @@ print("    BatchNorm in eval mode on a batch of one token: fine, shape",
 
 # %%
 with torch.no_grad():
-    for _ in range(20):  # a short "training": running averages drift towards the batches seen
+    for _ in range(
+        20
+    ):  # a short "training": running averages drift towards the batches seen
         bn(torch.randn(8, 10, D, device=device) * 3 + 1)
     test = torch.randn(2, 5, D, device=device)
     batch_norm.train()
@@ -227,8 +242,13 @@ with torch.no_grad():
     ln_train = layer_norm(test)
     layer_norm.eval()
     ln_eval = layer_norm(test)
-bn_gap, ln_gap = (bn_train - bn_eval).abs().max().item(), (ln_train - ln_eval).abs().max().item()
-print(f"(3) train vs eval mode on the same input: BatchNorm differs by {bn_gap:.3f}, LayerNorm by {ln_gap:.1e}")
+bn_gap, ln_gap = (
+    (bn_train - bn_eval).abs().max().item(),
+    (ln_train - ln_eval).abs().max().item(),
+)
+print(
+    f"(3) train vs eval mode on the same input: BatchNorm differs by {bn_gap:.3f}, LayerNorm by {ln_gap:.1e}"
+)
 assert bn_gap > 0.1 and ln_gap == 0.0
 
 # %% [markdown]
@@ -251,6 +271,7 @@ assert bn_gap > 0.1 and ln_gap == 0.0
 # `p = 1` in train mode. Every dropped path is then exactly zero. In the paper's block both sublayers
 # vanish and what is left is `norm2(norm1(x))`; in the seed's block *everything* vanishes.
 
+
 # %%
 class SeedBlock(EncoderBlock):
     """The seed's placement: Dropout(LayerNorm(x + Sublayer(x)))."""
@@ -270,7 +291,9 @@ with torch.no_grad():
     norm2_of_norm1 = paper.ff_sub.norm(paper.attn_sub.norm(x))
     assert torch.allclose(paper(x), norm2_of_norm1, atol=1e-6)
     assert torch.count_nonzero(seed_block(x)) == 0
-print("p = 1: the paper's block returns norm2(norm1(x)); the seed's block returns all zeros")
+print(
+    "p = 1: the paper's block returns norm2(norm1(x)); the seed's block returns all zeros"
+)
 
 # %% [markdown]
 # With the usual `p = 0.1` the difference is a matter of degree, and just as visible: the seed's block
@@ -284,7 +307,9 @@ x = torch.randn(8, 20, 16, device=device)
 with torch.no_grad():
     zeros_paper = (paper(x) == 0).float().mean().item()
     zeros_seed = (seed_block(x) == 0).float().mean().item()
-print(f"share of exact zeros in the output: paper {zeros_paper:.1%}, seed {zeros_seed:.1%}")
+print(
+    f"share of exact zeros in the output: paper {zeros_paper:.1%}, seed {zeros_seed:.1%}"
+)
 assert zeros_paper == 0.0 and 0.05 < zeros_seed < 0.15
 glue("ch04_zeros_seed", zeros_seed, display=False)
 glue("ch04_zeros_paper", zeros_paper, display=False)
@@ -298,6 +323,7 @@ glue("ch04_zeros_paper", zeros_paper, display=False)
 # module's mode; its documentation's reference implementation applies
 # `torch.dropout(attn_weight, dropout_p, train=True)` whatever the mode {cite:p}`pytorchdocs`. An
 # attention module that passes `dropout_p=self.p` keeps dropping attention weights in eval mode:
+
 
 # %%
 class SdpaAttention(nn.Module):
@@ -319,8 +345,10 @@ guarded = SdpaAttention(0.1, guard=True).eval()
 with torch.no_grad():
     naive_gap = (naive(x) - naive(x)).abs().max().item()  # two eval-mode calls
     guarded_gap = (guarded(x) - guarded(x)).abs().max().item()
-print(f"eval mode, two calls, one input: dropout_p=self.p differs by {naive_gap:.3f}; "
-      f"dropout_p=self.p if self.training else 0.0 by {guarded_gap:.1e}")
+print(
+    f"eval mode, two calls, one input: dropout_p=self.p differs by {naive_gap:.3f}; "
+    f"dropout_p=self.p if self.training else 0.0 by {guarded_gap:.1e}"
+)
 assert naive_gap > 1e-3 and guarded_gap == 0.0
 
 # %% [markdown]
@@ -355,17 +383,28 @@ assert naive_gap > 1e-3 and guarded_gap == 0.0
 # encoder–decoder at initialisation, one batch of random tokens, and the norm of the gradient of each
 # decoder layer's feed-forward weight $W_2$ (their Figure 3 plots such per-layer gradient norms).
 
+
 # %% mystnb={"figure": {"caption": "Gradient norm of each decoder layer's feed-forward weight at initialisation: Post-LN grows several-fold towards the output, Pre-LN stays within a small factor (the qualitative result of Xiong et al. 2020).", "name": "fig-ch04-postln-preln"}, "image": {"alt": "Line plot over six decoder layers: the Post-LN curve rises several-fold from layer 1 to layer 6, the Pre-LN curve changes far less, drifting gently."}}
 def ffn_grad_norms(norm_first, seed=0):
     torch.manual_seed(seed)
-    model = Transformer(100, 100, d_model=64, n_heads=4, n_layers=6, d_ff=256, dropout=0.0,
-                        norm_first=norm_first).to(device)
+    model = Transformer(
+        100,
+        100,
+        d_model=64,
+        n_heads=4,
+        n_layers=6,
+        d_ff=256,
+        dropout=0.0,
+        norm_first=norm_first,
+    ).to(device)
     g = torch.Generator().manual_seed(seed)
     src = torch.randint(1, 100, (16, 20), generator=g).to(device)
     tgt = torch.randint(1, 100, (16, 21), generator=g).to(device)
     logits = model(src, tgt[:, :-1])
     F.cross_entropy(logits.reshape(-1, 100), tgt[:, 1:].reshape(-1)).backward()
-    return [layer.ff.linear2.weight.grad.norm().item() for layer in model.decoder.layers]
+    return [
+        layer.ff.linear2.weight.grad.norm().item() for layer in model.decoder.layers
+    ]
 
 
 post, pre = ffn_grad_norms(False), ffn_grad_norms(True)
@@ -381,7 +420,9 @@ plt.show()
 print("Post-LN:", [f"{g:.3f}" for g in post])
 print("Pre-LN: ", [f"{g:.3f}" for g in pre])
 assert post[-1] / post[0] > 5  # Post-LN: grows several-fold towards the output
-assert 0.4 < pre[-1] / pre[0] < 1.5 and max(pre) / min(pre) < 2.5  # Pre-LN: within a small factor
+assert (
+    0.4 < pre[-1] / pre[0] < 1.5 and max(pre) / min(pre) < 2.5
+)  # Pre-LN: within a small factor
 glue("ch04_post_growth", post[-1] / post[0], display=False)
 glue("ch04_pre_spread", max(pre) / min(pre), display=False)
 glue("ch04_pre_drift", "downwards" if pre[-1] < pre[0] else "upwards", display=False)
@@ -440,8 +481,10 @@ ours = nn.Embedding(V, D)
 xavier_init_(ours)
 our_scale = (ours.weight * math.sqrt(D)).std().item()
 pe_scale = math.sqrt(0.5)  # std of sin/cos values over many positions
-print(f"entries of embedding·√D: seed's loop {seed_scale:.2f}, course's init {our_scale:.2f}; "
-      f"positional encoding {pe_scale:.2f}")
+print(
+    f"entries of embedding·√D: seed's loop {seed_scale:.2f}, course's init {our_scale:.2f}; "
+    f"positional encoding {pe_scale:.2f}"
+)
 assert seed_scale < 0.4 and abs(our_scale - 1.0) < 0.05
 glue("ch04_xavier_embed_std", embed_std, display=False)
 glue("ch04_seed_scale", seed_scale, display=False)
@@ -461,12 +504,16 @@ for fan_out in (2048, 10_000):
     linear = nn.Linear(512, fan_out)
     default_max = linear.weight.abs().max().item()  # the largest weight PyTorch drew
     xavier_init_(linear)
-    print(f"Linear(512, {fan_out}): default bound {default_bound(512):.4f} "
-          f"(largest weight drawn {default_max:.4f}), "
-          f"Xavier bound {xavier_bound(512, fan_out):.4f}")
+    print(
+        f"Linear(512, {fan_out}): default bound {default_bound(512):.4f} "
+        f"(largest weight drawn {default_max:.4f}), "
+        f"Xavier bound {xavier_bound(512, fan_out):.4f}"
+    )
     assert default_max <= default_bound(512)
     assert linear.weight.abs().max().item() <= xavier_bound(512, fan_out)
-assert default_bound(512) < xavier_bound(512, 2048)  # fan_out < 5·fan_in: default smaller
+assert default_bound(512) < xavier_bound(
+    512, 2048
+)  # fan_out < 5·fan_in: default smaller
 assert xavier_bound(512, 10_000) < default_bound(512)  # fan_out > 5·fan_in: Xavier is
 glue("ch04_default_ff", default_bound(512), display=False)
 glue("ch04_xavier_ff", xavier_bound(512, 2048), display=False)
@@ -481,7 +528,9 @@ glue("ch04_xavier_out", xavier_bound(512, 10_000), display=False)
 # places, not two equal copies:
 
 # %%
-model = Transformer(1000, 1000, d_model=64, n_heads=4, n_layers=1, d_ff=128, tie_embeddings=True).to(device)
+model = Transformer(
+    1000, 1000, d_model=64, n_heads=4, n_layers=1, d_ff=128, tie_embeddings=True
+).to(device)
 untied = Transformer(1000, 1000, d_model=64, n_heads=4, n_layers=1, d_ff=128).to(device)
 assert model.generator.weight is model.tgt_embed.weight  # one object
 saved = count_parameters(untied) - count_parameters(model)
@@ -490,7 +539,9 @@ assert saved == 1000 * 64
 
 # A copy is not a tie: after one optimiser step the two matrices differ.
 copy = Transformer(1000, 1000, d_model=64, n_heads=4, n_layers=1, d_ff=128).to(device)
-copy.generator.weight = nn.Parameter(copy.tgt_embed.weight.detach().clone())  # equal values, two objects
+copy.generator.weight = nn.Parameter(
+    copy.tgt_embed.weight.detach().clone()
+)  # equal values, two objects
 for m in (model, copy):
     opt = torch.optim.SGD(m.parameters(), lr=0.5)
     src = torch.randint(1, 1000, (2, 6), device=device)
@@ -510,6 +561,7 @@ print("tied: still one matrix after a step; copied: two different matrices")
 # again: it visits `generator` after `tgt_embed`, so the embedding ends with the Linear's Xavier
 # scale, the problem of §4.6 (seed 000's loop gives it that scale too, tied or not):
 
+
 # %%
 def embed_spread(m):
     """Spread of the target embedding's entries after the √D scale (chapter 5)."""
@@ -517,13 +569,16 @@ def embed_spread(m):
 
 
 torch.manual_seed(0)
-tied_model = Transformer(1000, 1000, d_model=64, n_heads=4, n_layers=1, d_ff=128,
-                         tie_embeddings=True)
+tied_model = Transformer(
+    1000, 1000, d_model=64, n_heads=4, n_layers=1, d_ff=128, tie_embeddings=True
+)
 before = embed_spread(tied_model)  # initialised, then tied
 xavier_init_(tied_model)  # initialised again, after the tie
 after = embed_spread(tied_model)
-print(f"spread of embedding·√D entries: tied after init {before:.2f}; "
-      f"init run again after the tie {after:.2f}")
+print(
+    f"spread of embedding·√D entries: tied after init {before:.2f}; "
+    f"init run again after the tie {after:.2f}"
+)
 assert tied_model.generator.weight is tied_model.tgt_embed.weight
 assert abs(before - 1.0) < 0.05 and after < 0.5
 glue("ch04_tie_before", before, display=False)

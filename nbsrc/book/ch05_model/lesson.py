@@ -44,9 +44,20 @@ from myst_nb import glue
 
 from tformer_ref.device import get_device, seed_everything
 from tformer_ref.masks import causal_mask, padding_mask
-from tformer_ref.model import (Decoder, DecoderOnlyLM, Encoder, Transformer, count_parameters,
-                               decoder_only_parameter_count, transformer_parameter_count)
-from tformer_ref.positions import LearnedPositionalEmbedding, SinusoidalPositionalEncoding, sinusoidal_encoding
+from tformer_ref.model import (
+    Decoder,
+    DecoderOnlyLM,
+    Encoder,
+    Transformer,
+    count_parameters,
+    decoder_only_parameter_count,
+    transformer_parameter_count,
+)
+from tformer_ref.positions import (
+    LearnedPositionalEmbedding,
+    SinusoidalPositionalEncoding,
+    sinusoidal_encoding,
+)
 from tformer_ref.torch_compat import stacks_to_torch
 
 seed_everything(0)
@@ -68,7 +79,9 @@ perm = torch.tensor([3, 0, 5, 1, 4, 2], device=device)
 with torch.no_grad():
     out, out_of_permuted = encoder(x), encoder(x[:, perm])
 assert torch.allclose(out[:, perm], out_of_permuted, atol=1e-5)
-print("encoder(permuted x) == permuted encoder(x): order is invisible without positions")
+print(
+    "encoder(permuted x) == permuted encoder(x): order is invisible without positions"
+)
 
 # %% [markdown]
 # So position has to be put into the input: each token's vector gets a position-dependent vector
@@ -100,11 +113,16 @@ fig.colorbar(im, ax=ax)
 plt.show()
 
 wavelengths = 2 * math.pi * 10000 ** (torch.arange(0, 64, 2) / 64)
-print(f"wavelengths of the 32 pairs: from {wavelengths[0]:.2f} to {wavelengths[-1]:,.0f} positions")
-assert math.isclose(wavelengths[-1].item(), 2 * math.pi * 10000 ** (62 / 64),
-                    rel_tol=1e-5)
+print(
+    f"wavelengths of the 32 pairs: from {wavelengths[0]:.2f} to {wavelengths[-1]:,.0f} positions"
+)
+assert math.isclose(
+    wavelengths[-1].item(), 2 * math.pi * 10000 ** (62 / 64), rel_tol=1e-5
+)
 glue("ch05_longest_wavelength", wavelengths[-1].item(), display=False)
-assert torch.allclose(pe[0, 0::2], torch.zeros(32)) and torch.allclose(pe[0, 1::2], torch.ones(32))
+assert torch.allclose(pe[0, 0::2], torch.zeros(32)) and torch.allclose(
+    pe[0, 1::2], torch.ones(32)
+)
 
 # %% [markdown]
 # Row 0 of the table, position 0 (the left edge of the heat map), is `[0, 1, 0, 1, ...]` (sin 0,
@@ -115,6 +133,7 @@ assert torch.allclose(pe[0, 0::2], torch.zeros(32)) and torch.allclose(pe[0, 1::
 # starting position: $PE_{pos+k} = PE_{pos}\,R_k$ with a block-diagonal rotation $R_k$ that does not
 # depend on $pos$. That is why the paper hoped the model could learn to attend by *relative* position.
 # A consequence: the dot product of two encodings depends only on their distance.
+
 
 # %%
 def rotation(k, d_model):
@@ -129,10 +148,16 @@ def rotation(k, d_model):
 
 pe64 = sinusoidal_encoding(100, 64, dtype=torch.float64)
 k = 7
-assert torch.allclose(pe64[k:], pe64[:-k] @ rotation(k, 64), atol=1e-9)  # one matrix for every position
+assert torch.allclose(
+    pe64[k:], pe64[:-k] @ rotation(k, 64), atol=1e-9
+)  # one matrix for every position
 dots = pe64 @ pe64.T
-assert torch.allclose(dots[10, 17], dots[50, 57]) and torch.allclose(dots[10, 17], dots[80, 87])
-print(f"PE[10]·PE[17] = {dots[10, 17]:.4f} = PE[50]·PE[57] = {dots[50, 57]:.4f}: only the distance matters")
+assert torch.allclose(dots[10, 17], dots[50, 57]) and torch.allclose(
+    dots[10, 17], dots[80, 87]
+)
+print(
+    f"PE[10]·PE[17] = {dots[10, 17]:.4f} = PE[50]·PE[57] = {dots[50, 57]:.4f}: only the distance matters"
+)
 
 # %% [markdown]
 # The table is a **buffer** of `SinusoidalPositionalEncoding`: it moves with `.to(device)` but it is not a
@@ -140,8 +165,16 @@ print(f"PE[10]·PE[17] = {dots[10, 17]:.4f} = PE[50]·PE[57] = {dots[50, 57]:.4f
 
 # %%
 module = SinusoidalPositionalEncoding(64, max_len=100)
-assert list(module.parameters()) == [] and dict(module.named_buffers())["pe"].shape == (100, 64)
-print("parameters:", len(list(module.parameters())), "| buffers:", [n for n, _ in module.named_buffers()])
+assert list(module.parameters()) == [] and dict(module.named_buffers())["pe"].shape == (
+    100,
+    64,
+)
+print(
+    "parameters:",
+    len(list(module.parameters())),
+    "| buffers:",
+    [n for n, _ in module.named_buffers()],
+)
 
 # %% [markdown]
 # ## 5.3 Learned positions and max_length
@@ -205,11 +238,17 @@ assert "past max_len=8" in message
 train_len, d_model = 64, 64
 module = SinusoidalPositionalEncoding(d_model, max_len=train_len)
 long_input = torch.zeros(1, 4 * train_len, d_model)
-table = module(long_input)[0]  # [256, 64]: rows past max_len computed on the fly, no error
+table = module(long_input)[
+    0
+]  # [256, 64]: rows past max_len computed on the fly, no error
 seen, unseen = table[:train_len], table[train_len:]
-outside = (unseen < seen.min(0).values - 0.1) | (unseen > seen.max(0).values + 0.1)  # [192, 64]
+outside = (unseen < seen.min(0).values - 0.1) | (
+    unseen > seen.max(0).values + 0.1
+)  # [192, 64]
 dims_outside = outside.any(0).nonzero().flatten().tolist()
-print(f"{len(dims_outside)} of {d_model} dimensions leave their training range: dims {dims_outside}")
+print(
+    f"{len(dims_outside)} of {d_model} dimensions leave their training range: dims {dims_outside}"
+)
 assert table.shape == (256, 64) and len(dims_outside) >= 16 and min(dims_outside) >= 16
 assert max(dims_outside) < d_model - 4  # the slowest pairs stay in range too
 # The wavelength of each pair:
@@ -263,8 +302,11 @@ tokens = torch.randint(0, V, (4, 50))
 pe512 = sinusoidal_encoding(50, D)
 position_len = pe512.norm(dim=-1).mean().item()
 print(f"length of a positional encoding: {position_len:.1f}")
-INITS = (("N(0, 1/D)", D ** -0.5), ("N(0, 0.02²)", 0.02),
-         ("N(0, 1), nn.Embedding's default", 1.0))
+INITS = (
+    ("N(0, 1/D)", D**-0.5),
+    ("N(0, 0.02²)", 0.02),
+    ("N(0, 1), nn.Embedding's default", 1.0),
+)
 lengths = {}
 for name, std in INITS:
     table = nn.Embedding(V, D)
@@ -273,8 +315,10 @@ for name, std in INITS:
     with torch.no_grad():
         unscaled = table(tokens).norm(dim=-1).mean().item()
     lengths[name] = (unscaled, unscaled * math.sqrt(D))
-    print(f"token embedding, {name:32s}: length {unscaled:6.2f} unscaled, "
-          f"{unscaled * math.sqrt(D):6.1f} scaled by √D")
+    print(
+        f"token embedding, {name:32s}: length {unscaled:6.2f} unscaled, "
+        f"{unscaled * math.sqrt(D):6.1f} scaled by √D"
+    )
 small_unscaled, small_scaled = lengths["N(0, 1/D)"]
 big_unscaled, big_scaled = lengths["N(0, 1), nn.Embedding's default"]
 assert small_unscaled < 0.1 * position_len and 1.0 < small_scaled / position_len < 2.0
@@ -316,8 +360,14 @@ glue("ch05_big_scaled", big_scaled, display=False)
 
 # %%
 torch.manual_seed(0)
-small = Transformer(src_vocab=20, tgt_vocab=24, d_model=32, n_heads=4, n_layers=2, d_ff=64).to(device).eval()
-src = torch.tensor([[5, 6, 7, 8, 0, 0], [3, 4, 9, 9, 9, 2]], device=device)  # 0 = padding
+small = (
+    Transformer(src_vocab=20, tgt_vocab=24, d_model=32, n_heads=4, n_layers=2, d_ff=64)
+    .to(device)
+    .eval()
+)
+src = torch.tensor(
+    [[5, 6, 7, 8, 0, 0], [3, 4, 9, 9, 9, 2]], device=device
+)  # 0 = padding
 tgt_in = torch.tensor([[1, 11, 12, 13], [1, 14, 15, 0]], device=device)
 with torch.no_grad():
     memory, src_mask = small.encode(src)
@@ -327,12 +377,27 @@ with torch.no_grad():
     layer = small.decoder.layers[0]
     self_mask = padding_mask(tgt_in, 0) & causal_mask(4, device=device)
     h = layer.attn_sub.norm(x + layer.self_attn(x, mask=self_mask))
-    _, cross_weights = layer.cross_attn(h, memory, memory, mask=src_mask, return_weights=True)
-print("memory", tuple(memory.shape), "| src_mask", tuple(src_mask.shape), "| logits", tuple(logits.shape))
-print("cross-attention weights", tuple(cross_weights.shape), "| weight on the source padding:",
-      cross_weights[0, :, :, 4:].abs().max().item())
+    _, cross_weights = layer.cross_attn(
+        h, memory, memory, mask=src_mask, return_weights=True
+    )
+print(
+    "memory",
+    tuple(memory.shape),
+    "| src_mask",
+    tuple(src_mask.shape),
+    "| logits",
+    tuple(logits.shape),
+)
+print(
+    "cross-attention weights",
+    tuple(cross_weights.shape),
+    "| weight on the source padding:",
+    cross_weights[0, :, :, 4:].abs().max().item(),
+)
 assert logits.shape == (2, 4, 24) and cross_weights.shape == (2, 4, 4, 6)
-assert cross_weights[0, :, :, 4:].abs().max() == 0  # padding of source 0 gets no attention
+assert (
+    cross_weights[0, :, :, 4:].abs().max() == 0
+)  # padding of source 0 gets no attention
 
 # %% [markdown]
 # Two probes any right encoder–decoder passes. Changing a *later* target token must not change the
@@ -344,7 +409,9 @@ with torch.no_grad():
     later = tgt_in.clone()
     later[:, 3] = 5
     assert torch.allclose(small(src, later)[:, :3], base[:, :3], atol=1e-5)
-    more_padding = torch.cat([src, torch.zeros(2, 3, dtype=torch.long, device=device)], dim=1)
+    more_padding = torch.cat(
+        [src, torch.zeros(2, 3, dtype=torch.long, device=device)], dim=1
+    )
     assert torch.allclose(small(more_padding, tgt_in), base, atol=1e-5)
 print("causal: the future never changes the past; source padding is invisible")
 
@@ -373,16 +440,28 @@ print("causal: the future never changes the past; source padding is invisible")
 # %%
 seed_model = Transformer(10_000, 10_000, d_model=512, n_heads=8, n_layers=2, d_ff=2048)
 attn, ff, ln = 4 * (512**2 + 512), 2 * 512 * 2048 + 2048 + 512, 2 * 512
-by_hand = 2 * 10_000 * 512 + 2 * (attn + ff + 2 * ln) + 2 * (2 * attn + ff + 3 * ln) + 10_000 * 512 + 10_000
+by_hand = (
+    2 * 10_000 * 512
+    + 2 * (attn + ff + 2 * ln)
+    + 2 * (2 * attn + ff + 3 * ln)
+    + 10_000 * 512
+    + 10_000
+)
 counted = count_parameters(seed_model)
-print(f"counted {counted:,} = by hand {by_hand:,} = formula {transformer_parameter_count(10_000, 10_000):,}")
+print(
+    f"counted {counted:,} = by hand {by_hand:,} = formula {transformer_parameter_count(10_000, 10_000):,}"
+)
 assert counted == by_hand == transformer_parameter_count(10_000, 10_000) == 30_082_832
 
 one_head = Transformer(10_000, 10_000, d_model=512, n_heads=1, n_layers=2, d_ff=2048)
 assert count_parameters(one_head) == counted
-print("with 1 head instead of 8: the same count; heads are slices of the same projections")
+print(
+    "with 1 head instead of 8: the same count; heads are slices of the same projections"
+)
 tied = transformer_parameter_count(10_000, 10_000, tie_embeddings="all")
-print(f"with all three matrices tied (one shared vocabulary, the paper's §3.4): {tied:,}")
+print(
+    f"with all three matrices tied (one shared vocabulary, the paper's §3.4): {tied:,}"
+)
 del seed_model, one_head
 
 # %% [markdown]
@@ -414,11 +493,23 @@ dec = Decoder(32, 4, 2, 64, final_norm=True).to(device).eval()
 theirs = stacks_to_torch(enc, dec)
 src_tokens = torch.tensor([[5, 6, 7, 0], [1, 2, 3, 4]], device=device)
 tgt_tokens = torch.tensor([[1, 4, 5], [1, 7, 0]], device=device)
-src_x, tgt_x = torch.randn(2, 4, 32, device=device), torch.randn(2, 3, 32, device=device)
-src_keep, tgt_keep = padding_mask(src_tokens, 0), padding_mask(tgt_tokens, 0) & causal_mask(3, device=device)
+src_x, tgt_x = (
+    torch.randn(2, 4, 32, device=device),
+    torch.randn(2, 3, 32, device=device),
+)
+src_keep, tgt_keep = (
+    padding_mask(src_tokens, 0),
+    padding_mask(tgt_tokens, 0) & causal_mask(3, device=device),
+)
 ours = dec(tgt_x, enc(src_x, src_keep), tgt_keep, src_keep)
-pytorch = theirs(src_x, tgt_x, tgt_mask=~causal_mask(3, device=device)[0, 0], src_key_padding_mask=src_tokens == 0,
-                 tgt_key_padding_mask=tgt_tokens == 0, memory_key_padding_mask=src_tokens == 0)
+pytorch = theirs(
+    src_x,
+    tgt_x,
+    tgt_mask=~causal_mask(3, device=device)[0, 0],
+    src_key_padding_mask=src_tokens == 0,
+    tgt_key_padding_mask=tgt_tokens == 0,
+    memory_key_padding_mask=src_tokens == 0,
+)
 difference = (ours - pytorch).abs().max().item()
 print(f"largest difference from nn.Transformer: {difference:.1e}")
 assert difference < 1e-5
@@ -435,16 +526,34 @@ assert difference < 1e-5
 
 # %%
 torch.manual_seed(0)
-lm = DecoderOnlyLM(vocab=50, d_model=32, n_heads=4, n_layers=2, d_ff=64, max_len=16, positions="learned",
-                   tie_embeddings=True).to(device).eval()
+lm = (
+    DecoderOnlyLM(
+        vocab=50,
+        d_model=32,
+        n_heads=4,
+        n_layers=2,
+        d_ff=64,
+        max_len=16,
+        positions="learned",
+        tie_embeddings=True,
+    )
+    .to(device)
+    .eval()
+)
 tokens = torch.tensor([[3, 4, 5, 6, 7], [8, 9, 10, 0, 0]], device=device)
 with torch.no_grad():
     logits = lm(tokens)
     changed = tokens.clone()
     changed[:, 3:] = 11
     assert torch.allclose(lm(changed)[:, :3], logits[:, :3], atol=1e-5)
-formula = decoder_only_parameter_count(50, 32, 2, 64, 16, positions="learned", tie_embeddings=True)
-print("logits", tuple(logits.shape), f"| {count_parameters(lm):,} parameters = formula {formula:,}")
+formula = decoder_only_parameter_count(
+    50, 32, 2, 64, 16, positions="learned", tie_embeddings=True
+)
+print(
+    "logits",
+    tuple(logits.shape),
+    f"| {count_parameters(lm):,} parameters = formula {formula:,}",
+)
 assert logits.shape == (2, 5, 50) and count_parameters(lm) == formula
 
 # %% [markdown]

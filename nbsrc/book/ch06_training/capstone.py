@@ -59,9 +59,20 @@ import torch
 from myst_nb import glue
 from torch.utils.data import DataLoader
 
-from tformer_ref.data import BucketBatchSampler, CharVocab, Collate, PairDataset, make_pairs
-from tformer_ref.decoding import (beam_search, evaluate_accuracy, greedy_decode,
-                                  sequence_accuracy, strip)
+from tformer_ref.data import (
+    BucketBatchSampler,
+    CharVocab,
+    Collate,
+    PairDataset,
+    make_pairs,
+)
+from tformer_ref.decoding import (
+    beam_search,
+    evaluate_accuracy,
+    greedy_decode,
+    sequence_accuracy,
+    strip,
+)
 from tformer_ref.device import get_device, seed_everything
 from tformer_ref.model import Transformer, count_parameters
 from tformer_ref.plotting import attention_heatmaps
@@ -83,10 +94,19 @@ stop_pairs, final_pairs = held_out[:200], held_out[200:]
 train_set = PairDataset(train_pairs, vocab)
 collate = Collate()
 BATCH = 128
-loader = DataLoader(train_set, batch_size=BATCH, shuffle=True, collate_fn=collate,
-                    generator=torch.Generator().manual_seed(0))
-stop_batches = list(DataLoader(PairDataset(stop_pairs, vocab), batch_size=200, collate_fn=collate))
-final_batches = list(DataLoader(PairDataset(final_pairs, vocab), batch_size=500, collate_fn=collate))
+loader = DataLoader(
+    train_set,
+    batch_size=BATCH,
+    shuffle=True,
+    collate_fn=collate,
+    generator=torch.Generator().manual_seed(0),
+)
+stop_batches = list(
+    DataLoader(PairDataset(stop_pairs, vocab), batch_size=200, collate_fn=collate)
+)
+final_batches = list(
+    DataLoader(PairDataset(final_pairs, vocab), batch_size=500, collate_fn=collate)
+)
 
 CONFIG = dict(n_heads=8, n_layers=2, dropout=0.0, max_len=32)
 torch.manual_seed(0)
@@ -94,8 +114,10 @@ model = Transformer(len(vocab), len(vocab), d_model=64, d_ff=128, **CONFIG).to(d
 seed_width = Transformer(len(vocab), len(vocab), d_model=512, d_ff=2048, **CONFIG)
 width_ratio = count_parameters(seed_width) / count_parameters(model)
 glue("ch06_cap_width_ratio", float(width_ratio), display=False)
-print(f"{count_parameters(model):,} parameters; at the seed's width "
-      f"{count_parameters(seed_width):,} ({width_ratio:.0f} times as many)")
+print(
+    f"{count_parameters(model):,} parameters; at the seed's width "
+    f"{count_parameters(seed_width):,} ({width_ratio:.0f} times as many)"
+)
 del seed_width
 
 # %% [markdown]
@@ -105,8 +127,15 @@ del seed_width
 # the share of padding in each.
 
 # %%
-STYLE_PATTERNS = (r"\d{4}-\d\d-\d\d", r"\d\d/\d\d/\d{4}", r"\d+\.\d+\.\d{4}", r"\d{8}",
-                  r"[A-Z][a-z]{2} \d+, \d{4}", r"\d+ [A-Z]{3} \d{4}", r"[a-z]+ \d+ \d{4}")
+STYLE_PATTERNS = (
+    r"\d{4}-\d\d-\d\d",
+    r"\d\d/\d\d/\d{4}",
+    r"\d+\.\d+\.\d{4}",
+    r"\d{8}",
+    r"[A-Z][a-z]{2} \d+, \d{4}",
+    r"\d+ [A-Z]{3} \d{4}",
+    r"[a-z]+ \d+ \d{4}",
+)
 
 
 def style_of(source):
@@ -123,13 +152,21 @@ def batch_stats(batches):
     return sum(styles) / len(styles), 1 - real / padded
 
 
-shuffled = list(torch.utils.data.BatchSampler(
-    torch.randperm(len(train_set), generator=torch.Generator().manual_seed(0)).tolist(),
-    BATCH, drop_last=False))
+shuffled = list(
+    torch.utils.data.BatchSampler(
+        torch.randperm(
+            len(train_set), generator=torch.Generator().manual_seed(0)
+        ).tolist(),
+        BATCH,
+        drop_last=False,
+    )
+)
 bucketed = list(BucketBatchSampler(train_set.lengths(), BATCH, seed=0))
 stats = {"bucketed": batch_stats(bucketed), "shuffled": batch_stats(shuffled)}
 for name, (n_styles, pad) in stats.items():
-    print(f"{name:9s} batches: {n_styles:.1f} of 7 styles per batch, {pad:.0%} of the source is padding")
+    print(
+        f"{name:9s} batches: {n_styles:.1f} of 7 styles per batch, {pad:.0%} of the source is padding"
+    )
 assert stats["shuffled"][0] > 2 * stats["bucketed"][0]
 glue("ch06_cap_styles_bucketed", stats["bucketed"][0], display=False)
 glue("ch06_cap_styles_shuffled", stats["shuffled"][0], display=False)
@@ -151,7 +188,11 @@ glue("ch06_cap_pad_shuffled", stats["shuffled"][1], display=False)
 STEPS, WARMUP = 440, 60
 KNEE = STEPS // 2  # the end of the fast decay
 EVAL_EVERY = STEPS // 10
-CHUNKS = (4 * EVAL_EVERY, 7 * EVAL_EVERY, STEPS)  # the steps reached by each training cell
+CHUNKS = (
+    4 * EVAL_EVERY,
+    7 * EVAL_EVERY,
+    STEPS,
+)  # the steps reached by each training cell
 PEAK = noam_lambda(WARMUP - 1, 64, WARMUP)  # Noam's peak, reached at the end of warm-up
 optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
 
@@ -180,34 +221,69 @@ def report(history, after=0):
     """Print the evaluations made after step ``after``."""
     for step, acc in zip(history.eval_step, history.eval_acc):
         if step > after:
-            print(f"step {step:4d} ({step / STEPS:4.0%}): held-out exact match {acc:.1%}")
+            print(
+                f"step {step:4d} ({step / STEPS:4.0%}): held-out exact match {acc:.1%}"
+            )
 
 
-history = fit(model, loader, optimizer, scheduler, max_steps=CHUNKS[0], max_norm=1.0,
-              evaluate=stop_accuracy, eval_every=EVAL_EVERY, progress=False)
+history = fit(
+    model,
+    loader,
+    optimizer,
+    scheduler,
+    max_steps=CHUNKS[0],
+    max_norm=1.0,
+    evaluate=stop_accuracy,
+    eval_every=EVAL_EVERY,
+    progress=False,
+)
 report(history)
 
 # %% [markdown]
 # The second part: the fast decay ends at step {glue:text}`ch06_cap_knee:d`.
 
 # %%
-history = fit(model, loader, optimizer, scheduler, max_steps=CHUNKS[1], max_norm=1.0,
-              evaluate=stop_accuracy, eval_every=EVAL_EVERY, progress=False, history=history)
+history = fit(
+    model,
+    loader,
+    optimizer,
+    scheduler,
+    max_steps=CHUNKS[1],
+    max_norm=1.0,
+    evaluate=stop_accuracy,
+    eval_every=EVAL_EVERY,
+    progress=False,
+    history=history,
+)
 report(history, after=CHUNKS[0])
 
 # %% [markdown]
 # The last part: the slow tail runs the rate down to zero.
 
 # %%
-history = fit(model, loader, optimizer, scheduler, max_steps=CHUNKS[2], max_norm=1.0,
-              evaluate=stop_accuracy, eval_every=EVAL_EVERY, progress=False, history=history)
+history = fit(
+    model,
+    loader,
+    optimizer,
+    scheduler,
+    max_steps=CHUNKS[2],
+    max_norm=1.0,
+    evaluate=stop_accuracy,
+    eval_every=EVAL_EVERY,
+    progress=False,
+    history=history,
+)
 report(history, after=CHUNKS[1])
 train_seconds = history.time[-1]
 first_pass = next(s for s, a in zip(history.eval_step, history.eval_acc) if a >= PASS)
-print(f"{history.step[-1]} steps: {train_seconds:.1f} s of training "
-      f"(+ {sum(eval_seconds):.1f} s for {len(eval_seconds)} evaluations); "
-      f"{PASS:.0%} first reached at step {first_pass}, after {history.time_to(PASS):.1f} s")
-assert first_pass <= MARGIN * STEPS, first_pass  # reached with the rest of the run to spare
+print(
+    f"{history.step[-1]} steps: {train_seconds:.1f} s of training "
+    f"(+ {sum(eval_seconds):.1f} s for {len(eval_seconds)} evaluations); "
+    f"{PASS:.0%} first reached at step {first_pass}, after {history.time_to(PASS):.1f} s"
+)
+assert first_pass <= MARGIN * STEPS, (
+    first_pass
+)  # reached with the rest of the run to spare
 glue("ch06_cap_train_s", float(train_seconds), display=False)
 glue("ch06_cap_first_pass", first_pass, display=False)
 glue("ch06_cap_first_pass_share", first_pass / STEPS, display=False)
@@ -239,10 +315,13 @@ plt.show()
 
 # %%
 final_preds = [greedy_decode(model, s.to(device), 20).cpu() for s, _ in final_batches]
-final_acc = sum(sequence_accuracy(p, t) * len(t)
-                for p, (_, t) in zip(final_preds, final_batches)) / len(final_pairs)
-print(f"exact match on {len(final_pairs)} new dates: {final_acc:.2%}, "
-      f"after {train_seconds:.1f} s of training")
+final_acc = sum(
+    sequence_accuracy(p, t) * len(t) for p, (_, t) in zip(final_preds, final_batches)
+) / len(final_pairs)
+print(
+    f"exact match on {len(final_pairs)} new dates: {final_acc:.2%}, "
+    f"after {train_seconds:.1f} s of training"
+)
 assert final_acc >= PASS, final_acc
 glue("ch06_cap_final_acc", final_acc, display=False)
 
@@ -266,11 +345,15 @@ rows_want = [strip(t) for t in beam_tgt]
 greedy_acc = sum(g == w for g, w in zip(rows_greedy, rows_want)) / len(rows_want)
 beam_acc = sum(b == w for b, w in zip(rows_beam, rows_want)) / len(rows_want)
 n_differ = sum(g != b for g, b in zip(rows_greedy, rows_beam))
-print(f"exact match on {len(rows_want)} dates: greedy {greedy_acc:.1%}, beam of 4 {beam_acc:.1%}; "
-      f"the two outputs differ on {n_differ} dates (beam search: {beam_seconds:.1f} s)")
+print(
+    f"exact match on {len(rows_want)} dates: greedy {greedy_acc:.1%}, beam of 4 {beam_acc:.1%}; "
+    f"the two outputs differ on {n_differ} dates (beam search: {beam_seconds:.1f} s)"
+)
 for i in [i for i in range(len(rows_want)) if rows_greedy[i] != rows_beam[i]][:3]:
-    print(f"  {vocab.decode(beam_src[i])!r}: greedy {vocab.decode(greedy_out[i])!r}, "
-          f"beam {vocab.decode(beam_out[i])!r}, expected {vocab.decode(beam_tgt[i])!r}")
+    print(
+        f"  {vocab.decode(beam_src[i])!r}: greedy {vocab.decode(greedy_out[i])!r}, "
+        f"beam {vocab.decode(beam_out[i])!r}, expected {vocab.decode(beam_tgt[i])!r}"
+    )
 assert greedy_acc >= 0.97 and beam_acc >= 0.97
 glue("ch06_cap_greedy_acc", greedy_acc, display=False)
 glue("ch06_cap_beam_acc", beam_acc, display=False)
@@ -299,7 +382,9 @@ for i in range(10):
     print(f"{vocab.decode(src[i])!r:>22} -> {vocab.decode(pred[i])!r:<22} {mark}")
 wrong = [i for i in range(len(src)) if strip(pred[i]) != strip(tgt[i])]
 for i in wrong[:5]:
-    print(f"mistake: {vocab.decode(src[i])!r} -> {vocab.decode(pred[i])!r}, expected {vocab.decode(tgt[i])!r}")
+    print(
+        f"mistake: {vocab.decode(src[i])!r} -> {vocab.decode(pred[i])!r}, expected {vocab.decode(tgt[i])!r}"
+    )
 
 # %% [markdown]
 # ## Where the decoder looks
@@ -308,6 +393,7 @@ for i in wrong[:5]:
 # each column a source character, one panel per head. A forward hook asks the attention module for
 # its weights (the fused kernel does not return them; `return_weights=True` takes the plain path,
 # which computes the same output).
+
 
 # %% mystnb={"figure": {"caption": "Cross-attention of the trained model's last decoder layer, one map per head: each output character (rows) reads source characters (columns).", "name": "fig-ch06-capstone-attention"}, "image": {"alt": "Eight heat maps, one per head, with output characters as rows and source characters as columns; bright cells show which source characters each output character reads."}}
 def cross_attention(model, src, out):
@@ -331,14 +417,20 @@ def cross_attention(model, src, out):
     return captured[0][0]
 
 
-i = next(i for i in range(len(src)) if vocab.decode(src[i])[0].isalpha())  # a "Mar 3, 2021"-style source
-one_src = src[i:i + 1, : int((src[i] != 0).sum())].to(device)
+i = next(
+    i for i in range(len(src)) if vocab.decode(src[i])[0].isalpha()
+)  # a "Mar 3, 2021"-style source
+one_src = src[i : i + 1, : int((src[i] != 0).sum())].to(device)
 one_out = greedy_decode(model, one_src, 20)
 weights = cross_attention(model, one_src, one_out[:, :-1])
 src_chars = [vocab.itos[t] for t in one_src[0].tolist()]
 out_chars = [vocab.itos[t] for t in one_out[0, :-1].tolist()]
-fig = attention_heatmaps(weights.cpu(), out_chars, key_tokens=src_chars,
-                         title=f"{vocab.decode(one_src[0])!r} -> {vocab.decode(one_out[0])!r}")
+fig = attention_heatmaps(
+    weights.cpu(),
+    out_chars,
+    key_tokens=src_chars,
+    title=f"{vocab.decode(one_src[0])!r} -> {vocab.decode(one_out[0])!r}",
+)
 fig
 
 # %% [markdown]
@@ -349,8 +441,9 @@ fig
 
 # %%
 assert weights.shape == (8, len(out_chars), len(src_chars))
-assert torch.allclose(weights.sum(-1), torch.ones(8, len(out_chars), device=weights.device),
-                      atol=1e-5)
+assert torch.allclose(
+    weights.sum(-1), torch.ones(8, len(out_chars), device=weights.device), atol=1e-5
+)
 source_text, output_text = vocab.decode(one_src[0]), vocab.decode(one_out[0])
 year = output_text[-4:]
 year_cols = list(range(source_text.index(year), source_text.index(year) + 4))
@@ -359,7 +452,9 @@ year_rows = list(range(n_out - 5, n_out - 1))  # rows predicting the four year d
 share = weights[:, year_rows][:, :, year_cols].sum(-1).mean(-1)  # [H]
 uniform = len(year_cols) / len(src_chars)
 best = int(share.argmax())
-print(f"writing the year {year}: share of each head's weight on the source's year digits")
+print(
+    f"writing the year {year}: share of each head's weight on the source's year digits"
+)
 print("  " + "  ".join(f"head {h}: {s:.0%}" for h, s in enumerate(share.tolist())))
 print(f"  mean over heads {share.mean():.0%}; spread evenly it would be {uniform:.0%}")
 assert year.isdigit() and one_out[0, -1].item() == 2  # ends with the year, then EOS

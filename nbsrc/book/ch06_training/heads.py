@@ -31,7 +31,14 @@ import torch
 from myst_nb import glue
 from torch.utils.data import DataLoader
 
-from tformer_ref.data import PAD, BucketBatchSampler, CharVocab, Collate, PairDataset, make_pairs
+from tformer_ref.data import (
+    PAD,
+    BucketBatchSampler,
+    CharVocab,
+    Collate,
+    PairDataset,
+    make_pairs,
+)
 from tformer_ref.device import get_device, seed_everything
 from tformer_ref.model import Transformer
 from tformer_ref.training import fit, noam_scheduler, shift_targets
@@ -51,7 +58,9 @@ test_batches = list(DataLoader(test_set, batch_size=len(test_set), collate_fn=co
 
 def make_model(seed=0, **kw):
     torch.manual_seed(seed)
-    config = dict(d_model=32, n_heads=8, n_layers=2, d_ff=64, dropout=0.0, max_len=40) | kw
+    config = (
+        dict(d_model=32, n_heads=8, n_layers=2, d_ff=64, dropout=0.0, max_len=40) | kw
+    )
     return Transformer(len(vocab), len(vocab), **config).to(device)
 
 
@@ -115,8 +124,9 @@ majority = held_out.bincount().max().item() / held_out.numel()
 fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3))
 for ax, values in ((ax1, acc), (ax2, step_ms)):
     for i, s in enumerate(SEEDS):
-        ax.scatter(range(len(HEADS)), [values[h][i] for h in HEADS], s=18,
-                   label=f"seed {s}")
+        ax.scatter(
+            range(len(HEADS)), [values[h][i] for h in HEADS], s=18, label=f"seed {s}"
+        )
     ax.plot([statistics.mean(values[h]) for h in HEADS], "k-", lw=0.8, label="mean")
     ax.set_xticks(range(len(HEADS)), [f"{h}\n(Dh={width // h})" for h in HEADS])
     ax.set_xlabel("heads (head size)")
@@ -126,24 +136,30 @@ ax2.set(ylabel="ms per training step", ylim=(0, None))
 ax1.legend(fontsize=7)
 plt.show()
 
-print(f"{STEPS} steps, d_model={width}, one layer per stack; always predicting the "
-      f"most common next character scores {majority:.1%}")
+print(
+    f"{STEPS} steps, d_model={width}, one layer per stack; always predicting the "
+    f"most common next character scores {majority:.1%}"
+)
 seed_cols = "  ".join(f"seed {s}" for s in SEEDS)
 print(f" H  Dh   accuracy: {seed_cols}    mean   ms/step: {seed_cols}   s/run")
 for h in HEADS:
     a = "  ".join(f"{x:6.1%}" for x in acc[h])
     t = "  ".join(f"{x:6.1f}" for x in step_ms[h])
     run_s = statistics.mean(runs[h, s][2] for s in SEEDS)
-    print(f"{h:2d} {width // h:3d}             {a}   {mean_acc[h]:6.1%}            {t}"
-          f"   {run_s:5.2f}")
+    print(
+        f"{h:2d} {width // h:3d}             {a}   {mean_acc[h]:6.1%}            {t}"
+        f"   {run_s:5.2f}"
+    )
 best, worst = max(mean_acc, key=mean_acc.get), min(mean_acc, key=mean_acc.get)
 gap = mean_acc[best] - mean_acc[worst]
 noise = max(max(a) - min(a) for a in acc.values())  # two seeds, one head count
 verdict = "more" if gap > 2 * noise else "not more"
-print(f"best mean: H = {best} ({mean_acc[best]:.1%}), worst: H = {worst} "
-      f"({mean_acc[worst]:.1%}), {100 * gap:.1f} points apart; two seeds of one head "
-      f"count differ by up to {100 * noise:.1f} points, so the gap is {verdict} than "
-      "twice the seed noise.")
+print(
+    f"best mean: H = {best} ({mean_acc[best]:.1%}), worst: H = {worst} "
+    f"({mean_acc[worst]:.1%}), {100 * gap:.1f} points apart; two seeds of one head "
+    f"count differ by up to {100 * noise:.1f} points, so the gap is {verdict} than "
+    "twice the seed noise."
+)
 for s in SEEDS:
     ranked = sorted(HEADS, key=lambda h: runs[h, s][0])
     print(f"seed {s}: heads from worst to best {ranked}")
@@ -151,8 +167,10 @@ assert all(a > 3 * majority for a, _, _ in runs.values())  # every split learns 
 # What the longer experiment suggested below would cost, in training steps.
 glue("ch06_heads_rerun_factor", 1000 * 5 / (STEPS * len(SEEDS)), display=False)
 ms_one, ms_eight = statistics.mean(step_ms[1]), statistics.mean(step_ms[8])
-print(f"time per step on this {device.type}: {ms_one:.1f} ms with one head, "
-      f"{ms_eight:.1f} ms with eight")
+print(
+    f"time per step on this {device.type}: {ms_one:.1f} ms with one head, "
+    f"{ms_eight:.1f} ms with eight"
+)
 
 # %% [markdown]
 # **What the numbers say, at this scale.** The lines under the table give the best and the worst
@@ -198,4 +216,3 @@ print(f"time per step on this {device.type}: {ms_one:.1f} ms with one head, "
 # $B \cdot H$ per layer, each of inner size $D_h$. Which of the two dominates here we did not
 # measure, and on a GPU, where launching the kernels can cost more than running them, the
 # balance may differ again.
-

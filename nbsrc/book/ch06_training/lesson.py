@@ -60,15 +60,32 @@ import torch.nn.functional as F
 from myst_nb import glue
 from torch.utils.data import DataLoader
 
-from tformer_ref.data import (BOS, EOS, PAD, BucketBatchSampler, CharVocab, Collate, PairDataset, make_pairs)
+from tformer_ref.data import (
+    BOS,
+    EOS,
+    PAD,
+    BucketBatchSampler,
+    CharVocab,
+    Collate,
+    PairDataset,
+    make_pairs,
+)
 from tformer_ref.decoding import beam_search, greedy_decode, sequence_accuracy, strip
 from tformer_ref.device import get_device, seed_everything
 from tformer_ref.model import Transformer
-from tformer_ref.training import noam_lambda, noam_scheduler, sequence_loss, shift_targets, train_step
+from tformer_ref.training import (
+    noam_lambda,
+    noam_scheduler,
+    sequence_loss,
+    shift_targets,
+    train_step,
+)
 
 seed_everything(0)
 device = get_device()
-torch.set_num_threads(1)  # tiny tensors: a second thread only waits for the first (and on a busy machine, much worse)
+torch.set_num_threads(
+    1
+)  # tiny tensors: a second thread only waits for the first (and on a busy machine, much worse)
 
 # %% [markdown]
 # ## 6.1 The toy task
@@ -102,8 +119,13 @@ ax.set_xlabel("tokens")
 ax.set_ylabel("examples")
 ax.legend()
 plt.show()
-assert max(src_lengths) - min(src_lengths) >= 8 and max(tgt_lengths) - min(tgt_lengths) >= 7
-assert not {t for _, t in train_pairs} & {t for _, t in test_pairs}  # held-out dates are new dates
+assert (
+    max(src_lengths) - min(src_lengths) >= 8
+    and max(tgt_lengths) - min(tgt_lengths) >= 7
+)
+assert not {t for _, t in train_pairs} & {
+    t for _, t in test_pairs
+}  # held-out dates are new dates
 
 # %% [markdown]
 # A small model keeps the lesson fast: `d_model = 32`, 8 heads, 2 layers (the seed's shape,
@@ -118,7 +140,9 @@ test_batches = list(DataLoader(test_set, batch_size=len(test_set), collate_fn=co
 
 def make_model(seed=0, **kw):
     torch.manual_seed(seed)
-    config = dict(d_model=32, n_heads=8, n_layers=2, d_ff=64, dropout=0.0, max_len=40) | kw
+    config = (
+        dict(d_model=32, n_heads=8, n_layers=2, d_ff=64, dropout=0.0, max_len=40) | kw
+    )
     return Transformer(len(vocab), len(vocab), **config).to(device)
 
 
@@ -126,8 +150,13 @@ def loader(pad_to=None, seed=0):
     if pad_to is None:  # bucketed batches, each padded to its own longest sequence
         sampler = BucketBatchSampler(train_set.lengths(), BATCH, seed=seed)
         return DataLoader(train_set, batch_sampler=sampler, collate_fn=collate)
-    return DataLoader(train_set, batch_size=BATCH, shuffle=True, collate_fn=Collate(pad_to=pad_to),
-                      generator=torch.Generator().manual_seed(seed))
+    return DataLoader(
+        train_set,
+        batch_size=BATCH,
+        shuffle=True,
+        collate_fn=Collate(pad_to=pad_to),
+        generator=torch.Generator().manual_seed(seed),
+    )
 
 
 def next_token_accuracy(model):
@@ -153,6 +182,7 @@ def char_accuracy(model):
         total += len(t)
     return hits / total
 
+
 # %% [markdown]
 # ## 6.2 Teacher forcing and the shift
 #
@@ -167,7 +197,9 @@ tgt_in, labels = shift_targets(tgt)  # tgt[:, :-1], tgt[:, 1:]
 print("tgt    ", tgt[0].tolist())
 print("tgt_in ", tgt_in[0].tolist())
 print("labels ", labels[0].tolist())
-assert torch.equal(tgt_in[:, 1:], labels[:, :-1]) and tgt.shape[1] - 1 == tgt_in.shape[1]
+assert (
+    torch.equal(tgt_in[:, 1:], labels[:, :-1]) and tgt.shape[1] - 1 == tgt_in.shape[1]
+)
 
 # %% [markdown]
 # The seed writes {seed}`004:output = model(src, trg[:-1, :])` and takes the loss on
@@ -178,8 +210,14 @@ assert torch.equal(tgt_in[:, 1:], labels[:, :-1]) and tgt.shape[1] - 1 == tgt_in
 # attends *across the batch*: each sentence's output then depends on the other sentences.
 
 # %%
-print("nn.MultiheadAttention:", inspect.signature(torch.nn.MultiheadAttention).parameters["batch_first"])
-print("nn.Transformer:       ", inspect.signature(torch.nn.Transformer).parameters["batch_first"])
+print(
+    "nn.MultiheadAttention:",
+    inspect.signature(torch.nn.MultiheadAttention).parameters["batch_first"],
+)
+print(
+    "nn.Transformer:       ",
+    inspect.signature(torch.nn.Transformer).parameters["batch_first"],
+)
 torch.manual_seed(0)
 x = torch.randn(3, 5, 8)  # meant as [B=3 sentences, S=5 tokens, D=8]
 x_edit = x.clone()
@@ -187,7 +225,9 @@ x_edit[1] += 1.0  # change sentence 1 only
 for batch_first in (False, True):
     mha = torch.nn.MultiheadAttention(8, 2, batch_first=batch_first).eval()
     with torch.no_grad():
-        drift = (mha(x_edit, x_edit, x_edit)[0][0] - mha(x, x, x)[0][0]).abs().max().item()
+        drift = (
+            (mha(x_edit, x_edit, x_edit)[0][0] - mha(x, x, x)[0][0]).abs().max().item()
+        )
     print(f"batch_first={batch_first}: sentence 0's output moved by {drift:.3g}")
     assert (drift > 1e-3) if not batch_first else (drift < 1e-6)
 
@@ -198,7 +238,12 @@ for batch_first in (False, True):
 
 # %%
 src, tgt = next(iter(loader()))
-print("batch-first tgt:", list(tgt.shape), "-> seed's decoder input", list(tgt[:-1, :].shape))
+print(
+    "batch-first tgt:",
+    list(tgt.shape),
+    "-> seed's decoder input",
+    list(tgt[:-1, :].shape),
+)
 try:
     make_model()(src.to(device), tgt[:-1, :].to(device))
 except (RuntimeError, ValueError) as exc:
@@ -212,6 +257,7 @@ else:
 # train all three for the same 60 steps (far from converged) and measure the training loss and, on
 # held-out dates, how often the model predicts the *next* character from the ones before it, which is
 # all that decoding asks of it:
+
 
 # %% mystnb={"figure": {"caption": "Training loss with the right target shift and two wrong ones: the wrong ones reach a lower loss yet predict the next character far worse.", "name": "fig-ch06-shift"}, "image": {"alt": "Three loss curves on a log scale; the two wrong shifts fall below the right one, while the legend shows their next-character accuracy far lower."}}
 def run_shift(shift, steps=60):
@@ -229,9 +275,11 @@ def run_shift(shift, steps=60):
     return losses, next_token_accuracy(model)
 
 
-shifts = {"right: tgt[:, :-1] -> tgt[:, 1:]": shift_targets,
-          "wrong way: tgt[:, 1:] -> tgt[:, :-1]": lambda t: (t[:, 1:], t[:, :-1]),
-          "labels not shifted": lambda t: (t[:, :-1], t[:, :-1])}
+shifts = {
+    "right: tgt[:, :-1] -> tgt[:, 1:]": shift_targets,
+    "wrong way: tgt[:, 1:] -> tgt[:, :-1]": lambda t: (t[:, 1:], t[:, :-1]),
+    "labels not shifted": lambda t: (t[:, :-1], t[:, :-1]),
+}
 shift_runs = {name: run_shift(fn) for name, fn in shifts.items()}
 fig, ax = plt.subplots(figsize=(7, 3))
 for name, (losses, acc) in shift_runs.items():
@@ -246,7 +294,9 @@ for name, (losses, acc) in shift_runs.items():
     print(f"{name:>36}: final loss {losses[-1]:.3f}, next character right {acc:.0%}")
 final = {name: statistics.mean(run[0][-10:]) for name, run in shift_runs.items()}
 right_loss, wrong_loss, same_loss = final.values()
-assert max(wrong_loss, same_loss) < 0.8 * right_loss  # the broken runs: the *lower* loss
+assert (
+    max(wrong_loss, same_loss) < 0.8 * right_loss
+)  # the broken runs: the *lower* loss
 assert right[1] > 2 * max(wrong[1], same[1])  # and decode far worse
 glue("ch06_shift_acc_right", float(right[1]), display=False)
 glue("ch06_shift_acc_wrong", float(wrong[1]), display=False)
@@ -279,7 +329,9 @@ with torch.no_grad():
 counted = F.cross_entropy(logits.flatten(0, 1), labels.flatten())
 ignored = sequence_loss(logits, labels, PAD)
 pad_share = (labels == PAD).float().mean().item()
-print(f"padding is {pad_share:.0%} of the label positions; loss with padding {counted:.3f}, without {ignored:.3f}")
+print(
+    f"padding is {pad_share:.0%} of the label positions; loss with padding {counted:.3f}, without {ignored:.3f}"
+)
 
 # %% [markdown]
 # Older code, the Annotated Transformer among it {cite:p}`rush2018annotated`, writes label
@@ -290,6 +342,7 @@ print(f"padding is {pad_share:.0%} of the label positions; loss with padding {co
 # loss (as a mean over the real tokens, as the Annotated Transformer's loss computation divides
 # by their number) and compares both on the untrained model's logits, then on the same logits
 # with the PAD logit lowered by 100:
+
 
 # %%
 def hand_smoothed_kl(logits, labels, pad_id, eps):
@@ -321,13 +374,15 @@ for name, z in (("untrained model", z0), (f"PAD logit lowered by {LOWER:.0f}", z
     z = z.clone().requires_grad_()
     ours = F.cross_entropy(z, flat_labels, ignore_index=PAD, label_smoothing=EPS)
     theirs = hand_smoothed_kl(z, flat_labels, PAD, EPS)
-    g_ours, = torch.autograd.grad(ours, z)
-    g_theirs, = torch.autograd.grad(theirs, z)
+    (g_ours,) = torch.autograd.grad(ours, z)
+    (g_theirs,) = torch.autograd.grad(theirs, z)
     cosine = F.cosine_similarity(g_ours.flatten(), g_theirs.flatten(), 0).item()
     compare[name] = (ours.item(), theirs.item(), g_ours - g_theirs, cosine)
-    print(f"{name:>24}: cross_entropy(label_smoothing={EPS}) {ours.item():.4f}, "
-          f"hand-written KL {theirs.item():.4f}, difference "
-          f"{ours.item() - theirs.item():.4f}; gradient cosine {cosine:.4f}")
+    print(
+        f"{name:>24}: cross_entropy(label_smoothing={EPS}) {ours.item():.4f}, "
+        f"hand-written KL {theirs.item():.4f}, difference "
+        f"{ours.item() - theirs.item():.4f}; gradient cosine {cosine:.4f}"
+    )
 (l1, k1, dg1, cos1), (l2, k2, dg2, cos2) = compare.values()
 h_target = smoothed_target_entropy(EPS, len(vocab))
 print(f"entropy of PyTorch's smoothed target: {h_target:.4f}")
@@ -339,7 +394,8 @@ assert min(cos1, cos2) > 0.9
 # PyTorch's version *is* the KL divergence to its own target plus that target's entropy:
 real = flat_labels != PAD
 q = torch.full_like(z0, EPS / len(vocab)).scatter_add_(
-    -1, flat_labels[:, None], torch.full_like(z0[:, :1], 1 - EPS))
+    -1, flat_labels[:, None], torch.full_like(z0[:, :1], 1 - EPS)
+)
 kl_own = F.kl_div(z0.log_softmax(-1)[real], q[real], reduction="batchmean")
 assert abs(l1 - (kl_own.item() + h_target)) < 1e-6
 glue("ch06_ls_ours_a", l1, display=False)
@@ -372,6 +428,7 @@ glue("ch06_ls_entropy", float(h_target), display=False)
 # `padding="max_length"` would, and train once with padding counted and once without, for the same
 # steps. The counted run also records its loss on the real tokens alone, the number the other run
 # reports:
+
 
 # %% mystnb={"figure": {"caption": "Reported training loss when padding is counted and when it is ignored, and the padding-counted run's loss on its real tokens alone.", "name": "fig-ch06-padding-loss"}, "image": {"alt": "Three loss curves on a log scale; the padding-counted reported loss sits far below the same run's loss on real tokens, which stays above the padding-ignored run's loss."}}
 def run_padding(count_padding, steps=50):
@@ -406,25 +463,37 @@ ax.set_ylabel("training loss")
 ax.set_yscale("log")
 ax.legend(fontsize=8)
 plt.show()
-tail = {"counted_rep": statistics.mean(counted_rep[-10:]),
-        "counted_real": statistics.mean(counted_real[-10:]),
-        "ignored": statistics.mean(ignored_rep[-10:])}
-print(f"last 10 steps: padding counted reports {tail['counted_rep']:.3f}, its real tokens "
-      f"{tail['counted_real']:.3f}; padding ignored {tail['ignored']:.3f}")
-print(f"characters right on held-out dates: padding counted {counted_acc:.1%}, "
-      f"ignored {ignored_acc:.1%}")
+tail = {
+    "counted_rep": statistics.mean(counted_rep[-10:]),
+    "counted_real": statistics.mean(counted_real[-10:]),
+    "ignored": statistics.mean(ignored_rep[-10:]),
+}
+print(
+    f"last 10 steps: padding counted reports {tail['counted_rep']:.3f}, its real tokens "
+    f"{tail['counted_real']:.3f}; padding ignored {tail['ignored']:.3f}"
+)
+print(
+    f"characters right on held-out dates: padding counted {counted_acc:.1%}, "
+    f"ignored {ignored_acc:.1%}"
+)
 assert tail["counted_rep"] < 0.75 * tail["counted_real"]  # the counted loss reads lower
-assert tail["counted_rep"] < 0.9 * tail["ignored"]  # and than the other run's (0.7 here)
+assert (
+    tail["counted_rep"] < 0.9 * tail["ignored"]
+)  # and than the other run's (0.7 here)
 glue("ch06_pad_label_share", label_pad, display=False)
 glue("ch06_pad_rep", tail["counted_rep"], display=False)
 glue("ch06_pad_real", tail["counted_real"], display=False)
 glue("ch06_pad_ignored", tail["ignored"], display=False)
 glue("ch06_pad_acc_counted", float(counted_acc), display=False)
 glue("ch06_pad_acc_ignored", float(ignored_acc), display=False)
-glue("ch06_pad_acc_word", "fewer" if counted_acc < ignored_acc else "more",
-     display=False)
-glue("ch06_pad_real_word", "above" if tail["counted_real"] > tail["ignored"] else "below",
-     display=False)
+glue(
+    "ch06_pad_acc_word", "fewer" if counted_acc < ignored_acc else "more", display=False
+)
+glue(
+    "ch06_pad_real_word",
+    "above" if tail["counted_real"] > tail["ignored"] else "below",
+    display=False,
+)
 
 # %% [markdown]
 # The counted loss is an average in which {glue:text}`ch06_pad_label_share:.0%` of the label
@@ -495,6 +564,7 @@ glue("ch06_pad_real_word", "above" if tail["counted_real"] > tail["ignored"] els
 # The cell runs the seed's class, verbatim, on one parameter with a constant gradient of 1 and
 # plain SGD, where an update moves the parameter by exactly the learning rate:
 
+
 # %%
 # The seed's class, verbatim:
 class AdamWarmup:
@@ -508,12 +578,11 @@ class AdamWarmup:
     def step(self):
         self.current_step += 1
         self.lr = self.model_size ** (-0.5) * min(
-            self.current_step ** (-0.5),
-            self.current_step * self.warmup_steps ** (-1.5)
+            self.current_step ** (-0.5), self.current_step * self.warmup_steps ** (-1.5)
         )
 
         for param_group in self.optimizer.param_groups:
-            param_group['lr'] = self.lr
+            param_group["lr"] = self.lr
 
         self.optimizer.step()
 
@@ -544,12 +613,17 @@ assert round(seed_updates(False)) == 1 and round(seed_updates(True)) == 2
 
 # %%
 rates = [noam_lambda(s, 512, 4000) for s in range(20000)]
-print(f"step 0: {rates[0]:.2e}, peak {max(rates):.2e} at step {rates.index(max(rates))} (update n = 4000)")
-assert rates[0] > 0 and rates.index(max(rates)) == 3999 and abs(max(rates) - 7e-4) < 2e-5
+print(
+    f"step 0: {rates[0]:.2e}, peak {max(rates):.2e} at step {rates.index(max(rates))} (update n = 4000)"
+)
+assert (
+    rates[0] > 0 and rates.index(max(rates)) == 3999 and abs(max(rates) - 7e-4) < 2e-5
+)
 opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
 try:  # the seed's formula with LambdaLR's step in place of the seed's current_step
     torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda step: 512 ** -0.5 * min(step ** -0.5, step * 4000 ** -1.5))
+        opt, lambda step: 512**-0.5 * min(step**-0.5, step * 4000**-1.5)
+    )
 except ZeroDivisionError as exc:
     print("the seed's formula in a LambdaLR, as it is built:", type(exc).__name__, exc)
 else:
@@ -612,12 +686,21 @@ def run_clip(max_norm, steps=100, spike_at=SPIKE_AT, spike=1000.0, lr=3e-3):
         update = torch.cat([p.detach().flatten() for p in params]) - before
         spike_update = update if step == spike_at else spike_update
         sizes.append((update.pow(2).mean().sqrt() / lr).item())
-        cosines.append(F.cosine_similarity(update, spike_update, 0).item()
-                       if spike_update is not None else float("nan"))
+        cosines.append(
+            F.cosine_similarity(update, spike_update, 0).item()
+            if spike_update is not None
+            else float("nan")
+        )
         norms.append(norm.item())
         losses.append(loss.item())
-    return dict(norm=norms, loss=losses, size=sizes, cos=cosines,
-                acc=next_token_accuracy(model), model=model)
+    return dict(
+        norm=norms,
+        loss=losses,
+        size=sizes,
+        cos=cosines,
+        acc=next_token_accuracy(model),
+        model=model,
+    )
 
 
 clip_runs = {"no clipping": run_clip(float("inf")), "clipped at 1.0": run_clip(1.0)}
@@ -638,22 +721,28 @@ plt.show()
 free, clip = clip_runs.values()
 S = SPIKE_AT
 typical = statistics.median(free["norm"][:S])
-print(f"gradient norm at the bad batch: {free['norm'][S]:.0f} (before it: median "
-      f"{typical:.2f}, largest {max(free['norm'][:S]):.2f}); loss 20 steps later: "
-      f"{free['loss'][S + 20]:.3f} "
-      f"unclipped, {clip['loss'][S + 20]:.3f} clipped")
+print(
+    f"gradient norm at the bad batch: {free['norm'][S]:.0f} (before it: median "
+    f"{typical:.2f}, largest {max(free['norm'][:S]):.2f}); loss 20 steps later: "
+    f"{free['loss'][S + 20]:.3f} "
+    f"unclipped, {clip['loss'][S + 20]:.3f} clipped"
+)
 print("unclipped run, after the bad batch:")
 for k in (0, 1, 5, 10, 20, 30, 45):
-    print(f"  step {S + k:3d}: update RMS {free['size'][S + k]:.3f} lr, cosine with the "
-          f"bad batch's update {free['cos'][S + k]:+.2f}   "
-          f"(clipped run: {clip['size'][S + k]:.3f} lr)")
-before_size = statistics.median(free["size"][S - 10:S])
+    print(
+        f"  step {S + k:3d}: update RMS {free['size'][S + k]:.3f} lr, cosine with the "
+        f"bad batch's update {free['cos'][S + k]:+.2f}   "
+        f"(clipped run: {clip['size'][S + k]:.3f} lr)"
+    )
+before_size = statistics.median(free["size"][S - 10 : S])
 late = slice(S + 30, len(free["size"]))
 assert free["norm"][S] > 100 * typical
 # the jump: a large update, then several in the bad batch's direction
-assert free["size"][S] > 1.5 * before_size and min(free["cos"][S + 1:S + 6]) > 0.7
+assert free["size"][S] > 1.5 * before_size and min(free["cos"][S + 1 : S + 6]) > 0.7
 # the slow part: smaller updates long after
-assert statistics.median(free["size"][late]) < 0.75 * statistics.median(clip["size"][late])
+assert statistics.median(free["size"][late]) < 0.75 * statistics.median(
+    clip["size"][late]
+)
 assert statistics.mean(clip["loss"][-20:]) < statistics.mean(free["loss"][-20:])
 assert clip["acc"] > free["acc"]
 glue("ch06_clip_spike", free["norm"][S], display=False)
@@ -749,16 +838,13 @@ PAD_IDX = PAD
 
 # The seed's collate_fn, verbatim:
 def collate_fn(batch):
-    src_batch = [item['src'] for item in batch]
-    trg_batch = [item['trg'] for item in batch]
+    src_batch = [item["src"] for item in batch]
+    trg_batch = [item["trg"] for item in batch]
 
     src_batch = pad_sequence(src_batch, batch_first=True, padding_idx=PAD_IDX)
     trg_batch = pad_sequence(trg_batch, batch_first=True, padding_idx=PAD_IDX)
 
-    return {
-        'src': src_batch,
-        'trg': trg_batch
-    }
+    return {"src": src_batch, "trg": trg_batch}
 
 
 print("pad_sequence" + str(inspect.signature(pad_sequence)))
@@ -784,8 +870,9 @@ print("with padding_value=PAD_IDX:", list(fixed_two.shape))
 
 # %%
 src, _ = next(iter(loader()))
-packed = torch.nn.utils.rnn.pack_padded_sequence(src, (src != PAD).sum(1), batch_first=True,
-                                                 enforce_sorted=False)
+packed = torch.nn.utils.rnn.pack_padded_sequence(
+    src, (src != PAD).sum(1), batch_first=True, enforce_sorted=False
+)
 try:
     make_model().encode(packed)
 except (TypeError, AttributeError) as exc:
@@ -801,6 +888,7 @@ else:
 # padded to 32 and padded dynamically, with the seed's 8-head 2-layer model at `d_model = 64`;
 # the two are interleaved and each timed twice, keeping the faster run. On a CPU the clock is
 # the process's CPU time, so that other programs on the machine do not count:
+
 
 # %% mystnb={"figure": {"caption": "Time for the same training batches padded to 32 positions and with dynamic padding (bucketed batches).", "name": "fig-ch06-dynamic-padding"}, "image": {"alt": "Horizontal bar chart of the time for the same batches padded to 32 positions and padded dynamically."}}
 def padding_share(batches):
@@ -828,18 +916,28 @@ def train_seconds(batches):
     return clock() - start
 
 
-shares = {"pad to 32": padding_share(loader(pad_to=(32, 32))),
-          "dynamic, shuffled batches": padding_share(
-              DataLoader(train_set, batch_size=BATCH, shuffle=True, collate_fn=collate,
-                         generator=torch.Generator().manual_seed(0))),
-          "dynamic + bucketing": padding_share(loader())}
+shares = {
+    "pad to 32": padding_share(loader(pad_to=(32, 32))),
+    "dynamic, shuffled batches": padding_share(
+        DataLoader(
+            train_set,
+            batch_size=BATCH,
+            shuffle=True,
+            collate_fn=collate,
+            generator=torch.Generator().manual_seed(0),
+        )
+    ),
+    "dynamic + bucketing": padding_share(loader()),
+}
 for name, share in shares.items():
     print(f"{name:>26}: padding is {share:.0%} of the positions in one epoch")
 N_TIMED = 15
 groups = list(BucketBatchSampler(train_set.lengths(), BATCH, seed=0))[:N_TIMED]
 fixed32 = Collate(pad_to=(32, 32))
-same = {"pad to 32": [fixed32([train_set[i] for i in g]) for g in groups],
-        "dynamic + bucketing": [collate([train_set[i] for i in g]) for g in groups]}
+same = {
+    "pad to 32": [fixed32([train_set[i] for i in g]) for g in groups],
+    "dynamic + bucketing": [collate([train_set[i] for i in g]) for g in groups],
+}
 times = {k: [] for k in same}
 for _ in range(2):
     for k, batches in same.items():
@@ -851,10 +949,14 @@ ax.set_xlabel(f"seconds for the same {N_TIMED} batches")
 plt.show()
 speedup = best["pad to 32"] / best["dynamic + bucketing"]
 for k in best:
-    print(f"{k:>20}: {best[k]:.2f} s, padding {padding_share(same[k]):.0%} of these "
-          "batches' positions")
+    print(
+        f"{k:>20}: {best[k]:.2f} s, padding {padding_share(same[k]):.0%} of these "
+        "batches' positions"
+    )
 print(f"time ratio, padded to 32 over dynamic: {speedup:.1f} on {device.type}")
-assert shares["dynamic + bucketing"] < shares["pad to 32"] / 3  # the data: deterministic
+assert (
+    shares["dynamic + bucketing"] < shares["pad to 32"] / 3
+)  # the data: deterministic
 assert shares["dynamic + bucketing"] < shares["dynamic, shuffled batches"]
 # A CPU's time follows the positions; a small model on a GPU is bound by kernel launches,
 # and may show no speed-up at all.
@@ -922,16 +1024,19 @@ print("with .long():", list(torch.nn.Embedding(len(vocab), 8)(start_token).shape
 # {seedtr}`004:greedy decoding is used to generate text; beam search can also be used to improve quality`.
 # Here both run on the clipped model of §6.5, which is far from trained, on 100 held-out dates:
 
+
 # %% mystnb={"figure": {"caption": "Log-probability of the greedy output against the beam-search output for 100 sources, on an under-trained model: points above the diagonal are where beam search found a more likely output.", "name": "fig-ch06-beam"}, "image": {"alt": "Scatter plot of beam-search log-probability against greedy log-probability, most points on or above the dotted diagonal."}}
 def sequence_logprob(model, src, out):
     """Log-probability of each decoded row (up to its EOS) under the model: what both searches maximise."""
     model.eval()
     with torch.no_grad():
-        logp = model(src, out[:, :-1]).log_softmax(-1).gather(-1, out[:, 1:, None])[..., 0]
+        logp = (
+            model(src, out[:, :-1]).log_softmax(-1).gather(-1, out[:, 1:, None])[..., 0]
+        )
     keep = torch.ones_like(out[:, 1:], dtype=torch.bool)
     for i, row in enumerate(out.tolist()):
         if EOS in row[1:]:
-            keep[i, row[1:].index(EOS) + 1:] = False
+            keep[i, row[1:].index(EOS) + 1 :] = False
     return (logp * keep).sum(-1)
 
 
@@ -943,9 +1048,14 @@ greedy_s = time.perf_counter() - start
 start = time.perf_counter()
 beam = beam_search(trained_model, src_test, 20, beam_size=4)
 beam_s = time.perf_counter() - start
-scores = {"greedy": sequence_logprob(trained_model, src_test, greedy),
-          "beam 4": sequence_logprob(trained_model, src_test, beam)}
-acc = {"greedy": sequence_accuracy(greedy, tgt_test), "beam 4": sequence_accuracy(beam, tgt_test)}
+scores = {
+    "greedy": sequence_logprob(trained_model, src_test, greedy),
+    "beam 4": sequence_logprob(trained_model, src_test, beam),
+}
+acc = {
+    "greedy": sequence_accuracy(greedy, tgt_test),
+    "beam 4": sequence_accuracy(beam, tgt_test),
+}
 fig, ax = plt.subplots(figsize=(4.5, 4))
 ax.scatter(scores["greedy"].cpu(), scores["beam 4"].cpu(), s=8)
 lims = [min(s.min().item() for s in scores.values()), 0]
@@ -954,10 +1064,14 @@ ax.set(xlabel="log p(greedy output)", ylabel="log p(beam output)")
 plt.show()
 more = (scores["beam 4"] > scores["greedy"] + 1e-4).sum().item()
 less = (scores["beam 4"] < scores["greedy"] - 1e-4).sum().item()
-print(f"greedy: exact match {acc['greedy']:.1%} in {greedy_s:.2f} s; "
-      f"beam 4: {acc['beam 4']:.1%} in {beam_s:.2f} s")
-print(f"beam found a more likely output for {more} of {len(src_test)} sources, "
-      f"a less likely one for {less}")
+print(
+    f"greedy: exact match {acc['greedy']:.1%} in {greedy_s:.2f} s; "
+    f"beam 4: {acc['beam 4']:.1%} in {beam_s:.2f} s"
+)
+print(
+    f"beam found a more likely output for {more} of {len(src_test)} sources, "
+    f"a less likely one for {less}"
+)
 assert scores["beam 4"].mean() >= scores["greedy"].mean()
 example = vocab.decode(beam[0])
 print(f"{vocab.decode(src_test[0])!r} -> {example!r}")

@@ -40,8 +40,13 @@ from myst_nb import glue
 from torch.optim.lr_scheduler import LambdaLR
 from torch.utils.data import DataLoader
 
-from tformer_ref.data import (BucketBatchSampler, CharVocab, Collate, PairDataset,
-                              make_pairs)
+from tformer_ref.data import (
+    BucketBatchSampler,
+    CharVocab,
+    Collate,
+    PairDataset,
+    make_pairs,
+)
 from tformer_ref.decoding import greedy_decode, strip
 from tformer_ref.device import get_device, seed_everything
 from tformer_ref.model import Transformer
@@ -61,8 +66,9 @@ test_batches = list(DataLoader(test_set, batch_size=len(test_set), collate_fn=co
 
 def make_model(seed=0, **kw):
     torch.manual_seed(seed)
-    config = dict(d_model=32, n_heads=8, n_layers=2, d_ff=64, dropout=0.0,
-                  max_len=40) | kw
+    config = (
+        dict(d_model=32, n_heads=8, n_layers=2, d_ff=64, dropout=0.0, max_len=40) | kw
+    )
     return Transformer(len(vocab), len(vocab), **config).to(device)
 
 
@@ -93,13 +99,15 @@ WARMUP = STEPS // 4
 def run(post_ln=True, warmup=0, steps=STEPS, seed=0):
     model = make_model(seed, norm_first=not post_ln)
     opt = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
+
     # LambdaLR multiplies lr = 1.0: the multiplier is the rate. Step s is update s + 1.
     def rate(step):  # linear warm-up over `warmup` updates, then constant
         return PEAK * min(1.0, (step + 1) / warmup) if warmup else PEAK
 
     sched = LambdaLR(opt, rate)
-    history = fit(model, loader(seed), opt, sched, max_steps=steps, max_norm=None,
-                  progress=False)
+    history = fit(
+        model, loader(seed), opt, sched, max_steps=steps, max_norm=None, progress=False
+    )
     return history, char_accuracy(model)
 
 
@@ -122,8 +130,10 @@ axes[0].legend(fontsize=7)
 plt.show()
 final = {name: statistics.mean(h.loss[-20:]) for name, (h, _) in runs.items()}
 for name, (h, acc) in runs.items():
-    print(f"{name:>31}: loss over the last 20 steps {final[name]:.3f}, largest "
-          f"gradient norm {max(h.grad_norm):.1f}, held-out characters right {acc:.0%}")
+    print(
+        f"{name:>31}: loss over the last 20 steps {final[name]:.3f}, largest "
+        f"gradient norm {max(h.grad_norm):.1f}, held-out characters right {acc:.0%}"
+    )
 hot, warm, pre = final.values()
 assert hot > 1.3 * warm and hot > 1.3 * pre  # 1.8 to 4.2 times over five seeds on a CPU
 (h_hot, acc_hot), (h_warm, acc_warm), (h_pre, acc_pre) = runs.values()
@@ -146,8 +156,10 @@ glue("ch06_wu_acc_pre", float(acc_pre), display=False)
 # with the batches in another order (seed 1):
 
 # %%
-again = {"Post-LN, constant": run(seed=1),
-         "Post-LN, warm-up then constant": run(warmup=WARMUP, seed=1)}
+again = {
+    "Post-LN, constant": run(seed=1),
+    "Post-LN, warm-up then constant": run(warmup=WARMUP, seed=1),
+}
 final_again = {name: statistics.mean(h.loss[-20:]) for name, (h, _) in again.items()}
 for name, loss in final_again.items():
     print(f"seed 1, {name:>31}: loss over the last 20 steps {loss:.3f}")

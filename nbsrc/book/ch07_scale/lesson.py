@@ -79,7 +79,13 @@ from torch.utils.checkpoint import checkpoint
 
 from tformer_ref import distributed as ddp_demo
 from tformer_ref.accumulation import train_accumulated, train_big_batch
-from tformer_ref.amp import amp_dtype, autocast, make_grad_scaler, optimizer_step, saved_activation_bytes
+from tformer_ref.amp import (
+    amp_dtype,
+    autocast,
+    make_grad_scaler,
+    optimizer_step,
+    saved_activation_bytes,
+)
 from tformer_ref.attention import scaled_dot_product_attention
 from tformer_ref.device import get_device, seed_everything
 from tformer_ref.model import DecoderOnlyLM
@@ -91,7 +97,9 @@ seed_everything(0)
 # than it saves (and on a shared machine it waits for a free core): one thread is faster here.
 # Every comparison below runs both sides on the same setting.
 torch.set_num_threads(1)
-print(f"device: {device}, torch {torch.__version__}, {torch.get_num_threads()} CPU threads")
+print(
+    f"device: {device}, torch {torch.__version__}, {torch.get_num_threads()} CPU threads"
+)
 
 
 def synchronize():
@@ -138,9 +146,23 @@ for dt in (torch.float32, torch.float16, torch.bfloat16):
     print(f" {str(dt):15s} {fi.max:10.3g}   {fi.tiny:10.3g}        {fi.eps:.3g}")
 
 tiny_grad, big_logit = torch.tensor(1e-8), torch.tensor(70000.0)
-print("1e-8 in float16:", tiny_grad.half().item(), "  in bfloat16:", tiny_grad.bfloat16().item())
-print("70000 in float16:", big_logit.half().item(), "  -1e9 in float16:", torch.tensor(-1e9).half().item())
-assert tiny_grad.half() == 0 and big_logit.half().isinf() and torch.tensor(-1e9).half().isinf()
+print(
+    "1e-8 in float16:",
+    tiny_grad.half().item(),
+    "  in bfloat16:",
+    tiny_grad.bfloat16().item(),
+)
+print(
+    "70000 in float16:",
+    big_logit.half().item(),
+    "  -1e9 in float16:",
+    torch.tensor(-1e9).half().item(),
+)
+assert (
+    tiny_grad.half() == 0
+    and big_logit.half().isinf()
+    and torch.tensor(-1e9).half().isinf()
+)
 assert tiny_grad.bfloat16() > 0 and big_logit.bfloat16().isfinite()
 
 # %% [markdown]
@@ -164,7 +186,9 @@ assert tiny_grad.bfloat16() > 0 and big_logit.bfloat16().isfinite()
 layer = torch.nn.Linear(8, 8).to(device)
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
-    with torch.cuda.amp.autocast():  # the seed's API (its `from torch.cuda.amp import autocast`)
+    with (
+        torch.cuda.amp.autocast()
+    ):  # the seed's API (its `from torch.cuda.amp import autocast`)
         seed_out = layer(torch.randn(2, 8, device=device))
 for w in caught:
     print(f"{w.category.__name__}: {w.message}")
@@ -195,8 +219,19 @@ with torch.amp.autocast(device.type, dtype=dtype):
     logits = model(batch[:, :-1])  # [8, 11, V]
     loss = F.cross_entropy(logits.flatten(0, 1), batch[:, 1:].flatten(), ignore_index=0)
 print(f"autocast dtype on {device.type}: {dtype}")
-print("weights:", model.head.weight.dtype, "| logits (a Linear):", logits.dtype, "| cross_entropy:", loss.dtype)
-assert model.head.weight.dtype == torch.float32 and logits.dtype == dtype and loss.dtype == torch.float32
+print(
+    "weights:",
+    model.head.weight.dtype,
+    "| logits (a Linear):",
+    logits.dtype,
+    "| cross_entropy:",
+    loss.dtype,
+)
+assert (
+    model.head.weight.dtype == torch.float32
+    and logits.dtype == dtype
+    and loss.dtype == torch.float32
+)
 
 # %% [markdown]
 # **What it saves here.** Memory first: the course's decoder-only model from chapter 5,
@@ -209,20 +244,24 @@ assert model.head.weight.dtype == torch.float32 and logits.dtype == dtype and lo
 
 # %%
 seed_everything(0)
-big_model = DecoderOnlyLM(vocab=512, d_model=256, n_heads=4, n_layers=2, d_ff=1024, dropout=0.0,
-                          max_len=128).to(device)
+big_model = DecoderOnlyLM(
+    vocab=512, d_model=256, n_heads=4, n_layers=2, d_ff=1024, dropout=0.0, max_len=128
+).to(device)
 big_batch = make_token_data(16, 129, vocab=512, min_len=100, seed=2).to(device)
 half = amp_dtype(device)
 half_name = str(half).replace("torch.", "")
 saved_mib = {}
 for name, dt in (("float32", None), (half_name, half)):
     with autocast(device, dt, enabled=dt is not None):
-        _, saved = saved_activation_bytes(lm_loss_sum, big_model, big_batch,
-                                          exclude=big_model.parameters())
+        _, saved = saved_activation_bytes(
+            lm_loss_sum, big_model, big_batch, exclude=big_model.parameters()
+        )
     saved_mib[name] = saved / 2**20
 mem_ratio = saved_mib[half_name] / saved_mib["float32"]
-print(f"saved activations: float32 {saved_mib['float32']:.1f} MiB, "
-      f"{half_name} {saved_mib[half_name]:.1f} MiB (ratio {mem_ratio:.2f})")
+print(
+    f"saved activations: float32 {saved_mib['float32']:.1f} MiB, "
+    f"{half_name} {saved_mib[half_name]:.1f} MiB (ratio {mem_ratio:.2f})"
+)
 assert mem_ratio < 0.75  # the activations really are kept in 16 bits
 
 
@@ -232,23 +271,34 @@ def cpu_flags():
         lines = Path("/proc/cpuinfo").read_text().splitlines()
     except OSError:
         return set()
-    return {f for line in lines if line.startswith("flags") for f in line.split(":")[1].split()}
+    return {
+        f
+        for line in lines
+        if line.startswith("flags")
+        for f in line.split(":")[1].split()
+    }
 
 
 n_mm = 4096 if device.type == "cuda" else 256
 a32, b32 = (torch.randn(n_mm, n_mm, device=device) for _ in range(2))
 a16, b16 = a32.to(half), b32.to(half)
-mm_ms = {"float32": median_ms(lambda: a32 @ b32, repeats=3),
-         half_name: median_ms(lambda: a16 @ b16, repeats=3),
-         # what an emulation would do: convert both to float32, multiply, round back
-         "convert": median_ms(lambda: (a16.float() @ b16.float()).to(half), repeats=3)}
+mm_ms = {
+    "float32": median_ms(lambda: a32 @ b32, repeats=3),
+    half_name: median_ms(lambda: a16 @ b16, repeats=3),
+    # what an emulation would do: convert both to float32, multiply, round back
+    "convert": median_ms(lambda: (a16.float() @ b16.float()).to(half), repeats=3),
+}
 mm_ratio = mm_ms[half_name] / mm_ms["float32"]
 flags = cpu_flags()
-bf16_flags = ", ".join(f"{f}: {'yes' if f in flags else 'no'}"
-                       for f in ("avx512f", "avx512_bf16", "amx_bf16"))
-print(f"{n_mm} x {n_mm} matrix product on {device.type}: float32 {mm_ms['float32']:.2f} ms, "
-      f"{half_name} {mm_ms[half_name]:.2f} ms ({mm_ratio:.1f} times as long); "
-      f"convert + float32 product + round back {mm_ms['convert']:.2f} ms")
+bf16_flags = ", ".join(
+    f"{f}: {'yes' if f in flags else 'no'}"
+    for f in ("avx512f", "avx512_bf16", "amx_bf16")
+)
+print(
+    f"{n_mm} x {n_mm} matrix product on {device.type}: float32 {mm_ms['float32']:.2f} ms, "
+    f"{half_name} {mm_ms[half_name]:.2f} ms ({mm_ratio:.1f} times as long); "
+    f"convert + float32 product + round back {mm_ms['convert']:.2f} ms"
+)
 print(f"CPU flags: {bf16_flags}")
 if device.type == "cpu" and not flags & {"avx512f", "avx512_bf16", "amx_bf16"}:
     # no bfloat16 (nor AVX-512) instructions: PyTorch's generic bfloat16 kernel
@@ -289,10 +339,14 @@ glue("ch07_cpu_flags", bf16_flags, display=False)
 
 # %%
 seed_everything(0)
-model = DecoderOnlyLM(vocab=16, d_model=32, n_heads=4, n_layers=2, d_ff=64, dropout=0.0, max_len=16).to(device)
+model = DecoderOnlyLM(
+    vocab=16, d_model=32, n_heads=4, n_layers=2, d_ff=64, dropout=0.0, max_len=16
+).to(device)
 data = make_token_data(32, 12, seed=3).to(device)
 optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
-scaler = make_grad_scaler(device)  # enabled for float16 only; a pass-through for bfloat16
+scaler = make_grad_scaler(
+    device
+)  # enabled for float16 only; a pass-through for bfloat16
 losses = []
 for step in range(50):
     optimizer.zero_grad()
@@ -302,7 +356,9 @@ for step in range(50):
     scaler.scale(loss).backward()
     optimizer_step(optimizer, model.parameters(), scaler, max_norm=1.0)
     losses.append(loss.item())
-print(f"scaler enabled: {scaler.is_enabled()}; loss {losses[0]:.3f} -> {losses[-1]:.3f}")
+print(
+    f"scaler enabled: {scaler.is_enabled()}; loss {losses[0]:.3f} -> {losses[-1]:.3f}"
+)
 assert all(torch.isfinite(torch.tensor(losses))) and losses[-1] < 0.5 * losses[0]
 
 # %% [markdown]
@@ -329,6 +385,7 @@ assert all(torch.isfinite(torch.tensor(losses))) and losses[-1] < 0.5 * losses[0
 # The GradScaler works on a CPU too (`torch.amp.GradScaler("cpu")`), which lets us show the
 # pitfall here, with a float32 model and a scale of 1024:
 
+
 # %%
 def one_step(unscale_first, poison=False):
     """One SGD step of a small Linear with an enabled GradScaler; returns (update norm, scale after, stepped)."""
@@ -337,7 +394,9 @@ def one_step(unscale_first, poison=False):
     before = torch.cat([p.detach().flatten() for p in layer.parameters()])
     opt = torch.optim.SGD(layer.parameters(), lr=0.1)
     scaler = torch.amp.GradScaler(device.type, init_scale=1024.0)
-    loss = layer(torch.randn(16, 8, device=device)).pow(2).mean() * (float("inf") if poison else 1.0)
+    loss = layer(torch.randn(16, 8, device=device)).pow(2).mean() * (
+        float("inf") if poison else 1.0
+    )
     scaler.scale(loss).backward()
     if unscale_first:
         scaler.unscale_(opt)
@@ -345,12 +404,18 @@ def one_step(unscale_first, poison=False):
     scaler.step(opt)
     scaler.update()
     after = torch.cat([p.detach().flatten() for p in layer.parameters()])
-    return (after - before).norm().item(), scaler.get_scale(), not torch.equal(after, before)
+    return (
+        (after - before).norm().item(),
+        scaler.get_scale(),
+        not torch.equal(after, before),
+    )
 
 
 right, _, _ = one_step(unscale_first=True)
 wrong, _, _ = one_step(unscale_first=False)
-print(f"update norm, unscale_ then clip: {right:.4f}  (lr 0.1 x clipped norm 0.5 = 0.05)")
+print(
+    f"update norm, unscale_ then clip: {right:.4f}  (lr 0.1 x clipped norm 0.5 = 0.05)"
+)
 print(f"update norm, clip then unscale:  {wrong:.6f}  ({right / wrong:.0f}x too small)")
 assert abs(right - 0.05) < 1e-4 and wrong < right / 500
 _, scale_after, stepped = one_step(unscale_first=True, poison=True)
@@ -396,6 +461,7 @@ assert not stepped and scale_after == 512
 # by the step's total token count $N$ (counted before the first backward). Let us check both,
 # on gradients, first with sequences that all have the full length:
 
+
 # %%
 def grads_of(model):
     return torch.cat([p.grad.flatten() for p in model.parameters()])
@@ -415,13 +481,23 @@ def big_batch_grads(batch):
 
 def accumulated_grads(batch, k, by_tokens):
     model = fresh_model()
-    frozen = torch.optim.SGD(model.parameters(), lr=0.0)  # a no-op step: the gradients stay to compare
-    train_accumulated(model, batch.chunk(k), frozen, lm_loss_sum, count_tokens=count_targets if by_tokens else None)
+    frozen = torch.optim.SGD(
+        model.parameters(), lr=0.0
+    )  # a no-op step: the gradients stay to compare
+    train_accumulated(
+        model,
+        batch.chunk(k),
+        frozen,
+        lm_loss_sum,
+        count_tokens=count_targets if by_tokens else None,
+    )
     return grads_of(model)
 
 
-equal = make_token_data(16, 12, min_len=12, seed=4).to(device)   # every sequence full length
-varied = make_token_data(16, 12, min_len=3, seed=4).to(device)   # lengths 3..12
+equal = make_token_data(16, 12, min_len=12, seed=4).to(
+    device
+)  # every sequence full length
+varied = make_token_data(16, 12, min_len=3, seed=4).to(device)  # lengths 3..12
 print("tokens per micro-batch, equal: ", [count_targets(m) for m in equal.chunk(4)])
 print("tokens per micro-batch, varied:", [count_targets(m) for m in varied.chunk(4)])
 grad_diff = {}
@@ -431,13 +507,25 @@ for name, batch in [("equal", equal), ("varied", varied)]:
         diff = (accumulated_grads(batch, 4, by_tokens) - want).abs().max().item()
         grad_diff[name, by_tokens] = diff
         how = "sum / N_total" if by_tokens else "mean / k     "
-        print(f"{name:6s} lengths, k=4, {how}: max |grad - big-batch grad| = {diff:.2e}")
-glue("ch07_acc_equal_diff", max(grad_diff["equal", False], grad_diff["equal", True]), display=False)
+        print(
+            f"{name:6s} lengths, k=4, {how}: max |grad - big-batch grad| = {diff:.2e}"
+        )
+glue(
+    "ch07_acc_equal_diff",
+    max(grad_diff["equal", False], grad_diff["equal", True]),
+    display=False,
+)
 glue("ch07_acc_varied_mean_diff", grad_diff["varied", False], display=False)
 
-assert torch.allclose(accumulated_grads(equal, 4, False), big_batch_grads(equal), atol=1e-6)
-assert torch.allclose(accumulated_grads(varied, 4, True), big_batch_grads(varied), atol=1e-6)
-assert not torch.allclose(accumulated_grads(varied, 4, False), big_batch_grads(varied), atol=1e-4)
+assert torch.allclose(
+    accumulated_grads(equal, 4, False), big_batch_grads(equal), atol=1e-6
+)
+assert torch.allclose(
+    accumulated_grads(varied, 4, True), big_batch_grads(varied), atol=1e-6
+)
+assert not torch.allclose(
+    accumulated_grads(varied, 4, False), big_batch_grads(varied), atol=1e-4
+)
 
 # %% [markdown]
 # With equal lengths both agree with the big batch to float32 rounding (a largest difference
@@ -456,6 +544,7 @@ assert not torch.allclose(accumulated_grads(varied, 4, False), big_batch_grads(v
 # momentum, clipping and a warm-up schedule, accumulated over 4 micro-batches, against the
 # same four steps on the whole batch:
 
+
 # %%
 def params_of(model):
     return torch.cat([p.detach().flatten() for p in model.parameters()])
@@ -463,14 +552,27 @@ def params_of(model):
 
 warmup = lambda step: min(1.0, (step + 1) / 3)  # noqa: E731
 big, acc = fresh_model(), fresh_model()
-opt_big, opt_acc = (torch.optim.SGD(m.parameters(), lr=0.5, momentum=0.9) for m in (big, acc))
-sch_big, sch_acc = (torch.optim.lr_scheduler.LambdaLR(o, warmup) for o in (opt_big, opt_acc))
+opt_big, opt_acc = (
+    torch.optim.SGD(m.parameters(), lr=0.5, momentum=0.9) for m in (big, acc)
+)
+sch_big, sch_acc = (
+    torch.optim.lr_scheduler.LambdaLR(o, warmup) for o in (opt_big, opt_acc)
+)
 for step in range(4):
     batch = make_token_data(16, 12, min_len=3, seed=10 + step).to(device)
     loss_big = train_big_batch(big, batch, opt_big, lm_loss_sum, sch_big, max_norm=1.0)
-    loss_acc = train_accumulated(acc, batch.chunk(4), opt_acc, lm_loss_sum, count_tokens=count_targets,
-                                 scheduler=sch_acc, max_norm=1.0)
-    print(f"step {step}: loss big batch {loss_big:.5f}, accumulated {loss_acc:.5f}, lr now {sch_acc.get_last_lr()[0]:.3f}")
+    loss_acc = train_accumulated(
+        acc,
+        batch.chunk(4),
+        opt_acc,
+        lm_loss_sum,
+        count_tokens=count_targets,
+        scheduler=sch_acc,
+        max_norm=1.0,
+    )
+    print(
+        f"step {step}: loss big batch {loss_big:.5f}, accumulated {loss_acc:.5f}, lr now {sch_acc.get_last_lr()[0]:.3f}"
+    )
 diff = (params_of(acc) - params_of(big)).abs().max().item()
 print(f"after 4 steps: max |parameter difference| = {diff:.2e}")
 assert diff < 1e-5 and sch_acc.last_epoch == sch_big.last_epoch == 4
@@ -486,6 +588,7 @@ assert diff < 1e-5 and sch_acc.last_epoch == sch_big.last_epoch == 4
 # at the epoch's last batch too, or zero the gradients when an epoch starts (which drops the
 # tail).
 
+
 # %%
 def micro_batches_per_step(n_batches, k, epochs=2, fix=None):
     """The seed's accumulation loop; returns how many micro-batches each step's gradient sums."""
@@ -497,7 +600,9 @@ def micro_batches_per_step(n_batches, k, epochs=2, fix=None):
         if fix == "zero_grad at epoch start":
             opt.zero_grad()
         for i, _ in enumerate(loader):
-            loss = w / k  # each micro-batch's loss / accumulation_steps: d loss / dw = 1/k
+            loss = (
+                w / k
+            )  # each micro-batch's loss / accumulation_steps: d loss / dw = 1/k
             loss.backward()
             last = fix == "step at the last batch" and i + 1 == len(loader)
             if (i + 1) % k == 0 or last:
@@ -507,8 +612,10 @@ def micro_batches_per_step(n_batches, k, epochs=2, fix=None):
     return counts
 
 
-leak = {fix: micro_batches_per_step(10, 4, fix=fix)
-        for fix in (None, "step at the last batch", "zero_grad at epoch start")}
+leak = {
+    fix: micro_batches_per_step(10, 4, fix=fix)
+    for fix in (None, "step at the last batch", "zero_grad at epoch start")
+}
 for fix, counts in leak.items():
     label = fix or "the seed's loop"
     print(f"{label:26s}: micro-batches per optimizer step, 2 epochs: {counts}")
@@ -567,13 +674,17 @@ assert leak["zero_grad at epoch start"] == [4, 4, 4, 4]
 
 # %%
 args = ["--steps", "4", "--micro-batch", "4", "--accum", "2", "--n-data", "48"]
-print("python -m torch.distributed.run --nproc_per_node=2 --master_addr=127.0.0.1 --master_port=<free> "
-      "-m tformer_ref.distributed " + " ".join(args))
+print(
+    "python -m torch.distributed.run --nproc_per_node=2 --master_addr=127.0.0.1 --master_port=<free> "
+    "-m tformer_ref.distributed " + " ".join(args)
+)
 with tempfile.TemporaryDirectory() as tmp:
     out_file = Path(tmp) / "final.pt"
     start = time.perf_counter()
     # Two processes on one GPU would compete for it: on CUDA they run on the CPU with gloo here.
-    proc = ddp_demo.launch(2, [*args, "--out", str(out_file)], timeout=180, env={"TFORMER_DEVICE": "cpu"})
+    proc = ddp_demo.launch(
+        2, [*args, "--out", str(out_file)], timeout=180, env={"TFORMER_DEVICE": "cpu"}
+    )
     seconds = time.perf_counter() - start
     print(proc.stdout)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -583,7 +694,10 @@ assert proc.stdout.count("gradient all-reduces: 4 in 4 steps of 2 micro-batches"
 print(f"2 processes, {ddp_result['backend']}: {seconds:.1f} s including starting them")
 
 single = ddp_demo.reference_run(ddp_demo.parse_args(args), world_size=2)
-diff = max((ddp_result["state_dict"][k] - v).abs().max().item() for k, v in single["state_dict"].items())
+diff = max(
+    (ddp_result["state_dict"][k] - v).abs().max().item()
+    for k, v in single["state_dict"].items()
+)
 print(f"max |DDP parameters - single-process parameters| = {diff:.2e}")
 assert diff < 1e-6
 
@@ -620,25 +734,41 @@ samples = list(range(12))
 
 def order_read(rank, epoch, *, sampler=True, set_epoch=True):
     if not sampler:
-        g = torch.Generator().manual_seed(0)  # a seeded shuffle, no sharding: what the seed's loop amounts to
-        return [int(i) for i in DataLoader(samples, batch_size=12, shuffle=True, generator=g).__iter__().__next__()]
+        g = torch.Generator().manual_seed(
+            0
+        )  # a seeded shuffle, no sharding: what the seed's loop amounts to
+        return [
+            int(i)
+            for i in DataLoader(samples, batch_size=12, shuffle=True, generator=g)
+            .__iter__()
+            .__next__()
+        ]
     s = DistributedSampler(samples, num_replicas=2, rank=rank, shuffle=True, seed=0)
     if set_epoch:
         s.set_epoch(epoch)
     return list(s)
 
 
-for title, kwargs in [("DistributedSampler + set_epoch", {}), ("no set_epoch", {"set_epoch": False}),
-                      ("no DistributedSampler", {"sampler": False})]:
+for title, kwargs in [
+    ("DistributedSampler + set_epoch", {}),
+    ("no set_epoch", {"set_epoch": False}),
+    ("no DistributedSampler", {"sampler": False}),
+]:
     print(title)
     for epoch in range(2):
-        print(f"  epoch {epoch}: rank 0 reads {order_read(0, epoch, **kwargs)}, rank 1 reads {order_read(1, epoch, **kwargs)}")
+        print(
+            f"  epoch {epoch}: rank 0 reads {order_read(0, epoch, **kwargs)}, rank 1 reads {order_read(1, epoch, **kwargs)}"
+        )
 
 r0, r1 = order_read(0, 0), order_read(1, 0)
 assert sorted(r0 + r1) == samples  # together the ranks read each sample once per epoch
 assert order_read(0, 0) != order_read(0, 1)  # set_epoch: a new order every epoch
-assert order_read(0, 0, set_epoch=False) == order_read(0, 1, set_epoch=False)  # without it: the same order
-assert sorted(order_read(0, 0, sampler=False)) == samples  # without a sampler: rank 0 reads everything
+assert order_read(0, 0, set_epoch=False) == order_read(
+    0, 1, set_epoch=False
+)  # without it: the same order
+assert (
+    sorted(order_read(0, 0, sampler=False)) == samples
+)  # without a sampler: rank 0 reads everything
 
 # %% [markdown]
 # Without `set_epoch` every epoch repeats epoch 0's order (SGD sees the same sequence of
@@ -666,9 +796,13 @@ mem = {"plain": [], "fused": []}
 ms = {"plain": [], "fused": []}
 for s in seq_lens:
     seed_everything(0)
-    q, k, v = (torch.randn(B6, H6, s, DH6, device=device, requires_grad=True) for _ in range(3))
-    runs = {"plain": lambda: scaled_dot_product_attention(q, k, v)[0],
-            "fused": lambda: F.scaled_dot_product_attention(q, k, v)}
+    q, k, v = (
+        torch.randn(B6, H6, s, DH6, device=device, requires_grad=True) for _ in range(3)
+    )
+    runs = {
+        "plain": lambda: scaled_dot_product_attention(q, k, v)[0],
+        "fused": lambda: F.scaled_dot_product_attention(q, k, v),
+    }
     for name, fn in runs.items():
         out, saved = saved_activation_bytes(fn, exclude=(q, k, v))
         mem[name].append(saved / 2**20)
@@ -677,10 +811,15 @@ print("     S   scores [B,H,S,S] (MiB)   kept for backward (MiB)      fwd+bwd (m
 print("                                    plain      fused          plain   fused")
 for i, s in enumerate(seq_lens):
     scores_mib = B6 * H6 * s * s * 4 / 2**20
-    print(f"{s:6d} {scores_mib:16.2f} {mem['plain'][i]:17.2f} {mem['fused'][i]:10.3f} {ms['plain'][i]:14.1f} {ms['fused'][i]:7.1f}")
+    print(
+        f"{s:6d} {scores_mib:16.2f} {mem['plain'][i]:17.2f} {mem['fused'][i]:10.3f} {ms['plain'][i]:14.1f} {ms['fused'][i]:7.1f}"
+    )
 
 # Doubling S: the plain path's memory grows ~4x (S²), the fused one's ~2x (S).
-assert mem["plain"][-1] / mem["plain"][-2] > 3.5 and mem["fused"][-1] / mem["fused"][-2] < 2.5
+assert (
+    mem["plain"][-1] / mem["plain"][-2] > 3.5
+    and mem["fused"][-1] / mem["fused"][-2] < 2.5
+)
 assert mem["plain"][-1] >= B6 * H6 * seq_lens[-1] ** 2 * 4 / 2**20
 glue("ch07_attn_S", seq_lens[-1], display=False)
 glue("ch07_attn_plain_mib", mem["plain"][-1], display=False)
@@ -691,15 +830,27 @@ glue("ch07_attn_fused_ms", ms["fused"][-1], display=False)
 glue("ch07_attn_plain_growth", ms["plain"][-1] / ms["plain"][-2], display=False)
 glue("ch07_attn_fused_growth", ms["fused"][-1] / ms["fused"][-2], display=False)
 glue("ch07_attn_time_ratio", ms["plain"][-1] / ms["fused"][-1], display=False)
-glue("ch07_attn_time_word", "less" if ms["fused"][-1] < ms["plain"][-1] else "more", display=False)
+glue(
+    "ch07_attn_time_word",
+    "less" if ms["fused"][-1] < ms["plain"][-1] else "more",
+    display=False,
+)
 
 # %% mystnb={"figure": {"caption": "Plain attention keeps one score-sized tensor for backward, so its memory grows as S squared; the fused kernel's grows as S. Both take time roughly quadratic in S.", "name": "fig-ch07-fused-vs-plain"}, "image": {"alt": "Two log-log panels against sequence length 128 to 2048: left, memory kept for backward, the plain line on the dotted score-tensor line with slope 2 and the fused line far below with slope 1; right, forward plus backward milliseconds, both rising."}}
 fig, (ax_mem, ax_time) = plt.subplots(1, 2, figsize=(10, 3.6))
 for name, style in (("plain", "o-"), ("fused", "s-")):
     ax_mem.plot(seq_lens, mem[name], style, label=f"{name} attention")
     ax_time.plot(seq_lens, ms[name], style, label=f"{name} attention")
-ax_mem.plot(seq_lens, [B6 * H6 * s * s * 4 / 2**20 for s in seq_lens], "k:", label="one [B,H,S,S] fp32 tensor")
-for ax, ylabel in ((ax_mem, "MiB kept for backward"), (ax_time, "forward + backward (ms)")):
+ax_mem.plot(
+    seq_lens,
+    [B6 * H6 * s * s * 4 / 2**20 for s in seq_lens],
+    "k:",
+    label="one [B,H,S,S] fp32 tensor",
+)
+for ax, ylabel in (
+    (ax_mem, "MiB kept for backward"),
+    (ax_time, "forward + backward (ms)"),
+):
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("sequence length S")
@@ -747,14 +898,18 @@ plt.show()
 # %%
 block = big_model.blocks.layers[0]
 x_ck = torch.randn(4, 128, 256, device=device, requires_grad=True)
-ck_runs = {"plain": lambda: block(x_ck, None),
-           "checkpointed": lambda: checkpoint(block, x_ck, None, use_reentrant=False)}
+ck_runs = {
+    "plain": lambda: block(x_ck, None),
+    "checkpointed": lambda: checkpoint(block, x_ck, None, use_reentrant=False),
+}
 ck_mib, ck_ms = {}, {}
 for name, fn in ck_runs.items():
     _, saved = saved_activation_bytes(fn, exclude=block.parameters())
     ck_mib[name] = saved / 2**20
     ck_ms[name] = median_ms(lambda: fn().sum().backward(), repeats=3)
-    print(f"{name:13s}: kept for backward {ck_mib[name]:6.2f} MiB, fwd+bwd {ck_ms[name]:6.1f} ms")
+    print(
+        f"{name:13s}: kept for backward {ck_mib[name]:6.2f} MiB, fwd+bwd {ck_ms[name]:6.1f} ms"
+    )
 x_mib = x_ck.numel() * x_ck.element_size() / 2**20
 print(f"the block's input alone: {x_mib:.2f} MiB")
 # Checkpointed, the block keeps only its input; its forward runs twice.

@@ -73,20 +73,31 @@ from myst_nb import glue
 
 from tformer_ref.device import get_device, seed_everything
 from tformer_ref.kv_cache import KVCache
-from tformer_ref.lm_training import (evaluate_lm, next_token_loss, train_lm,
-                                     weight_decay_groups)
+from tformer_ref.lm_training import (
+    evaluate_lm,
+    next_token_loss,
+    train_lm,
+    weight_decay_groups,
+)
 from tformer_ref.masks import causal_mask, padding_mask
 from tformer_ref.model import DecoderOnlyLM
 from tformer_ref.sampling import generate, next_token_probs, top_k_filter, top_p_filter
-from tformer_ref.text import (BytePairTokenizer, CharTokenizer, check_vocab, lm_windows,
-                              load_corpus, train_val_split)
+from tformer_ref.text import (
+    BytePairTokenizer,
+    CharTokenizer,
+    check_vocab,
+    lm_windows,
+    load_corpus,
+    train_val_split,
+)
 
 device = get_device()  # CUDA when available; set TFORMER_DEVICE=cpu to override
 seed_everything(0)
 # Small models, many small operations: on a shared CPU one thread is faster than two.
 torch.set_num_threads(1)
-print(f"device: {device}, torch {torch.__version__}, "
-      f"{torch.get_num_threads()} CPU thread")
+print(
+    f"device: {device}, torch {torch.__version__}, {torch.get_num_threads()} CPU thread"
+)
 
 
 def synchronize():
@@ -117,7 +128,7 @@ headword = re.compile(r"^([A-Z][A-Z' -]+), (?:[a-z]+\.)", re.M)
 entries = headword.findall(text)
 assert "A Public Domain Text, Copyright Expired" in text[:1000] and text.isascii()
 print(f"{len(text):,} characters, {len(set(text))} distinct, {len(entries):,} entries")
-print(text[text.index("ACCIDENT, n."):][:253])
+print(text[text.index("ACCIDENT, n.") :][:253])
 glue("ch08_corpus_chars", len(text), display=False)
 glue("ch08_corpus_distinct", len(set(text)), display=False)
 glue("ch08_corpus_entries", len(entries), display=False)
@@ -155,12 +166,14 @@ assert chars.decode(ids) == "ACCORD, n.  Harmony."
 
 # %%
 start = time.perf_counter()
-bpe = BytePairTokenizer.train(text[:len(text) // 3], 768)
+bpe = BytePairTokenizer.train(text[: len(text) // 3], 768)
 bpe_ids = torch.tensor(bpe.encode(text))
 bpe_seconds = time.perf_counter() - start
 chars_per_token = len(text) / len(bpe_ids)
-print(f"trained and encoded in {bpe_seconds:.1f} s: {len(bpe_ids):,} tokens, "
-      f"{chars_per_token:.2f} characters per token")
+print(
+    f"trained and encoded in {bpe_seconds:.1f} s: {len(bpe_ids):,} tokens, "
+    f"{chars_per_token:.2f} characters per token"
+)
 print("the first merges:", [bpe.token_bytes(i) for i in range(256, 264)])
 print("the last merges: ", [bpe.token_bytes(i) for i in range(760, 768)])
 sentence = "ACCORD, n.  Harmony."
@@ -186,8 +199,9 @@ glue("ch08_chars_per_token", chars_per_token, display=False)
 seed_everything(0)
 # On the CPU on purpose: on a GPU the same lookup is a device-side assert that names
 # nothing and leaves the process unable to run anything else on the GPU.
-char_model = DecoderOnlyLM(len(chars), 32, 2, 1, 64, dropout=0.0, max_len=64,
-                           pad_id=None).eval()
+char_model = DecoderOnlyLM(
+    len(chars), 32, 2, 1, 64, dropout=0.0, max_len=64, pad_id=None
+).eval()
 try:
     char_model(torch.tensor([bpe.encode("ACCORD, n.  Harmony.")]))
 except IndexError as err:
@@ -216,8 +230,9 @@ check_vocab(char_model.tok_embed.num_embeddings, chars)  # the right pair: silen
 padded = CharTokenizer(text, specials=("<pad>",))
 entry = "ACCORD, n.  Harmony.\n\nACCORDION, n.  An instrument"
 seed_everything(0)
-pad_model = DecoderOnlyLM(len(padded), 32, 2, 1, 64, dropout=0.0, max_len=64,
-                          pad_id=0).eval()
+pad_model = DecoderOnlyLM(
+    len(padded), 32, 2, 1, 64, dropout=0.0, max_len=64, pad_id=0
+).eval()
 
 
 @torch.no_grad()
@@ -237,8 +252,9 @@ def newline_influence(model, tokenizer):
 masked = (~padding_mask(torch.tensor([chars.encode(entry)]), 0)).sum().item()
 blind = newline_influence(pad_model, chars)
 seeing = newline_influence(pad_model, padded)
-print(f"id 0 is {chars.itos[0]!r}: the padding mask hides {masked} of {len(entry)} "
-      "keys")
+print(
+    f"id 0 is {chars.itos[0]!r}: the padding mask hides {masked} of {len(entry)} keys"
+)
 print(f"newline at id 0: the last logits moved by {blind:.2e}")
 print(f"newline at id 1: the last logits moved by {seeing:.2e}")
 assert blind == 0.0 and seeing > 1e-3
@@ -293,8 +309,12 @@ assert "".join(pieces) == "café"
 # `lm_windows` returns the window and the same window moved one token on:
 
 # %%
-x, y = lm_windows(torch.arange(100, 200), context=8, batch_size=2,
-                  generator=torch.Generator().manual_seed(0))
+x, y = lm_windows(
+    torch.arange(100, 200),
+    context=8,
+    batch_size=2,
+    generator=torch.Generator().manual_seed(0),
+)
 print("inputs ", x.tolist())
 print("targets", y.tolist())
 assert torch.equal(y, x + 1)
@@ -319,8 +339,18 @@ seed_everything(0)
 
 def make_lm():
     """The chapter's model: DecoderOnlyLM(len(bpe), 64, 4, 1, 256), on the device."""
-    return DecoderOnlyLM(len(bpe), 64, 4, 1, 256, dropout=0.0, max_len=256, pad_id=None,
-                         norm_first=True, positions="learned").to(device)
+    return DecoderOnlyLM(
+        len(bpe),
+        64,
+        4,
+        1,
+        256,
+        dropout=0.0,
+        max_len=256,
+        pad_id=None,
+        norm_first=True,
+        positions="learned",
+    ).to(device)
 
 
 lm = make_lm()
@@ -328,8 +358,10 @@ check_vocab(lm.tok_embed.num_embeddings, bpe)
 prompt = torch.tensor([bpe.encode("\n\nLOVE, n.  ")], device=device)
 loss_before = evaluate_lm(lm, val_ids, CONTEXT)
 untrained = generate(lm, prompt, 40, generator=device_generator(0))
-print(f"held-out loss before training: {loss_before:.3f} "
-      f"(ln V = {math.log(len(bpe)):.3f})")
+print(
+    f"held-out loss before training: {loss_before:.3f} "
+    f"(ln V = {math.log(len(bpe)):.3f})"
+)
 print(repr(bpe.decode(untrained[0])))
 assert abs(loss_before - math.log(len(bpe))) < 0.5
 glue("ch08_loss_before", loss_before, display=False)
@@ -344,28 +376,46 @@ glue("ch08_ln_vocab", math.log(len(bpe)), display=False)
 
 # %%
 start = time.perf_counter()
-history = train_lm(lm, train_ids, val_ids, STEPS, context=CONTEXT, batch_size=BATCH,
-                   lr=LR, weight_decay=0.1, warmup=20, eval_every=20, seed=0)
+history = train_lm(
+    lm,
+    train_ids,
+    val_ids,
+    STEPS,
+    context=CONTEXT,
+    batch_size=BATCH,
+    lr=LR,
+    weight_decay=0.1,
+    warmup=20,
+    eval_every=20,
+    seed=0,
+)
 train_seconds = time.perf_counter() - start
 loss_after = history.val_loss[-1][1]
 bits_per_char = loss_after / math.log(2) / chars_per_token
 # 55 new tokens: the prompt and the sample stay inside the 64 trained positions.
 blank = torch.tensor([bpe.encode("\n\n")], device=device)
-samples = [bpe.decode(generate(lm, start, 55, temperature=0.8,
-                               generator=device_generator(0))[0])
-           for start in (blank, prompt)]
-print(f"{STEPS} steps in {train_seconds:.1f} s; held-out loss {loss_before:.3f} -> "
-      f"{loss_after:.3f} ({bits_per_char:.2f} bits per character)")
+samples = [
+    bpe.decode(
+        generate(lm, start, 55, temperature=0.8, generator=device_generator(0))[0]
+    )
+    for start in (blank, prompt)
+]
+print(
+    f"{STEPS} steps in {train_seconds:.1f} s; held-out loss {loss_before:.3f} -> "
+    f"{loss_after:.3f} ({bits_per_char:.2f} bits per character)"
+)
 for sample in samples:
     print(sample.strip("\n"))
     print("---")
 train_gap = loss_after - statistics.mean(history.train_loss[-20:])
 mid, mid_val = history.val_loss[len(history.val_loss) // 2 - 1]  # the middle evaluation
-mid_gap = mid_val - statistics.mean(history.train_loss[mid - 20:mid])
+mid_gap = mid_val - statistics.mean(history.train_loss[mid - 20 : mid])
 passes = STEPS * BATCH * CONTEXT / len(train_ids)  # windows overlap, so roughly
-print(f"last 20 training batches: {loss_after - train_gap:.3f}, {train_gap:.3f} below "
-      f"held-out (at step {mid}: {mid_gap:.3f}); {passes:.1f} passes over the "
-      f"{len(train_ids):,} training tokens")
+print(
+    f"last 20 training batches: {loss_after - train_gap:.3f}, {train_gap:.3f} below "
+    f"held-out (at step {mid}: {mid_gap:.3f}); {passes:.1f} passes over the "
+    f"{len(train_ids):,} training tokens"
+)
 assert loss_after < 0.7 * loss_before and train_gap > max(0.05, mid_gap + 0.02)
 glue("ch08_loss_after", loss_after, display=False)
 glue("ch08_train_gap", train_gap, display=False)
@@ -376,8 +426,9 @@ glue("ch08_steps", STEPS, display=False)
 
 # %% mystnb={"figure": {"caption": "The training loss of every step and the held-out loss every 20 steps (step 0: before training). Both fall fast from the uniform guess, then slowly; by the end the training batches sit below the held-out loss, and the gap is growing.", "name": "fig-ch08-loss"}, "image": {"alt": "A line chart of cross-entropy loss against training step: a noisy training curve and a smooth held-out curve with markers, both falling from about the dotted uniform-guess line towards the bottom right, the training curve below the held-out one by the end."}}
 fig, ax = plt.subplots(figsize=(7, 3.4))
-ax.plot(range(1, STEPS + 1), history.train_loss, lw=0.8, alpha=0.6,
-        label="training batch")
+ax.plot(
+    range(1, STEPS + 1), history.train_loss, lw=0.8, alpha=0.6, label="training batch"
+)
 ax.plot(*zip((0, loss_before), *history.val_loss), "o-", ms=3, label="held-out")
 ax.axhline(math.log(len(bpe)), color="k", ls=":", label="uniform guess, ln V")
 ax.set_xlabel("step")
@@ -405,6 +456,7 @@ plt.show()
 # {glue:text}`ch08_copy_steps:d` steps, next to the same short training with the right
 # targets:
 
+
 # %%
 def windows_without_shift(ids, context, batch_size, generator):
     """The pitfall: the targets are the inputs themselves, not the next tokens."""
@@ -417,8 +469,9 @@ def shown(token_id):
     return bpe.decode([token_id]).replace(" ", "␣").replace("\n", "⏎")
 
 
-def short_training(model, windows, param_groups, steps, *, context=CONTEXT,
-                   batch_size=BATCH, lr=LR):
+def short_training(
+    model, windows, param_groups, steps, *, context=CONTEXT, batch_size=BATCH, lr=LR
+):
     """AdamW at a constant learning rate on `windows` of the training stream.
 
     Returns (model in eval mode, the loss of every step)."""
@@ -438,20 +491,28 @@ def short_training(model, windows, param_groups, steps, *, context=CONTEXT,
 
 NO_SHIFT_STEPS = 25
 seed_everything(0)
-copier, copy_losses = short_training(make_lm(), windows_without_shift,
-                                     weight_decay_groups, NO_SHIFT_STEPS)
+copier, copy_losses = short_training(
+    make_lm(), windows_without_shift, weight_decay_groups, NO_SHIFT_STEPS
+)
 seed_everything(0)
-_, control_losses = short_training(make_lm(), lm_windows, weight_decay_groups,
-                                   NO_SHIFT_STEPS)
+_, control_losses = short_training(
+    make_lm(), lm_windows, weight_decay_groups, NO_SHIFT_STEPS
+)
 copier_val = evaluate_lm(copier, val_ids, CONTEXT)
-copied = generate(copier, prompt, 20, temperature=0)[0, prompt.size(1):]
+copied = generate(copier, prompt, 20, temperature=0)[0, prompt.size(1) :]
 right_then = control_losses[-1]
-print(f"no shift, step {NO_SHIFT_STEPS}: training loss {copy_losses[-1]:.3f} "
-      f"(the same training with the right targets: {right_then:.3f})")
-print(f"its real next-token loss on held-out text: {copier_val:.3f} "
-      f"(the model trained above: {loss_after:.3f})")
-print(f"the prompt's last token: {shown(int(prompt[0, -1]))!r}; it continues with:",
-      [shown(int(i)) for i in copied])
+print(
+    f"no shift, step {NO_SHIFT_STEPS}: training loss {copy_losses[-1]:.3f} "
+    f"(the same training with the right targets: {right_then:.3f})"
+)
+print(
+    f"its real next-token loss on held-out text: {copier_val:.3f} "
+    f"(the model trained above: {loss_after:.3f})"
+)
+print(
+    f"the prompt's last token: {shown(int(prompt[0, -1]))!r}; it continues with:",
+    [shown(int(i)) for i in copied],
+)
 assert copy_losses[-1] < 0.3 * right_then and copier_val > loss_before
 assert (copied == prompt[0, -1]).all()
 glue("ch08_copy_steps", NO_SHIFT_STEPS, display=False)
@@ -492,11 +553,15 @@ decay, no_decay = weight_decay_groups(lm, 0.1)
 names = {id(p): name for name, p in lm.named_parameters()}
 for group in (decay, no_decay):
     group_names = [names[id(p)] for p in group["params"]]
-    print(f"weight_decay={group['weight_decay']}: {len(group_names)} tensors, "
-          f"{sum(p.numel() for p in group['params']):,} numbers:")
+    print(
+        f"weight_decay={group['weight_decay']}: {len(group_names)} tensors, "
+        f"{sum(p.numel() for p in group['params']):,} numbers:"
+    )
     print("   ", ", ".join(group_names))
-assert {names[id(p)] for p in no_decay["params"]} >= {"tok_embed.weight",
-                                                       "pos.embedding.weight"}
+assert {names[id(p)] for p in no_decay["params"]} >= {
+    "tok_embed.weight",
+    "pos.embedding.weight",
+}
 
 # %% [markdown]
 # The measured reason, on embedding rows. The same small model trained twice for 100 steps
@@ -507,6 +572,7 @@ assert {names[id(p)] for p in no_decay["params"]} >= {"tok_embed.weight",
 # stream (most of the 256 byte values), for rare ones (1 to 20 occurrences) and for the 50
 # most frequent, and the LayerNorm gains:
 
+
 # %%
 def decay_everything(model, weight_decay):
     """The pitfall: one group, so the embeddings, norms and biases decay too."""
@@ -514,34 +580,59 @@ def decay_everything(model, weight_decay):
 
 
 counts = torch.bincount(train_ids, minlength=len(bpe))
-kinds = {"never seen": counts == 0, "rare (1-20)": (counts >= 1) & (counts <= 20),
-         "50 most frequent": counts >= counts.sort(descending=True).values[49]}
+kinds = {
+    "never seen": counts == 0,
+    "rare (1-20)": (counts >= 1) & (counts <= 20),
+    "50 most frequent": counts >= counts.sort(descending=True).values[49],
+}
 DECAY_STEPS, DECAY_LR = 100, 0.015
 shrink = {}
-for label, groups in (("two groups", weight_decay_groups),
-                      ("decay everything", decay_everything)):
+for label, groups in (
+    ("two groups", weight_decay_groups),
+    ("decay everything", decay_everything),
+):
     seed_everything(0)
-    small = DecoderOnlyLM(len(bpe), 32, 2, 1, 64, dropout=0.0, max_len=32, pad_id=None,
-                          norm_first=True, positions="learned").to(device)
+    small = DecoderOnlyLM(
+        len(bpe),
+        32,
+        2,
+        1,
+        64,
+        dropout=0.0,
+        max_len=32,
+        pad_id=None,
+        norm_first=True,
+        positions="learned",
+    ).to(device)
     first = small.tok_embed.weight.detach().norm(dim=1).cpu()
-    small, _ = short_training(small, lm_windows, groups, DECAY_STEPS, context=32,
-                              batch_size=16, lr=DECAY_LR)
+    small, _ = short_training(
+        small, lm_windows, groups, DECAY_STEPS, context=32, batch_size=16, lr=DECAY_LR
+    )
     ratio = small.tok_embed.weight.detach().norm(dim=1).cpu() / first
-    gains = torch.cat([m.weight.detach().cpu() for m in small.modules()
-                       if isinstance(m, torch.nn.LayerNorm)])
+    gains = torch.cat(
+        [
+            m.weight.detach().cpu()
+            for m in small.modules()
+            if isinstance(m, torch.nn.LayerNorm)
+        ]
+    )
     shrink[label] = {k: ratio[mask].mean().item() for k, mask in kinds.items()}
     shrink[label]["LayerNorm gain"] = gains.mean().item()
 print(f"{'':18s}" + "".join(f"{k:>18s}" for k in shrink["two groups"]))
 for label, row in shrink.items():
     print(f"{label:18s}" + "".join(f"{v:18.3f}" for v in row.values()))
 pure_decay = (1 - DECAY_LR * 0.1) ** DECAY_STEPS
-print(f"(1 - lr·wd)^steps = {pure_decay:.3f}; never-seen tokens: "
-      f"{int(kinds['never seen'].sum())}, rare: {int(kinds['rare (1-20)'].sum())}")
+print(
+    f"(1 - lr·wd)^steps = {pure_decay:.3f}; never-seen tokens: "
+    f"{int(kinds['never seen'].sum())}, rare: {int(kinds['rare (1-20)'].sum())}"
+)
 right, wrong = shrink["two groups"], shrink["decay everything"]
 assert right["never seen"] == 1.0 and abs(wrong["never seen"] - pure_decay) < 1e-4
 relative = {k: wrong[k] / right[k] for k in kinds}
-print("with everything decayed, each kind's length relative to the two groups' run:",
-      ", ".join(f"{k} {v:.3f}" for k, v in relative.items()))
+print(
+    "with everything decayed, each kind's length relative to the two groups' run:",
+    ", ".join(f"{k} {v:.3f}" for k, v in relative.items()),
+)
 assert all(v < 0.95 for v in relative.values())
 assert wrong["LayerNorm gain"] < right["LayerNorm gain"] - 0.02
 long_run = (1 - DECAY_LR * 0.1) ** 10_000
@@ -584,6 +675,7 @@ glue("ch08_gain_wrong", wrong["LayerNorm gain"], display=False)
 # decoding. Here is the trained model's distribution of the token after a headword and the
 # start of its definition:
 
+
 # %%
 @torch.no_grad()
 def next_logits(model, text_prompt):
@@ -603,8 +695,10 @@ temperatures = (0.5, 1.0, 2.0)
 dist = {t: next_token_probs(logits, t)[0].cpu() for t in temperatures}
 spread = {t: entropy(p[None]).item() for t, p in dist.items()}
 for t in temperatures:
-    print(f"T = {t}: entropy {spread[t]:.2f} nats, most likely "
-          f"{shown(int(dist[t].argmax()))!r} at {dist[t].max().item():.2f}")
+    print(
+        f"T = {t}: entropy {spread[t]:.2f} nats, most likely "
+        f"{shown(int(dist[t].argmax()))!r} at {dist[t].max().item():.2f}"
+    )
 cold = next_token_probs(logits, 1e-3)
 assert spread[0.5] < spread[1.0] < spread[2.0]
 assert torch.equal(cold.argmax(-1), logits.argmax(-1)) and cold.max().item() > 0.99
@@ -632,7 +726,7 @@ plt.show()
 # %%
 for t in temperatures:
     out = generate(lm, prompt, 40, temperature=t, generator=device_generator(1))
-    print(f"T = {t}:", repr(bpe.decode(out[0, prompt.size(1):])))
+    print(f"T = {t}:", repr(bpe.decode(out[0, prompt.size(1) :])))
 
 # %% [markdown]
 # In this run, cold text repeats the safest words; hot text invents words and punctuation
@@ -642,6 +736,7 @@ for t in temperatures:
 # {cite:p}`holtzman2020curious`.
 #
 # **The pitfall: temperature after the softmax.** Two ways to write it, each wrong:
+
 
 # %%
 def probs_temperature_after_softmax(logits, temperature):
@@ -661,10 +756,12 @@ for t in (0.5, 2.0):
     renormalised = after / after.sum(-1, keepdim=True)
     twice = probs_softmax_twice(logits, t)
     change = (renormalised - baseline).abs().max().item()
-    print(f"T = {t}: divided after the softmax, the distribution moves by "
-          f"{change:.1e}; "
-          f"softmax twice: entropy {entropy(twice).item():.3f} nats "
-          f"(uniform: {math.log(len(bpe)):.3f})")
+    print(
+        f"T = {t}: divided after the softmax, the distribution moves by "
+        f"{change:.1e}; "
+        f"softmax twice: entropy {entropy(twice).item():.3f} nats "
+        f"(uniform: {math.log(len(bpe)):.3f})"
+    )
     assert change < 1e-6 and entropy(twice).item() > 0.98 * math.log(len(bpe))
 
 # %% [markdown]
@@ -692,11 +789,14 @@ probs_sorted = baseline[0].sort(descending=True).values.cpu()
 kept_k = top_k_filter(logits, K).isfinite().sum().item()
 kept_p = top_p_filter(logits, P).isfinite().sum().item()
 mass_p = probs_sorted[:kept_p].sum().item()
-print(f"top-k keeps {kept_k} tokens, "
-      f"{probs_sorted[:kept_k].sum().item():.3f} of the mass")
-print(f"top-p keeps {kept_p} tokens, {mass_p:.3f} of the mass "
-      f"(without its last one: {probs_sorted[:kept_p - 1].sum().item():.4f})")
-assert kept_k == K and mass_p >= P > probs_sorted[:kept_p - 1].sum().item()
+print(
+    f"top-k keeps {kept_k} tokens, {probs_sorted[:kept_k].sum().item():.3f} of the mass"
+)
+print(
+    f"top-p keeps {kept_p} tokens, {mass_p:.3f} of the mass "
+    f"(without its last one: {probs_sorted[: kept_p - 1].sum().item():.4f})"
+)
+assert kept_k == K and mass_p >= P > probs_sorted[: kept_p - 1].sum().item()
 glue("ch08_kept_p", kept_p, display=False)
 glue("ch08_vocab", len(bpe), display=False)
 
@@ -707,8 +807,12 @@ ax.bar(range(1, shown_ranks + 1), probs_sorted[:shown_ranks], color="tab:blue")
 ax.set_xlabel("rank of the token")
 ax.set_ylabel("probability")
 ax2 = ax.twinx()
-ax2.plot(range(1, shown_ranks + 1), probs_sorted[:shown_ranks].cumsum(0), "k-",
-         label="running sum")
+ax2.plot(
+    range(1, shown_ranks + 1),
+    probs_sorted[:shown_ranks].cumsum(0),
+    "k-",
+    label="running sum",
+)
 ax2.axhline(P, color="k", ls=":", label=f"p = {P}")
 ax2.set_ylim(0, 1.02)
 ax2.set_ylabel("running sum")
@@ -723,6 +827,7 @@ plt.show()
 # *reaches*. The token whose probability carries the running sum across p is part of the
 # set. Written as "keep the tokens whose running sum is below p", the filter drops it:
 
+
 # %%
 def top_p_drop_crossing(logits, p):
     """The pitfall: keep the tokens whose running sum, their own mass included, is
@@ -734,7 +839,7 @@ def top_p_drop_crossing(logits, p):
 
 
 with torch.no_grad():  # every position of 8 held-out windows: 512 distributions
-    windows = val_ids[:8 * CONTEXT].view(8, CONTEXT).to(device)
+    windows = val_ids[: 8 * CONTEXT].view(8, CONTEXT).to(device)
     all_logits = lm(windows).flatten(0, 1).float()
 all_probs = all_logits.softmax(-1)
 
@@ -746,23 +851,37 @@ def kept_mass(filtered):
 right_mass = kept_mass(top_p_filter(all_logits, P))
 wrong_mass = kept_mass(top_p_drop_crossing(all_logits, P))
 right_count = top_p_filter(all_logits, P).isfinite().sum(-1).float()
-empty = {p: (kept_mass(top_p_drop_crossing(all_logits, p)) == 0).float().mean().item()
-         for p in (P, 0.5)}
-print(f"right: kept mass >= p at {(right_mass >= P).float().mean().item():.0%} of "
-      f"positions; tokens kept: min {right_count.min():.0f}, median "
-      f"{right_count.median():.0f}, max {right_count.max():.0f}")
-print(f"dropping the crossing token: kept mass < p at "
-      f"{(wrong_mass < P).float().mean().item():.0%}, mean {wrong_mass.mean():.3f}")
+empty = {
+    p: (kept_mass(top_p_drop_crossing(all_logits, p)) == 0).float().mean().item()
+    for p in (P, 0.5)
+}
+print(
+    f"right: kept mass >= p at {(right_mass >= P).float().mean().item():.0%} of "
+    f"positions; tokens kept: min {right_count.min():.0f}, median "
+    f"{right_count.median():.0f}, max {right_count.max():.0f}"
+)
+print(
+    f"dropping the crossing token: kept mass < p at "
+    f"{(wrong_mass < P).float().mean().item():.0%}, mean {wrong_mass.mean():.3f}"
+)
 for p, share in empty.items():
-    print(f"dropping the crossing token, p = {p}: nothing kept at {share:.1%} of "
-          "positions")
+    print(
+        f"dropping the crossing token, p = {p}: nothing kept at {share:.1%} of "
+        "positions"
+    )
 none_kept = (kept_mass(top_p_drop_crossing(all_logits, P)) == 0).nonzero().flatten()
-print(f"where nothing is kept, p = {P}: (the token read, the most likely next one)",
-      sorted({(shown(int(windows.flatten()[i])), shown(int(all_probs[i].argmax())))
-              for i in none_kept}))
+print(
+    f"where nothing is kept, p = {P}: (the token read, the most likely next one)",
+    sorted(
+        {
+            (shown(int(windows.flatten()[i])), shown(int(all_probs[i].argmax())))
+            for i in none_kept
+        }
+    ),
+)
 sure = int((all_probs.max(-1).values > 0.5).nonzero()[0])
 try:
-    nothing = top_p_drop_crossing(all_logits[sure:sure + 1], 0.5)
+    nothing = top_p_drop_crossing(all_logits[sure : sure + 1], 0.5)
     torch.multinomial(nothing.softmax(-1), 1)
 except RuntimeError as err:
     print(f"sampling from the empty set: RuntimeError: {err}")
@@ -801,17 +920,21 @@ cache = KVCache()
 tokens = prompt.clone()
 with torch.no_grad():
     step_logits = lm(tokens, cache=cache)[:, -1]
-    print(f"prompt {tuple(tokens.shape)}: cache length {cache.length}, "
-          f"keys and values of layer 0 {tuple(cache.layer(0).keys.shape)} "
-          "[B, H, T, Dh]")
+    print(
+        f"prompt {tuple(tokens.shape)}: cache length {cache.length}, "
+        f"keys and values of layer 0 {tuple(cache.layer(0).keys.shape)} "
+        "[B, H, T, Dh]"
+    )
     for step in range(1, 4):
         new = step_logits.argmax(-1, keepdim=True)  # [B, 1]
         tokens = torch.cat([tokens, new], dim=1)
         step_logits = lm(new, cache=cache)[:, -1]
         whole = lm(tokens)[:, -1]
         gap = (step_logits - whole).abs().max().item()
-        print(f"step {step}: input {tuple(new.shape)}, cache length {cache.length}, "
-              f"keys {tuple(cache.layer(0).keys.shape)}; |cached - whole| <= {gap:.1e}")
+        print(
+            f"step {step}: input {tuple(new.shape)}, cache length {cache.length}, "
+            f"keys {tuple(cache.layer(0).keys.shape)}; |cached - whole| <= {gap:.1e}"
+        )
         assert cache.length == tokens.size(1) and gap < 1e-4
 
 # %% [markdown]
@@ -820,15 +943,17 @@ with torch.no_grad():
 # same tokens come out, greedy or sampled with the same seed, for a batch of four prompts:
 
 # %%
-prompts = val_ids[:4 * 8].view(4, 8).to(device)  # four 8-token prompts
+prompts = val_ids[: 4 * 8].view(4, 8).to(device)  # four 8-token prompts
 N_NEW = 80
 same = {}
-for label, kwargs in (("greedy", dict(temperature=0)),
-                      ("sampled, T = 1, top-p = 0.9",
-                       dict(temperature=1.0, top_p=0.9))):
+for label, kwargs in (
+    ("greedy", dict(temperature=0)),
+    ("sampled, T = 1, top-p = 0.9", dict(temperature=1.0, top_p=0.9)),
+):
     cached = generate(lm, prompts, N_NEW, generator=device_generator(2), **kwargs)
-    plain = generate(lm, prompts, N_NEW, generator=device_generator(2), use_cache=False,
-                     **kwargs)
+    plain = generate(
+        lm, prompts, N_NEW, generator=device_generator(2), use_cache=False, **kwargs
+    )
     same[label] = torch.equal(cached, plain)
     print(f"{label}: {N_NEW} new tokens x 4 prompts, cached == uncached: {same[label]}")
 assert all(same.values())
@@ -839,6 +964,7 @@ assert all(same.values())
 # both ways (the fastest of two runs per step), and plot the tokens per second over the
 # last 16 steps as the sequence grows. (Positions past 64 were never trained, so the text
 # there is poor; the time does not depend on it.)
+
 
 # %%
 @torch.no_grad()
@@ -868,23 +994,36 @@ for use_cache in (True, False):
 assert torch.equal(final_tokens, generate(lm, prompt, n_steps, temperature=0))
 W = 16
 lengths = [prompt.size(1) + j + W for j in range(0, n_steps - W + 1, W)]
-rate = {c: [W / sum(s[j:j + W]) for j in range(0, n_steps - W + 1, W)]
-        for c, s in step_seconds.items()}
+rate = {
+    c: [W / sum(s[j : j + W]) for j in range(0, n_steps - W + 1, W)]
+    for c, s in step_seconds.items()
+}
 # Three windows at each end, so that one noisy window cannot decide the ratio.
 speedup_first, speedup_last = (
     statistics.mean(rate[True][sl]) / statistics.mean(rate[False][sl])
-    for sl in (slice(0, 3), slice(-3, None)))
+    for sl in (slice(0, 3), slice(-3, None))
+)
 # What each way runs through the model: every step's whole sequence, or one token.
-processed = {False: sum(range(prompt.size(1), lm.max_len)),
-             True: prompt.size(1) + n_steps - 1}
-print(f"{n_steps} steps; tokens run through the model: uncached {processed[False]:,}, "
-      f"cached {processed[True]:,}")
-print(f"tokens/s at length {lengths[0]}: cached {rate[True][0]:,.0f}, uncached "
-      f"{rate[False][0]:,.0f}")
-print(f"tokens/s at length {lengths[-1]}: cached {rate[True][-1]:,.0f}, uncached "
-      f"{rate[False][-1]:,.0f}")
-print(f"cached / uncached, first three windows {speedup_first:.1f}x, last three "
-      f"{speedup_last:.1f}x")
+processed = {
+    False: sum(range(prompt.size(1), lm.max_len)),
+    True: prompt.size(1) + n_steps - 1,
+}
+print(
+    f"{n_steps} steps; tokens run through the model: uncached {processed[False]:,}, "
+    f"cached {processed[True]:,}"
+)
+print(
+    f"tokens/s at length {lengths[0]}: cached {rate[True][0]:,.0f}, uncached "
+    f"{rate[False][0]:,.0f}"
+)
+print(
+    f"tokens/s at length {lengths[-1]}: cached {rate[True][-1]:,.0f}, uncached "
+    f"{rate[False][-1]:,.0f}"
+)
+print(
+    f"cached / uncached, first three windows {speedup_first:.1f}x, last three "
+    f"{speedup_last:.1f}x"
+)
 if device.type == "cpu":  # compute-bound here; a GPU runs this tiny model launch-bound
     assert speedup_last > 1.5 and rate[False][0] > 2 * rate[False][-1]
 glue("ch08_speedup_first", speedup_first, display=False)
@@ -948,10 +1087,13 @@ def kv_cache_bytes(n_layers, batch, length, d_model, bytes_per_number):
 
 
 B_, T_ = final_tokens.shape
-formula = kv_cache_bytes(len(lm.blocks.layers), B_, T_, lm.d_model,
-                         cache.layer(0).keys.element_size())
-print(f"this model, {T_} tokens: formula {formula:,} bytes, cache.nbytes() "
-      f"{cache.nbytes():,} bytes")
+formula = kv_cache_bytes(
+    len(lm.blocks.layers), B_, T_, lm.d_model, cache.layer(0).keys.element_size()
+)
+print(
+    f"this model, {T_} tokens: formula {formula:,} bytes, cache.nbytes() "
+    f"{cache.nbytes():,} bytes"
+)
 assert cache.nbytes() == formula
 medium = kv_cache_bytes(12, 1, 1024, 768, 4) / 2**20
 large = kv_cache_bytes(32, 1, 4096, 4096, 2) / 2**30
@@ -980,6 +1122,7 @@ glue("ch08_batch_equal", weights_large / large, display=False)
 # `model(tokens, cache=cache)` hides two details that a hand-written step must get right.
 # Here is the step built from the model's parts, with the two details as arguments: where
 # the new tokens' positions start, and the mask.
+
 
 # %%
 def step_from_parts(model, tokens, cache, *, start, mask):
@@ -1040,21 +1183,27 @@ def report(label, out):
     """Where `out` [1, S0 + N] first departs from the uncached greedy tokens."""
     differs = (out != reference)[0, S0:].nonzero()
     first = int(differs[0]) + 1 if len(differs) else None  # counting from 1
-    where = ("identical" if first is None
-             else f"new token number {first} (from 1) differs first")
+    where = (
+        "identical"
+        if first is None
+        else f"new token number {first} (from 1) differs first"
+    )
     print(f"{label}: {where}\n    {bpe.decode(out[0, S0:])!r}")
     return first
 
 
 assert report("right lm_step", greedy_with(lm_step, lm, prompt, N_CHECK)) is None
-first_bad_pos = report("positions from 0",
-                       greedy_with(lm_step_positions_from_zero, lm, prompt, N_CHECK))
+first_bad_pos = report(
+    "positions from 0", greedy_with(lm_step_positions_from_zero, lm, prompt, N_CHECK)
+)
 try:
     greedy_with(lm_step_full_length_mask, lm, prompt, N_CHECK)
 except ValueError as err:
     print(f"mask for the full length: ValueError: {err}")
-first_bad_rows = report("first rows of the full mask",
-                        greedy_with(lm_step_first_mask_rows, lm, prompt, N_CHECK))
+first_bad_rows = report(
+    "first rows of the full mask",
+    greedy_with(lm_step_first_mask_rows, lm, prompt, N_CHECK),
+)
 
 
 @torch.no_grad()
@@ -1063,14 +1212,18 @@ def first_step_gap(step):
     (the logits that choose the second new token)."""
     cache = KVCache()
     step(lm, prompt, cache)
-    got = step(lm, reference[:, S0:S0 + 1], cache)[:, -1]
-    return (got - lm(reference[:, :S0 + 1])[:, -1]).abs().max().item()
+    got = step(lm, reference[:, S0 : S0 + 1], cache)[:, -1]
+    return (got - lm(reference[:, : S0 + 1])[:, -1]).abs().max().item()
 
 
-gaps = {f.__name__: first_step_gap(f)
-        for f in (lm_step, lm_step_positions_from_zero, lm_step_first_mask_rows)}
-print("largest logit error on the first one-token step:",
-      ", ".join(f"{name} {gap:.2e}" for name, gap in gaps.items()))
+gaps = {
+    f.__name__: first_step_gap(f)
+    for f in (lm_step, lm_step_positions_from_zero, lm_step_first_mask_rows)
+}
+print(
+    "largest logit error on the first one-token step:",
+    ", ".join(f"{name} {gap:.2e}" for name, gap in gaps.items()),
+)
 assert gaps["lm_step"] < 1e-4
 assert min(gaps["lm_step_positions_from_zero"], gaps["lm_step_first_mask_rows"]) > 0.01
 # Where one greedy path departs depends on the run; the logit gaps above do not.
@@ -1078,16 +1231,24 @@ assert first_bad_rows is not None and gaps["lm_step_positions_from_zero"] > 0.01
 
 # PyTorch's own is_causal=True aligns the triangle the same way, top left, when the
 # query is shorter than the keys: one new query then sees the first key alone.
-q1, k5, v5 = (torch.randn(1, 1, n, 8, generator=torch.Generator().manual_seed(n))
-              for n in (1, 5, 5))
+q1, k5, v5 = (
+    torch.randn(1, 1, n, 8, generator=torch.Generator().manual_seed(n))
+    for n in (1, 5, 5)
+)
 top_left = F.scaled_dot_product_attention(q1, k5, v5, is_causal=True)
 assert torch.allclose(top_left, v5[:, :, :1])
-print("F.scaled_dot_product_attention(q [1 query], k, v [5 keys], is_causal=True) "
-      "== the first value alone")
+print(
+    "F.scaled_dot_product_attention(q [1 query], k, v [5 keys], is_causal=True) "
+    "== the first value alone"
+)
 # The departure of one greedy path may come late, or past the tokens checked.
-glue("ch08_pos_departure", f"at new token number {first_bad_pos}, counting from 1"
-     if first_bad_pos is not None else f"nowhere in the {N_CHECK} new tokens checked",
-     display=False)
+glue(
+    "ch08_pos_departure",
+    f"at new token number {first_bad_pos}, counting from 1"
+    if first_bad_pos is not None
+    else f"nowhere in the {N_CHECK} new tokens checked",
+    display=False,
+)
 glue("ch08_first_bad_rows", first_bad_rows, display=False)
 glue("ch08_gap_pos", gaps["lm_step_positions_from_zero"], display=False)
 glue("ch08_gap_rows", gaps["lm_step_first_mask_rows"], display=False)
@@ -1118,6 +1279,7 @@ glue("ch08_gap_rows", gaps["lm_step_first_mask_rows"], display=False)
 # function whose default argument is a cache gets *one* cache, made when the `def` runs,
 # shared by every call:
 
+
 # %%
 @torch.no_grad()
 def generate_greedy_carried(model, start_tokens, n, cache=KVCache()):
@@ -1137,8 +1299,8 @@ generate_greedy_carried(lm, prompt, 30)  # a first prompt: right, the cache was 
 carried = generate_greedy_carried(lm, war, 30)
 shared = inspect.signature(generate_greedy_carried).parameters["cache"].default
 held = shared.length
-print("fresh cache:  ", repr(bpe.decode(fresh[0, war.size(1):])))
-print("carried over: ", repr(bpe.decode(carried[0, war.size(1):])))
+print("fresh cache:  ", repr(bpe.decode(fresh[0, war.size(1) :])))
+print("carried over: ", repr(bpe.decode(carried[0, war.size(1) :])))
 print(f"the default cache now holds {held} tokens")
 calls = 2
 try:
@@ -1170,7 +1332,7 @@ seeded = [generate(lm, prompt, 30, generator=device_generator(7)) for _ in range
 for label, pair in (("no generator", unseeded), ("generator seeded with 7", seeded)):
     print(f"{label}:")
     for out in pair:
-        print("   ", repr(bpe.decode(out[0, prompt.size(1):])))
+        print("   ", repr(bpe.decode(out[0, prompt.size(1) :])))
 assert not torch.equal(*unseeded) and torch.equal(*seeded)
 
 # %% [markdown]

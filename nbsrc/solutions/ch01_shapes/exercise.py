@@ -52,6 +52,7 @@ device = get_device()
 # rearranged back). Rearrange `x` itself with tensor ops: no `.detach()`, `.data`,
 # `torch.no_grad()` or copies through NumPy or lists. The check takes that gradient too.
 
+
 # %% nbgrader="solution:split_heads"
 def split_heads(x, n_heads):
     """[B, S, D] -> [B, H, S, Dh]."""
@@ -75,6 +76,7 @@ ch01.check_by_hand("split_heads", split_heads, (torch.randn(2, 3, 8), 2))
 #
 # As for `split_heads`: sizes from `x`, numbers only rearranged, dtype kept, `x` left unchanged,
 # one tensor returned, and the gradient flowing back to `x` (the upstream gradient split again).
+
 
 # %% nbgrader="solution:merge_heads"
 def merge_heads(x):
@@ -120,6 +122,7 @@ ch01.check_by_hand("merge_heads", merge_heads, (torch.randn(2, 2, 3, 4),))
 # the gradient back through `forward` to `query`, `key` and `value`: no `.detach()`, `.data` or
 # `torch.no_grad()` on them (the check compares those gradients with the reference's).
 # Write the attention yourself: a hidden test fails a module that calls PyTorch's or the reference's.
+
 
 # %% nbgrader="solution:multi_head_attention"
 class MultiHeadAttention(nn.Module):

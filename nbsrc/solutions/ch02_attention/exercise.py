@@ -59,6 +59,7 @@ device = get_device()
 # weights, the output) and measures what is off from your own numbers: the factor your scores are
 # divided by, the axis your weights sum to 1 over, the vectors your output mixes.
 
+
 # %% nbgrader="solution:attention"
 def attention(q, k, v):
     """q [B, H, Sq, Dh], k and v [B, H, Sk, Dh] -> (out [B, H, Sq, Dh], weights [B, H, Sq, Sk])."""
@@ -98,6 +99,7 @@ ch02.check_attention_by_hand(attention)
 #   ($\le 10^{-12}$), or use `torch.xlogy` / `torch.special.entr`;
 # - do not modify `weights` in place.
 
+
 # %% nbgrader="solution:attention_entropy"
 def attention_entropy(weights):
     """weights [..., Sq, Sk] -> entropy per query [..., Sq], in nats."""
@@ -117,6 +119,10 @@ ch02.check_attention_entropy(attention_entropy)
 # %%
 q, k, v = (torch.randn(1, 1, 6, 64, device=device) for _ in range(3))
 scaled_entropy = attention_entropy(attention(q, k, v)[1]).mean().item()
-unscaled_entropy = attention_entropy((q @ k.transpose(-2, -1)).softmax(-1)).mean().item()
-print(f"mean entropy, scaled: {scaled_entropy:.2f} nats; unscaled: {unscaled_entropy:.2f} nats; "
-      f"uniform would be ln 6 = {math.log(6):.2f}")
+unscaled_entropy = (
+    attention_entropy((q @ k.transpose(-2, -1)).softmax(-1)).mean().item()
+)
+print(
+    f"mean entropy, scaled: {scaled_entropy:.2f} nats; unscaled: {unscaled_entropy:.2f} nats; "
+    f"uniform would be ln 6 = {math.log(6):.2f}"
+)

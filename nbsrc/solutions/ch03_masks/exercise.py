@@ -47,6 +47,7 @@ device = get_device()
 #   right 1/0 pattern.
 # * Build it on `device`.
 
+
 # %% nbgrader="solution:causal_mask"
 def causal_mask(size):
     """-> bool [1, 1, S, S], True where key j <= query i."""
@@ -69,6 +70,7 @@ ch03.check_causal_mask(causal_mask)
 #   pad ids other than 0 (with 0 a real token) and a left-padded batch, where the
 #   padding comes first.
 # * Do not modify `tokens` (no in-place ops on it): the caller still needs it.
+
 
 # %% nbgrader="solution:padding_mask"
 def padding_mask(tokens, pad_id):
@@ -103,6 +105,7 @@ ch03.check_padding_mask(padding_mask)
 #   the caller still uses them.
 #
 # Write the computation yourself: a hidden test fails a function that calls PyTorch's attention.
+
 
 # %% nbgrader="solution:masked_attention"
 def masked_attention(q, k, v, mask):

@@ -49,6 +49,7 @@ device = get_device()
 # and `0.5` and measures the fraction of hidden activations zeroed: none, or about the rate given.
 # Lesson §4.2.
 
+
 # %% nbgrader="solution:feed_forward"
 class FeedForward(nn.Module):
     def __init__(self, d_model, d_ff, dropout=0.0):
@@ -101,6 +102,7 @@ ch04.check_feed_forward(FeedForward)
 # never after the norm, nor on the residual sum, nor on the sublayer's input. And LayerNorm, not
 # BatchNorm (lesson §4.3). `forward` returns the tensor `[B, S, D]` and leaves the `x` it was given
 # unchanged (write `x = x + ...`, not `x += ...`). Name your attributes as you like.
+
 
 # %% nbgrader="solution:encoder_block"
 class EncoderBlock(nn.Module):

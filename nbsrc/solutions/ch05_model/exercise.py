@@ -51,12 +51,15 @@ device = get_device()
 # fits your table (which columns hold sines, the base and exponent of the frequencies, where the
 # positions start, the amplitude) and says which of these differ.
 
+
 # %% nbgrader="solution:sinusoidal_encoding"
 def sinusoidal_encoding(n_positions, d_model):
     """-> [n_positions, d_model]."""
     ### BEGIN SOLUTION
     position = torch.arange(n_positions, dtype=torch.float64)[:, None]  # [N, 1]
-    inv_freq = torch.pow(10000.0, -torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)  # [D/2]
+    inv_freq = torch.pow(
+        10000.0, -torch.arange(0, d_model, 2, dtype=torch.float64) / d_model
+    )  # [D/2]
     pe = torch.zeros(n_positions, d_model, dtype=torch.float64)
     pe[:, 0::2] = torch.sin(position * inv_freq)
     pe[:, 1::2] = torch.cos(position * inv_freq)
@@ -79,6 +82,7 @@ ch05.check_by_hand("sinusoidal_encoding", sinusoidal_encoding, (12, 8))
 # Lesson §5.5. The result keeps the table's dtype and device; `embed` applies no dropout (the model
 # applies it afterwards) and must not change `table` or `pe` in place. When the result is wrong, the
 # check measures the factor your embeddings were multiplied by and which rows of `pe` you added.
+
 
 # %% nbgrader="solution:embed"
 def embed(tokens, table, pe):
@@ -116,6 +120,7 @@ ch05.check_embed(embed)
 # wrong it watches each sublayer's inputs and outputs with forward hooks to say which stage departs
 # (it sees the modules you call as `self.attn(...)`, not through `.forward(...)`). Lesson §5.6.
 
+
 # %% nbgrader="solution:decoder_block"
 class DecoderBlock(nn.Module):
     def __init__(self, d_model, n_heads, d_ff, dropout=0.1):
@@ -123,8 +128,14 @@ class DecoderBlock(nn.Module):
         ### BEGIN SOLUTION
         self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
         self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
-        self.ff = nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(), nn.Linear(d_ff, d_model))
-        self.norm1, self.norm2, self.norm3 = nn.LayerNorm(d_model), nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+        self.ff = nn.Sequential(
+            nn.Linear(d_model, d_ff), nn.ReLU(), nn.Linear(d_ff, d_model)
+        )
+        self.norm1, self.norm2, self.norm3 = (
+            nn.LayerNorm(d_model),
+            nn.LayerNorm(d_model),
+            nn.LayerNorm(d_model),
+        )
         self.dropout = nn.Dropout(dropout)
         ### END SOLUTION
 
@@ -132,9 +143,13 @@ class DecoderBlock(nn.Module):
         """x [B, St, D], memory [B, Ss, D], src_mask [B, 1, 1, Ss] or None -> [B, St, D]."""
         ### BEGIN SOLUTION
         st = x.size(1)
-        causal = torch.ones(st, st, dtype=torch.bool, device=x.device).tril()[None, None]
+        causal = torch.ones(st, st, dtype=torch.bool, device=x.device).tril()[
+            None, None
+        ]
         x = self.norm1(x + self.dropout(self.self_attn(x, x, x, mask=causal)))
-        x = self.norm2(x + self.dropout(self.cross_attn(x, memory, memory, mask=src_mask)))
+        x = self.norm2(
+            x + self.dropout(self.cross_attn(x, memory, memory, mask=src_mask))
+        )
         return self.norm3(x + self.dropout(self.ff(x)))
         ### END SOLUTION
 

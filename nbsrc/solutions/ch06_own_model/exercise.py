@@ -73,6 +73,7 @@ device = get_device()
 # from tformer_ref.attention import MultiHeadAttention
 # ```
 
+
 # %% nbgrader="solution:own_attention"
 ### BEGIN SOLUTION
 def split_heads(x, n_heads):
@@ -117,12 +118,15 @@ class MultiHeadAttention(nn.Module):
             mask = mask[None, None]
         out, _ = masked_attention(q, k, v, mask)
         return self.out_proj(merge_heads(out))
+
+
 ### END SOLUTION
 
 
 # %% nbgrader="test:test_own_attention:2"
 own_model.check_own_attention(
-    split_heads, merge_heads, masked_attention, MultiHeadAttention)
+    split_heads, merge_heads, masked_attention, MultiHeadAttention
+)
 
 # %% [markdown]
 # ## 2. Masks (1 point)
@@ -135,6 +139,7 @@ own_model.check_own_attention(
 # **To use the reference instead**, replace the whole cell with
 # `from tformer_ref.masks import causal_mask, padding_mask`.
 
+
 # %% nbgrader="solution:own_masks"
 ### BEGIN SOLUTION
 def causal_mask(size):
@@ -145,6 +150,8 @@ def causal_mask(size):
 def padding_mask(tokens, pad_id):
     """tokens [B, S] -> bool [B, 1, 1, S], True on real tokens."""
     return (tokens != pad_id)[:, None, None, :]
+
+
 ### END SOLUTION
 
 
@@ -173,6 +180,7 @@ own_model.check_own_masks(causal_mask, padding_mask)
 #
 # (`ReferenceDecoderBlock` is `tformer_ref.blocks.DecoderBlock` called as in exercise 5,
 # `forward(x, memory, src_mask=None)`.)
+
 
 # %% nbgrader="solution:own_blocks"
 ### BEGIN SOLUTION
@@ -215,7 +223,8 @@ class DecoderBlock(nn.Module):
         self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
         self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
         self.ff = nn.Sequential(
-            nn.Linear(d_model, d_ff), nn.ReLU(), nn.Linear(d_ff, d_model))
+            nn.Linear(d_model, d_ff), nn.ReLU(), nn.Linear(d_ff, d_model)
+        )
         self.norm1 = nn.LayerNorm(d_model)
         self.norm2 = nn.LayerNorm(d_model)
         self.norm3 = nn.LayerNorm(d_model)
@@ -229,6 +238,8 @@ class DecoderBlock(nn.Module):
         read = self.cross_attn(x, memory, memory, mask=src_mask)
         x = self.norm2(x + self.dropout(read))
         return self.norm3(x + self.dropout(self.ff(x)))
+
+
 ### END SOLUTION
 
 
@@ -248,6 +259,7 @@ own_model.check_own_blocks(FeedForward, EncoderBlock, DecoderBlock)
 # from tformer_grading.checks.own_model import reference_embed as embed
 # ```
 
+
 # %% nbgrader="solution:own_positions"
 ### BEGIN SOLUTION
 def sinusoidal_encoding(n_positions, d_model):
@@ -264,6 +276,8 @@ def sinusoidal_encoding(n_positions, d_model):
 def embed(tokens, table, pe):
     """tokens [B, S] long, table nn.Embedding(V, D), pe [max_len, D] -> [B, S, D]."""
     return table(tokens) * math.sqrt(table.embedding_dim) + pe[: tokens.size(1)]
+
+
 ### END SOLUTION
 
 
@@ -320,9 +334,11 @@ class OwnTransformer(nn.Module):
         self.tgt_embed = nn.Embedding(vocab_size, d_model)
         self.register_buffer("pe", sinusoidal_encoding(64, d_model))
         self.encoder = nn.ModuleList(
-            EncoderBlock(d_model, n_heads, d_ff, dropout=0.0) for _ in range(n_layers))
+            EncoderBlock(d_model, n_heads, d_ff, dropout=0.0) for _ in range(n_layers)
+        )
         self.decoder = nn.ModuleList(
-            DecoderBlock(d_model, n_heads, d_ff, dropout=0.0) for _ in range(n_layers))
+            DecoderBlock(d_model, n_heads, d_ff, dropout=0.0) for _ in range(n_layers)
+        )
         self.generator = nn.Linear(d_model, vocab_size)
 
     def forward(self, src, tgt_in):
@@ -341,18 +357,23 @@ def batch_loss(model, src, tgt):
     """src [B, Ss], tgt [B, St] (BOS ... EOS, padded) -> scalar loss."""
     tgt_in, labels = tgt[:, :-1], tgt[:, 1:]  # teacher forcing: predict the next token
     logits = model(src, tgt_in)  # [B, St-1, V]
-    return F.cross_entropy(logits.reshape(-1, logits.size(-1)), labels.reshape(-1),
-                           ignore_index=PAD)
+    return F.cross_entropy(
+        logits.reshape(-1, logits.size(-1)), labels.reshape(-1), ignore_index=PAD
+    )
+
+
 ### END SOLUTION
 
 
 # %% nbgrader="test:test_own_model_learns:6"
 own_model.check_own_model_learns(
-    OwnTransformer, batch_loss,
+    OwnTransformer,
+    batch_loss,
     attention=(split_heads, merge_heads, masked_attention, MultiHeadAttention),
     masks=(causal_mask, padding_mask),
     blocks=(FeedForward, EncoderBlock, DecoderBlock),
-    positions=(sinusoidal_encoding, embed))
+    positions=(sinusoidal_encoding, embed),
+)
 
 # %% [markdown]
 # ## Done?

@@ -52,6 +52,7 @@ device = get_device()
 # unchanged. The seed's slices `trg[:-1, :]` / `trg[1:, :]` are for sequence-first tensors.
 # Lesson §6.2.
 
+
 # %% nbgrader="solution:shift_targets"
 def shift_targets(tgt):
     """tgt [B, St] -> (decoder input [B, St-1], labels [B, St-1])."""
@@ -80,19 +81,28 @@ ch06.check_by_hand("shift_targets", shift_targets, (torch.tensor([[1, 5, 2, 0]])
 # `F.cross_entropy(..., label_smoothing=ε)` does; the loss is the cross-entropy to that target (not
 # the KL divergence, which is smaller by the target's entropy). Lesson §6.3.
 
+
 # %% nbgrader="solution:sequence_loss"
 def sequence_loss(logits, labels, pad_id, label_smoothing):
     """logits [B, St, V], labels [B, St] -> scalar."""
     ### BEGIN SOLUTION
-    return F.cross_entropy(logits.reshape(-1, logits.size(-1)), labels.reshape(-1),
-                           ignore_index=pad_id, label_smoothing=label_smoothing)
+    return F.cross_entropy(
+        logits.reshape(-1, logits.size(-1)),
+        labels.reshape(-1),
+        ignore_index=pad_id,
+        label_smoothing=label_smoothing,
+    )
     ### END SOLUTION
 
 
 # %% nbgrader="test:test_sequence_loss:3"
 ch06.check_sequence_loss(sequence_loss)
 ### BEGIN HIDDEN TESTS
-ch06.check_by_hand("sequence_loss", sequence_loss, (torch.randn(2, 3, 5), torch.tensor([[3, 4, 0], [4, 0, 0]]), 0, 0.1))
+ch06.check_by_hand(
+    "sequence_loss",
+    sequence_loss,
+    (torch.randn(2, 3, 5), torch.tensor([[3, 4, 0], [4, 0, 0]]), 0, 0.1),
+)
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -110,12 +120,13 @@ ch06.check_by_hand("sequence_loss", sequence_loss, (torch.randn(2, 3, 5), torch.
 # nothing else (it never calls `optimizer.step()`); the training loop calls `optimizer.step()` then
 # `scheduler.step()`. Lesson §6.4.
 
+
 # %% nbgrader="solution:noam"
 def noam_lambda(step, d_model, warmup):
     """LambdaLR multiplier for 0-based ``step``."""
     ### BEGIN SOLUTION
     n = step + 1
-    return d_model ** -0.5 * min(n ** -0.5, n * warmup ** -1.5)
+    return d_model**-0.5 * min(n**-0.5, n * warmup**-1.5)
     ### END SOLUTION
 
 
@@ -156,8 +167,11 @@ ch06.check_noam_scheduler(make_scheduler)
 # loss of this batch before the update, and the total gradient norm *before* clipping (what
 # `clip_grad_norm_` returns). Lesson §6.5.
 
+
 # %% nbgrader="solution:train_step"
-def train_step(model, src, tgt, optimizer, scheduler, max_norm, pad_id, label_smoothing):
+def train_step(
+    model, src, tgt, optimizer, scheduler, max_norm, pad_id, label_smoothing
+):
     """One update -> (loss, gradient norm before clipping)."""
     ### BEGIN SOLUTION
     model.train()
@@ -206,6 +220,7 @@ ch06.check_train_step_by_hand(train_step)
 # `model.decode = lambda tgt_in, memory, src_mask, tgt_mask=None: Transformer.decode(model, tgt_in, memory, src_mask)`
 # (with `from tformer_ref.model import Transformer`).
 
+
 # %% nbgrader="solution:greedy_decode"
 def greedy_decode(model, src, max_len, bos_id, eos_id, pad_id):
     """src [B, Ss] -> [B, T] token ids: BOS, the decoded tokens, EOS, then padding."""
@@ -216,7 +231,9 @@ def greedy_decode(model, src, max_len, bos_id, eos_id, pad_id):
         out = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)
         finished = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
         for _ in range(max_len):
-            logits = model.decode(out, memory, src_mask, causal_mask(out.size(1), src.device))
+            logits = model.decode(
+                out, memory, src_mask, causal_mask(out.size(1), src.device)
+            )
             nxt = logits[:, -1].argmax(dim=-1).masked_fill(finished, pad_id)
             out = torch.cat([out, nxt[:, None]], dim=1)
             finished |= nxt == eos_id

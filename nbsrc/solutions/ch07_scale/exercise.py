@@ -67,6 +67,7 @@ def count_targets(batch):
 # It returns nothing. The check records what your step calls on the optimizer and the scheduler,
 # the learning rate the step used, and measures the divisor each micro-batch's loss got.
 
+
 # %% nbgrader="solution:accumulation_step"
 def accumulation_step(model, micro_batches, optimizer, scheduler, loss_fn):
     """One optimizer step from ``micro_batches``, equal to one step on their concatenation."""
@@ -112,6 +113,7 @@ ch07.check_accumulation_by_hand(accumulation_step)
 # The check records your calls on the scaler and the optimizer, the gradient right after your
 # backward and the one the optimizer steps with, and the scale after an overflowing step.
 
+
 # %% nbgrader="solution:amp_step"
 def amp_step(model, batch, loss_fn, optimizer, scaler, max_norm):
     """One mixed-precision training step; returns the loss."""
@@ -122,7 +124,9 @@ def amp_step(model, batch, loss_fn, optimizer, scaler, max_norm):
     with torch.amp.autocast(device_type, dtype=dtype):
         loss = loss_fn(model, batch)
     scaler.scale(loss).backward()
-    scaler.unscale_(optimizer)  # the gradients are true-sized again: now clipping means what it says
+    scaler.unscale_(
+        optimizer
+    )  # the gradients are true-sized again: now clipping means what it says
     torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
     scaler.step(optimizer)  # skipped when a gradient is inf/NaN
     scaler.update()
@@ -154,12 +158,17 @@ ch07.check_amp_by_hand(amp_step)
 # - two calls with the same arguments give the same order: the processes compute the split
 #   independently, so the shuffle must be seeded.
 
+
 # %% nbgrader="solution:make_loader"
 def make_loader(dataset, rank, world_size, epoch, batch_size):
     """The DataLoader process ``rank`` of ``world_size`` iterates in epoch ``epoch``."""
     ### BEGIN SOLUTION
-    sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=0)
-    sampler.set_epoch(epoch)  # reseeds the shuffle: without it every epoch has the same order
+    sampler = DistributedSampler(
+        dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=0
+    )
+    sampler.set_epoch(
+        epoch
+    )  # reseeds the shuffle: without it every epoch has the same order
     return DataLoader(dataset, batch_size=batch_size, sampler=sampler)
     ### END SOLUTION
 

@@ -59,6 +59,7 @@ device = get_device()
 # differ it compares the tokens you keep with the reference's and measures the temperature your
 # distribution has.
 
+
 # %% nbgrader="solution:next_token_probs"
 def next_token_probs(logits, temperature, top_p):
     """logits [B, V] -> probs [B, V]: temperature, then top-p, then renormalised."""
@@ -101,6 +102,7 @@ ch08.check_next_token_probs_by_hand(next_token_probs)
 # to the new keys up to its own position, `causal_mask(S, device, past=T)`. Read `cache.length` once,
 # before the blocks grow the cache. Lesson §8.8 shows the three ways this step goes wrong.
 
+
 # %% nbgrader="solution:lm_step"
 def lm_step(model, tokens, cache):
     """tokens [B, S] after the cache.length cached ones -> logits [B, S, V]."""
@@ -134,6 +136,7 @@ ch08.check_lm_step_by_hand(lm_step)
 # step). The check decodes several prompts one after the other, with two models, so a cache that
 # survives from one call to the next (lesson §8.8) is caught; it also watches what your loop feeds
 # the model.
+
 
 # %% nbgrader="solution:generate_greedy"
 def generate_greedy(model, prompt, max_new_tokens):
@@ -190,12 +193,32 @@ text = load_corpus()
 tok = CharTokenizer(text)
 train_ids, val_ids = train_val_split(torch.tensor(tok.encode(text)), 0.1)
 torch.manual_seed(0)
-tiny = DecoderOnlyLM(len(tok), 32, 2, 1, 64, dropout=0.0, max_len=64, pad_id=None,
-                     norm_first=True, positions="learned").to(device)
-history = train_lm(tiny, train_ids, val_ids, 60, context=32, batch_size=16, lr=1e-2,
-                   warmup=10, eval_every=60)
-print(f"validation loss after 60 steps: {history.val_loss[-1][1]:.2f} nats per "
-      "character")
+tiny = DecoderOnlyLM(
+    len(tok),
+    32,
+    2,
+    1,
+    64,
+    dropout=0.0,
+    max_len=64,
+    pad_id=None,
+    norm_first=True,
+    positions="learned",
+).to(device)
+history = train_lm(
+    tiny,
+    train_ids,
+    val_ids,
+    60,
+    context=32,
+    batch_size=16,
+    lr=1e-2,
+    warmup=10,
+    eval_every=60,
+)
+print(
+    f"validation loss after 60 steps: {history.val_loss[-1][1]:.2f} nats per character"
+)
 try:
     for temperature, top_p in ((0.5, 0.9), (1.0, 0.9), (1.5, 1.0)):
         line = sample_text(tiny, tok, "LOVE, n. ", 40, temperature, top_p)
