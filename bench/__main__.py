@@ -4,9 +4,9 @@ import json
 import sys
 from pathlib import Path
 
-from . import attention, generation, training
+from . import attention, generation, selfgrade, training
 
-BENCHMARKS = [attention.run, training.run, generation.run]
+BENCHMARKS = [attention.run, training.run, generation.run, selfgrade.run]
 
 
 def main() -> int:

@@ -79,12 +79,23 @@ def _grade_class(args) -> None:
     )
 
 
+def _print_progress(cell) -> None:
+    print(cell.line(), flush=True)
+
+
 def _grade_notebook(args) -> None:
+    if not args.json:
+        print(
+            f"Self-grading {args.notebook} with nbgrader; each graded cell is reported "
+            "as it finishes:",
+            flush=True,
+        )
     result = grade_notebook(
         args.notebook,
         chapter=args.chapter,
         timeout=args.timeout,
         visible_only=args.visible_only,
+        on_cell=None if args.json else _print_progress,
     )
     if not args.json:
         print(report(result, args.notebook))

@@ -3,17 +3,22 @@
 :func:`grade_notebook` builds a throw-away nbgrader course in a temporary folder,
 runs ``nbgrader autograde`` on the notebook (check cells restored, hidden tests
 included when ``solutions/<chapter>/exercise.ipynb`` is present) and returns
-each graded cell's points and the diagnosis of every cell that lost points.
+each graded cell's points and the diagnosis of every cell that lost points,
+reporting each graded cell as nbgrader finishes it. A cell whose answer is still the
+released placeholder is "not answered yet", not a list of wrong cases.
 Without ``solutions/`` (a course that keeps its solutions private) only the
 visible checks run, and :func:`report` says so.
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,11 +29,14 @@ from .course import (
     diagnoses,
     find_course_root,
     grade_ids,
-    read_scores,
-    run_python,
+    grading_env,
 )
+from .progress import SCORES, CellDone, parse
 
 STUDENT = "you"
+NOT_ANSWERED_HINT = (
+    "not answered yet (the answer still raises NotImplementedError: write yours)"
+)
 _EDITED = (
     "raise AssertionError('this check cell was edited, and without the original it "
     "cannot be graded: restore it from the course repository')"
@@ -41,6 +49,10 @@ class CellResult:
     score: float
     max_score: float
     diagnosis: str = ""
+    unanswered: bool = False
+    # A hidden test's cell, run without its hidden code (no solutions/ here): its points
+    # say nothing about the answer, so they are left out of the total.
+    hidden: bool = False
 
 
 @dataclass
@@ -52,11 +64,11 @@ class Result:
 
     @property
     def score(self) -> float:
-        return sum(c.score for c in self.cells)
+        return sum(c.score for c in self.cells if not c.hidden)
 
     @property
     def max_score(self) -> float:
-        return sum(c.max_score for c in self.cells)
+        return sum(c.max_score for c in self.cells if not c.hidden)
 
 
 def _pristine_student_version(
@@ -103,9 +115,27 @@ def _visible_source(student_version: Path):
     return nb
 
 
+def _hidden_only(notebook: Path) -> set[str]:
+    """Grade ids of test cells whose code is all hidden: in a student version only their
+    comments are left, so without solutions/ they pass whatever the answer."""
+    import nbformat
+
+    found = set()
+    for cell in nbformat.read(notebook, as_version=4).cells:
+        meta = cell.metadata.get("nbgrader", {})
+        code = [
+            line
+            for line in cell.source.splitlines()
+            if line.strip() and not line.lstrip().startswith("#")
+        ]
+        if meta.get("grade") and not meta.get("solution") and not code:
+            found.add(meta.get("grade_id", ""))
+    return found
+
+
 def _write_source(
     course: Path, notebook: Path, root: Path, chapter: str, hidden: bool
-) -> None:
+) -> set[str]:
     import nbformat
 
     src = course / "solutions" / chapter
@@ -120,6 +150,37 @@ def _write_source(
             _pristine_student_version(notebook, root, chapter, course) or notebook
         )
         nbformat.write(_visible_source(pristine), src / f"{NOTEBOOK}.ipynb")
+    return set() if hidden else _hidden_only(src / f"{NOTEBOOK}.ipynb")
+
+
+def _autograde(
+    course: Path, root: Path, chapter: str, timeout: int | None, on_cell
+) -> tuple[int, str, list[CellDone], dict]:
+    """Run nbgrader in ``course``, handing each graded cell to ``on_cell`` as it finishes;
+    return the exit status, nbgrader's other output, every finished cell and the scores
+    (student -> grade_id -> [score, max_score])."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tformer_grading.autograde_one", chapter, STUDENT]
+        + [str(timeout or 0)],
+        cwd=course,
+        env=grading_env(root),
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    log, done, scores = [], [], {}
+    for line in proc.stdout:
+        if line.startswith(SCORES):
+            scores = json.loads(line[len(SCORES) :])
+            continue
+        cell = parse(line)
+        if cell is None:
+            log.append(line)
+            continue
+        done.append(cell)
+        if on_cell is not None:
+            on_cell(cell)
+    return proc.wait(), "".join(log), done, scores
 
 
 def grade_notebook(
@@ -128,9 +189,10 @@ def grade_notebook(
     chapter: str | None = None,
     timeout: int | None = None,
     visible_only: bool = False,
+    on_cell: Callable[[CellDone], None] | None = None,
 ) -> Result:
     """Autograde one learner notebook in a temporary course; return per-cell points and
-    diagnoses."""
+    diagnoses. ``on_cell`` is called with each graded cell as nbgrader finishes it."""
     started = time.perf_counter()
     notebook = notebook.resolve()
     if not notebook.is_file():
@@ -142,30 +204,24 @@ def grade_notebook(
     with tempfile.TemporaryDirectory(prefix="tformer-grade-") as tmp:
         course = Path(tmp)
         shutil.copy(root / "nbgrader_config.py", course)
-        _write_source(course, notebook, root, chapter, hidden)
+        hidden_only = _write_source(course, notebook, root, chapter, hidden)
         handed_in = course / "submitted" / STUDENT / chapter
         handed_in.mkdir(parents=True)
         shutil.copy(notebook, handed_in / f"{NOTEBOOK}.ipynb")
-        proc = run_python(
-            course,
-            root,
-            "-m",
-            "tformer_grading.autograde_one",
-            chapter,
-            STUDENT,
-            str(timeout or 0),
-        )
+        status, log, done, scores = _autograde(course, root, chapter, timeout, on_cell)
         autograded = course / "autograded" / STUDENT / chapter / f"{NOTEBOOK}.ipynb"
-        if proc.returncode != 0 or not autograded.is_file():
-            raise GradeError(
-                f"nbgrader could not grade {notebook}:\n{proc.stdout[-4000:]}"
-            )
+        if status != 0 or not autograded.is_file() or STUDENT not in scores:
+            raise GradeError(f"nbgrader could not grade {notebook}:\n{log[-4000:]}")
         why = diagnoses(autograded)
-        scores = read_scores(course, chapter)[STUDENT]
+        scores = {gid: tuple(points) for gid, points in scores[STUDENT].items()}
     result = Result(chapter, hidden)
+    unanswered = {c.grade_id for c in done if c.unanswered}
     for grade_id, (score, max_score) in scores.items():
         lost = why.get(grade_id, "") if score < max_score else ""
-        result.cells.append(CellResult(grade_id, score, max_score, lost))
+        blank = score < max_score and grade_id in unanswered
+        result.cells.append(
+            CellResult(grade_id, score, max_score, lost, blank, grade_id in hidden_only)
+        )
     order = {
         gid: i for i, gid in enumerate(grade_ids(solution if hidden else notebook))
     }
@@ -189,8 +245,19 @@ def report(result: Result, notebook: Path) -> str:
         )
     width = max((len(c.grade_id) for c in result.cells), default=10)
     for c in result.cells:
+        if c.hidden:
+            lines.append(
+                f"  - {c.grade_id:<{width}}  hidden test, not run here "
+                f"({c.max_score:g} points the course's grader decides)"
+            )
+            continue
         mark = "✓" if c.score == c.max_score else "✗"
-        lines.append(f"  {mark} {c.grade_id:<{width}}  {c.score:g} / {c.max_score:g}")
+        line = f"  {mark} {c.grade_id:<{width}}  {c.score:g} / {c.max_score:g}"
+        if c.unanswered:
+            # Its "diagnosis" would only list the cases the placeholder got wrong.
+            lines.append(f"{line}  {NOT_ANSWERED_HINT}")
+            continue
+        lines.append(line)
         lines += [f"      {d}" for d in c.diagnosis.splitlines()]
     lines.append(
         f"Total: {result.score:g} / {result.max_score:g}   ({result.seconds:.1f} s)"

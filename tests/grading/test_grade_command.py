@@ -30,7 +30,7 @@ EXPECTED_HIDDEN = {
 }
 
 
-def _course_copy(tmp_path, with_solutions: bool):
+def _course_copy(tmp_path, with_solutions: bool, unanswered: tuple[str, ...] = ()):
     course = tmp_path / "course"
     (course / "book" / CHAPTER).mkdir(parents=True)
     shutil.copy(ROOT / "nbgrader_config.py", course)
@@ -39,62 +39,99 @@ def _course_copy(tmp_path, with_solutions: bool):
         shutil.copytree(ROOT / "solutions" / CHAPTER, course / "solutions" / CHAPTER)
     student = nbformat.read(ROOT / "book" / CHAPTER / "exercise.ipynb", as_version=4)
     mine = course / "book" / CHAPTER / "my_attempt.ipynb"
-    nbformat.write(
-        filled(
-            student,
-            {
-                **solution_sources(CHAPTER),
-                "merge_heads": MERGE_NO_TRANSPOSE,
-                "multi_head_attention": MHA_CALLS_SDPA,
-            },
-        ),
-        mine,
-    )
+    answers = {
+        **solution_sources(CHAPTER),
+        "merge_heads": MERGE_NO_TRANSPOSE,
+        "multi_head_attention": MHA_CALLS_SDPA,
+    }
+    for cell in unanswered:  # left as released: the placeholder still raises
+        answers.pop(cell)
+    nbformat.write(filled(student, answers), mine)
     return course, mine
 
 
 def _grade(mine, *extra):
+    """Run the learner's command; also return when each line of its output arrived."""
     started = time.perf_counter()
-    proc = subprocess.run(
+    proc = subprocess.Popen(
         [sys.executable, "-m", "tformer_grading", str(mine), *extra],
         cwd=mine.parent,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=600,
     )
-    return proc, time.perf_counter() - started
+    arrivals = [(time.perf_counter() - started, line) for line in proc.stdout]
+    stderr = proc.stderr.read()
+    proc.wait(timeout=600)
+    out = "".join(line for _, line in arrivals)
+    done = subprocess.CompletedProcess(proc.args, proc.returncode, out, stderr)
+    return done, time.perf_counter() - started, arrivals
 
 
 @pytest.mark.slow
 def test_self_grading_prints_points_total_and_diagnoses(tmp_path):
     course, mine = _course_copy(tmp_path, with_solutions=True)
-    proc, seconds = _grade(mine)
+    proc, seconds, arrivals = _grade(mine)
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     print(out, f"\nwall time {seconds:.1f} s")
     assert "Hidden tests included" in out
+    report = out.split("\nGrading ", 1)[1]  # after the progress lines
     for cell, points in EXPECTED_HIDDEN.items():
         max_points = {"test_mha_matches_reference": 4}.get(cell, 2)
         assert (
-            f"{cell}" in out
-            and f" {points} / {max_points}" in out.split(cell, 1)[1].splitlines()[0]
+            f"{cell}" in report
+            and f" {points} / {max_points}" in report.split(cell, 1)[1].splitlines()[0]
         )
     assert "Total: 4 / 12" in out
     assert "merged without transpose" in out and "§1.6 'Merging heads back'" in out
     assert "calls scaled_dot_product_attention" in out
     assert proc.stderr == ""
+    # Progress: a line per graded cell, in the notebook's order, each printed as nbgrader
+    # finishes the cell, well before the report (not all at once at the end).
+    progress = [
+        (at, line.split(":")[0].split()[-1])
+        for at, line in arrivals
+        if line.startswith("  graded ")
+    ]
+    assert [cell for _, cell in progress] == list(EXPECTED_HIDDEN)
+    assert "graded test_merge_heads: fails" in out
+    assert "graded test_split_heads: passes" in out
+    total_at = next(at for at, line in arrivals if line.startswith("Total:"))
+    assert total_at - progress[0][0] > 1.0, arrivals
 
 
 @pytest.mark.slow
 def test_without_solutions_only_visible_checks_run_and_the_report_says_so(tmp_path):
-    course, mine = _course_copy(tmp_path, with_solutions=False)
-    proc, _ = _grade(mine, "--json", "--timeout", "30")
+    # merge_heads is left as released: its check and the MHA checks that call it are
+    # "not answered yet", not a list of wrong cases.
+    course, mine = _course_copy(
+        tmp_path, with_solutions=False, unanswered=("merge_heads",)
+    )
+    proc, _, _ = _grade(mine, "--json", "--timeout", "30")
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     assert result["hidden_tests"] is False
     cells = {c["grade_id"]: c["score"] for c in result["cells"]}
-    # The hidden delegation test did not run, so that cell passes here although the instructor's grade is 0.
-    assert cells == {**EXPECTED_HIDDEN, "test_mha_written_by_hand": 2}
+    # The hidden delegation test did not run: its cell "passes" with nothing in it, so
+    # it is marked hidden and its points are left out of the total.
+    assert cells == {
+        **EXPECTED_HIDDEN,
+        "test_mha_written_by_hand": 2,
+        "test_mha_behaviour": 0,
+    }
+    hidden = {c["grade_id"] for c in result["cells"] if c["hidden"]}
+    assert hidden == {"test_mha_written_by_hand"}
+    assert result["max_score"] == 10 and result["score"] == 2
+    blank = {c["grade_id"] for c in result["cells"] if c["unanswered"]}
+    assert blank == {
+        "test_merge_heads",
+        "test_mha_matches_reference",
+        "test_mha_behaviour",
+    }
+    assert all(
+        "Not answered yet" in c["diagnosis"] for c in result["cells"] if c["unanswered"]
+    )
     text = selfgrade.report(
         selfgrade.Result(
             result["chapter"],
@@ -103,7 +140,12 @@ def test_without_solutions_only_visible_checks_run_and_the_report_says_so(tmp_pa
         ),
         mine,
     )
-    assert "VISIBLE CHECKS ONLY" in text and "Total: 6 / 12" in text
+    assert "VISIBLE CHECKS ONLY" in text and "Total: 2 / 10" in text
+    by_hand = next(line for line in text.splitlines() if "written_by_hand" in line)
+    assert "hidden test, not run here" in by_hand
+    merge = next(line for line in text.splitlines() if "test_merge_heads" in line)
+    assert "not answered yet" in merge
+    assert "wrong on" not in text and "cases" not in text
 
 
 def test_an_edited_check_cell_cannot_pass_in_visible_only_mode(tmp_path):

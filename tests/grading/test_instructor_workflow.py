@@ -6,6 +6,8 @@ the fixture learners of tests/grading/hostile.py (honest, buggy and hostile), gr
 """
 
 import csv
+import html
+import re
 import sqlite3
 
 import pytest
@@ -48,6 +50,23 @@ def test_feedback_is_written_for_every_learner(graded):
         assert page.stat().st_size < 2_000_000, (
             f"{learner}'s feedback is {page.stat().st_size:,} bytes"
         )
+
+
+def test_feedback_shows_the_diagnosis_not_the_checks_traceback(graded):
+    """A check that fails shows its diagnosis and the lesson section, no frames of the
+    checks' code (scale_d_model's only failing cell is a check that names its pitfall)."""
+    _, out, _, _ = graded
+    page = (out / "feedback" / "scale_d_model" / "exercise.html").read_text()
+    # Without styles and scripts: the page's CSS names a "Generic.Traceback" token.
+    body = re.sub(r"<(style|script)\b.*?</\1>", "", page, flags=re.S)
+    text = html.unescape(re.sub(r"<[^>]+>", "", body))
+    assert LEARNERS["scale_d_model"].feedback in text
+    assert "Read §1.9 'Scaling by the head size'" in text
+    assert "Traceback" not in text and "tformer_grading/checks" not in text
+    assert (
+        'href="../../book/ch01_shapes/lesson.ipynb#1.9-Scaling-by-the-head-size"'
+        in page
+    )
 
 
 def test_gradebook_is_consistent(graded):

@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import html
 import io
 import linecache
 import os
+import sys
 import sysconfig
 import traceback
 import warnings
@@ -34,10 +36,84 @@ import torch
 
 from ..guard.integrity import integrity_problems, seal
 from ..guard.receipts import sign
+from ..progress import NOT_ANSWERED
 
 
 class CheckFailure(AssertionError):
-    """A check found a mistake. The message says which, and where to read about it."""
+    """A check found a mistake. The message says which, and where to read about it.
+
+    In a notebook IPython shows :meth:`_render_traceback_` instead of a traceback: the
+    frames would be the checks' internals, which say nothing about the learner's code.
+    """
+
+    def __init__(
+        self, text: str, *, title: str | None = None, section: Section | None = None
+    ):
+        super().__init__(text)
+        self.title, self.section = title, section
+
+    def _render_traceback_(self) -> list[str]:
+        """The diagnosis as IPython shows a failed cell: a bold red title, the message and
+        the lesson section, no frames. The link to the section is shown above it."""
+        if not getattr(self, "_link_shown", False):
+            # IPython renders an error twice (to show it, then to store it in history):
+            # the link belongs above the first rendering only.
+            self._link_shown = True
+            _show_section_link(self.section)
+        return diagnosis_lines(self)
+
+
+#: ANSI bold red and reset: how a failure's title stands out in JupyterLab and in nbgrader's
+#: feedback (both turn ANSI colours into HTML).
+_RED, _RESET = "\x1b[1;31m", "\x1b[0m"
+_READ = "\n    Read "
+
+
+def diagnosis_lines(failure: CheckFailure) -> list[str]:
+    """The lines a learner reads for ``failure``: title, message, where to read about it."""
+    text = str(failure)
+    body = text.split(_READ)[0]
+    title = failure.title or "Check failed"
+    if failure.title and body.startswith(f"{failure.title}: "):
+        body = body[len(failure.title) + 2 :]
+    lines = [f"{_RED}✗ {title}{_RESET}", *body.splitlines()]
+    if failure.section is not None:
+        lines.append(f"Read {failure.section}.")
+    elif _READ in text:
+        lines.append("Read " + text.split(_READ, 1)[1])
+    return lines
+
+
+def section_href(section: Section) -> str:
+    """The section's address relative to an exercise notebook (book/<chapter>/), with the
+    anchor JupyterLab gives the heading "## <number> <title>" (spaces become dashes)."""
+    anchor = f"{section.number} {section.title}".replace(" ", "-")
+    return f"../../book/{section.chapter}/lesson.ipynb#{anchor}"
+
+
+def _show_section_link(section: Section | None) -> None:
+    """In a Jupyter kernel, display a link to ``section``: JupyterLab opens the lesson at that
+    heading on click (an error's text links only web addresses). Nothing elsewhere."""
+    shell = _ipython_shell()
+    if section is None or shell is None or not hasattr(shell, "kernel"):
+        return
+    from IPython.display import display
+
+    href = html.escape(section_href(section), quote=True)
+    where = html.escape(f"§{section.number} '{section.title}'")
+    display(
+        {
+            "text/html": f'<p class="tformer-lesson-link">The lesson explains this: '
+            f'<a href="{href}">{where}</a></p>',
+            "text/plain": f"The lesson explains this: {section}",
+        },
+        raw=True,
+    )
+
+
+def _ipython_shell():
+    ipython = sys.modules.get("IPython")
+    return getattr(ipython, "get_ipython", lambda: None)() if ipython else None
 
 
 #: The words every failure that names no mistake carries. The grading report counts a
@@ -150,8 +226,8 @@ def fail(title: str, message: str, section: Section | None = None) -> None:
     """Raise a :class:`CheckFailure` formatted the same way everywhere."""
     text = f"{title}: {message}"
     if section is not None:
-        text += f"\n    Read {section}."
-    raise CheckFailure(text)
+        text += f"{_READ}{section}."
+    raise CheckFailure(text, title=title, section=section)
 
 
 def verify_integrity() -> None:
@@ -213,7 +289,12 @@ def quiet():
     there, even when the answer is right. Warnings are ignored and stderr writes discarded."""
     with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
         warnings.simplefilter("ignore")
-        yield
+        try:
+            yield
+        except NotImplementedError as exc:
+            if unanswered(exc):
+                fail_unanswered(exc)
+            raise
 
 
 def run(fn: Callable, args: tuple) -> Any:
@@ -224,7 +305,35 @@ def run(fn: Callable, args: tuple) -> Any:
         except CheckFailure:
             raise
         except Exception as exc:  # the learner's code may raise anything
+            if unanswered(exc):
+                fail_unanswered(exc)
             return Raised(exc)
+
+
+def unanswered(exc: BaseException) -> bool:
+    """``exc`` is the placeholder an exercise is released with (a bare
+    ``raise NotImplementedError()`` line), not an error of the learner's code or of torch
+    (which raises NotImplementedError, with a message, for an op a backend lacks)."""
+    if type(exc) is not NotImplementedError or str(exc):
+        return False
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return False
+    last = frames[-1]
+    text = (last.line or linecache.getline(last.filename, last.lineno)).strip()
+    return text.startswith("raise NotImplementedError")
+
+
+def fail_unanswered(exc: BaseException) -> None:
+    """Fail saying the exercise is still the placeholder: counting its cases as wrong would
+    send the learner looking for a mistake they have not had the chance to make."""
+    __tracebackhide__ = True
+    fail(
+        NOT_ANSWERED,
+        f"your code raised NotImplementedError{learner_line(exc)}, the placeholder the "
+        "exercise comes with. Write your answer in its place, run that cell, then run "
+        "this check again.",
+    )
 
 
 def run_or_fail(title: str, fn: Callable, args: tuple, call: str) -> Any:

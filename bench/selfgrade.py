@@ -1,0 +1,105 @@
+"""Self-grading one chapter (chapter 1, hidden tests included) against a plain
+``nbgrader autograde`` of the same notebook, measured in the same run.
+
+* ours: ``python -m tformer_grading book/ch01_shapes/exercise.ipynb`` on the solution
+  notebook, end to end as the learner runs it (a throw-away course, generate_assignment,
+  autograde, the report).
+* peer: ``nbgrader autograde`` of that notebook in a course where generate_assignment has
+  already run (not timed), with the course's own nbgrader_config.py.
+
+Budget: at most 1.4x the plain autograde (the self-grade also builds its course and runs
+generate_assignment, about a second); the label also shows the seconds, which must stay
+under 20 s on an idle 2-core machine (the learner waits for them). Before the gradebook
+was stamped in-process and the scores read by the grading process, this was 2.0x.
+"""
+
+from __future__ import annotations
+
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from tformer_grading.course import grading_env
+
+ROOT = Path(__file__).resolve().parents[1]
+CHAPTER = "ch01_shapes"
+SOLUTION = ROOT / "solutions" / CHAPTER / "exercise.ipynb"
+
+
+def _run(args: list[str], cwd: Path) -> float:
+    started = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-m", *args],
+        cwd=cwd,
+        env=grading_env(ROOT),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    seconds = time.perf_counter() - started
+    if proc.returncode != 0:
+        raise RuntimeError(
+            f"{args} failed:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}"
+        )
+    return seconds
+
+
+def _plain_course(tmp: Path) -> Path:
+    """A course with the chapter generated and the solution handed in by one student."""
+    course = tmp / "plain"
+    (course / "solutions" / CHAPTER).mkdir(parents=True)
+    shutil.copy(ROOT / "nbgrader_config.py", course)
+    shutil.copy(SOLUTION, course / "solutions" / CHAPTER)
+    _run(["nbgrader", "generate_assignment", CHAPTER, "--force"], course)
+    handed_in = course / "submitted" / "you" / CHAPTER
+    handed_in.mkdir(parents=True)
+    shutil.copy(SOLUTION, handed_in / "exercise.ipynb")
+    return course
+
+
+def _self_grade(tmp: Path) -> float:
+    """The learner's command in a copy of the course holding this chapter only."""
+    course = tmp / "learner"
+    if not course.is_dir():
+        (course / "book" / CHAPTER).mkdir(parents=True)
+        shutil.copy(ROOT / "nbgrader_config.py", course)
+        shutil.copytree(ROOT / "solutions" / CHAPTER, course / "solutions" / CHAPTER)
+        shutil.copy(SOLUTION, course / "book" / CHAPTER / "mine.ipynb")
+    mine = course / "book" / CHAPTER / "mine.ipynb"
+    return _run(["tformer_grading", str(mine)], course)
+
+
+def _plain_autograde(course: Path) -> float:
+    args = ["nbgrader", "autograde", CHAPTER, "--student", "you", "--force"]
+    return _run(args, course)
+
+
+def run(rounds: int = 2) -> list[dict]:
+    with tempfile.TemporaryDirectory(prefix="tformer-bench-") as tmp:
+        tmp = Path(tmp)
+        course = _plain_course(tmp)
+        times = {"ours": [], "peer": []}
+        for _ in range(rounds):
+            times["ours"].append(_self_grade(tmp))
+            times["peer"].append(_plain_autograde(course))
+    ours, peer = statistics.median(times["ours"]), statistics.median(times["peer"])
+    return [
+        {
+            "benchmark": f"self-grade {CHAPTER} with hidden tests ({ours:.1f} s) vs a "
+            f"plain nbgrader autograde of the same notebook ({peer:.1f} s)",
+            "ours_ms": ours * 1e3,
+            "peer_ms": peer * 1e3,
+            "ratio": ours / peer,
+            "budget": 1.4,
+        }
+    ]
+
+
+if __name__ == "__main__":
+    for result in run():
+        print(result)

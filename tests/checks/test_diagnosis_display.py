@@ -1,0 +1,83 @@
+"""What a learner sees when a check fails: the diagnosis, not the checks' traceback.
+
+IPython shows ``CheckFailure._render_traceback_`` in place of a traceback (JupyterLab and
+nbgrader's feedback show what IPython produced), so these lines are the learner's whole view.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tformer_grading.checks import ch01
+from tformer_grading.checks.diagnosis import (
+    NOT_ANSWERED,
+    CheckFailure,
+    Section,
+    section_href,
+)
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _failure(check, *args) -> CheckFailure:
+    with pytest.raises(CheckFailure) as info:
+        check(*args)
+    return info.value
+
+
+def split_wrong_view_straight(x, h):  # right shape, but tokens are cut into heads
+    return x.view(x.size(0), h, -1, x.size(-1) // h)
+
+
+def test_a_failing_check_renders_its_diagnosis_without_frames():
+    failure = _failure(ch01.check_split_heads, split_wrong_view_straight)
+    lines = [ANSI.sub("", line) for line in failure._render_traceback_()]
+    text = "\n".join(lines)
+    assert failure.section is not None
+    assert lines[0] == f"✗ {failure.title}"
+    assert failure._render_traceback_()[0].startswith("\x1b[1;31m")  # bold red
+    assert "pitfall" in text and lines[-1] == f"Read {failure.section}."
+    assert "Traceback" not in text and 'File "' not in text and ".py" not in text
+    # The section link JupyterLab opens: the lesson, at the heading's own anchor.
+    s = failure.section
+    assert section_href(s) == (
+        f"../../book/{s.chapter}/lesson.ipynb#{s.number}-{s.title.replace(' ', '-')}"
+    )
+
+
+def test_the_section_link_names_the_heading_jupyterlab_anchors():
+    s = Section("ch01_shapes", "1.9", "Scaling by the head size")
+    assert section_href(s) == (
+        "../../book/ch01_shapes/lesson.ipynb#1.9-Scaling-by-the-head-size"
+    )
+
+
+def test_an_unanswered_exercise_reads_not_answered_yet(capfd):
+    def released(x, n_heads):  # the answer cell as the exercise is handed out
+        raise NotImplementedError()
+
+    failure = _failure(ch01.check_split_heads, released)
+    assert str(failure).startswith(f"{NOT_ANSWERED}: ")
+    assert "raise NotImplementedError()" in str(failure)
+    assert "wrong on" not in str(failure) and "cases" not in str(failure)
+    assert ANSI.sub("", failure._render_traceback_()[0]) == f"✗ {NOT_ANSWERED}"
+    assert capfd.readouterr().err == ""
+
+
+def test_a_not_implemented_op_of_torch_is_not_an_unanswered_exercise():
+    def unsupported(x, n_heads):  # torch's NotImplementedError carries a message
+        raise NotImplementedError("Could not run 'aten::foo' on this backend")
+
+    failure = _failure(ch01.check_split_heads, unsupported)
+    assert NOT_ANSWERED not in str(failure)
+    assert "raised NotImplementedError" in str(failure)
+
+
+def test_rendering_outside_a_kernel_writes_nothing(capfd):
+    failure = _failure(ch01.check_split_heads, split_wrong_view_straight)
+    failure._render_traceback_()
+    failure._render_traceback_()
+    out = capfd.readouterr()
+    assert out.err == "" and out.out == ""
