@@ -3,13 +3,14 @@
 The explorers are built so that they also work in the static HTML book, where no
 Python kernel is running: every picture is rendered in advance and the controls
 are linked to the pictures in the browser (``jslink``), so the saved widget state
-is enough to move the slider and see the other heads.
+is enough to move the controls and see the other pictures.
 
 Shape letters: H heads, Sq query length, Sk key length.
 """
 
 from __future__ import annotations
 
+import io
 from typing import Sequence
 
 import ipywidgets as widgets
@@ -116,3 +117,156 @@ def head_explorer(
         (1, 2)
     """
     return HeadExplorer(weights, tokens, **kwargs)
+
+
+def figure_png(fig, *, dpi: int = 80) -> bytes:
+    """PNG bytes of a matplotlib ``Figure``, for an ``ipywidgets.Image``.
+
+    The mask explorer draws its pictures with it, for :class:`PictureGrid`.
+
+    Used in §3.7 'Mask explorer' (book/ch03_masks).
+    """
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=dpi)
+    return buffer.getvalue()
+
+
+def _check_pictures(labels: Sequence[str], pngs: Sequence[bytes], what: str) -> None:
+    if len(labels) == 0:
+        raise ValueError(f"{what}: at least one state is needed, got none")
+    if len(pngs) != len(labels):
+        raise ValueError(
+            f"{what}: one picture per state is needed, got {len(pngs)} pictures "
+            f"for {len(labels)} labels"
+        )
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"{what}: the labels must differ, got {list(labels)}")
+
+
+def _image_stack(pngs: Sequence[bytes], index: int) -> widgets.Stack:
+    return widgets.Stack(
+        [widgets.Image(value=png, format="png") for png in pngs],
+        selected_index=index,
+    )
+
+
+class PictureSlider(widgets.VBox):
+    """A slider over named states, above the picture of the state it is on.
+
+    Every picture is rendered in advance and the slider's ``index`` is linked to a
+    ``Stack`` of ``Image`` widgets in the browser (``jslink``), so the slider works
+    in the static book, without a kernel, as well as in JupyterLab.
+
+    It shows the factor on the scores, and the attention it gives.
+
+    Used in §2.4 'Entropy: how peaked is attention' (book/ch02_attention).
+
+    Attributes:
+        slider: ``SelectionSlider`` whose options are the labels.
+        stack: ``Stack`` of the ``Image`` widgets; ``stack.selected_index`` is the
+            state shown.
+        images: the ``Image`` widgets, ``images[i]`` showing state i.
+        link: the browser-side link from ``slider.index`` to
+            ``stack.selected_index``.
+    """
+
+    def __init__(
+        self,
+        labels: Sequence[str],
+        pngs: Sequence[bytes],
+        *,
+        description: str = "",
+        index: int = 0,
+    ):
+        """Args:
+        labels: the states' names, shown as the slider's readout.
+        pngs: one PNG per state, in the order of ``labels``.
+        index: the state shown first.
+        """
+        labels = list(labels)
+        _check_pictures(labels, pngs, "PictureSlider")
+        if not 0 <= index < len(labels):
+            raise ValueError(f"index must be in 0..{len(labels) - 1}, got {index}")
+        self.slider = widgets.SelectionSlider(
+            options=labels, index=index, description=description
+        )
+        self.stack = _image_stack(pngs, index)
+        self.images = list(self.stack.children)
+        # In the browser: the book has no kernel to run a callback.
+        self.link = widgets.jslink(
+            (self.slider, "index"), (self.stack, "selected_index")
+        )
+        # In Python: code that moves the slider sees the right picture too.
+        widgets.dlink((self.slider, "index"), (self.stack, "selected_index"))
+        super().__init__([self.slider, self.stack])
+
+
+class PictureGrid(widgets.VBox):
+    """Two controls over a grid of pictures: buttons pick a row, a slider a column.
+
+    The buttons' ``index`` selects one of the outer ``Stack``'s children, each an
+    inner ``Stack`` of ``Image`` widgets whose ``selected_index`` follows the
+    slider's ``index``. All links run in the browser (``jslink``), so the grid works
+    in the static book, without a kernel, as well as in JupyterLab.
+
+    It shows padding and causal masks, and the weights they give.
+
+    Used in §3.7 'Mask explorer' (book/ch03_masks).
+
+    Attributes:
+        buttons: ``ToggleButtons`` over the row labels.
+        slider: ``SelectionSlider`` over the column labels.
+        stack: the outer ``Stack``, one inner ``Stack`` per row.
+        rows: the inner stacks; ``rows[r].children[c]`` shows state (r, c).
+        links: the browser-side links: ``buttons`` to ``stack``, then ``slider`` to
+            each inner stack.
+    """
+
+    def __init__(
+        self,
+        row_labels: Sequence[str],
+        column_labels: Sequence[str],
+        pngs: Sequence[Sequence[bytes]],
+        *,
+        row_description: str = "",
+        column_description: str = "",
+        row: int = 0,
+        column: int = 0,
+    ):
+        """Args:
+        row_labels, column_labels: the states' names along each control.
+        pngs: ``pngs[r][c]``, the picture of row r and column c.
+        row, column: the state shown first.
+        """
+        row_labels, column_labels = list(row_labels), list(column_labels)
+        _check_pictures(row_labels, pngs, "PictureGrid rows")
+        for r, row_pngs in enumerate(pngs):
+            _check_pictures(column_labels, row_pngs, f"PictureGrid row {r}")
+        if not (0 <= row < len(row_labels) and 0 <= column < len(column_labels)):
+            raise ValueError(
+                f"(row, column) must be in (0..{len(row_labels) - 1}, "
+                f"0..{len(column_labels) - 1}), got {(row, column)}"
+            )
+        self.buttons = widgets.ToggleButtons(
+            options=row_labels, index=row, description=row_description
+        )
+        self.slider = widgets.SelectionSlider(
+            options=column_labels, index=column, description=column_description
+        )
+        self.rows = [_image_stack(row_pngs, column) for row_pngs in pngs]
+        self.stack = widgets.Stack(self.rows, selected_index=row)
+        self.links = [
+            widgets.jslink((self.buttons, "index"), (self.stack, "selected_index"))
+        ] + [
+            widgets.jslink((self.slider, "index"), (inner, "selected_index"))
+            for inner in self.rows
+        ]
+        widgets.dlink((self.buttons, "index"), (self.stack, "selected_index"))
+        for inner in self.rows:
+            widgets.dlink((self.slider, "index"), (inner, "selected_index"))
+        super().__init__([self.buttons, self.slider, self.stack])
+
+    @property
+    def state(self) -> tuple[int, int]:
+        """(row, column) of the picture shown."""
+        return self.stack.selected_index, self.rows[0].selected_index
