@@ -13,8 +13,45 @@ from __future__ import annotations
 import io
 from typing import Sequence
 
+import matplotlib
 import torch
 from matplotlib.figure import Figure
+
+# The book's size rules for figures, in one place (tests/book/test_browser_figures.py
+# checks the built pages against them). The text column is 672 px wide in a
+# 1280 px window; a figure no wider than that is shown at its natural size, so a
+# label of SMALLEST_FONT_PT points is SMALLEST_FONT_PT * FIGURE_DPI / 72 px tall on
+# the page: about 14.6 px, no smaller than the body's small print.
+FIGURE_DPI = 100
+COLUMN_PX = 650
+COLUMN_INCHES = COLUMN_PX / FIGURE_DPI
+SMALLEST_FONT_PT = 10.5
+BOOK_STYLE = {
+    "figure.dpi": FIGURE_DPI,
+    "savefig.dpi": FIGURE_DPI,
+    "font.size": 11.0,
+    "axes.titlesize": 12.0,
+    "axes.labelsize": 11.0,
+    "xtick.labelsize": SMALLEST_FONT_PT,
+    "ytick.labelsize": SMALLEST_FONT_PT,
+    "legend.fontsize": SMALLEST_FONT_PT,
+    "legend.title_fontsize": SMALLEST_FONT_PT,
+    "figure.titlesize": 12.0,
+    "figure.labelsize": 11.0,
+}
+
+
+def use_book_style() -> None:
+    """Apply :data:`BOOK_STYLE` to every later figure (a lesson's set-up cell calls it).
+
+    A figure for the column is ``COLUMN_INCHES`` wide (or less), with at most two
+    panels a row and its legends outside the curves.
+
+    Every lesson that draws a figure uses it, first:
+
+    Used in §1.12 'Explore: one head's attention map' (book/ch01_shapes).
+    """
+    matplotlib.rcParams.update(BOOK_STYLE)
 
 
 def _as_maps(weights) -> "torch.Tensor":
@@ -43,13 +80,13 @@ def _draw_map(ax, w: torch.Tensor, q_tokens, k_tokens, vmax: float, title: str):
     sq, sk = w.shape
     ax.set_xticks(range(sk))
     ax.set_yticks(range(sq))
-    ax.set_xticklabels(
-        k_tokens if k_tokens is not None else range(sk), rotation=90, fontsize=8
-    )
-    ax.set_yticklabels(q_tokens if q_tokens is not None else range(sq), fontsize=8)
+    labels = [str(t) for t in (k_tokens if k_tokens is not None else range(sk))]
+    # Characters and small numbers read best upright; words are turned to fit.
+    ax.set_xticklabels(labels, rotation=0 if max(map(len, labels)) <= 2 else 90)
+    ax.set_yticklabels(q_tokens if q_tokens is not None else range(sq))
     ax.set_xlabel("key")
     ax.set_ylabel("query")
-    ax.set_title(title, fontsize=10)
+    ax.set_title(title)
     return image
 
 
@@ -59,7 +96,7 @@ def attention_heatmaps(
     *,
     key_tokens: Sequence[str] | None = None,
     title: str | None = None,
-    max_cols: int = 4,
+    max_cols: int = 2,
 ) -> Figure:
     """One heatmap per head, on a shared colour scale.
 
@@ -73,7 +110,7 @@ def attention_heatmaps(
             ``key_tokens`` is given).
         key_tokens: labels of the Sk key positions, for cross-attention.
         title: the figure's title.
-        max_cols: heads per row of panels.
+        max_cols: heads per row of panels (two fit the book's column).
 
     Returns:
         A Figure with H image axes (one ``AxesImage`` each) and one colour bar.
@@ -91,7 +128,12 @@ def attention_heatmaps(
     _check_tokens(key_tokens, sk, "key_tokens")
     cols = min(n_heads, max_cols)
     rows = -(-n_heads // cols)
-    fig = Figure(figsize=(3.0 * cols + 0.8, 3.0 * rows + 0.6), layout="constrained")
+    use_book_style()
+    # Panels share the column's width; one panel alone keeps a square's width.
+    width = min(COLUMN_INCHES, 3.4 * cols + 0.9)
+    panel = (width - 0.9) / cols
+    height = panel * rows * min(1.0, max(sq / sk, 0.5)) + 0.7 * rows + 0.5
+    fig = Figure(figsize=(width, height), layout="constrained")
     axes = fig.subplots(rows, cols, squeeze=False)
     vmax = float(w.max()) or 1.0
     image = None
@@ -184,7 +226,8 @@ def heads_cost_figure(
             f"heads, ms_per_iter and score_mib must have the same length, "
             f"got {len(heads)}, {len(ms_per_iter)}, {len(score_mib)}"
         )
-    fig = Figure(figsize=(9.0, 3.6), layout="constrained")
+    use_book_style()
+    fig = Figure(figsize=(COLUMN_INCHES, 3.4), layout="constrained")
     ax_time, ax_mem = fig.subplots(1, 2)
     ax_time.plot(heads, ms_per_iter, "o-")
     ax_time.set_xlabel("number of heads H")
@@ -195,9 +238,14 @@ def heads_cost_figure(
     ax_mem.set_xlabel("number of heads H")
     ax_mem.set_ylabel("MiB")
     ax_mem.set_ylim(bottom=0)
-    ax_mem.set_title("attention-score tensor [B, H, S, S]")
+    ax_mem.set_title("scores [B, H, S, S]")
     for ax in (ax_time, ax_mem):
         ax.set_xticks(list(heads))
         ax.grid(alpha=0.3)
     fig.suptitle(title)
     return fig
+
+
+# Importing this module is how a lesson takes the book's style (the set-up cell imports
+# COLUMN_INCHES from here); the helpers above apply it again, in case rcParams changed.
+use_book_style()
