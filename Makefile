@@ -8,19 +8,21 @@ export PYTHONUNBUFFERED := 1
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
 .PHONY: env book test test-suite test-notebooks test-fast test-gpu bench grading-report notebooks \
-	release clean
+	release clean format
 
 env: $(VENV)/.installed
 
-$(VENV)/.installed: requirements.txt pyproject.toml
+$(VENV)/.installed: requirements.txt pyproject.toml tools/learner_lab.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -r requirements.txt
+	$(BIN)/python tools/learner_lab.py
 	touch $@
 
 book: env
 	$(BIN)/python tools/preexecute.py --threads 1
 	$(BIN)/jupyter-book build . --warningiserror --nitpick --keep-going
+	$(BIN)/python tools/kit.py
 	@echo "Open _build/html/index.html"
 
 # The suite in tests/ on two pytest-xdist workers (tests that share one built book or one graded class
@@ -65,6 +67,11 @@ notebooks: env
 	$(BIN)/python tools/figures.py
 	$(BIN)/python tools/nbsync.py
 	$(BIN)/python tools/release.py
+
+# Format every Python file (the jupytext sources of the notebooks included) to the book's
+# 88 columns; tests/suite/test_code_format.py checks that nothing is left to format.
+format: env
+	$(BIN)/ruff format .
 
 release: env
 	$(BIN)/python tools/release.py

@@ -1,52 +1,39 @@
 """Sphinx extension: small fixes to the book's HTML.
 
-1. A "launch" button on every notebook page that opens it in the learner's own JupyterLab.
-2. Each script tag once: Jupyter Book 1.0 adds some inline scripts twice (sphinx-thebe's
+1. The link to the learner kit on every page. ``html.announcement`` in ``_config.yml`` holds it
+   as ``href="course-kit.zip"`` (the zip tools/kit.py writes at the root of the build); the
+   announcement is the same text on every page, so each page gets the path from where it is.
+2. The repository's address, ``repository: url:`` in ``_config.yml``, as the MyST substitution
+   ``{{ repository_url }}`` (a link), so the landing page shows the one setting the header's
+   repository button uses, not a second copy of it.
+3. Each script tag once: Jupyter Book 1.0 adds some inline scripts twice (sphinx-thebe's
    ``const THEBE_JS_URL = ...``), and the second ``const`` is a JavaScript error on every page.
-3. A theme mode ("auto": the reader's system setting), without which the theme logs an error.
-
-The launch button:
-
-sphinx-book-theme only builds launch buttons for hosted services (Binder, JupyterHub, Colab) and
-only when the book names a public repository. The course is run locally (see book/running.md), so
-each notebook page links to the same file in a JupyterLab started from the course folder:
-``jupyter lab`` serves ``http://localhost:8888/lab/tree/<path from the course root>``.
-Set ``tformer_lab_url`` in ``_config.yml`` (``sphinx: config:``) for another address.
+4. A theme mode ("auto": the reader's system setting), without which the theme logs an error.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+KIT = "course-kit.zip"
 
 
-def _add_button(app, pagename, templatename, context, doctree):
-    buttons = context.get("header_buttons")
-    if buttons is None or context.get("page_source_suffix") != ".ipynb":
-        return
-    source = Path(app.env.doc2path(pagename)).relative_to(app.srcdir).as_posix()
-    url = app.config.tformer_lab_url.rstrip("/") + "/" + source
-    button = {
-        "type": "link",
-        "text": "JupyterLab (local)",
-        "tooltip": "Open this notebook in your own JupyterLab",
-        "icon": "fas fa-flask",
-        "url": url,
-        "label": "launch-jupyterlab-local-button",
-    }
-    # Join the theme's launch menu when it made one (hosted services configured), else make our own.
-    for entry in buttons:
-        if entry.get("label") == "launch-buttons":
-            entry["buttons"].append(button)
-            return
-    buttons.append(
-        {
-            "type": "group",
-            "tooltip": "Launch interactive content",
-            "icon": "fas fa-rocket",
-            "buttons": [button],
-            "label": "launch-buttons",
+def _kit_link(app, pagename, templatename, context, doctree):
+    announcement = context.get("theme_announcement")
+    if announcement and f'href="{KIT}"' in announcement:
+        href = context["pathto"](KIT, 1)
+        context["theme_announcement"] = announcement.replace(
+            f'href="{KIT}"', f'href="{href}"'
+        )
+
+
+def _repository_substitution(app, config):
+    url = (config.html_theme_options or {}).get("repository_url")
+    if url:
+        shown = url.removeprefix("https://").removeprefix("http://")
+        # A new dict: the default value is shared with every Sphinx config.
+        config.myst_substitutions = {
+            **config.myst_substitutions,
+            "repository_url": f"[{shown}]({url})",
         }
-    )
 
 
 def _dedupe_scripts(app, pagename, templatename, context, doctree):
@@ -74,9 +61,8 @@ def _theme_mode(app, pagename, templatename, context, doctree):
 
 
 def setup(app):
-    app.add_config_value("tformer_lab_url", "http://localhost:8888/lab/tree", "html")
+    app.connect("config-inited", _repository_substitution)
     app.connect("html-page-context", _dedupe_scripts, priority=900)
     app.connect("html-page-context", _theme_mode, priority=900)
-    # After sphinx-book-theme's own launch buttons (priority 501).
-    app.connect("html-page-context", _add_button, priority=502)
+    app.connect("html-page-context", _kit_link, priority=900)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

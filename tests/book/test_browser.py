@@ -19,6 +19,7 @@ from book import (
     has_widget_state,
     notebook_pages,
     pages,
+    parse,
 )
 from browser import (
     chromium,
@@ -225,7 +226,7 @@ def test_search_finds_mask(site):
     assert not console_errors(driver)
 
 
-def test_notebook_pages_have_download_and_launch_buttons(site):
+def test_notebook_pages_have_download_and_no_launch_buttons(site):
     found = notebook_pages()
     assert found, "no page was built from a notebook"
     for page, _ in found:
@@ -244,14 +245,43 @@ def test_notebook_pages_have_download_and_launch_buttons(site):
         assert status == 200, (
             f"{relpath}: the download button's {download[0]} answers {status}"
         )
-        source = relpath.removesuffix(".html") + ".ipynb"
+        # No "launch" entry: it pointed at a local JupyterLab most readers do not run.
         launch = driver.execute_script(
-            "return Array.from(document.querySelectorAll('.dropdown-launch-buttons a')).map(a => a.href)"
+            "return document.querySelectorAll('.dropdown-launch-buttons a').length"
         )
-        assert any(h.endswith("/lab/tree/" + source) for h in launch), (
-            f"{relpath}: launch buttons {launch}"
-        )
+        assert launch == 0, f"{relpath}: {launch} launch buttons"
         screenshot(driver, _name(relpath))
+
+
+def test_every_page_links_the_course_kit(site):
+    kit = HTML / "course-kit.zip"
+    assert kit.is_file(), "the build has no course kit (tools/kit.py)"
+    # Every page's HTML links the kit from its announcement bar, by a path that resolves...
+    for page in pages():
+        if 'http-equiv="Refresh"' in page.read_text()[:500]:
+            continue  # the root index.html only redirects to book/intro.html
+        hrefs = [
+            attrs["href"]
+            for tag, attrs, _ in parse(page).tags
+            if tag == "a" and "tformer-kit-link" in attrs.get("class", "")
+        ]
+        assert hrefs, f"{page.relative_to(HTML)}: no link to the course kit"
+        assert (page.parent / hrefs[0]).resolve() == kit.resolve(), (page, hrefs)
+    # ...and a reader sees it, with what a lesson's download needs, and gets the zip.
+    for relpath in ["book/intro.html", "book/ch02_attention/lesson.html"]:
+        driver = open_page(site, relpath)
+        link = driver.find_element("css selector", ".bd-header-announcement a")
+        assert link.text.strip() == "Download the course kit", link.text
+        assert link.is_displayed(), relpath
+        bar = driver.find_element("css selector", ".bd-header-announcement").text
+        assert "download (.ipynb) button" in bar and "kit is installed" in bar, bar
+        size = driver.execute_async_script(
+            "const done = arguments[arguments.length - 1];"
+            "fetch(arguments[0]).then(r => r.blob())"
+            ".then(b => done(b.size), e => done(String(e)))",
+            link.get_attribute("href"),
+        )
+        assert size == kit.stat().st_size, f"{relpath}: the kit link gives {size}"
 
 
 def test_landing_page_shows_the_course_map(site):

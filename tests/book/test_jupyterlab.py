@@ -70,16 +70,18 @@ def lab(tmp_path):
         ignore=shutil.ignore_patterns("__pycache__"),
     )
     nbformat.write(learner_notebook(), course / "exercise.ipynb")
-    # No "get notified about Jupyter news?" pop-up over the notebook.
-    notification = (
-        tmp_path
-        / "settings"
-        / "@jupyterlab"
-        / "apputils-extension"
-        / "notification.jupyterlab-settings"
+    # The learner set-up of `make env` and of the course kit (no news pop-up, no nbgrader
+    # instructor tools), into this server's own app settings folder rather than the venv's.
+    app_settings = tmp_path / "app-settings"
+    subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "tools" / "learner_lab.py"),
+            f"--settings-dir={app_settings}",
+        ],
+        check=True,
+        stdout=subprocess.DEVNULL,
     )
-    notification.parent.mkdir(parents=True)
-    notification.write_text('{"fetchNews": "false"}')
     # Render every cell: by default JupyterLab leaves cells outside the window out of the page,
     # and this test reads the outputs of all of them.
     tracker = (
@@ -89,7 +91,7 @@ def lab(tmp_path):
         / "notebook-extension"
         / "tracker.jupyterlab-settings"
     )
-    tracker.parent.mkdir(parents=True)
+    tracker.parent.mkdir(parents=True, exist_ok=True)
     tracker.write_text('{"windowingMode": "none"}')
     token, port = secrets.token_hex(16), free_port()
     env = dict(
@@ -112,6 +114,7 @@ def lab(tmp_path):
             f"--ServerApp.token={token}",
             f"--ServerApp.root_dir={course}",
             "--ServerApp.port_retries=0",
+            f"--LabApp.app_settings_dir={app_settings}",
             "--LabApp.news_url=",
             "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
             # CI containers run as root; JupyterLab refuses that unless told.
@@ -151,7 +154,24 @@ def lab(tmp_path):
         log.close()
 
 
+# nbgrader's Create Assignment panel (a tab of the right side bar) and the Validate button of
+# the notebook toolbar, which a learner's JupyterLab does not show.
+INSTRUCTOR_PANELS = (
+    "return Array.from(document.querySelectorAll('.lm-TabBar-tab, .jp-Toolbar-item'))"
+    ".filter(e => /Create Assignment|Validate/.test((e.title || '') + ' ' + e.innerText))"
+    ".map(e => e.title || e.innerText)"
+)
 OUTPUT_TEXT = "return Array.from(document.querySelectorAll('.jp-OutputArea-output')).map(e => e.innerText).join('\\n')"
+# The error output of the failing check, and the links in every output (resolved).
+DIAGNOSIS_OUTPUT = (
+    'return Array.from(document.querySelectorAll(".jp-OutputArea-output'
+    "[data-mime-type='application/vnd.jupyter.stderr']\"))"
+    ".map(e => e.innerText).join('\\n')"
+)
+OUTPUT_LINKS = (
+    "return Array.from(document.querySelectorAll('.jp-OutputArea-output a'))"
+    ".map(a => a.href)"
+)
 
 
 def test_learner_runs_an_exercise_in_jupyterlab(lab, tmp_path, capsys):
@@ -179,6 +199,15 @@ def test_learner_runs_an_exercise_in_jupyterlab(lab, tmp_path, capsys):
             if e.text.strip() == "Run"
         ]
         assert menu, "no Run menu in JupyterLab's menu bar"
+        # The learner set-up: nbgrader's instructor tools are hidden, the learner's stay.
+        menus = [
+            e.text.strip()
+            for e in driver.find_elements("css selector", ".lm-MenuBar-item")
+        ]
+        assert "Nbgrader" not in menus, menus
+        assert not driver.execute_script(INSTRUCTOR_PANELS), (
+            "nbgrader's instructor panels are shown"
+        )
         menu[0].click()
         item = wait_for(
             driver,
@@ -212,10 +241,26 @@ def test_learner_runs_an_exercise_in_jupyterlab(lab, tmp_path, capsys):
         )
         outputs = driver.execute_script(OUTPUT_TEXT)
         assert DIAGNOSIS in outputs and "§1.9" in outputs, outputs[-3000:]
+        # The diagnosis, not a traceback through the checks' code; the section is a link
+        # that opens the lesson at its heading.
+        shown = driver.execute_script(DIAGNOSIS_OUTPUT)
+        assert DIAGNOSIS in shown and "§1.9" in shown, shown
+        assert "Traceback" not in shown and 'File "' not in shown, shown
+        assert "tformer_grading" not in shown, shown
+        links = driver.execute_script(OUTPUT_LINKS)
+        # JupyterLab resolves the link to its own address for the file, anchor kept.
+        assert any(
+            "/book/ch01_shapes/lesson.ipynb" in href
+            and href.endswith("#1.9-Scaling-by-the-head-size")
+            for href in links
+        ), links
         # The other answers are right, so their checks pass and say so.
         assert outputs.count("✓") >= 2, outputs[-3000:]
         assert "NotImplementedError" not in outputs, outputs[-3000:]
         assert not outside_requests(requested_urls(driver))
+        # No "get notified about official Jupyter news?" question over the notebook.
+        page_text = driver.execute_script("return document.body.innerText")
+        assert "Jupyter news" not in page_text, page_text[-2000:]
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
         failing = driver.find_element(
             "css selector",
