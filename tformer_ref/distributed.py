@@ -213,7 +213,8 @@ def _count(batch):
 
 
 def _counting_allreduce(state: dict, bucket):
-    """DDP's default gradient all-reduce (averaging), counted: shows what no_sync saves."""
+    """DDP's default gradient all-reduce (averaging), counted: shows what no_sync
+    saves."""
     state["n"] += 1
     return default_hooks.allreduce_hook(None, bucket)
 

@@ -376,7 +376,8 @@ class DecoderOnlyLM(nn.Module):
         if cache is not None and self.pad_id is not None:
             raise ValueError(
                 "a KV cache needs a model built with pad_id=None: the cache keeps no "
-                f"padding mask for the past tokens (this model has pad_id={self.pad_id})"
+                "padding mask for the past tokens "
+                f"(this model has pad_id={self.pad_id})"
             )
         mask = causal_mask(tokens.size(1), device=tokens.device, past=past)
         if self.pad_id is not None:

@@ -203,7 +203,8 @@ class History:
     eval_acc: list[float] = field(default_factory=list)
 
     def time_to(self, accuracy: float) -> float | None:
-        """Seconds of training until the first evaluation reached ``accuracy``, or None."""
+        """Seconds of training until the first evaluation reached ``accuracy``, or
+        None."""
         for s, a in zip(self.eval_step, self.eval_acc):
             if a >= accuracy:
                 return self.time[s - 1] if s > 0 else 0.0

@@ -98,7 +98,8 @@ from tformer_ref.widgets import head_explorer
 
 device = get_device()  # CUDA when available; set TFORMER_DEVICE=cpu to override
 seed_everything(0)
-# This lesson only inspects forward values; §1.11 switches gradients back on to time backward passes.
+# This lesson only inspects forward values; §1.11 switches gradients back on to time
+# backward passes.
 torch.set_grad_enabled(False)
 print(f"device: {device}, torch {torch.__version__}")
 
@@ -325,14 +326,14 @@ assert torch.allclose(causal_out1[:, 0], v1[:, 0], atol=1e-6)  # token 0: itself
 #
 # ```text
 # x                                [B, S, D]
-# q = x Wqᵀ + bq                   [B, S, D]        (same for k and v)
-# q.view(B, S, H, Dh)              [B, S, H, Dh]    cut each token's D features into H slices
-# .transpose(1, 2)                 [B, H, S, Dh]    heads in front: one [S, Dh] matrix per (batch, head)
-# scores = q @ kᵀ / √Dh            [B, H, S, S]     one S×S score matrix per head
-# weights = softmax(scores, -1)    [B, H, S, S]     each row sums to 1
+# q = x Wqᵀ + bq                   [B, S, D]      (same for k and v)
+# q.view(B, S, H, Dh)              [B, S, H, Dh]  each token's D features in H slices
+# .transpose(1, 2)                 [B, H, S, Dh]  heads in front: [S, Dh] per head
+# scores = q @ kᵀ / √Dh            [B, H, S, S]   one S×S score matrix per head
+# weights = softmax(scores, -1)    [B, H, S, S]   each row sums to 1
 # out = weights @ v                [B, H, S, Dh]
 # out.transpose(1, 2)              [B, S, H, Dh]
-# .reshape(B, S, D)                [B, S, D]        heads side by side again
+# .reshape(B, S, D)                [B, S, D]      heads side by side again
 # y = out Woᵀ + bo                 [B, S, D]
 # ```
 #
@@ -492,7 +493,8 @@ except RuntimeError as err:
     print("RuntimeError:", err)
 assert raised, "view on a non-contiguous tensor should have raised"
 
-# Two fixes that give the same tensor: copy into the new order first, or let reshape copy.
+# Two fixes that give the same tensor: copy into the new order first, or let reshape
+# copy.
 via_contiguous = back.contiguous().view(B, S, D)
 via_reshape = back.reshape(B, S, D)
 assert torch.equal(via_contiguous, via_reshape)
@@ -558,7 +560,8 @@ assert torch.allclose(s_matmul, s_einsum, atol=1e-6)
 
 # %%
 def seed_einsum_attention(q, k, v):
-    """The seed's two einsums, applied to q [B, Sq, H, Dh], k and v [B, Sk, H, Dh] (BUGGY).
+    """The seed's two einsums, applied to q [B, Sq, H, Dh], k and v [B, Sk, H, Dh]
+    (BUGGY).
 
     Returns [B, Sq, H, Dh]; its "attention" runs across the heads of one token.
     """
@@ -569,7 +572,10 @@ def seed_einsum_attention(q, k, v):
 
 
 def correct_attention(q, k, v):
-    """q [B, Sq, H, Dh], k and v [B, Sk, H, Dh] -> [B, Sq, H, Dh], attending across positions."""
+    """q [B, Sq, H, Dh], k and v [B, Sk, H, Dh] -> [B, Sq, H, Dh].
+
+    Attends across positions.
+    """
     qh, kh, vh = (t.transpose(1, 2) for t in (q, k, v))  # [B, H, S, Dh]
     w = (qh @ kh.transpose(-2, -1) / math.sqrt(q.size(-1))).softmax(
         dim=-1
@@ -578,7 +584,8 @@ def correct_attention(q, k, v):
 
 
 def layer(x_in, attention):
-    """Project x_in [B, S, D] with mha's weights, attend in the [B, S, H, Dh] layout, project back."""
+    """Project x_in [B, S, D] with mha's weights, attend in the [B, S, H, Dh] layout,
+    project back."""
     b, s, _ = x_in.shape
     q, k, v = (
         proj(x_in).view(b, s, H, Dh) for proj in (mha.q_proj, mha.k_proj, mha.v_proj)
@@ -601,7 +608,8 @@ for name, attention in (
         (after - before)[:, 1:].abs().amax(dim=-1)
     )  # [B, S-1]: change at positions 1..
     print(
-        f"{name:12s}: largest change at positions 1..{S - 1} = {change[name].max().item():.2e}"
+        f"{name:12s}: largest change at positions 1..{S - 1} = "
+        f"{change[name].max().item():.2e}"
     )
 
 # With the seed's einsum, positions 1.. do not notice token 0 at all: tokens never mix.
@@ -715,7 +723,8 @@ ref_count = sum(p.numel() for p in MultiHeadAttention(d, h).parameters())
 assert seed_count == 3 * (d // h) ** 2 + d * d + d == 274_944
 assert ref_count == 4 * (d * d + d) == 1_050_624
 print(
-    f"seed's shared projections: {seed_count:,} parameters; per-head projections: {ref_count:,}"
+    f"seed's shared projections: {seed_count:,} parameters; "
+    f"per-head projections: {ref_count:,}"
 )
 
 # %% [markdown]
@@ -752,7 +761,8 @@ for xq, xkv in ((x, x), (x, x_kv)):
     assert torch.allclose(y_ours, y_theirs, atol=1e-5)
     assert torch.allclose(w_ours, w_theirs, atol=1e-5)
 print(
-    "tformer_ref MultiHeadAttention == nn.MultiheadAttention(batch_first=True), self- and cross-attention"
+    "tformer_ref MultiHeadAttention == nn.MultiheadAttention(batch_first=True), "
+    "self- and cross-attention"
 )
 
 # %% [markdown]
@@ -854,7 +864,8 @@ from tformer_ref.attention import MultiHeadAttention  # noqa: E402  the referenc
 
 
 class SeedForTheCheck(SeedMultiHeadAttention):
-    """Adapter, not seed code: forward(query, key, value, mask=None) as the check calls it.
+    """Adapter, not seed code: forward(query, key, value, mask=None) as the check calls
+    it.
 
     Each of W_q, W_k, W_v receives its own input through a forward pre-hook, then the
     seed's forward(x, mask) runs unchanged (x = query gives the batch size).
@@ -913,14 +924,16 @@ for h in (1, 2, 4, 8, 16):
     attention_flops[h] = counts["aten.bmm"]
     score_mib = Bc * h * n * n * 4 / 2**20
     print(
-        f"{h:3d} {d // h:5d} {counts['aten.bmm']:14,d} {counts['aten.addmm']:18,d} {score_mib:14.2f}"
+        f"{h:3d} {d // h:5d} {counts['aten.bmm']:14,d} "
+        f"{counts['aten.addmm']:18,d} {score_mib:14.2f}"
     )
     assert counts["aten.bmm"] == h * Bc * 4 * n * n * (d // h) == 4 * Bc * n * n * d
     assert counts["aten.addmm"] == 8 * Bc * n * d * d
 
 assert len(set(attention_flops.values())) == 1  # the same for every number of heads
 print(
-    f"attention's share of the FLOPs at n={n}, d={d}: {n / (n + 2 * d):.0%} (= n / (n + 2d))"
+    f"attention's share of the FLOPs at n={n}, d={d}: "
+    f"{n / (n + 2 * d):.0%} (= n / (n + 2d))"
 )
 
 # %% [markdown]
@@ -973,7 +986,8 @@ print(
 
 # %%
 def synchronize():
-    """Wait for queued GPU work, so that the timer measures the work and not only its launch."""
+    """Wait for queued GPU work, so that the timer measures the work and not only its
+    launch."""
     if device.type == "cuda":
         torch.cuda.synchronize()
 
@@ -1010,7 +1024,8 @@ def products_step(q, k, v, w, upstream):
 
 
 def softmax_step(scores_in, upstream):
-    """Forward + backward of the scaling and softmax alone, on scores_in [B, H, S, S]."""
+    """Forward + backward of the scaling and softmax alone, on scores_in
+    [B, H, S, S]."""
     weights_ = (scores_in / math.sqrt(D8 // scores_in.size(1))).softmax(dim=-1)
     torch.autograd.grad(weights_, scores_in, upstream)
 
@@ -1084,15 +1099,16 @@ print(
 where = "one CPU thread" if device.type == "cpu" else device.type
 print(f"fastest of 7 runs on {where}, forward + backward, in ms:")
 print(
-    " heads   layer    it/s   projections   QKᵀ and AV   softmax   the three   scores (MiB)"
-    + ("   peak CUDA (MiB)" if peak_mib else "")
+    " heads   layer    it/s   projections   QKᵀ and AV   softmax   the three   "
+    "scores (MiB)" + ("   peak CUDA (MiB)" if peak_mib else "")
 )
 for i, h in enumerate(head_counts):
     extra = f"   {peak_mib[i]:15.1f}" if peak_mib else ""
     print(
         f"{h:6d} {best[h, 'layer']:7.2f} {1000 / best[h, 'layer']:7.1f} "
         f"{best[h, 'projections']:13.2f} {best[h, 'products']:12.2f} "
-        f"{best[h, 'softmax']:9.2f} {best[h, 'parts']:11.2f} {score_mib[i]:13.1f}{extra}"
+        f"{best[h, 'softmax']:9.2f} {best[h, 'parts']:11.2f} "
+        f"{score_mib[i]:13.1f}{extra}"
     )
 
 # %% [markdown]
@@ -1213,7 +1229,10 @@ heads_cost_figure(
     head_counts,
     ms_per_iter,
     score_mib,
-    title=f"One attention layer, B={B8}, S={S8}, D={D8}, forward+backward on {device.type}",
+    title=(
+        f"One attention layer, B={B8}, S={S8}, D={D8}, "
+        f"forward+backward on {device.type}"
+    ),
 )
 
 # %% [markdown]
@@ -1510,7 +1529,8 @@ class FixedSelfAttention(nn.Module):
             heads,
             embed_size // heads,
         )
-        # Fix 2: each projection sees the whole embedding; Linear(D, D) = H per-head D -> Dh maps.
+        # Fix 2: each projection sees the whole embedding; Linear(D, D) = H per-head
+        # D -> Dh maps.
         self.queries = nn.Linear(embed_size, embed_size)
         self.keys = nn.Linear(embed_size, embed_size)
         self.values = nn.Linear(embed_size, embed_size)
@@ -1524,7 +1544,8 @@ class FixedSelfAttention(nn.Module):
         q = self.queries(query).reshape(N, query_len, self.heads, self.head_dim)
         k = self.keys(keys).reshape(N, key_len, self.heads, self.head_dim)
         v = self.values(values).reshape(N, key_len, self.heads, self.head_dim)
-        # Fix 1: the letters name the axes of [N, L, H, Dh] as they are; scores are [N, H, Lq, Lk].
+        # Fix 1: the letters name the axes of [N, L, H, Dh] as they are; scores are
+        # [N, H, Lq, Lk].
         energy = torch.einsum("nqhd,nkhd->nhqk", q, k)
         energy = energy / math.sqrt(
             self.head_dim

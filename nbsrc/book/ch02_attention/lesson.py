@@ -47,7 +47,6 @@
 import math
 import warnings
 
-import ipywidgets as widgets
 import matplotlib.pyplot as plt
 import torch
 import torch.nn.functional as F
@@ -57,6 +56,8 @@ from myst_nb import glue
 
 from tformer_ref.attention import MultiHeadAttention, scaled_dot_product_attention
 from tformer_ref.device import get_device, seed_everything
+from tformer_ref.plotting import COLUMN_INCHES, attention_png
+from tformer_ref.widgets import PictureSlider
 
 seed_everything(0)
 device = get_device()
@@ -132,7 +133,8 @@ for d_k in dims:
     measured_scaled.append((dots / math.sqrt(d_k)).var().item())
 for d_k, var, var_s in zip(dims, measured, measured_scaled):
     print(
-        f"d_k={d_k:5d}  var(q·k)={var:8.1f} (predicted {d_k})  var(q·k/√d_k)={var_s:.2f}"
+        f"d_k={d_k:5d}  var(q·k)={var:8.1f} (predicted {d_k})  "
+        f"var(q·k/√d_k)={var_s:.2f}"
     )
     assert abs(var / d_k - 1) < 0.15 and abs(var_s - 1) < 0.15
 
@@ -168,7 +170,8 @@ plt.show()
 
 # %% mystnb={"figure": {"caption": "Larger scores saturate softmax: its Jacobian (left) shrinks by orders of magnitude and the largest weight (right) approaches 1. Unscaled scores at d_k = 512 sit deep in that region: gradients vanish. At d_k = 64 (std 8) the Jacobian is only a few times smaller than with scaling.", "name": "fig-ch02-saturation"}, "image": {"alt": "Left: median Jacobian norm of softmax falling steeply as the score standard deviation grows, with markers at 1, 8 and √512. Right: mean largest attention weight rising towards 1."}}
 def softmax_jacobian_norm(s: torch.Tensor) -> torch.Tensor:
-    """s [N, S] scores -> [N], the Frobenius norm of d softmax(s) / d s for every row."""
+    """s [N, S] scores -> [N], the Frobenius norm of d softmax(s) / d s for every
+    row."""
     p = s.softmax(dim=-1)
     jac = torch.diag_embed(p) - p[:, :, None] * p[:, None, :]  # [N, S, S]
     return jac.flatten(1).norm(dim=-1)
@@ -181,18 +184,17 @@ max_weights = [(base * s).softmax(-1).amax(-1).mean().item() for s in stds]
 for s, j, m in zip(stds, jac_norms, max_weights):
     print(f"std={s:6.2f}  mean largest weight={m:.3f}  median |Jacobian|={j:.2e}")
 
-fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.2))
+fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(COLUMN_INCHES, 3.8), layout="constrained")
 ax1.loglog(stds, jac_norms, "o-")
 ax1.axvline(1, color="g", ls=":", label="scaled (std 1)")
 ax1.axvline(8, color="orange", ls=":", label="unscaled, d_k = 64")
 ax1.axvline(math.sqrt(512), color="r", ls=":", label="unscaled, d_k = 512")
-ax1.set_xlabel("standard deviation of the scores")
+ax1.set_xlabel("std of the scores")
 ax1.set_ylabel("median |d softmax / d scores|")
-ax1.legend()
+fig.legend(loc="outside lower center", ncols=3)
 ax2.semilogx(stds, max_weights, "o-")
-ax2.set_xlabel("standard deviation of the scores")
+ax2.set_xlabel("std of the scores")
 ax2.set_ylabel("mean largest weight")
-plt.tight_layout()
 plt.show()
 jac_scaled, jac_64, jac_512 = (jac_norms[stds.index(s)] for s in (1, 8, math.sqrt(512)))
 assert jac_scaled > 100 * jac_512  # vanishing, not exploding, at d_k = 512
@@ -252,48 +254,48 @@ k1 = torch.randn(1, 1, S, 64, device=device)
 unit_scores = q1 @ k1.transpose(-2, -1) / math.sqrt(64)  # std about 1
 
 
-def show_entropy(factor: float = 1.0):
-    w = (unit_scores * factor).softmax(-1)[0, 0].cpu()
+def entropy_png(factor: float) -> bytes:
+    w = (unit_scores * factor).softmax(-1)[0, 0]
     ent = attention_entropy(w).mean().item()
-    fig, ax = plt.subplots(figsize=(4, 3.4))
-    ax.imshow(w, vmin=0, vmax=1, cmap="viridis")
-    ax.set_title(
-        f"scores × {factor:.2f}: mean entropy {ent:.2f} (uniform: {math.log(S):.2f})"
+    title = (
+        f"scores × {factor:.2f}\nmean entropy {ent:.2f} (uniform: {math.log(S):.2f})"
     )
-    ax.set_xlabel("key")
-    ax.set_ylabel("query")
-    plt.tight_layout()
-    plt.show()
+    return attention_png(w, title=title, vmax=1.0)
 
 
-slider = widgets.FloatLogSlider(
-    value=1.0,
-    base=10,
-    min=-1,
-    max=math.log10(math.sqrt(512)),
-    step=0.05,
-    description="factor",
+# Powers of 2, and the two factors §2.5 meets: 1/√8 and √512.
+slider_factors = sorted(
+    {2.0**p for p in range(-3, 5)} | {1 / math.sqrt(8), math.sqrt(512)}
 )
-display(widgets.interactive(show_entropy, factor=slider))
+display(
+    PictureSlider(
+        [f"{f:.2f}" for f in slider_factors],
+        [entropy_png(f) for f in slider_factors],
+        description="factor",
+        index=slider_factors.index(1.0),
+    )
+)
 
 # %% [markdown]
-# Without a running kernel the slider does not move; here are the curve and three of its settings. A factor
+# Every setting of the slider was drawn when the lesson ran, and your browser switches between the pictures,
+# so the slider works in the static book too. Below are the curve and three of its settings. A factor
 # of $\sqrt{512} \approx 22.6$ is what forgetting the scaling does to a head of size 512; $1/\sqrt{8}$ is
 # what dividing by $\sqrt{d_\text{model}}$ does with 8 heads (§2.5).
 
-# %% mystnb={"figure": {"caption": "Attention entropy against the factor on the scores, and the weights with √d_model scaling, the right √d_k scaling and no scaling.", "name": "fig-ch02-entropy"}, "image": {"alt": "Left: mean entropy falling from ln S towards 0 as the factor grows. Right: three heat maps of attention weights, from nearly uniform to nearly one-hot."}}
+# %% mystnb={"figure": {"caption": "Attention entropy against the factor on the scores, and the weights with √d_model scaling, the right √d_k scaling and no scaling.", "name": "fig-ch02-entropy"}, "image": {"alt": "Top left: mean entropy falling from ln S towards 0 as the factor grows. The other three panels: three heat maps of attention weights, from nearly uniform to nearly one-hot."}}
 factors = torch.logspace(-1.5, math.log10(32), 40).tolist()
 entropies = [
     attention_entropy((unit_scores * f).softmax(-1)).mean().item() for f in factors
 ]
-fig, axes = plt.subplots(1, 4, figsize=(13, 3))
+fig, axes = plt.subplots(2, 2, figsize=(COLUMN_INCHES, 6.4))
+axes = axes.flat
 axes[0].semilogx(factors, entropies)
 axes[0].axhline(math.log(S), color="k", ls="--", label="uniform, ln S")
 axes[0].set_xlabel("factor on the scaled scores")
 axes[0].set_ylabel("mean entropy (nats)")
 axes[0].legend()
 for ax, (f, name) in zip(
-    axes[1:],
+    axes[1:4],
     [
         (1 / math.sqrt(8), "÷√d_model (H=8)"),
         (1.0, "÷√d_k"),
@@ -302,7 +304,7 @@ for ax, (f, name) in zip(
 ):
     w = (unit_scores * f).softmax(-1)[0, 0].cpu()
     ax.imshow(w, vmin=0, vmax=1, cmap="viridis")
-    ax.set_title(f"{name}: entropy {attention_entropy(w).mean().item():.2f}")
+    ax.set_title(f"{name}\nentropy {attention_entropy(w).mean().item():.2f}")
     ax.set_xticks([])
     ax.set_yticks([])
 plt.tight_layout()
@@ -340,7 +342,8 @@ for name, divisor in [
     entropy[name] = attention_entropy(s.softmax(-1)).mean().item()
     label = {"dhead": "÷√d_head", "dmodel": "÷√d_model", "none": "none"}[name]
     print(
-        f"{label:10s} std of logits {s.std().item():5.2f}   mean entropy {entropy[name]:.2f} "
+        f"{label:10s} std of logits {s.std().item():5.2f}   "
+        f"mean entropy {entropy[name]:.2f} "
         f"(uniform {math.log(32):.2f})"
     )
 ratio = (raw / math.sqrt(d_head)).std() / (raw / math.sqrt(d_model)).std()

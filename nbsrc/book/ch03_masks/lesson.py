@@ -48,12 +48,13 @@
 # %%
 import math
 
-import ipywidgets as widgets
 import matplotlib.pyplot as plt
+import tformer_ref.plotting  # noqa: F401  importing it applies the book style
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from IPython.display import display
+from matplotlib.figure import Figure
 
 from tformer_ref.attention import (
     MultiHeadAttention,
@@ -70,6 +71,7 @@ from tformer_ref.masks import (
     to_ignore_mask,
     to_mha_masks,
 )
+from tformer_ref.widgets import PictureGrid, figure_png
 
 seed_everything(0)
 device = get_device()
@@ -478,7 +480,8 @@ def wrong_axis(t):
 
 
 print(
-    f"padding mask [B, 1, 1, S]: real tokens moved by {pad_probe(ours, lambda t: padding_mask(t, PAD)):.1e}"
+    "padding mask [B, 1, 1, S]: real tokens moved by "
+    f"{pad_probe(ours, lambda t: padding_mask(t, PAD)):.1e}"
 )
 print(
     f"mask on the heads axis:   real tokens moved by {pad_probe(ours, wrong_axis):.1e}"
@@ -496,9 +499,10 @@ assert (
 # %% [markdown]
 # ## 3.7 Mask explorer
 #
-# Choose the length of each of two sequences (padded to 8), whether the mask is causal, and which
-# sequence to look at: left, the combined keep-mask (white = attend); right, the attention weights of one
-# head. Padded query rows still attend; a fully masked row is all zero.
+# A batch of two sequences padded to 8: choose the length of sequence A (B has length 3) and whether
+# the mask is causal. Left, A's combined keep-mask (white = attend); right, the attention weights of one
+# head. Padded query rows still attend; a fully masked row is all zero. Every setting was drawn when the
+# lesson ran and your browser switches between the pictures, so the controls work in the static book too.
 
 # %%
 explorer_q = torch.randn(2, 1, 8, 16, device=device)
@@ -533,21 +537,29 @@ def explore_masks(len_a=5, len_b=3, causal_on=True, sequence=0, ax_pair=None):
         plt.show()
 
 
+def mask_png(len_a: int, causal_on: bool) -> bytes:
+    fig = Figure(figsize=(8, 3.6))
+    # A fixed layout: solving one per picture would triple the time to draw them.
+    fig.subplots_adjust(left=0.07, right=0.98, bottom=0.14, top=0.92, wspace=0.25)
+    explore_masks(len_a, 3, causal_on, 0, ax_pair=fig.subplots(1, 2))
+    return figure_png(fig)
+
+
+lengths_a = range(9)
 display(
-    widgets.interactive(
-        explore_masks,
-        len_a=widgets.IntSlider(value=5, min=0, max=8, description="length A"),
-        len_b=widgets.IntSlider(value=3, min=0, max=8, description="length B"),
-        causal_on=widgets.Checkbox(value=True, description="causal"),
-        sequence=widgets.Dropdown(
-            options=[("A", 0), ("B", 1)], value=0, description="show"
-        ),
-        ax_pair=widgets.fixed(None),
+    PictureGrid(
+        ["padding only", "padding and causal"],
+        [str(n) for n in lengths_a],
+        [[mask_png(n, causal_on) for n in lengths_a] for causal_on in (False, True)],
+        row_description="mask",
+        column_description="length A",
+        row=1,
+        column=5,
     )
 )
 
 # %% [markdown]
-# Without a running kernel, here are three settings: padding only, causal and padding, and a sequence of
+# Three settings side by side: padding only, causal and padding, and a sequence of
 # length 0 (every row fully masked: zero weights, no NaN).
 
 # %% mystnb={"figure": {"caption": "Masks (left, white = may attend) and the attention weights they give (right): padding only, padding with the causal mask, and a sequence of length 0 whose rows are all masked and get zero weights.", "name": "fig-ch03-masks"}, "image": {"alt": "Three rows of two images: a padding mask and its weights; a combined padding and causal mask and its triangular weights; an all-masked sequence with all-zero weights."}}

@@ -44,6 +44,7 @@
 import math
 
 import matplotlib.pyplot as plt
+import tformer_ref.plotting  # noqa: F401  importing it applies the book style
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -170,13 +171,15 @@ layer_norm = nn.LayerNorm(D).to(device)
 
 
 def bn(x):
-    """BatchNorm1d wants [B, D, S]: statistics per feature over the batch and the positions."""
+    """BatchNorm1d wants [B, D, S]: statistics per feature over the batch and the
+    positions."""
     return batch_norm(x.transpose(1, 2)).transpose(1, 2)
 
 
 sentence = torch.randn(1, 4, D, device=device) + 2.0  # one real sentence of 4 tokens
 short_batch = torch.cat([sentence, torch.randn(1, 4, D, device=device) + 2.0])
-# The same sentence in a batch padded to length 12 for a longer neighbour: 8 pad vectors (zeros).
+# The same sentence in a batch padded to length 12 for a longer neighbour: 8 pad vectors
+# (zeros).
 padded = torch.cat([sentence, torch.zeros(1, 8, D, device=device)], dim=1)
 long_batch = torch.cat([padded, torch.randn(1, 12, D, device=device) + 2.0])
 
@@ -186,10 +189,12 @@ ln_short, ln_long = layer_norm(short_batch)[0], layer_norm(long_batch)[0, :4]
 bn_change = (bn_short - bn_long).abs().max().item()
 ln_change = (ln_short - ln_long).abs().max().item()
 print(
-    f"(1) same sentence, different padding: BatchNorm output moves by {bn_change:.3f}, LayerNorm by {ln_change:.1e}"
+    f"(1) same sentence, different padding: BatchNorm output moves by {bn_change:.3f}, "
+    f"LayerNorm by {ln_change:.1e}"
 )
 assert bn_change > 0.1 and ln_change < 1e-6
-# LayerNorm works per token: the first token alone is normalised exactly as inside its sentence.
+# LayerNorm works per token: the first token alone is normalised exactly as inside its
+# sentence.
 assert torch.allclose(layer_norm(sentence[:, :1]), layer_norm(sentence)[:, :1])
 
 # %% [markdown]
@@ -247,7 +252,8 @@ bn_gap, ln_gap = (
     (ln_train - ln_eval).abs().max().item(),
 )
 print(
-    f"(3) train vs eval mode on the same input: BatchNorm differs by {bn_gap:.3f}, LayerNorm by {ln_gap:.1e}"
+    f"(3) train vs eval mode on the same input: BatchNorm differs by {bn_gap:.3f}, "
+    f"LayerNorm by {ln_gap:.1e}"
 )
 assert bn_gap > 0.1 and ln_gap == 0.0
 
@@ -292,7 +298,8 @@ with torch.no_grad():
     assert torch.allclose(paper(x), norm2_of_norm1, atol=1e-6)
     assert torch.count_nonzero(seed_block(x)) == 0
 print(
-    "p = 1: the paper's block returns norm2(norm1(x)); the seed's block returns all zeros"
+    "p = 1: the paper's block returns norm2(norm1(x)); "
+    "the seed's block returns all zeros"
 )
 
 # %% [markdown]
@@ -308,7 +315,8 @@ with torch.no_grad():
     zeros_paper = (paper(x) == 0).float().mean().item()
     zeros_seed = (seed_block(x) == 0).float().mean().item()
 print(
-    f"share of exact zeros in the output: paper {zeros_paper:.1%}, seed {zeros_seed:.1%}"
+    f"share of exact zeros in the output: paper {zeros_paper:.1%}, "
+    f"seed {zeros_seed:.1%}"
 )
 assert zeros_paper == 0.0 and 0.05 < zeros_seed < 0.15
 glue("ch04_zeros_seed", zeros_seed, display=False)
@@ -482,7 +490,8 @@ xavier_init_(ours)
 our_scale = (ours.weight * math.sqrt(D)).std().item()
 pe_scale = math.sqrt(0.5)  # std of sin/cos values over many positions
 print(
-    f"entries of embedding·√D: seed's loop {seed_scale:.2f}, course's init {our_scale:.2f}; "
+    f"entries of embedding·√D: seed's loop {seed_scale:.2f}, "
+    f"course's init {our_scale:.2f}; "
     f"positional encoding {pe_scale:.2f}"
 )
 assert seed_scale < 0.4 and abs(our_scale - 1.0) < 0.05

@@ -38,6 +38,7 @@
 import math
 
 import matplotlib.pyplot as plt
+import tformer_ref.plotting  # noqa: F401  importing it applies the book style
 import torch
 import torch.nn as nn
 from myst_nb import glue
@@ -114,7 +115,8 @@ plt.show()
 
 wavelengths = 2 * math.pi * 10000 ** (torch.arange(0, 64, 2) / 64)
 print(
-    f"wavelengths of the 32 pairs: from {wavelengths[0]:.2f} to {wavelengths[-1]:,.0f} positions"
+    f"wavelengths of the 32 pairs: from {wavelengths[0]:.2f} "
+    f"to {wavelengths[-1]:,.0f} positions"
 )
 assert math.isclose(
     wavelengths[-1].item(), 2 * math.pi * 10000 ** (62 / 64), rel_tol=1e-5
@@ -137,7 +139,8 @@ assert torch.allclose(pe[0, 0::2], torch.zeros(32)) and torch.allclose(
 
 # %%
 def rotation(k, d_model):
-    """[D, D] block-diagonal R_k with PE[pos + k] = PE[pos] @ R_k: pair i turned by the angle k·ω_i."""
+    """[D, D] block-diagonal R_k with PE[pos + k] = PE[pos] @ R_k: pair i turned by the
+    angle k·ω_i."""
     omega = 10000 ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
     r = torch.zeros(d_model, d_model, dtype=torch.float64)
     c, s = torch.cos(k * omega), torch.sin(k * omega)
@@ -156,7 +159,8 @@ assert torch.allclose(dots[10, 17], dots[50, 57]) and torch.allclose(
     dots[10, 17], dots[80, 87]
 )
 print(
-    f"PE[10]·PE[17] = {dots[10, 17]:.4f} = PE[50]·PE[57] = {dots[50, 57]:.4f}: only the distance matters"
+    f"PE[10]·PE[17] = {dots[10, 17]:.4f} = PE[50]·PE[57] = {dots[50, 57]:.4f}: "
+    "only the distance matters"
 )
 
 # %% [markdown]
@@ -247,7 +251,8 @@ outside = (unseen < seen.min(0).values - 0.1) | (
 )  # [192, 64]
 dims_outside = outside.any(0).nonzero().flatten().tolist()
 print(
-    f"{len(dims_outside)} of {d_model} dimensions leave their training range: dims {dims_outside}"
+    f"{len(dims_outside)} of {d_model} dimensions leave their training range: "
+    f"dims {dims_outside}"
 )
 assert table.shape == (256, 64) and len(dims_outside) >= 16 and min(dims_outside) >= 16
 assert max(dims_outside) < d_model - 4  # the slowest pairs stay in range too
@@ -449,7 +454,8 @@ by_hand = (
 )
 counted = count_parameters(seed_model)
 print(
-    f"counted {counted:,} = by hand {by_hand:,} = formula {transformer_parameter_count(10_000, 10_000):,}"
+    f"counted {counted:,} = by hand {by_hand:,} = "
+    f"formula {transformer_parameter_count(10_000, 10_000):,}"
 )
 assert counted == by_hand == transformer_parameter_count(10_000, 10_000) == 30_082_832
 

@@ -75,7 +75,7 @@ from tformer_ref.decoding import (
 )
 from tformer_ref.device import get_device, seed_everything
 from tformer_ref.model import Transformer, count_parameters
-from tformer_ref.plotting import attention_heatmaps
+from tformer_ref.plotting import COLUMN_INCHES, attention_heatmaps
 from tformer_ref.training import fit, noam_lambda
 
 seed_everything(0)
@@ -165,7 +165,8 @@ bucketed = list(BucketBatchSampler(train_set.lengths(), BATCH, seed=0))
 stats = {"bucketed": batch_stats(bucketed), "shuffled": batch_stats(shuffled)}
 for name, (n_styles, pad) in stats.items():
     print(
-        f"{name:9s} batches: {n_styles:.1f} of 7 styles per batch, {pad:.0%} of the source is padding"
+        f"{name:9s} batches: {n_styles:.1f} of 7 styles per batch, "
+        f"{pad:.0%} of the source is padding"
     )
 assert stats["shuffled"][0] > 2 * stats["bucketed"][0]
 glue("ch06_cap_styles_bucketed", stats["bucketed"][0], display=False)
@@ -198,7 +199,8 @@ optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=
 
 
 def rate(step):
-    """Noam's linear warm-up to PEAK; down to PEAK / 10 at KNEE; then slowly to 0 at STEPS."""
+    """Noam's linear warm-up to PEAK; down to PEAK / 10 at KNEE; then slowly to 0 at
+    STEPS."""
     if step < WARMUP:
         return PEAK * (step + 1) / WARMUP
     if step < KNEE:
@@ -279,7 +281,8 @@ first_pass = next(s for s, a in zip(history.eval_step, history.eval_acc) if a >=
 print(
     f"{history.step[-1]} steps: {train_seconds:.1f} s of training "
     f"(+ {sum(eval_seconds):.1f} s for {len(eval_seconds)} evaluations); "
-    f"{PASS:.0%} first reached at step {first_pass}, after {history.time_to(PASS):.1f} s"
+    f"{PASS:.0%} first reached at step {first_pass}, "
+    f"after {history.time_to(PASS):.1f} s"
 )
 assert first_pass <= MARGIN * STEPS, (
     first_pass
@@ -290,8 +293,10 @@ glue("ch06_cap_first_pass_share", first_pass / STEPS, display=False)
 glue("ch06_cap_peak_lr", max(history.lr), display=False)
 glue("ch06_cap_knee", KNEE, display=False)
 
-# %% mystnb={"figure": {"caption": "The capstone's training run: loss, held-out exact match (dotted line: the pass mark), and the learning rate with the gradient norm.", "name": "fig-ch06-capstone-history"}, "image": {"alt": "Three panels: training loss falling on a log scale; held-out exact match rising past the pass-mark line; learning rate warming up then decaying to zero, with the gradient norm on a second axis."}}
-fig, axes = plt.subplots(1, 3, figsize=(12, 3))
+# %% mystnb={"figure": {"caption": "The capstone's training run: loss, held-out exact match (dotted line: the pass mark), and the learning rate with the gradient norm.", "name": "fig-ch06-capstone-history"}, "image": {"alt": "Three panels, two above and one below: training loss falling on a log scale; held-out exact match rising past the pass-mark line; learning rate warming up then decaying to zero, with the gradient norm on a second axis."}}
+fig, axes = plt.subplots(2, 2, figsize=(COLUMN_INCHES, 5.6), layout="constrained")
+axes[1, 1].remove()
+axes = axes.flat
 axes[0].plot(history.step, history.loss, lw=0.8)
 axes[0].set(xlabel="step", ylabel="training loss", yscale="log")
 axes[1].plot(history.eval_step, history.eval_acc, marker="o")
@@ -346,7 +351,8 @@ greedy_acc = sum(g == w for g, w in zip(rows_greedy, rows_want)) / len(rows_want
 beam_acc = sum(b == w for b, w in zip(rows_beam, rows_want)) / len(rows_want)
 n_differ = sum(g != b for g, b in zip(rows_greedy, rows_beam))
 print(
-    f"exact match on {len(rows_want)} dates: greedy {greedy_acc:.1%}, beam of 4 {beam_acc:.1%}; "
+    f"exact match on {len(rows_want)} dates: greedy {greedy_acc:.1%}, "
+    f"beam of 4 {beam_acc:.1%}; "
     f"the two outputs differ on {n_differ} dates (beam search: {beam_seconds:.1f} s)"
 )
 for i in [i for i in range(len(rows_want)) if rows_greedy[i] != rows_beam[i]][:3]:
@@ -383,7 +389,8 @@ for i in range(10):
 wrong = [i for i in range(len(src)) if strip(pred[i]) != strip(tgt[i])]
 for i in wrong[:5]:
     print(
-        f"mistake: {vocab.decode(src[i])!r} -> {vocab.decode(pred[i])!r}, expected {vocab.decode(tgt[i])!r}"
+        f"mistake: {vocab.decode(src[i])!r} -> {vocab.decode(pred[i])!r}, "
+        f"expected {vocab.decode(tgt[i])!r}"
     )
 
 # %% [markdown]
@@ -397,7 +404,8 @@ for i in wrong[:5]:
 
 # %% mystnb={"figure": {"caption": "Cross-attention of the trained model's last decoder layer, one map per head: each output character (rows) reads source characters (columns).", "name": "fig-ch06-capstone-attention"}, "image": {"alt": "Eight heat maps, one per head, with output characters as rows and source characters as columns; bright cells show which source characters each output character reads."}}
 def cross_attention(model, src, out):
-    """Weights [H, St, Ss] of the last decoder layer's cross-attention when reading ``out`` [1, St]."""
+    """Weights [H, St, Ss] of the last decoder layer's cross-attention when reading
+    ``out`` [1, St]."""
     captured, busy = [], []
     module = model.decoder.layers[-1].cross_attn
 

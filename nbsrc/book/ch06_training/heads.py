@@ -27,6 +27,7 @@ import math
 import statistics
 
 import matplotlib.pyplot as plt
+from tformer_ref.plotting import COLUMN_INCHES  # the import applies the book style
 import torch
 from myst_nb import glue
 from torch.utils.data import DataLoader
@@ -71,7 +72,8 @@ def loader(seed=0):
 
 
 def next_token_accuracy(model):
-    """Held-out, teacher-forced: how often the argmax at position t is token t+1 (§6.2)."""
+    """Held-out, teacher-forced: how often the argmax at position t is token t+1
+    (§6.2)."""
     src, tgt = test_batches[0]
     tgt_in, labels = shift_targets(tgt.to(device))
     model.eval()
@@ -121,7 +123,7 @@ held_out = test_batches[0][1][:, 1:]  # the labels next_token_accuracy scores
 held_out = held_out[held_out != PAD]
 majority = held_out.bincount().max().item() / held_out.numel()
 
-fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3))
+fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(COLUMN_INCHES, 3.8), layout="constrained")
 for ax, values in ((ax1, acc), (ax2, step_ms)):
     for i, s in enumerate(SEEDS):
         ax.scatter(
@@ -133,7 +135,7 @@ for ax, values in ((ax1, acc), (ax2, step_ms)):
 ax1.axhline(majority, color="k", ls=":", lw=0.8, label="most common character")
 ax1.set(ylabel="held-out next-character accuracy", ylim=(0, 1))
 ax2.set(ylabel="ms per training step", ylim=(0, None))
-ax1.legend(fontsize=7)
+fig.legend(*ax1.get_legend_handles_labels(), loc="outside lower center", ncols=3)
 plt.show()
 
 print(

@@ -55,6 +55,7 @@ import statistics
 import time
 
 import matplotlib.pyplot as plt
+from tformer_ref.plotting import COLUMN_INCHES  # the import applies the book style
 import torch
 import torch.nn.functional as F
 from myst_nb import glue
@@ -83,9 +84,9 @@ from tformer_ref.training import (
 
 seed_everything(0)
 device = get_device()
-torch.set_num_threads(
-    1
-)  # tiny tensors: a second thread only waits for the first (and on a busy machine, much worse)
+# tiny tensors: a second thread only waits for the first (and on a busy machine, much
+# worse)
+torch.set_num_threads(1)
 
 # %% [markdown]
 # ## 6.1 The toy task
@@ -160,8 +161,9 @@ def loader(pad_to=None, seed=0):
 
 
 def next_token_accuracy(model):
-    """Held-out, teacher-forced: how often the argmax at position t is the *next* character t+1 (padding
-    excluded). This is what decoding relies on: each step predicts the next token from the past."""
+    """Held-out, teacher-forced: how often the argmax at position t is the *next*
+    character t+1 (padding excluded). This is what decoding relies on: each step
+    predicts the next token from the past."""
     src, tgt = test_batches[0]
     tgt_in, labels = shift_targets(tgt.to(device))
     model.eval()
@@ -172,7 +174,8 @@ def next_token_accuracy(model):
 
 
 def char_accuracy(model):
-    """Greedy decoding of the held-out sources: the fraction of target characters right at their position."""
+    """Greedy decoding of the held-out sources: the fraction of target characters right
+    at their position."""
     src, tgt = test_batches[0]
     pred = greedy_decode(model, src.to(device), 20).cpu()
     hits = total = 0
@@ -287,7 +290,7 @@ for name, (losses, acc) in shift_runs.items():
 ax.set_xlabel("step")
 ax.set_ylabel("training loss")
 ax.set_yscale("log")
-ax.legend(fontsize=8)
+ax.legend()
 plt.show()
 right, wrong, same = shift_runs.values()
 for name, (losses, acc) in shift_runs.items():
@@ -330,7 +333,8 @@ counted = F.cross_entropy(logits.flatten(0, 1), labels.flatten())
 ignored = sequence_loss(logits, labels, PAD)
 pad_share = (labels == PAD).float().mean().item()
 print(
-    f"padding is {pad_share:.0%} of the label positions; loss with padding {counted:.3f}, without {ignored:.3f}"
+    f"padding is {pad_share:.0%} of the label positions; "
+    f"loss with padding {counted:.3f}, without {ignored:.3f}"
 )
 
 # %% [markdown]
@@ -346,8 +350,9 @@ print(
 
 # %%
 def hand_smoothed_kl(logits, labels, pad_id, eps):
-    """After the Annotated Transformer's LabelSmoothing: KL(target || model), mean over the
-    real tokens. Target: 1 - eps on the label, eps / (V - 2) on the rest but PAD, 0 on PAD."""
+    """After the Annotated Transformer's LabelSmoothing: KL(target || model), mean over
+    the real tokens. Target: 1 - eps on the label, eps / (V - 2) on the rest but PAD,
+    0 on PAD."""
     logp = logits.log_softmax(-1)
     target = torch.full_like(logp, eps / (logp.size(-1) - 2))
     target.scatter_(-1, labels[:, None], 1 - eps)
@@ -357,7 +362,8 @@ def hand_smoothed_kl(logits, labels, pad_id, eps):
 
 
 def smoothed_target_entropy(eps, V):
-    """Entropy of PyTorch's smoothed target: 1 - eps + eps/V on the label, eps/V on the rest."""
+    """Entropy of PyTorch's smoothed target: 1 - eps + eps/V on the label, eps/V on the
+    rest."""
     q = torch.full((V,), eps / V, dtype=torch.float64)
     q[0] += 1 - eps
     return -(q * q.log()).sum().item()
@@ -461,7 +467,7 @@ ax.plot(ignored_rep, label="padding ignored: reported loss")
 ax.set_xlabel("step")
 ax.set_ylabel("training loss")
 ax.set_yscale("log")
-ax.legend(fontsize=8)
+ax.legend()
 plt.show()
 tail = {
     "counted_rep": statistics.mean(counted_rep[-10:]),
@@ -469,7 +475,8 @@ tail = {
     "ignored": statistics.mean(ignored_rep[-10:]),
 }
 print(
-    f"last 10 steps: padding counted reports {tail['counted_rep']:.3f}, its real tokens "
+    f"last 10 steps: padding counted reports {tail['counted_rep']:.3f}, "
+    "its real tokens "
     f"{tail['counted_real']:.3f}; padding ignored {tail['ignored']:.3f}"
 )
 print(
@@ -614,7 +621,8 @@ assert round(seed_updates(False)) == 1 and round(seed_updates(True)) == 2
 # %%
 rates = [noam_lambda(s, 512, 4000) for s in range(20000)]
 print(
-    f"step 0: {rates[0]:.2e}, peak {max(rates):.2e} at step {rates.index(max(rates))} (update n = 4000)"
+    f"step 0: {rates[0]:.2e}, peak {max(rates):.2e} at step "
+    f"{rates.index(max(rates))} (update n = 4000)"
 )
 assert (
     rates[0] > 0 and rates.index(max(rates)) == 3999 and abs(max(rates) - 7e-4) < 2e-5
@@ -665,7 +673,7 @@ print(f"noam_scheduler: lr for the first update {opt.param_groups[0]['lr']:.2e}"
 # norm, the size of each Adam update (its root mean square per parameter, in units of the
 # learning rate) and its cosine with the update made at the bad batch:
 
-# %% mystnb={"figure": {"caption": "One bad batch at step 50, without clipping and clipped at 1.0: the gradient norm (left), the size of Adam's update in units of the learning rate (middle) and the loss (right).", "name": "fig-ch06-clipping"}, "image": {"alt": "Left: gradient norms on a log scale with a spike at step 50. Middle: update sizes; the unclipped run's jumps at step 50, then falls below the clipped run's. Right: loss curves; after step 50 the unclipped run's loss jumps and stays higher than the clipped run's."}}
+# %% mystnb={"figure": {"caption": "One bad batch at step 50, without clipping and clipped at 1.0: the gradient norm (top), the size of Adam's update in units of the learning rate (middle) and the loss (bottom).", "name": "fig-ch06-clipping"}, "image": {"alt": "Top: gradient norms on a log scale with a spike at step 50. Middle: update sizes; the unclipped run's jumps at step 50, then falls below the clipped run's. Bottom: loss curves; after step 50 the unclipped run's loss jumps and stays higher than the clipped run's."}}
 SPIKE_AT = 50
 
 
@@ -704,19 +712,20 @@ def run_clip(max_norm, steps=100, spike_at=SPIKE_AT, spike=1000.0, lr=3e-3):
 
 
 clip_runs = {"no clipping": run_clip(float("inf")), "clipped at 1.0": run_clip(1.0)}
-fig, axes = plt.subplots(1, 3, figsize=(12, 3))
+fig, axes = plt.subplots(3, 1, figsize=(COLUMN_INCHES, 8.0), layout="constrained")
 for name, r in clip_runs.items():
     axes[0].plot(r["norm"], label=name, lw=0.8)
     axes[1].plot(r["size"], label=name, lw=0.8)
     label = f"{name}: next character right {r['acc']:.0%}"
     axes[2].plot(r["loss"], label=label, lw=0.8)
 axes[0].axhline(1.0, color="k", ls=":", lw=0.8)
-axes[0].set(xlabel="step", ylabel="gradient norm (before clipping)", yscale="log")
+axes[0].set(xlabel="step", ylabel="gradient norm\n(before clipping)", yscale="log")
 axes[1].set(xlabel="step", ylabel="update RMS / lr", yscale="log")
 for ax in axes[1:]:
     ax.axvline(SPIKE_AT, color="k", ls=":", lw=0.8)
 axes[2].set(xlabel="step", ylabel="training loss", yscale="log")
-axes[2].legend(fontsize=7)
+# One legend above the panels, where it covers no curve.
+fig.legend(*axes[2].get_legend_handles_labels(), loc="outside upper center")
 plt.show()
 free, clip = clip_runs.values()
 S = SPIKE_AT
@@ -958,8 +967,8 @@ assert (
     shares["dynamic + bucketing"] < shares["pad to 32"] / 3
 )  # the data: deterministic
 assert shares["dynamic + bucketing"] < shares["dynamic, shuffled batches"]
-# A CPU's time follows the positions; a small model on a GPU is bound by kernel launches,
-# and may show no speed-up at all.
+# A CPU's time follows the positions; a small model on a GPU is bound by kernel
+# launches, and may show no speed-up at all.
 if device.type == "cpu":  # measured 1.4 to 2.0 here, on a busy machine
     assert speedup > 1.1
 glue("ch06_bucket_batches", N_TIMED, display=False)
@@ -1027,7 +1036,8 @@ print("with .long():", list(torch.nn.Embedding(len(vocab), 8)(start_token).shape
 
 # %% mystnb={"figure": {"caption": "Log-probability of the greedy output against the beam-search output for 100 sources, on an under-trained model: points above the diagonal are where beam search found a more likely output.", "name": "fig-ch06-beam"}, "image": {"alt": "Scatter plot of beam-search log-probability against greedy log-probability, most points on or above the dotted diagonal."}}
 def sequence_logprob(model, src, out):
-    """Log-probability of each decoded row (up to its EOS) under the model: what both searches maximise."""
+    """Log-probability of each decoded row (up to its EOS) under the model: what both
+    searches maximise."""
     model.eval()
     with torch.no_grad():
         logp = (

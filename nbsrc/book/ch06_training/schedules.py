@@ -35,6 +35,7 @@
 import statistics
 
 import matplotlib.pyplot as plt
+from tformer_ref.plotting import COLUMN_INCHES  # the import applies the book style
 import torch
 from myst_nb import glue
 from torch.optim.lr_scheduler import LambdaLR
@@ -116,9 +117,9 @@ runs = {"Post-LN, constant": run()}
 # %%
 runs["Post-LN, warm-up then constant"] = run(warmup=WARMUP)
 
-# %% mystnb={"figure": {"caption": "Three runs at the same peak rate: Post-LN from the first step, Post-LN after a linear warm-up, Pre-LN from the first step. Loss (left), gradient norm (middle), learning rate (right).", "name": "fig-ch06-warmup"}, "image": {"alt": "Left: three loss curves on a log scale; the Post-LN run without warm-up stays far above the other two. Middle: gradient norms on a log scale, which vary from step to step and spike now and then. Right: two flat learning-rate lines and one that rises linearly, then stays flat at the same value."}}
+# %% mystnb={"figure": {"caption": "Three runs at the same peak rate: Post-LN from the first step, Post-LN after a linear warm-up, Pre-LN from the first step. Loss (top), gradient norm (middle), learning rate (bottom).", "name": "fig-ch06-warmup"}, "image": {"alt": "Top: three loss curves on a log scale; the Post-LN run without warm-up stays far above the other two. Middle: gradient norms on a log scale, which vary from step to step and spike now and then. Bottom: two flat learning-rate lines and one that rises linearly, then stays flat at the same value."}}
 runs["Pre-LN, constant"] = run(post_ln=False)
-fig, axes = plt.subplots(1, 3, figsize=(12, 3))
+fig, axes = plt.subplots(3, 1, figsize=(COLUMN_INCHES, 8.0), layout="constrained")
 for name, (h, acc) in runs.items():
     axes[0].plot(h.step, h.loss, label=name, lw=0.8)
     axes[1].plot(h.step, h.grad_norm, label=name, lw=0.8)
@@ -126,7 +127,8 @@ for name, (h, acc) in runs.items():
 axes[0].set(xlabel="step", ylabel="training loss", yscale="log")
 axes[1].set(xlabel="step", ylabel="gradient norm", yscale="log")
 axes[2].set(xlabel="step", ylabel="learning rate")
-axes[0].legend(fontsize=7)
+# One legend above the panels, where it covers no curve.
+fig.legend(*axes[0].get_legend_handles_labels(), loc="outside upper center", ncols=2)
 plt.show()
 final = {name: statistics.mean(h.loss[-20:]) for name, (h, _) in runs.items()}
 for name, (h, acc) in runs.items():

@@ -72,6 +72,7 @@ import warnings
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+from tformer_ref.plotting import COLUMN_INCHES  # the import applies the book style
 import torch
 import torch.nn.functional as F
 from myst_nb import glue
@@ -93,17 +94,20 @@ from tformer_ref.toy_lm import TinyCausalLM, count_targets, lm_loss_sum, make_to
 
 device = get_device()  # CUDA when available; set TFORMER_DEVICE=cpu to override
 seed_everything(0)
-# This chapter's CPU work is many small operations, for which waking a second thread costs more
-# than it saves (and on a shared machine it waits for a free core): one thread is faster here.
+# This chapter's CPU work is many small operations, for which waking a second thread
+# costs more than it saves (and on a shared machine it waits for a free core): one
+# thread is faster here.
 # Every comparison below runs both sides on the same setting.
 torch.set_num_threads(1)
 print(
-    f"device: {device}, torch {torch.__version__}, {torch.get_num_threads()} CPU threads"
+    f"device: {device}, torch {torch.__version__}, "
+    f"{torch.get_num_threads()} CPU threads"
 )
 
 
 def synchronize():
-    """Wait for queued GPU work, so that a timer measures the work and not only its launch."""
+    """Wait for queued GPU work, so that a timer measures the work and not only its
+    launch."""
     if device.type == "cuda":
         torch.cuda.synchronize()
 
@@ -295,7 +299,8 @@ bf16_flags = ", ".join(
     for f in ("avx512f", "avx512_bf16", "amx_bf16")
 )
 print(
-    f"{n_mm} x {n_mm} matrix product on {device.type}: float32 {mm_ms['float32']:.2f} ms, "
+    f"{n_mm} x {n_mm} matrix product on {device.type}: "
+    f"float32 {mm_ms['float32']:.2f} ms, "
     f"{half_name} {mm_ms[half_name]:.2f} ms ({mm_ratio:.1f} times as long); "
     f"convert + float32 product + round back {mm_ms['convert']:.2f} ms"
 )
@@ -376,9 +381,9 @@ assert all(torch.isfinite(torch.tensor(losses))) and losses[-1] < 0.5 * losses[0
 #
 # ```python
 # scaler.scale(loss).backward()
-# scaler.unscale_(optimizer)                    # gradients are true-sized again
+# scaler.unscale_(optimizer)                # gradients are true-sized again
 # torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-# scaler.step(optimizer)                        # does not unscale twice; skips inf/NaN steps
+# scaler.step(optimizer)                    # no second unscale; skips inf/NaN steps
 # scaler.update()
 # ```
 #
@@ -388,7 +393,10 @@ assert all(torch.isfinite(torch.tensor(losses))) and losses[-1] < 0.5 * losses[0
 
 # %%
 def one_step(unscale_first, poison=False):
-    """One SGD step of a small Linear with an enabled GradScaler; returns (update norm, scale after, stepped)."""
+    """One SGD step of a small Linear with an enabled GradScaler.
+
+    Returns (update norm, scale after, stepped).
+    """
     seed_everything(0)
     layer = torch.nn.Linear(8, 4).to(device)
     before = torch.cat([p.detach().flatten() for p in layer.parameters()])
@@ -571,7 +579,8 @@ for step in range(4):
         max_norm=1.0,
     )
     print(
-        f"step {step}: loss big batch {loss_big:.5f}, accumulated {loss_acc:.5f}, lr now {sch_acc.get_last_lr()[0]:.3f}"
+        f"step {step}: loss big batch {loss_big:.5f}, accumulated {loss_acc:.5f}, "
+        f"lr now {sch_acc.get_last_lr()[0]:.3f}"
     )
 diff = (params_of(acc) - params_of(big)).abs().max().item()
 print(f"after 4 steps: max |parameter difference| = {diff:.2e}")
@@ -591,7 +600,8 @@ assert diff < 1e-5 and sch_acc.last_epoch == sch_big.last_epoch == 4
 
 # %%
 def micro_batches_per_step(n_batches, k, epochs=2, fix=None):
-    """The seed's accumulation loop; returns how many micro-batches each step's gradient sums."""
+    """The seed's accumulation loop; returns how many micro-batches each step's gradient
+    sums."""
     w = torch.nn.Parameter(torch.zeros((), device=device))
     opt = torch.optim.SGD([w], lr=0.0)  # lr 0: we only read the gradient
     loader = range(n_batches)
@@ -675,13 +685,15 @@ assert leak["zero_grad at epoch start"] == [4, 4, 4, 4]
 # %%
 args = ["--steps", "4", "--micro-batch", "4", "--accum", "2", "--n-data", "48"]
 print(
-    "python -m torch.distributed.run --nproc_per_node=2 --master_addr=127.0.0.1 --master_port=<free> "
+    "python -m torch.distributed.run --nproc_per_node=2 "
+    "--master_addr=127.0.0.1 --master_port=<free> "
     "-m tformer_ref.distributed " + " ".join(args)
 )
 with tempfile.TemporaryDirectory() as tmp:
     out_file = Path(tmp) / "final.pt"
     start = time.perf_counter()
-    # Two processes on one GPU would compete for it: on CUDA they run on the CPU with gloo here.
+    # Two processes on one GPU would compete for it: on CUDA they run on the CPU with
+    # gloo here.
     proc = ddp_demo.launch(
         2, [*args, "--out", str(out_file)], timeout=180, env={"TFORMER_DEVICE": "cpu"}
     )
@@ -689,7 +701,8 @@ with tempfile.TemporaryDirectory() as tmp:
     print(proc.stdout)
     assert proc.returncode == 0, proc.stderr[-3000:]
     ddp_result = torch.load(out_file)
-# no_sync on the first micro-batch of each step: one gradient all-reduce per step, not one per micro-batch
+# no_sync on the first micro-batch of each step: one gradient all-reduce per step, not
+# one per micro-batch
 assert proc.stdout.count("gradient all-reduces: 4 in 4 steps of 2 micro-batches") == 2
 print(f"2 processes, {ddp_result['backend']}: {seconds:.1f} s including starting them")
 
@@ -757,7 +770,8 @@ for title, kwargs in [
     print(title)
     for epoch in range(2):
         print(
-            f"  epoch {epoch}: rank 0 reads {order_read(0, epoch, **kwargs)}, rank 1 reads {order_read(1, epoch, **kwargs)}"
+            f"  epoch {epoch}: rank 0 reads {order_read(0, epoch, **kwargs)}, "
+            f"rank 1 reads {order_read(1, epoch, **kwargs)}"
         )
 
 r0, r1 = order_read(0, 0), order_read(1, 0)
@@ -812,7 +826,8 @@ print("                                    plain      fused          plain   fus
 for i, s in enumerate(seq_lens):
     scores_mib = B6 * H6 * s * s * 4 / 2**20
     print(
-        f"{s:6d} {scores_mib:16.2f} {mem['plain'][i]:17.2f} {mem['fused'][i]:10.3f} {ms['plain'][i]:14.1f} {ms['fused'][i]:7.1f}"
+        f"{s:6d} {scores_mib:16.2f} {mem['plain'][i]:17.2f} {mem['fused'][i]:10.3f} "
+        f"{ms['plain'][i]:14.1f} {ms['fused'][i]:7.1f}"
     )
 
 # Doubling S: the plain path's memory grows ~4x (S²), the fused one's ~2x (S).
@@ -836,8 +851,10 @@ glue(
     display=False,
 )
 
-# %% mystnb={"figure": {"caption": "Plain attention keeps one score-sized tensor for backward, so its memory grows as S squared; the fused kernel's grows as S. Both take time roughly quadratic in S.", "name": "fig-ch07-fused-vs-plain"}, "image": {"alt": "Two log-log panels against sequence length 128 to 2048: left, memory kept for backward, the plain line on the dotted score-tensor line with slope 2 and the fused line far below with slope 1; right, forward plus backward milliseconds, both rising."}}
-fig, (ax_mem, ax_time) = plt.subplots(1, 2, figsize=(10, 3.6))
+# %% mystnb={"figure": {"caption": "Plain attention keeps one score-sized tensor for backward, so its memory grows as S squared; the fused kernel's grows as S. Both take time roughly quadratic in S.", "name": "fig-ch07-fused-vs-plain"}, "image": {"alt": "Two log-log panels, one above the other, against sequence length 128 to 2048: top, memory kept for backward, the plain line on the dotted score-tensor line with slope 2 and the fused line far below with slope 1; bottom, forward plus backward milliseconds, both rising."}}
+fig, (ax_mem, ax_time) = plt.subplots(
+    2, 1, figsize=(COLUMN_INCHES, 6.4), layout="constrained"
+)
 for name, style in (("plain", "o-"), ("fused", "s-")):
     ax_mem.plot(seq_lens, mem[name], style, label=f"{name} attention")
     ax_time.plot(seq_lens, ms[name], style, label=f"{name} attention")
@@ -856,9 +873,8 @@ for ax, ylabel in (
     ax.set_xlabel("sequence length S")
     ax.set_ylabel(ylabel)
     ax.grid(True, which="both", alpha=0.3)
-ax_mem.legend(fontsize=8)
+ax_mem.legend()
 fig.suptitle(f"Attention, B={B6}, H={H6}, Dh={DH6}, float32, on {device.type}")
-fig.tight_layout()
 plt.show()
 
 # %% [markdown]
@@ -908,7 +924,8 @@ for name, fn in ck_runs.items():
     ck_mib[name] = saved / 2**20
     ck_ms[name] = median_ms(lambda: fn().sum().backward(), repeats=3)
     print(
-        f"{name:13s}: kept for backward {ck_mib[name]:6.2f} MiB, fwd+bwd {ck_ms[name]:6.1f} ms"
+        f"{name:13s}: kept for backward {ck_mib[name]:6.2f} MiB, "
+        f"fwd+bwd {ck_ms[name]:6.1f} ms"
     )
 x_mib = x_ck.numel() * x_ck.element_size() / 2**20
 print(f"the block's input alone: {x_mib:.2f} MiB")

@@ -67,6 +67,7 @@ import time
 from collections import Counter
 
 import matplotlib.pyplot as plt
+from tformer_ref.plotting import COLUMN_INCHES  # the import applies the book style
 import torch
 import torch.nn.functional as F
 from myst_nb import glue
@@ -425,7 +426,7 @@ glue("ch08_train_seconds", train_seconds, display=False)
 glue("ch08_steps", STEPS, display=False)
 
 # %% mystnb={"figure": {"caption": "The training loss of every step and the held-out loss every 20 steps (step 0: before training). Both fall fast from the uniform guess, then slowly; by the end the training batches sit below the held-out loss, and the gap is growing.", "name": "fig-ch08-loss"}, "image": {"alt": "A line chart of cross-entropy loss against training step: a noisy training curve and a smooth held-out curve with markers, both falling from about the dotted uniform-guess line towards the bottom right, the training curve below the held-out one by the end."}}
-fig, ax = plt.subplots(figsize=(7, 3.4))
+fig, ax = plt.subplots(figsize=(COLUMN_INCHES, 3.4))
 ax.plot(
     range(1, STEPS + 1), history.train_loss, lw=0.8, alpha=0.6, label="training batch"
 )
@@ -707,7 +708,7 @@ for t in temperatures:
 
 # %% mystnb={"figure": {"caption": "The trained model's next-token distribution after a headword and the first word of its definition, at three temperatures: dividing the logits by 0.5 sharpens it, by 2 flattens it.", "name": "fig-ch08-temperature"}, "image": {"alt": "Grouped bar chart: the twelve most likely next tokens on the horizontal axis, three bars each for temperatures 0.5, 1 and 2; the bars at 0.5 are tallest for the top tokens and fall to the height of those at 1 by the last ones; the bars at 2 are the lowest and the most even."}}
 top = dist[1.0].argsort(descending=True)[:12]
-fig, ax = plt.subplots(figsize=(9, 3.4))
+fig, ax = plt.subplots(figsize=(COLUMN_INCHES, 3.6))
 width = 0.27
 for j, t in enumerate(temperatures):
     ax.bar(torch.arange(12) + (j - 1) * width, dist[t][top], width, label=f"T = {t}")
@@ -802,7 +803,7 @@ glue("ch08_vocab", len(bpe), display=False)
 
 # %% mystnb={"figure": {"caption": "The same distribution sorted: top-k cuts at a fixed rank, top-p where the running sum first reaches p, here further down the tail.", "name": "fig-ch08-top-k-top-p"}, "image": {"alt": "Bar chart of the probabilities of the most likely tokens in decreasing order (at least 60, and past where top-p cuts), with a rising running-sum line on a second axis, a horizontal dotted line at p = 0.9, and two vertical dashed lines marking where top-k and top-p cut."}}
 shown_ranks = max(60, kept_p + 5)
-fig, ax = plt.subplots(figsize=(8, 3.4))
+fig, ax = plt.subplots(figsize=(COLUMN_INCHES, 4.4), layout="constrained")
 ax.bar(range(1, shown_ranks + 1), probs_sorted[:shown_ranks], color="tab:blue")
 ax.set_xlabel("rank of the token")
 ax.set_ylabel("probability")
@@ -818,8 +819,7 @@ ax2.set_ylim(0, 1.02)
 ax2.set_ylabel("running sum")
 ax.axvline(K + 0.5, color="tab:orange", ls="--", label=f"top-k, k = {K}")
 ax.axvline(kept_p + 0.5, color="tab:green", ls="--", label=f"top-p keeps {kept_p}")
-fig.legend(loc="center right", bbox_to_anchor=(0.88, 0.5))
-fig.tight_layout()
+fig.legend(loc="outside lower center", ncols=2)
 plt.show()
 
 # %% [markdown]
@@ -1039,7 +1039,7 @@ glue("ch08_processed_cached", processed[True], display=False)
 glue("ch08_device", device.type, display=False)
 
 # %% mystnb={"figure": {"caption": "Greedy generation speed as the sequence grows. Without a cache every step runs the whole sequence again, and the speed falls; with one, each step runs one token.", "name": "fig-ch08-kv-speed"}, "image": {"alt": "Line chart of tokens per second, on a log scale, against sequence length up to 256: the cached line stays high and changes far less, the uncached line falls steadily, and the gap widens to the right."}}
-fig, ax = plt.subplots(figsize=(7, 3.4))
+fig, ax = plt.subplots(figsize=(COLUMN_INCHES, 3.6))
 ax.plot(lengths, rate[True], "o-", ms=3, label="with a KV cache")
 ax.plot(lengths, rate[False], "s-", ms=3, label="without (the whole sequence again)")
 ax.set_yscale("log")

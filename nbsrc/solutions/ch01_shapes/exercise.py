@@ -156,7 +156,8 @@ ch01.check_multi_head_attention(MultiHeadAttention)
 ch01.check_multi_head_attention_behaviour(MultiHeadAttention)
 
 # %% nbgrader="test:test_mha_written_by_hand:2"
-# Hidden test: your forward pass must be your own code, not PyTorch's or the reference's attention.
+# Hidden test: your forward pass must be your own code, not PyTorch's or the reference's
+# attention.
 ### BEGIN HIDDEN TESTS
 ch01.check_multi_head_attention_by_hand(MultiHeadAttention)
 ### END HIDDEN TESTS

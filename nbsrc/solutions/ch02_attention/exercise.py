@@ -62,7 +62,8 @@ device = get_device()
 
 # %% nbgrader="solution:attention"
 def attention(q, k, v):
-    """q [B, H, Sq, Dh], k and v [B, H, Sk, Dh] -> (out [B, H, Sq, Dh], weights [B, H, Sq, Sk])."""
+    """q [B, H, Sq, Dh], k and v [B, H, Sk, Dh]
+    -> (out [B, H, Sq, Dh], weights [B, H, Sq, Sk])."""
     ### BEGIN SOLUTION
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # [B, H, Sq, Sk]
     weights = scores.softmax(dim=-1)
@@ -123,6 +124,7 @@ unscaled_entropy = (
     attention_entropy((q @ k.transpose(-2, -1)).softmax(-1)).mean().item()
 )
 print(
-    f"mean entropy, scaled: {scaled_entropy:.2f} nats; unscaled: {unscaled_entropy:.2f} nats; "
+    f"mean entropy, scaled: {scaled_entropy:.2f} nats; "
+    f"unscaled: {unscaled_entropy:.2f} nats; "
     f"uniform would be ln 6 = {math.log(6):.2f}"
 )

@@ -109,14 +109,16 @@ ch03.check_padding_mask(padding_mask)
 
 # %% nbgrader="solution:masked_attention"
 def masked_attention(q, k, v, mask):
-    """q [B, H, Sq, Dh], k and v [B, H, Sk, Dh], mask bool broadcastable to [B, H, Sq, Sk] (True = attend)
+    """q [B, H, Sq, Dh], k and v [B, H, Sk, Dh], mask bool broadcastable to
+    [B, H, Sq, Sk] (True = attend)
     -> (out [B, H, Sq, Dh], weights [B, H, Sq, Sk])."""
     ### BEGIN SOLUTION
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # [B, H, Sq, Sk]
     # The dtype's own most negative value: -1e9 would overflow float16 to -inf.
     scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
     weights = scores.softmax(dim=-1)
-    # A query with no key left would spread its weight uniformly over masked keys: make it zero.
+    # A query with no key left would spread its weight uniformly over masked keys: make
+    # it zero.
     weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
     return weights @ v, weights
     ### END SOLUTION

@@ -166,7 +166,8 @@ ch04.check_dropout_placement(EncoderBlock)
 ch04.check_block_behaviour(EncoderBlock)
 
 # %% nbgrader="test:test_block_by_hand:1"
-# Hidden test: your block must be your own wiring, not PyTorch's TransformerEncoderLayer or the reference's.
+# Hidden test: your block must be your own wiring, not PyTorch's TransformerEncoderLayer
+# or the reference's.
 ### BEGIN HIDDEN TESTS
 ch04.check_block_by_hand(EncoderBlock)
 ### END HIDDEN TESTS

@@ -140,7 +140,8 @@ class DecoderBlock(nn.Module):
         ### END SOLUTION
 
     def forward(self, x, memory, src_mask=None):
-        """x [B, St, D], memory [B, Ss, D], src_mask [B, 1, 1, Ss] or None -> [B, St, D]."""
+        """x [B, St, D], memory [B, Ss, D], src_mask [B, 1, 1, Ss] or None
+        -> [B, St, D]."""
         ### BEGIN SOLUTION
         st = x.size(1)
         causal = torch.ones(st, st, dtype=torch.bool, device=x.device).tril()[
@@ -170,7 +171,8 @@ ch05.check_decoder_block(DecoderBlock)
 ch05.check_decoder_behaviour(DecoderBlock)
 
 # %% nbgrader="test:test_decoder_by_hand:1"
-# Hidden test: your block must be your own wiring, not PyTorch's TransformerDecoderLayer or the reference's.
+# Hidden test: your block must be your own wiring, not PyTorch's TransformerDecoderLayer
+# or the reference's.
 ### BEGIN HIDDEN TESTS
 ch05.check_decoder_by_hand(DecoderBlock)
 ### END HIDDEN TESTS

@@ -38,7 +38,8 @@ PAD = 0  # the padding token id: targets equal to PAD are not counted
 
 
 def count_targets(batch):
-    """The number of real next-token targets in a token batch [b, S]: the targets are batch[:, 1:]."""
+    """The number of real next-token targets in a token batch [b, S]: the targets are
+    batch[:, 1:]."""
     return int((batch[:, 1:] != PAD).sum())
 
 
@@ -70,13 +71,15 @@ def count_targets(batch):
 
 # %% nbgrader="solution:accumulation_step"
 def accumulation_step(model, micro_batches, optimizer, scheduler, loss_fn):
-    """One optimizer step from ``micro_batches``, equal to one step on their concatenation."""
+    """One optimizer step from ``micro_batches``, equal to one step on their
+    concatenation."""
     ### BEGIN SOLUTION
     optimizer.zero_grad()
     n_total = sum(count_targets(batch) for batch in micro_batches)
     for batch in micro_batches:
         loss_sum, _ = loss_fn(model, batch)
-        # The k terms add up to (sum of all token losses) / (all tokens): the big batch's mean.
+        # The k terms add up to (sum of all token losses) / (all tokens): the big
+        # batch's mean.
         (loss_sum / n_total).backward()
     optimizer.step()
     scheduler.step()
