@@ -21,6 +21,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 LIMIT = 88
+# The bug hunts hand the learner a seed's code exactly as the seed wrote it (the tests of
+# tests/grading/test_grading_ch0*_bughunt.py compare it); ruff leaves them alone too.
+SEED_AS_WRITTEN = {
+    ROOT / "nbsrc" / "solutions" / "ch03_bughunt" / "exercise.py",
+    ROOT / "nbsrc" / "solutions" / "ch06_bughunt" / "exercise.py",
+}
 
 
 def _ruff() -> str:
@@ -61,6 +67,8 @@ def test_lesson_exercise_and_package_code_fits_88_columns():
     sources = sorted((ROOT / "nbsrc").rglob("*.py"))
     assert len(sources) >= 15, f"only {len(sources)} jupytext sources under nbsrc/"
     for path in sources:
+        if path in SEED_AS_WRITTEN:
+            continue
         for cell in jupytext.read(path).cells:
             if cell.cell_type == "code":
                 found += _long_lines(path, cell.source.splitlines())

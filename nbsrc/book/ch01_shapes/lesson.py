@@ -801,7 +801,8 @@ for dh in (16, 64, 256):
 # **Seed 000's own module gets all of this right.** Its `MultiHeadAttention` projects
 # the whole input with `Linear(d_model, d_model)`, splits with `view` then
 # `transpose(1, 2)`, divides by $\sqrt{D_h}$ (`self.d_head`) and merges with
-# `transpose(1, 2).contiguous().view(...)`. The cell below holds its class verbatim,
+# `transpose(1, 2).contiguous().view(...)`. The cell below holds its class token for token (only its line breaks and spacing
+# follow the book's 88 columns),
 # Chinese comments included, and runs it through the check of the chapter 1 exercise.
 # The seed's `forward(x, mask=None)` is self-attention only, while the check calls
 # `forward(query, key, value)` and also tries cross-attention; a small adapter, outside
@@ -810,7 +811,8 @@ for dh in (16, 64, 256):
 
 
 # %%
-# Seed 000's MultiHeadAttention, verbatim (book/seeds/000.txt); only the class.
+# Seed 000's MultiHeadAttention (book/seeds/000.txt), only the class: every token as
+# the seed wrote it; line breaks and spacing laid out for the book's 88 columns.
 class MultiHeadAttention(nn.Module):
     def __init__(self, d_model=512, num_heads=8):
         super().__init__()

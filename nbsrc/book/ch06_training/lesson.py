@@ -568,12 +568,12 @@ glue(
 #   `optimizer.step()` itself cannot do that;
 # - it has no `state_dict`, so a resumed run starts its warm-up again.
 #
-# The cell runs the seed's class, verbatim, on one parameter with a constant gradient of 1 and
+# The cell runs the seed's class, token for token, on one parameter with a constant gradient of 1 and
 # plain SGD, where an update moves the parameter by exactly the learning rate:
 
 
 # %%
-# The seed's class, verbatim:
+# The seed's class, token for token (line breaks laid out for the book's 88 columns):
 class AdamWarmup:
     def __init__(self, model_size, warmup_steps, optimizer):
         self.model_size = model_size
@@ -837,7 +837,7 @@ trained_model = clip["model"]  # decoded in §6.7
 #
 # The idea is right, the code does not run: `pad_sequence` has no `padding_idx` argument (its
 # padding value is `padding_value`, default 0), so the first batch raises a `TypeError`. The
-# cell runs the seed's function, verbatim, on two of our examples:
+# cell runs the seed's function, token for token, on two of our examples:
 
 # %%
 from torch.nn.utils.rnn import pad_sequence
@@ -845,7 +845,7 @@ from torch.nn.utils.rnn import pad_sequence
 PAD_IDX = PAD
 
 
-# The seed's collate_fn, verbatim:
+# The seed's collate_fn, token for token (line breaks laid out for 88 columns):
 def collate_fn(batch):
     src_batch = [item["src"] for item in batch]
     trg_batch = [item["trg"] for item in batch]

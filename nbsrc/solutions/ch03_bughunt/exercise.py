@@ -81,7 +81,6 @@ device = get_device()
 # self-attention and as cross-attention (`key_len != query_len`, as in the decoder's
 # encoder–decoder attention).
 
-
 # %% nbgrader="solution:self_attention"
 class SelfAttention(nn.Module):
     def __init__(self, embed_size, heads):
@@ -90,9 +89,7 @@ class SelfAttention(nn.Module):
         self.heads = heads
         self.head_dim = embed_size // heads
 
-        assert self.head_dim * heads == embed_size, (
-            "Embed size needs to be div by heads"
-        )
+        assert (self.head_dim * heads == embed_size), "Embed size needs to be div by heads"
 
         # 线性变换生成 Q, K, V
         self.values = nn.Linear(self.head_dim, self.head_dim, bias=False)
@@ -121,7 +118,7 @@ class SelfAttention(nn.Module):
         energy = torch.einsum("bhqd, bhkd -> bhqk", [query, keys])
 
         # 缩放
-        energy = energy / (self.embed_size ** (1 / 2))
+        energy = energy / (self.embed_size ** (1/2))
 
         # 应用 mask（可选）
         if mask is not None:
@@ -147,9 +144,7 @@ class SelfAttention(nn.Module):
         self.embed_size = embed_size
         self.heads = heads
         self.head_dim = embed_size // heads
-        assert self.head_dim * heads == embed_size, (
-            "Embed size needs to be div by heads"
-        )
+        assert self.head_dim * heads == embed_size, "Embed size needs to be div by heads"
         # Bug 2: each head needs its own projection of the whole embedding;
         # Linear(E, E) is H separate E -> Dh maps side by side. Project, then split.
         self.values = nn.Linear(embed_size, embed_size, bias=False)

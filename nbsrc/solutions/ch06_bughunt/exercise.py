@@ -73,7 +73,9 @@ model = bughunt_decoding.seed_style_model(device)  # the seed's interface
 # The seed's create_trg_mask, verbatim.
 def create_trg_mask(trg):
     N, trg_len = trg.shape
-    trg_mask = torch.tril(torch.ones((trg_len, trg_len))).expand(N, 1, trg_len, trg_len)
+    trg_mask = torch.tril(torch.ones((trg_len, trg_len))).expand(
+        N, 1, trg_len, trg_len
+    )
 
     return trg_mask
 
@@ -114,7 +116,6 @@ def create_src_mask(src):
 # `raise NotImplementedError()`): they come after the `return`, so they never run. Delete them or
 # leave them.
 
-
 # %% nbgrader="solution:generate_text"
 def generate_text(model, src, max_length, device):
     model.eval()
@@ -136,9 +137,7 @@ def generate_text(model, src, max_length, device):
             next_token = output.argmax(2)[:, -1].item()
 
             # 拼接到目标序列
-            trg = torch.cat(
-                [trg, torch.ones(1, 1).fill_(next_token).long().to(device)], dim=1
-            )
+            trg = torch.cat([trg, torch.ones(1, 1).fill_(next_token).long().to(device)], dim=1)
 
             # 如果生成了 <EOS> token，停止生成
             if next_token == EOS_IDX:
@@ -175,9 +174,7 @@ def generate_text(model, src, max_length, device):
             next_token = output.argmax(2)[:, -1].item()
 
             # 拼接到目标序列
-            trg = torch.cat(
-                [trg, torch.ones(1, 1).fill_(next_token).long().to(device)], dim=1
-            )
+            trg = torch.cat([trg, torch.ones(1, 1).fill_(next_token).long().to(device)], dim=1)
 
             # 如果生成了 <EOS> token，停止生成
             if next_token == EOS_IDX:
