@@ -23,6 +23,7 @@ from tformer_grading.checks import CheckFailure, bughunt_attention as bh
 
 # The seed's class, byte for byte (the second seed, 004_ddcacdd63f7f5d33.txt,
 # lines 54-105).
+# fmt: off
 class SelfAttention(nn.Module):
     def __init__(self, embed_size, heads):
         super(SelfAttention, self).__init__()
@@ -30,9 +31,7 @@ class SelfAttention(nn.Module):
         self.heads = heads
         self.head_dim = embed_size // heads
 
-        assert self.head_dim * heads == embed_size, (
-            "Embed size needs to be div by heads"
-        )
+        assert (self.head_dim * heads == embed_size), "Embed size needs to be div by heads"
 
         # 线性变换生成 Q, K, V
         self.values = nn.Linear(self.head_dim, self.head_dim, bias=False)
@@ -61,7 +60,7 @@ class SelfAttention(nn.Module):
         energy = torch.einsum("bhqd, bhkd -> bhqk", [query, keys])
 
         # 缩放
-        energy = energy / (self.embed_size ** (1 / 2))
+        energy = energy / (self.embed_size ** (1/2))
 
         # 应用 mask（可选）
         if mask is not None:
@@ -77,6 +76,7 @@ class SelfAttention(nn.Module):
         out = out.reshape(N, query_len, self.heads * self.head_dim)
 
         return self.fc_out(out)
+# fmt: on
 
 
 # --------------- one bug fixed (3 left)
