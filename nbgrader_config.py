@@ -57,3 +57,9 @@ if (
         "nbgrader.preprocessors.CheckCellMetadata",
     ]
     c.GuardedExecute.max_output_chars = 100_000
+    c.GuardedExecute.max_notebook_output_chars = 2_000_000
+    c.GuardedExecute.notebook_timeout = 900  # seconds; past it a notebook is not graded
+    # Each kernel in a bubblewrap sandbox (tformer_grading/sandbox/): "auto" uses it where it
+    # can start and warns where it cannot; "required" refuses to grade without it (the class
+    # command, `python -m tformer_grading --course ...`, requires it); "off" never.
+    c.GuardedExecute.sandbox = "auto"

@@ -4,9 +4,15 @@ import json
 import sys
 from pathlib import Path
 
-from . import attention, generation, selfgrade, training
+from . import attention, classgrade, generation, selfgrade, training
 
-BENCHMARKS = [attention.run, training.run, generation.run, selfgrade.run]
+BENCHMARKS = [
+    attention.run,
+    training.run,
+    generation.run,
+    selfgrade.run,
+    classgrade.run,
+]
 
 
 def main() -> int:

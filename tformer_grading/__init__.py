@@ -4,7 +4,12 @@
   check author's API (``checks.diagnosis``).
 - ``guard/``: the guards around grading (integrity seals, signed receipts, the
   guarded nbgrader execution and receipt verification).
-- ``cli`` (``python -m tformer_grading``): learner self-grading and class grading.
+- ``sandbox/``: the bubblewrap sandbox each graded notebook's kernel runs in.
+- ``preflight``: reads a submitted notebook before any kernel starts (refuses what cannot
+  be graded, puts back the assignment's nbgrader metadata).
+- ``cli`` (``python -m tformer_grading``): learner self-grading (``selfgrade``,
+  ``autograde_one``) and class grading (``classgrade``, its workers ``classworker``,
+  its tables and plot ``classreport``).
 
 This package imports ``tformer_ref``; ``tformer_ref`` never imports it.
 """

@@ -1,7 +1,7 @@
 """Release and autograde one submission in one nbgrader process.
 
 Run in a course folder as ``python -m tformer_grading.autograde_one CHAPTER STUDENT
-[TIMEOUT]``. Starting Python, nbgrader and PyTorch is most of the time a learner
+TIMEOUT SANDBOX`` (TIMEOUT 0: the configured one; SANDBOX: required, auto or off). Starting Python, nbgrader and PyTorch is most of the time a learner
 waits for a self-grade, so generate_assignment (which records the source's cells
 and points) and autograde share one process. Each graded cell prints a progress line as it
 finishes (:mod:`tformer_grading.progress`), and the scores are printed last, read from
@@ -16,7 +16,9 @@ import sys
 from pathlib import Path
 
 
-def autograde_one(chapter: str, student: str, timeout: int = 0) -> str | None:
+def autograde_one(
+    chapter: str, student: str, timeout: int = 0, sandbox: str = "auto"
+) -> str | None:
     """Generate ``chapter`` and autograde ``student``'s submission in the current folder.
 
     Returns None on success, else nbgrader's log and error.
@@ -28,6 +30,7 @@ def autograde_one(chapter: str, student: str, timeout: int = 0) -> str | None:
     config = PyFileConfigLoader("nbgrader_config.py", path=".").load_config()
     if timeout:
         config.Execute.timeout = timeout
+    config.GuardedExecute.sandbox = sandbox
     _report_progress(config)
     config.CourseDirectory.root = "."
     _stamp_new_gradebook(config.CourseDirectory.db_url)
@@ -78,12 +81,13 @@ def _report_progress(config) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if len(args) not in (2, 3):
+    if len(args) != 4:
         print(
-            "usage: python -m tformer_grading.autograde_one CHAPTER STUDENT [TIMEOUT]"
+            "usage: python -m tformer_grading.autograde_one CHAPTER STUDENT TIMEOUT "
+            "SANDBOX"
         )
         return 2
-    problem = autograde_one(args[0], args[1], int(args[2]) if len(args) == 3 else 0)
+    problem = autograde_one(args[0], args[1], int(args[2]), args[3])
     if problem:
         print(problem)
         return 1

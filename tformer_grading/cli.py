@@ -6,7 +6,11 @@ Learner, from the course folder (or anywhere inside it)::
 
 Instructor, a folder of submissions into the course's gradebook::
 
-    python -m tformer_grading --course . --assignment ch01_shapes --submissions collected/ --out grades/
+    python -m tformer_grading --course . --assignment ch01_shapes \
+        --submissions collected/ --out grades/ [--jobs N] [--shard K/N]
+
+Exit status: 0 when every submission was graded, 1 when some could not be (each
+is listed with the reason), 2 when nothing was graded (the error says why).
 
 Chapters are found from ``solutions/*/exercise.ipynb``; nothing here names one.
 """
@@ -58,25 +62,78 @@ def _parser() -> argparse.ArgumentParser:
     add(
         "--out",
         type=Path,
-        help="instructor: where grades.csv, cells.csv and feedback/ go "
-        "(default: <course>/grades/<assignment>)",
+        help="instructor: where grades.csv, cells.csv, pitfalls.csv/.png and "
+        "feedback/ go (default: <course>/grades/<assignment>)",
+    )
+    add(
+        "--jobs", type=int, help="instructor: notebooks graded at once (default: cores)"
+    )
+    add("--shard", help="instructor: grade the K-th of N slices of the class, as K/N")
+    add("--db-url", help="instructor: the gradebook (default: nbgrader_config.py's)")
+    add(
+        "--notebook-timeout",
+        type=int,
+        help="seconds a whole notebook may run before it is not graded (default 900)",
+    )
+    add(
+        "--unsafe-no-sandbox",
+        action="store_true",
+        help="instructor: grade without the bubblewrap sandbox (learner code runs "
+        "as you)",
+    )
+    add(
+        "--no-sandbox",
+        action="store_true",
+        help="self-grade without the sandbox (your own code, as you)",
     )
     return parser
 
 
-def _grade_class(args) -> None:
+def _shard(text: str | None) -> tuple[int, int]:
+    if not text:
+        return (1, 1)
+    try:
+        k, n = (int(part) for part in text.split("/"))
+    except ValueError:
+        raise GradeError(f"--shard {text}: expected K/N, as in --shard 2/3") from None
+    return k, n
+
+
+def _grade_class(args) -> int:
     course = args.course or Path(".")
     out = args.out or course / "grades" / args.assignment
-    table = grade_class(course, args.assignment, args.submissions, out, args.timeout)
+    if args.unsafe_no_sandbox:
+        print(
+            "WARNING: grading without a sandbox: learner code runs as you, with your files",
+            file=sys.stderr,
+        )
+    table = grade_class(
+        course,
+        args.assignment,
+        args.submissions,
+        out,
+        timeout=args.timeout,
+        notebook_timeout=args.notebook_timeout,
+        jobs=args.jobs,
+        shard=_shard(args.shard),
+        sandbox=not args.unsafe_no_sandbox,
+        db_url=args.db_url,
+    )
+    not_graded = {s: r for s, r in table.items() if r["status"] != "graded"}
     if args.json:
         print(json.dumps(table, indent=1))
-        return
-    for student, row in sorted(table.items()):
-        print(f"{student:<24} {row['score']:g} / {row['max_score']:g}")
-    print(
-        f"grades: {out / 'grades.csv'}, per cell: {out / 'cells.csv'}, "
-        f"feedback: {out / 'feedback'}"
-    )
+    else:
+        for student, row in sorted(table.items()):
+            if row["status"] == "graded":
+                print(f"{student:<24} {row['score']:g} / {row['max_score']:g}")
+            else:
+                print(f"{student:<24} NOT GRADED: {row['reason']}")
+        print(
+            f"{len(table) - len(not_graded)} graded, {len(not_graded)} not graded. "
+            f"grades: {out / 'grades.csv'}, per cell: {out / 'cells.csv'}, "
+            f"mistakes: {out / 'pitfalls.csv'}, feedback: {out / 'feedback'}"
+        )
+    return 1 if not_graded else 0
 
 
 def _print_progress(cell) -> None:
@@ -96,6 +153,7 @@ def _grade_notebook(args) -> None:
         timeout=args.timeout,
         visible_only=args.visible_only,
         on_cell=None if args.json else _print_progress,
+        sandbox=not args.no_sandbox,
     )
     if not args.json:
         print(report(result, args.notebook))
@@ -108,6 +166,7 @@ def _grade_notebook(args) -> None:
                 "score": result.score,
                 "max_score": result.max_score,
                 "seconds": round(result.seconds, 2),
+                "sandboxed": result.sandboxed,
                 "cells": [vars(c) for c in result.cells],
             },
             indent=1,
@@ -128,10 +187,21 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("give a notebook to grade, or --assignment and --submissions")
     try:
         if instructor:
-            _grade_class(args)
-        else:
-            _grade_notebook(args)
+            return _grade_class(args)
+        _grade_notebook(args)
     except GradeError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 2
+    except (
+        Exception
+    ) as exc:  # never a raw traceback: say what failed, and where to report
+        print(
+            f"error: the grader failed ({type(exc).__name__}: {exc}). This is a bug in "
+            "the course's grader, not in your notebook: please report it.",
+            file=sys.stderr,
+        )
+        return 3
     return 0

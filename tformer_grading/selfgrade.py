@@ -26,11 +26,14 @@ from .course import (
     NOTEBOOK,
     GradeError,
     chapter_of,
+    chapters,
     diagnoses,
     find_course_root,
     grade_ids,
     grading_env,
 )
+from .preflight import parse as parse_notebook
+from .preflight import read_bytes, sanitize, write
 from .progress import SCORES, CellDone, parse
 
 STUDENT = "you"
@@ -61,6 +64,13 @@ class Result:
     hidden_tests: bool
     cells: list[CellResult] = field(default_factory=list)
     seconds: float = 0.0
+    # Why the kernel ran unprotected, or "" when it ran in the sandbox.
+    unsandboxed: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def sandboxed(self) -> bool:
+        return not self.unsandboxed
 
     @property
     def score(self) -> float:
@@ -154,14 +164,14 @@ def _write_source(
 
 
 def _autograde(
-    course: Path, root: Path, chapter: str, timeout: int | None, on_cell
+    course: Path, root: Path, chapter: str, timeout: int | None, sandbox: str, on_cell
 ) -> tuple[int, str, list[CellDone], dict]:
     """Run nbgrader in ``course``, handing each graded cell to ``on_cell`` as it finishes;
     return the exit status, nbgrader's other output, every finished cell and the scores
     (student -> grade_id -> [score, max_score])."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "tformer_grading.autograde_one", chapter, STUDENT]
-        + [str(timeout or 0)],
+        + [str(timeout or 0), sandbox],
         cwd=course,
         env=grading_env(root),
         text=True,
@@ -190,31 +200,49 @@ def grade_notebook(
     timeout: int | None = None,
     visible_only: bool = False,
     on_cell: Callable[[CellDone], None] | None = None,
+    sandbox: bool = True,
 ) -> Result:
     """Autograde one learner notebook in a temporary course; return per-cell points and
-    diagnoses. ``on_cell`` is called with each graded cell as nbgrader finishes it."""
+    diagnoses. ``on_cell`` is called with each graded cell as nbgrader finishes it.
+
+    Every error a learner can cause (no such file, not a notebook, not in a course,
+    an unknown chapter) is a :class:`GradeError` raised before any kernel starts."""
+    from .sandbox import availability
+
     started = time.perf_counter()
     notebook = notebook.resolve()
-    if not notebook.is_file():
+    if not notebook.exists():
         raise GradeError(f"no such notebook: {notebook}")
+    submitted = parse_notebook(read_bytes(notebook), notebook.name)
     root = find_course_root(notebook.parent)
+    if chapter and chapter not in chapters(root):
+        raise GradeError(
+            f"--chapter {chapter}: no such chapter; chapters here: "
+            f"{', '.join(chapters(root)) or 'none'}"
+        )
     chapter = chapter or chapter_of(notebook, root)
+    unsandboxed = "you asked for --no-sandbox" if not sandbox else availability()
     solution = root / "solutions" / chapter / f"{NOTEBOOK}.ipynb"
     hidden = solution.is_file() and not visible_only
     with tempfile.TemporaryDirectory(prefix="tformer-grade-") as tmp:
         course = Path(tmp)
         shutil.copy(root / "nbgrader_config.py", course)
         hidden_only = _write_source(course, notebook, root, chapter, hidden)
+        source = course / "solutions" / chapter / f"{NOTEBOOK}.ipynb"
+        repaired = sanitize(submitted, json.loads(source.read_text()))
         handed_in = course / "submitted" / STUDENT / chapter
-        handed_in.mkdir(parents=True)
-        shutil.copy(notebook, handed_in / f"{NOTEBOOK}.ipynb")
-        status, log, done, scores = _autograde(course, root, chapter, timeout, on_cell)
+        write(repaired, handed_in / f"{NOTEBOOK}.ipynb")
+        mode = "off" if unsandboxed else "required"
+        status, log, done, scores = _autograde(
+            course, root, chapter, timeout, mode, on_cell
+        )
         autograded = course / "autograded" / STUDENT / chapter / f"{NOTEBOOK}.ipynb"
         if status != 0 or not autograded.is_file() or STUDENT not in scores:
             raise GradeError(f"nbgrader could not grade {notebook}:\n{log[-4000:]}")
         why = diagnoses(autograded)
         scores = {gid: tuple(points) for gid, points in scores[STUDENT].items()}
-    result = Result(chapter, hidden)
+    result = Result(chapter, hidden, unsandboxed=unsandboxed or "")
+    result.notes = repaired.notes
     unanswered = {c.grade_id for c in done if c.unanswered}
     for grade_id, (score, max_score) in scores.items():
         lost = why.get(grade_id, "") if score < max_score else ""
@@ -243,6 +271,14 @@ def report(result: Result, notebook: Path) -> str:
             "VISIBLE CHECKS ONLY: this copy of the course has no solutions/ folder, so "
             "the hidden tests did not run. The instructor's grade can be lower."
         )
+    if result.sandboxed:
+        lines.append("Graded in a sandbox (bubblewrap): no network, no other files.")
+    else:
+        lines.append(
+            f"UNPROTECTED: not graded in a sandbox ({result.unsandboxed}); the "
+            "notebook's code ran as you, with your files."
+        )
+    lines += [f"Note: {note}" for note in result.notes]
     width = max((len(c.grade_id) for c in result.cells), default=10)
     for c in result.cells:
         if c.hidden:

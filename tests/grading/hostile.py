@@ -26,6 +26,7 @@ from typing import NamedTuple
 
 import nbformat
 
+import attacks
 from course import ROOT, filled, make_course, released, solution_sources
 from learners import MERGE_NO_TRANSPOSE, mha
 
@@ -38,7 +39,8 @@ FULL = {
     "test_mha_written_by_hand": 2,
 }
 MHA = ("test_mha_matches_reference", "test_mha_behaviour", "test_mha_written_by_hand")
-TIMEOUT = 20
+TIMEOUT = 15
+NOTEBOOK_TIMEOUT = 45  # the slow learner's five 12 s cells run past it
 
 MHA_STANDALONE = mha("""
     def forward(self, query, key, value, mask=None):
@@ -157,6 +159,65 @@ def _edit_cell(grade_id, source):
     return edit
 
 
+def _insert_first(source):
+    """A cell of the learner's own above the locked setup cell."""
+
+    def edit(nb):
+        nb.cells.insert(1, nbformat.v4.new_code_cell(source))
+
+    return edit
+
+
+def _paste_copy(grade_id, extra=""):
+    """A copy of a cell, nbgrader metadata and all, pasted right below it."""
+
+    def edit(nb):
+        i = next(
+            i
+            for i, c in enumerate(nb.cells)
+            if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id
+        )
+        copy = nbformat.from_dict(json.loads(json.dumps(nb.cells[i])))
+        copy["id"] = "pasted-copy"  # Jupyter gives a pasted cell a new id
+        copy.source += extra
+        nb.cells.insert(i + 1, copy)
+
+    return edit
+
+
+def _edit_metadata(nb):
+    """Points raised, a grade_id renamed, an extra graded cell, a test cell made
+    markdown, another kernel."""
+    for c in nb.cells:
+        meta = c.metadata.get("nbgrader", {})
+        if meta.get("grade_id") == "test_split_heads":
+            meta["points"] = 100
+        if meta.get("grade_id") == "test_merge_heads":
+            c.cell_type = "markdown"
+            c.pop("outputs", None), c.pop("execution_count", None)
+        if meta.get("grade_id") == "test_mha_behaviour":
+            meta["grade_id"] = "test_mha_behaviour_mine"
+    bonus = nbformat.v4.new_code_cell("print('bonus')")
+    bonus.metadata["nbgrader"] = {
+        "grade": True,
+        "grade_id": "bonus",
+        "locked": False,
+        "points": 50,
+        "schema_version": 3,
+        "solution": False,
+    }
+    nb.cells.append(bonus)
+    nb.metadata["kernelspec"] = {"name": "bash", "display_name": "Bash", "language": ""}
+
+
+def _slow_everywhere(nb):
+    for c in nb.cells:
+        if c.metadata.get("nbgrader", {}).get("solution"):
+            c.source = attacks.SLOW + c.source
+    for _ in range(2):
+        nb.cells.insert(1, nbformat.v4.new_code_cell(attacks.SLOW))
+
+
 def _scores(*zero: str) -> dict[str, int]:
     """Full points, except 0 for the test cells ``zero``."""
     return {cell: 0 if cell in zero else pts for cell, pts in FULL.items()}
@@ -174,6 +235,10 @@ class Learner(NamedTuple):
     # Changes to the notebook itself (cells deleted or edited), after the answers.
     edits: tuple[Callable[[nbformat.NotebookNode], None], ...] = ()
 
+
+STANDALONE = {
+    "multi_head_attention": MHA_STANDALONE
+}  # a wrong split costs only its cell
 
 # A patch in an answer cell zeroes the test cells after it; earlier cells keep their
 # points.
@@ -249,6 +314,71 @@ LEARNERS = {
         scores=FULL,
         feedback="characters of output dropped",
     ),
+    # The attacks of tests/grading/attacks.py (asserted in test_sandbox_attacks.py).
+    "reads_solutions": Learner(
+        answers={"split_heads": attacks.READS_SOLUTIONS, **STANDALONE},
+        scores=_scores("test_split_heads"),
+        feedback="solutions found: 0",
+    ),
+    "rewrites_course": Learner(
+        answers={"split_heads": attacks.REWRITES_COURSE, **STANDALONE},
+        scores=_scores("test_split_heads"),
+        feedback="could not write",
+    ),
+    "outlives_kernel": Learner(
+        answers={"merge_heads": attacks.OUTLIVES_KERNEL, **STANDALONE},
+        scores=_scores("test_merge_heads"),
+        feedback="spy started",
+    ),
+    "other_kernels": Learner(
+        answers={"split_heads": attacks.OTHER_KERNELS, **STANDALONE},
+        scores=_scores("test_split_heads"),
+        feedback="ports reached: 0",
+    ),
+    "lookalike_first": Learner(
+        answers={"split_heads": SPLIT_NO_TRANSPOSE},
+        scores=ZERO,
+        feedback="GradingIntegrityError",
+        edits=(_insert_first(attacks.LOOKALIKE_FIRST),),
+    ),
+    "import_hook_first": Learner(
+        answers={"split_heads": SPLIT_NO_TRANSPOSE, **STANDALONE},
+        scores=_scores("test_split_heads"),
+        feedback="view without transpose",
+        edits=(_insert_first(attacks.IMPORT_HOOK_FIRST),),
+    ),
+    "edited_metadata": Learner(
+        answers={},
+        scores=FULL,
+        feedback="matches the reference",
+        edits=(_edit_metadata,),
+    ),
+    # An honest learner who pasted a copy of an answer cell to try something.
+    "pasted_copy": Learner(
+        answers={},
+        scores=FULL,
+        feedback="matches the reference",
+        edits=(_paste_copy("split_heads", "\n# my second try\n"),),
+    ),
+    "memory_flood": Learner(
+        answers={"merge_heads": attacks.MEMORY_FLOOD},
+        scores=FULL,
+        feedback="allocation refused",
+    ),
+    "error_and_update_flood": Learner(
+        answers={"split_heads": attacks.ERROR_AND_UPDATE_FLOOD, **STANDALONE},
+        scores=_scores("test_split_heads"),
+        feedback="ValueError",
+    ),
+}
+# Submissions that cannot be graded: student -> (what the file holds, the reason given).
+NOT_GRADABLE = {
+    "invalid_json": (b'{"cells": [', "is not valid JSON"),
+    "not_utf8": (b'{"cells": [], "x": "\xff\xfe"}', "is not UTF-8 text"),
+    "format_3": (b'{"cells": [], "nbformat": 3, "metadata": {}}', "notebook format 3"),
+    "ten_thousand_cells": (None, "at most 2,000 are graded"),
+    "link_to_passwd": (None, "is a symbolic link"),
+    "slow": (None, "ran past its time limit of 45 s"),
 }
 
 
@@ -260,11 +390,84 @@ def notebook_for(student_nb, learner: str):
     return nb
 
 
+# What must not change while the class is graded: sha256 of every file of the course's
+# packages and of the course folder's own files, taken just before the run.
+SNAPSHOT: dict[str, str] = {}
+# The class command's progress bar (stderr), kept for the tests.
+PROGRESS: list[str] = []
+
+
+def snapshot(course: Path) -> dict[str, str]:
+    import hashlib
+
+    import tformer_grading
+    import tformer_ref
+
+    files = [course / "nbgrader_config.py", *sorted((course / "solutions").rglob("*"))]
+    files += [course / "gradebook.db"]
+    for package in (tformer_grading, tformer_ref):
+        files += sorted(Path(package.__file__).parent.rglob("*.py"))
+    return {
+        str(f): hashlib.sha256(f.read_bytes()).hexdigest() for f in files if f.is_file()
+    }
+
+
+def class_command(course: Path, collected: Path, out: Path, *flags: str, wait=True):
+    """The instructor command on ``collected`` with this module's time limits."""
+    args = [sys.executable, "-m", "tformer_grading", "--course", str(course)]
+    args += [
+        "--assignment",
+        CHAPTER,
+        "--submissions",
+        str(collected),
+        "--out",
+        str(out),
+    ]
+    args += ["--timeout", str(TIMEOUT), "--notebook-timeout", str(NOTEBOOK_TIMEOUT)]
+    if not wait:
+        return subprocess.Popen(
+            [*args, *flags], cwd=ROOT, text=True, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    return subprocess.run(
+        [*args, *flags], cwd=ROOT, capture_output=True, text=True, timeout=900
+    )
+
+
+@functools.lru_cache(maxsize=None)
+def neighbour() -> None:
+    """Listen on attacks.NEIGHBOUR_PORT of this machine's loopback for the rest of the
+    session, as another learner's kernel would (already taken: someone listens)."""
+    import socket
+    import threading
+
+    server = socket.socket()
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        server.bind(("127.0.0.1", attacks.NEIGHBOUR_PORT))
+    except OSError:
+        return
+    server.listen()
+
+    def serve():
+        while True:
+            server.accept()[0].close()
+
+    threading.Thread(target=serve, daemon=True).start()
+
+
 @functools.lru_cache(maxsize=None)
 def graded_class() -> tuple[Path, Path, dict, float]:
     """Grade every fixture learner in one run of the instructor command.
 
-    Returns (course, output folder, the command's JSON table, seconds)."""
+    Returns (course, output folder, the command's JSON table, seconds). Skips, saying
+    why, where the sandbox cannot start (the class command refuses to grade then)."""
+    from tformer_grading.sandbox import availability
+
+    if problem := availability():
+        import pytest
+
+        pytest.skip(f"the grading sandbox cannot start here: {problem}")
     tmp = Path(tempfile.mkdtemp(prefix="tformer-class-"))
     course = make_course(tmp, CHAPTER)
     student_nb = released(course, CHAPTER)
@@ -274,30 +477,34 @@ def graded_class() -> tuple[Path, Path, dict, float]:
         nbformat.write(
             notebook_for(student_nb, learner), collected / learner / "exercise.ipynb"
         )
+    _hand_in_ungradable(collected, student_nb)
+    neighbour()
+    SNAPSHOT.update(snapshot(course))
+    SNAPSHOT.pop(str(course / "gradebook.db"))  # grading writes it, of course
     out = tmp / "grades"
     started = time.perf_counter()
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tformer_grading",
-            "--course",
-            str(course),
-            "--assignment",
-            CHAPTER,
-            "--submissions",
-            str(collected),
-            "--out",
-            str(out),
-            "--timeout",
-            str(TIMEOUT),
-            "--json",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    proc = class_command(course, collected, out, "--jobs", "2", "--json")
     seconds = time.perf_counter() - started
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    # 1: some submissions (NOT_GRADABLE) could not be graded; the rest were.
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    PROGRESS.extend(proc.stderr.splitlines())
     return course, out, json.loads(proc.stdout), seconds
+
+
+def _hand_in_ungradable(collected: Path, student_nb) -> None:
+    for student, (data, _) in NOT_GRADABLE.items():
+        (collected / student).mkdir(parents=True)
+        if data is not None:
+            (collected / student / "exercise.ipynb").write_bytes(data)
+    many = nbformat.v4.new_notebook(
+        cells=[nbformat.v4.new_code_cell("pass") for _ in range(10_000)]
+    )
+    nbformat.write(many, collected / "ten_thousand_cells" / "exercise.ipynb")
+    (collected / "link_to_passwd" / "exercise.ipynb").symlink_to("/etc/passwd")
+    slow = nbformat.from_dict(
+        json.loads(json.dumps(notebook_for(student_nb, "solution")))
+    )
+    _slow_everywhere(slow)
+    nbformat.write(slow, collected / "slow" / "exercise.ipynb")
+    # An uploaded folder with a symbolic link loop: its notebook is still graded.
+    (collected / "solution" / "loop").symlink_to(".")

@@ -87,6 +87,10 @@ def test_self_grading_prints_points_total_and_diagnoses(tmp_path):
     assert "merged without transpose" in out and "§1.6 'Merging heads back'" in out
     assert "calls scaled_dot_product_attention" in out
     assert proc.stderr == ""
+    from tformer_grading.sandbox import availability
+
+    sandbox = "Graded in a sandbox" if availability() is None else "UNPROTECTED"
+    assert sandbox in out
     # Progress: a line per graded cell, in the notebook's order, each printed as nbgrader
     # finishes the cell, well before the report (not all at once at the end).
     progress = [
@@ -108,10 +112,11 @@ def test_without_solutions_only_visible_checks_run_and_the_report_says_so(tmp_pa
     course, mine = _course_copy(
         tmp_path, with_solutions=False, unanswered=("merge_heads",)
     )
-    proc, _, _ = _grade(mine, "--json", "--timeout", "30")
+    proc, _, _ = _grade(mine, "--json", "--timeout", "30", "--no-sandbox")
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     assert result["hidden_tests"] is False
+    assert result["sandboxed"] is False  # asked for: the report would say UNPROTECTED
     cells = {c["grade_id"]: c["score"] for c in result["cells"]}
     # The hidden delegation test did not run: its cell "passes" with nothing in it, so
     # it is marked hidden and its points are left out of the total.
@@ -180,3 +185,42 @@ def test_a_notebook_outside_a_course_is_a_clear_error(tmp_path):
         timeout=120,
     )
     assert proc.returncode == 2 and "no nbgrader_config.py" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "content, extra, message",
+    [
+        (None, (), "no such notebook"),
+        (b'{"cells": [', (), "is not valid JSON (line 1, column 12"),
+        (b'\xff\xfe{"cells": []}', (), "is not UTF-8 text (byte 0xff at offset 0)"),
+        (b'{"cells": [], "nbformat": 3}', (), "only format 4"),
+        (
+            None,
+            ("--chapter", "ch99_nothing"),
+            "--chapter ch99_nothing: no such chapter",
+        ),
+    ],
+)
+def test_a_broken_notebook_is_a_clear_error_before_any_kernel(
+    tmp_path, content, extra, message
+):
+    """Said in under 2 s (no kernel, no nbgrader, no PyTorch started) and without a
+    traceback."""
+    course, mine = _course_copy(tmp_path, with_solutions=False)
+    if content is not None:
+        mine.write_bytes(content)
+    elif not extra:
+        mine.unlink()
+    started = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-m", "tformer_grading", str(mine), *extra],
+        cwd=course,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    seconds = time.perf_counter() - started
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert message in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout
+    assert seconds < 2, f"{seconds:.1f} s"

@@ -178,14 +178,12 @@ def test_learner_stderr_and_warnings_do_not_reach_stderr(capfd):
     assert captured.err == "" and captured.out.count("✓ split_heads") == 2
 
 
-def test_receipts_are_signed_only_with_the_grading_key(monkeypatch):
-    import os
-
-    monkeypatch.setenv(receipts.GRADING_KEY_ENV, "k" * 32)
-    sign = (
-        receipts._make_signer()
-    )  # what importing the package does in the grader's kernel
-    assert receipts.GRADING_KEY_ENV not in os.environ  # read once, then removed
+def test_receipts_are_signed_only_with_the_grading_key():
+    sign, install_key = receipts._make_signer()  # what the grader's kernel holds
+    assert sign("✓ split_heads: ok") == "✓ split_heads: ok"  # no key: unsigned
+    install_key("k" * 32)
+    with pytest.raises(RuntimeError, match="set once"):
+        install_key("x" * 32)  # a notebook cannot put in a key of its own
     text = sign("✓ split_heads: ok") + "\n" + sign("✓ split_heads: ok") + "\n"
     assert valid_receipts(text, "k" * 32) == [1, 2]
     assert valid_receipts(text, "x" * 32) == []

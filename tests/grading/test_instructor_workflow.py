@@ -13,7 +13,7 @@ import sqlite3
 import pytest
 
 from course import nbgrader
-from hostile import CHAPTER, LEARNERS, TIMEOUT, graded_class
+from hostile import CHAPTER, LEARNERS, NOT_GRADABLE, TIMEOUT, graded_class
 from tformer_grading.course import read_scores
 
 pytestmark = [
@@ -35,8 +35,13 @@ def test_exported_grades_match_what_each_submission_deserves(graded):
             for row in csv.DictReader(f)
             if row["assignment"] == CHAPTER
         }
-    assert set(rows) == set(LEARNERS)
+    assert set(rows) == set(LEARNERS) | set(NOT_GRADABLE)
+    for learner in NOT_GRADABLE:  # listed, with the reason, and not as a zero
+        assert (
+            rows[learner]["status"] == "not graded" and rows[learner]["raw_score"] == ""
+        )
     for learner, spec in LEARNERS.items():
+        assert rows[learner]["status"] == "graded", learner
         assert float(rows[learner]["raw_score"]) == sum(spec.scores.values()), learner
         assert float(rows[learner]["max_score"]) == 12
         assert table[learner]["cells"] == spec.scores, learner
@@ -113,7 +118,7 @@ def test_running_autograde_again_changes_nothing(graded):
     regraded = {g: s for g, (s, _) in again["scale_d_model"].items()}
     assert regraded == LEARNERS["scale_d_model"].scores
     assert {s: {g: v for g, (v, _) in c.items()} for s, c in again.items()} == {
-        s: row["cells"] for s, row in table.items()
+        s: row["cells"] for s, row in table.items() if row["status"] == "graded"
     }
 
 

@@ -1,9 +1,12 @@
 """Receipts: while grading, each success line a check prints is signed.
 
-The grader puts a fresh key in the kernel's environment (``GuardedExecute``);
-this module reads it once when the checks are imported and removes it from
-``os.environ``, so code that runs later does not find it there.
-``VerifyReceipts`` then counts, outside the kernel, the valid receipts of each
+The grader hands the kernel a fresh key before the notebook's first cell, in a
+silent execution outside the notebook's history (``GuardedExecute`` runs
+:func:`tformer_grading.guard.bootstrap.start`, which calls :data:`install_key`).
+The key is set once: a notebook that calls ``install_key`` again gets an error,
+and the key is in no environment variable or file (``/proc/<pid>/environ`` of a
+kernel shows what it was started with). ``VerifyReceipts`` then counts, outside
+the kernel, the valid receipts of each
 test cell: a test cell whose checks were skipped, replaced or silenced scores
 zero even though it raised nothing.
 """
@@ -12,13 +15,11 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import os
 import re
 import secrets
 
-from .integrity import seal
+from .integrity import integrity_problems, seal
 
-GRADING_KEY_ENV = "TFORMER_GRADING_KEY"
 RECEIPT_PATTERN = r"^(✓ .*?)  \[grader receipt (\d+):([0-9a-f]{16})\]$"
 _RECEIPT = re.compile(RECEIPT_PATTERN, re.M)
 _CHECK_CALL = re.compile(r"\bcheck_\w+\s*\(")
@@ -31,20 +32,27 @@ def receipt_mac(key: str, number: int, line: str) -> str:
 
 
 def _make_signer():
-    key = os.environ.pop(GRADING_KEY_ENV, "")
-    count = [0]
+    """``(sign, install_key)`` sharing one key, which ``install_key`` sets once."""
+    key, count = [""], [0]
 
     def sign(line: str) -> str:
         """``line`` with its receipt appended while grading; unchanged otherwise."""
-        if not key:
+        if not key[0] or integrity_problems():  # patched machinery earns no receipt
             return line
         count[0] += 1
-        return f"{line}  [grader receipt {count[0]}:{receipt_mac(key, count[0], line)}]"
+        mac = receipt_mac(key[0], count[0], line)
+        return f"{line}  [grader receipt {count[0]}:{mac}]"
 
-    return sign
+    def install_key(new: str) -> None:
+        """Sign from now on with ``new``; only the grader's first call counts."""
+        if key[0]:
+            raise RuntimeError("the grading key is set once, by the grader")
+        key[0] = new
+
+    return sign, install_key
 
 
-sign = _make_signer()
+sign, install_key = _make_signer()
 
 
 def expected_receipts(source: str) -> int:

@@ -1,0 +1,125 @@
+"""The attacks of tests/grading/attacks.py, graded in the class run of hostile.py.
+
+Each learner's points are asserted in test_hostile_submissions.py (it earns what its
+wrong fallback earns, nothing more); here: what the attacks must not have touched,
+the submissions that could not be graded, and the class report.
+"""
+
+import csv
+import json
+import sqlite3
+import subprocess
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from course import make_course, released
+from hostile import (
+    CHAPTER,
+    LEARNERS,
+    NOT_GRADABLE,
+    PROGRESS,
+    SNAPSHOT,
+    class_command,
+    graded_class,
+    neighbour,
+    notebook_for,
+    snapshot,
+)
+
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("hostile_class")]
+
+
+def test_no_course_file_changed_and_no_gradebook_trigger():
+    course, _, _, _ = graded_class()
+    now = snapshot(course)
+    assert {f: h for f, h in now.items() if f in SNAPSHOT} == SNAPSHOT
+    db = sqlite3.connect(course / "gradebook.db")
+    assert (
+        db.execute("SELECT name FROM sqlite_master WHERE type='trigger'").fetchall()
+        == []
+    )
+    assert not Path("/tmp/pwned").exists()
+
+
+def test_no_process_outlives_its_kernel():
+    _, out, _, _ = graded_class()
+    time.sleep(1)  # a survivor would be rewriting grades.csv by now
+    left = subprocess.run(["pgrep", "-f", "tformer-spy-marker"], capture_output=True)
+    assert left.stdout == b""
+    assert not Path("/tmp/tformer-spy-found-a-key").exists()
+    assert "spy" not in (out / "grades.csv").read_text()
+
+
+def test_attacks_saw_no_solutions_no_kernels_no_ports():
+    _, out, _, _ = graded_class()
+    page = (out / "feedback" / "other_kernels" / "exercise.html").read_text()
+    for line in (
+        "connection files seen: 0",
+        "ports reached: 0",
+        "other kernels seen: 0",
+    ):
+        assert line in page
+    page = (out / "feedback" / "reads_solutions" / "exercise.html").read_text()
+    assert "BEGIN SOLUTION" not in page and "BEGIN HIDDEN" not in page
+
+
+def test_ungradable_submissions_are_named_with_the_reason_not_zero():
+    _, out, table, _ = graded_class()
+    rows = {r["student_id"]: r for r in csv.DictReader(open(out / "grades.csv"))}
+    for student, (_, reason) in NOT_GRADABLE.items():
+        assert table[student]["status"] == "not graded", student
+        assert reason in table[student]["reason"], table[student]["reason"]
+        assert rows[student]["status"] == "not graded" and rows[student]["score"] == ""
+    graded = [s for s in table if s not in NOT_GRADABLE]
+    assert sorted(graded) == sorted(LEARNERS)
+    assert all(rows[s]["status"] == "graded" for s in graded)
+
+
+def test_metadata_edits_earn_nothing_and_a_pasted_copy_is_graded():
+    _, _, table, _ = graded_class()
+    assert table["edited_metadata"]["max_score"] == 12
+    assert any("bonus" in n for n in table["edited_metadata"]["notes"])
+    assert any("second copy" in n for n in table["pasted_copy"]["notes"])
+
+
+def test_error_messages_and_display_updates_are_capped():
+    course, _, _, _ = graded_class()
+    nb = course / "autograded" / "error_and_update_flood" / "ch01_shapes"
+    assert (nb / "exercise.ipynb").stat().st_size < 3_000_000
+
+
+def test_class_report_counts_each_named_mistake():
+    _, out, table, _ = graded_class()
+    rows = list(csv.DictReader(open(out / "pitfalls.csv")))
+    named = {(r["test_cell"], r["mistake"]): int(r["learners"]) for r in rows}
+    why = table["scale_d_model"]["diagnoses"]["test_mha_matches_reference"]
+    pitfall = why.split("the pitfall '")[1].split("'")[0]
+    assert named[("test_mha_matches_reference", pitfall)] >= 1
+    assert (out / "pitfalls.png").read_bytes()[:4] == b"\x89PNG"
+    assert json.loads((out / "results.json").read_text()).keys() == table.keys()
+
+
+def test_control_without_the_sandbox_the_same_attacks_succeed(tmp_path):
+    """The same two attacks graded with --unsafe-no-sandbox find the instructor's answers
+    (and earn the points of running them) and reach the neighbour's port: what the
+    sandbox is there to stop."""
+    neighbour()
+    course = make_course(tmp_path, CHAPTER)
+    collected = tmp_path / "collected"
+    for learner in ("reads_solutions", "other_kernels"):
+        (collected / learner).mkdir(parents=True)
+        nb = notebook_for(released(course, CHAPTER), learner)
+        nbformat.write(nb, collected / learner / "exercise.ipynb")
+    out = tmp_path / "out"
+    proc = class_command(course, collected, out, "--unsafe-no-sandbox", "--json")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "WARNING: grading without a sandbox" in proc.stderr
+    row = json.loads(proc.stdout)["reads_solutions"]
+    assert row["cells"]["test_split_heads"] == 2  # the instructor's split_heads ran
+    page = out / "feedback" / "reads_solutions" / "exercise.html"
+    assert "solutions found: 1" in page.read_text()
+    page = out / "feedback" / "other_kernels" / "exercise.html"
+    assert "ports reached: 0" not in page.read_text()

@@ -1,0 +1,81 @@
+"""A Jupyter kernel manager whose kernel runs in a bubblewrap sandbox.
+
+The kernel talks to the grader over Unix sockets in a private folder (ZeroMQ's
+``ipc`` transport): in its own network namespace it can reach no TCP port, the
+grader's included, and no other kernel's connection file is in its view. Its
+kernelspec is never read from the notebook: it is this interpreter's ipykernel.
+An interrupt is a message on the control channel, since a signal to the
+sandbox's outer process does not reach the kernel inside.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from jupyter_client import AsyncKernelManager
+from traitlets import Any
+
+from . import bwrap
+
+
+class SandboxedKernelManager(AsyncKernelManager):
+    """An ``AsyncKernelManager`` that starts ipykernel inside :func:`bwrap.command`."""
+
+    limits = Any(bwrap.Limits(), help="a sandbox.Limits").tag(config=False)
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self._root = Path(tempfile.mkdtemp(prefix="tformer-sandbox-"))
+        self._sockdir = bwrap.private_dir(self._root)
+        self.transport = "ipc"
+        self.ip = str(self._sockdir / "kernel")
+        self.connection_file = str(self._sockdir / "kernel.json")
+
+    def format_kernel_cmd(self, extra_arguments=None) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "ipykernel_launcher",
+            "-f",
+            self.connection_file,
+            *(extra_arguments or []),
+        ]
+
+    async def _async_launch_kernel(self, kernel_cmd: list[str], **kw) -> None:
+        workdir = str(Path(kw.get("cwd") or os.getcwd()).resolve())
+        uid = bwrap.sandbox_uid()
+        if uid is not None:  # the kernel (as nobody) reads its own connection file
+            os.chown(self.connection_file, uid, uid)
+        kw.update(
+            cwd=str(self._sockdir),
+            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        cmd = bwrap.command(
+            kernel_cmd,
+            workdir=workdir,
+            sockdir=str(self._sockdir),
+            limits=self.limits,
+        )
+        await super()._async_launch_kernel(cmd, **kw)
+
+    async def _async_interrupt_kernel(self) -> None:
+        msg = self.session.msg("interrupt_request", content={})
+        self._connect_control_socket()
+        self.session.send(self._control_socket, msg)
+
+    interrupt_kernel = _async_interrupt_kernel
+
+    async def _async_cleanup_resources(self, restart: bool = False) -> None:
+        await super()._async_cleanup_resources(restart=restart)
+        if not restart:
+            shutil.rmtree(self._root, ignore_errors=True)
+
+    cleanup_resources = _async_cleanup_resources
