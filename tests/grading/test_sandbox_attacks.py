@@ -54,7 +54,7 @@ def test_no_process_outlives_its_kernel():
 
 
 def test_attacks_saw_no_solutions_no_kernels_no_ports():
-    _, out, _, _ = graded_class()
+    course, out, _, _ = graded_class()
     page = (out / "feedback" / "other_kernels" / "exercise.html").read_text()
     for line in (
         "connection files seen: 0",
@@ -62,8 +62,14 @@ def test_attacks_saw_no_solutions_no_kernels_no_ports():
         "other kernels seen: 0",
     ):
         assert line in page
-    page = (out / "feedback" / "reads_solutions" / "exercise.html").read_text()
-    assert "BEGIN SOLUTION" not in page and "BEGIN HIDDEN" not in page
+    graded = (
+        course / "autograded" / "reads_solutions" / "ch01_shapes" / "exercise.ipynb"
+    )
+    printed = json.dumps(
+        [c.get("outputs", []) for c in json.loads(graded.read_text())["cells"]]
+    )
+    assert "solutions found: 0" in printed
+    assert "BEGIN SOLUTION" not in printed and "BEGIN HIDDEN" not in printed
 
 
 def test_ungradable_submissions_are_named_with_the_reason_not_zero():
