@@ -33,10 +33,30 @@ ALLOWED = [
     ),
     (
         "book/instructors.md",
-        "per-cell limit (60 s in",
-        "a setting of nbgrader_config.py",
+        "per cell (60 s in",
+        "settings of nbgrader_config.py (tests/grading/test_sandbox.py checks them)",
     ),
-    ("book/instructors.md", "(60 s; the tests use 20 s)", "settings, not measurements"),
+    ("book/instructors.md", "(60 s; the tests use 15 s)", "settings, not measurements"),
+    (
+        "book/instructors.md",
+        "more than 2,000 cells or 20 MB",
+        "tformer_grading/preflight.py's limits (tests/grading/test_sandbox.py checks them)",
+    ),
+    (
+        "book/instructors.md",
+        "of 512 MB each",
+        "a sandbox.Limits default (tests/grading/test_sandbox.py checks it)",
+    ),
+    (
+        "book/instructors.md",
+        "6 GB of memory, 256 processes",
+        "sandbox.Limits defaults (tests/grading/test_sandbox.py checks them)",
+    ),
+    (
+        "book/instructors.md",
+        "an error message of 20 MB",
+        "the size of an attack, not a result",
+    ),
     (
         "book/instructors.md",
         "| 100 MB of output |",
