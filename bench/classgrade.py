@@ -82,8 +82,9 @@ def run() -> list[dict]:
             "budget": 0.8,
         },
         {
-            "benchmark": f"class grading in the sandbox ({boxed / SANDBOX_SUBMISSIONS:.1f} "
-            f"s per notebook) vs without ({bare / SANDBOX_SUBMISSIONS:.1f} s)",
+            "benchmark": f"class grading of {SANDBOX_SUBMISSIONS} notebooks in the "
+            f"sandbox ({boxed:.1f} s) vs without ({bare:.1f} s): "
+            f"{(boxed - bare) / SANDBOX_SUBMISSIONS:.1f} s more per notebook",
             "ours_ms": boxed * 1e3,
             "peer_ms": bare * 1e3,
             "ratio": boxed / bare,
