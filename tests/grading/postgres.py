@@ -15,7 +15,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-import pytest
+from course import missing
 
 
 def _bin(name: str) -> str | None:
@@ -32,11 +32,13 @@ def start() -> tuple[str, callable]:
     folder under /tmp that the server's user can reach."""
     initdb, pg_ctl = _bin("initdb"), _bin("pg_ctl")
     if not initdb or not pg_ctl:
-        pytest.skip("PostgreSQL is not installed (Debian: apt install postgresql)")
+        missing(
+            "postgres", "PostgreSQL is not installed (Debian: apt install postgresql)"
+        )
     try:
         import psycopg2  # noqa: F401
     except ImportError:
-        pytest.skip("psycopg2 is not installed (requirements.txt pins it)")
+        missing("postgres", "psycopg2 is not installed (requirements.txt pins it)")
     folder = Path(tempfile.mkdtemp(prefix="tformer-postgres-"))
     data, sock = folder / "data", folder / "socket"
     sock.mkdir()
@@ -53,19 +55,22 @@ def start() -> tuple[str, callable]:
 
     made = run([initdb, "-D", str(data), "-U", "grader", "--auth=trust"])
     if made.returncode != 0:
-        pytest.skip(f"initdb failed: {made.stderr[-500:]}")
+        missing("postgres", f"initdb failed: {made.stderr[-500:]}")
     options = f"-k {sock} -c listen_addresses='' -p 5439"
     up = run(
         [pg_ctl, "-D", str(data), "-o", options, "-w", "-l", str(sock / "log"), "start"]
     )
     if up.returncode != 0:
-        pytest.skip(f"PostgreSQL did not start: {up.stderr[-500:]}{up.stdout[-500:]}")
+        missing(
+            "postgres",
+            f"PostgreSQL did not start: {up.stderr[-500:]}{up.stdout[-500:]}",
+        )
     created = run(
         [_bin("createdb"), "-h", str(sock), "-p", "5439", "-U", "grader", "gradebook"]
     )
     if created.returncode != 0:
         run([pg_ctl, "-D", str(data), "-m", "immediate", "stop"])
-        pytest.skip(f"createdb failed: {created.stderr[-500:]}")
+        missing("postgres", f"createdb failed: {created.stderr[-500:]}")
 
     def stop():
         run([pg_ctl, "-D", str(data), "-m", "fast", "stop"])

@@ -100,3 +100,23 @@ def test_a_pasted_copy_and_an_unknown_graded_cell_become_ordinary_cells():
     assert len(out.notebook["cells"]) == len(nb["cells"])  # both still run
     assert any("second copy of 'split_heads'" in n for n in out.notes)
     assert any("not one of the graded cells: 'bonus'" in n for n in out.notes)
+
+
+def test_the_instructors_page_states_the_limits_the_code_sets():
+    """book/instructors.md types the limits in its prose: they must be the code's."""
+    from tformer_grading import preflight
+    from tformer_grading.sandbox import Limits
+    from traitlets.config.loader import PyFileConfigLoader
+
+    page = " ".join((ROOT / "book" / "instructors.md").read_text().split())
+    limits = Limits()
+    config = PyFileConfigLoader("nbgrader_config.py", path=str(ROOT)).load_config()
+    stated = [
+        f"{limits.memory >> 30} GB of memory, {limits.processes} processes",
+        f"{limits.cpu_seconds // 60} CPU minutes, {limits.file_size >> 20} MB per file",
+        f"of {limits.scratch >> 20} MB each",
+        f"more than {preflight.MAX_CELLS:,} cells or {preflight.MAX_BYTES >> 20} MB",
+        f"per cell ({config.Execute.timeout} s in",
+        f"per notebook ({config.GuardedExecute.notebook_timeout} s)",
+    ]
+    assert [s for s in stated if s not in page] == []

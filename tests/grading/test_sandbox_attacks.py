@@ -129,3 +129,11 @@ def test_control_without_the_sandbox_the_same_attacks_succeed(tmp_path):
     assert "solutions found: 1" in page.read_text()
     page = out / "feedback" / "other_kernels" / "exercise.html"
     assert "ports reached: 0" not in page.read_text()
+
+
+def test_progress_shows_every_submission_once():
+    graded_class()
+    bars = [line for line in PROGRESS if line.startswith("[")]
+    total = len(LEARNERS) + len(NOT_GRADABLE)
+    assert len(bars) == total and bars[-1].startswith(f"[{'#' * 30}] {total}/{total}")
+    assert sum("NOT GRADED" in line for line in bars) == len(NOT_GRADABLE)

@@ -3,8 +3,10 @@
 Learner code runs in the kernel beside the checks. Two guards run there:
 ``integrity`` (was the check machinery patched?) and ``receipts`` (each success
 line signed with a key only the grader knows). Two run in the nbgrader process,
-outside the kernel: ``execute.GuardedExecute`` (kernel death, stubborn loops,
-an output cap) and ``verify.VerifyReceipts`` (a test cell scores only when every
-check it calls printed a valid receipt). The last two import nbgrader; the
-kernel side never does. See book/instructors.md for what they do not do.
+outside the kernel: ``execute.GuardedExecute`` (kernel death, stubborn loops, a
+time limit per notebook, the sandbox; its base ``output_cap.CappedExecute`` caps
+the output) and ``verify.VerifyReceipts`` (a test cell scores only when every
+check it calls printed a valid receipt); these import nbgrader, the kernel side never
+does. ``bootstrap`` is what ``GuardedExecute`` runs in the kernel before the
+notebook's first cell. See book/instructors.md for what the guards do not do.
 """

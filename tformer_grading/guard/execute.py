@@ -11,10 +11,9 @@ process, outside the learner's kernel, and adds per notebook:
 - **a loop that ignores the interrupt**: nbgrader interrupts a cell after
   ``Execute.timeout`` seconds; when the kernel still does not answer, it is
   shut down and the rest of the notebook is marked "not run".
-- **an output cap**: at most ``max_output_chars`` characters of output per cell
-  and ``max_notebook_output_chars`` per notebook are kept, error messages and
-  display updates included (nbgrader's own ``LimitOutput`` counts lines, and one
-  100 MB line is one line); receipt lines are kept beyond the cap.
+- **an output cap** (:class:`~tformer_grading.guard.output_cap.CappedExecute`,
+  its base class): per cell and per notebook, error messages and display updates
+  included.
 - **a time limit per notebook** (``notebook_timeout``): a notebook still running
   past it is not graded (:class:`NotGradable`), and the class report says so.
 - **a sandbox** (``sandbox``): the kernel runs in bubblewrap
@@ -35,17 +34,14 @@ from __future__ import annotations
 import secrets
 import time
 
-from jupyter_client import AsyncKernelManager
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbclient.util import ensure_async, run_sync
 from nbformat.v4 import new_output
-from nbgrader.preprocessors import Execute
 from traitlets import Enum, Integer
 
-from .receipts import receipt_lines
+from .output_cap import CappedExecute
 
 RESOURCE_KEY = "tformer_grading_key"
-_CAPPED = ("stream", "display_data", "execute_result", "error")
 _BOOTSTRAP = "import tformer_grading.guard.bootstrap as _b\n_b.start({key!r})\ndel _b"
 
 
@@ -59,16 +55,10 @@ def error_output(ename: str, evalue: str):
     )
 
 
-class GuardedExecute(Execute):
-    """nbgrader's Execute, plus kernel-death recovery, output caps, a time limit per
-    notebook, the sandbox and the receipt key."""
+class GuardedExecute(CappedExecute):
+    """nbgrader's Execute with capped output (:class:`CappedExecute`), plus kernel-death
+    recovery, a time limit per notebook, the sandbox and the receipt key."""
 
-    max_output_chars = Integer(
-        100_000, help="characters of output kept per cell; -1 for no limit"
-    ).tag(config=True)
-    max_notebook_output_chars = Integer(
-        2_000_000, help="characters of output kept per notebook; -1 for no limit"
-    ).tag(config=True)
     notebook_timeout = Integer(
         900, help="seconds a whole notebook may run before it is not graded; 0: none"
     ).tag(config=True)
@@ -80,35 +70,33 @@ class GuardedExecute(Execute):
     ).tag(config=True)
 
     def create_kernel_manager(self):
-        from ..sandbox import availability
+        from ..sandbox import SandboxUnavailable
+        from ..sandbox.kernel import kernel_manager
 
         self.kernel_name = "python3"  # never a kernelspec the notebook names
-        problem = availability() if self.sandbox != "off" else "off"
-        if problem and self.sandbox == "required":
-            raise NotGradable(f"the sandbox is required and cannot start: {problem}")
-        if problem:
-            if self.sandbox == "auto":
-                self.log.warning("grading without a sandbox: %s", problem)
-            self.km = AsyncKernelManager(kernel_name="python3", config=self.config)
-        else:
-            from ..sandbox.kernel import SandboxedKernelManager
-
-            self.km = SandboxedKernelManager(kernel_name="python3", config=self.config)
+        try:
+            self.km = kernel_manager(self.sandbox, self.config, self.log)
+        except SandboxUnavailable as exc:
+            raise NotGradable(str(exc)) from None
         return self.km
 
     def preprocess(self, nb, resources=None, km=None):
         self._key = secrets.token_hex(16)
         self._stopped: str | None = None
         self._booted = False
-        self._chars: dict[int, int] = {}
-        self._dropped: dict[int, int] = {}
-        self._notebook_chars = 0
-        self._cell_index = 0
-        self._timeout = self.timeout
         self._deadline = time.monotonic() + (self.notebook_timeout or float("inf"))
         nb, resources = super().preprocess(nb, resources, km=km)
         resources[RESOURCE_KEY] = self._key
         return nb, resources
+
+    def _get_timeout(self, cell):
+        """A cell's time limit, cut to what is left of the notebook's."""
+        timeout = super()._get_timeout(cell)
+        left = self._deadline - time.monotonic()
+        if left == float("inf"):
+            return timeout
+        left = max(1, int(left))
+        return left if timeout is None else min(timeout, left)
 
     async def _bootstrap(self) -> None:
         """Import the checks and hand them the key before any cell of the notebook."""
@@ -134,8 +122,6 @@ class GuardedExecute(Execute):
             raise NotGradable(
                 f"the notebook ran past its time limit of {self.notebook_timeout} s"
             )
-        self.timeout = max(1, int(min(self._timeout or left, left)))
-        self._cell_index = cell_index
         if not self._booted:
             await self._bootstrap()
         if self._stopped:
@@ -178,77 +164,7 @@ class GuardedExecute(Execute):
                 await ensure_async(self.km.shutdown_kernel(now=True))
             except Exception:  # already gone
                 pass
-        dropped = self._dropped.pop(cell_index, 0)
-        if dropped:
-            cell.outputs.append(
-                new_output(
-                    "stream",
-                    name="stdout",
-                    text=(
-                        f"\n[grader: {dropped:,} characters of output dropped; at most "
-                        f"{self.max_output_chars:,} are kept per cell and "
-                        f"{self.max_notebook_output_chars:,} per notebook]\n"
-                    ),
-                )
-            )
         self.nb["cells"][cell_index] = cell
         return cell
 
     execute_cell = run_sync(async_execute_cell)
-
-    def output(self, outs, msg, display_id, cell_index):
-        if msg["msg_type"] in _CAPPED:
-            msg = self._capped(msg, cell_index)
-            if msg is None:
-                return None
-        return super().output(outs, msg, display_id, cell_index)
-
-    def _update_display_id(self, display_id, msg):
-        # An update rewrites an earlier output in place: it counts against the cell
-        # running now, like any output, and past the cap it is dropped.
-        if self._capped(msg, self._cell_index) is not None:
-            super()._update_display_id(display_id, msg)
-
-    def _room(self, cell_index: int) -> int:
-        """Characters this cell may still add (the cell's and the notebook's caps)."""
-        rooms = []
-        if self.max_output_chars >= 0:
-            rooms.append(self.max_output_chars - self._chars.get(cell_index, 0))
-        if self.max_notebook_output_chars >= 0:
-            rooms.append(self.max_notebook_output_chars - self._notebook_chars)
-        return max(0, min(rooms)) if rooms else -1
-
-    def _capped(self, msg, cell_index):
-        """``msg`` cut to what is left of the output allowance, or None to drop it."""
-        content, kind = msg["content"], msg["msg_type"]
-        if kind == "stream":
-            size = len(content["text"])
-        elif kind == "error":
-            size = len(content.get("evalue", "")) + sum(
-                len(line) for line in content.get("traceback", [])
-            )
-        else:
-            size = len(str(content.get("data", content)))
-        room = self._room(cell_index)
-        self._chars[cell_index] = self._chars.get(cell_index, 0) + size
-        # The notebook's allowance counts what is kept, so one flood does not silence
-        # the cells after it.
-        self._notebook_chars += size if room < 0 else min(size, room)
-        if room < 0 or size <= room:
-            return msg
-        self._dropped[cell_index] = self._dropped.get(cell_index, 0) + size - room
-        if kind == "error":  # still an error (the cell scores 0), its message cut
-            evalue = content.get("evalue", "")[: max(room, 200)]
-            return {
-                **msg,
-                "content": {**content, "evalue": evalue, "traceback": [evalue]},
-            }
-        if kind != "stream":
-            self._dropped[cell_index] += room
-            return None
-        text = content["text"]
-        kept, receipts = text[:room], receipt_lines(text[room:])
-        if not kept and not receipts:
-            return None
-        joined = kept + ("\n" if kept and receipts else "") + receipts
-        return {**msg, "content": {**content, "text": joined}}

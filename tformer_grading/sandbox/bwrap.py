@@ -174,12 +174,14 @@ def command(
     args = [bwrap, "--unshare-all", "--die-with-parent"]
     args += ["--new-session", "--cap-drop", "ALL", "--clearenv"]
     args += _system_binds()
-    for path in binds:
-        args += ["--ro-bind", staged.get(path, path), path]
     args += ["--proc", "/proc", "--dev", "/dev"]
     args += _gpu_binds()
+    # The scratch folders first: the interpreter or the course may live under /tmp, and
+    # their read-only mounts must lie on top of the fresh /tmp, not under it.
     for scratch in ("/tmp", "/dev/shm", workdir):
         args += ["--size", str(limits.scratch), "--tmpfs", scratch]
+    for path in binds:
+        args += ["--ro-bind", staged.get(path, path), path]
     args += ["--bind", sockdir, sockdir, "--remount-ro", "/", "--chdir", workdir]
     parents = [str(Path(p).parent) for p in packages]
     for name, value in sorted(kernel_env(parents).items()):

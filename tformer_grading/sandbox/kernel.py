@@ -23,6 +23,22 @@ from traitlets import Any
 from . import bwrap
 
 
+def kernel_manager(mode: str, config, log) -> AsyncKernelManager:
+    """The kernel manager for sandbox ``mode`` ("required", "auto" or "off"): sandboxed
+    where bubblewrap can start; else plain ("auto", with a warning in the grader's log)
+    or :class:`bwrap.SandboxUnavailable` ("required")."""
+    problem = bwrap.availability() if mode != "off" else "off"
+    if not problem:
+        return SandboxedKernelManager(kernel_name="python3", config=config)
+    if mode == "required":
+        raise bwrap.SandboxUnavailable(
+            f"the sandbox is required and cannot start: {problem}"
+        )
+    if mode == "auto":
+        log.warning("grading without a sandbox: %s", problem)
+    return AsyncKernelManager(kernel_name="python3", config=config)
+
+
 class SandboxedKernelManager(AsyncKernelManager):
     """An ``AsyncKernelManager`` that starts ipykernel inside :func:`bwrap.command`."""
 
