@@ -1,6 +1,7 @@
 """An instructor grades a class: every submission in its own sandbox, several at once.
 
-``collected/<student>/exercise.ipynb`` or ``collected/<student>/<assignment>/exercise.ipynb``.
+``collected/<student>/exercise.ipynb`` or
+``collected/<student>/<assignment>/exercise.ipynb``.
 :func:`grade_class` records the assignment in the gradebook (nbgrader's
 ``db_url``: SQLite by default, PostgreSQL for graders sharing one), splits the
 students between ``jobs`` workers (:mod:`tformer_grading.classworker`), shows

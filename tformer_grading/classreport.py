@@ -51,7 +51,7 @@ def mistake(diagnosis: str) -> str:
 
 
 def pitfall_counts(table: dict) -> Counter:
-    """(test cell, mistake) -> how many graded learners lost that cell's points to it."""
+    """(test cell, mistake) -> how many graded learners lost the cell's points to it."""
     counts: Counter = Counter()
     for row in table.values():
         if row["status"] != "graded":

@@ -1,4 +1,4 @@
-"""One grading worker of the class command: grades its share of the students, one by one.
+"""One grading worker of the class command: grades its share of the students.
 
 Run by :mod:`tformer_grading.classgrade` as ``python -m tformer_grading.classworker
 SETTINGS.json`` in the course folder, once per job. nbgrader runs here, in the

@@ -104,7 +104,8 @@ def _grade_class(args) -> int:
     out = args.out or course / "grades" / args.assignment
     if args.unsafe_no_sandbox:
         print(
-            "WARNING: grading without a sandbox: learner code runs as you, with your files",
+            "WARNING: grading without a sandbox: learner code runs as you, with your "
+            "files",
             file=sys.stderr,
         )
     table = grade_class(

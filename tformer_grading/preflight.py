@@ -42,7 +42,7 @@ class Submission:
 
 
 def read_bytes(path: Path, max_bytes: int = MAX_BYTES) -> bytes:
-    """The file's bytes: a regular file (not a link, a folder or a device), not too big."""
+    """The file's bytes: a regular file (not a link, folder or device), not too big."""
     try:
         info = os.lstat(path)
     except OSError as exc:

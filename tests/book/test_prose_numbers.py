@@ -34,23 +34,23 @@ ALLOWED = [
     (
         "book/instructors.md",
         "per cell (60 s in",
-        "settings of nbgrader_config.py (tests/grading/test_sandbox.py checks them)",
+        "settings of nbgrader_config.py (checked by tests/grading/test_preflight.py)",
     ),
     ("book/instructors.md", "(60 s; the tests use 15 s)", "settings, not measurements"),
     (
         "book/instructors.md",
         "more than 2,000 cells or 20 MB",
-        "tformer_grading/preflight.py's limits (tests/grading/test_sandbox.py checks them)",
+        "preflight.py's limits (checked by tests/grading/test_preflight.py)",
     ),
     (
         "book/instructors.md",
         "of 512 MB each",
-        "a sandbox.Limits default (tests/grading/test_sandbox.py checks it)",
+        "a sandbox.Limits default (checked by tests/grading/test_preflight.py)",
     ),
     (
         "book/instructors.md",
         "6 GB of memory, 256 processes",
-        "sandbox.Limits defaults (tests/grading/test_sandbox.py checks them)",
+        "sandbox.Limits defaults (checked by tests/grading/test_preflight.py)",
     ),
     (
         "book/instructors.md",

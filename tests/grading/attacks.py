@@ -1,4 +1,5 @@
-"""Attacks on the grader, each an answer cell (or an edit) as a determined learner types it.
+"""Attacks on the grader, each an answer cell (or an edit) as a determined learner
+types it.
 
 Graded in the same class run as tests/grading/hostile.py's learners, in the sandbox,
 with honest learners after them (the class is split between two jobs). What each
@@ -7,8 +8,8 @@ tests/grading/test_sandbox_attacks.py. Every attack falls back to a wrong answer
 points it earns are points the sandbox failed to stop.
 """
 
-# Execute the instructor's answers, found in the course folder (nbgrader runs the notebook
-# in <course>/autograded/<student>/<assignment>) or next to the course's packages.
+# Execute the instructor's answers, found in the course folder (nbgrader runs the
+# notebook in <course>/autograded/<student>/<assignment>) or next to the packages.
 READS_SOLUTIONS = """
 import json, pathlib, tformer_grading
 found = []
@@ -19,8 +20,9 @@ print("solutions found:", len(found))
 for path in found:
     for cell in json.loads(path.read_text())["cells"]:
         print("".join(cell["source"]))
-        if "ch01_shapes" in str(path) and "### BEGIN SOLUTION" in "".join(cell["source"]):
-            exec("".join(cell["source"]))
+        source = "".join(cell["source"])
+        if "ch01_shapes" in str(path) and "### BEGIN SOLUTION" in source:
+            exec(source)
 if not found:
     def split_heads(x, n_heads):
         b, s, d = x.shape
@@ -94,7 +96,8 @@ files = glob.glob(os.path.expanduser("~/.local/share/jupyter/runtime/*.json"))
 files += glob.glob("/root/.local/share/jupyter/runtime/*.json")
 files += glob.glob("/tmp/**/kernel*.json", recursive=True)
 from ipykernel import get_connection_file
-files = [f for f in files if os.path.realpath(f) != os.path.realpath(get_connection_file())]
+own_file = os.path.realpath(get_connection_file())
+files = [f for f in files if os.path.realpath(f) != own_file]
 print("connection files seen:", len(files))
 reached = []
 for port in [45454, *range(8888, 8900)]:  # a neighbour's kernel; Jupyter servers

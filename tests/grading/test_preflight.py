@@ -1,5 +1,5 @@
-"""tformer_grading.preflight: what cannot be graded is refused with a reason, what can be
-repaired is, and a notebook nobody tampered with goes through unchanged."""
+"""tformer_grading.preflight: what cannot be graded is refused with a reason, what
+can be repaired is, and a notebook nobody tampered with goes through unchanged."""
 
 import copy
 import re

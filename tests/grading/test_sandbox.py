@@ -27,7 +27,7 @@ def sandbox_available():
 
 
 def sandboxed(code: str, limits: Limits = Limits(), timeout: float = 60):
-    """Run ``code`` in a sandbox whose working folder is /work/x; (returncode, output)."""
+    """Run ``code`` in a sandbox working in /work/x; return (returncode, output)."""
     with tempfile.TemporaryDirectory() as tmp:
         sockdir = bwrap.private_dir(Path(tmp))
         cmd = bwrap.command(
@@ -128,7 +128,8 @@ def test_a_kernel_runs_is_interrupted_and_leaves_no_process_behind():
         kc = km.client()
         kc.start_channels()
         await kc.wait_for_ready(timeout=60)
-        spawn = "import subprocess; subprocess.Popen(['sleep', '3600', 'tformer-test-marker'])"
+        marker = "['sleep', '3600', 'tformer-test-marker']"
+        spawn = f"import subprocess\nsubprocess.Popen({marker})"
         await kc.execute_interactive(spawn, timeout=30)
         loop = asyncio.ensure_future(
             kc.execute_interactive("while True: pass", timeout=60)

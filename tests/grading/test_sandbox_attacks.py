@@ -109,9 +109,9 @@ def test_class_report_counts_each_named_mistake():
 
 
 def test_control_without_the_sandbox_the_same_attacks_succeed(tmp_path):
-    """The same two attacks graded with --unsafe-no-sandbox find the instructor's answers
-    (and earn the points of running them) and reach the neighbour's port: what the
-    sandbox is there to stop."""
+    """The same two attacks graded with --unsafe-no-sandbox find the instructor's
+    answers (and earn the points of running them) and reach the neighbour's port: what
+    the sandbox is there to stop."""
     neighbour()
     course = make_course(tmp_path, CHAPTER)
     collected = tmp_path / "collected"

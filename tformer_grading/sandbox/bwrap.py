@@ -63,7 +63,7 @@ _STAGE_SCRIPT = (
 
 
 def _reachable_by_others(path: Path) -> bool:
-    """Can a user who owns nothing on the way open ``path``? (Every folder above it o+x.)"""
+    """Can a user who owns nothing on the way open ``path``? (Every folder o+x.)"""
     return all(os.stat(p).st_mode & 0o001 for p in [*path.parents, path] if p.exists())
 
 
@@ -89,7 +89,7 @@ def sandbox_uid() -> int | None:
 
 
 def _python_dirs() -> list[str]:
-    """Read-only: the interpreter, its standard library and every site-packages in use."""
+    """Read-only: the interpreter, its standard library, every site-packages in use."""
     found = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
     found.add(str(Path(sys.executable).resolve().parent.parent))
     for entry in sys.path:
@@ -156,10 +156,11 @@ def kernel_env(package_parents: list[str]) -> dict[str, str]:
 def command(
     kernel_cmd: list[str], *, workdir: str, sockdir: str, limits: Limits
 ) -> list[str]:
-    """``kernel_cmd`` wrapped to run sandboxed with ``workdir`` (an empty private folder,
-    seen at that path) as its working folder and ``sockdir`` (the connection file and
-    the kernel's sockets) shared with the grader. As root, ``sockdir``'s parent is the
-    stage for folders nobody cannot reach, and ``sockdir`` must belong to nobody."""
+    """``kernel_cmd`` wrapped to run sandboxed with ``workdir`` (an empty private
+    folder, seen at that path) as its working folder and ``sockdir`` (the connection
+    file and the kernel's sockets) shared with the grader. As root, ``sockdir``'s
+    parent is the stage for folders nobody cannot reach, and ``sockdir`` must belong to
+    nobody."""
     bwrap = shutil.which("bwrap")
     if bwrap is None:
         raise SandboxUnavailable(f"bubblewrap (bwrap) is not installed: {INSTALL_HINT}")
