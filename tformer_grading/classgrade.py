@@ -73,26 +73,29 @@ def _record_assignment(course: Path, assignment: str, db_url: str) -> None:
                 return False
 
     cid = course_id_for(course, db_url)
-    for attempt in range(5):
-        if known():
-            return
-        proc = nbgrader(
-            course,
-            course,
-            "generate_assignment",
-            assignment,
-            "--force",
-            "--log-level=ERROR",
-            f"--CourseDirectory.db_url={db_url}",
-            *([f"--CourseDirectory.course_id={cid}"] if cid else []),
-            check=False,
-        )
-        if proc.returncode == 0 and known():
-            return
+    problem = ""
+    for attempt in range(8):
+        try:
+            if known():
+                return
+            proc = nbgrader(
+                course,
+                course,
+                "generate_assignment",
+                assignment,
+                "--force",
+                "--log-level=ERROR",
+                f"--CourseDirectory.db_url={db_url}",
+                *([f"--CourseDirectory.course_id={cid}"] if cid else []),
+                check=False,
+            )
+            if proc.returncode == 0 and known():
+                return
+            problem = proc.stdout[-3000:]
+        except Exception as exc:  # another grader adding the same rows at this moment
+            problem = f"{type(exc).__name__}: {exc}"
         time.sleep(1 + attempt)
-    raise GradeError(
-        f"could not record {assignment} in {db_url}:\n{proc.stdout[-3000:]}"
-    )
+    raise GradeError(f"could not record {assignment} in {db_url}:\n{problem}")
 
 
 def _config(course: Path):

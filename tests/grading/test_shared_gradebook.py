@@ -53,7 +53,8 @@ def test_two_shards_into_postgres_match_one_sqlite_run():
             for k in (1, 2)
         ]  # fmt: skip
         logs = [p.communicate(timeout=900)[0] for p in shards]
-        assert [p.returncode for p in shards] != [2, 2], logs
+        # 0: all graded, 1: some could not be (they are in the class): never 2 or 3.
+        assert all(p.returncode in (0, 1) for p in shards), logs
         parts = [_grades(tmp / f"out{k}" / "grades.csv") for k in (1, 2)]
         assert not parts[0].keys() & parts[1].keys()  # each learner in one shard
         merged = {**parts[0], **parts[1]}
