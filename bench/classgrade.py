@@ -14,15 +14,11 @@ Each label also gives submissions per minute and seconds per submission.
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 
-from tformer_grading.course import grading_env
+from . import ROOT, timed_module
 
-ROOT = Path(__file__).resolve().parents[1]
 CHAPTER = "ch01_shapes"
 SUBMISSIONS = 6
 SANDBOX_SUBMISSIONS = 3
@@ -46,21 +42,7 @@ def _grade(tmp: Path, learners: int, *flags: str) -> float:
     course, collected = _course(tmp, learners)
     args = ["--course", str(course), "--assignment", CHAPTER]
     args += ["--submissions", str(collected), "--out", str(tmp / "out"), *flags]
-    started = time.perf_counter()
-    proc = subprocess.run(
-        [sys.executable, "-m", "tformer_grading", *args],
-        cwd=ROOT,
-        env=grading_env(ROOT),
-        capture_output=True,
-        text=True,
-        timeout=1200,
-    )
-    seconds = time.perf_counter() - started
-    if proc.returncode != 0:
-        raise RuntimeError(
-            f"{flags} failed:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}"
-        )
-    return seconds
+    return timed_module(["tformer_grading", *args], ROOT)
 
 
 def run() -> list[dict]:

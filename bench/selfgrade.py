@@ -17,36 +17,13 @@ from __future__ import annotations
 
 import shutil
 import statistics
-import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 
-from tformer_grading.course import grading_env
+from . import ROOT, timed_module
 
-ROOT = Path(__file__).resolve().parents[1]
 CHAPTER = "ch01_shapes"
 SOLUTION = ROOT / "solutions" / CHAPTER / "exercise.ipynb"
-
-
-def _run(args: list[str], cwd: Path) -> float:
-    started = time.perf_counter()
-    proc = subprocess.run(
-        [sys.executable, "-m", *args],
-        cwd=cwd,
-        env=grading_env(ROOT),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    seconds = time.perf_counter() - started
-    if proc.returncode != 0:
-        raise RuntimeError(
-            f"{args} failed:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}"
-        )
-    return seconds
 
 
 def _plain_course(tmp: Path) -> Path:
@@ -55,7 +32,7 @@ def _plain_course(tmp: Path) -> Path:
     (course / "solutions" / CHAPTER).mkdir(parents=True)
     shutil.copy(ROOT / "nbgrader_config.py", course)
     shutil.copy(SOLUTION, course / "solutions" / CHAPTER)
-    _run(["nbgrader", "generate_assignment", CHAPTER, "--force"], course)
+    timed_module(["nbgrader", "generate_assignment", CHAPTER, "--force"], course)
     handed_in = course / "submitted" / "you" / CHAPTER
     handed_in.mkdir(parents=True)
     shutil.copy(SOLUTION, handed_in / "exercise.ipynb")
@@ -71,12 +48,12 @@ def _self_grade(tmp: Path) -> float:
         shutil.copytree(ROOT / "solutions" / CHAPTER, course / "solutions" / CHAPTER)
         shutil.copy(SOLUTION, course / "book" / CHAPTER / "mine.ipynb")
     mine = course / "book" / CHAPTER / "mine.ipynb"
-    return _run(["tformer_grading", str(mine)], course)
+    return timed_module(["tformer_grading", str(mine)], course)
 
 
 def _plain_autograde(course: Path) -> float:
     args = ["nbgrader", "autograde", CHAPTER, "--student", "you", "--force"]
-    return _run(args, course)
+    return timed_module(args, course)
 
 
 def run(rounds: int = 2) -> list[dict]:

@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from .course import NOTEBOOK, diagnoses
+from .course import NOTEBOOK, diagnoses, read_scores
 from .preflight import NotGradable, read_submission, write
 
 RESULT = "tformer-result\t"
@@ -61,18 +61,6 @@ def _forget(db_url: str, assignment: str, student: str) -> None:
             pass
 
 
-def _scores(db_url: str, assignment: str, student: str) -> dict:
-    from nbgrader.api import Gradebook
-
-    with Gradebook(db_url) as gb:
-        submission = gb.find_submission(assignment, student)
-        return {
-            g.name: [float(g.score), float(g.max_score)]
-            for nb in submission.notebooks
-            for g in nb.grades
-        }
-
-
 def grade_one(api, settings: dict, student: str, notebook: Path) -> dict:
     assignment, db_url = settings["assignment"], api.coursedir.db_url
     handed_in = Path("submitted") / student / assignment
@@ -98,7 +86,7 @@ def grade_one(api, settings: dict, student: str, notebook: Path) -> dict:
     return {
         "status": "graded",
         "notes": submission.notes,
-        "cells": _scores(db_url, assignment, student),
+        "cells": read_scores(Path("."), assignment, db_url, student)[student],
         "diagnoses": diagnoses(graded),
     }
 

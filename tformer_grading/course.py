@@ -101,20 +101,26 @@ def nbgrader(
 
 
 def read_scores(
-    course: Path, assignment: str
+    course: Path, assignment: str, db_url: str = "", student: str = ""
 ) -> dict[str, dict[str, tuple[float, float]]]:
-    """student -> {grade_id: (score, max_score)} from the course's gradebook."""
+    """student -> {grade_id: (score, max_score)} from the gradebook at ``db_url``
+    (the course's ``gradebook.db`` by default); only ``student``'s when given."""
     from nbgrader.api import Gradebook
 
-    result = {}
-    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
-        for submission in gb.assignment_submissions(assignment):
-            result[submission.student.id] = {
+    db_url = db_url or f"sqlite:///{course / 'gradebook.db'}"
+    with Gradebook(db_url) as gb:
+        if student:
+            submissions = [gb.find_submission(assignment, student)]
+        else:
+            submissions = gb.assignment_submissions(assignment)
+        return {
+            submission.student.id: {
                 g.name: (float(g.score), float(g.max_score))
                 for nb in submission.notebooks
                 for g in nb.grades
             }
-    return result
+            for submission in submissions
+        }
 
 
 def diagnoses(autograded: Path) -> dict[str, str]:

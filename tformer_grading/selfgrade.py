@@ -215,10 +215,11 @@ def grade_notebook(
         raise GradeError(f"no such notebook: {notebook}")
     submitted = parse_notebook(read_bytes(notebook), notebook.name)
     root = find_course_root(notebook.parent)
-    if chapter and chapter not in chapters(root):
+    known = chapters(root)
+    if chapter and chapter not in known:
         raise GradeError(
             f"--chapter {chapter}: no such chapter; chapters here: "
-            f"{', '.join(chapters(root)) or 'none'}"
+            f"{', '.join(known) or 'none'}"
         )
     chapter = chapter or chapter_of(notebook, root)
     unsandboxed = "you asked for --no-sandbox" if not sandbox else availability()
