@@ -20,7 +20,8 @@ process, outside the learner's kernel, and adds per notebook:
   (:mod:`tformer_grading.sandbox`); "required" refuses to grade without it,
   "auto" uses it where it can start, "off" runs the kernel as the grader's user.
 - **the kernel is this interpreter's ipykernel**, whatever kernelspec the
-  notebook names.
+  notebook names, and it is killed after the last cell (``shutdown_kernel``
+  "immediate": a graceful exit only waits for the learner's ``atexit`` hooks).
 
 Before the notebook's first cell it runs, silently and outside the notebook's
 history, :func:`tformer_grading.guard.bootstrap.start`: the checks are imported
@@ -37,7 +38,7 @@ import time
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbclient.util import ensure_async, run_sync
 from nbformat.v4 import new_output
-from traitlets import Enum, Integer
+from traitlets import Enum, Integer, default
 
 from .output_cap import CappedExecute
 
@@ -68,6 +69,12 @@ class GuardedExecute(CappedExecute):
         help="run the kernel in bubblewrap: always (refuse without it), where it can "
         "start, or never",
     ).tag(config=True)
+
+    @default("shutdown_kernel")
+    def _kill_after_the_last_cell(self):
+        # Nothing a kernel does after the last cell counts (a learner's atexit hooks
+        # included), and a kernel that imported PyTorch takes about a second to exit.
+        return "immediate"
 
     def create_kernel_manager(self):
         from ..sandbox import SandboxUnavailable
