@@ -1,4 +1,5 @@
-"""Benchmarks: each reports ratios against a peer measured in the same run (`make bench`)."""
+"""Benchmarks: each reports a ratio against a peer measured in the same run
+(`make bench`)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def timed_module(args: list[str], cwd: Path, timeout: int = 1200) -> float:
-    """Seconds that ``python -m ARGS`` takes in ``cwd`` with the grading environment;
-    a failure raises with the end of its output (a bench never times a failed run)."""
+def timed_module(
+    args: list[str], cwd: Path, timeout: int = 1200, status: int = 0
+) -> float:
+    """Seconds that ``python -m ARGS`` takes in ``cwd`` with the grading environment.
+    Any exit status but ``status`` raises with the end of its output (a bench never
+    times a run that did something else)."""
     from tformer_grading.course import grading_env
 
     started = time.perf_counter()
@@ -26,7 +30,7 @@ def timed_module(args: list[str], cwd: Path, timeout: int = 1200) -> float:
         check=False,
     )
     seconds = time.perf_counter() - started
-    if proc.returncode != 0:
+    if proc.returncode != status:
         raise RuntimeError(
             f"{args} failed:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}"
         )

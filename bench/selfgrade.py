@@ -11,6 +11,13 @@ Budget: at most 1.4x the plain autograde (the self-grade also builds its course 
 generate_assignment, about a second); the label also shows the seconds, which must stay
 under 20 s on an idle 2-core machine (the learner waits for them). Before the gradebook
 was stamped in-process and the scores read by the grading process, this was 2.0x.
+
+A second pair, the self-grade's early error:
+
+* early error: the same command on a notebook that is not valid JSON (it must say so
+  before nbgrader or a kernel starts; the issue asked for under 2 s), against the
+  command's own ``--help`` (the interpreter starting and the command's module loading).
+  Budget 1.5x.
 """
 
 from __future__ import annotations
@@ -56,6 +63,18 @@ def _plain_autograde(course: Path) -> float:
     return timed_module(args, course)
 
 
+def _early_error(tmp: Path, rounds: int = 5) -> tuple[float, float]:
+    broken = tmp / "broken" / "exercise.ipynb"
+    broken.parent.mkdir(parents=True, exist_ok=True)
+    broken.write_text('{"cells": [')
+    error = [timed_module(["tformer_grading", str(broken)], tmp, status=2)]
+    usage = [timed_module(["tformer_grading", "--help"], tmp)]
+    for _ in range(rounds - 1):
+        error.append(timed_module(["tformer_grading", str(broken)], tmp, status=2))
+        usage.append(timed_module(["tformer_grading", "--help"], tmp))
+    return statistics.median(error), statistics.median(usage)
+
+
 def run(rounds: int = 2) -> list[dict]:
     with tempfile.TemporaryDirectory(prefix="tformer-bench-") as tmp:
         tmp = Path(tmp)
@@ -64,6 +83,7 @@ def run(rounds: int = 2) -> list[dict]:
         for _ in range(rounds):
             times["ours"].append(_self_grade(tmp))
             times["peer"].append(_plain_autograde(course))
+        error, usage = _early_error(tmp)
     ours, peer = statistics.median(times["ours"]), statistics.median(times["peer"])
     return [
         {
@@ -73,7 +93,15 @@ def run(rounds: int = 2) -> list[dict]:
             "peer_ms": peer * 1e3,
             "ratio": ours / peer,
             "budget": 1.4,
-        }
+        },
+        {
+            "benchmark": "self-grade's error on a notebook that is not JSON "
+            f"({error:.2f} s) vs the command's --help ({usage:.2f} s)",
+            "ours_ms": error * 1e3,
+            "peer_ms": usage * 1e3,
+            "ratio": error / usage,
+            "budget": 1.5,
+        },
     ]
 
 
