@@ -46,9 +46,9 @@ def grade_ids(path: Path) -> list[str]:
     return [i for i in ids if i]
 
 
-def chapter_of(notebook: Path, root: Path) -> str:
-    """The chapter a notebook belongs to: its folder's name, or the chapter whose cells it has."""
-    known = chapters(root)
+def chapter_of(notebook: Path, root: Path, known: list[str]) -> str:
+    """The chapter a notebook belongs to, of the ``known`` ones (:func:`chapters`): its
+    folder's name, or the chapter whose cells it has."""
     if notebook.parent.name in known:
         return notebook.parent.name
     ids = set(grade_ids(notebook))

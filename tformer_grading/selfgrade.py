@@ -221,7 +221,7 @@ def grade_notebook(
             f"--chapter {chapter}: no such chapter; chapters here: "
             f"{', '.join(known) or 'none'}"
         )
-    chapter = chapter or chapter_of(notebook, root)
+    chapter = chapter or chapter_of(notebook, root, known)
     unsandboxed = "you asked for --no-sandbox" if not sandbox else availability()
     solution = root / "solutions" / chapter / f"{NOTEBOOK}.ipynb"
     hidden = solution.is_file() and not visible_only

@@ -171,7 +171,8 @@ def test_an_edited_check_cell_cannot_pass_in_visible_only_mode(tmp_path):
 
 def test_chapters_are_discovered_from_the_solutions_folder():
     assert CHAPTER in chapters(ROOT)
-    assert chapter_of(ROOT / "book" / CHAPTER / "exercise.ipynb", ROOT) == CHAPTER
+    notebook = ROOT / "book" / CHAPTER / "exercise.ipynb"
+    assert chapter_of(notebook, ROOT, chapters(ROOT)) == CHAPTER
 
 
 def test_a_notebook_outside_a_course_is_a_clear_error(tmp_path):
