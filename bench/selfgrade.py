@@ -4,8 +4,8 @@
 * ours: ``python -m tformer_grading book/ch01_shapes/exercise.ipynb`` on the solution
   notebook, end to end as the learner runs it (a throw-away course, generate_assignment,
   autograde, the report).
-* peer: ``nbgrader autograde`` of that notebook in a course where generate_assignment has
-  already run (not timed), with the course's own nbgrader_config.py.
+* peer: ``nbgrader autograde`` of that notebook in a course where generate_assignment
+  has already run (not timed), with the course's own nbgrader_config.py.
 
 Budget: at most 1.4x the plain autograde (the self-grade also builds its course and runs
 generate_assignment, about a second); the label also shows the seconds, which must stay

@@ -1,4 +1,5 @@
-"""The course folder as nbgrader sees it: where chapters are, and how to run nbgrader there."""
+"""The course folder as nbgrader sees it: where chapters are, and how to run nbgrader
+there."""
 
 from __future__ import annotations
 
@@ -64,8 +65,9 @@ def chapter_of(notebook: Path, root: Path, known: list[str]) -> str:
 
 
 def grading_env(root: Path | None = None) -> dict:
-    """The environment nbgrader and its kernels run in: this interpreter's tools first on PATH
-    (nbgrader calls `alembic` by name) and, with ``root``, the course's packages importable."""
+    """The environment nbgrader and its kernels run in: this interpreter's tools first
+    on PATH (nbgrader calls `alembic` by name) and, with ``root``, the course's packages
+    importable."""
     env = dict(os.environ)
     env["PATH"] = os.pathsep.join(
         [str(Path(sys.executable).parent), env.get("PATH", "")]
@@ -79,7 +81,8 @@ def grading_env(root: Path | None = None) -> dict:
 
 
 def run_python(cwd: Path, root: Path | None, *args: str) -> subprocess.CompletedProcess:
-    """``python ARGS`` in ``cwd`` with :func:`grading_env`, output and errors captured together."""
+    """``python ARGS`` in ``cwd`` with :func:`grading_env`, output and errors captured
+    together."""
     return subprocess.run(
         [sys.executable, *args],
         cwd=cwd,
@@ -93,7 +96,8 @@ def run_python(cwd: Path, root: Path | None, *args: str) -> subprocess.Completed
 def nbgrader(
     course: Path, root: Path | None, *args: str, check: bool = True
 ) -> subprocess.CompletedProcess:
-    """``nbgrader ARGS`` in ``course``; with ``check``, a failure raises :class:`GradeError`."""
+    """``nbgrader ARGS`` in ``course``; with ``check``, a failure raises
+    :class:`GradeError`."""
     proc = run_python(course, root, "-m", "nbgrader", *args)
     if check and proc.returncode != 0:
         raise GradeError(f"nbgrader {' '.join(args)} failed:\n{proc.stdout[-4000:]}")
@@ -124,7 +128,8 @@ def read_scores(
 
 
 def diagnoses(autograded: Path) -> dict[str, str]:
-    """grade_id -> why the cell lost its points, read from the autograded notebook's outputs."""
+    """grade_id -> why the cell lost its points, read from the autograded notebook's
+    outputs."""
     nb = json.loads(autograded.read_text())
     out = {}
     for cell in nb["cells"]:

@@ -84,7 +84,8 @@ class Result:
 def _pristine_student_version(
     notebook: Path, root: Path, chapter: str, scratch: Path
 ) -> Path | None:
-    """An unedited student version to restore the check cells from, when solutions/ is absent."""
+    """An unedited student version to restore the check cells from, when solutions/ is
+    absent."""
     released = root / "book" / chapter / f"{NOTEBOOK}.ipynb"
     if released.is_file() and released.resolve() != notebook.resolve():
         return released
@@ -107,8 +108,9 @@ def _pristine_student_version(
 
 
 def _visible_source(student_version: Path):
-    """A source notebook built from a student version: locked cells whose nbgrader checksum no
-    longer matches (edited) are replaced by a cell that fails, so an edited check cannot pass."""
+    """A source notebook built from a student version: locked cells whose nbgrader
+    checksum no longer matches (edited) are replaced by a cell that fails, so an edited
+    check cannot pass."""
     import nbformat
     from nbgrader.utils import compute_checksum
 
@@ -166,9 +168,9 @@ def _write_source(
 def _autograde(
     course: Path, root: Path, chapter: str, timeout: int | None, sandbox: str, on_cell
 ) -> tuple[int, str, list[CellDone], dict]:
-    """Run nbgrader in ``course``, handing each graded cell to ``on_cell`` as it finishes;
-    return the exit status, nbgrader's other output, every finished cell and the scores
-    (student -> grade_id -> [score, max_score])."""
+    """Run nbgrader in ``course``, handing each graded cell to ``on_cell`` as it
+    finishes; return the exit status, nbgrader's other output, every finished cell and
+    the scores (student -> grade_id -> [score, max_score])."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "tformer_grading.autograde_one", chapter, STUDENT]
         + [str(timeout or 0), sandbox],
@@ -260,7 +262,8 @@ def grade_notebook(
 
 
 def report(result: Result, notebook: Path) -> str:
-    """The self-grade as the learner reads it: one line per graded cell, diagnoses under it."""
+    """The self-grade as the learner reads it: one line per graded cell, diagnoses under
+    it."""
     lines = [f"Grading {notebook} ({result.chapter})"]
     if result.hidden_tests:
         lines.append(

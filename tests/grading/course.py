@@ -26,8 +26,8 @@ SOLUTION_BLOCK = re.compile(
 
 
 def missing(what: str, reason: str) -> None:
-    """Skip the test, saying why, where ``what`` ("sandbox", "postgres") cannot run here;
-    fail instead where the environment says it must (``.ci/run`` sets
+    """Skip the test, saying why, where ``what`` ("sandbox", "postgres") cannot run
+    here; fail instead where the environment says it must (``.ci/run`` sets
     TFORMER_REQUIRE_SANDBOX=1 and TFORMER_REQUIRE_POSTGRES=1)."""
     import os
 
@@ -39,7 +39,8 @@ def missing(what: str, reason: str) -> None:
 def nbgrader(
     course: Path, *args: str, timeout: float = 600
 ) -> subprocess.CompletedProcess:
-    """Run ``nbgrader ARGS`` in ``course``; fail the test with its output when it exits non-zero."""
+    """Run ``nbgrader ARGS`` in ``course``; fail the test with its output when it exits
+    non-zero."""
     proc = subprocess.run(
         [sys.executable, "-m", "nbgrader", *args],
         cwd=course,
@@ -55,7 +56,8 @@ def nbgrader(
 
 
 def make_course(tmp: Path, chapter: str) -> Path:
-    """A fresh course folder holding ``chapter``'s source notebook, with the assignment released."""
+    """A fresh course folder holding ``chapter``'s source notebook, with the assignment
+    released."""
     course = tmp / "course"
     (course / "solutions" / chapter).mkdir(parents=True)
     shutil.copy(ROOT / "nbgrader_config.py", course)
@@ -72,7 +74,8 @@ def released(course: Path, chapter: str) -> nbformat.NotebookNode:
 
 
 def solution_sources(chapter: str) -> dict[str, str]:
-    """grade_id -> the solution cell's code, as a learner who got it right would write it."""
+    """grade_id -> the solution cell's code, as a learner who got it right would write
+    it."""
     nb = nbformat.read(ROOT / "solutions" / chapter / "exercise.ipynb", as_version=4)
     out = {}
     for cell in nb.cells:
@@ -87,7 +90,8 @@ def solution_sources(chapter: str) -> dict[str, str]:
 def filled(
     student_nb: nbformat.NotebookNode, answers: dict[str, str]
 ) -> nbformat.NotebookNode:
-    """A copy of the student notebook with the answer cells named in ``answers`` replaced."""
+    """A copy of the student notebook with the answer cells named in ``answers``
+    replaced."""
     nb = copy.deepcopy(student_nb)
     for cell in nb.cells:
         grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
@@ -134,10 +138,11 @@ class Buggy(NamedTuple):
 
 
 class GradedChapter:
-    """Base of every chapter's grading test (tests/grading/test_grading_chNN.py): subclass it as ``TestGrading``
-    and give the data below. One real ``nbgrader autograde`` run grades a small class: the solution,
-    the untouched student version, right answers written differently, and one buggy submission per
-    diagnosis; then ``generate_feedback`` writes each learner's page.
+    """Base of every chapter's grading test (tests/grading/test_grading_chNN.py):
+    subclass it as ``TestGrading`` and give the data below. One real ``nbgrader
+    autograde`` run grades a small class: the solution, the untouched student version,
+    right answers written differently, and one buggy submission per diagnosis; then
+    ``generate_feedback`` writes each learner's page.
     """
 
     chapter: str

@@ -1,4 +1,5 @@
-"""Hostile and broken chapter 1 submissions, and the class of fixture learners graded in one run.
+"""Hostile and broken chapter 1 submissions, and the class of fixture learners graded
+in one run.
 
 Each learner is a ``Learner``: the answer cells it replaces (the others are the
 solution's), the points each test cell must get, what its feedback must contain, and any
@@ -6,10 +7,10 @@ edits to the notebook itself. MHA_STANDALONE is a right MultiHeadAttention that 
 call split_heads/merge_heads, so a sabotaged split or merge cell costs exactly its own
 points.
 
-The class is graded once per test session by ``graded_class()`` through the instructor command
-(``python -m tformer_grading --course ... --submissions ...``), which runs the real nbgrader
-autograde, generate_feedback and export. The per-cell timeout is lowered to TIMEOUT
-seconds for speed (the course's nbgrader_config.py says 60).
+The class is graded once per test session by ``graded_class()`` through the instructor
+command (``python -m tformer_grading --course ... --submissions ...``), which runs the
+real nbgrader autograde, generate_feedback and export. The per-cell timeout is lowered
+to TIMEOUT seconds for speed (the course's nbgrader_config.py says 60).
 """
 
 from __future__ import annotations
@@ -60,11 +61,13 @@ def split_heads(x, n_heads):
     return x.view(b, s, n_heads, d // n_heads)
 """
 
-# An endless loop before the function is defined: the cell is interrupted after the timeout, the run goes on.
+# An endless loop before the function is defined: the cell is interrupted after the
+# timeout, the run goes on.
 ENDLESS_LOOP = "while True:\n    pass\n" + SPLIT_NO_TRANSPOSE.replace(
     "view(b, s, n_heads, d // n_heads)", "view(b, s, n_heads, -1).transpose(1, 2)"
 )
-# The kernel dies: every later cell scores 0, earlier ones keep their points, the next learner is graded.
+# The kernel dies: every later cell scores 0, earlier ones keep their points, the next
+# learner is graded.
 KERNEL_CRASH = MHA_STANDALONE + "\nimport os\nos._exit(1)\n"
 # A loop that swallows the interrupt: the grader shuts the kernel down.
 STUBBORN_LOOP = (
@@ -95,7 +98,8 @@ diagnosis.compare_to_reference = lambda *args, **kwargs: print("✓ merge_heads:
 torch.allclose = lambda *args, **kwargs: True
 """
 )
-# Rebind the notebook's name `ch01` to a look-alike whose checks call the real success printer.
+# Rebind the notebook's name `ch01` to a look-alike whose checks call the real success
+# printer.
 FAKE_MODULE = (
     SPLIT_NO_TRANSPOSE
     + """
@@ -115,7 +119,8 @@ def _skip_checks(lines):
 get_ipython().input_transformers_cleanup.append(_skip_checks)
 """
 )
-# Call the reference for what the exercise asks to write (the hidden test must catch it).
+# Call the reference for what the exercise asks to write (the hidden test must catch
+# it).
 CALLS_REFERENCE = "from tformer_ref.heads import split_heads\n"
 # Leave the check through SystemExit instead of returning a wrong answer.
 SYSTEM_EXIT = """
@@ -126,7 +131,8 @@ def merge_heads(x):
 ENORMOUS_OUTPUT = 'print("x" * 100_000_000)\n' + SPLIT_NO_TRANSPOSE.replace(
     "d // n_heads)", "d // n_heads).transpose(1, 2)"
 )
-# Warnings and stderr writes, at definition time and every time the checks call it: still full marks.
+# Warnings and stderr writes, at definition time and every time the checks call it:
+# still full marks.
 WARNS = """
 import sys
 import warnings

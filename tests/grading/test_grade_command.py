@@ -1,7 +1,8 @@
 """Learner self-grading: ``python -m tformer_grading NOTEBOOK`` on a copy of the course.
 
-The same notebook is graded twice: with solutions/ present (hidden tests included) and in a copy of
-the course without solutions/ (visible checks only, and the report says so).
+The same notebook is graded twice: with solutions/ present (hidden tests included) and
+in a copy of the course without solutions/ (visible checks only, and the report says
+so).
 """
 
 import json
@@ -19,7 +20,8 @@ from tformer_grading import selfgrade
 from tformer_grading.course import chapter_of, chapters
 
 CHAPTER = "ch01_shapes"
-# merge_heads without transpose: its own cell and the MHA comparison fail; the behaviour probes still pass.
+# merge_heads without transpose: its own cell and the MHA comparison fail; the behaviour
+# probes still pass.
 # The MHA calls PyTorch's attention: only the hidden test sees it.
 EXPECTED_HIDDEN = {
     "test_split_heads": 2,
@@ -91,8 +93,8 @@ def test_self_grading_prints_points_total_and_diagnoses(tmp_path):
 
     sandbox = "Graded in a sandbox" if availability() is None else "UNPROTECTED"
     assert sandbox in out
-    # Progress: a line per graded cell, in the notebook's order, each printed as nbgrader
-    # finishes the cell, well before the report (not all at once at the end).
+    # Progress: a line per graded cell, in the notebook's order, each printed as
+    # nbgrader finishes the cell, well before the report (not all at once at the end).
     progress = [
         (at, line.split(":")[0].split()[-1])
         for at, line in arrivals

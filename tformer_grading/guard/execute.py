@@ -163,8 +163,8 @@ class GuardedExecute(CappedExecute):
                 error_output(
                     "CellTimeoutError",
                     f"this cell ran past the {self.timeout} s limit and did not "
-                    "stop when interrupted, so the kernel was shut down. This cell and every later "
-                    "cell score 0.",
+                    "stop when interrupted, so the kernel was shut down. This cell "
+                    "and every later cell score 0.",
                 )
             )
             try:
