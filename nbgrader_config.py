@@ -63,3 +63,10 @@ if (
     # can start and warns where it cannot; "required" refuses to grade without it (the class
     # command, `python -m tformer_grading --course ...`, requires it); "off" never.
     c.GuardedExecute.sandbox = "auto"
+    # Feedback pages show learner text (markdown cells, HTML their code displays) as
+    # text: no scripts, no event handlers (tformer_grading/guard/feedback_html.py).
+    c.HTMLExporter.sanitize_html = True
+    c.HTMLExporter.filters = {
+        "clean_html": "tformer_grading.guard.feedback_html.clean_html",
+        "strip_files_prefix": "tformer_grading.guard.feedback_html.markdown_html",
+    }

@@ -1,11 +1,14 @@
 """An instructor grades a class: every submission in its own sandbox, several at once.
 
-``collected/<student>/exercise.ipynb`` or
-``collected/<student>/<assignment>/exercise.ipynb``.
-:func:`grade_class` records the assignment in the gradebook (nbgrader's
-``db_url``: SQLite by default, PostgreSQL for graders sharing one), splits the
-students between ``jobs`` workers (:mod:`tformer_grading.classworker`), shows
-their progress, and writes to the output folder:
+:func:`grade_class` finds the hand-ins in any layout an instructor meets
+(:mod:`tformer_grading.submissions`: a folder per learner, nbgrader's ``submitted/``
+or exchange inbound, an LMS download or zip) and never writes there: each notebook
+is checked (:mod:`tformer_grading.preflight`) and copied, with the time it was handed
+in, to ``<out>/submitted/<id>/<assignment>/``, which is nbgrader's submitted folder for
+this run. It records the assignment in the gradebook (nbgrader's ``db_url``: SQLite
+by default, PostgreSQL for graders sharing one), splits the learners between
+``jobs`` workers (:mod:`tformer_grading.classworker`), shows their progress, and
+writes to the output folder:
 
 - ``grades.csv``: nbgrader's columns plus ``status`` and ``reason``: a submission
   that could not be graded says why, and is not a zero;
@@ -13,6 +16,11 @@ their progress, and writes to the output folder:
 - ``pitfalls.csv`` and ``pitfalls.png``: how many learners each named mistake cost
   points (:mod:`tformer_grading.classreport`);
 - ``results.json``: everything above, per student.
+
+A learner is graded under a safe id made from their folder's name
+(:func:`tformer_grading.learner_text.student_id`); the name itself, escaped, is in
+the ``submitted_as`` column. Whatever goes wrong with one learner, at any step, is
+that learner's "not graded" and its reason; the others are graded.
 
 ``shard=(k, n)`` grades the k-th of n slices of the class (for graders on several
 machines sharing a gradebook).
@@ -31,33 +39,22 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from .course import NOTEBOOK, GradeError, chapters, grading_env, nbgrader
-from .preflight import NotGradable
+from .course import (
+    NOTEBOOK,
+    GradeError,
+    chapters,
+    forget_submission,
+    grading_env,
+    nbgrader,
+)
+from .learner_text import printable, shown
+from .preflight import NotGradable, read_submission, write
+from .submissions import HandIn, find
 
 UNSAFE_HINT = (
     "install it, or pass --unsafe-no-sandbox to grade without one (learner code "
     "then runs as you, and can read and change your files)"
 )
-
-
-def collect(submissions: Path, assignment: str) -> dict[str, Path | str]:
-    """student -> their notebook, or why there is none. Nothing here follows a link."""
-    found: dict[str, Path | str] = {}
-    with os.scandir(submissions) as entries:
-        for entry in sorted(entries, key=lambda e: e.name):
-            if entry.name.startswith("."):
-                continue
-            if not entry.is_dir(follow_symlinks=False):
-                continue
-            nested = Path(entry.path) / assignment
-            folder = nested if nested.is_dir() and not nested.is_symlink() else None
-            folder = folder or Path(entry.path)
-            notebook = folder / f"{NOTEBOOK}.ipynb"
-            if notebook.is_symlink() or notebook.exists():
-                found[entry.name] = notebook
-            else:
-                found[entry.name] = f"no {NOTEBOOK}.ipynb in the submission"
-    return found
 
 
 def _record_assignment(course: Path, assignment: str, db_url: str) -> None:
@@ -144,8 +141,9 @@ class Progress:
                 if row["status"] == "graded"
                 else "NOT GRADED"
             )
+            who = row.get("submitted_as") or row["student"]
             line = (
-                f"[{bar}] {self.done}/{self.total}  {row['student']}: {verdict} "
+                f"[{bar}] {self.done}/{self.total}  {printable(who)}: {verdict} "
                 f"({time.perf_counter() - self.started:.0f} s)"
             )
             tty = getattr(self.stream, "isatty", lambda: False)()
@@ -155,9 +153,20 @@ class Progress:
             )
 
 
-def _run_workers(course, settings: dict, queues: list, on_row) -> list[dict]:
-    """Start one worker per non-empty queue, hand each finished row to ``on_row``, and
-    return the rows (a student whose worker died is reported with its last words)."""
+def _tell(on_row, row: dict) -> None:
+    """Show a finished row; a progress display that fails never stops the grading."""
+    try:
+        on_row(row)
+    except Exception:
+        pass
+
+
+def _run_workers(
+    course, settings: dict, queues: list, on_row, known: dict[str, dict]
+) -> list[dict]:
+    """Start one worker per non-empty queue, hand each finished row (with what
+    ``known`` says of its student) to ``on_row``, and return the rows (a student whose
+    worker died is reported with its last words)."""
     from .classworker import RESULT
 
     queues = [q for q in queues if q]
@@ -168,8 +177,9 @@ def _run_workers(course, settings: dict, queues: list, on_row) -> list[dict]:
         for line in proc.stdout:
             if line.startswith(RESULT):
                 row = json.loads(line[len(RESULT) :])
+                row = {**known.get(row["student"], {}), **row}
                 rows.append(row)
-                on_row(row)
+                _tell(on_row, row)
             else:
                 log.append(line)
         proc.wait()
@@ -193,15 +203,16 @@ def _run_workers(course, settings: dict, queues: list, on_row) -> list[dict]:
             thread.join()
     done = {r["student"] for r in rows}
     for queue, log in zip(queues, logs):
-        for student, _ in queue:
+        for student in queue:
             if student not in done:
                 row = {
+                    **known.get(student, {}),
                     "student": student,
                     "status": "not graded",
                     "reason": "the grading worker stopped: " + "".join(log)[-500:],
                 }
                 rows.append(row)
-                on_row(row)
+                _tell(on_row, row)
     return rows
 
 
@@ -221,9 +232,10 @@ def grade_class(
 ) -> dict:
     """Grade every submission (of this shard) and write the tables to ``out``.
 
-    Returns student -> {"status", "reason", "notes", "score", "max_score", "cells",
-    "diagnoses"}. Raises :class:`GradeError` before grading anyone when the
-    assignment, the submissions or the sandbox are missing.
+    Returns student id -> {"status", "reason", "notes", "submitted_as", "handed_in",
+    "time_from", "score", "max_score", "cells", "diagnoses"}. Raises
+    :class:`GradeError` before grading anyone when the assignment, the submissions or
+    the sandbox are missing, or when it would write where the submissions are.
     """
     from .classreport import write_reports
     from .sandbox import availability
@@ -234,32 +246,31 @@ def grade_class(
             f"{course}/solutions/{assignment}/{NOTEBOOK}.ipynb does not exist; "
             f"assignments here: {', '.join(chapters(course)) or 'none'}"
         )
-    if not submissions.is_dir():
-        raise GradeError(f"{submissions} is not a folder of submissions")
+    if not submissions.exists():
+        raise GradeError(f"{submissions} does not exist: expected a folder of "
+                         "submissions or a zip of them")  # fmt: skip
     k, n = shard
     if not 1 <= k <= n:
         raise GradeError(f"--shard {k}/{n}: expected k/n with 1 <= k <= n")
     if sandbox and (problem := availability()):
         raise GradeError(f"no sandbox: {problem}; {UNSAFE_HINT}")
-    found = collect(submissions, assignment)
-    mine = dict(list(found.items())[k - 1 :: n])
-    if not mine:
-        raise GradeError(
-            f"no {NOTEBOOK}.ipynb under {submissions}/<student>/[{assignment}/]"
-            + (f" in shard {k}/{n}" if n > 1 else "")
-        )
     db_url = db_url or course_db_url(course)
-    _record_assignment(course, assignment, db_url)
-    jobs = max(1, min(jobs or os.cpu_count() or 1, len(mine)))
-    queues: list[list] = [[] for _ in range(jobs)]
-    missing = []
-    for i, (student, notebook) in enumerate(mine.items()):
-        if isinstance(notebook, str):
-            missing.append(
-                {"student": student, "status": "not graded", "reason": notebook}
+    _never_into(submissions, _written(course, out, db_url))
+    with tempfile.TemporaryDirectory(prefix="tformer-unzip-") as scratch:
+        found = find(submissions, assignment, Path(scratch))
+        mine = found[k - 1 :: n]
+        if not mine:
+            raise GradeError(
+                f"no {NOTEBOOK}.ipynb under {submissions}/<student>/[{assignment}/]"
+                + (f" in shard {k}/{n}" if n > 1 else "")
             )
-        else:
-            queues[i % jobs].append((student, str(notebook)))
+        _record_assignment(course, assignment, db_url)
+        staged = {
+            h.id: _stage(h, course, assignment, out / "submitted", db_url) for h in mine
+        }
+    ready = [sid for sid, row in staged.items() if row["status"] == "ready"]
+    jobs = max(1, min(jobs or os.cpu_count() or 1, len(ready) or 1))
+    queues: list[list] = [ready[i::jobs] for i in range(jobs)]
     settings = {
         "assignment": assignment,
         "db_url": db_url,
@@ -267,35 +278,110 @@ def grade_class(
         "notebook_timeout": notebook_timeout,
         "sandbox": "required" if sandbox else "off",
         "course_id": course_id_for(course, db_url),
-        "timestamp": time.strftime("%Y-%m-%d %H:%M:%S.000000 UTC", time.gmtime()),
+        "submitted": str(out / "submitted"),
     }
     progress = on_row or Progress(len(mine))
-    for row in missing:
-        progress(row)
-    rows = missing + _run_workers(course, settings, queues, progress)
-    table = {}
-    for row in sorted(rows, key=lambda r: r["student"]):
-        cells = row.get("cells", {})
-        table[row["student"]] = {
-            "status": row["status"],
-            "reason": row.get("reason", ""),
-            "notes": row.get("notes", []),
-            "score": sum(s for s, _ in cells.values()),
-            "max_score": sum(m for _, m in cells.values()),
-            "cells": {g: s for g, (s, _) in cells.items()},
-            "max_cells": {g: m for g, (_, m) in cells.items()},
-            "diagnoses": row.get("diagnoses", {}),
-            "seconds": row.get("seconds", 0.0),
-        }
+    rows = [row for row in staged.values() if row["status"] != "ready"]
+    for row in rows:
+        _tell(progress, row)
+    rows += _run_workers(course, settings, queues, progress, staged)
+    table = {row["student"]: _table_row(row) for row in rows}
+    table = dict(sorted(table.items()))
     out.mkdir(parents=True, exist_ok=True)
     for student, row in table.items():
-        feedback = course / "feedback" / student / assignment
-        target = out / "feedback" / student
-        shutil.rmtree(target, ignore_errors=True)
-        if row["status"] == "graded" and feedback.is_dir():
-            shutil.copytree(feedback, target)
-    write_reports(out, assignment, table, db_url)
+        try:
+            _copy_feedback(course, assignment, student, row, out)
+        except Exception as exc:
+            row["notes"].append(f"feedback page not copied: {_failure(exc)}")
+    for problem in write_reports(out, assignment, table, db_url):
+        print(f"note: {printable(problem)}", file=sys.stderr)
     return table
 
 
-__all__ = ["GradeError", "NotGradable", "collect", "grade_class"]
+def _written(course: Path, out: Path, db_url: str) -> list[Path]:
+    """Every place the command writes (besides temporary folders of its own)."""
+    places = [out, course / "autograded", course / "feedback"]
+    prefix = "sqlite:///"
+    if db_url.startswith(prefix):
+        places.append(Path(db_url[len(prefix) :]).resolve())
+    return places
+
+
+def _never_into(submissions: Path, places: list[Path]) -> None:
+    for place in places:
+        if place.is_relative_to(submissions) or submissions.is_relative_to(place):
+            raise GradeError(
+                f"{place} is inside the submissions ({submissions}), or they are "
+                "inside it: the command writes there, and never writes where the "
+                "submissions are. Choose another --out, or move the submissions."
+            )
+
+
+def _stage(
+    hand_in: HandIn, course: Path, assignment: str, staging: Path, db_url: str
+) -> dict:
+    """Check ``hand_in`` and copy it, with its time, where the workers grade it.
+    The row says "ready", or "not graded" and why (whatever went wrong)."""
+    row = {
+        "student": hand_in.id,
+        "submitted_as": shown(hand_in.name),
+        "handed_in": hand_in.handed_in.isoformat(" ") if hand_in.handed_in else "",
+        "time_from": hand_in.time_from,
+        "notes": list(hand_in.notes),
+        "status": "ready",
+    }
+    folder = staging / hand_in.id / assignment
+    try:
+        shutil.rmtree(staging / hand_in.id, ignore_errors=True)
+        if hand_in.problem:
+            raise NotGradable(hand_in.problem)
+        source = course / "solutions" / assignment / f"{NOTEBOOK}.ipynb"
+        submission = read_submission(hand_in.notebook, source)
+        write(submission, folder / f"{NOTEBOOK}.ipynb")
+        if hand_in.handed_in:
+            stamp = hand_in.handed_in.strftime("%Y-%m-%d %H:%M:%S.%f UTC")
+            (folder / "timestamp.txt").write_text(stamp)
+        row["notes"] += submission.notes
+        return row
+    except Exception as exc:
+        reason = str(exc) if isinstance(exc, NotGradable) else _failure(exc)
+        row.update(status="not graded", reason=reason)
+    try:
+        shutil.rmtree(staging / hand_in.id, ignore_errors=True)
+        forget_submission(db_url, assignment, hand_in.id)
+    except Exception as exc:
+        row["notes"].append(f"an earlier grade may remain: {_failure(exc)}")
+    return row
+
+
+def _failure(exc: Exception) -> str:
+    return f"the grader failed on this submission ({type(exc).__name__}: {exc})"
+
+
+def _table_row(row: dict) -> dict:
+    cells = row.get("cells", {})
+    return {
+        "status": row["status"],
+        "reason": row.get("reason", ""),
+        "notes": row.get("notes", []),
+        "submitted_as": row.get("submitted_as", row["student"]),
+        "handed_in": row.get("handed_in", ""),
+        "time_from": row.get("time_from", "unknown"),
+        "score": sum(s for s, _ in cells.values()),
+        "max_score": sum(m for _, m in cells.values()),
+        "cells": {g: s for g, (s, _) in cells.items()},
+        "max_cells": {g: m for g, (_, m) in cells.items()},
+        "diagnoses": row.get("diagnoses", {}),
+        "seconds": row.get("seconds", 0.0),
+    }
+
+
+def _copy_feedback(course: Path, assignment: str, student: str, row, out: Path):
+    feedback = course / "feedback" / student / assignment
+    target = out / "feedback" / student
+    shutil.rmtree(target, ignore_errors=True)
+    if row["status"] == "graded" and feedback.is_dir():
+        shutil.copytree(feedback, target)
+
+
+__all__ = ["GradeError", "NotGradable", "grade_class"]

@@ -1,9 +1,14 @@
 """The tables and the plot the class command writes next to each other.
 
 ``grades.csv`` has nbgrader's export columns (read from the gradebook) plus
-``status`` and ``reason``; ``pitfalls.csv`` and ``pitfalls.png`` count, per
-test cell and named mistake, the learners whose submission lost points to it,
-read from the diagnoses the checks printed.
+``status``, ``reason``, the learner's folder name as handed in (``submitted_as``)
+and where the hand-in time came from (``time_from``); ``pitfalls.csv`` and
+``pitfalls.png`` count, per test cell and named mistake, the learners whose
+submission lost points to it, read from the diagnoses the checks printed.
+
+Diagnoses quote learners' own exception messages, and names are the learners'
+folders: every text here is written as data (:mod:`tformer_grading.learner_text`),
+and a report that cannot be written is a note, never a crash that loses the others.
 """
 
 from __future__ import annotations
@@ -13,6 +18,8 @@ import json
 import re
 from collections import Counter
 from pathlib import Path
+
+from .learner_text import csv_cell, plain_label
 
 GRADE_COLUMNS = [
     "assignment",
@@ -28,6 +35,8 @@ GRADE_COLUMNS = [
     "max_score",
     "status",
     "reason",
+    "submitted_as",
+    "time_from",
 ]
 _PITFALL = re.compile(r"the pitfall '([^']+)'")
 NOT_NAMED = "a mistake the checks did not name"
@@ -67,11 +76,11 @@ def _max(row: dict, grade_id: str) -> float:
 
 
 def write_grades(path: Path, assignment: str, table: dict, db_url: str) -> None:
-    from nbgrader.api import Gradebook, MissingEntry
+    from nbgrader.api import Gradebook
 
     with Gradebook(db_url) as gb, open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, GRADE_COLUMNS)
-        writer.writeheader()
+        writer = _writer(f)
+        writer.writerow(GRADE_COLUMNS)
         duedate = gb.find_assignment(assignment).duedate
         for student, row in sorted(table.items()):
             line = dict.fromkeys(GRADE_COLUMNS, "")
@@ -79,32 +88,53 @@ def write_grades(path: Path, assignment: str, table: dict, db_url: str) -> None:
                 assignment=assignment, duedate=duedate or "", student_id=student
             )
             line.update(status=row["status"], reason=row["reason"])
+            line.update(submitted_as=row.get("submitted_as", student))
+            line.update(time_from=row.get("time_from", ""))
             if row["status"] == "graded":
                 try:
-                    sub = gb.find_submission(assignment, student)
-                except MissingEntry:
-                    line.update(
-                        status="not graded", reason="missing from the gradebook"
-                    )
-                else:
-                    penalty = sub.late_submission_penalty or 0.0
-                    line.update(
-                        timestamp=sub.timestamp,
-                        last_name=sub.student.last_name or "",
-                        first_name=sub.student.first_name or "",
-                        email=sub.student.email or "",
-                        raw_score=sub.score,
-                        late_submission_penalty=penalty,
-                        score=max(0.0, sub.score - penalty),
-                        max_score=sub.max_score,
-                    )
-            writer.writerow(line)
+                    line.update(_gradebook_columns(gb, assignment, student))
+                except Exception as exc:  # one learner's row, never the others'
+                    line.update(status="not graded", reason=_unreadable(exc))
+            writer.writerow([line[c] for c in GRADE_COLUMNS])
+
+
+def _gradebook_columns(gb, assignment: str, student: str) -> dict:
+    sub = gb.find_submission(assignment, student)
+    penalty = sub.late_submission_penalty or 0.0
+    return dict(
+        timestamp=sub.timestamp or "",
+        last_name=sub.student.last_name or "",
+        first_name=sub.student.first_name or "",
+        email=sub.student.email or "",
+        raw_score=sub.score,
+        late_submission_penalty=penalty,
+        score=max(0.0, sub.score - penalty),
+        max_score=sub.max_score,
+    )
+
+
+def _unreadable(exc: Exception) -> str:
+    from nbgrader.api import MissingEntry
+
+    if isinstance(exc, MissingEntry):
+        return "missing from the gradebook"
+    return f"its gradebook row could not be read ({type(exc).__name__}: {exc})"
+
+
+class _writer:
+    """A csv writer whose every text cell is data to a spreadsheet (no formulas)."""
+
+    def __init__(self, f):
+        self._csv = csv.writer(f)
+
+    def writerow(self, values) -> None:
+        self._csv.writerow([csv_cell(v) for v in values])
 
 
 def write_cells(path: Path, table: dict) -> None:
     ids = sorted({g for row in table.values() for g in row["cells"]})
     with open(path, "w", newline="") as f:
-        writer = csv.writer(f)
+        writer = _writer(f)
         writer.writerow(["student", *ids, "total", "max", "status"])
         for student, row in sorted(table.items()):
             graded = row["status"] == "graded"
@@ -121,7 +151,7 @@ def write_cells(path: Path, table: dict) -> None:
 
 def write_pitfalls(out: Path, counts: Counter, learners: int) -> None:
     with open(out / "pitfalls.csv", "w", newline="") as f:
-        writer = csv.writer(f)
+        writer = _writer(f)
         writer.writerow(["test_cell", "mistake", "learners", "of_graded"])
         for (cell, name), count in sorted(counts.items(), key=lambda kv: -kv[1]):
             writer.writerow([cell, name, count, learners])
@@ -139,9 +169,11 @@ def _plot(path: Path, counts: Counter, learners: int) -> None:
     use_book_style()
     items = sorted(counts.items(), key=lambda kv: kv[1])[-20:]
     fig, ax = plt.subplots(figsize=(COLUMN_INCHES, 1.2 + 0.35 * max(len(items), 1)))
-    labels = [f"{name}  ({cell})" for (cell, name), _ in items]
+    # A named mistake is read from a diagnosis, which may quote a learner's own
+    # message: a label is plain text ($ is a dollar sign, not the start of TeX).
+    labels = [f"{plain_label(name)}  ({cell})" for (cell, name), _ in items]
     ax.barh(range(len(items)), [c for _, c in items], color="#4477aa")
-    ax.set_yticks(range(len(items)), labels)
+    ax.set_yticks(range(len(items)), labels, parse_math=False)
     ax.set_xlabel(f"learners who lost the cell's points (of {learners} graded)")
     ax.set_xlim(0, max(learners, 1))
     if not items:
@@ -153,9 +185,26 @@ def _plot(path: Path, counts: Counter, learners: int) -> None:
     plt.close(fig)
 
 
-def write_reports(out: Path, assignment: str, table: dict, db_url: str) -> None:
-    write_grades(out / "grades.csv", assignment, table, db_url)
-    write_cells(out / "cells.csv", table)
+def write_reports(out: Path, assignment: str, table: dict, db_url: str) -> list[str]:
+    """Write every table and the plot; returns what could not be written, and why
+    (each one is tried whatever happened to the others)."""
     graded = sum(row["status"] == "graded" for row in table.values())
-    write_pitfalls(out, pitfall_counts(table), graded)
-    (out / "results.json").write_text(json.dumps(table, indent=1, sort_keys=True))
+    steps = {
+        "grades.csv": lambda: write_grades(
+            out / "grades.csv", assignment, table, db_url
+        ),
+        "cells.csv": lambda: write_cells(out / "cells.csv", table),
+        "pitfalls.csv and pitfalls.png": lambda: write_pitfalls(
+            out, pitfall_counts(table), graded
+        ),
+        "results.json": lambda: (out / "results.json").write_text(
+            json.dumps(table, indent=1, sort_keys=True)
+        ),
+    }
+    problems = []
+    for name, step in steps.items():
+        try:
+            step()
+        except Exception as exc:
+            problems.append(f"{name} not written: {type(exc).__name__}: {exc}")
+    return problems

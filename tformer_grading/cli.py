@@ -24,6 +24,7 @@ from pathlib import Path
 
 from .classgrade import grade_class
 from .course import GradeError
+from .learner_text import printable
 from .selfgrade import grade_notebook, report
 
 PROG = "python -m tformer_grading"
@@ -57,7 +58,9 @@ def _parser() -> argparse.ArgumentParser:
     add(
         "--submissions",
         type=Path,
-        help="instructor: folder of <student>/[<assignment>/]exercise.ipynb",
+        help="instructor: a folder of <student>/[<assignment>/]exercise.ipynb, "
+        "nbgrader's submitted/ or exchange inbound folder, an LMS download, or a zip "
+        "of one (only read, never written)",
     )
     add(
         "--out",
@@ -124,11 +127,12 @@ def _grade_class(args) -> int:
     if args.json:
         print(json.dumps(table, indent=1))
     else:
-        for student, row in sorted(table.items()):
+        for row in table.values():
+            who = printable(row["submitted_as"])
             if row["status"] == "graded":
-                print(f"{student:<24} {row['score']:g} / {row['max_score']:g}")
+                print(f"{who:<24} {row['score']:g} / {row['max_score']:g}")
             else:
-                print(f"{student:<24} NOT GRADED: {row['reason']}")
+                print(f"{who:<24} NOT GRADED: {printable(row['reason'])}")
         print(
             f"{len(table) - len(not_graded)} graded, {len(not_graded)} not graded. "
             f"grades: {out / 'grades.csv'}, per cell: {out / 'cells.csv'}, "
@@ -200,7 +204,8 @@ def main(argv: list[str] | None = None) -> int:
         Exception
     ) as exc:  # never a raw traceback: say what failed, and where to report
         print(
-            f"error: the grader failed ({type(exc).__name__}: {exc}). This is a bug in "
+            f"error: the grader failed ({type(exc).__name__}: {printable(str(exc))}). "
+            "This is a bug in "
             "the course's grader, not in your notebook: please report it.",
             file=sys.stderr,
         )

@@ -127,6 +127,17 @@ def read_scores(
         }
 
 
+def forget_submission(db_url: str, assignment: str, student: str) -> None:
+    """No grades for a submission that was not graded (not a zero: no row at all)."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    with Gradebook(db_url) as gb:
+        try:
+            gb.remove_submission(assignment, student)
+        except MissingEntry:
+            pass
+
+
 def diagnoses(autograded: Path) -> dict[str, str]:
     """grade_id -> why the cell lost its points, read from the autograded notebook's
     outputs."""

@@ -99,17 +99,20 @@ def test_gradebook_is_consistent(graded):
 
 
 def test_running_autograde_again_changes_nothing(graded):
-    course, _, table, _ = graded
+    """nbgrader itself, pointed at the copies the class command graded
+    (``<out>/submitted``), finds them graded, and regrades one to the same scores."""
+    course, out, table, _ = graded
+    copies = f"--CourseDirectory.submitted_directory={out / 'submitted'}"
     before = (course / "gradebook.db").read_bytes()
-    nbgrader(
-        course, "autograde", CHAPTER
-    )  # already graded: nbgrader skips, the gradebook is untouched
+    # already graded: nbgrader skips, the gradebook is untouched
+    nbgrader(course, "autograde", CHAPTER, copies)
     assert (course / "gradebook.db").read_bytes() == before
     # Forced regrading of one learner gives the same scores.
     nbgrader(
         course,
         "autograde",
         CHAPTER,
+        copies,
         "--force",
         "--student=scale_d_model",
         f"--Execute.timeout={TIMEOUT}",
