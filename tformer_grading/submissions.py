@@ -215,7 +215,16 @@ def _from_zip(name: bytes, archive: Path, assignment: str, scratch: Path) -> Han
         folder = unzip(archive, scratch / student_id(name), MAX_LEARNER_ZIP)
     except NotAZip as exc:
         return HandIn(name, problem=f"{os.fsdecode(archive.name)}: {exc}")
-    return _from_folder(name, _single_top_folder(folder, assignment), assignment)
+    while not _holds_a_hand_in(folder, assignment):
+        inside = [p for p in folder.iterdir() if p.is_dir()]
+        if len(inside) != 1:
+            break
+        folder = inside[0]  # the zip was made of the learner's folder
+    return _from_folder(name, folder, assignment)
+
+
+def _holds_a_hand_in(folder: Path, assignment: str) -> bool:
+    return (folder / f"{NOTEBOOK}.ipynb").exists() or (folder / assignment).is_dir()
 
 
 def _single_top_folder(top: Path, assignment: str) -> Path:
@@ -225,9 +234,7 @@ def _single_top_folder(top: Path, assignment: str) -> Path:
     if len(entries) != 1 or not entries[0].is_dir():
         return top
     inner = entries[0]
-    if (inner / f"{NOTEBOOK}.ipynb").exists() or (inner / assignment).is_dir():
-        return top  # that folder is a learner's
-    return inner
+    return top if _holds_a_hand_in(inner, assignment) else inner
 
 
 class NotAZip(Exception):
@@ -275,8 +282,8 @@ def unzip(archive: Path, dest: Path, max_bytes: int) -> Path:
 
 
 def _member_path(info: zipfile.ZipInfo, dest: Path) -> Path | None:
-    mode = info.external_attr >> 16
-    if info.is_dir() or (mode and not stat.S_ISREG(mode)):
+    kind = stat.S_IFMT(info.external_attr >> 16)  # 0 when the zip records none
+    if info.is_dir() or kind not in (0, stat.S_IFREG):
         return None  # folders are made as needed; links and devices never
     parts = PurePosixPath(info.filename.replace("\\", "/")).parts
     if not parts or parts[0] in ("/", "__MACOSX"):

