@@ -181,7 +181,7 @@ def _plot(path: Path, counts: Counter, learners: int) -> None:
             0.5, 0.5, "no test cell lost points", ha="center", transform=ax.transAxes
         )
     fig.tight_layout()
-    fig.savefig(path)
+    fig.savefig(path, bbox_inches="tight")  # long labels stay whole
     plt.close(fig)
 
 

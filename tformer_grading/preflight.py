@@ -12,7 +12,9 @@ repaired is repaired and said in :attr:`Submission.notes`:
   cell claiming a grade_id the assignment does not have are graded as ordinary
   cells: they still run, but carry no points;
 - the kernel is the assignment's (a notebook cannot name another one), and saved
-  outputs are dropped.
+  outputs are dropped;
+- text that is no Unicode character (a lone surrogate, valid JSON that no editor
+  writes) becomes ``?``.
 """
 
 from __future__ import annotations
@@ -181,6 +183,22 @@ def sanitize(nb: dict, source_nb: dict, max_cells: int = MAX_CELLS) -> Submissio
         if key in source_nb.get("metadata", {}):
             metadata[key] = source_nb["metadata"][key]
     out.notebook.update(metadata=metadata, nbformat=4, nbformat_minor=4)
+    return _unicode_only(out)
+
+
+def _unicode_only(out: Submission) -> Submission:
+    """A lone surrogate (``"\\udce9"`` in the JSON) is valid JSON but no character:
+    nbgrader cannot save it, and the copy to grade could not be written. It becomes
+    ``?``, and the notes say so."""
+    text = json.dumps(out.notebook, ensure_ascii=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        out.notebook = json.loads(text.encode("utf-8", "replace").decode("utf-8"))
+        out.notes.append(
+            "text that is no Unicode character (a lone surrogate, which Jupyter "
+            "cannot save) was replaced by '?'"
+        )
     return out
 
 

@@ -205,3 +205,94 @@ def test_lateness_is_judged_by_the_time_handed_in(late_course, tmp_path):
     assert rows["tardy"]["timestamp"].startswith("2026-12-02 09:00:00")
     assert rows["early"]["time_from"] == rows["tardy"]["time_from"] == "timestamp.txt"
     assert rows["file_late"]["time_from"] == "file time"
+
+
+# A learner whose own exception messages and markdown would be markup elsewhere:
+# TeX to matplotlib, a formula to a spreadsheet, a script to a browser.
+MARKUP_SPLIT = """
+def split_heads(x, n_heads):
+    raise ValueError("the pitfall '$\\\\frac{$' \\x1b[2J")
+"""
+MARKUP_MERGE = """
+def merge_heads(x):
+    raise ValueError("the pitfall '=HYPERLINK(\\"http://x\\")'")
+"""
+SCRIPT = "Done! <script>alert('xss')</script><img src=x onerror=alert(2)>"
+# Folder names Linux allows; each holds a right notebook.
+ODD = [b"jos\xe9", b"new\nline", b"--rf", "two words 😀".encode(), b"=cmd\x1b[2J"]
+HONEST = [b"aa_first", b"zz_last"]
+
+
+def _odd_class(course: Path, tmp: Path) -> Path:
+    collected, nb = tmp / "collected", right(course)
+    for name in HONEST + ODD:
+        put(Path(os.fsdecode(os.fsencode(collected) + b"/" + name)) / "exercise.ipynb",
+            nb)  # fmt: skip
+    (collected / "link_inside").symlink_to("aa_first")
+    put(tmp / "elsewhere" / "exercise.ipynb", nb)
+    (collected / "link_outside").symlink_to(tmp / "elsewhere")
+    markup = filled(
+        released(course, CHAPTER),
+        {**solution_sources(CHAPTER), "split_heads": MARKUP_SPLIT,
+         "merge_heads": MARKUP_MERGE},
+    )  # fmt: skip
+    markup.cells.insert(1, nbformat.v4.new_markdown_cell(SCRIPT))
+    put(collected / "markup" / "exercise.ipynb", nbformat.writes(markup).encode())
+    return collected
+
+
+@pytest.fixture(scope="module")
+def odd_class(course, tmp_path_factory):
+    """The class graded twice, into two output folders, with its two command runs."""
+    tmp = tmp_path_factory.mktemp("odd")
+    collected = _odd_class(course, tmp)
+    runs = []
+    for k in (1, 2):
+        proc = class_command(course, collected, tmp / f"out{k}", "--jobs", "2")
+        runs.append((proc, tmp / f"out{k}", read_scores(course, CHAPTER)))
+    return runs
+
+
+def test_any_folder_name_is_graded_under_a_safe_id(odd_class):
+    proc, out, _ = odd_class[0]
+    # 1: link_outside is not graded; every other learner is.
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = grades(out)
+    for name in HONEST + ODD + [b"link_inside"]:
+        row = rows[student_id(name)]
+        assert (row["status"], row["raw_score"]) == ("graded", "12.0"), name
+        assert row["submitted_as"].lstrip("'") == shown(name), name
+    outside = rows["link_outside"]
+    assert outside["status"] == "not graded" and outside["raw_score"] == ""
+    assert "outside the submissions folder, not followed" in outside["reason"]
+
+
+def test_grading_the_class_again_gives_the_same_gradebook(odd_class):
+    (first, out1, scores1), (second, out2, scores2) = odd_class
+    assert second.returncode == first.returncode == 1
+    assert scores2 == scores1
+    assert (out2 / "grades.csv").read_text() == (out1 / "grades.csv").read_text()
+
+
+def test_learner_text_is_data_in_every_report(odd_class):
+    proc, out, _ = odd_class[0]
+    rows = grades(out)
+    assert rows["markup"]["status"] == "graded"
+    assert float(rows["markup"]["raw_score"]) < 12
+    # The plot is drawn although a named mistake reads as TeX.
+    assert (out / "pitfalls.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with open(out / "pitfalls.csv", newline="") as f:
+        mistakes = {row["mistake"] for row in csv.DictReader(f)}
+    assert "$\\frac{$" in mistakes
+    assert '\'=HYPERLINK("http://x")' in mistakes  # a spreadsheet shows it as text
+    # grades.csv: the name "=cmd..." as text, not as a formula
+    assert rows[student_id(b"=cmd\x1b[2J")]["submitted_as"] == "'=cmd\\x1b[2J"
+    # The terminal: no escape sequence, no name broken over two lines.
+    said = proc.stdout + proc.stderr
+    assert "\x1b" not in said
+    assert "new\\nline" in said and "jos\\xe9" in said
+    # The feedback page shows the learner's markdown; nothing of it runs.
+    page = (out / "feedback" / "markup" / "exercise.html").read_text()
+    assert "Done!" in page
+    assert "<script>alert" not in page and "onerror" not in page
+    json.loads((out / "results.json").read_text())

@@ -44,3 +44,18 @@ def test_counts_cover_graded_learners_who_lost_the_cell_only():
         "c": {"status": "not graded", "cells": {}, "diagnoses": {"t": why}},
     }
     assert report.pitfall_counts(table) == Counter({("t", "p"): 1})
+
+
+def test_a_mistake_that_reads_as_tex_or_a_formula_is_written_as_text(tmp_path):
+    """Bug (issue 31): a learner's exception text with ``$\\frac{$`` became a plot
+    label, matplotlib parsed it as TeX and the class command exited 3. Guard: labels
+    are plain text, CSV cells that a spreadsheet would run are quoted."""
+    counts = Counter({("test_a", "$\\frac{$"): 1, ("test_b", "=HYPERLINK(1)"): 2})
+    report.write_pitfalls(tmp_path, counts, learners=3)
+    assert (tmp_path / "pitfalls.png").read_bytes()[:4] == b"\x89PNG"
+    rows = (tmp_path / "pitfalls.csv").read_text().splitlines()
+    assert rows == [
+        "test_cell,mistake,learners,of_graded",
+        "test_b,'=HYPERLINK(1),2,3",
+        "test_a,$\\frac{$,1,3",
+    ]

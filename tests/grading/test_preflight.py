@@ -120,3 +120,18 @@ def test_the_instructors_page_states_the_limits_the_code_sets():
         f"per notebook ({config.GuardedExecute.notebook_timeout} s)",
     ]
     assert [s for s in stated if s not in page] == []
+
+
+def test_a_lone_surrogate_becomes_a_question_mark_with_a_note(tmp_path):
+    """Bug: a markdown cell holding ``"\\udce9"`` (valid JSON, no character) made
+    the class command fail to write the copy it grades. Guard: it is replaced."""
+    nb = copy.deepcopy(RELEASED)
+    nb["cells"].insert(1, {"cell_type": "markdown", "metadata": {},
+                           "source": "caf\udce9"})  # fmt: skip
+    out = sanitize(parse(json.dumps(nb).encode()), SOURCE)
+    assert out.notebook["cells"][1]["source"] == "caf?"
+    assert out.notes == [
+        "text that is no Unicode character (a lone surrogate, which Jupyter cannot "
+        "save) was replaced by '?'"
+    ]
+    json.dumps(out.notebook, ensure_ascii=False).encode("utf-8")
