@@ -8,8 +8,9 @@
 - ``preflight``: reads a submitted notebook before any kernel starts (refuses what cannot
   be graded, puts back the assignment's nbgrader metadata).
 - ``cli`` (``python -m tformer_grading``): learner self-grading (``selfgrade``,
-  ``autograde_one``) and class grading (``classgrade``, its workers ``classworker``,
-  its tables and plot ``classreport``).
+  ``autograde_one``) and class grading (``classgrade``; the hand-ins it finds in any
+  layout, ``submissions``; its workers ``classworker``; its tables and plot
+  ``classreport``; learner text made safe to show, ``learner_text``).
 
 This package imports ``tformer_ref``; ``tformer_ref`` never imports it.
 """

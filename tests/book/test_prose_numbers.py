@@ -54,6 +54,11 @@ ALLOWED = [
     ),
     (
         "book/instructors.md",
+        "at most 2 GB for a class and 100 MB for one learner",
+        "submissions.py's limits (checked by tests/grading/test_submissions.py)",
+    ),
+    (
+        "book/instructors.md",
         "an error message of 20 MB",
         "the size of an attack, not a result",
     ),

@@ -18,7 +18,13 @@ from pathlib import Path
 import pytest
 
 from tformer_grading.course import GradeError
-from tformer_grading.submissions import MAX_ZIP_MEMBERS, find, unzip
+from tformer_grading.submissions import (
+    MAX_CLASS_ZIP,
+    MAX_LEARNER_ZIP,
+    MAX_ZIP_MEMBERS,
+    find,
+    unzip,
+)
 
 A = "ch01_shapes"
 NB = b'{"cells": [], "nbformat": 4, "metadata": {}}'
@@ -239,3 +245,12 @@ def test_a_path_that_is_neither_folder_nor_zip_is_a_clear_error(tmp_path):
     (tmp_path / "notes.txt").write_text("hello")
     with pytest.raises(GradeError, match="is not a folder of submissions nor a zip"):
         find(tmp_path / "notes.txt", A, tmp_path / "scratch")
+
+
+def test_the_instructors_page_states_the_limits_the_code_sets():
+    page = (Path(__file__).parents[2] / "book" / "instructors.md").read_text()
+    page = " ".join(page.split())
+    assert (
+        f"at most {MAX_CLASS_ZIP >> 30} GB for a class and {MAX_LEARNER_ZIP >> 20} MB "
+        "for one learner" in page
+    )
