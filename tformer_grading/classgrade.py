@@ -247,8 +247,10 @@ def grade_class(
             f"assignments here: {', '.join(chapters(course)) or 'none'}"
         )
     if not submissions.exists():
-        raise GradeError(f"{submissions} does not exist: expected a folder of "
-                         "submissions or a zip of them")  # fmt: skip
+        raise GradeError(
+            f"{submissions} does not exist: expected a folder of "
+            "submissions or a zip of them"
+        )
     k, n = shard
     if not 1 <= k <= n:
         raise GradeError(f"--shard {k}/{n}: expected k/n with 1 <= k <= n")

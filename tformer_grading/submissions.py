@@ -256,8 +256,10 @@ def unzip(archive: Path, dest: Path, max_bytes: int) -> Path:
         with zipfile.ZipFile(archive) as zf:
             members = zf.infolist()
             if len(members) > MAX_ZIP_MEMBERS:
-                raise NotAZip(f"it has {len(members):,} members; at most "
-                              f"{MAX_ZIP_MEMBERS:,} are read")  # fmt: skip
+                raise NotAZip(
+                    f"it has {len(members):,} members; at most "
+                    f"{MAX_ZIP_MEMBERS:,} are read"
+                )
             total = 0
             for info in members:
                 target = _member_path(info, dest)
@@ -267,8 +269,9 @@ def unzip(archive: Path, dest: Path, max_bytes: int) -> Path:
                     data = src.read(MAX_BYTES + 1)
                 total += len(data)
                 if total > max_bytes:
-                    raise NotAZip(f"its notebooks unpack to more than "
-                                  f"{max_bytes >> 20:,} MB")  # fmt: skip
+                    raise NotAZip(
+                        f"its notebooks unpack to more than {max_bytes >> 20:,} MB"
+                    )
                 try:
                     target.parent.mkdir(parents=True, exist_ok=True)
                     target.write_bytes(data)

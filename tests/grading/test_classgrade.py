@@ -79,8 +79,11 @@ def fingerprint(path: Path) -> dict:
     for entry in sorted(path.rglob("*")):
         info = entry.lstat()
         body = entry.read_bytes() if entry.is_file() and not entry.is_symlink() else b""
-        out[str(entry)] = (hashlib.sha256(body).hexdigest(), info.st_mode,
-                           info.st_mtime_ns)  # fmt: skip
+        out[str(entry)] = (
+            hashlib.sha256(body).hexdigest(),
+            info.st_mode,
+            info.st_mtime_ns,
+        )
     return out
 
 
@@ -91,8 +94,11 @@ def grades(out: Path) -> dict[str, dict]:
 
 # Each layout: (the --submissions path, built under tmp) -> {learner id: raw score}.
 def nbgrader_submitted(course, tmp):
-    put(course / "submitted" / "sub_ann" / CHAPTER / "exercise.ipynb", right(course),
-        when=ON_TIME)  # fmt: skip
+    put(
+        course / "submitted" / "sub_ann" / CHAPTER / "exercise.ipynb",
+        right(course),
+        when=ON_TIME,
+    )
     return course / "submitted", {"sub_ann": 12.0}
 
 
@@ -175,8 +181,9 @@ def late_course(tmp_path_factory) -> Path:
     """A course with a due date and nbgrader's late penalty: a late hand-in gets 0."""
     _needs_sandbox()
     course = make_course(tmp_path_factory.mktemp("late"), CHAPTER)
-    nbgrader(course, "db", "assignment", "add", CHAPTER,
-             "--duedate=2026-11-30 00:00:00 UTC")  # fmt: skip
+    nbgrader(
+        course, "db", "assignment", "add", CHAPTER, "--duedate=2026-11-30 00:00:00 UTC"
+    )
     with open(course / "nbgrader_config.py", "a") as f:
         f.write('\nc.LateSubmissionPlugin.penalty_method = "zero"\n')
     return course
@@ -226,16 +233,21 @@ HONEST = [b"aa_first", b"zz_last"]
 def _odd_class(course: Path, tmp: Path) -> Path:
     collected, nb = tmp / "collected", right(course)
     for name in HONEST + ODD:
-        put(Path(os.fsdecode(os.fsencode(collected) + b"/" + name)) / "exercise.ipynb",
-            nb)  # fmt: skip
+        put(
+            Path(os.fsdecode(os.fsencode(collected) + b"/" + name)) / "exercise.ipynb",
+            nb,
+        )
     (collected / "link_inside").symlink_to("aa_first")
     put(tmp / "elsewhere" / "exercise.ipynb", nb)
     (collected / "link_outside").symlink_to(tmp / "elsewhere")
     markup = filled(
         released(course, CHAPTER),
-        {**solution_sources(CHAPTER), "split_heads": MARKUP_SPLIT,
-         "merge_heads": MARKUP_MERGE},
-    )  # fmt: skip
+        {
+            **solution_sources(CHAPTER),
+            "split_heads": MARKUP_SPLIT,
+            "merge_heads": MARKUP_MERGE,
+        },
+    )
     markup.cells.insert(1, nbformat.v4.new_markdown_cell(SCRIPT))
     put(collected / "markup" / "exercise.ipynb", nbformat.writes(markup).encode())
     return collected

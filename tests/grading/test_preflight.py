@@ -126,8 +126,9 @@ def test_a_lone_surrogate_becomes_a_question_mark_with_a_note(tmp_path):
     """Bug: a markdown cell holding ``"\\udce9"`` (valid JSON, no character) made
     the class command fail to write the copy it grades. Guard: it is replaced."""
     nb = copy.deepcopy(RELEASED)
-    nb["cells"].insert(1, {"cell_type": "markdown", "metadata": {},
-                           "source": "caf\udce9"})  # fmt: skip
+    nb["cells"].insert(
+        1, {"cell_type": "markdown", "metadata": {}, "source": "caf\udce9"}
+    )
     out = sanitize(parse(json.dumps(nb).encode()), SOURCE)
     assert out.notebook["cells"][1]["source"] == "caf?"
     assert out.notes == [

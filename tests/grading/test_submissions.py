@@ -119,8 +119,9 @@ def test_an_lms_download_of_files_and_of_folders(tmp_path):
     }
     moodle = got[b"Ann Lee_77_assignsubmission_file_"]
     assert moodle.notebook.name == "ann_exercise.ipynb"
-    assert moodle.notes == ["graded ann_exercise.ipynb (the submission has no "
-                            "exercise.ipynb)"]  # fmt: skip
+    assert moodle.notes == [
+        "graded ann_exercise.ipynb (the submission has no exercise.ipynb)"
+    ]
 
 
 def zipped(path: Path, members: dict[str, bytes], when=(2026, 11, 29, 11, 0, 0)):
