@@ -31,9 +31,14 @@ class CellDone:
     failed: bool
     unanswered: bool
     seconds: float
+    #: Only the comments of a hidden test are left in a copy without solutions/: the
+    #: cell "passes" whatever the answer, so its line must not say so.
+    hidden: bool = False
 
     def line(self) -> str:
-        if self.unanswered:
+        if self.hidden:
+            verdict = "hidden test, not run here"
+        elif self.unanswered:
             verdict = "not answered yet"
         else:
             verdict = "fails" if self.failed else "passes"

@@ -19,7 +19,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .course import (
@@ -195,6 +195,13 @@ def _autograde(
     return proc.wait(), "".join(log), done, scores
 
 
+def _marking(on_cell, hidden_only: set[str]):
+    """``on_cell``, told which cells are hidden tests that did not run here."""
+    if on_cell is None or not hidden_only:
+        return on_cell
+    return lambda cell: on_cell(replace(cell, hidden=cell.grade_id in hidden_only))
+
+
 def grade_notebook(
     notebook: Path,
     *,
@@ -237,7 +244,7 @@ def grade_notebook(
         write(repaired, handed_in / f"{NOTEBOOK}.ipynb")
         mode = "off" if unsandboxed else "required"
         status, log, done, scores = _autograde(
-            course, root, chapter, timeout, mode, on_cell
+            course, root, chapter, timeout, mode, _marking(on_cell, hidden_only)
         )
         autograded = course / "autograded" / STUDENT / chapter / f"{NOTEBOOK}.ipynb"
         if status != 0 or not autograded.is_file() or STUDENT not in scores:

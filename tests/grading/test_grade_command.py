@@ -270,3 +270,17 @@ def test_a_broken_notebook_is_a_clear_error_before_any_kernel(
     assert "Traceback" not in proc.stderr + proc.stdout
     said = proc.stdout.splitlines()[-1]
     assert said == "processes started: 0; heavy modules:", proc.stdout
+
+
+@pytest.mark.slow
+def test_a_hidden_test_that_did_not_run_is_not_said_to_pass(tmp_path):
+    """Bug (issue 29, reader review 2026-12-05 §10): without solutions/, the progress
+    line said "graded test_mha_written_by_hand: passes" and the summary "hidden test,
+    not run here". Cause: only the comments of a hidden test are left, so the cell runs
+    clean. Guard: the progress line says what the summary says."""
+    course, mine = _course_copy(tmp_path, with_solutions=False)
+    seen = []
+    selfgrade.grade_notebook(mine, on_cell=seen.append, sandbox=False)
+    lines = {cell.grade_id: cell.line() for cell in seen}
+    assert "hidden test, not run here" in lines["test_mha_written_by_hand"]
+    assert "graded test_split_heads: passes" in lines["test_split_heads"]
