@@ -36,6 +36,15 @@ def missing(what: str, reason: str) -> None:
     pytest.skip(reason)
 
 
+def needs_sandbox() -> None:
+    """Skip (or fail, where required) when the grading sandbox cannot start here: the
+    class command refuses to grade without it."""
+    from tformer_grading.sandbox import availability
+
+    if problem := availability():
+        missing("sandbox", f"the grading sandbox cannot start here: {problem}")
+
+
 def nbgrader(
     course: Path, *args: str, timeout: float = 600
 ) -> subprocess.CompletedProcess:
@@ -55,15 +64,22 @@ def nbgrader(
     return proc
 
 
-def make_course(tmp: Path, chapter: str) -> Path:
-    """A fresh course folder holding ``chapter``'s source notebook, with the assignment
-    released."""
+def course_folder(tmp: Path, chapter: str) -> Path:
+    """A fresh course folder holding the course's config and ``chapter``'s source
+    notebook, nothing generated yet."""
     course = tmp / "course"
     (course / "solutions" / chapter).mkdir(parents=True)
     shutil.copy(ROOT / "nbgrader_config.py", course)
     shutil.copy(
         ROOT / "solutions" / chapter / "exercise.ipynb", course / "solutions" / chapter
     )
+    return course
+
+
+def make_course(tmp: Path, chapter: str) -> Path:
+    """A fresh course folder holding ``chapter``'s source notebook, with the assignment
+    released."""
+    course = course_folder(tmp, chapter)
     nbgrader(course, "db", "assignment", "add", chapter)
     nbgrader(course, "generate_assignment", chapter, "--force")
     return course

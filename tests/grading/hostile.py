@@ -28,7 +28,7 @@ from typing import NamedTuple
 import nbformat
 
 import attacks
-from course import ROOT, filled, make_course, missing, released, solution_sources
+from course import ROOT, filled, make_course, needs_sandbox, released, solution_sources
 from learners import MERGE_NO_TRANSPOSE, mha
 
 CHAPTER = "ch01_shapes"
@@ -470,10 +470,7 @@ def graded_class() -> tuple[Path, Path, dict, float]:
 
     Returns (course, output folder, the command's JSON table, seconds). Skips, saying
     why, where the sandbox cannot start (the class command refuses to grade then)."""
-    from tformer_grading.sandbox import availability
-
-    if problem := availability():
-        missing("sandbox", f"the grading sandbox cannot start here: {problem}")
+    needs_sandbox()
     tmp = Path(tempfile.mkdtemp(prefix="tformer-class-"))
     course = make_course(tmp, CHAPTER)
     student_nb = released(course, CHAPTER)

@@ -24,15 +24,20 @@ import csv
 import hashlib
 import json
 import os
-import shutil
-import subprocess
 import zipfile
 from pathlib import Path
 
 import nbformat
 import pytest
 
-from course import filled, make_course, missing, nbgrader, released, solution_sources
+from course import (
+    filled,
+    make_course,
+    nbgrader,
+    needs_sandbox,
+    released,
+    solution_sources,
+)
 from hostile import CHAPTER, class_command
 from tformer_grading.course import read_scores
 from tformer_grading.learner_text import shown, student_id
@@ -42,16 +47,9 @@ ON_TIME = "2026-11-29 10:00:00.000000 UTC"  # the due date below is 2026-11-30
 LATE = "2026-12-02 09:00:00.000000 UTC"
 
 
-def _needs_sandbox() -> None:
-    from tformer_grading.sandbox import availability
-
-    if problem := availability():
-        missing("sandbox", f"the grading sandbox cannot start here: {problem}")
-
-
 @pytest.fixture(scope="module")
 def course(tmp_path_factory) -> Path:
-    _needs_sandbox()
+    needs_sandbox()
     return make_course(tmp_path_factory.mktemp("classgrade"), CHAPTER)
 
 
@@ -179,7 +177,7 @@ def test_a_submissions_folder_the_command_writes_into_is_refused(course, tmp_pat
 @pytest.fixture(scope="module")
 def late_course(tmp_path_factory) -> Path:
     """A course with a due date and nbgrader's late penalty: a late hand-in gets 0."""
-    _needs_sandbox()
+    needs_sandbox()
     course = make_course(tmp_path_factory.mktemp("late"), CHAPTER)
     nbgrader(
         course, "db", "assignment", "add", CHAPTER, "--duedate=2026-11-30 00:00:00 UTC"

@@ -19,7 +19,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course import ROOT, filled, missing, solution_sources
+from course import ROOT, course_folder, filled, needs_sandbox, solution_sources
 
 pytestmark = pytest.mark.slow
 
@@ -52,23 +52,15 @@ def run(script: str, cwd: Path, env: dict) -> str:
 
 
 def test_the_cycle_runs_as_the_page_gives_it(tmp_path):
-    from tformer_grading.sandbox import availability
-
-    if problem := availability():
-        missing("sandbox", f"the grading sandbox cannot start here: {problem}")
-    course, learner, exchange, config = (
-        tmp_path / d for d in ("course", "learner", "exchange", "config")
+    needs_sandbox()
+    course = course_folder(tmp_path, CHAPTER)
+    learner, exchange, config = (
+        tmp_path / d for d in ("learner", "exchange", "config")
     )
-    for folder in (course / "solutions", learner, exchange, config):
-        folder.mkdir(parents=True)
+    for folder in (learner, exchange, config):
+        folder.mkdir()
     exchange.chmod(0o777)
     (config / "nbgrader_config.py").write_text(f"c.Exchange.root = {str(exchange)!r}\n")
-    (course / "nbgrader_config.py").write_bytes(
-        (ROOT / "nbgrader_config.py").read_bytes()
-    )
-    source = ROOT / "solutions" / CHAPTER / "exercise.ipynb"
-    (course / "solutions" / CHAPTER).mkdir()
-    (course / "solutions" / CHAPTER / "exercise.ipynb").write_bytes(source.read_bytes())
     env = {
         **os.environ,
         "JUPYTER_CONFIG_DIR": str(config),
