@@ -279,15 +279,16 @@ def report(result: Result, notebook: Path) -> str:
         )
     else:
         lines.append(
-            "VISIBLE CHECKS ONLY: this copy of the course has no solutions/ folder, so "
-            "the hidden tests did not run. The instructor's grade can be lower."
+            "Visible checks only: this copy of the course has no solutions/ folder, so "
+            "the hidden tests did not run. Your instructor's grade can be lower."
         )
     if result.sandboxed:
         lines.append("Graded in a sandbox (bubblewrap): no network, no other files.")
     else:
+        # The learner grades their own code: nothing to protect them from, so no alarm.
         lines.append(
-            f"UNPROTECTED: not graded in a sandbox ({result.unsandboxed}); the "
-            "notebook's code ran as you, with your files."
+            f"Not sandboxed: {result.unsandboxed}. That is fine for your own "
+            "notebook: it ran as you, as it does in JupyterLab."
         )
     lines += [f"Note: {note}" for note in result.notes]
     width = max((len(c.grade_id) for c in result.cells), default=10)
@@ -306,7 +307,12 @@ def report(result: Result, notebook: Path) -> str:
             continue
         lines.append(line)
         lines += [f"      {d}" for d in c.diagnosis.splitlines()]
-    lines.append(
-        f"Total: {result.score:g} / {result.max_score:g}   ({result.seconds:.1f} s)"
-    )
+    hidden = sum(c.max_score for c in result.cells if c.hidden)
+    total = f"Total: {result.score:g} / {result.max_score:g}"
+    if hidden:  # the exercise's headings count these points too
+        total += (
+            f" on the visible checks (the exercise's "
+            f"{result.max_score + hidden:g} points include {hidden:g} for hidden tests)"
+        )
+    lines.append(f"{total}   ({result.seconds:.1f} s)")
     return "\n".join(lines)

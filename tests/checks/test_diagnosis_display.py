@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 
 import pytest
+import torch
 
 from tformer_grading.checks import ch01
 from tformer_grading.checks.diagnosis import (
@@ -64,6 +65,32 @@ def test_an_unanswered_exercise_reads_not_answered_yet(capfd):
     assert "wrong on" not in str(failure) and "cases" not in str(failure)
     assert ANSI.sub("", failure._render_traceback_()[0]) == f"✗ {NOT_ANSWERED}"
     assert capfd.readouterr().err == ""
+
+
+def test_an_unanswered_module_reads_not_answered_yet():
+    """Bug (reader review 2026-12-05): an untouched MultiHeadAttention was graded as a
+    failed attempt, "MultiHeadAttention(16, 4) raised NotImplementedError:  at line 5".
+    Cause: the placeholder sits in the exercise's ``__init__``, and building the module
+    was not looked at as an answer at all. Guard: a check that builds the learner's
+    module says "not answered yet", as for a function."""
+
+    class MultiHeadAttention(torch.nn.Module):  # the answer cell as handed out
+        def __init__(self, d_model, n_heads):
+            super().__init__()
+            # YOUR CODE HERE
+            raise NotImplementedError()
+
+        def forward(self, query, key, value, mask=None):
+            # YOUR CODE HERE
+            raise NotImplementedError()
+
+    for check in (
+        ch01.check_multi_head_attention,
+        ch01.check_multi_head_attention_behaviour,
+    ):
+        failure = _failure(check, MultiHeadAttention)
+        assert str(failure).startswith(f"{NOT_ANSWERED}: "), str(failure)
+        assert "NotImplementedError:" not in str(failure)
 
 
 def test_a_not_implemented_op_of_torch_is_not_an_unanswered_exercise():

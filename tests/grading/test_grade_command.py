@@ -10,12 +10,13 @@ import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import nbformat
 import pytest
-
 from course import ROOT, filled, solution_sources
 from learners import MERGE_NO_TRANSPOSE, MHA_CALLS_SDPA
+
 from tformer_grading import selfgrade
 from tformer_grading.course import chapter_of, chapters
 
@@ -111,7 +112,7 @@ def test_self_grading_prints_points_total_and_diagnoses(tmp_path):
     assert proc.stderr == ""
     from tformer_grading.sandbox import availability
 
-    sandbox = "Graded in a sandbox" if availability() is None else "UNPROTECTED"
+    sandbox = "Graded in a sandbox" if availability() is None else "Not sandboxed: "
     assert sandbox in out
     # Progress: a line per graded cell, in the notebook's order, each printed as
     # nbgrader finishes the cell (not all at once at the end): the learner's sleeping
@@ -140,7 +141,7 @@ def test_without_solutions_only_visible_checks_run_and_the_report_says_so(tmp_pa
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     assert result["hidden_tests"] is False
-    assert result["sandboxed"] is False  # asked for: the report would say UNPROTECTED
+    assert result["sandboxed"] is False  # asked for: the report says "Not sandboxed"
     cells = {c["grade_id"]: c["score"] for c in result["cells"]}
     # The hidden delegation test did not run: its cell "passes" with nothing in it, so
     # it is marked hidden and its points are left out of the total.
@@ -169,7 +170,9 @@ def test_without_solutions_only_visible_checks_run_and_the_report_says_so(tmp_pa
         ),
         mine,
     )
-    assert "VISIBLE CHECKS ONLY" in text and "Total: 2 / 10" in text
+    assert "Visible checks only" in text and "Total: 2 / 10" in text
+    # The notebook's headings promise 12 points: the total says where the other 2 are.
+    assert "the exercise's 12 points include 2 for hidden tests" in text
     by_hand = next(line for line in text.splitlines() if "written_by_hand" in line)
     assert "hidden test, not run here" in by_hand
     merge = next(line for line in text.splitlines() if "test_merge_heads" in line)
@@ -284,3 +287,26 @@ def test_a_hidden_test_that_did_not_run_is_not_said_to_pass(tmp_path):
     lines = {cell.grade_id: cell.line() for cell in seen}
     assert "hidden test, not run here" in lines["test_mha_written_by_hand"]
     assert "graded test_split_heads: passes" in lines["test_split_heads"]
+
+
+def test_a_learner_without_a_sandbox_is_told_plainly_not_alarmed(monkeypatch):
+    """Bug (reader review 2026-12-05): on a Mac, or on Linux without bubblewrap, the
+    self-grade of a learner's own notebook printed "UNPROTECTED ... apt install
+    bubblewrap". Cause: the report used the class command's refusal tone for a learner
+    who has nothing to be protected from. Guard: the report says it ran unsandboxed and
+    that this is fine for one's own code; off Linux it does not suggest apt."""
+    from tformer_grading.sandbox import bwrap
+
+    bwrap.availability.cache_clear()
+    monkeypatch.setattr(bwrap.sys, "platform", "darwin")
+    try:
+        why = bwrap.availability()
+    finally:
+        bwrap.availability.cache_clear()
+    assert why == "bubblewrap, the grading sandbox, runs on Linux only"
+    result = selfgrade.Result("ch01_shapes", False, unsandboxed=why)
+    text = selfgrade.report(result, Path("exercise.ipynb"))
+    assert "Not sandboxed: bubblewrap, the grading sandbox, runs on Linux only." in text
+    assert "fine for your own notebook" in text
+    assert "UNPROTECTED" not in text and "apt" not in text
+    assert not [line for line in text.splitlines() if line[:12].isupper()]

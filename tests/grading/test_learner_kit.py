@@ -178,7 +178,7 @@ def test_kit_installs_and_self_grades_an_exercise(kit, tmp_path):
     )
     out = graded.stdout
     assert graded.returncode == 0, out
-    assert f"({CHAPTER})" in out and "VISIBLE CHECKS ONLY" in out, out
+    assert f"({CHAPTER})" in out and "Visible checks only" in out, out
     released = json.loads(mine.read_text())["cells"]
     checks = [
         c["metadata"]["nbgrader"]["grade_id"]

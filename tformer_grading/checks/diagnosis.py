@@ -219,7 +219,8 @@ class Raised:
             len(message) > 300
         ):  # a flood of text is the learner's, not the reader's, problem
             message = message[:300] + " …"
-        return f"{type(self.exc).__name__}: {message}{learner_line(self.exc)}"
+        said = f": {message}" if message else ""
+        return f"{type(self.exc).__name__}{said}{learner_line(self.exc)}"
 
 
 def fail(title: str, message: str, section: Section | None = None) -> None:

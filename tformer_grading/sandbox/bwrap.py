@@ -207,6 +207,8 @@ def private_dir(parent: Path) -> Path:
 @functools.lru_cache(maxsize=1)
 def availability() -> str | None:
     """None when a sandbox can start here, else why not (tried once per process)."""
+    if not sys.platform.startswith("linux"):
+        return "bubblewrap, the grading sandbox, runs on Linux only"
     if shutil.which("bwrap") is None:
         return f"bubblewrap (bwrap) is not installed: {INSTALL_HINT}"
     tools = ("prlimit", *(["setpriv", "unshare"] if os.geteuid() == 0 else []))
