@@ -161,12 +161,25 @@ INSTRUCTOR_PANELS = (
     ".filter(e => /Create Assignment|Validate/.test((e.title || '') + ' ' + e.innerText))"
     ".map(e => e.title || e.innerText)"
 )
-OUTPUT_TEXT = "return Array.from(document.querySelectorAll('.jp-OutputArea-output')).map(e => e.innerText).join('\\n')"
+# Whitespace folded: a diagnosis is broken into lines between words (diagnosis.WRAP).
+OUTPUT_TEXT = (
+    "return Array.from(document.querySelectorAll('.jp-OutputArea-output'))"
+    ".map(e => e.innerText).join(' ').replace(/\\s+/g, ' ')"
+)
 # The error output of the failing check, and the links in every output (resolved).
 DIAGNOSIS_OUTPUT = (
     'return Array.from(document.querySelectorAll(".jp-OutputArea-output'
     "[data-mime-type='application/vnd.jupyter.stderr']\"))"
-    ".map(e => e.innerText).join('\\n')"
+    ".map(e => e.innerText).join(' ').replace(/\\s+/g, ' ')"
+)
+# The failing check's error output: its text lines, and the rows the browser drew for
+# them (more rows than lines: the output area wrapped a line, mid-word).
+DIAGNOSIS_ROWS = (
+    'const pre = document.querySelector(".jp-OutputArea-output'
+    "[data-mime-type='application/vnd.jupyter.stderr'] pre\");"
+    "const rows = pre.getClientRects()[0].height"
+    " / parseFloat(getComputedStyle(pre).lineHeight);"
+    "return [pre.innerText.trimEnd().split('\\n').length, Math.round(rows)]"
 )
 OUTPUT_LINKS = (
     "return Array.from(document.querySelectorAll('.jp-OutputArea-output a'))"
@@ -247,6 +260,8 @@ def test_learner_runs_an_exercise_in_jupyterlab(lab, tmp_path, capsys):
         assert DIAGNOSIS in shown and "§1.9" in shown, shown
         assert "Traceback" not in shown and 'File "' not in shown, shown
         assert "tformer_grading" not in shown, shown
+        lines, rows = driver.execute_script(DIAGNOSIS_ROWS)
+        assert rows == lines, f"{lines} lines of diagnosis drawn on {rows} rows"
         links = driver.execute_script(OUTPUT_LINKS)
         # JupyterLab resolves the link to its own address for the file, anchor kept.
         assert any(

@@ -14,6 +14,7 @@ import torch
 from tformer_grading.checks import ch01
 from tformer_grading.checks.diagnosis import (
     NOT_ANSWERED,
+    WRAP,
     CheckFailure,
     Section,
     section_href,
@@ -108,3 +109,20 @@ def test_rendering_outside_a_kernel_writes_nothing(capfd):
     failure._render_traceback_()
     out = capfd.readouterr()
     assert out.err == "" and out.out == ""
+
+
+def test_diagnosis_lines_break_between_words_not_inside_them():
+    """Bug (reader review 2026-12-05): JupyterLab broke diagnoses mid-word ("Th|e
+    variance", "m|akes"). Cause: its output area wraps a long line anywhere
+    (``word-break: break-all``). Guard: the shown lines are at most WRAP columns, broken
+    at spaces, so the output area has nothing to wrap; the words are all kept."""
+    failure = CheckFailure(
+        "Scale: " + " ".join(f"word{i} makes the variance grow" for i in range(20)),
+        title="Scale",
+        section=Section("ch01_shapes", "1.9", "Scaling by the head size"),
+    )
+    lines = [ANSI.sub("", line) for line in failure._render_traceback_()]
+    assert len(lines) > 3 and all(len(line) <= WRAP for line in lines), lines
+    body = str(failure)[len("Scale: ") :]
+    assert " ".join(lines[1:]).split() == f"{body} Read {failure.section}.".split()
+    assert lines[-1].startswith("Read §1.9")

@@ -27,6 +27,7 @@ import linecache
 import os
 import sys
 import sysconfig
+import textwrap
 import traceback
 import warnings
 from dataclasses import dataclass
@@ -76,12 +77,32 @@ def diagnosis_lines(failure: CheckFailure) -> list[str]:
     title = failure.title or "Check failed"
     if failure.title and body.startswith(f"{failure.title}: "):
         body = body[len(failure.title) + 2 :]
-    lines = [f"{_RED}✗ {title}{_RESET}", *body.splitlines()]
+    lines = body.splitlines()
     if failure.section is not None:
         lines.append(f"Read {failure.section}.")
     elif _READ in text:
         lines.append("Read " + text.split(_READ, 1)[1])
-    return lines
+    return [f"{_RED}✗ {title}{_RESET}", *(w for line in lines for w in _wrapped(line))]
+
+
+#: Where a diagnosis line is broken. JupyterLab wraps a long output line anywhere,
+#: mid-word ("Th|e variance"): lines this short are never wrapped there at the
+#: notebook's usual width, and break between words. The failure's own text stays one
+#: line per paragraph (the class report reads it).
+WRAP = 88
+
+
+def _wrapped(line: str) -> list[str]:
+    if len(line) <= WRAP:
+        return [line]
+    indent = line[: len(line) - len(line.lstrip())]
+    return textwrap.wrap(
+        line,
+        WRAP,
+        subsequent_indent=indent,
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
 
 
 def section_href(section: Section) -> str:
