@@ -492,9 +492,15 @@ def test_missing_positions_are_named():
 
 
 def test_an_unshifted_target_is_named_in_the_assembly():
-    text = failure(notebook(**ALL_REFERENCE, own_model=LOSS_NOT_SHIFTED))
+    """The failure carries its finding's section, so JupyterLab links it (reader review
+    2026-12-05: the own-model failure ended in a plain "Read §6.2 ..." and no link)."""
+    with pytest.raises(CheckFailure) as info:
+        learns(notebook(**ALL_REFERENCE, own_model=LOSS_NOT_SHIFTED), steps=SHORT)
+    text = str(info.value)
     assert "- the assembly: batch_loss gives the model the whole target" in text
-    assert "§6.2" in text and "- your" not in text
+    assert "- your" not in text
+    assert info.value.section is not None and info.value.section.number == "6.2"
+    assert text.count("Read §6.2") == 1 and text.rstrip().endswith(".")
 
 
 def test_a_source_mask_left_out_is_named_in_the_assembly():

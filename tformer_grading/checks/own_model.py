@@ -24,6 +24,7 @@ import contextlib
 import functools
 import io
 import math
+import re
 import time
 from typing import Callable, Sequence
 
@@ -45,7 +46,7 @@ from ..guard.integrity import seal
 from . import ch01, ch03, ch04, ch05, ch06
 from .cases import randn
 from .diagnosis import UNEXPLAINED, CheckFailure, Raised, fail, passed, quiet, run
-from .diagnosis import single_thread, verify_integrity
+from .diagnosis import Section, single_thread, verify_integrity
 
 #: The exercise these checks grade (the pitfall index links its rows there).
 ASSIGNMENT = "ch06_own_model"
@@ -739,12 +740,27 @@ def _probe_loss(batch_loss, vocab_size, src, tgt):
     return _loss_problem(float(loss.detach()), spy(src, tgt[:, :-1]).detach(), tgt)
 
 
+def _fail_with_findings(title: str, task: str, findings: list) -> None:
+    """Fail listing every finding; the most likely one's section is the failure's own,
+    so JupyterLab shows its link (its "Read" line moves to the end, said once)."""
+    __tracebackhide__ = True
+    lead = next((section for _, section in findings if section is not None), None)
+    texts = [text for text, _ in findings]
+    if lead is not None:
+        first = next(i for i, (_, section) in enumerate(findings) if section == lead)
+        said = re.compile(rf"\n\s*Read {re.escape(str(lead))}\.")
+        texts[first] = said.sub("", texts[first], count=1)
+    listed = "\n".join(texts)
+    fail(title, f"{task}. What the probes found, most likely first:\n{listed}", lead)
+
+
 def _same_ids(a, b) -> bool:
     return isinstance(a, torch.Tensor) and a.shape == b.shape and torch.equal(a, b)
 
 
-def _piece_findings(pieces: Sequence[tuple]) -> list[str]:
-    """Each of the learner's own pieces through its chapter checks again: what fails."""
+def _piece_findings(pieces: Sequence[tuple]) -> list[tuple[str, Section | None]]:
+    """Each of the learner's own pieces through its chapter checks again: what fails,
+    and the section that explains it."""
     found = []
     for (title, names, checks, chapters), objects in zip(PIECES, pieces):
         if any(borrowed_from(obj) for obj in objects):
@@ -754,23 +770,28 @@ def _piece_findings(pieces: Sequence[tuple]) -> list[str]:
                 checks(*objects)
         except CheckFailure as exc:
             detail = str(exc).replace("\n", "\n    ")
-            found.append(
+            text = (
                 f"- your {title[4:]} piece ({', '.join(names)}) fails a check "
                 f"of {chapters}:\n    {detail}"
             )
+            found.append((text, exc.section))
     return found
 
 
-def _assembly_findings(model, batch_loss, vocab_size) -> list[str]:
+def _assembly_findings(
+    model, batch_loss, vocab_size
+) -> list[tuple[str, Section | None]]:
     src, tgt = _probe_batch(get_device())
     found = []
     for probe in MODEL_PROBES:
         seen = probe(model, src, tgt)
         if seen is not None:
-            found.append(f"- the assembled model: {seen[0]}.\n    Read {seen[1]}.")
+            found.append(
+                (f"- the assembled model: {seen[0]}.\n    Read {seen[1]}.", seen[1])
+            )
     seen = _probe_loss(batch_loss, vocab_size, src, tgt)
     if seen is not None:
-        found.append(f"- the assembly: {seen[0]}.\n    Read {seen[1]}.")
+        found.append((f"- the assembly: {seen[0]}.\n    Read {seen[1]}.", seen[1]))
     return found
 
 
@@ -858,11 +879,7 @@ def check_own_model_learns(
         )
     task = f"your model does not learn the task of §{S_TASK.number} ({how})"
     if findings:
-        fail(
-            title,
-            f"{task}. What the probes found, most likely first:\n"
-            + "\n".join(findings),
-        )
+        _fail_with_findings(title, task, findings)
     fail(
         title,
         f"{task}, yet every piece of yours passes its chapter's checks and the "
