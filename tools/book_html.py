@@ -3,9 +3,11 @@
 1. The link to the learner kit on every page. ``html.announcement`` in ``_config.yml`` holds it
    as ``href="course-kit.zip"`` (the zip tools/kit.py writes at the root of the build); the
    announcement is the same text on every page, so each page gets the path from where it is.
-2. The repository's address, ``repository: url:`` in ``_config.yml``, as the MyST substitution
-   ``{{ repository_url }}`` (a link), so the landing page shows the one setting the header's
-   repository button uses, not a second copy of it.
+2. The repository's address, ``repository: url:`` in ``_config.yml``, in two MyST
+   substitutions, ``{{ course_source }}`` (the landing page) and ``{{ course_repository }}``
+   (the instructors page): sentences with the address as a link when it is set, and when it
+   is empty (no public repository) sentences that say how the course is had, with no
+   address and no header button pointing nowhere.
 3. Each script tag once: Jupyter Book 1.0 adds some inline scripts twice (sphinx-thebe's
    ``const THEBE_JS_URL = ...``), and the second ``const`` is a JavaScript error on every page.
 4. A theme mode ("auto": the reader's system setting), without which the theme logs an error.
@@ -25,15 +27,37 @@ def _kit_link(app, pagename, templatename, context, doctree):
         )
 
 
-def _repository_substitution(app, config):
-    url = (config.html_theme_options or {}).get("repository_url")
+def course_sentences(url: str) -> dict[str, str]:
+    """The pages' sentences about the course's repository, for ``url`` (may be empty)."""
     if url:
-        shown = url.removeprefix("https://").removeprefix("http://")
-        # A new dict: the default value is shared with every Sphinx config.
-        config.myst_substitutions = {
-            **config.myst_substitutions,
-            "repository_url": f"[{shown}]({url})",
+        link = f"[{url.removeprefix('https://').removeprefix('http://')}]({url})"
+        return {
+            "course_source": f"The course's source is at {link}.",
+            "course_repository": (
+                f"The course's repository, with `solutions/`, is {link} "
+                "(`repository: url:` in `_config.yml`)."
+            ),
         }
+    return {
+        "course_source": (
+            "The kit is how the course is shared: it has no public repository."
+        ),
+        "course_repository": (
+            "The course's repository, with `solutions/`, is not public: no page of "
+            "this book and nothing in the kit contains the solutions or the hidden "
+            "tests. Ask whoever runs your course for a copy (a published course sets "
+            "`repository: url:` in `_config.yml`, and this page then shows it)."
+        ),
+    }
+
+
+def _repository_substitution(app, config):
+    options = config.html_theme_options or {}
+    url = options.get("repository_url") or ""
+    if not url:  # a header button to an address that does not exist helps nobody
+        config.html_theme_options = {**options, "use_repository_button": False}
+    # A new dict: the default value is shared with every Sphinx config.
+    config.myst_substitutions = {**config.myst_substitutions, **course_sentences(url)}
 
 
 def _dedupe_scripts(app, pagename, templatename, context, doctree):

@@ -3,8 +3,9 @@
 ``make book`` runs ``python tools/kit.py`` after the build, which writes
 ``_build/html/course-kit.zip``: the two packages (``tformer_ref``, which the lessons import, and
 ``tformer_grading``, which the exercises' check cells and the self-grade command import), the
-lessons and the student exercises from ``book/``, their figures, ``requirements.txt``,
-``pyproject.toml`` (so the requirements' ``-e .`` installs the packages),
+lessons and the student exercises from ``book/``, their figures, a learner's requirements
+(``requirements/learner.txt``, as ``requirements.txt``), ``pyproject.toml`` (so the
+requirements' ``-e .`` installs the packages),
 ``nbgrader_config.py`` (the self-grade command finds the course folder by it),
 ``tools/learner_lab.py`` and a README with the set-up commands.
 
@@ -25,12 +26,10 @@ ROOT = Path(__file__).resolve().parent.parent
 TOP = "transformers-course"
 DEFAULT_OUT = ROOT / "_build" / "html" / "course-kit.zip"
 PACKAGES = ["tformer_ref", "tformer_grading"]
-FILES = [
-    "requirements.txt",
-    "pyproject.toml",
-    "nbgrader_config.py",
-    "tools/learner_lab.py",
-]
+# Shipped as they are, and under another name in the kit: a learner installs only what
+# the lessons, the exercises and the self-grade need (requirements/learner.txt).
+FILES = ["pyproject.toml", "nbgrader_config.py", "tools/learner_lab.py"]
+RENAMED = {"requirements/learner.txt": "requirements.txt"}
 BOOK_GLOBS = ["*/*.ipynb", "figures/*", "seeds/*.txt"]
 # Written by nbgrader's ClearSolutions / ClearHiddenTests around what the student version drops.
 FORBIDDEN = ["### BEGIN SOLUTION", "### BEGIN HIDDEN TESTS"]
@@ -40,23 +39,42 @@ STAMP = (2026, 1, 1, 0, 0, 0)
 README = """# Transformers from scratch, pitfall by pitfall: the course kit
 
 The lessons (`book/<chapter>/lesson.ipynb`), the exercises (`book/<chapter>/exercise.ipynb`)
-and the two packages they import. You need Python 3.10 or newer and about 3 GB of disk space
-(most of it PyTorch).
+and the two packages they import. You need Python 3.10 or newer and 2 to 5 GB of disk
+space (most of it PyTorch: see "Without an NVIDIA GPU" below).
 
 ## Set up (once), from this folder
+
+Linux and macOS, in a terminal:
 
 ```bash
 python3 -m venv .venv && source .venv/bin/activate
 pip install -r requirements.txt && python tools/learner_lab.py
 ```
 
-The second command installs the pinned packages, this folder's two included, and sets up
+Windows: the simplest is WSL (Windows Subsystem for Linux: `wsl --install` in
+PowerShell, then the Linux lines above in its Ubuntu terminal). Without WSL, in PowerShell
+(where `py` is the Python launcher the python.org installer adds):
+
+```powershell
+py -m venv .venv; .venv\Scripts\Activate.ps1
+pip install -r requirements.txt; python tools/learner_lab.py
+```
+
+The second line installs the pinned packages, this folder's two included, and sets up
 JupyterLab for a learner (no news pop-up, no instructor tools).
+
+**Without an NVIDIA GPU, on Linux or WSL**, install PyTorch's CPU build first (about
+0.2 GB to download instead of several GB for the CUDA build PyPI gives Linux), then the
+line above: `pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu`.
+On macOS and Windows, PyPI's build is already the right one (PyTorch's installation page,
+https://pytorch.org/get-started/locally/, gives the command for every system). The course
+is tested on Linux; the macOS and Windows lines follow Python's and PyTorch's own
+instructions.
 
 ## Work
 
 ```bash
-source .venv/bin/activate
+source .venv/bin/activate      # Windows PowerShell: .venv\Scripts\Activate.ps1
 jupyter lab
 ```
 
@@ -69,12 +87,20 @@ Grade yourself at any time (the visible checks; your instructor's grade adds hid
 python -m tformer_grading book/ch01_shapes/exercise.ipynb
 ```
 
-The course's source: {repository}
-"""
+On Linux the self-grade runs your notebook in a sandbox (bubblewrap) when it is installed;
+elsewhere it says it ran without one, which is fine for your own code.
+{repository}"""
 
 
 def repository_url(root: Path = ROOT) -> str:
-    return yaml.safe_load((root / "_config.yml").read_text())["repository"]["url"]
+    """``repository: url:`` of ``_config.yml``; "" when the course has no public one."""
+    config = yaml.safe_load((root / "_config.yml").read_text())
+    return (config.get("repository") or {}).get("url") or ""
+
+
+def repository_line(url: str) -> str:
+    """The README's last line: the address only when there is one (never a false one)."""
+    return f"\nThe course's source: {url}\n" if url else ""
 
 
 def kit_files(root: Path = ROOT) -> list[Path]:
@@ -88,7 +114,7 @@ def kit_files(root: Path = ROOT) -> list[Path]:
         for path in (root / "book").glob(pattern):
             if path.is_file() and ".ipynb_checkpoints" not in path.parts:
                 found.add(path.relative_to(root))
-    found.update(Path(name) for name in FILES)
+    found.update(Path(name) for name in [*FILES, *RENAMED])
     return sorted(found)
 
 
@@ -110,14 +136,14 @@ def _add(archive: zipfile.ZipFile, name: str, data: bytes) -> None:
 
 
 def build_kit(out: Path = DEFAULT_OUT, root: Path = ROOT) -> Path:
-    readme = README.format(repository=repository_url(root))
+    readme = README.format(repository=repository_line(repository_url(root)))
     out.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(out, "w") as archive:
         _add(archive, "README.md", readme.encode())
         for rel in kit_files(root):
             data = (root / rel).read_bytes()
             _refuse_solutions(rel, data)
-            _add(archive, rel.as_posix(), data)
+            _add(archive, RENAMED.get(rel.as_posix(), rel.as_posix()), data)
     return out
 
 

@@ -89,8 +89,16 @@ def test_kit_has_the_course_and_no_solutions(kit):
     readme = files["README.md"].decode()
     for command in SETUP:
         assert command in readme, f"README lacks the set-up command {command!r}"
+    # An address only when the course has one (issue 29: a placeholder was shown).
     url = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"]
-    assert url in readme
+    if url:
+        assert url in readme
+    else:
+        assert "github" not in readme.lower() and "source:" not in readme
+    # A learner's packages only (requirements by purpose), not the book's and tests'.
+    assert files["requirements.txt"] == (ROOT / "requirements/learner.txt").read_bytes()
+    for tool in ("pytest", "jupyter-book", "selenium", "ruff", "psycopg2"):
+        assert f"\n{tool}" not in files["requirements.txt"].decode(), tool
 
 
 def _fresh_venv(folder: Path) -> Path:
