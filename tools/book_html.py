@@ -7,7 +7,7 @@
    substitutions, ``{{ course_source }}`` (the landing page) and ``{{ course_repository }}``
    (the instructors page): sentences with the address as a link when it is set, and when it
    is empty (no public repository) sentences that say how the course is had, with no
-   address and no header button pointing nowhere.
+   address (and ``use_repository_button: false``: no header button pointing nowhere).
 3. Each script tag once: Jupyter Book 1.0 adds some inline scripts twice (sphinx-thebe's
    ``const THEBE_JS_URL = ...``), and the second ``const`` is a JavaScript error on every page.
 4. A theme mode ("auto": the reader's system setting), without which the theme logs an error.
@@ -52,10 +52,7 @@ def course_sentences(url: str) -> dict[str, str]:
 
 
 def _repository_substitution(app, config):
-    options = config.html_theme_options or {}
-    url = options.get("repository_url") or ""
-    if not url:  # a header button to an address that does not exist helps nobody
-        config.html_theme_options = {**options, "use_repository_button": False}
+    url = (config.html_theme_options or {}).get("repository_url") or ""
     # A new dict: the default value is shared with every Sphinx config.
     config.myst_substitutions = {**config.myst_substitutions, **course_sentences(url)}
 

@@ -28,7 +28,7 @@ DEFAULT_OUT = ROOT / "_build" / "html" / "course-kit.zip"
 PACKAGES = ["tformer_ref", "tformer_grading"]
 # Shipped as they are, and under another name in the kit: a learner installs only what
 # the lessons, the exercises and the self-grade need (requirements/learner.txt).
-FILES = ["pyproject.toml", "nbgrader_config.py", "tools/learner_lab.py"]
+FILES = ["AGENTS.md", "pyproject.toml", "nbgrader_config.py", "tools/learner_lab.py"]
 RENAMED = {"requirements/learner.txt": "requirements.txt"}
 BOOK_GLOBS = ["*/*.ipynb", "figures/*", "seeds/*.txt"]
 # Written by nbgrader's ClearSolutions / ClearHiddenTests around what the student version drops.
@@ -89,6 +89,10 @@ python -m tformer_grading book/ch01_shapes/exercise.ipynb
 
 On Linux the self-grade runs your notebook in a sandbox (bubblewrap) when it is installed;
 elsewhere it says it ran without one, which is fine for your own code.
+
+Using an AI coding assistant? `AGENTS.md` asks it to act as a teaching assistant: to
+explain, ask questions, point to the lesson section a check names and run the checks,
+not to write your answers.
 {repository}"""
 
 

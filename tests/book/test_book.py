@@ -13,6 +13,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 import pytest
+import yaml
 
 from book import HTML, ROOT, build_book, has_widget_state, pages, parse
 
@@ -237,6 +238,22 @@ def test_pages_name_no_author_and_no_doubled_title(built):
         assert not re.search(
             r">\s*By\s", re.sub(r"<script.*?</script>", "", text, flags=re.S)
         ), page
+
+
+@pytest.mark.slow
+def test_pages_show_a_repository_only_when_one_is_set(built):
+    """The reader review found a placeholder repository address on every page (see
+    tests/book/test_repository_address.py): with ``repository: url:`` empty, no page has a
+    repository button or the old address, and the landing page says how the course is
+    had."""
+    url = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"]
+    for page in pages():
+        text = page.read_text(encoding="utf-8")
+        assert "tformer-course" not in text, page
+        if not url:
+            assert "repository-button" not in text, page
+    intro = (HTML / "book" / "intro.html").read_text(encoding="utf-8")
+    assert (url or "no public repository") in intro
 
 
 @pytest.mark.slow

@@ -72,6 +72,7 @@ def test_kit_has_the_course_and_no_solutions(kit):
     assert not leaks, f"solution or hidden-test code in the kit: {leaks}"
     for name in [
         "README.md",
+        "AGENTS.md",
         "requirements.txt",
         "pyproject.toml",
         "nbgrader_config.py",
