@@ -7,31 +7,34 @@ export PYTHONPATH := $(CURDIR)
 export PYTHONUNBUFFERED := 1
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
-.PHONY: env env-learner bytecode book test test-suite test-notebooks test-fast test-gpu bench grading-report \
+.PHONY: env env-learner bytecode book test test-suite test-notebooks test-fast test-gpu \
+	bench grading-report \
 	notebooks release clean format
 
-# Requirements by purpose (requirements/): learner.txt what the lessons, the exercises and
-# the self-grade need (the course kit ships it); instructor.txt adds the shared gradebook's
-# driver; requirements.txt adds building the book and testing. `make env` installs it all.
-env: $(VENV)/.installed
-
-$(VENV)/.installed: requirements.txt requirements/instructor.txt requirements/learner.txt \
-		pyproject.toml tools/learner_lab.py
+# Requirements by purpose (requirements/): learner.txt what the lessons, the exercises
+# and the self-grade need (the course kit ships it); instructor.txt adds the shared
+# gradebook's driver; requirements.txt adds building the book and testing.
+# The venv, the requirements file $(1) installed in it, JupyterLab set up for a learner.
+define install_env
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -r requirements.txt
+	$(BIN)/python -m pip install --quiet -r $(1)
 	$(BIN)/python tools/learner_lab.py
 	touch $@
+endef
+
+# Everything (`make book`, `make test` and CI use this one).
+env: $(VENV)/.installed
+
+$(VENV)/.installed: requirements.txt requirements/instructor.txt \
+		requirements/learner.txt pyproject.toml tools/learner_lab.py
+	$(call install_env,requirements.txt)
 
 # A learner's environment from a copy of the repository: what the kit installs, no more.
 env-learner: $(VENV)/.installed-learner
 
 $(VENV)/.installed-learner: requirements/learner.txt pyproject.toml tools/learner_lab.py
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -r requirements/learner.txt
-	$(BIN)/python tools/learner_lab.py
-	touch $@
+	$(call install_env,requirements/learner.txt)
 
 # The packages' bytecode, written once. Every grading kernel and notebook imports the
 # check modules (about 21,000 lines); where PYTHONDONTWRITEBYTECODE is set, as on this

@@ -80,6 +80,11 @@ class Result:
     def max_score(self) -> float:
         return sum(c.max_score for c in self.cells if not c.hidden)
 
+    @property
+    def hidden_max_score(self) -> float:
+        """The points of hidden tests that did not run here (left out of the total)."""
+        return sum(c.max_score for c in self.cells if c.hidden)
+
 
 def _pristine_student_version(
     notebook: Path, root: Path, chapter: str, scratch: Path
@@ -307,7 +312,7 @@ def report(result: Result, notebook: Path) -> str:
             continue
         lines.append(line)
         lines += [f"      {d}" for d in c.diagnosis.splitlines()]
-    hidden = sum(c.max_score for c in result.cells if c.hidden)
+    hidden = result.hidden_max_score
     total = f"Total: {result.score:g} / {result.max_score:g}"
     if hidden:  # the exercise's headings count these points too
         total += (

@@ -4,10 +4,11 @@
    as ``href="course-kit.zip"`` (the zip tools/kit.py writes at the root of the build); the
    announcement is the same text on every page, so each page gets the path from where it is.
 2. The repository's address, ``repository: url:`` in ``_config.yml``, in two MyST
-   substitutions, ``{{ course_source }}`` (the landing page) and ``{{ course_repository }}``
-   (the instructors page): sentences with the address as a link when it is set, and when it
-   is empty (no public repository) sentences that say how the course is had, with no
-   address (and ``use_repository_button: false``: no header button pointing nowhere).
+   substitutions, ``{{ course_source }}`` (the landing page) and
+   ``{{ course_repository }}`` (the instructors page): sentences with the address as a
+   link when it is set, and when it is empty (no public repository) sentences that say
+   how the course is had, with no address (and ``use_repository_button: false``: no
+   header button pointing nowhere).
 3. Each script tag once: Jupyter Book 1.0 adds some inline scripts twice (sphinx-thebe's
    ``const THEBE_JS_URL = ...``), and the second ``const`` is a JavaScript error on every page.
 4. A theme mode ("auto": the reader's system setting), without which the theme logs an error.
@@ -28,7 +29,7 @@ def _kit_link(app, pagename, templatename, context, doctree):
 
 
 def course_sentences(url: str) -> dict[str, str]:
-    """The pages' sentences about the course's repository, for ``url`` (may be empty)."""
+    """The pages' sentences about the course's repository at ``url`` ("" for none)."""
     if url:
         link = f"[{url.removeprefix('https://').removeprefix('http://')}]({url})"
         return {

@@ -3,9 +3,9 @@
 ``make book`` runs ``python tools/kit.py`` after the build, which writes
 ``_build/html/course-kit.zip``: the two packages (``tformer_ref``, which the lessons import, and
 ``tformer_grading``, which the exercises' check cells and the self-grade command import), the
-lessons and the student exercises from ``book/``, their figures, a learner's requirements
-(``requirements/learner.txt``, as ``requirements.txt``), ``pyproject.toml`` (so the
-requirements' ``-e .`` installs the packages),
+lessons and the student exercises from ``book/``, their figures, a learner's
+requirements (``requirements/learner.txt``, as ``requirements.txt``), ``pyproject.toml``
+(so the requirements' ``-e .`` installs the packages),
 ``nbgrader_config.py`` (the self-grade command finds the course folder by it),
 ``tools/learner_lab.py`` and a README with the set-up commands.
 
@@ -52,29 +52,33 @@ pip install -r requirements.txt && python tools/learner_lab.py
 ```
 
 Windows: the simplest is WSL (Windows Subsystem for Linux: `wsl --install` in
-PowerShell, then the Linux lines above in its Ubuntu terminal). Without WSL, in PowerShell
-(where `py` is the Python launcher the python.org installer adds):
+PowerShell, then the Linux lines above in its Ubuntu terminal). Without WSL, in
+PowerShell (where `py` is the Python launcher the python.org installer adds):
 
 ```powershell
-py -m venv .venv; .venv\Scripts\Activate.ps1
+py -m venv .venv; .venv\\Scripts\\Activate.ps1
 pip install -r requirements.txt; python tools/learner_lab.py
 ```
 
 The second line installs the pinned packages, this folder's two included, and sets up
 JupyterLab for a learner (no news pop-up, no instructor tools).
 
-**Without an NVIDIA GPU, on Linux or WSL**, install PyTorch's CPU build first (about
-0.2 GB to download instead of several GB for the CUDA build PyPI gives Linux), then the
-line above: `pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu`.
-On macOS and Windows, PyPI's build is already the right one (PyTorch's installation page,
-https://pytorch.org/get-started/locally/, gives the command for every system). The course
-is tested on Linux; the macOS and Windows lines follow Python's and PyTorch's own
+**Without an NVIDIA GPU, on Linux or WSL**, install PyTorch's CPU build first (a
+fraction of the several GB of the CUDA build PyPI gives Linux), then the line above:
+
+```bash
+pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
+```
+
+On macOS and Windows, PyPI's build is already the right one (PyTorch's installation
+page, https://pytorch.org/get-started/locally/, gives the command for every system). The
+course is tested on Linux; the macOS and Windows lines follow Python's and PyTorch's own
 instructions.
 
 ## Work
 
 ```bash
-source .venv/bin/activate      # Windows PowerShell: .venv\Scripts\Activate.ps1
+source .venv/bin/activate      # Windows PowerShell: .venv\\Scripts\\Activate.ps1
 jupyter lab
 ```
 
@@ -87,8 +91,8 @@ Grade yourself at any time (the visible checks; your instructor's grade adds hid
 python -m tformer_grading book/ch01_shapes/exercise.ipynb
 ```
 
-On Linux the self-grade runs your notebook in a sandbox (bubblewrap) when it is installed;
-elsewhere it says it ran without one, which is fine for your own code.
+On Linux the self-grade runs your notebook in a sandbox (bubblewrap) when it is
+installed; elsewhere it says it ran without one, which is fine for your own code.
 
 Using an AI coding assistant? `AGENTS.md` asks it to act as a teaching assistant: to
 explain, ask questions, point to the lesson section a check names and run the checks,
@@ -103,7 +107,8 @@ def repository_url(root: Path = ROOT) -> str:
 
 
 def repository_line(url: str) -> str:
-    """The README's last line: the address only when there is one (never a false one)."""
+    """The README's last line: the address only when there is one, never a false
+    one."""
     return f"\nThe course's source: {url}\n" if url else ""
 
 

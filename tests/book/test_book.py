@@ -243,9 +243,9 @@ def test_pages_name_no_author_and_no_doubled_title(built):
 @pytest.mark.slow
 def test_pages_show_a_repository_only_when_one_is_set(built):
     """The reader review found a placeholder repository address on every page (see
-    tests/book/test_repository_address.py): with ``repository: url:`` empty, no page has a
-    repository button or the old address, and the landing page says how the course is
-    had."""
+    tests/book/test_repository_address.py): with ``repository: url:`` empty, no page
+    has a repository button or the old address, and the landing page says how the
+    course is had."""
     url = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"]
     for page in pages():
         text = page.read_text(encoding="utf-8")

@@ -1,12 +1,13 @@
 """Requirements by purpose: a learner installs what the kit's code imports, and no more.
 
-Bug (issue 29, reader review 2026-12-05): the kit installed the whole development toolchain,
-174 packages and a 1.5 GB environment, for a learner who needs PyTorch, JupyterLab,
-matplotlib, ipywidgets and the self-grade. Cause: one requirements file served every
-purpose. Guard: ``requirements/learner.txt`` (what the kit ships), ``instructor.txt`` (adds
-the shared gradebook's driver) and ``requirements.txt`` (adds the book and the tests); these
-tests hold each list closed under its packages' own requirements, and the learner's list
-sufficient for every import of the code a learner runs.
+Bug (issue 29, reader review 2026-12-05): the kit installed the whole development
+toolchain, 174 packages and a 1.5 GB environment, for a learner who needs PyTorch,
+JupyterLab, matplotlib, ipywidgets and the self-grade. Cause: one requirements file
+served every purpose. Guard: ``requirements/learner.txt`` (what the kit ships),
+``instructor.txt`` (adds the shared gradebook's driver) and ``requirements.txt`` (adds
+the book and the tests); these tests hold each list closed under its packages' own
+requirements, and the learner's list sufficient for every import of the code a learner
+runs.
 """
 
 from __future__ import annotations
@@ -98,8 +99,8 @@ def _imports(source: str) -> set[str]:
 
 
 def _learner_code() -> set[str]:
-    """Top-level modules imported by what a learner runs: the two packages, the lab set-up,
-    the course's nbgrader config, and every notebook of the book."""
+    """Top-level modules imported by what a learner runs: the two packages, the lab
+    set-up, the course's nbgrader config, and every notebook of the book."""
     modules: set[str] = set()
     files = [ROOT / "tools" / "learner_lab.py", ROOT / "nbgrader_config.py"]
     for package in OWN:

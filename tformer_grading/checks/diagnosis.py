@@ -82,7 +82,8 @@ def diagnosis_lines(failure: CheckFailure) -> list[str]:
         lines.append(f"Read {failure.section}.")
     elif _READ in text:
         lines.append("Read " + text.split(_READ, 1)[1])
-    return [f"{_RED}✗ {title}{_RESET}", *(w for line in lines for w in _wrapped(line))]
+    shown = [part for line in lines for part in _wrapped(line)]
+    return [f"{_RED}✗ {title}{_RESET}", *shown]
 
 
 #: Where a diagnosis line is broken. JupyterLab wraps a long output line anywhere,
