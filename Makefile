@@ -7,8 +7,8 @@ export PYTHONPATH := $(CURDIR)
 export PYTHONUNBUFFERED := 1
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
-.PHONY: env env-learner bytecode book test test-suite test-notebooks test-fast test-gpu \
-	bench grading-report \
+.PHONY: env env-learner bytecode book test test-suite test-notebooks test-fast \
+	test-gpu bench grading-report \
 	notebooks release clean format
 
 # Requirements by purpose (requirements/): learner.txt what the lessons, the exercises
