@@ -56,7 +56,7 @@ PowerShell, then the Linux lines above in its Ubuntu terminal). Without WSL, in 
 (where `py` is the Python launcher the python.org installer adds):
 
 ```powershell
-py -m venv .venv; .venv\Scripts\Activate.ps1
+py -m venv .venv; .venv\\Scripts\\Activate.ps1
 pip install -r requirements.txt; python tools/learner_lab.py
 ```
 
@@ -74,11 +74,13 @@ instructions.
 ## Work
 
 ```bash
-source .venv/bin/activate      # Windows PowerShell: .venv\Scripts\Activate.ps1
+source .venv/bin/activate      # Windows PowerShell: .venv\\Scripts\\Activate.ps1
 jupyter lab
 ```
 
-Open `book/ch01_shapes/lesson.ipynb`, then `book/ch01_shapes/exercise.ipynb`. A notebook
+Open `book/ch01_shapes/lesson.ipynb`, then `book/ch01_shapes/exercise.ipynb`. The lessons
+read as in the book: figures, maths and folded answers render in JupyterLab, and the
+numbers in the text are the book's run. A notebook
 downloaded from a page of the book (its download button, `.ipynb`) runs here too.
 
 Grade yourself at any time (the visible checks; your instructor's grade adds hidden ones):
@@ -140,12 +142,16 @@ def _add(archive: zipfile.ZipFile, name: str, data: bytes) -> None:
 
 
 def build_kit(out: Path = DEFAULT_OUT, root: Path = ROOT) -> Path:
+    from kit_lessons import KitNotebooks
+
     readme = README.format(repository=repository_line(repository_url(root)))
+    # The book's notebooks as the book shows them, in JupyterLab (tools/kit_lessons.py).
+    notebooks = KitNotebooks(root)
     out.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(out, "w") as archive:
         _add(archive, "README.md", readme.encode())
         for rel in kit_files(root):
-            data = (root / rel).read_bytes()
+            data = notebooks.rewrite(rel, (root / rel).read_bytes())
             _refuse_solutions(rel, data)
             _add(archive, RENAMED.get(rel.as_posix(), rel.as_posix()), data)
     return out
