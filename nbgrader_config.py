@@ -8,9 +8,13 @@ copies it into ``book/<chapter>/`` where the book and learners read it.
 directly, where the lessons live.)
 """
 
+import os
+
 c = get_config()  # noqa: F821  (provided by nbgrader)
 
-c.CourseDirectory.root = "."
+# This file's folder, absolute (nbgrader warns on every command about a relative root),
+# wherever the course is copied or moved: traitlets sets __file__ as it loads the file.
+c.CourseDirectory.root = os.path.dirname(os.path.abspath(__file__))
 c.CourseDirectory.source_directory = "solutions"
 c.CourseDirectory.release_directory = "release"
 c.CourseDirectory.submitted_directory = "submitted"
@@ -41,7 +45,13 @@ c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedE
 # the kernel a receipt key; VerifyReceipts then zeroes a test cell whose checks did not print a
 # success line signed with that key. Without tformer_grading importable here, plain nbgrader
 # grades as usual, without these guards.
-import importlib.util  # noqa: E402
+import importlib.util
+
+
+def _package_folder(name: str) -> str:
+    """Where package ``name`` is, found without importing it."""
+    return importlib.util.find_spec(name).submodule_search_locations[0]
+
 
 if (
     importlib.util.find_spec("tformer_grading") is not None
@@ -66,7 +76,31 @@ if (
     # Feedback pages show learner text (markdown cells, HTML their code displays) as
     # text: no scripts, no event handlers (tformer_grading/guard/feedback_html.py).
     c.HTMLExporter.sanitize_html = True
+    # ... and are read alone, offline, by the learner (tformer_grading/feedback_page.py):
+    # links to the lesson sections on the published book (or the kit's file named as
+    # text), hidden tests shown as one line, no receipts, wrapped diagnoses, maths
+    # rendered by a MathJax inside the page. Template folders: the course's, and
+    # nbgrader's, whose feedback template the course's extends.
     c.HTMLExporter.filters = {
-        "clean_html": "tformer_grading.guard.feedback_html.clean_html",
-        "strip_files_prefix": "tformer_grading.guard.feedback_html.markdown_html",
+        "clean_html": "tformer_grading.feedback_page.page_html",
+        "strip_files_prefix": "tformer_grading.feedback_page.page_markdown",
     }
+    c.GenerateFeedback.preprocessors = [
+        "nbgrader.preprocessors.GetGrades",
+        "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
+        "tformer_grading.feedback_page.LearnerFeedback",
+    ]
+    # nbgrader's template name (its API, which the class command uses, insists on it):
+    # the course's folder of that name comes first on the path, and its page extends
+    # nbgrader's index.html.j2.
+    c.HTMLExporter.template_name = "feedback"
+    c.HTMLExporter.template_file = "learner_page.html.j2"
+    c.HTMLExporter.extra_template_basedirs = [
+        os.path.join(_package_folder("tformer_grading"), "feedback_templates"),
+        os.path.join(
+            _package_folder("nbgrader"), "server_extensions", "formgrader", "templates"
+        ),
+    ]
+    # The published book's address (its root): feedback links go to its lesson
+    # sections. Left unset, it is html.baseurl in _config.yml; '' never links.
+    # c.LearnerFeedback.book_url = "https://example.org/transformers-course"

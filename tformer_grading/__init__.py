@@ -11,6 +11,9 @@
   ``autograde_one``) and class grading (``classgrade``; the hand-ins it finds in any
   layout, ``submissions``; its workers ``classworker``; its tables and plot
   ``classreport``; learner text made safe to show, ``learner_text``).
+- ``feedback_page``: the feedback page a learner receives (nbgrader's, set up in
+  ``nbgrader_config.py``): links to the published book, hidden tests and receipts
+  kept back, maths that renders offline.
 
 This package imports ``tformer_ref``; ``tformer_ref`` never imports it.
 """

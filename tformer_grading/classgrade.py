@@ -30,7 +30,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -55,6 +57,7 @@ UNSAFE_HINT = (
     "install it, or pass --unsafe-no-sandbox to grade without one (learner code "
     "then runs as you, and can read and change your files)"
 )
+SECRET = "submission_secret.txt"  # written by `nbgrader submit`, beside the notebook
 
 
 def _record_assignment(course: Path, assignment: str, db_url: str) -> None:
@@ -343,6 +346,7 @@ def _stage(
         if hand_in.handed_in:
             stamp = hand_in.handed_in.strftime("%Y-%m-%d %H:%M:%S.%f UTC")
             (folder / "timestamp.txt").write_text(stamp)
+        _keep_secret(hand_in.notebook.parent, folder)
         row["notes"] += submission.notes
         return row
     except Exception as exc:
@@ -354,6 +358,22 @@ def _stage(
     except Exception as exc:
         row["notes"].append(f"an earlier grade may remain: {_failure(exc)}")
     return row
+
+
+def _keep_secret(beside: Path, folder: Path) -> None:
+    """Copy the ``submission_secret.txt`` that ``nbgrader submit`` left beside the
+    notebook (kept by ``collect``), if it is a plain file of hex digits: ``nbgrader
+    release_feedback`` names the learner's page by it, and fails without it."""
+    secret = beside / SECRET
+    try:
+        if not stat.S_ISREG(os.lstat(secret).st_mode):
+            return
+        with open(secret, "rb") as f:
+            text = f.read(257)
+    except OSError:
+        return
+    if re.fullmatch(rb"[0-9a-f]{1,256}", text):
+        (folder / SECRET).write_bytes(text)
 
 
 def _failure(exc: Exception) -> str:

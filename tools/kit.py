@@ -82,7 +82,9 @@ source .venv/bin/activate      # Windows PowerShell: .venv\\Scripts\\Activate.ps
 jupyter lab
 ```
 
-Open `book/ch01_shapes/lesson.ipynb`, then `book/ch01_shapes/exercise.ipynb`. A notebook
+Open `book/ch01_shapes/lesson.ipynb`, then `book/ch01_shapes/exercise.ipynb`. The lessons
+read as in the book: figures, maths and folded answers render in JupyterLab, and the
+numbers in the text are the book's run. A notebook
 downloaded from a page of the book (its download button, `.ipynb`) runs here too.
 
 Grade yourself at any time (the visible checks; your instructor's grade adds hidden ones):
@@ -145,12 +147,16 @@ def _add(archive: zipfile.ZipFile, name: str, data: bytes) -> None:
 
 
 def build_kit(out: Path = DEFAULT_OUT, root: Path = ROOT) -> Path:
+    from kit_lessons import KitNotebooks
+
     readme = README.format(repository=repository_line(repository_url(root)))
+    # The book's notebooks as the book shows them, in JupyterLab (tools/kit_lessons.py).
+    notebooks = KitNotebooks(root)
     out.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(out, "w") as archive:
         _add(archive, "README.md", readme.encode())
         for rel in kit_files(root):
-            data = (root / rel).read_bytes()
+            data = notebooks.rewrite(rel, (root / rel).read_bytes())
             _refuse_solutions(rel, data)
             _add(archive, RENAMED.get(rel.as_posix(), rel.as_posix()), data)
     return out

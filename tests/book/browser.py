@@ -1,8 +1,9 @@
 """A headless Chromium for the tests, driven by Selenium, with the network closed.
 
-Used by tests/book/test_browser.py (the built book) and tests/book/test_jupyterlab.py (JupyterLab as a
-learner uses it). Chromium and its driver are Debian's ``chromium`` and ``chromium-driver``
-(``.ci/run`` installs them); without them :func:`require_chromium` skips the test and says why.
+Used by tests/book/test_browser.py (the built book), and by test_jupyterlab.py and
+test_jupyterlab_lessons.py (JupyterLab as a learner uses it, :func:`jupyterlab`).
+Chromium and its driver are Debian's ``chromium`` and ``chromium-driver`` (``.ci/run``
+installs them); without them :func:`require_chromium` skips the test and says why.
 
 "Network closed": the browser resolves no host name except localhost, so any request that would
 leave the machine fails, and :func:`outside_requests` lists every request a page attempted to a
@@ -16,9 +17,14 @@ import functools
 import http.server
 import json
 import os
+import secrets
 import shutil
 import socket
+import subprocess
+import sys
 import threading
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -177,3 +183,115 @@ def wait_for(driver, script: str, *, timeout: float = 60, what: str = "", args=(
         pytest.fail(
             f"timed out after {timeout:.0f} s waiting for {what or script} on {driver.current_url}"
         )
+
+
+@contextlib.contextmanager
+def jupyterlab(course: Path, tmp_path: Path, env: dict | None = None):
+    """A learner's JupyterLab serving ``course`` on 127.0.0.1; yields (base URL, token).
+
+    The learner set-up of ``make env`` and of the course kit (tools/learner_lab.py: no
+    news pop-up, no nbgrader instructor tools) goes into this server's own app settings
+    folder, and every folder JupyterLab writes is under ``tmp_path``, not ~/.jupyter.
+    """
+    root = Path(__file__).resolve().parents[2]
+    app_settings = tmp_path / "app-settings"
+    subprocess.run(
+        [
+            sys.executable,
+            str(root / "tools" / "learner_lab.py"),
+            f"--settings-dir={app_settings}",
+        ],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    # Render every cell: by default JupyterLab leaves cells outside the window out of
+    # the page, and the tests read all of them.
+    tracker = (
+        tmp_path
+        / "settings"
+        / "@jupyterlab"
+        / "notebook-extension"
+        / "tracker.jupyterlab-settings"
+    )
+    tracker.parent.mkdir(parents=True, exist_ok=True)
+    tracker.write_text('{"windowingMode": "none"}')
+    token, port = secrets.token_hex(16), free_port()
+    env = dict(
+        os.environ,
+        JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
+        JUPYTER_CONFIG_DIR=str(tmp_path / "config"),
+        JUPYTERLAB_SETTINGS_DIR=str(tmp_path / "settings"),
+        JUPYTERLAB_WORKSPACES_DIR=str(tmp_path / "workspaces"),
+        **(env or {}),
+    )
+    log_path = tmp_path / "jupyterlab.log"
+    with log_path.open("w") as log:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "jupyterlab",
+                "--no-browser",
+                "--ip=127.0.0.1",
+                f"--port={port}",
+                f"--ServerApp.token={token}",
+                f"--ServerApp.root_dir={course}",
+                "--ServerApp.port_retries=0",
+                f"--LabApp.app_settings_dir={app_settings}",
+                "--LabApp.news_url=",
+                "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+                # CI containers run as root; JupyterLab refuses that unless told.
+                *(
+                    ["--allow-root"]
+                    if hasattr(os, "geteuid") and os.geteuid() == 0
+                    else []
+                ),
+            ],
+            cwd=course,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        base = f"http://127.0.0.1:{port}/"
+        try:
+            deadline = time.monotonic() + 90
+            while True:
+                try:
+                    with urllib.request.urlopen(
+                        f"{base}api/status?token={token}", timeout=5
+                    ) as r:
+                        if r.status == 200:
+                            break
+                except OSError:
+                    pass
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(
+                        "JupyterLab did not start:\n" + log_path.read_text()[-4000:]
+                    )
+                time.sleep(0.5)
+            yield base, token
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def wait_for_notebook(driver, *, timeout: float = 120) -> None:
+    """Until the notebook of the current tab is open and its kernel idle."""
+    wait_for(
+        driver,
+        "return document.querySelector('.jp-NotebookPanel .jp-Cell') !== null",
+        timeout=timeout,
+        what="the notebook to open",
+    )
+    wait_for(
+        driver,
+        "const s = document.querySelector("
+        "'.jp-NotebookPanel-toolbar .jp-Notebook-ExecutionIndicator');"
+        "return s !== null && s.getAttribute('data-status') === 'idle'",
+        timeout=timeout,
+        what="the kernel to be idle",
+    )

@@ -9,28 +9,22 @@ the notebook must render.
 
 from __future__ import annotations
 
-import os
-import secrets
 import shutil
-import subprocess
-import sys
 import time
-import urllib.request
-from pathlib import Path
 
 import nbformat
 import pytest
-
-from book import SCREENSHOTS
 from browser import (
     chromium,
-    free_port,
+    jupyterlab,
     outside_requests,
     requested_urls,
     require_chromium,
     wait_for,
 )
 from course import ROOT, filled, solution_sources
+
+from book import SCREENSHOTS
 
 pytestmark = pytest.mark.slow
 
@@ -70,88 +64,8 @@ def lab(tmp_path):
         ignore=shutil.ignore_patterns("__pycache__"),
     )
     nbformat.write(learner_notebook(), course / "exercise.ipynb")
-    # The learner set-up of `make env` and of the course kit (no news pop-up, no nbgrader
-    # instructor tools), into this server's own app settings folder rather than the venv's.
-    app_settings = tmp_path / "app-settings"
-    subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "tools" / "learner_lab.py"),
-            f"--settings-dir={app_settings}",
-        ],
-        check=True,
-        stdout=subprocess.DEVNULL,
-    )
-    # Render every cell: by default JupyterLab leaves cells outside the window out of the page,
-    # and this test reads the outputs of all of them.
-    tracker = (
-        tmp_path
-        / "settings"
-        / "@jupyterlab"
-        / "notebook-extension"
-        / "tracker.jupyterlab-settings"
-    )
-    tracker.parent.mkdir(parents=True, exist_ok=True)
-    tracker.write_text('{"windowingMode": "none"}')
-    token, port = secrets.token_hex(16), free_port()
-    env = dict(
-        os.environ,
-        PYTHONPATH=str(course),
-        JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
-        JUPYTER_CONFIG_DIR=str(tmp_path / "config"),
-        JUPYTERLAB_SETTINGS_DIR=str(tmp_path / "settings"),
-        JUPYTERLAB_WORKSPACES_DIR=str(tmp_path / "workspaces"),
-    )
-    log = (tmp_path / "jupyterlab.log").open("w")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "jupyterlab",
-            "--no-browser",
-            "--ip=127.0.0.1",
-            f"--port={port}",
-            f"--ServerApp.token={token}",
-            f"--ServerApp.root_dir={course}",
-            "--ServerApp.port_retries=0",
-            f"--LabApp.app_settings_dir={app_settings}",
-            "--LabApp.news_url=",
-            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-            # CI containers run as root; JupyterLab refuses that unless told.
-            *(["--allow-root"] if hasattr(os, "geteuid") and os.geteuid() == 0 else []),
-        ],
-        cwd=course,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    base = f"http://127.0.0.1:{port}/"
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                with urllib.request.urlopen(
-                    f"{base}api/status?token={token}", timeout=5
-                ) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(
-                    "JupyterLab did not start:\n"
-                    + (tmp_path / "jupyterlab.log").read_text()[-4000:]
-                )
-            time.sleep(0.5)
+    with jupyterlab(course, tmp_path, {"PYTHONPATH": str(course)}) as (base, token):
         yield base, token, course
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
 
 
 # nbgrader's Create Assignment panel (a tab of the right side bar) and the Validate button of
@@ -266,7 +180,7 @@ def test_learner_runs_an_exercise_in_jupyterlab(lab, tmp_path, capsys):
         # JupyterLab resolves the link to its own address for the file, anchor kept.
         assert any(
             "/book/ch01_shapes/lesson.ipynb" in href
-            and href.endswith("#1.9-Scaling-by-the-head-size")
+            and href.endswith("#id-1-9-scaling-by-the-head-size")
             for href in links
         ), links
         # The other answers are right, so their checks pass and say so.

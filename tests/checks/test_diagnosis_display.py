@@ -11,6 +11,7 @@ import re
 import pytest
 import torch
 
+from tformer_grading.anchors import heading_anchor
 from tformer_grading.checks import ch01
 from tformer_grading.checks.diagnosis import (
     NOT_ANSWERED,
@@ -45,14 +46,14 @@ def test_a_failing_check_renders_its_diagnosis_without_frames():
     # The section link JupyterLab opens: the lesson, at the heading's own anchor.
     s = failure.section
     assert section_href(s) == (
-        f"../../book/{s.chapter}/lesson.ipynb#{s.number}-{s.title.replace(' ', '-')}"
+        f"../../book/{s.chapter}/lesson.ipynb#{heading_anchor(f'{s.number} {s.title}')}"
     )
 
 
 def test_the_section_link_names_the_heading_jupyterlab_anchors():
     s = Section("ch01_shapes", "1.9", "Scaling by the head size")
     assert section_href(s) == (
-        "../../book/ch01_shapes/lesson.ipynb#1.9-Scaling-by-the-head-size"
+        "../../book/ch01_shapes/lesson.ipynb#id-1-9-scaling-by-the-head-size"
     )
 
 

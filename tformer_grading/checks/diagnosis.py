@@ -35,6 +35,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from ..anchors import heading_anchor
 from ..guard.integrity import integrity_problems, seal
 from ..guard.receipts import sign
 from ..progress import NOT_ANSWERED
@@ -108,8 +109,9 @@ def _wrapped(line: str) -> list[str]:
 
 def section_href(section: Section) -> str:
     """The section's address relative to an exercise notebook (book/<chapter>/), with the
-    anchor JupyterLab gives the heading "## <number> <title>" (spaces become dashes)."""
-    anchor = f"{section.number} {section.title}".replace(" ", "-")
+    anchor JupyterLab (jupyterlab-myst) and the book give the heading
+    "## <number> <title>" (tformer_grading/anchors.py)."""
+    anchor = heading_anchor(f"{section.number} {section.title}")
     return f"../../book/{section.chapter}/lesson.ipynb#{anchor}"
 
 

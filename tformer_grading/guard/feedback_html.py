@@ -7,9 +7,11 @@ whoever opens the page (the learner, or an instructor going through the class).
 ``nbgrader_config.py`` makes nbconvert call :func:`clean_html` on HTML outputs
 (``HTMLExporter.sanitize_html``) and :func:`markdown_html` on rendered markdown
 (nbgrader's feedback template passes it through ``strip_files_prefix``, which this
-replaces). Both keep the markup a lesson or a check uses (headings, paragraphs,
-lists, tables, code, links, images) and escape everything else: nbconvert's own
-cleaner also escapes ``<p>`` and headings, which would leave the page unreadable.
+replaces), both through ``tformer_grading.feedback_page``'s filters, which then
+rewrite the links for a page read on its own. Both keep the markup a lesson or a
+check uses (headings, paragraphs, lists, tables, code, links, images) and escape
+everything else: nbconvert's own cleaner also escapes ``<p>`` and headings, which
+would leave the page unreadable.
 
 >>> clean_html('<p class="x">hi <a href="s.html#a" onclick="f()">s</a></p>')
 '<p class="x">hi <a href="s.html#a">s</a></p>'

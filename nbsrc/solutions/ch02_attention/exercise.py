@@ -43,8 +43,8 @@ device = get_device()
 # $$\text{weights} = \operatorname{softmax}\!\left(\frac{q k^\top}{\sqrt{d_k}}\right) \quad [B, H, S_q, S_k],
 # \qquad \text{out} = \text{weights}\; v \quad [B, H, S_q, D_h].$$
 #
-# Here $d_k$ is the size of the vectors being dotted, `Dh` (lesson §2.2, §2.5), and each query's
-# weights over the keys sum to 1 (lesson §2.1). No mask in this chapter. Write the computation
+# Here $d_k$ is the size of the vectors being dotted, `Dh` (lesson [§2.2](lesson.ipynb#id-2-2-why-the-scores-grow-with-d-k), [§2.5](lesson.ipynb#id-2-5-scaling-by-d-model-is-a-bug)), and each query's
+# weights over the keys sum to 1 (lesson [§2.1](lesson.ipynb#id-2-1-attention-step-by-step)). No mask in this chapter. Write the computation
 # yourself: a hidden test fails a function that calls PyTorch's or the reference's attention.
 #
 # What the check requires, all of it:
@@ -88,7 +88,7 @@ ch02.check_attention_by_hand(attention)
 #
 # $$H = -\sum_{j} w_j \ln w_j, \qquad \text{with } 0 \ln 0 = 0.$$
 #
-# A uniform row over $S_k$ keys has entropy $\ln S_k$; a one-hot row has 0 (lesson §2.4). Careful:
+# A uniform row over $S_k$ keys has entropy $\ln S_k$; a one-hot row has 0 (lesson [§2.4](lesson.ipynb#id-2-4-entropy-how-peaked-is-attention)). Careful:
 # weights can be exactly 0 (a causal mask makes many of them so).
 #
 # What the check requires, all of it:

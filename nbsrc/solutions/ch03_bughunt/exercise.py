@@ -37,7 +37,7 @@
 # | `bug_einsum` | how the scores are computed across tokens | 3 | chapter 1, "einsum and matmul" |
 # | `bug_shared_linear` | the projections that make the queries, keys and values | 3 | chapter 1, "Per-head projections" |
 # | `bug_scale` | the number the scores are divided by | 2 | chapter 1, "Scaling by the head size" |
-# | `bug_fill_value` | the mask line, in float16 | 2 | chapter 3, §3.5 "Fill values, half precision and NaN" |
+# | `bug_fill_value` | the mask line, in float16 | 2 | chapter 3, [§3.5](../ch03_masks/lesson.ipynb#id-3-5-fill-values-half-precision-and-nan) "Fill values, half precision and NaN" |
 #
 # The lessons: [chapter 1](../ch01_shapes/lesson.ipynb), [chapter 3](../ch03_masks/lesson.ipynb).
 #

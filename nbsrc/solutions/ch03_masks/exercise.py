@@ -22,7 +22,7 @@
 # `python -m tformer_grading book/ch03_masks/exercise.ipynb`
 #
 # **Convention.** Every mask here is a `bool` tensor with **True = may attend** (the convention of
-# `F.scaled_dot_product_attention`; `nn.MultiheadAttention` uses the opposite, lesson §3.4), shaped so
+# `F.scaled_dot_product_attention`; `nn.MultiheadAttention` uses the opposite, lesson [§3.4](lesson.ipynb#id-3-4-three-conventions-for-one-mask)), shaped so
 # that it broadcasts against the scores `[B, H, Sq, Sk]`.
 
 # %% nbgrader="locked:setup"
@@ -40,7 +40,7 @@ device = get_device()
 # ## 1. The causal mask (2 points)
 #
 # `causal_mask(size)` returns a bool tensor of shape `[1, 1, S, S]` in which query `i` may attend to
-# keys `0..i`: itself and the past, never the future (lesson §3.2).
+# keys `0..i`: itself and the past, never the future (lesson [§3.2](lesson.ipynb#id-3-2-the-causal-mask)).
 #
 # * An `[S, S]` or `[1, S, S]` tensor broadcasts against the scores the same way and is
 #   accepted too; any other shape is not, nor is a float or int tensor, even with the
@@ -64,7 +64,7 @@ ch03.check_causal_mask(causal_mask)
 #
 # `padding_mask(tokens, pad_id)` takes token ids of shape `[B, S]` and returns a bool mask of shape
 # `[B, 1, 1, S]`, True where the key is a real token (not `pad_id`). The two singleton axes are the heads
-# and the queries: no head of any query may attend to a padded key (lesson §3.1).
+# and the queries: no head of any query may attend to a padded key (lesson [§3.1](lesson.ipynb#id-3-1-padding-masks)).
 #
 # * A token is padding exactly when it equals `pad_id`, wherever it sits: the check uses
 #   pad ids other than 0 (with 0 a real token) and a left-padded batch, where the
@@ -92,10 +92,10 @@ ch03.check_padding_mask(padding_mask)
 #
 # * The scores are `q @ kᵀ / √Dh` (exercise 2). For every query that may attend to at
 #   least one key: its masked keys get weight exactly 0, its weights over the keys (the
-#   last axis) sum to 1, and its output is `weights @ v` (lesson §3.5). No dropout.
+#   last axis) sum to 1, and its output is `weights @ v` (lesson [§3.5](lesson.ipynb#id-3-5-fill-values-half-precision-and-nan)). No dropout.
 # * It must work in `float16` and `bfloat16` too (the check runs it there): choose a fill
 #   value that fits every dtype, and return `out` and `weights` in the dtype of `q`
-#   (lesson §3.5).
+#   (lesson [§3.5](lesson.ipynb#id-3-5-fill-values-half-precision-and-nan)).
 # * A query whose keys are **all** masked (a fully padded sequence, say) has nothing to
 #   attend to, and the rules above cannot all hold for it. Its weights and its output
 #   must be finite, never NaN, and its weights must be either all zeros (what the
@@ -140,7 +140,7 @@ ch03.check_masked_attention_by_hand(masked_attention)
 # ## 4. The probes (2 points)
 #
 # Nothing new to write: this check runs your three functions together. Changing future tokens must not
-# change the past, and appending padding must not change any real token's output (lesson §3.6).
+# change the past, and appending padding must not change any real token's output (lesson [§3.6](lesson.ipynb#id-3-6-probes-causality-and-pad-invariance)).
 
 # %% nbgrader="test:test_mask_probes:2"
 ch03.check_mask_probes(masked_attention, causal_mask, padding_mask)

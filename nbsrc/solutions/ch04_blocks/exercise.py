@@ -47,7 +47,7 @@ device = get_device()
 # the constructor (`nn.Dropout(dropout)`, never a constant), and off in eval mode; nothing is dropped
 # before the first Linear or after the second. The check also runs it in train mode at `dropout=0.2`
 # and `0.5` and measures the fraction of hidden activations zeroed: none, or about the rate given.
-# Lesson §4.2.
+# Lesson [§4.2](lesson.ipynb#id-4-2-the-feed-forward-sublayer).
 
 
 # %% nbgrader="solution:feed_forward"
@@ -95,12 +95,12 @@ ch04.check_feed_forward(FeedForward)
 #
 # Each sublayer (attention, then feed-forward) is wrapped as:
 #
-# * `norm_first=False`, **Post-LN** (the paper, lesson §4.5): `x = LayerNorm(x + Dropout(Sublayer(x)))`;
+# * `norm_first=False`, **Post-LN** (the paper, lesson [§4.5](lesson.ipynb#id-4-5-post-ln-and-pre-ln)): `x = LayerNorm(x + Dropout(Sublayer(x)))`;
 # * `norm_first=True`, **Pre-LN**: `x = x + Dropout(Sublayer(LayerNorm(x)))`.
 #
-# Mind the seed's block (lesson §4.4): dropout goes on the sublayer's output, before the residual add,
+# Mind the seed's block (lesson [§4.4](lesson.ipynb#id-4-4-where-dropout-goes)): dropout goes on the sublayer's output, before the residual add,
 # never after the norm, nor on the residual sum, nor on the sublayer's input. And LayerNorm, not
-# BatchNorm (lesson §4.3). `forward` returns the tensor `[B, S, D]` and leaves the `x` it was given
+# BatchNorm (lesson [§4.3](lesson.ipynb#id-4-3-layernorm-not-batchnorm)). `forward` returns the tensor `[B, S, D]` and leaves the `x` it was given
 # unchanged (write `x = x + ...`, not `x += ...`). Name your attributes as you like.
 
 
@@ -175,5 +175,5 @@ ch04.check_block_by_hand(EncoderBlock)
 # %% [markdown]
 # ## Done?
 #
-# Run the self-grading command above. Then try the lesson's §4.5 experiment with your own block: stack
+# Run the self-grading command above. Then try the lesson's [§4.5](lesson.ipynb#id-4-5-post-ln-and-pre-ln) experiment with your own block: stack
 # six of them and compare the gradient norms per layer for `norm_first=False` and `True`.

@@ -47,7 +47,7 @@ device = get_device()
 #   PE_{(pos,\,2i+1)} = \cos\!\left(pos / 10000^{2i/D}\right)$$
 #
 # for positions `0 .. n_positions-1` (row 0 is `[0, 1, 0, 1, ...]`) and `d_model` even: sines in the
-# even columns, cosines in the odd ones, amplitude 1. Lesson §5.2. When the table is wrong, the check
+# even columns, cosines in the odd ones, amplitude 1. Lesson [§5.2](lesson.ipynb#id-5-2-sinusoidal-positional-encoding). When the table is wrong, the check
 # fits your table (which columns hold sines, the base and exponent of the frequencies, where the
 # positions start, the amplitude) and says which of these differ.
 
@@ -79,7 +79,7 @@ ch05.check_by_hand("sinusoidal_encoding", sinusoidal_encoding, (12, 8))
 # `embed(tokens, table, pe)` takes token ids `tokens [B, S]`, an embedding `table = nn.Embedding(V, D)`
 # and a positional table `pe [max_len, D]` (at least S rows), and returns what the first block reads,
 # `[B, S, D]`: the token embeddings scaled as in the paper, plus the encoding of each position.
-# Lesson §5.5. The result keeps the table's dtype and device; `embed` applies no dropout (the model
+# Lesson [§5.5](lesson.ipynb#id-5-5-embeddings-scaled-by-sqrt-d-model). The result keeps the table's dtype and device; `embed` applies no dropout (the model
 # applies it afterwards) and must not change `table` or `pe` in place. When the result is wrong, the
 # check measures the factor your embeddings were multiplied by and which rows of `pe` you added.
 
@@ -118,7 +118,7 @@ ch05.check_embed(embed)
 # `memory` as they were (no `x += ...` on the input), and in eval mode the block is deterministic.
 # Names and registration order are yours: the check finds the parts by type, and when the block is
 # wrong it watches each sublayer's inputs and outputs with forward hooks to say which stage departs
-# (it sees the modules you call as `self.attn(...)`, not through `.forward(...)`). Lesson §5.6.
+# (it sees the modules you call as `self.attn(...)`, not through `.forward(...)`). Lesson [§5.6](lesson.ipynb#id-5-6-encoder-decoder-and-cross-attention).
 
 
 # %% nbgrader="solution:decoder_block"
@@ -181,4 +181,4 @@ ch05.check_decoder_by_hand(DecoderBlock)
 # ## Done?
 #
 # Run the self-grading command above. With `sinusoidal_encoding`, `embed`, the encoder block of
-# exercise 4 and this decoder block you have every piece of the model the lesson counts in §5.7.
+# exercise 4 and this decoder block you have every piece of the model the lesson counts in [§5.7](lesson.ipynb#id-5-7-the-seeds-model-counted).

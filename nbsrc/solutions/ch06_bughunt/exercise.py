@@ -12,7 +12,7 @@
 # The seed ends its write-up with a function that generates text from a trained model.
 # Below is that function, `generate_text`, **exactly as the seed prints it** (Chinese
 # comments included; they are translated below). It has the right overall shape, which
-# lesson §6.7 describes: eval mode, no gradients, the source encoded once, a start
+# lesson [§6.7](../ch06_training/lesson.ipynb#id-6-7-greedy-and-beam-decoding) describes: eval mode, no gradients, the source encoded once, a start
 # token, one argmax token appended per step, a stop at `EOS`. It also has three bugs.
 # Find them and fix them **in place**, in the answer cell, keeping the name and
 # signature `generate_text(model, src, max_length, device)`.
@@ -20,9 +20,10 @@
 # Each bug has its own check cell and its own points, and each check judges only its own
 # bug, so every bug you fix earns its points even while the others remain. When a check
 # fails it says which bug it still sees, what it measured, and which lesson section
-# explains it: [§6.7 'Greedy and beam decoding'](../ch06_training/lesson.ipynb) for the
-# loop, and [§3.1 'Padding masks' and §3.2 'The causal
-# mask'](../ch03_masks/lesson.ipynb) for the masks.
+# explains it:
+# [§6.7 'Greedy and beam decoding'](../ch06_training/lesson.ipynb#id-6-7-greedy-and-beam-decoding)
+# for the loop, and [§3.1 'Padding masks'](../ch03_masks/lesson.ipynb#id-3-1-padding-masks) and
+# [§3.2 'The causal mask'](../ch03_masks/lesson.ipynb#id-3-2-the-causal-mask) for the masks.
 #
 # **How to work.** Run the setup cell, read the seed's code, run the *try it* cell, then
 # edit the answer cell and run the check cells below it. Do not edit the check cells:
@@ -200,7 +201,7 @@ except Exception as exc:
 #
 # The check decodes four sources without padding, on this kind of model, and compares
 # your tokens with the reference's greedy search (`tformer_ref.decoding.greedy_decode`,
-# which uses the causal mask at every step). Lesson §6.7 and §3.2.
+# which uses the causal mask at every step). Lesson [§6.7](../ch06_training/lesson.ipynb#id-6-7-greedy-and-beam-decoding) and [§3.2](../ch03_masks/lesson.ipynb#id-3-2-the-causal-mask).
 
 # %% nbgrader="test:test_target_mask:2"
 bughunt_decoding.check_target_mask(generate_text)
@@ -216,7 +217,7 @@ bughunt_decoding.check_generate_text_by_hand(generate_text)
 # `TorchFunctionMode` sees each PyTorch call): one made without a device (`torch.ones(3, 3)`) that
 # meets the model's tensors without having been moved (`.to(device)`, `device=...`, or built from
 # a tensor that is already there, such as `torch.ones_like(trg)`) fails it, and the failure names
-# the line that made it. Lesson §6.7.
+# the line that made it. Lesson [§6.7](../ch06_training/lesson.ipynb#id-6-7-greedy-and-beam-decoding).
 
 # %% nbgrader="test:test_mask_device:2"
 bughunt_decoding.check_mask_device(generate_text)
@@ -226,7 +227,7 @@ bughunt_decoding.check_mask_device(generate_text)
 #
 # A source that ends with padding must decode exactly as the reference decodes it with
 # the padding masked (which is also how it decodes without the padding). The check
-# decodes four such sources. Lesson §3.1.
+# decodes four such sources. Lesson [§3.1](../ch03_masks/lesson.ipynb#id-3-1-padding-masks).
 
 # %% nbgrader="test:test_source_padding:3"
 bughunt_decoding.check_source_padding(generate_text)
@@ -239,7 +240,7 @@ bughunt_decoding.check_source_padding(generate_text)
 # - **One sequence at a time.** `next_token = output.argmax(2)[:, -1].item()` turns the next
 #   token into a Python number, which only works for a batch of one, and the loop stops when that
 #   one sequence produces `EOS`. A batched loop keeps the next tokens as a tensor `[N]`, pads the
-#   sequences that have finished and stops when all have (the reference's `greedy_decode`, §6.7).
+#   sequences that have finished and stops when all have (the reference's `greedy_decode`, [§6.7](../ch06_training/lesson.ipynb#id-6-7-greedy-and-beam-decoding)).
 # - **`max_length` counts the start token.** The loop runs `max_length - 1` steps, so `trg` holds
 #   at most `max_length` tokens, `SOS_IDX` included.
 # - **The whole prefix is decoded again at every step**, so a sequence of `T` tokens costs `T`

@@ -11,7 +11,7 @@
 #
 # Every piece of a Transformer is now yours: attention (exercises 1–3), masks (exercise 3), the
 # blocks (exercises 4 and 5) and positions (exercise 5). Here you put them together into one
-# encoder–decoder, and a check trains it on the date task of lesson §6.1
+# encoder–decoder, and a check trains it on the date task of lesson [§6.1](../ch06_training/lesson.ipynb#id-6-1-the-toy-task)
 # (`"2021-03-03" -> "3 March 2021"`). When it learns, it is your Transformer that learned.
 #
 # **How to work.** Paste your own answers from exercises 1–5 into the answer cells below (the
@@ -63,7 +63,7 @@ device = get_device()
 #   `masked_attention` with an all-True mask, when it is None).
 #
 # The check runs the checks of exercises 1 and 3 on these four again, and one more: your
-# `MultiHeadAttention` given a causal or a padding mask must obey it (lesson §3.6).
+# `MultiHeadAttention` given a causal or a padding mask must obey it (lesson [§3.6](../ch03_masks/lesson.ipynb#id-3-6-probes-causality-and-pad-invariance)).
 #
 # **To use the reference instead**, replace the whole cell with:
 #
@@ -290,7 +290,7 @@ own_model.check_own_positions(sinusoidal_encoding, embed)
 # Assemble the pieces, in this cell, into `OwnTransformer(vocab_size, d_model, n_heads, d_ff,
 # n_layers)`, an `nn.Module` whose `forward(src, tgt_in)` maps source ids `src [B, Ss]` and the
 # decoder's input `tgt_in [B, St]` to logits `[B, St, V]` (one vocabulary, of size `vocab_size`,
-# serves both sides; the padding id is `PAD = 0`). Lesson §5.6 draws it:
+# serves both sides; the padding id is `PAD = 0`). Lesson [§5.6](../ch05_model/lesson.ipynb#id-5-6-encoder-decoder-and-cross-attention) draws it:
 #
 # 1. one `nn.Embedding(vocab_size, d_model)` per side, and a positional table from your
 #    `sinusoidal_encoding` of 64 rows, kept with `self.register_buffer("pe", ...)` so that it
@@ -307,13 +307,13 @@ own_model.check_own_positions(sinusoidal_encoding, embed)
 # Dropout stays at 0: the check trains for a few hundred steps on unlimited, noise-free data.
 #
 # Then write `batch_loss(model, src, tgt)`, the loss of one training batch with teacher forcing
-# (lesson §6.2, §6.3): `tgt [B, St]` is `BOS y1 .. yn EOS` padded with `PAD`; the decoder reads
+# (lesson [§6.2](../ch06_training/lesson.ipynb#id-6-2-teacher-forcing-and-the-shift), [§6.3](../ch06_training/lesson.ipynb#id-6-3-a-loss-that-ignores-padding)): `tgt [B, St]` is `BOS y1 .. yn EOS` padded with `PAD`; the decoder reads
 # `tgt` without its last position and must predict `tgt` without its first, and the loss is the
 # mean cross-entropy over the real (non-`PAD`) label tokens. Return the scalar tensor (the check
 # calls `.backward()` on it).
 #
 # **What the check does.** It builds `OwnTransformer(vocab_size, 32, 4, 64, 1)` with a fixed seed,
-# gives it the course's Xavier initialisation (lesson §4.6, so that your choice of initialisation
+# gives it the course's Xavier initialisation (lesson [§4.6](../ch04_blocks/lesson.ipynb#id-4-6-xavier-initialisation), so that your choice of initialisation
 # does not matter), and trains it with your `batch_loss`: Adam, a short warm-up then a linear
 # decay, batches of 64 from 4000 training dates, a fixed number of steps, one CPU thread. Then it
 # decodes dates never seen in training, greedily, and counts the exact matches. A right model

@@ -50,7 +50,7 @@ device = get_device()
 # `labels` is `tgt` without its first: the shift only slices, so every token keeps its id and its
 # dtype (BOS, EOS and PAD included: the loss leaves the PAD labels out), and `tgt` itself is left
 # unchanged. The seed's slices `trg[:-1, :]` / `trg[1:, :]` are for sequence-first tensors.
-# Lesson §6.2.
+# Lesson [§6.2](lesson.ipynb#id-6-2-teacher-forcing-and-the-shift).
 
 
 # %% nbgrader="solution:shift_targets"
@@ -79,7 +79,7 @@ ch06.check_by_hand("shift_targets", shift_targets, (torch.tensor([[1, 5, 2, 0]])
 # `label_smoothing` $= \varepsilon$ the target puts $1 - \varepsilon$ on the label and spreads
 # $\varepsilon$ evenly over all $V$ classes, the label included ($\varepsilon / V$ each), exactly as
 # `F.cross_entropy(..., label_smoothing=ε)` does; the loss is the cross-entropy to that target (not
-# the KL divergence, which is smaller by the target's entropy). Lesson §6.3.
+# the KL divergence, which is smaller by the target's entropy). Lesson [§6.3](lesson.ipynb#id-6-3-a-loss-that-ignores-padding).
 
 
 # %% nbgrader="solution:sequence_loss"
@@ -108,7 +108,7 @@ ch06.check_by_hand(
 # %% [markdown]
 # ## 3. The Noam schedule (2 + 2 points)
 #
-# Vaswani et al. (§5.3) set the learning rate of update $n = 1, 2, \dots$ to
+# Vaswani et al. ([§5.3](../ch05_model/lesson.ipynb#id-5-3-learned-positions-and-max-length)) set the learning rate of update $n = 1, 2, \dots$ to
 # $\text{lr}(n) = d_\text{model}^{-0.5}\,\min(n^{-0.5},\; n \cdot \text{warmup}^{-1.5})$.
 #
 # `noam_lambda(step, d_model, warmup)` returns the multiplier `LambdaLR` should use at its `step`
@@ -118,7 +118,7 @@ ch06.check_by_hand(
 # at 1.0) that sets `noam_lambda(0, d_model, warmup)` for the first update as soon as it is created,
 # and whose every `step()` moves on by exactly one step, sets the rate for the next update and does
 # nothing else (it never calls `optimizer.step()`); the training loop calls `optimizer.step()` then
-# `scheduler.step()`. Lesson §6.4.
+# `scheduler.step()`. Lesson [§6.4](lesson.ipynb#id-6-4-learning-rate-and-warm-up).
 
 
 # %% nbgrader="solution:noam"
@@ -165,7 +165,7 @@ ch06.check_noam_scheduler(make_scheduler)
 #
 # Return `(loss, grad_norm)` as two Python floats (`loss.item()`, `norm.item()`, not tensors): the
 # loss of this batch before the update, and the total gradient norm *before* clipping (what
-# `clip_grad_norm_` returns). Lesson §6.5.
+# `clip_grad_norm_` returns). Lesson [§6.5](lesson.ipynb#id-6-5-exploding-gradients-and-clipping).
 
 
 # %% nbgrader="solution:train_step"
@@ -209,7 +209,7 @@ ch06.check_train_step_by_hand(train_step)
 # off, encode once and pass that memory to every step, feed the decoder the whole prefix so far
 # (BOS and every token since: there is no cache), append the argmax over the vocabulary of the last
 # position at each step (one id in 0 .. V-1 per row), and stop as soon as every row has produced
-# EOS (or after `max_len` new tokens). Lesson §6.7.
+# EOS (or after `max_len` new tokens). Lesson [§6.7](lesson.ipynb#id-6-7-greedy-and-beam-decoding).
 #
 # **Which model.** The check runs your function on its own small model with exactly the
 # interface above: four arguments to `decode`, and no causal mask unless you pass one. The

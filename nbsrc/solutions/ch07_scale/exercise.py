@@ -53,7 +53,7 @@ def count_targets(batch):
 # and how many there are (an int).
 #
 # The big batch's loss is the mean over all its target tokens. The micro-batches hold different
-# numbers of real tokens, so think about what to divide by (lesson §7.3). `count_targets(batch)`
+# numbers of real tokens, so think about what to divide by (lesson [§7.3](lesson.ipynb#id-7-3-gradient-accumulation)). `count_targets(batch)`
 # above counts a batch's tokens without running the model. Your step must:
 #
 # 1. zero the gradients once per call: before the first backward (or after the step), never
@@ -103,13 +103,13 @@ ch07.check_accumulation_by_hand(accumulation_step)
 #
 # 1. zero the gradients once per step: before the backward (or after the update);
 # 2. run the forward (`loss_fn`) under `torch.amp.autocast` for the model's device type, in
-#    `torch.bfloat16` on a CPU and `torch.float16` on CUDA (lesson §7.1: not the seed's deprecated
+#    `torch.bfloat16` on a CPU and `torch.float16` on CUDA (lesson [§7.1](lesson.ipynb#id-7-1-mixed-precision-with-torch-amp): not the seed's deprecated
 #    `torch.cuda.amp`). The backward may stay inside or go after the block: its ops run in the
 #    forward's dtypes either way;
 # 3. backward on `scaler.scale(loss)`, unscale the gradients once (`scaler.unscale_(optimizer)`),
 #    clip the norm of all the gradients together to `max_norm` (`clip_grad_norm_`), step through
 #    the scaler (`scaler.step(optimizer)` skips a step whose gradients overflowed: do not also call
-#    `optimizer.step()`) and update it once (`scaler.update()`), in this order (lesson §7.2):
+#    `optimizer.step()`) and update it once (`scaler.update()`), in this order (lesson [§7.2](lesson.ipynb#id-7-2-gradscaler-unscale-and-clipping)):
 #    the step uses the gradients as they are when `scaler.step` runs;
 # 4. return the loss `loss_fn` returned, unscaled (a tensor or a float): not `scaler.scale(loss)`.
 #
@@ -148,7 +148,7 @@ ch07.check_amp_by_hand(amp_step)
 #
 # Under DDP every process runs the same script with its own `rank` (0 … `world_size` − 1). Write
 # `make_loader(dataset, rank, world_size, epoch, batch_size)`, the `DataLoader` that process `rank`
-# iterates in epoch `epoch` (lesson §7.5). You need no process group: `DistributedSampler` takes
+# iterates in epoch `epoch` (lesson [§7.5](lesson.ipynb#id-7-5-distributedsampler-and-set-epoch)). You need no process group: `DistributedSampler` takes
 # `num_replicas` and `rank` as arguments. The check reads which samples every rank gets, epoch by
 # epoch:
 #

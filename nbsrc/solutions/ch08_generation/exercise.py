@@ -47,11 +47,11 @@ device = get_device()
 # (float), a `temperature > 0` and a `top_p` in (0, 1], and returns the probabilities `[B, V]` the
 # next token is drawn from, each row summing to 1:
 #
-# 1. divide the **logits** by the temperature (lesson §8.5: before the softmax, not after it);
+# 1. divide the **logits** by the temperature (lesson [§8.5](lesson.ipynb#id-8-5-temperature): before the softmax, not after it);
 # 2. keep, in each row, the smallest set of most likely tokens whose probability (at that
 #    temperature) reaches `top_p`: the token whose probability carries the sum across `top_p` is *in*
 #    the set, so the set is never empty, and when the most likely token alone holds more than `top_p`
-#    it is kept alone (lesson §8.6);
+#    it is kept alone (lesson [§8.6](lesson.ipynb#id-8-6-top-k-and-top-p));
 # 3. renormalise: the kept tokens' probabilities sum to 1, every other token gets exactly 0.
 #
 # `top_p = 1` keeps every token (the reference returns the logits unchanged). The check compares
@@ -89,7 +89,7 @@ ch08.check_next_token_probs_by_hand(next_token_probs)
 # `cache`, a `KVCache`. `tokens` is `[B, S]`; it returns the logits `[B, S, V]` of the new tokens and
 # leaves the cache holding `T + S` tokens. It must give what `model(tokens, cache=cache)` gives,
 # on an empty cache (`T = 0`: the prompt) and after earlier steps. Build it from the model's parts,
-# in the model's order (lesson §8.8, `step_from_parts`):
+# in the model's order (lesson [§8.8](lesson.ipynb#id-8-8-decoding-with-a-cache-three-pitfalls), `step_from_parts`):
 #
 # - `model.tok_embed(tokens)` scaled by `math.sqrt(model.d_model)`;
 # - `model.pos(x, start=...)`: the new tokens sit at positions `T .. T + S - 1`;
@@ -100,7 +100,7 @@ ch08.check_next_token_probs_by_hand(next_token_probs)
 #
 # The mask is a bool keep-mask `[1, 1, S, T + S]`: new query `i` may attend to the `T` cached keys and
 # to the new keys up to its own position, `causal_mask(S, device, past=T)`. Read `cache.length` once,
-# before the blocks grow the cache. Lesson §8.8 shows the three ways this step goes wrong.
+# before the blocks grow the cache. Lesson [§8.8](lesson.ipynb#id-8-8-decoding-with-a-cache-three-pitfalls) shows the three ways this step goes wrong.
 
 
 # %% nbgrader="solution:lm_step"
@@ -134,7 +134,7 @@ ch08.check_lm_step_by_hand(lm_step)
 #
 # It must equal, token for token, greedy decoding without a cache (the whole sequence re-run at every
 # step). The check decodes several prompts one after the other, with two models, so a cache that
-# survives from one call to the next (lesson §8.8) is caught; it also watches what your loop feeds
+# survives from one call to the next (lesson [§8.8](lesson.ipynb#id-8-8-decoding-with-a-cache-three-pitfalls)) is caught; it also watches what your loop feeds
 # the model.
 
 
@@ -164,7 +164,7 @@ ch08.check_generate_greedy_by_hand(generate_greedy)
 # Not graded. The cell trains a tiny character-level model on *The Devil's Dictionary* for a few
 # seconds (far too short to learn words: expect the letters, spaces and punctuation of English in
 # roughly the right proportions), then samples from it with **your** `next_token_probs` and `lm_step`.
-# The draws use a seeded `torch.Generator` (lesson §8.9), so the lines are the same every run on
+# The draws use a seeded `torch.Generator` (lesson [§8.9](lesson.ipynb#id-8-9-seeded-sampling)), so the lines are the same every run on
 # the same machine. Try other temperatures and values of `top_p`.
 
 # %%
@@ -233,4 +233,4 @@ finally:
 #
 # Run the self-grading command above. The lesson measures what your `lm_step` buys: generation with
 # the cache against re-running the whole prefix at every step, in tokens per second as the sequence
-# grows (§8.7), and what the cache costs in memory.
+# grows ([§8.7](lesson.ipynb#id-8-7-the-kv-cache)), and what the cache costs in memory.
