@@ -180,7 +180,9 @@ def _run_workers(
         for line in proc.stdout:
             if line.startswith(RESULT):
                 row = json.loads(line[len(RESULT) :])
-                row = {**known.get(row["student"], {}), **row}
+                before = known.get(row["student"], {})
+                notes = before.get("notes", []) + row.get("notes", [])
+                row = {**before, **row, "notes": notes}
                 rows.append(row)
                 _tell(on_row, row)
             else:

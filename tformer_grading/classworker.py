@@ -24,6 +24,7 @@ from .course import NOTEBOOK, diagnoses, forget_submission, read_scores
 
 RESULT = "tformer-result\t"
 _NOT_GRADABLE = re.compile(r"NotGradable: (.+)")
+_RAISED = re.compile(r"^\s*((?:\w+\.)*\w*(?:Error|Exception)\b.*)$", re.MULTILINE)
 
 
 def _config(settings: dict):
@@ -45,13 +46,18 @@ def _config(settings: dict):
     return config
 
 
-def _why(result: dict) -> str:
+def _why(result: dict, could_not: str = "grade it") -> str:
+    """Why an nbgrader API call (its result dict) failed, in one line."""
     text = f"{result.get('error') or ''}\n{result.get('log') or ''}"
     found = _NOT_GRADABLE.findall(text)
     if found:
         return found[-1].strip()
-    lines = [line for line in text.splitlines() if line.strip()]
-    return "nbgrader could not grade it: " + (lines[-1] if lines else "no reason given")
+    # The traceback's last exception says why; nbgrader's own last line never does.
+    raised = [r for r in _RAISED.findall(text) if "NbGraderException" not in r]
+    lines = raised or [line for line in text.splitlines() if line.strip()]
+    return f"nbgrader could not {could_not}: " + (
+        lines[-1].strip() if lines else "no reason given"
+    )
 
 
 def grade_one(api, settings: dict, student: str) -> dict:
@@ -67,12 +73,18 @@ def grade_one(api, settings: dict, student: str) -> dict:
         shutil.rmtree(graded.parent, ignore_errors=True)
         shutil.rmtree(Path(settings["submitted"]) / student, ignore_errors=True)
         return {"status": "not graded", "reason": _why(result)}
-    api.generate_feedback(assignment, student, force=True)
-    return {
+    row = {
         "status": "graded",
         "cells": read_scores(Path("."), assignment, db_url, student)[student],
         "diagnoses": diagnoses(graded),
     }
+    # The grade stands without its page; the instructor is told, and can rerun
+    # `nbgrader generate_feedback` once the cause is mended.
+    feedback = api.generate_feedback(assignment, student, force=True)
+    page = Path("feedback") / student / assignment / f"{NOTEBOOK}.html"
+    if not feedback["success"] or not page.is_file():
+        row["notes"] = ["no feedback page: " + _why(feedback, "write its page")]
+    return row
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -133,6 +133,8 @@ def _grade_class(args) -> int:
                 print(f"{who:<24} {row['score']:g} / {row['max_score']:g}")
             else:
                 print(f"{who:<24} NOT GRADED: {printable(row['reason'])}")
+            for note in row["notes"]:
+                print(f"{'':<24} note: {printable(note)}")
         print(
             f"{len(table) - len(not_graded)} graded, {len(not_graded)} not graded. "
             f"grades: {out / 'grades.csv'}, per cell: {out / 'cells.csv'}, "

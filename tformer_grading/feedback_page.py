@@ -145,9 +145,9 @@ def book_target(href: str, folder: str) -> tuple[str, str] | None:
 class _Links(HTMLParser):
     """Copies cleaned HTML, rewriting its links by the rule in the module docstring."""
 
-    def __init__(self, book_url: str, folder: str):
+    def __init__(self, book_url: str, folder: str, named: set[str]):
         super().__init__(convert_charrefs=False)
-        self.book_url, self.folder = book_url, folder
+        self.book_url, self.folder, self.named = book_url, folder, named
         self.out: list[str] = []
         self._text: list[str] | None = None  # the text of a link being turned into text
         self._start = 0
@@ -190,10 +190,13 @@ class _Links(HTMLParser):
         self._text = None
         if not kit:
             return
-        where = f"<code>{html.escape(kit)}</code> in your course kit"
+        # The kit's file is named once a page: an exercise links its lesson often.
+        first = kit not in self.named
+        self.named.add(kit)
+        where = f"<code>{html.escape(kit)}</code>" + (" in your course kit" * first)
         if text in (kit, posixpath.basename(kit)):
             self.out[self._start :] = [where]
-        else:
+        elif first:
             self.out.append(f" ({where})")
 
     def handle_startendtag(self, tag, attrs):
@@ -227,22 +230,25 @@ class _Links(HTMLParser):
         self.out.append(f"<?{data}>")
 
 
-def rewrite_links(cleaned: str, book_url: str, folder: str) -> str:
+def rewrite_links(
+    cleaned: str, book_url: str, folder: str, named: set[str] | None = None
+) -> str:
     """``cleaned`` (HTML from the cleaner) with each link a page sent alone can follow:
     in-page anchors and web addresses kept, a link to a book page sent to the published
-    book (``book_url``) or, without one, turned into text naming the kit's file, and any
-    other relative link turned into its text."""
+    book (``book_url``) or, without one, turned into text naming the kit's file (the
+    first time: ``named`` holds the files a page has named so far), and any other
+    relative link turned into its text."""
     if "<a" not in cleaned:
         return cleaned
-    parser = _Links(book_url.rstrip("/"), folder)
+    parser = _Links(book_url.rstrip("/"), folder, set() if named is None else named)
     parser.feed(cleaned)
     parser.close()
     return "".join(parser.out)
 
 
-def _page(context) -> tuple[str, str]:
+def _page(context) -> tuple[str, str, set[str] | None]:
     page = (context.get("resources") or {}).get("tformer_feedback") or {}
-    return page.get("book_url", ""), page.get("folder", "book")
+    return page.get("book_url", ""), page.get("folder", "book"), page.get("named")
 
 
 @pass_context
@@ -432,6 +438,7 @@ class LearnerFeedback(NbGraderPreprocessor):
             "book_url": self._book_url(),
             "folder": f"book/{assignment}" if assignment else "book",
             "mathjax": self._mathjax() if _has_maths(nb) else "",
+            "named": set(),  # the kit files the page has named (rewrite_links)
         }
         for cell in nb.cells:
             if cell.cell_type != "code":

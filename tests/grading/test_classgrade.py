@@ -306,3 +306,27 @@ def test_learner_text_is_data_in_every_report(odd_class):
     assert "Done!" in page
     assert "<script>alert" not in page and "onerror" not in page
     json.loads((out / "results.json").read_text())
+
+
+def test_a_feedback_page_that_cannot_be_written_is_said_and_the_grade_kept(
+    course, tmp_path
+):
+    """Bug: when nbgrader's generate_feedback failed, the worker ignored its result,
+    and the learner was "graded" with no page and nothing said. Guard: the grade
+    stands, and the row carries a note the command prints."""
+    put(tmp_path / "collected" / "nofb_ann" / "exercise.ipynb", right(course))
+    blocker = course / "feedback" / "nofb_ann"  # a file where the page's folder goes
+    blocker.parent.mkdir(exist_ok=True)
+    blocker.write_text("not a folder")
+    try:
+        proc = class_command(course, tmp_path / "collected", tmp_path / "out")
+    finally:
+        blocker.unlink()
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    row = grades(tmp_path / "out")["nofb_ann"]
+    assert (row["status"], row["raw_score"]) == ("graded", "12.0")
+    note = (
+        "note: no feedback page: nbgrader could not write its page: NotADirectoryError"
+    )
+    assert note in proc.stdout, proc.stdout
+    assert not (tmp_path / "out" / "feedback" / "nofb_ann").exists()

@@ -289,11 +289,10 @@ def test_without_a_book_address_the_page_names_the_kit_file_and_links_nowhere(
 ):
     page = render(notebook, book_url="")
     text = shown(page, tmp_path)
-    assert (
-        "The lesson explains this: §1.5 'Splitting into heads' "
-        "(book/ch01_shapes/lesson.ipynb in your course kit)" in text
-    )
-    assert "The lesson (book/ch01_shapes/lesson.ipynb in your course kit)" in text
+    kit = "book/ch01_shapes/lesson.ipynb in your course kit"
+    assert f"The lesson ({kit}) explains every step" in text
+    assert text.count(kit) == 1, "the kit's file is named once a page"
+    assert "The lesson explains this: §1.5 'Splitting into heads'" in text
     assert [href for href in links(page) if not href.startswith("#")] == []
 
 
@@ -372,6 +371,15 @@ def test_links_a_page_sent_alone_can_follow():
     assert rewrite(unknown, BOOK, here) == f'<a href="{lesson}">1</a>'
     assert rewrite(link, "", here) == (
         "1 (<code>book/ch01_shapes/lesson.ipynb</code> in your course kit)"
+    )
+    # Without a book, a page names each kit file once: an exercise links its lesson
+    # up to ten times.
+    named: set[str] = set()
+    first, again = (rewrite(link, "", here, named) for _ in range(2))
+    assert first == rewrite(link, "", here) and again == "1"
+    whole = '<a href="../ch01_shapes/lesson.ipynb">lesson.ipynb</a>'
+    assert rewrite(whole, "", here, named) == (
+        "<code>book/ch01_shapes/lesson.ipynb</code>"
     )
     # The learner's own relative links keep their text; web and in-page links stay.
     assert rewrite('<a href="notes/x.png">my &amp; plot</a>', BOOK, here) == (
