@@ -1,7 +1,7 @@
 """Mixed precision with ``torch.amp``: dtypes, the GradScaler, one optimizer step.
 
 The seed imports ``from torch.cuda.amp import autocast, GradScaler``: deprecated, and
-CUDA-only (on a CPU it silently does nothing). The current API names the device:
+CUDA-only (on a CPU it warns and disables itself). The current API names the device:
 ``torch.amp.autocast(device_type, dtype=...)`` and
 ``torch.amp.GradScaler(device_type)``.
 

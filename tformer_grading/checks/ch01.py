@@ -865,7 +865,8 @@ MHA_PITFALLS = (
     Pitfall(
         "no scaling",
         "Your scores are not divided by √d_head at all. Unscaled logits grow like "
-        "√Dh and push softmax into saturation, where its gradients vanish.",
+        "√Dh and push softmax into saturation: most rows get almost no gradient, a "
+        "few near-ties far larger ones.",
         S_SCALE,
         _mha_unscaled,
     ),

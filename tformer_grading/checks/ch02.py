@@ -40,7 +40,7 @@ from .diagnosis import (
 CHAPTER = "ch02_attention"
 S_STEPS = Section(CHAPTER, "2.1", "Attention step by step")
 S_VARIANCE = Section(CHAPTER, "2.2", "Why the scores grow with d_k")
-S_SATURATION = Section(CHAPTER, "2.3", "Saturation and vanishing gradients")
+S_SATURATION = Section(CHAPTER, "2.3", "Saturation and the gradients")
 S_ENTROPY = Section(CHAPTER, "2.4", "Entropy: how peaked is attention")
 S_DMODEL = Section(CHAPTER, "2.5", "Scaling by √d_model is a bug")
 S_GRADCHECK = Section(CHAPTER, "2.6", "Gradcheck done right")
@@ -96,8 +96,8 @@ ATTENTION_PITFALLS = (
     Pitfall(
         "no scaling",
         "Your scores are not divided by √d_k. With unit-variance entries var(q·k) "
-        "= d_k, so the logits grow like √d_k, softmax saturates to nearly one-hot "
-        "rows and its gradients vanish.",
+        "= d_k, so the logits grow like √d_k and softmax saturates to nearly one-hot "
+        "rows: most rows get almost no gradient, a few near-ties far larger ones.",
         S_SATURATION,
         _attention_unscaled,
     ),

@@ -30,7 +30,7 @@
 # numbers small enough to follow by hand. Then it builds multi-head attention, which
 # is the same computation for several heads side by side, and that is where the
 # **shapes and axes** come in. Almost every bug in a first implementation is a bug of
-# shapes: a `view` that reads memory in the wrong order, an `einsum` whose letters name
+# shapes: a `view` that cuts memory in the wrong places, an `einsum` whose letters name
 # the wrong axes, a projection that gives each head less than it should see. Such bugs
 # often do not crash where you first try them: the output has the right shape, and
 # nothing says that, for instance, no token ever looks at another one (§1.7). Some fail
@@ -55,8 +55,9 @@
 # - count FLOPs, and re-measure how heads affect speed and memory (§1.10, §1.11);
 # - explore one head's attention map, then hunt three bugs in the seed's code (§1.12, §1.13).
 #
-# **The seed claims this chapter checks.** The course grew out of two beginners' write-ups
-# of an 8-head, 2-layer Transformer. This chapter checks the following claims of theirs:
+# **The seed claims this chapter checks.** The course grew out of two beginners' write-ups,
+# one of them about an 8-head, 2-layer Transformer. This chapter checks the following claims
+# of theirs:
 #
 # | claim | verdict | section |
 # |---|---|---|
@@ -168,7 +169,7 @@ print("hard lookup of the best key:", values[scores_1q.argmax()].tolist())
 # pulled towards that key's value `[5, 5]` and still takes in a little of every other
 # value. Make the scores larger and the softmax gets sharper; multiplied by 10, it is
 # almost a hard lookup. (Chapter 2 shows why so sharp a softmax is bad for training:
-# its gradients vanish.)
+# most rows get almost no gradient, while a few get far larger ones.)
 
 # %%
 sharp = (10 * scores_1q).softmax(dim=0)  # [4]
@@ -405,11 +406,15 @@ print(
 # token, its `D` features one after the other; then the next token. Its *strides*
 # say how many elements to skip to move one step along each axis: `(S·D, D, 1)`.
 #
-# **`view` vs `reshape`.** `view` never copies: it only gives the same memory new
-# strides, and raises an error when that is impossible. `reshape` returns a view when
-# it can and silently copies when it cannot. Neither of them moves numbers between
-# positions in the flat order of memory, and that is the point to remember: **the
-# shape you ask for is read off memory in order.**
+# **`view` vs `reshape`.** Both fill the shape you ask for with the elements in the
+# tensor's *logical* order: the order its indices count in, last axis fastest. For a
+# contiguous tensor that is the order of memory. `view` never copies: it only gives the
+# same memory new strides, and raises an error when no strides can do it. `reshape`
+# returns a view when it can; otherwise it copies the elements, in logical order, into
+# fresh memory. The point to remember: **on a contiguous `[B, S, D]`, the shape you ask
+# for is cut out of memory in order.** So `view(B, H, S, Dh)` cuts it in the wrong
+# places (below), while §1.6's `transpose(1, 2).reshape(...)` merges correctly, because
+# `reshape` reads the transposed tensor in its new order.
 #
 # - `view(B, S, H, Dh)` cuts each token's `D` features into `H` consecutive slices of
 #   `Dh`. Head `h` gets features `h·Dh … (h+1)·Dh − 1` of every token: correct.
@@ -438,7 +443,7 @@ print(
 
 # Same shape, different numbers: the straight view mixes tokens into heads.
 assert not torch.equal(right, wrong)
-# reshape is no cure: it reads memory in the same order as view.
+# reshape is no cure: x_small is contiguous, so it reads the same order as view.
 assert torch.equal(x_small.reshape(1, 2, 3, 2), wrong)
 # view and transpose copy nothing: all three share one block of memory.
 assert right.data_ptr() == wrong.data_ptr() == x_small.data_ptr()
@@ -801,8 +806,8 @@ for dh in (16, 64, 256):
 # **Seed 000's own module gets all of this right.** Its `MultiHeadAttention` projects
 # the whole input with `Linear(d_model, d_model)`, splits with `view` then
 # `transpose(1, 2)`, divides by $\sqrt{D_h}$ (`self.d_head`) and merges with
-# `transpose(1, 2).contiguous().view(...)`. The cell below holds its class token for token (only its line breaks and spacing
-# follow the book's 88 columns),
+# `transpose(1, 2).contiguous().view(...)`. The cell below holds its class token for
+# token (only its line breaks and spacing follow the book's 88 columns),
 # Chinese comments included, and runs it through the check of the chapter 1 exercise.
 # The seed's `forward(x, mask=None)` is self-attention only, while the check calls
 # `forward(query, key, value)` and also tries cross-attention; a small adapter, outside
@@ -812,7 +817,9 @@ for dh in (16, 64, 256):
 
 # %%
 # Seed 000's MultiHeadAttention (book/seeds/000.txt), only the class: every token as
-# the seed wrote it; line breaks and spacing laid out for the book's 88 columns.
+# the seed wrote it; line breaks and spacing laid out for the book's 88 columns
+# ("fmt: off" keeps the formatter from adding parentheses the seed does not have).
+# fmt: off
 class MultiHeadAttention(nn.Module):
     def __init__(self, d_model=512, num_heads=8):
         super().__init__()
@@ -852,13 +859,11 @@ class MultiHeadAttention(nn.Module):
         output = torch.matmul(attn, V)  # [32,8,64,64]
 
         # 4. 合并多头 [32,8,64,64] → [32,64,512]
-        output = (
-            output.transpose(1, 2)
-            .contiguous()
+        output = output.transpose(1, 2).contiguous() \
             .view(batch_size, -1, self.num_heads * self.d_head)
-        )
 
         return self.W_o(output)
+# fmt: on
 
 
 SeedMultiHeadAttention = MultiHeadAttention
@@ -1604,8 +1609,10 @@ check_multi_head_attention_behaviour(FixedSelfAttention)
 # - Shapes: `[B, S, D]` → `view` → `[B, S, H, Dh]` → `transpose(1, 2)` → `[B, H, S, Dh]`
 #   → scores `[B, H, Sq, Sk]` → `[B, H, Sq, Dh]` → `transpose(1, 2)` → `reshape` → `[B, S, D]`.
 #   Write the shape next to every line.
-# - `view` and `reshape` read memory in order: view to `[B, S, H, Dh]` first, then
-#   transpose. Viewing straight to `[B, H, S, Dh]` gives the right shape and wrong numbers.
+# - `view` and `reshape` read a tensor in its logical order, last axis fastest; on a
+#   contiguous tensor that is memory order. `view` refuses when it cannot, `reshape`
+#   copies. To split, view to `[B, S, H, Dh]` first, then transpose. Viewing straight
+#   to `[B, H, S, Dh]` gives the right shape and wrong numbers.
 # - After `transpose` a tensor is not contiguous: use `.contiguous().view(...)` or
 #   `.reshape(...)` to merge. Merging must undo splitting exactly; skipping the transpose
 #   glues different tokens together.
@@ -1650,7 +1657,8 @@ check_multi_head_attention_behaviour(FixedSelfAttention)
 # an error when merging back?
 #
 # :::{dropdown} Answer
-# `view`, like `reshape`, reads memory in order. A contiguous `[B, S, D]` tensor stores each
+# `view`, like `reshape`, reads the tensor in its logical order, last axis fastest, and on a
+# contiguous tensor that is the order of memory. A contiguous `[B, S, D]` tensor stores each
 # token's D features one after the other, so viewing it straight as `[B, H, S, Dh]` gives head 0
 # the first S·Dh numbers: the features of the first few tokens, cut and re-glued, instead of the
 # first Dh features of every token. The right split is `x.view(B, S, H, Dh).transpose(1, 2)`. It

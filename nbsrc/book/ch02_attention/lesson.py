@@ -19,8 +19,10 @@
 # * Seed 004 left the scaling out at first, and
 #   {seedtr}`004:halfway through training the gradients exploded`; it then explains this by
 #   saturation, {seedtr}`004:softmax enters its saturated region and the gradient is close to 0`.
-#   The explanation is right and contradicts the symptom: an unscaled softmax saturates and its
-#   gradients **vanish** (§2.3). How much depends on the head size, and this chapter measures it.
+#   Both are right, two sides of one problem: without the scaling most query rows saturate and get
+#   almost no gradient, while the few rows whose top scores nearly tie get much larger ones, and
+#   the total gradient on the query and key weights **grows** (§2.3). How much depends on the
+#   head size, and this chapter measures it.
 # * Seed 000 says the scaling {seedtr}`000:in practice improves accuracy by about 2-3%`. The paper
 #   {cite}`vaswani2017attention` (§3.2.1, footnote 4) gives the variance argument (§2.2) and no
 #   accuracy figure.
@@ -150,25 +152,27 @@ plt.show()
 
 # %% [markdown]
 # The seed's example is right on this point: at $d_k = 512$ the unscaled scores have standard deviation
-# $\sqrt{512} \approx 22.6$. What it gets wrong is what that does to training.
+# $\sqrt{512} \approx 22.6$. What that does to the gradients takes two measurements.
 
 # %% [markdown]
-# ## 2.3 Saturation and vanishing gradients
+# ## 2.3 Saturation and the gradients
 #
 # Softmax of scores with a standard deviation of 22 puts most of the weight on one key (on average
 # {glue:text}`ch02_maxw_unscaled512:.0%` of it, in the table below). At that point
 # softmax is *flat*: its Jacobian $\partial p_i / \partial s_j = p_i(\delta_{ij} - p_j)$ is nearly 0 when one
-# $p$ is nearly 1 and the others nearly 0. Small changes to the scores change almost nothing, so little gradient
-# flows back to the queries and keys. The gradient **vanishes**; it does not explode.
+# $p$ is nearly 1 and the others nearly 0. Small changes to the scores change almost nothing, so
+# little gradient flows back through that row: this is the seed's
+# {seedtr}`004:the gradient is close to 0`. It is half of the story, and the second measurement
+# below follows the gradient on to the queries, the keys and their weights.
 #
 # Below, rows of 16 scores with standard deviation `std` (1 is what scaling gives; 8 is an unscaled
 # head of size 64, the head size of seed 000's 8-head model of width 512; √512 ≈ 22.6 is an
 # unscaled head of size 512, seed 004's example). For each we measure the largest weight (mean over rows) and the size of
 # the softmax Jacobian for a typical row (median over rows: the mean is dominated by the rare rows whose
-# two largest scores happen to tie).
+# two largest scores happen to tie; we come back to them).
 
 
-# %% mystnb={"figure": {"caption": "Larger scores saturate softmax: its Jacobian (left) shrinks by orders of magnitude and the largest weight (right) approaches 1. Unscaled scores at d_k = 512 sit deep in that region: gradients vanish. At d_k = 64 (std 8) the Jacobian is only a few times smaller than with scaling.", "name": "fig-ch02-saturation"}, "image": {"alt": "Left: median Jacobian norm of softmax falling steeply as the score standard deviation grows, with markers at 1, 8 and √512. Right: mean largest attention weight rising towards 1."}}
+# %% mystnb={"figure": {"caption": "Larger scores saturate softmax: its Jacobian for a typical row (left) shrinks by orders of magnitude and the largest weight (right) approaches 1. Unscaled scores at d_k = 512 sit deep in that region. At d_k = 64 (std 8) the Jacobian is only a few times smaller than with scaling.", "name": "fig-ch02-saturation"}, "image": {"alt": "Left: median Jacobian norm of softmax falling steeply as the score standard deviation grows, with markers at 1, 8 and √512. Right: mean largest attention weight rising towards 1."}}
 def softmax_jacobian_norm(s: torch.Tensor) -> torch.Tensor:
     """s [N, S] scores -> [N], the Frobenius norm of d softmax(s) / d s for every
     row."""
@@ -197,7 +201,7 @@ ax2.set_xlabel("std of the scores")
 ax2.set_ylabel("mean largest weight")
 plt.show()
 jac_scaled, jac_64, jac_512 = (jac_norms[stds.index(s)] for s in (1, 8, math.sqrt(512)))
-assert jac_scaled > 100 * jac_512  # vanishing, not exploding, at d_k = 512
+assert jac_scaled > 100 * jac_512  # a typical row saturates at d_k = 512
 assert 1.5 < jac_scaled / jac_64 < 10  # at Dh = 64: smaller, by a few times only
 for name, value in (
     ("jac_scaled", jac_scaled),
@@ -212,27 +216,166 @@ for name, value in (
     glue(f"ch02_{name}", float(value), display=False)
 
 # %% [markdown]
-# What about seed 004's {seedtr}`004:halfway through training the gradients exploded`? Its own
-# explanation, saturation, predicts the opposite: through a saturated softmax the gradients vanish.
-# Exploding gradients in a Transformer have other usual suspects (a too large learning rate without
-# warm-up, Post-LN in deep stacks, chapters 4 and 6).
+# At seed 004's example, $d_k = 512$, the median Jacobian is
+# {glue:text}`ch02_jac_unscaled512:.2e` against {glue:text}`ch02_jac_scaled:.2e` with the
+# scaling, {glue:text}`ch02_jac_ratio512:.0f` times smaller, and the largest weight is
+# {glue:text}`ch02_maxw_unscaled512:.2f` on average. But in seed 000's 8-head model of width 512
+# a head has $D_h = 64$, so the unscaled scores have a standard deviation of 8: there the
+# Jacobian is only {glue:text}`ch02_jac_ratio64:.1f` times smaller
+# ({glue:text}`ch02_jac_unscaled64:.2e`) and the largest weight
+# {glue:text}`ch02_maxw_unscaled64:.2f` (against {glue:text}`ch02_maxw_scaled:.2f` with the
+# scaling).
 #
-# How much the missing scaling hurts depends on the head size, and the table shows it. At seed
-# 004's example, $d_k = 512$, the median Jacobian is {glue:text}`ch02_jac_unscaled512:.2e` against
-# {glue:text}`ch02_jac_scaled:.2e` with the scaling, {glue:text}`ch02_jac_ratio512:.0f` times
-# smaller, and the largest weight is {glue:text}`ch02_maxw_unscaled512:.2f` on average. But in
-# seed 000's 8-head model of width 512 a head has $D_h = 64$, so the unscaled scores have a standard deviation of
-# 8: there the Jacobian is only {glue:text}`ch02_jac_ratio64:.1f` times smaller
-# ({glue:text}`ch02_jac_unscaled64:.2e`) and the largest weight {glue:text}`ch02_maxw_unscaled64:.2f`
-# (against {glue:text}`ch02_maxw_scaled:.2f` with the scaling). An unscaled head of that size
-# starts with sharper attention and weaker gradients through its softmax, not frozen ones; the
-# $d_k = 512$ example describes a single head of width 512 and overstates the effect for an
-# 8-head model. This lesson trains nothing: it shows the mechanism for queries and keys of unit
-# variance (what Xavier-initialised projections of unit-variance inputs give; PyTorch's default
-# `nn.Linear` initialisation gives a variance of about 1/3, and milder scores), not what it does to
-# a training curve, which also depends on the initialisation and the learning rate. And
-# seed 000's figure of {seedtr}`000:about 2-3%` more accuracy has no source: it is not in the
-# paper.
+# So does the gradient vanish, as the seed's explanation says, or explode, as its symptom says?
+# The Jacobian is only one link of the chain, and two more follow:
+#
+# 1. Without the division a score is $s = q \cdot k$ instead of $q \cdot k / \sqrt{d_k}$, so
+#    $\partial s / \partial q = k$ instead of $k / \sqrt{d_k}$, and the same for the keys.
+#    Whatever gets through the softmax reaches the queries and keys $\sqrt{d_k}$ times larger:
+#    $\sqrt{64} = 8$, $\sqrt{512} \approx 22.6$.
+# 2. The gradient on the query weights is a **sum over all query rows**,
+#    $\nabla W_q = \sum_i x_i^\top \, \partial L / \partial q_i$ (and the same for $W_k$). The
+#    rows the median leaves out, those whose two largest scores nearly tie, still have a large
+#    Jacobian, so they get the largest gradients, and they dominate the sum.
+#
+# The cell below follows the gradient to the weights, for one head at initialisation: inputs of
+# variance 1, projections $W_q$, $W_k$, $W_v$ that give queries and keys of variance 1 (the setting
+# above), 64 sequences of 16 tokens, and a random linear loss standing for whatever the model does
+# after the attention. It compares the unscaled head with the scaled one on the same numbers, for
+# $d_k = 64$ and $d_k = 512$, on five seeds, and asserts what the next paragraphs say on every one
+# of them.
+
+
+# %% mystnb={"figure": {"caption": "The gradient that reaches each query row, at initialisation (seed 0), with and without the scaling. Without it the rows spread over many orders of magnitude: at d_k = 512 about a third of them get almost nothing, while the top rows get more than any scaled row. Rows below 1e-12 are drawn at 1e-12.", "name": "fig-ch02-row-gradients"}, "image": {"alt": "Two histograms of the gradient norm of each query row on a log axis, for d_k = 64 and d_k = 512. The scaled rows form a narrow peak near 1. The unscaled rows spread from 1e-12 to above 10, most widely at d_k = 512."}}
+def qk_gradients(d_k, scaled, seed, init_var=1.0, n_seq=64, seq_len=16):
+    """One head of size d_k at initialisation, on random inputs, with a random linear
+    loss. Returns the norm of dL/dq for every query row [n_seq * seq_len] and the norms
+    of the gradients on W_q and W_k."""
+    g = torch.Generator().manual_seed(seed)  # CPU: the same numbers on every machine
+    x = torch.randn(n_seq, 1, seq_len, d_k, generator=g)  # [B, H=1, S, Dh]
+    # Weights of variance init_var / d_k give q, k, v of variance init_var: 1 is
+    # Xavier's (the unit-variance setting above), 1/3 PyTorch's default nn.Linear.
+    w_std = math.sqrt(init_var / d_k)
+    w_q, w_k, w_v = (
+        (torch.randn(d_k, d_k, generator=g) * w_std).requires_grad_() for _ in range(3)
+    )
+    q, k, v = x @ w_q, x @ w_k, x @ w_v
+    q.retain_grad()
+    # Leaving out the division by √d_k is the same as multiplying q by √d_k first.
+    out, _ = scaled_dot_product_attention(q if scaled else q * math.sqrt(d_k), k, v)
+    upstream = torch.randn(out.shape, generator=g)  # a random dL/d(out)
+    (out * upstream).sum().backward()
+    return q.grad.flatten(0, 2).norm(dim=-1), w_q.grad.norm(), w_k.grad.norm()
+
+
+settings = {"64": (64, 1.0), "512": (512, 1.0), "64init": (64, 1 / 3)}
+ratios = {name: {} for name in settings}  # unscaled / scaled, one value per seed
+rows_seed0 = {}
+for name, (d_k, init_var) in settings.items():
+    for seed in range(5):
+        rows_s, wq_s, wk_s = qk_gradients(d_k, True, seed, init_var)
+        rows_u, wq_u, wk_u = qk_gradients(d_k, False, seed, init_var)
+        if seed == 0:
+            rows_seed0[name] = rows_s, rows_u
+        typical = rows_s.median()  # a typical row's gradient with the scaling
+        assert (rows_s < 1e-3 * typical).float().mean() < 0.01  # scaled: none starve
+        for stat, value in {
+            "median": rows_u.median() / typical,
+            "mean": rows_u.mean() / rows_s.mean(),
+            "p99": rows_u.quantile(0.99) / rows_s.quantile(0.99),
+            # share of the rows that get less than a thousandth of a typical scaled row
+            "starved": (rows_u < 1e-3 * typical).float().mean(),
+            "wq": wq_u / wq_s,
+            "wk": wk_u / wk_s,
+        }.items():
+            ratios[name].setdefault(stat, []).append(value.item())
+
+print("unscaled / scaled on seeds 0-4 (starved: share of the unscaled rows)")
+for name, (d_k, init_var) in settings.items():
+    print(f"d_k={d_k}, var(q)={init_var:.2f}")
+    for stat, values in ratios[name].items():
+        per_seed = " ".join(f"{value:7.3f}" for value in values)
+        print(f"  {stat:8s}{per_seed}   range {min(values):.3f}-{max(values):.3f}")
+for name, stats in ratios.items():
+    for stat, values in stats.items():
+        glue(f"ch02_grad{name}_{stat}_lo", min(values), display=False)
+        glue(f"ch02_grad{name}_{stat}_hi", max(values), display=False)
+
+# What the text says, on every seed.
+at64, at512, at64init = ratios["64"], ratios["512"], ratios["64init"]
+assert max(at512["median"]) < 0.1  # at d_k = 512 a typical row gets far less,
+assert min(at512["starved"]) > 0.25  # over a quarter of the rows almost nothing,
+assert min(at512["p99"]) > 10  # the top rows far more,
+assert min(at512["wq"] + at512["wk"]) > 8  # and W_q, W_k much more
+assert min(at64["median"]) > 1  # at Dh = 64 even a typical row gets more
+assert min(at64["wq"] + at64["wk"] + at64init["wq"] + at64init["wk"]) > 4
+assert max(at64init["starved"]) == 0  # default init: no row starves
+
+# PyTorch's default init: scores of std 1/3 with the scaling, 8/3 without.
+jac_third, jac_8thirds = (
+    softmax_jacobian_norm(base * s).median().item() for s in (1 / 3, 8 / 3)
+)
+assert jac_8thirds > jac_third  # the unscaled softmax passes more, not less
+glue("ch02_jac_std_third", jac_third, display=False)
+glue("ch02_jac_std_8thirds", jac_8thirds, display=False)
+
+fig, axes = plt.subplots(1, 2, figsize=(COLUMN_INCHES, 3.4), layout="constrained")
+bins = torch.logspace(-12, 2, 57).tolist()
+for ax, name in zip(axes, ("64", "512")):
+    for rows, label in zip(rows_seed0[name], ("scaled", "unscaled")):
+        ax.hist(rows.clamp(min=bins[0]).tolist(), bins=bins, alpha=0.6, label=label)
+    ax.set_xscale("log")
+    ax.set_title(f"d_k = {name}")
+    ax.set_xlabel("|dL/dq| of one query row")
+axes[0].set_ylabel("rows")
+fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncols=2)
+plt.show()
+
+# %% [markdown]
+# Both halves of the seed's account are there. At $d_k = 512$ a typical query row gets
+# {glue:text}`ch02_grad512_median_lo:.2f` to {glue:text}`ch02_grad512_median_hi:.2f` of the
+# gradient it gets with the scaling (the range over the five seeds), and
+# {glue:text}`ch02_grad512_starved_lo:.0%` to {glue:text}`ch02_grad512_starved_hi:.0%` of the
+# rows get less than a thousandth of it: for them the gradient is indeed close to 0, and they learn
+# nothing. But the 99th percentile of the row gradients is {glue:text}`ch02_grad512_p99_lo:.0f` to
+# {glue:text}`ch02_grad512_p99_hi:.0f` times larger than with the scaling, and these few rows
+# dominate the sum: the gradient on $W_q$ is {glue:text}`ch02_grad512_wq_lo:.1f` to
+# {glue:text}`ch02_grad512_wq_hi:.1f` times larger (on $W_k$,
+# {glue:text}`ch02_grad512_wk_lo:.1f` to {glue:text}`ch02_grad512_wk_hi:.1f` times). At
+# $D_h = 64$ the softmax saturates less and the factor $\sqrt{64} = 8$ wins even for a typical row,
+# which gets {glue:text}`ch02_grad64_median_lo:.1f` to {glue:text}`ch02_grad64_median_hi:.1f`
+# times more; the gradient on $W_q$ is {glue:text}`ch02_grad64_wq_lo:.1f` to
+# {glue:text}`ch02_grad64_wq_hi:.1f` times larger, and still
+# {glue:text}`ch02_grad64_starved_lo:.0%` to {glue:text}`ch02_grad64_starved_hi:.0%` of the rows
+# get almost nothing.
+#
+# So the seed's {seedtr}`004:the gradients exploded` and its
+# {seedtr}`004:the gradient is close to 0` are not a symptom and an explanation that contradict
+# each other: they are two sides of one problem. Without the scaling most rows saturate and learn
+# nothing, while a few near-ties get far larger gradients, and the total gradient on $W_q$ and
+# $W_k$ grows. Large attention logits and nearly one-hot attention are a documented cause of
+# training divergence. When vision Transformers were scaled up to 22 billion parameters, the
+# large ones diverged because their attention logits grew very large, which made the attention
+# nearly one-hot {cite:p}`dehghani2023scaling`; small models show the same instability at high
+# learning rates {cite:p}`wortsman2023small`; and a collapse of the attention entropy (nearly
+# one-hot attention) goes with oscillating or diverging losses {cite:p}`zhai2023stabilizing`. The
+# fixes bound the logits: a LayerNorm on the queries and keys (QK-LayerNorm) in the first two,
+# a reparametrisation of the weights by their spectral norm (σReparam) in the third. The division by
+# $\sqrt{d_k}$ is the simplest step of the same kind: it keeps the logits at standard deviation 1
+# at initialisation. Other causes of exploding gradients exist too (a too large learning rate
+# without warm-up, Post-LN in deep stacks, chapters 4 and 6).
+#
+# This lesson trains nothing: it shows the gradients at initialisation, not what they do to a
+# training curve, which also depends on the learning rate and on how far the logits grow during
+# training. And it takes queries and keys of unit variance, what Xavier-initialised projections of
+# unit-variance inputs give. PyTorch's default `nn.Linear` initialisation gives them a variance of
+# about 1/3, so an unscaled head of size 64 starts with scores of standard deviation 8/3, and a
+# scaled one with 1/3. That is no saturation at all: the median Jacobian is
+# {glue:text}`ch02_jac_std_8thirds:.2e` at 8/3, *larger* than {glue:text}`ch02_jac_std_third:.2e`
+# at 1/3, no row starves (the last block of the table), and the gradient on $W_q$ is
+# {glue:text}`ch02_grad64init_wq_lo:.1f` to {glue:text}`ch02_grad64init_wq_hi:.1f` times larger
+# than with the scaling. Saturation comes later, if training lets the logits grow. And seed 000's
+# figure of {seedtr}`000:about 2-3%` more accuracy has no source: it is not in the paper.
 
 # %% [markdown]
 # ## 2.4 Entropy: how peaked is attention
@@ -429,8 +572,12 @@ assert not torch.autograd.gradcheck(with_dropout, (x_small,), raise_exception=Fa
 #   computes the same thing.
 # * $\operatorname{var}(q\cdot k) = d_k$ for unit-variance entries (measured above); dividing by $\sqrt{d_k}$
 #   keeps the logits at standard deviation 1.
-# * Without it softmax saturates: sharper rows and **vanishing** gradients through the softmax, not
-#   exploding ones. The effect grows fast with the head size: modest at $D_h = 64$, severe at
+# * Without it softmax saturates, and the gradients both vanish and grow: most query rows get
+#   almost no gradient, while the few rows whose top scores nearly tie get far larger ones, and
+#   the total gradient on $W_q$ and $W_k$ grows (the chain rule multiplies whatever gets through
+#   the softmax by $\sqrt{d_k}$).
+#   Large attention logits are a documented cause of training divergence, and the fixes bound
+#   them. Saturation grows fast with the head size: modest at $D_h = 64$, severe at
 #   $d_k = 512$. The paper gives no accuracy figure for the scaling.
 # * $d_k$ is the head size. Dividing by $\sqrt{d_\text{model}}$ makes the logits $\sqrt{H}$ times too
 #   small (a softmax temperature of $\sqrt{H}$), and attention flatter: a higher entropy.
@@ -471,16 +618,21 @@ assert not torch.autograd.gradcheck(with_dropout, (x_small,), raise_exception=Fa
 # missing scaling really do to the gradients, and why?
 #
 # :::{dropdown} Answer
-# They **vanish**. Unscaled scores of a head of size 512 have a standard deviation of about √512
-# ≈ 22.6, so softmax puts most of each row's weight on one key. There its Jacobian,
-# p_i(δ_ij − p_j), is nearly zero: small changes of the scores change little, and little
-# gradient reaches the queries and keys. The gradients shrink; they do not blow up. How much
-# depends on the head size: in the lesson's table the Jacobian is
-# {glue:text}`ch02_jac_ratio512:.0f` times smaller at d_k = 512, but only
-# {glue:text}`ch02_jac_ratio64:.1f` times smaller at Dh = 64, the head size of an 8-head model of
-# width 512. Exploding gradients have other usual suspects (a large learning rate without
-# warm-up, Post-LN in deep stacks), and the paper gives no accuracy figure for the scaling. Read
-# §2.3 'Saturation and vanishing gradients'.
+# Both: most rows get almost nothing, and the weights get more. Unscaled scores of a head of
+# size 512 have a standard deviation of about √512 ≈ 22.6, so softmax puts most of each row's
+# weight on one key. There its Jacobian, p_i(δ_ij − p_j), is nearly zero, and that row gets
+# almost no gradient: in the lesson {glue:text}`ch02_grad512_starved_lo:.0%` to
+# {glue:text}`ch02_grad512_starved_hi:.0%` of the rows got less than a thousandth of a typical
+# scaled row's. That is the seed's {seedtr}`004:the gradient is close to 0`. But the rows whose
+# two largest scores nearly tie keep a large Jacobian, and without the division the chain rule
+# multiplies every gradient that reaches q and k by √d_k. The gradient on W_q and W_k is a sum
+# over the rows, dominated by those near-ties: it came out {glue:text}`ch02_grad512_wq_lo:.1f` to
+# {glue:text}`ch02_grad512_wq_hi:.1f` times larger at d_k = 512, and
+# {glue:text}`ch02_grad64_wq_lo:.1f` to {glue:text}`ch02_grad64_wq_hi:.1f` times at Dh = 64.
+# The median Jacobian alone ({glue:text}`ch02_jac_ratio512:.0f` times smaller at d_k = 512) shows
+# only the first half. Large logits and nearly one-hot attention are a documented cause of
+# training divergence, which fits the seed's {seedtr}`004:the gradients exploded`. The paper
+# gives no accuracy figure for the scaling. Read §2.3 'Saturation and the gradients'.
 # :::
 #
 # **4.** An 8-head model with D = 512 divides its scores by `self.embed_size ** 0.5`. What is d_k

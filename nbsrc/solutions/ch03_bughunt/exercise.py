@@ -10,7 +10,7 @@
 # # Bug hunt — the seed's SelfAttention
 #
 # The answer cell below holds the `SelfAttention` class of the second seed (a beginner's
-# write-up of an 8-head, 2-layer Transformer in PyTorch), **copied byte for byte**, its Chinese
+# notes on the Transformer architecture, with code in PyTorch), **copied byte for byte**, its Chinese
 # comments included; their translation is in the next cell. The class runs, and for
 # self-attention in float32 it returns a tensor of the right shape, but it has **four bugs**.
 # Chapter 1 met three of them and chapter 3 the fourth: here you fix all four.
