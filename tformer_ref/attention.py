@@ -197,11 +197,11 @@ class MultiHeadAttention(nn.Module):
         if mask is None:
             return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p)
         validate_mask(mask, q.size(0), q.size(1), q.size(2), k.size(2))
-        # An additive mask with a finite fill keeps fully masked rows finite (no NaN);
-        # they are then zeroed to match the plain path.
-        bias = torch.zeros(mask.shape, dtype=q.dtype, device=q.device)
-        bias = bias.masked_fill(~mask, masked_fill_value(q.dtype))
+        # The bool mask itself, not an additive one: a finite fill added to float16
+        # scores can overflow to -inf (§3.5 'Fill values, half precision and NaN').
+        # Rows with no key are zeroed to match the plain path, whatever the kernel
+        # gives them.
         out = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=bias, dropout_p=dropout_p
+            q, k, v, attn_mask=mask, dropout_p=dropout_p
         )
         return out.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)

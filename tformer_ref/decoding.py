@@ -86,11 +86,18 @@ def beam_search(
 ) -> torch.Tensor:
     """src [B, Ss] -> [B, T]: for each source, the beam's best hypothesis.
 
-    Keeps the ``beam_size`` highest-scoring prefixes (sum of log-probabilities) per
-    source. A hypothesis that emits EOS is finished and kept aside; search stops when
-    every source has ``beam_size`` finished hypotheses better than any live one, or
-    after ``max_len`` steps. Scores are divided by length**length_penalty (0 = plain
-    sum, which favours short outputs).
+    Keeps the ``beam_size`` = k highest-scoring prefixes (sum of log-probabilities) per
+    source. Each step scores every extension of every live prefix (k * V candidates)
+    and takes the best 2k: a candidate ending in EOS is finished and kept aside, and the
+    best k of the others are the new beam (each prefix has one EOS ending, so 2k always
+    leaves k live ones). Search stops when every source has k finished hypotheses better
+    than any live one, or after ``max_len`` steps, and returns the best finished one.
+    Finished scores are divided by length**length_penalty, the length counting the
+    generated tokens with EOS: 0 = plain sum, which favours short outputs; 1 = mean
+    log-probability per token. (The paper's alpha = 0.6 divides by GNMT's
+    ((5 + length) / 6)**alpha instead.) With length_penalty > 0 the stopping test
+    compares against a live prefix's score normalised at the next length, a heuristic:
+    a longer continuation could still score higher.
 
     Taught in §6.7 'Greedy and beam decoding' (book/ch06_training).
 

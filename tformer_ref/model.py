@@ -12,7 +12,9 @@ Choices, each one a keyword argument (after the sizes, so that two bools cannot 
   that: ``final_norm = norm_first``. ``nn.Transformer`` always adds one, for both
   settings; pass ``final_norm=True`` to match it.
 * ``positions``: ``"sinusoidal"`` (the paper) or ``"learned"`` (a table of ``max_len``
-  rows).
+  rows). The tokens are scaled by √D either way, so a learned table, drawn from
+  N(0, 1/D) like the token table, starts about √D times shorter than the tokens and
+  has to grow in training (§5.5 'Embeddings scaled by sqrt(d_model)').
 * ``tie_embeddings``: ``False``; ``True`` shares one Parameter between the target
   embedding and the output projection; ``"all"`` also shares it with the source
   embedding (the paper, §3.4, with one vocabulary for both languages).
@@ -382,6 +384,7 @@ class DecoderOnlyLM(nn.Module):
         mask = causal_mask(tokens.size(1), device=tokens.device, past=past)
         if self.pad_id is not None:
             mask = padding_mask(tokens, self.pad_id) & mask
+        # √D with learned positions too: they start √D times shorter (§5.5).
         x = self.tok_embed(tokens) * math.sqrt(self.d_model)
         x = self.dropout(self.pos(x, start=past))
         return self.lm_head(self.blocks(x, mask, cache))

@@ -64,8 +64,11 @@ class SinusoidalPositionalEncoding(nn.Module):
     """Adds the fixed sinusoidal table to its input: x [B, S, D] -> x + PE[:S].
 
     The table is a *buffer*: it moves with ``.to(device)`` but it is not a
-    parameter (the optimizer never sees it) and it is not saved in the state
-    dict (it is a function of D, so it is rebuilt, never loaded). Positions past
+    parameter (the optimizer never sees it). It is registered with
+    ``persistent=False``, so it is not saved in the state dict: the formula
+    rebuilds it, and a checkpoint loads into a model with another ``max_len``
+    (a default, persistent buffer is saved, and then fails to load there on its
+    shape). Positions past
     ``max_len`` are computed on the fly: the formula has a value for every
     position. That a model *trained* on short sequences then works on longer
     ones is a different claim, and mostly false (Press et al. 2022).
@@ -106,6 +109,10 @@ class LearnedPositionalEmbedding(nn.Module):
     The table has ``max_len`` rows and nothing beyond: a longer input raises a
     ValueError (an ``nn.Embedding`` would raise an IndexError, or an obscure
     device-side assert on CUDA).
+
+    In the course's models ``xavier_init_`` draws the table from N(0, 1/D), rows of
+    length about 1, while the tokens are scaled by √D: the positions start about √D
+    times shorter than the tokens, and training has to grow them (§5.5).
 
     Taught in §5.3 'Learned positions and max_length' (book/ch05_model).
 

@@ -1,6 +1,6 @@
 """Real text for a language model: the corpus, two tokenizers, next-token batches.
 
-Shape letters: B batch, T context length (tokens per window), N tokens in a stream,
+Shape letters: B batch, S sequence length (tokens per window), N tokens in a stream,
 V vocabulary size.
 """
 
@@ -229,7 +229,7 @@ def lm_windows(
     batch_size: int,
     generator: torch.Generator | None = None,
 ):
-    """Random windows of one stream of ids [N]: (inputs [B, T], targets [B, T]).
+    """Random windows of one stream of ids [N]: (inputs [B, S], targets [B, S]).
 
     ``targets`` is ``inputs`` moved one token on *in the stream*:
     ``targets[b, t] = ids[start_b + t + 1]``. Every position of the window gets a

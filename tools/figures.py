@@ -511,19 +511,34 @@ def draw_blocks() -> Canvas:
             c.text(cx, y0 - pad - 0.22, label, size=10, bold=True)
         out_e, out_d = enc_top + pad, dec_top + pad
         if pre_ln:  # the residual stream is normalised once, after the last block
-            for cx, top in ((ex, out_e), (dx, out_d)):
-                c.line([(cx, top), (cx, top + 0.14)])
-                c.box(
-                    cx,
-                    top + 0.28,
-                    BLOCK_W,
-                    0.28,
-                    "final LayerNorm",
-                    False,
-                    sizes=(9, 9),
-                    dashed=True,
-                )
-            out_e, out_d = out_e + 0.42, out_d + 0.42
+            c.line([(ex, out_e), (ex, out_e + 0.14)])
+            c.box(
+                ex,
+                out_e + 0.28,
+                BLOCK_W,
+                0.28,
+                "final LayerNorm",
+                False,
+                sizes=(9, 9),
+                dashed=True,
+            )
+            out_e += 0.42
+            # The decoder's norm is a branch off the last "+", not a step between
+            # blocks: only the N-th block's output goes through it.
+            nx, nw, fork = x_off + 1.05, 1.45, out_d + 0.12
+            c.line([(dx, fork), (nx + nw / 2, fork)])
+            c.box(
+                nx,
+                fork,
+                nw,
+                0.42,
+                ["final LayerNorm", "after the N-th block"],
+                False,
+                sizes=(9, 9),
+                dashed=True,
+            )
+            c.line([(nx, fork + 0.21), (nx, fork + 0.45)])
+            c.text(nx, fork + 0.57, "output projection", size=9)
         c.line(
             [
                 (ex, out_e),

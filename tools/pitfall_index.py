@@ -1,10 +1,11 @@
-"""Sphinx extension: the ``{pitfall-index}`` directive, a table of every diagnosis the checks can name,
-and the ``{section}`` and ``{check}`` roles of the hand-written pitfall tables (resolved by
+"""Sphinx extension: the ``{pitfall-index}`` directive, a chapter's table of every
+diagnosis the checks can name, and the ``{section}`` and ``{check}`` roles of the hand-written pitfall tables (resolved by
 ``tools/pitfall_refs.py``: a reference to a section or check that does not exist is an error).
 
-It reads the ``Diagnosis`` objects (``Pitfall`` among them) of every ``tformer_grading.checks.chNN`` module, so a new chapter's
-checks appear in the book's pitfall index without any edit here. Each row gives the diagnosis,
-the lesson section that explains it (a link when that lesson is in the book) and the exercise.
+It reads the ``Diagnosis`` objects (``Pitfall`` among them) of every check module
+(``pitfall_refs.index_rows``). Each row is one mistake of one chapter: the lesson section
+that explains it, the name the checks give it and the graded checks that can name it.
+``tests/book/test_pitfall_tables.py`` checks that the page has a table for every chapter.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from docutils.statemachine import StringList
 from sphinx.util.docutils import SphinxDirective, SphinxRole
 
 import pitfall_refs
-from pitfall_refs import assignment_of, check_modules, module_diagnoses
+from pitfall_refs import check_modules, module_diagnoses
 
 
 def collect_pitfalls():
@@ -34,36 +35,46 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
+def index_table(chapter: str) -> list[str]:
+    """The MyST table of ``chapter``'s mistakes: one row per mistake, its section written
+    once above the mistakes it explains, the graded checks that can name it in the row.
+    Sections and checks are ``{section}`` and ``{checks}`` references, so a diagnosis
+    that points at a section or check that does not exist fails the build."""
+    rows = pitfall_refs.index_rows().get(chapter)
+    if not rows:
+        raise pitfall_refs.UnresolvedReference(f"no check names a mistake of {chapter}")
+    lines = [
+        "| explained in | mistake (what the check says) | checks that can name it |",
+        "|---|---|---|",
+    ]
+    previous = None
+    for row in rows:
+        where = ", ".join(f"{{section}}`{number}`" for number in row.sections)
+        checks = f"{{checks}}`{', '.join(row.checks)}`" if row.checks else ""
+        lines.append(
+            f"| {where if where != previous else ''} | {_cell(row.name)} "
+            f"| {checks or 'no graded check'} |"
+        )
+        previous = where
+    return lines
+
+
 class PitfallIndex(SphinxDirective):
+    """``{pitfall-index} ch03_masks``: the table of a chapter's mistakes."""
+
     has_content = False
+    required_arguments = 1
 
     def run(self):
         # Re-read this page whenever the checks may have changed (see _always_outdated).
         if not hasattr(self.env, "tformer_pitfall_docs"):
             self.env.tformer_pitfall_docs = set()
         self.env.tformer_pitfall_docs.add(self.env.docname)
-        docs = self.env.found_docs
-        here = self.env.docname.rsplit("/", 1)[0]
-        rows = [
-            "| chapter | diagnosis (what the check says) | explained in | exercise |",
-            "|---|---|---|---|",
-        ]
-        for module, pitfall in collect_pitfalls():
-            section = pitfall.section
-            assignment = assignment_of(module) or section.chapter
-            lesson = f"book/{section.chapter}/lesson"
-            exercise = f"book/{assignment}/exercise"
-            where = f"§{section.number} {_cell(section.title)}"
-            if lesson in docs:
-                where = f"{{doc}}`§{section.number} {_cell(section.title)} <{lesson.removeprefix(here + '/')}>`"
-            ex = assignment
-            if exercise in docs:
-                ex = f"{{doc}}`{assignment} <{exercise.removeprefix(here + '/')}>`"
-            name = module.__name__.rsplit(".", 1)[1]
-            rows.append(f"| {name} | {_cell(pitfall.name)} | {where} | {ex} |")
-        if len(rows) == 2:
-            return [nodes.paragraph(text="No check names a pitfall yet.")]
-        container = nodes.container()
+        try:
+            rows = index_table(self.arguments[0])
+        except pitfall_refs.UnresolvedReference as error:
+            raise self.error(str(error))
+        container = nodes.container(classes=["pitfall-index"])
         self.state.nested_parse(
             StringList(rows, source=self.env.docname), self.content_offset, container
         )
@@ -132,10 +143,31 @@ class CheckRole(_ReferenceRole):
         return out
 
 
+class ChecksRole(_ReferenceRole):
+    """``{checks}`check_a, check_b```: each exercise once, then its checks."""
+
+    def nodes(self):
+        by_exercise = {}
+        for text in self.text.split(","):
+            check = pitfall_refs.resolve_check(text)
+            by_exercise.setdefault((check.doc, check.exercise_label), []).append(check)
+        out = []
+        for (doc, label), checks in by_exercise.items():
+            if out:
+                out.append(nodes.Text("; "))
+            out += [_doc_link(doc, label, self.env), nodes.Text(": ")]
+            for i, check in enumerate(checks):
+                if i:
+                    out.append(nodes.Text(", "))
+                out.append(nodes.literal(check.function, check.function))
+        return out
+
+
 def setup(app):
     app.add_directive("pitfall-index", PitfallIndex)
     app.add_role("section", SectionRole())
     app.add_role("check", CheckRole())
+    app.add_role("checks", ChecksRole())
     app.connect("env-get-outdated", _always_outdated)
     app.connect("env-merge-info", _merge)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

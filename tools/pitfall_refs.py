@@ -8,7 +8,7 @@ claim a section or a check that does not exist:
 - ``{check}`check_bug_scale``` names a check function, and
   ``{check}`check_multi_head_attention: no scaling``` one of the diagnoses its module
   names. The function must be called by an exercise's graded cells; the link goes to that
-  exercise.
+  exercise. ``{checks}`check_a, check_b``` lists several, each exercise once.
 
 A pitfall no exercise grades says "not graded" in its "caught by" cell. Both the Sphinx
 roles (``tools/pitfall_index.py``) and ``tests/book/test_pitfall_tables.py`` resolve the
@@ -164,3 +164,138 @@ def resolve_check(text: str) -> CheckRef:
         raise UnresolvedReference(f"{module.__name__} names no diagnosis {diagnosis!r}")
     assignment = callers[0]
     return CheckRef(function, diagnosis or None, assignment, exercise_label(assignment))
+
+
+# --------------------------------------------------------- the index of diagnoses
+#
+# Which checks can name a diagnosis is read from the checks' code: a check names a
+# diagnosis when the diagnosis is reachable from the check's function through the names
+# its module's code loads (its helpers, classes and tables of pitfalls). Helpers of other
+# modules are not followed: the own-model exercise re-runs every chapter's checks, and
+# listing it in every row would say nothing.
+
+
+def _loaded_globals(code, namespace):
+    """The objects ``code`` (and the functions nested in it) loads by global name, and
+    by ``module.name`` for a module it loads."""
+    import dis
+    import types
+
+    found, previous = [], None
+    for ins in dis.get_instructions(code):
+        if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME"):
+            previous = namespace.get(ins.argval)
+        elif ins.opname in ("LOAD_ATTR", "LOAD_METHOD") and isinstance(
+            previous, types.ModuleType
+        ):
+            previous = getattr(previous, ins.argval, None)
+        else:
+            previous = None
+            continue
+        if previous is not None:
+            found.append(previous)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            found.extend(_loaded_globals(const, namespace))
+    return found
+
+
+def _reachable_diagnoses(module, root) -> set[int]:
+    """The ids of the Diagnosis objects ``root`` can reach inside ``module``."""
+    import functools
+    import types
+
+    from tformer_grading.checks.diagnosis import Diagnosis
+
+    here = module.__name__
+    seen, found, stack = {}, set(), [root]
+    while stack:
+        obj = stack.pop()
+        if id(obj) in seen:
+            continue
+        seen[id(obj)] = obj  # kept alive, so that no id is reused
+        if isinstance(obj, Diagnosis):
+            found.add(id(obj))
+        elif isinstance(obj, (list, tuple, set, frozenset)):
+            stack.extend(obj)
+        elif isinstance(obj, dict):
+            stack.extend([*obj.keys(), *obj.values()])
+        elif isinstance(obj, functools.partial):
+            stack.extend([obj.func, *obj.args, *obj.keywords.values()])
+        elif isinstance(obj, types.FunctionType):
+            if getattr(obj, "__wrapped__", None) is not None:
+                stack.append(obj.__wrapped__)
+            if obj.__module__ == here:
+                stack.extend(_loaded_globals(obj.__code__, obj.__globals__))
+                stack.extend(obj.__defaults__ or ())
+                stack.extend((obj.__kwdefaults__ or {}).values())
+                stack.extend(cell.cell_contents for cell in obj.__closure__ or ())
+        elif isinstance(obj, type):
+            if obj.__module__ == here:
+                for value in vars(obj).values():
+                    if isinstance(value, (staticmethod, classmethod)):
+                        value = value.__func__
+                    if isinstance(value, property):
+                        stack.extend(f for f in (value.fget, value.fset) if f)
+                    else:
+                        stack.append(value)
+        elif type(obj).__module__ == here and hasattr(obj, "__dict__"):
+            stack.append(type(obj))
+            stack.extend(vars(obj).values())
+    return found
+
+
+def graded_checks(module) -> list[str]:
+    """The check functions ``module`` defines that an exercise calls, in file order."""
+    code = _exercise_code()
+    return [
+        name
+        for name, value in vars(module).items()
+        if name.startswith("check_")
+        and callable(value)
+        and getattr(value, "__module__", None) == module.__name__
+        and any(re.search(rf"\b{re.escape(name)}\(", text) for text in code.values())
+    ]
+
+
+@dataclass(frozen=True)
+class IndexRow:
+    """One mistake of one chapter: what the checks call it, where the book explains it
+    and which graded checks can name it."""
+
+    name: str
+    sections: tuple[str, ...]  # section numbers, e.g. ("3.5",)
+    checks: tuple[str, ...]  # check function names
+
+
+@lru_cache(maxsize=None)
+def index_rows() -> dict[str, tuple[IndexRow, ...]]:
+    """Every diagnosis of every check module, one row per name in each chapter (the
+    chapter of the section that explains it), rows ordered by section."""
+    diagnoses, naming = [], {}
+    for module in check_modules():
+        for name in graded_checks(module):
+            for found in _reachable_diagnoses(module, getattr(module, name)):
+                naming.setdefault(found, []).append(name)
+        diagnoses.extend(module_diagnoses(module))
+    rows: dict[str, dict[str, tuple[list, list]]] = {}
+    for item in diagnoses:
+        sections, checks = rows.setdefault(item.section.chapter, {}).setdefault(
+            item.name, ([], [])
+        )
+        if item.section.number not in sections:
+            sections.append(item.section.number)
+        checks.extend(c for c in naming.get(id(item), ()) if c not in checks)
+    order = sorted(rows, key=lambda chapter: chapter[2:4])
+    return {
+        chapter: tuple(
+            sorted(
+                (
+                    IndexRow(name, tuple(sorted(s, key=_section_key)), tuple(c))
+                    for name, (s, c) in rows[chapter].items()
+                ),
+                key=lambda row: [_section_key(n) for n in row.sections],
+            )
+        )
+        for chapter in order
+    }

@@ -149,6 +149,16 @@ def test_no_page_loads_code_from_a_cdn(built):
 
 
 @pytest.mark.slow
+def test_the_book_ships_only_the_mathjax_it_loads(built):
+    """MathJax's SVG build (2.1 MB) is for feedback pages only: _config.yml's
+    exclude_patterns keep it out of the book's _static/ (a build into an older _build/
+    may still hold a copy: `make clean`)."""
+    mathjax = HTML / "_static" / "mathjax-3.2.2"
+    assert (mathjax / "tex-chtml-full.js").is_file()
+    assert not (mathjax / "tex-svg.js").exists()
+
+
+@pytest.mark.slow
 def test_pages_that_show_widgets_carry_their_saved_state(built):
     """A widget output is only a reference to a model; executing a lesson must store the models' state
     in the notebook (nbclient does), or the book shows nothing where the widget was."""

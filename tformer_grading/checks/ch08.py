@@ -264,10 +264,10 @@ NOT_PROBABILITIES = Diagnosis(
 )
 TEMPERATURE_AFTER_SOFTMAX = Diagnosis(
     "temperature applied after the softmax",
-    "Temperature divides the *logits*, before the softmax: softmax(logits / T). "
-    "Dividing the probabilities by T changes nothing once they are renormalised, and "
+    "Temperature divides the *logits*, before the softmax: softmax(logits / τ). "
+    "Dividing the probabilities by τ changes nothing once they are renormalised, and "
     "a second softmax of probabilities (numbers in [0, 1]) is almost uniform: below "
-    "T = 1 your distribution gets flatter where it should get sharper.",
+    "τ = 1 your distribution gets flatter where it should get sharper.",
     S_TEMPERATURE,
 )
 TEMPERATURE_IGNORED = Diagnosis(

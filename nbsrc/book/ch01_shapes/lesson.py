@@ -290,7 +290,8 @@ print(
 
 # %% [markdown]
 # And §1.2's $-\infty$ above the diagonal turns it into causal attention, which PyTorch's
-# function computes when asked with `is_causal=True` (chapter 3 is about masks):
+# function computes when asked with `is_causal=True` (chapter 3, §3.4, shows its
+# catches):
 
 # %%
 # [S, S]: True above the diagonal, where the key is in the query's future
@@ -1314,9 +1315,12 @@ heads_cost_figure(
 # (`D = 16`, `H = 4`) on a ten-word sentence. The words get random embeddings (one per
 # distinct word); there are no position encodings yet (chapter 5).
 #
-# The layer is untrained, so its patterns mean nothing yet. An untrained layer also
-# attends almost uniformly; to make the differences between heads visible we scale
-# its query weights up by 4, as training typically sharpens them.
+# **This layer is untrained.** Its weights are random, so its maps show what an
+# attention map is, not what a head learns: its patterns mean nothing. An untrained
+# layer also attends almost uniformly; to make the differences between heads visible
+# we scale its query weights up by 4, as training typically sharpens them. For the
+# maps of a trained model, which show where each output character reads the source,
+# see "Where the decoder looks" in {doc}`chapter 6's capstone <../ch06_training/capstone>`.
 
 # %%
 tokens = "the cat sat on the mat because it was warm".split()

@@ -25,13 +25,15 @@
 #
 # (its comments: {seedtr}`000:create the padding mask [32,64]` and
 # {seedtr}`000:apply it when computing attention`), and seed 004 builds its causal mask as
-# {seed}`004:torch.tril(torch.ones((trg_len, trg_len)))`. That is correct, with four caveats this
+# {seed}`004:torch.tril(torch.ones((trg_len, trg_len)))`. That is correct, with three caveats this
 # chapter demonstrates: the pad id is hard-coded to 0 (§3.1); PyTorch's own APIs disagree about
-# what `True` means (§3.4); `-1e9` does not exist in float16 (§3.5); and a mask with one axis too few still "works" when
-# the batch size equals the number of heads — with wrong values (§3.1). (A fifth, about devices: the
-# seed builds that mask without a device, so it sits on the CPU, and on a GPU it meets CUDA
-# scores; the chapter 6 {doc}`bug hunt <../ch06_bughunt/exercise>` grades it.) Then two probes that catch the
-# usual masking bugs by behaviour (§3.6), and an explorer to play with (§3.7).
+# what `True` means (§3.4); and `-1e9` does not exist in float16 (§3.5). (A fourth, about
+# devices: seed 004 builds its causal mask without a device, so it sits on the CPU, and on a GPU
+# it meets CUDA scores; the chapter 6 {doc}`bug hunt <../ch06_bughunt/exercise>` grades it.)
+# The seed's mask has all four axes; a common variant with one axis too few,
+# `(x != 0).unsqueeze(1)`, still "works" when the batch size equals the number of heads — with
+# wrong values (§3.1). Then two probes that catch the usual masking bugs by behaviour (§3.6), and
+# an explorer to play with (§3.7).
 #
 # **Convention of this course** (and of `F.scaled_dot_product_attention`): a bool mask, **True = may
 # attend**, broadcastable to the scores `[B, H, Sq, Sk]`.
@@ -55,6 +57,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from IPython.display import display
 from matplotlib.figure import Figure
+from myst_nb import glue
 
 from tformer_ref.attention import (
     MultiHeadAttention,
@@ -136,8 +139,8 @@ except ValueError as exc:
     print("tformer_ref:", str(exc).split(";")[0])
 
 # %% [markdown]
-# Exercise checks therefore always include a case with B == H. The other caveat of seed 000's
-# snippet: {seed}`000:(x != 0)` assumes the pad id is 0.
+# Exercise checks therefore always include a case with B == H. A caveat of seed 000's snippet
+# itself: {seed}`000:(x != 0)` assumes the pad id is 0.
 # Tokenizers choose their own (often 1, or the last id); pass it in.
 
 # %%
@@ -301,6 +304,47 @@ print(
 print("additive mask:\n", to_additive_mask(keep, torch.float16)[0, 0])
 
 # %% [markdown]
+# PyTorch can also make the causal mask for you, in three places, and each has a catch:
+#
+# * `F.scaled_dot_product_attention(q, k, v, is_causal=True)` applies the triangle without a mask
+#   tensor. With fewer queries than keys its triangle starts at the **top left**: query 0 sees
+#   key 0 alone. When decoding with a cache, the new query comes *last* and should see every key,
+#   so `is_causal=True` is wrong there; chapter 8 (§8.8) builds the mask aligned at the bottom
+#   right.
+# * `nn.MultiheadAttention(...)(x, x, x, is_causal=True)` is only a **hint**: without an
+#   `attn_mask` it raises an error. The mask decides; the hint may only let PyTorch pick a faster
+#   kernel. It must be the causal mask: PyTorch may use the hint in place of the mask, and a
+#   wrong hint can give wrong results {cite:p}`pytorchdocs`.
+# * `nn.Transformer.generate_square_subsequent_mask(S)` returns the causal mask in the third
+#   convention: a float mask, 0 where a query may attend and `-inf` above the diagonal.
+
+# %%
+qc, kc, vc = (torch.randn(1, 1, n, 8, device=device) for n in (2, 4, 4))
+flag = F.scaled_dot_product_attention(qc, kc, vc, is_causal=True)
+top_left = torch.ones(2, 4, dtype=torch.bool, device=device).tril()
+bottom_right = torch.ones(2, 4, dtype=torch.bool, device=device).tril(diagonal=2)
+print("is_causal=True with 2 queries and 4 keys attends like\n", top_left.int())
+assert torch.allclose(
+    flag, F.scaled_dot_product_attention(qc, kc, vc, attn_mask=top_left), atol=1e-6
+)
+assert not torch.allclose(
+    flag, F.scaled_dot_product_attention(qc, kc, vc, attn_mask=bottom_right), atol=1e-3
+)
+
+try:
+    theirs(xs, xs, xs, is_causal=True)
+    raise AssertionError("expected an error")
+except RuntimeError as exc:
+    print("nn.MultiheadAttention, is_causal=True alone:", str(exc).split(".")[0])
+
+square = nn.Transformer.generate_square_subsequent_mask(4, device=device)
+print("generate_square_subsequent_mask(4):\n", square)
+assert square.dtype == torch.float32 and torch.equal(square == 0, keep[0, 0])
+with torch.no_grad():
+    hinted, _ = theirs(xs, xs, xs, attn_mask=square, is_causal=True)
+assert torch.allclose(hinted, reference, atol=1e-5)
+
+# %% [markdown]
 # ## 3.5 Fill values, half precision and NaN
 #
 # A masked score must become so negative that `exp()` of it is 0. The seeds use `-1e9` (seed 000's
@@ -405,9 +449,15 @@ assert torch.allclose(added32.softmax(-1), scores16.float().softmax(-1))
 # score. For `masked_fill` the dtype's own minimum is always safe. Both fixes only keep the row
 # finite: a fully masked row under an additive mask still follows its original scores (the weights
 # printed above), so a query with no key still needs its weights set to zero.
-# `nn.MultiheadAttention` returns NaN for a fully padded sequence
-# (with its default `need_weights=True`); the reference gives it zero attention, so its output is just the
-# output projection's bias — finite, in every precision:
+# `nn.MultiheadAttention` returns NaN for a fully padded sequence on its default path, and on
+# its inference fast path (eval mode under `torch.no_grad()`) whatever `need_weights` says.
+# `F.scaled_dot_product_attention` returns zeros for such a query instead, with a bool mask and
+# with a `-inf` additive mask alike (measured below on the CPU, torch
+# {glue:text}`ch03_torch_version`). Its documentation does not promise this, and versions
+# released before a 2024 change returned NaN {cite:p}`pytorch133882`: a hand-written softmax
+# still needs the care above. The
+# reference gives a query with no key zero attention, so its output is just the output
+# projection's bias — finite, in every precision:
 
 # %%
 fully_padded = torch.tensor([[3, 4, 0], [0, 0, 0]], device=device)
@@ -418,6 +468,13 @@ with torch.no_grad():
 print("nn.MultiheadAttention, sequence 1, token 0:", torch_out[1, 0, :4])
 print("tformer_ref,           sequence 1, token 0:", ours_out[1, 0, :4])
 assert torch.isnan(torch_out[1]).all() and torch.isfinite(ours_out).all()
+q_cpu = torch.randn(1, 1, 2, 4)
+no_key = torch.tensor([[True, False], [False, False]])  # query 1 sees no key
+for sdpa_mask in (no_key, torch.zeros(2, 2).masked_fill(~no_key, float("-inf"))):
+    sdpa_out = F.scaled_dot_product_attention(q_cpu, q_cpu, q_cpu, attn_mask=sdpa_mask)
+    assert torch.all(sdpa_out[0, 0, 1] == 0)
+print("F.scaled_dot_product_attention, a query with no key:", sdpa_out[0, 0, 1])
+glue("ch03_torch_version", torch.__version__.split("+")[0], display=False)
 assert torch.allclose(ours_out[1], ours.out_proj.bias.expand(3, 8))
 for dtype in (torch.float16, torch.bfloat16):
     qh = torch.randn(2, 2, 3, 4, dtype=dtype)
@@ -581,6 +638,9 @@ plt.show()
 # * `F.scaled_dot_product_attention`: True = attend. `nn.MultiheadAttention` and
 #   `nn.Transformer`: True = ignore. A float mask is *added*: a 1/0 mask passed as `attn_mask`
 #   masks nothing.
+# * SDPA's `is_causal=True` aligns its triangle top left when queries are fewer than keys;
+#   `nn.MultiheadAttention`'s `is_causal` is a hint that still needs the `attn_mask`;
+#   `generate_square_subsequent_mask` gives a float 0/`-inf` causal mask.
 # * `-1e9` overflows float16; `-inf` turns a fully masked row into NaN. `masked_fill` with
 #   `torch.finfo(dtype).min`, and give rows with no key zero weight. An *additive* mask of that
 #   value overflows when added to float16 scores: add it in float32, or use −1e4 in float16.

@@ -56,6 +56,7 @@ from tformer_ref.attention import MultiHeadAttention
 from tformer_ref.blocks import EncoderBlock, FeedForward
 from tformer_ref.device import get_device, seed_everything
 from tformer_ref.model import Transformer, count_parameters, xavier_init_
+from tformer_ref.torch_compat import encoder_block_to_torch
 
 seed_everything(0)
 device = get_device()
@@ -87,23 +88,27 @@ def token_similarity(h):
 
 
 def similarity_per_layer(seed):
-    """Token similarity after each layer of one random stack, {residual: [LAYERS]}."""
+    """Token similarity and query-weight gradient norm after each layer of one random
+    stack: two dicts {residual: [LAYERS]}."""
     torch.manual_seed(seed)
     attns = nn.ModuleList(MultiHeadAttention(D, 4) for _ in range(LAYERS)).to(device)
     norms = nn.ModuleList(nn.LayerNorm(D) for _ in range(LAYERS)).to(device)
     xavier_init_(attns)
     x = torch.randn(1, 50, D, device=device)
-    rows = {}
-    with torch.no_grad():
-        for residual in (False, True):
-            h, rows[residual] = x, []
-            for attn, norm in zip(attns, norms):
-                h = norm(h + attn(h)) if residual else norm(attn(h))
-                rows[residual].append(token_similarity(h))
-    return rows
+    target = torch.randn(1, 50, D, device=device)  # any loss will do for the gradients
+    rows, grads = {}, {}
+    for residual in (False, True):
+        h, rows[residual] = x, []
+        for attn, norm in zip(attns, norms):
+            h = norm(h + attn(h)) if residual else norm(attn(h))
+            rows[residual].append(token_similarity(h))
+        attns.zero_grad()
+        F.mse_loss(h, target).backward()
+        grads[residual] = [a.q_proj.weight.grad.norm().item() for a in attns]
+    return rows, grads
 
 
-runs = [similarity_per_layer(seed) for seed in SEEDS]
+runs, grad_runs = zip(*(similarity_per_layer(seed) for seed in SEEDS))
 for seed, rows in zip(SEEDS, runs):
     for residual in (False, True):
         print(
@@ -135,8 +140,38 @@ glue("ch04_sim_res_last_hi", max(res_last), display=False)
 # {glue:text}`ch04_sim_res_first_hi:.3f` after the first layer to between
 # {glue:text}`ch04_sim_res_last_lo:.2f` and {glue:text}`ch04_sim_res_last_hi:.2f` after the sixth
 # (the range over the five seeds): residuals *slow* the collapse, they do not stop it. In a full
-# block the feed-forward sublayer slows it further {cite:p}`dong2021attention`. The same identity
-# path carries the gradient backwards, which is seed 004's point about vanishing gradients.
+# block the feed-forward sublayer slows it further {cite:p}`dong2021attention`.
+#
+# The same identity path carries the gradient backwards, seed 004's point about vanishing
+# gradients. The cell above also backpropagated a made-up loss (the distance to a random
+# target) through both stacks and kept the gradient norm of each layer's query weights
+# $W_q$, first layer to sixth:
+
+# %%
+for seed, grads in zip(SEEDS, grad_runs):
+    for residual in (False, True):
+        print(
+            f"seed {seed}, residual={residual!s:5}: |grad W_q| in each layer",
+            [f"{g:.0e}" for g in grads[residual]],
+        )
+plain_ratio = [grads[False][-1] / grads[False][0] for grads in grad_runs]
+res_ratio = [grads[True][-1] / grads[True][0] for grads in grad_runs]
+# Sixth layer against first, on every seed: without residuals the gradient is gone...
+assert max(plain_ratio) < 1e-4
+assert min(res_ratio) > 0.3  # ...with them it is of the same order
+glue("ch04_grad_plain_ratio", max(plain_ratio), display=False)
+glue("ch04_grad_res_ratio_lo", min(res_ratio), display=False)
+glue("ch04_grad_res_ratio_hi", max(res_ratio), display=False)
+
+# %% [markdown]
+# Without residuals, the sixth layer's $W_q$ receives at most
+# {glue:text}`ch04_grad_plain_ratio:.0e` times the first layer's gradient, on every seed:
+# nothing. Its input tokens are all one vector, so whatever the queries are, every token
+# attends to copies of the same vector, and the loss cannot tell one $W_q$ from another.
+# Every layer whose input has collapsed gets next to nothing (the rows above): it cannot
+# learn where to attend. With residuals the sixth layer gets between
+# {glue:text}`ch04_grad_res_ratio_lo:.2f` and {glue:text}`ch04_grad_res_ratio_hi:.2f` times
+# the first layer's gradient: every layer keeps learning.
 #
 # ## 4.2 The feed-forward sublayer
 #
@@ -196,11 +231,11 @@ def bn(x):
 
 
 sentence = torch.randn(1, 4, D, device=device) + 2.0  # one real sentence of 4 tokens
-short_batch = torch.cat([sentence, torch.randn(1, 4, D, device=device) + 2.0])
-# The same sentence in a batch padded to length 12 for a longer neighbour: 8 pad vectors
-# (zeros).
-padded = torch.cat([sentence, torch.zeros(1, 8, D, device=device)], dim=1)
-long_batch = torch.cat([padded, torch.randn(1, 12, D, device=device) + 2.0])
+neighbour = torch.randn(1, 4, D, device=device) + 2.0  # and its neighbour in the batch
+short_batch = torch.cat([sentence, neighbour])
+# The same two sentences padded to length 12 (a fixed maximum length, say): 8 pads
+# (zeros) each. Only the padding differs between the two batches.
+long_batch = torch.cat([short_batch, torch.zeros(2, 8, D, device=device)], dim=1)
 
 batch_norm.train()
 bn_short, bn_long = bn(short_batch)[0], bn(long_batch)[0, :4]
@@ -218,8 +253,8 @@ assert torch.allclose(layer_norm(sentence[:, :1]), layer_norm(sentence)[:, :1])
 
 # %% [markdown]
 # **(1) Padding pollutes the batch statistics.** The pad vectors enter BatchNorm's mean and variance, so
-# the *same sentence* is normalised differently depending on how much padding its neighbours forced on
-# the batch. Masking the attention does not help: the norm does not see the mask.
+# the *same sentence*, next to the same neighbour, is normalised differently depending on how much
+# padding the batch carries. Masking the attention does not help: the norm does not see the mask.
 
 # %%
 try:
@@ -400,15 +435,26 @@ assert naive_gap > 1e-3 and guarded_gap == 0.0
 # | **Pre-LN** (GPT-2 and most models since) | $x \leftarrow x + \mathrm{Drop}(F(\mathrm{LN}(x)))$ | one final LN: the residual stream is never normalised otherwise |
 #
 # `tformer_ref.blocks.EncoderBlock(..., norm_first=False)` is Post-LN, `norm_first=True` Pre-LN. With
-# the same weights both equal PyTorch's `nn.TransformerEncoderLayer(..., norm_first=...)` to 1e-5
-# (tests/reference/test_blocks.py).
-#
+# the same weights both equal PyTorch's `nn.TransformerEncoderLayer(..., norm_first=...)`;
+# `tformer_ref.torch_compat.encoder_block_to_torch` copies a block's weights into PyTorch's
+# layer, so we can check:
+
+# %%
+torch.manual_seed(0)
+x = torch.randn(2, 5, 16, device=device)
+for norm_first in (False, True):
+    ours = EncoderBlock(16, 4, 64, norm_first=norm_first).to(device).eval()
+    gap = (ours(x) - encoder_block_to_torch(ours)(x)).abs().max().item()
+    print(f"norm_first={norm_first!s:5}: largest difference from PyTorch {gap:.1e}")
+    assert gap < 1e-5
+
+# %% [markdown]
 # ```{figure} ../figures/blocks_post_pre_ln.svg
-# :alt: Four block diagrams: a Post-LN encoder block and decoder block, where each sublayer is followed by dropout, the residual addition and a LayerNorm, and a Pre-LN encoder block and decoder block, where a LayerNorm comes before each sublayer, the residual addition comes last, and one final LayerNorm follows each stack.
+# :alt: Four block diagrams: a Post-LN encoder block and decoder block, where each sublayer is followed by dropout, the residual addition and a LayerNorm, and a Pre-LN encoder block and decoder block, where a LayerNorm comes before each sublayer and the residual addition comes last; one final LayerNorm follows the last block of each stack, before the memory and before the output projection.
 # :name: fig-blocks-post-pre-ln
 # :width: 100%
 #
-# An encoder block and a decoder block, Post-LN as in the paper (left) and Pre-LN (right); the sublayers are highlighted, and the residual connections run beside them. A Pre-LN stack needs the final LayerNorm (dashed), because its residual stream is never normalised otherwise.
+# An encoder block and a decoder block, Post-LN as in the paper (left) and Pre-LN (right); the sublayers are highlighted, and the residual connections run beside them. A Pre-LN stack needs the final LayerNorm (dashed), once, after its N-th block, because its residual stream is never normalised otherwise.
 # ```
 #
 # {cite:t}`xiong2020layer` showed why Post-LN needs a learning-rate warm-up: at initialisation, the gradient
@@ -704,7 +750,8 @@ glue("ch04_tie_after", after, display=False)
 # distinct, although they too grew more alike layer by layer (residuals slow the collapse).
 # Each attention output is an average of value vectors, and averages of averages
 # converge. The residual `x + Sublayer(x)` keeps every token's own input on a direct path through
-# the block, and the same path carries the gradient back. Read §4.1 'Residual connections'.
+# the block, and the same path carries the gradient back: without it, the query weights of the
+# collapsed layers received essentially no gradient. Read §4.1 'Residual connections'.
 # :::
 #
 # **2.** Seed 004 says BatchNorm is unstable in a Transformer because the sequence length may
@@ -712,7 +759,7 @@ glue("ch04_tie_after", after, display=False)
 #
 # :::{dropdown} Answer
 # (1) Padding pollutes its batch statistics: the same sentence is normalised differently
-# depending on how much padding its neighbours forced on the batch, and the attention mask never
+# depending on how much padding the batch carries, and the attention mask never
 # reaches the norm. (2) A batch of one token in training: BatchNorm refuses it in train mode,
 # and few values make noisy statistics. (Generation runs in eval mode, where a batch of one is
 # accepted.) (3) Train and eval mode compute different things: eval mode uses the running

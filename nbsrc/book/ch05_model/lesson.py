@@ -165,7 +165,11 @@ print(
 
 # %% [markdown]
 # The table is a **buffer** of `SinusoidalPositionalEncoding`: it moves with `.to(device)` but it is not a
-# parameter, so the optimizer never changes it (and, being a function of D, it is not saved either).
+# parameter, so the optimizer never changes it. `tformer_ref` also registers it with
+# `persistent=False`, so it is not saved in the state dict: the formula rebuilds it from D, and a
+# checkpoint loads into a model with another `max_len`. A plain buffer, such as seed 004's
+# {seed}`004:self.register_buffer('pe', pe)`, is saved, and loading it into a model with
+# another `max_len` fails on the shape:
 
 # %%
 module = SinusoidalPositionalEncoding(64, max_len=100)
@@ -178,7 +182,21 @@ print(
     len(list(module.parameters())),
     "| buffers:",
     [n for n, _ in module.named_buffers()],
+    "| saved:",
+    list(module.state_dict()),
 )
+# persistent=False: a model with another max_len loads the (empty) state dict.
+SinusoidalPositionalEncoding(64, max_len=200).load_state_dict(module.state_dict())
+saved, longer = nn.Module(), nn.Module()
+saved.register_buffer("pe", sinusoidal_encoding(100, 64))  # persistent, as the seed's
+longer.register_buffer("pe", sinusoidal_encoding(200, 64))
+try:
+    longer.load_state_dict(saved.state_dict())
+    load_error = None
+except RuntimeError as exc:
+    load_error = str(exc)
+assert load_error is not None and "size mismatch" in load_error
+print("a persistent buffer, max_len 100 -> 200:", load_error.splitlines()[-1].strip())
 
 # %% [markdown]
 # ## 5.3 Learned positions and max_length
@@ -350,6 +368,37 @@ glue("ch05_big_scaled", big_scaled, display=False)
 # one side changes, such as sinusoidal positions with an $N(0, 1/D)$ table. `Transformer.embed` does `Dropout(table(tokens) · √D + PE)`: dropout on the sum, as in
 # §5.4 of the paper.
 #
+# The course's own models break this rule once. With `positions="learned"` (§5.8, and the
+# model chapter 8 trains), `Transformer` and `DecoderOnlyLM` keep the √D, and `xavier_init_`
+# draws the position table, like the token table, from $N(0, 1/D)$. At chapter 8's D = 64:
+
+# %%
+lm_lengths = []
+for seed in range(5):
+    torch.manual_seed(seed)
+    lm = DecoderOnlyLM(100, 64, 4, 1, 128, max_len=64, positions="learned")
+    with torch.no_grad():
+        token_len = (lm.tok_embed.weight * math.sqrt(64)).norm(dim=-1).mean().item()
+        pos_len = lm.pos.embedding.weight.norm(dim=-1).mean().item()
+    lm_lengths.append((token_len, pos_len))
+    print(
+        f"seed {seed}: token·√D length {token_len:.2f}, learned position {pos_len:.2f}"
+    )
+ratios = [t / p for t, p in lm_lengths]
+assert all(6 < r < 10 for r in ratios)  # about √64 = 8 with every seed
+glue("ch05_lm_token_len", lm_lengths[0][0], display=False)
+glue("ch05_lm_pos_len", lm_lengths[0][1], display=False)
+glue("ch05_lm_ratio_lo", min(ratios), display=False)
+glue("ch05_lm_ratio_hi", max(ratios), display=False)
+
+# %% [markdown]
+# The tokens start {glue:text}`ch05_lm_ratio_lo:.1f` to {glue:text}`ch05_lm_ratio_hi:.1f`
+# times longer than the positions (seeds 0–4; with seed 0, {glue:text}`ch05_lm_token_len:.2f`
+# against {glue:text}`ch05_lm_pos_len:.2f`): at the start, the positions are nearly drowned.
+# The course keeps it so, one embedding rule for both kinds of position: the table is a
+# parameter, and training has to grow it. GPT-2's recipe, both tables at $N(0, 0.02^2)$ and
+# no scale, avoids the mismatch from the start.
+#
 # ## 5.6 Encoder, decoder and cross-attention
 #
 # The **encoder** is a stack of encoder blocks (chapter 4) over the embedded source; its output, one
@@ -359,6 +408,12 @@ glue("ch05_big_scaled", big_scaled, display=False)
 # 2. **cross-attention**: queries from the decoder, **keys and values from the memory**, masked with
 #    the source padding mask. This is the only place where the target reads the source;
 # 3. the feed-forward.
+#
+# `tformer_ref` gives the masked self-attention the causal mask AND the target padding mask;
+# the exercise's block uses the causal mask alone. Both are right for targets padded on the
+# right: the pads come after every real token, so the causal mask already hides them from
+# every real query. Only the pad positions' own outputs differ, and the loss ignores those
+# (chapter 6).
 #
 # `tformer_ref.model.Transformer` builds the masks itself from `pad_id`: `encode(src)` returns the
 # memory and the source mask, `decode(tgt_in, memory, src_mask)` the logits.

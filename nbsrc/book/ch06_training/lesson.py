@@ -51,6 +51,7 @@
 # %%
 # %matplotlib inline
 import inspect
+import math
 import statistics
 import time
 
@@ -436,7 +437,7 @@ glue("ch06_ls_entropy", float(h_target), display=False)
 # reports:
 
 
-# %% mystnb={"figure": {"caption": "Reported training loss when padding is counted and when it is ignored, and the padding-counted run's loss on its real tokens alone.", "name": "fig-ch06-padding-loss"}, "image": {"alt": "Three loss curves on a log scale; the padding-counted reported loss sits far below the same run's loss on real tokens, which stays above the padding-ignored run's loss."}}
+# %% mystnb={"figure": {"caption": "Reported training loss when padding is counted and when it is ignored, and the padding-counted run's loss on its real tokens alone.", "name": "fig-ch06-padding-loss"}, "image": {"alt": "Three loss curves on a log scale; the padding-counted reported loss sits far below the same run's loss on real tokens and below the padding-ignored run's loss."}}
 def run_padding(count_padding, steps=50):
     model = make_model()
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
@@ -522,6 +523,63 @@ glue(
 
 # %% [markdown]
 # ## 6.4 Learning rate and warm-up
+#
+# Every model in this chapter trains with Adam {cite:p}`kingma2015adam`, and what a learning
+# rate does depends on Adam's update rule. For each parameter $\theta$ (each coordinate on its
+# own), with gradient $g_t$ at update $t = 1, 2, \dots$ and $m_0 = v_0 = 0$:
+#
+# $$m_t = \beta_1 m_{t-1} + (1 - \beta_1)\, g_t, \qquad
+# v_t = \beta_2 v_{t-1} + (1 - \beta_2)\, g_t^2,$$
+#
+# $$\hat m_t = \frac{m_t}{1 - \beta_1^t}, \qquad \hat v_t = \frac{v_t}{1 - \beta_2^t}, \qquad
+# \theta_t = \theta_{t-1} - \text{lr} \cdot \frac{\hat m_t}{\sqrt{\hat v_t} + \epsilon}.$$
+#
+# - $m$, the **first moment**, is a running mean of the gradient: it sets the step's direction.
+# - $v$, the **second moment**, is a running mean of the gradient's square: $\sqrt v$ is the
+#   gradient's typical size, and dividing by it makes each coordinate's step about
+#   $\text{lr}$ long, whatever the gradient's scale.
+# - The division by $1 - \beta^t$, the **bias correction**, undoes the start at zero: without
+#   it the first steps would be far too short.
+#
+# The paper, and this chapter, use $\beta_1 = 0.9$, $\beta_2 = 0.98$, $\epsilon = 10^{-9}$.
+# AdamW {cite:p}`loshchilov2019decoupled` adds *decoupled* weight decay: each update also
+# subtracts $\text{lr} \cdot \lambda \cdot \theta_{t-1}$, outside the ratio (ch08 uses it).
+# The cell writes the rule out and compares it with `torch.optim.Adam`, then feeds the same
+# gradients multiplied by 1000:
+
+# %%
+b1, b2, eps, lr = 0.9, 0.98, 1e-9, 1e-3
+gen = torch.Generator().manual_seed(0)
+grads = [torch.randn(5, generator=gen) for _ in range(4)]
+
+
+def adam_by_hand(grads, scale=1.0):
+    theta, m, v = torch.zeros(5), torch.zeros(5), torch.zeros(5)
+    for t, g in enumerate(grads, start=1):
+        m = b1 * m + (1 - b1) * scale * g
+        v = b2 * v + (1 - b2) * (scale * g) ** 2
+        m_hat, v_hat = m / (1 - b1**t), v / (1 - b2**t)
+        theta = theta - lr * m_hat / (v_hat.sqrt() + eps)
+    return theta
+
+
+w = torch.nn.Parameter(torch.zeros(5))
+adam = torch.optim.Adam([w], lr=lr, betas=(b1, b2), eps=eps)
+for g in grads:
+    w.grad = g.clone()
+    adam.step()
+by_hand, scaled = adam_by_hand(grads), adam_by_hand(grads, 1000.0)
+print("by hand, in units of lr:   ", [round(x, 3) for x in (by_hand / lr).tolist()])
+print("torch.optim.Adam:          ", [round(x, 3) for x in (w.detach() / lr).tolist()])
+print("gradients x 1000, by hand: ", [round(x, 3) for x in (scaled / lr).tolist()])
+assert torch.allclose(by_hand, w.detach(), rtol=1e-5, atol=1e-9)
+# the gradient's scale cancels in m / sqrt(v) (up to eps)
+assert torch.allclose(by_hand, scaled, rtol=1e-5, atol=1e-9)
+
+# %% [markdown]
+# Multiplying every gradient by 1000 changes nothing: the scale cancels in
+# $\hat m / \sqrt{\hat v}$. So with Adam the learning rate, not the gradient's size, sets how far the weights move
+# at each step; what a large gradient can still do is dominate $m$ and $v$ for a while (§6.5).
 #
 # The seed reports {seedtr}`004:at first I used a learning rate of 0.001, and during training the loss kept oscillating and would not come down; after I changed it to 0.0001 the loss began to fall normally`,
 # and turns to the schedule of Vaswani et al. (§5.3): with updates counted $n = 1, 2, \dots$
@@ -665,8 +723,9 @@ print(f"noam_scheduler: lr for the first update {opt.param_groups[0]['lr']:.2e}"
 #
 # The seed reports {seedtr}`004:the first time I trained, without gradient clipping, the gradients became NaN by the 10th batch`.
 # It gives no model, data or rate for that run; a higher rate, a larger model or a different
-# initialisation are all possible causes, and {doc}`schedules` shows a rate at which this small
-# model's gradient norms do grow. What real runs do meet is the occasional **bad batch**
+# initialisation are all possible causes. Nothing in this book reproduces it: at the high rate
+# of {doc}`schedules` this small model fails without warm-up too, but by getting stuck at a high
+# loss, not by gradients that grow until they overflow. What real runs do meet is the occasional **bad batch**
 # whose loss, and so gradient, is far larger than usual (here: one batch at step 50 whose loss is
 # multiplied by 1000, as an unnormalised sum over a long batch would be). The cell trains the
 # same model with and without clipping at 1.0, and records, besides the loss and the gradient
@@ -766,6 +825,15 @@ glue("ch06_clip_late_free", statistics.median(free["size"][late]), display=False
 glue("ch06_clip_late_clip", statistics.median(clip["size"][late]), display=False)
 glue("ch06_clip_loss_free", free["loss"][S + 20], display=False)
 glue("ch06_clip_loss_clip", clip["loss"][S + 20], display=False)
+# clipped or not, ordinary steps are the same size: Adam undoes the gradient's scale
+clipped_share = sum(n > 1.0 for n in clip["norm"][:S]) / S
+assert 0.8 < statistics.median(clip["size"][S - 10 : S]) / before_size < 1.25
+glue("ch06_clip_share", clipped_share, display=False)
+glue(
+    "ch06_clip_size_before_clip",
+    statistics.median(clip["size"][S - 10 : S]),
+    display=False,
+)
 trained_model = clip["model"]  # decoded in §6.7
 
 # %% [markdown]
@@ -797,8 +865,15 @@ trained_model = clip["model"]  # decoded in §6.7
 # With clipping at 1.0 the bad batch's gradient is scaled down to an ordinary size before Adam sees
 # it, and counts as an ordinary batch.
 #
-# Clipping caps the *size* of each update while keeping its direction; log the norm
-# `clip_grad_norm_` returns, and spikes show up at once. Clipping treats the symptom; the seed's
+# Clipping caps the *gradient's* norm while keeping its direction. With SGD, whose step is the
+# gradient times the rate, that caps the step. With Adam it does not: the step is about
+# $\text{lr}$ per coordinate whatever the gradient's scale (§6.4). What clipping does for Adam is
+# keep one batch from dominating $m$ and $v$. At 1.0 this run clipped
+# {glue:text}`ch06_clip_share:.0%` of its ordinary steps before step 50 too, and harmlessly: its
+# updates just before the bad batch had a median size of
+# {glue:text}`ch06_clip_size_before_clip:.2f` learning rates, the unclipped run's
+# {glue:text}`ch06_clip_size_before:.2f`. Log the norm `clip_grad_norm_` returns, and spikes
+# show up at once. Clipping treats the symptom; the seed's
 # other remedies, a smaller rate and a better initialisation (and warm-up, §6.4), act on the
 # cause of gradients that are large all the time.
 
@@ -1028,13 +1103,127 @@ start_token = torch.ones(1, 1).fill_(BOS).long()
 print("with .long():", list(torch.nn.Embedding(len(vocab), 8)(start_token).shape))
 
 # %% [markdown]
-# **Greedy** decoding takes the most likely token at each step. **Beam search** keeps the `k` most
-# likely prefixes and can recover when the best first step leads nowhere; the seed says
+# **Greedy** decoding takes the most likely token at each step. The seed adds
 # {seedtr}`004:greedy decoding is used to generate text; beam search can also be used to improve quality`.
-# Here both run on the clipped model of §6.5, which is far from trained, on 100 held-out dates:
+# What we want is the output with the highest probability, the product of its tokens'
+# probabilities, or the highest *score*, the sum of their log-probabilities. Greedy can miss it:
+# the most likely first token may lead only to unlikely continuations. **Beam search**, as
+# `tformer_ref.decoding.beam_search` does it, keeps the `k` best prefixes (the *beam*) and at
+# each step:
+#
+# 1. extends every live prefix by every token of the vocabulary and scores each candidate: the
+#    prefix's score plus the token's log-probability ($k \cdot V$ candidates);
+# 2. takes the best $2k$ of them. A candidate that ends in EOS is *finished* and set aside with
+#    its score; the best $k$ of the others are the new beam. Why $2k$: each prefix has one EOS
+#    ending, so at most $k$ of the $2k$ are finished, and $k$ live ones remain;
+# 3. stops when it holds $k$ finished outputs that beat every live prefix (with $\alpha = 0$
+#    below, adding a token only lowers a score, so a prefix that is already worse can never
+#    win), or after `max_len` steps;
+# 4. returns the finished output with the best score divided by $\text{length}^\alpha$, where
+#    $\alpha$ is `length_penalty`.
+#
+# A worked example with a stand-in model: two tokens `a` and `b` besides EOS, with next-token
+# probabilities fixed by a table. The cell prints the second step of a beam of 2, then runs the
+# reference's greedy and beam search on it:
+
+# %%
+TOK_A, TOK_B = 4, 5  # two toy tokens besides PAD, BOS, EOS
+NAMES = {TOK_A: "a", TOK_B: "b", EOS: "EOS"}
+TOY = {  # prefix after BOS -> probabilities of the next token
+    (): {TOK_A: 0.5, TOK_B: 0.4, EOS: 0.1},
+    (TOK_A,): {EOS: 0.4, TOK_A: 0.3, TOK_B: 0.3},
+    (TOK_B,): {TOK_A: 0.9, EOS: 0.05, TOK_B: 0.05},
+    (TOK_B, TOK_A): {EOS: 0.6, TOK_A: 0.4},
+    (TOK_B, TOK_A, TOK_A): {TOK_A: 0.95, EOS: 0.05},
+}
+OTHER = {EOS: 0.9, TOK_A: 0.05, TOK_B: 0.05}  # every other prefix
 
 
-# %% mystnb={"figure": {"caption": "Log-probability of the greedy output against the beam-search output for 100 sources, on an under-trained model: points above the diagonal are where beam search found a more likely output.", "name": "fig-ch06-beam"}, "image": {"alt": "Scatter plot of beam-search log-probability against greedy log-probability, most points on or above the dotted diagonal."}}
+class ToyModel(torch.nn.Module):
+    """Stands in for a trained model: the next token's probabilities come from TOY."""
+
+    def encode(self, src):  # nothing to encode; beam_search only copies these per beam
+        return src, torch.ones(src.size(0), 1, 1, src.size(1), dtype=torch.bool)
+
+    def decode(self, tgt_in, memory, src_mask):
+        logits = torch.full((*tgt_in.shape, 6), -30.0)  # tokens not in the table
+        for i, row in enumerate(tgt_in.tolist()):
+            prefix = tuple(t for t in row[1:] if t != PAD)
+            for tok, p in TOY.get(prefix, OTHER).items():
+                logits[i, -1, tok] = math.log(p)
+        return logits
+
+
+def toy_text(prefix):
+    return " ".join(NAMES[t] for t in prefix) or "(empty)"
+
+
+def toy_prob(prefix):
+    """Probability of a whole output: its tokens' probabilities multiplied, EOS
+    included."""
+    p, seen = 1.0, ()
+    for tok in [*prefix, EOS]:
+        p, seen = p * TOY.get(seen, OTHER)[tok], (*seen, tok)
+    return p
+
+
+# Step 2 of a beam of k = 2, by hand: the beam after step 1 is "a" and "b".
+k = 2
+cands = [  # (prefix + token, score = log p(prefix) + log p(token | prefix))
+    ((*prefix, tok), math.log(TOY[()][prefix[0]]) + math.log(p))
+    for prefix in [(TOK_A,), (TOK_B,)]
+    for tok, p in TOY[prefix].items()
+]
+cands.sort(key=lambda c: -c[1])
+print(f"step 2: {len(cands)} candidates in the table; the best 2k = {2 * k}:")
+kept = 0
+for cand, score in cands[: 2 * k]:
+    if cand[-1] == EOS:
+        fate = "finished: set aside"
+    else:
+        fate = "kept in the beam" if kept < k else "dropped: the beam is full"
+        kept += 1
+    print(
+        f"  {toy_text(cand):9} score {score:+.3f} (p = {math.exp(score):.3f}): {fate}"
+    )
+
+toy_src = torch.tensor([[TOK_A]])
+outputs = {
+    "greedy": greedy_decode(ToyModel(), toy_src, 6),
+    "beam 2, alpha 0": beam_search(ToyModel(), toy_src, 6, beam_size=2),
+    "beam 2, alpha 1": beam_search(
+        ToyModel(), toy_src, 6, beam_size=2, length_penalty=1
+    ),
+}
+for name, out in outputs.items():
+    ids = strip(out[0])
+    per_token = math.log(toy_prob(ids)) / (len(ids) + 1)
+    print(
+        f"{name:>15}: {toy_text(ids):9} p = {toy_prob(ids):.3f}, {len(ids) + 1} tokens "
+        f"with EOS, log p per token {per_token:+.3f}"
+    )
+found = {name: strip(out[0]) for name, out in outputs.items()}
+assert found == {
+    "greedy": [TOK_A],
+    "beam 2, alpha 0": [TOK_B, TOK_A],
+    "beam 2, alpha 1": [TOK_B, TOK_A, TOK_A, TOK_A],
+}
+
+# %% [markdown]
+# Greedy takes `a`, the likeliest first token, after which EOS is only fairly likely. The beam
+# also keeps `b`, less likely but almost always followed by `a`: `b a` is the more probable
+# output, and beam search with $\alpha = 0$ returns it. Every token multiplies in a probability
+# below one, so the plain sum of log-probabilities favours short outputs, on any task. Dividing
+# by the length ($\alpha = 1$, the mean log-probability per token) lets the longer `b a a a`,
+# whose tokens are likelier on average, win. The paper decodes translations with a beam of 4 and
+# $\alpha = 0.6$, on a slightly different length term {cite:p}`vaswani2017attention`; the
+# reference's default is $\alpha = 0$, the plain sum.
+#
+# Now both searches on the clipped model of §6.5, which is far from trained, on 100 held-out
+# dates, with a beam of 4:
+
+
+# %% mystnb={"figure": {"caption": "Log-probability of the greedy output against the beam-search output for 100 sources, on an under-trained model: points above the diagonal are where beam search found a more likely output.", "name": "fig-ch06-beam"}, "image": {"alt": "Scatter plot of beam-search log-probability against greedy log-probability for 100 sources, with the diagonal dotted."}}
 def sequence_logprob(model, src, out):
     """Log-probability of each decoded row (up to its EOS) under the model: what both
     searches maximise."""
@@ -1090,6 +1279,23 @@ glue("ch06_beam_acc", float(acc["beam 4"]), display=False)
 glue("ch06_beam_more", int(more), display=False)
 glue("ch06_beam_less", int(less), display=False)
 glue("ch06_beam_cost", beam_s / greedy_s, display=False)
+# the same beam, its finished outputs ranked by mean log-probability per token
+beam_lp = beam_search(trained_model, src_test, 20, beam_size=4, length_penalty=1.0)
+rows_lp, rows_beam = [strip(r) for r in beam_lp], [strip(r) for r in beam]
+lp_differ = sum(a != b for a, b in zip(rows_lp, rows_beam))
+mean_len = {
+    "alpha 0": statistics.mean(map(len, rows_beam)),
+    "alpha 1": statistics.mean(map(len, rows_lp)),
+}
+print(
+    f"beam 4, length_penalty=1: {lp_differ} outputs differ from alpha 0; mean length "
+    f"{mean_len['alpha 1']:.2f} against {mean_len['alpha 0']:.2f} characters; exact "
+    f"match {sequence_accuracy(beam_lp, tgt_test):.1%}"
+)
+glue("ch06_beam_lp_differ", lp_differ, display=False)
+glue("ch06_beam_lp_acc", float(sequence_accuracy(beam_lp, tgt_test)), display=False)
+glue("ch06_beam_len0", mean_len["alpha 0"], display=False)
+glue("ch06_beam_len1", mean_len["alpha 1"], display=False)
 
 # %% [markdown]
 # Beam search found a more likely output for {glue:text}`ch06_beam_more:d` of the 100 sources and
@@ -1097,9 +1303,11 @@ glue("ch06_beam_cost", beam_s / greedy_s, display=False)
 # times as long as greedy decoding on this run. More likely is not more correct on a model this
 # young: exact match is {glue:text}`ch06_beam_greedy_acc:.0%` greedy and
 # {glue:text}`ch06_beam_acc:.0%` with beam search, both from a model that has mostly not learned
-# the task. The {doc}`capstone <capstone>` compares the two on the fully trained model. On
-# open-ended tasks, beam search prefers short outputs unless scores are normalised by length
-# (`length_penalty`).
+# the task. Ranked by the mean log-probability per token ($\alpha = 1$), the beam's outputs
+# changed for {glue:text}`ch06_beam_lp_differ:d` of the 100 dates, with a mean length of
+# {glue:text}`ch06_beam_len1:.2f` characters against {glue:text}`ch06_beam_len0:.2f`, and an exact
+# match of {glue:text}`ch06_beam_lp_acc:.0%`. The {doc}`capstone <capstone>` compares greedy and
+# beam search on the fully trained model.
 
 # %% [markdown]
 # ## 6.8 Why so many heads?
@@ -1171,13 +1379,18 @@ print(f"at 8 heads: {8 * S / width:.1f} scores per entry of an activation")
 #   the same rate after a warm-up, or Pre-LN, kept learning ({doc}`schedules`). Write Noam as a
 #   `LambdaLR` with $n = \text{step} + 1$; the scheduler sets the rate and never steps the
 #   optimizer (the seed's class steps it itself).
-# - Clip between `backward` and `step`; log the norm `clip_grad_norm_` returns. Unclipped, one bad
-#   batch steers Adam's first moment for many steps and inflates its second moment for longer.
+# - Adam moves each coordinate by about lr per step, whatever the gradient's scale: $m$ sets the
+#   direction, $\sqrt v$ divides out the size.
+# - Clip between `backward` and `step`; log the norm `clip_grad_norm_` returns. Clipping caps the
+#   gradient, not Adam's step: unclipped, one bad batch steers Adam's first moment for many steps
+#   and inflates its second moment for longer.
 # - Dynamic padding plus length bucketing: much less padding (on a CPU, faster epochs); the seed's
 #   `pad_sequence(..., padding_idx=...)` does not exist, its argument is `padding_value`.
 #   `pack_padded_sequence` is for RNNs.
-# - Decoding: eval mode, no grad, encode once, causal mask, stop at EOS. Beam search finds more
-#   likely outputs; whether they are more often right depends on the model (capstone).
+# - Decoding: eval mode, no grad, encode once, causal mask, stop at EOS. Beam search keeps the
+#   $k$ best prefixes, takes the best $2k$ extensions and sets the EOS endings aside; it finds
+#   more likely outputs, and without a length penalty it favours short ones. Whether they are
+#   more often right depends on the model (capstone).
 # - Heads: at a fixed width every head count has the same parameters and matrix FLOPs; only the
 #   split of $D$ into $H$ heads of size $D/H$ changes. Compare head counts against seed noise
 #   (several seeds, each giving every head count the same weights and batches). The paper found
@@ -1240,7 +1453,8 @@ print(f"at 8 heads: {8 * S / width:.1f} scores per entry of an activation")
 # After `loss.backward()` and before `optimizer.step()`: before `backward` there are no gradients
 # yet (or last batch's), after `step` it is too late. It rescales all gradients together when
 # their total norm exceeds `max_norm`, keeping their direction, and returns the norm *before*
-# clipping: log it, and a bad batch shows up at once. In the lesson one bad batch without
+# clipping: log it, and a bad batch shows up at once. With Adam it caps the gradient that enters
+# $m$ and $v$, not the step, which is about lr per coordinate anyway. In the lesson one bad batch without
 # clipping entered Adam's first moment, which then moved every coordinate by about 0.6 learning
 # rates in that batch's direction, and kept that direction for some ten to twenty steps (the loss
 # jumped), and its second moment, which shrank every later step (the slow recovery); clipped, it

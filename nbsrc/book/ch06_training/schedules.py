@@ -186,8 +186,9 @@ glue("ch06_wu_ratio_again", hot1 / warm1, display=False)
 # is not a fixed few units, and is worth logging.
 #
 # Why does warm-up help? Two explanations are published, and these runs cannot settle between
-# them. Adam divides each step by a running estimate of the gradient's second moment, and over the
-# first steps that estimate rests on a handful of batches: its variance is large, and so are the
+# them. Adam divides each step by $\sqrt{\hat v}$, its running estimate of the gradient's second
+# moment (the update rule is in §6.4 of {doc}`lesson`), and over the first steps that estimate
+# rests on a handful of batches: its variance is large, and so are the
 # steps it allows {cite:p}`liu2019variance`. And in a Post-LN Transformer the gradients of the
 # parameters near the output are large at initialisation; warm-up meets them with small steps
 # {cite:p}`xiong2020layer`. The same authors show that Pre-LN keeps those gradients small at

@@ -47,7 +47,7 @@
 # | {seedtr}`004:mixed precision speeds training up significantly` | depends on the hardware: measured here | 7.1 |
 # | `scaler.scale(loss).backward(); scaler.step(optimizer); scaler.update()` | right, but clipping (which the seed does elsewhere, at 1.0) must come after `scaler.unscale_` | 7.2 |
 # | accumulation: `loss = loss / accumulation_steps`, step every k batches | right only when every micro-batch holds as many tokens; no scheduler step shown; when the epoch's batch count is not a multiple of k, the last micro-batches leak into the next epoch | 7.3 |
-# | DDP listed under {seedtr}`004:model parallelism: when one card's memory is not enough, split the model across several cards` | wrong: DDP is *data* parallel, every process holds the whole model | 7.4 |
+# | DDP listed under {seedtr}`004:model parallelism: when one card's memory is not enough, split the model across several cards` | wrong: DDP is *data* parallel, every process holds the whole model; the data-parallel answer to a model that does not fit is to shard it (FSDP, ZeRO) | 7.4 |
 # | DDP loop: no `DistributedSampler`, no `zero_grad`; `mp` imported, never spawned | every rank reads the whole dataset; gradients pile up; nothing starts the processes | 7.4, 7.5 |
 # | {seedtr}`004:the communication overhead is large; with a small model it may be slower than one card` | plausible, not measured here (two CPU processes are not a GPU interconnect) | 7.4 |
 # | gradient checkpointing, listed among Hugging Face's optimisations | one call, `torch.utils.checkpoint`: memory for a second forward | 7.7 |
@@ -65,6 +65,7 @@
 
 # %%
 # %matplotlib inline
+import copy
 import statistics
 import tempfile
 import time
@@ -213,6 +214,15 @@ if device.type == "cpu":  # a CPU operation: torch.cuda.amp never touches it
 # range or accuracy run in float32. Which ones differs by device: on CUDA softmax,
 # log-softmax, layer norm and the losses; on the CPU the losses (softmax stays bfloat16
 # there). That is one reason `lm_loss_sum` casts the logits to float32 itself.
+#
+# Autocast is not the only way to mix precisions. Some current training code sets one
+# compute dtype and casts by hand instead. nanochat keeps float32 weights for the
+# optimizer, and its own `Linear` casts them to a global `COMPUTE_DTYPE` (bfloat16 on
+# recent GPUs) in the forward: `F.linear(x, self.weight.to(dtype=x.dtype))`
+# {cite:p}`karpathy2025nanochat`. Its log gives the reason: autocast picks each operation's
+# precision from lists the code does not control, and in that model the only cast it made
+# was the `Linear` weights'. The price is that every operation that needs float32 must ask
+# for it, as `lm_loss_sum` does for the loss.
 
 # %%
 seed_everything(0)
@@ -243,8 +253,11 @@ assert (
 # sequences of 128 tokens, in float32 and under autocast. We count the bytes autograd keeps
 # for the backward pass (the activations, which is what grows with batch and sequence) with
 # `saved_activation_bytes`, a hook on every saved tensor; the weights are not counted. Then
-# time, on the operation autocast is for: one square matrix product, in float32 and in the
-# autocast dtype ($256 \times 256$ on a CPU, $4096 \times 4096$ on a GPU), median of 3 runs.
+# time, as the seed's claim is about training: training steps of the same model (forward,
+# backward, Adam) on 8 of the sequences, in float32 and under autocast, alternated in 5
+# pairs so that a busy moment of the machine hits both sides. Last, one square matrix
+# product, the operation autocast is for, in float32 and in the autocast dtype
+# ($256 \times 256$ on a CPU, $4096 \times 4096$ on a GPU), median of 3 runs.
 
 # %%
 seed_everything(0)
@@ -283,6 +296,46 @@ def cpu_flags():
     }
 
 
+# A copy, so that the steps below leave big_model's weights as they are for §7.7.
+step_model = copy.deepcopy(big_model)
+step_opt = torch.optim.Adam(step_model.parameters(), lr=1e-4)
+step_scaler = make_grad_scaler(device)  # enabled for float16 only
+
+
+def train_step_ms(dt):
+    """Wall time of one training step in milliseconds; dt None means float32."""
+    synchronize()
+    start = time.perf_counter()
+    step_opt.zero_grad()
+    with autocast(device, dt, enabled=dt is not None):
+        loss_sum, n = lm_loss_sum(step_model, big_batch[:8])
+    scaler = step_scaler if dt is not None else None
+    if scaler is not None:
+        scaler.scale(loss_sum / n).backward()
+    else:
+        (loss_sum / n).backward()
+    optimizer_step(step_opt, step_model.parameters(), scaler)
+    synchronize()
+    return 1000 * (time.perf_counter() - start)
+
+
+(
+    train_step_ms(None),
+    train_step_ms(half),
+)  # warm-up: first calls allocate and pick kernels
+pairs = [(train_step_ms(None), train_step_ms(half)) for _ in range(5)]
+step_ms = {
+    "float32": statistics.median(p[0] for p in pairs),
+    half_name: statistics.median(p[1] for p in pairs),
+}
+pair_ratios = [h / f for f, h in pairs]
+step_ratio = step_ms[half_name] / step_ms["float32"]
+print(
+    f"training step, 8 x 128 tokens: float32 {step_ms['float32']:.0f} ms, "
+    f"{half_name} {step_ms[half_name]:.0f} ms (median of 5 pairs; {half_name} / "
+    f"float32 per pair {min(pair_ratios):.2f} to {max(pair_ratios):.2f})"
+)
+
 n_mm = 4096 if device.type == "cuda" else 256
 a32, b32 = (torch.randn(n_mm, n_mm, device=device) for _ in range(2))
 a16, b16 = a32.to(half), b32.to(half)
@@ -313,9 +366,29 @@ glue("ch07_amp_mem_ratio", float(mem_ratio), display=False)
 glue("ch07_mm_n", n_mm, display=False)
 glue("ch07_mm_fp32_ms", float(mm_ms["float32"]), display=False)
 glue("ch07_mm_half_ms", float(mm_ms[half_name]), display=False)
-glue("ch07_mm_convert_ms", float(mm_ms["convert"]), display=False)
 glue("ch07_mm_ratio", float(mm_ratio), display=False)
-glue("ch07_mm_word", "slower" if mm_ratio > 1 else "faster", display=False)
+glue("ch07_step_fp32_ms", float(step_ms["float32"]), display=False)
+glue("ch07_step_half_ms", float(step_ms[half_name]), display=False)
+glue("ch07_step_ratio", float(step_ratio), display=False)
+glue("ch07_step_ratio_min", float(min(pair_ratios)), display=False)
+glue("ch07_step_ratio_max", float(max(pair_ratios)), display=False)
+# Both words come from the same measurement, so prose and numbers cannot disagree.
+glue("ch07_step_word", "slower" if step_ratio > 1 else "faster", display=False)
+if device.type == "cpu" and mm_ratio > 1:
+    # The case the emulation argument is about: the 16-bit product was the slow one.
+    convert_note = (
+        "It is not the conversions that cost: converting both operands to float32, "
+        f"multiplying in float32 and rounding the result back took "
+        f"{mm_ms['convert']:.2f} ms, against {mm_ms[half_name]:.2f} ms for the "
+        f"{half_name} product."
+    )
+else:
+    convert_note = (
+        "On this run the 16-bit product was not the slow one, so that case is not "
+        "measured here."
+    )
+print(convert_note)
+glue("ch07_convert_note", convert_note, display=False)
 glue("ch07_device", device.type, display=False)
 glue("ch07_cpu_flags", bf16_flags, display=False)
 
@@ -324,20 +397,26 @@ glue("ch07_cpu_flags", bf16_flags, display=False)
 # size, not half: the float32 parts stay (the logits the loss reads, and the layer norms,
 # which read the float32 residual stream), and the
 # 16-bit copies of the weights that autocast makes for the matrix products are kept for the
-# backward too (a fixed cost, which weighs less as the batch grows). The speed depends entirely on the hardware. On this run
-# ({glue:text}`ch07_device:s`), one {glue:text}`ch07_mm_n:d`-square matrix product took
-# {glue:text}`ch07_mm_fp32_ms:.2f` ms in float32 and {glue:text}`ch07_mm_half_ms:.2f` ms in
-# {glue:text}`ch07_amp_name:s`: {glue:text}`ch07_mm_ratio:.1f` times as long, so
-# {glue:text}`ch07_mm_word:s`. The CPU's flags here: {glue:text}`ch07_cpu_flags:s`. A CPU
-# without bfloat16 instructions (AVX512-BF16, AMX) has no hardware path for a bfloat16 matrix
-# product: PyTorch emulates it, or on a CPU without AVX-512 at all, like many AMD and older
-# Intel ones, runs a generic kernel that is many times slower than the tuned float32 one. It is
-# not the conversions that cost: converting both operands to float32, multiplying in float32
-# and rounding the result back took {glue:text}`ch07_mm_convert_ms:.2f` ms. On such a CPU
-# autocast saves memory and costs time. On CPUs with those instructions, and on GPUs with
-# float16 tensor cores (where this cell times a larger product), the 16-bit product is the
-# fast one. Measure on your machine before you believe a speed claim, the seed's
-# {seedtr}`004:significantly faster` included; this notebook asserts no speed-up.
+# backward too (a fixed cost, which weighs less as the batch grows).
+#
+# The speed depends on the hardware. On this run ({glue:text}`ch07_device:s`), a training
+# step took {glue:text}`ch07_step_fp32_ms:.0f` ms in float32 and
+# {glue:text}`ch07_step_half_ms:.0f` ms under {glue:text}`ch07_amp_name:s` autocast (medians):
+# {glue:text}`ch07_step_ratio:.2f` times as long, so {glue:text}`ch07_step_word:s`; pair by
+# pair the ratio ran from {glue:text}`ch07_step_ratio_min:.2f` to
+# {glue:text}`ch07_step_ratio_max:.2f`. The matrix products are what autocast moves to 16 bits: one
+# {glue:text}`ch07_mm_n:d`-square product took {glue:text}`ch07_mm_fp32_ms:.2f` ms in float32
+# and {glue:text}`ch07_mm_half_ms:.2f` ms in {glue:text}`ch07_amp_name:s`
+# ({glue:text}`ch07_mm_ratio:.1f` times as long). The CPU's flags here:
+# {glue:text}`ch07_cpu_flags:s`. A CPU without bfloat16 instructions (AVX512-BF16, AMX) has
+# no hardware path for a bfloat16 matrix product: PyTorch emulates it, or on a CPU without
+# AVX-512 at all, like many AMD and older Intel ones, runs a generic kernel (on such a CPU
+# the cell asserts that the bfloat16 product takes more than twice as long as float32).
+# {glue:text}`ch07_convert_note:s` On such a CPU autocast saves memory and costs time. On
+# CPUs with those instructions, and on GPUs with float16 tensor cores (where this cell
+# times a larger product), the 16-bit product is the fast one. Measure on your machine
+# before you believe a speed claim, the seed's {seedtr}`004:significantly faster` included;
+# this notebook asserts no speed-up.
 #
 # Mixed precision still trains. Fifty steps of bfloat16 autocast on the CPU (or float16 with
 # a scaler on a GPU), on a small `DecoderOnlyLM`:
@@ -650,12 +729,24 @@ assert leak["zero_grad at epoch start"] == [4, 4, 4, 4]
 # {seedtr}`004:when one card's memory is not enough, the model can be split across several cards`.
 # That is a different technique. The two:
 #
-# | | data parallel (DDP) | model parallel (tensor / pipeline) |
-# |---|---|---|
-# | each process holds | the **whole** model | a part of it (some layers, or a slice of each matrix) |
-# | each process reads | **its own slice of every batch** | the same batch |
-# | processes exchange | gradients, once per backward (an all-reduce that averages them) | activations, at every layer boundary |
-# | it helps when | the model fits one device and you want more throughput | the model does not fit one device |
+# | | data parallel (DDP) | sharded data parallel (FSDP, ZeRO) | model parallel (tensor / pipeline) |
+# |---|---|---|---|
+# | each process holds | the **whole** model, its gradients and optimizer state | **a 1/W shard** of the weights, of the gradients and of the optimizer state | a part of the model (some layers, or a slice of each matrix) |
+# | each process reads | **its own slice of every batch** | its own slice of every batch | the same batch |
+# | processes exchange | gradients, once per backward (an all-reduce that averages them) | each layer's weights, gathered just before the layer runs (forward and backward); gradients, reduced onto their shards | activations, at every layer boundary |
+# | it helps when | the model, its gradients and optimizer state fit one device, and you want more throughput | they do not fit one device, but one layer's full weights do | the model does not fit one device |
+#
+# The seed's problem, one card's memory not enough, is what the middle column is for. With
+# Adam and mixed precision, the weights, gradients and optimizer state take 16 bytes per
+# parameter: 2 for the 16-bit weights, 2 for their gradients, and 12 for the float32 master
+# weights and Adam's two moments. DDP keeps all 16 on every device. ZeRO shards them over
+# the W devices, so each keeps about 16/W bytes per parameter
+# {cite:p}`rajbhandari2020zero`. PyTorch's version is Fully Sharded Data Parallel (FSDP,
+# `torch.distributed.fsdp.fully_shard`): it gathers a layer's full weights just before the
+# layer runs, frees them after, and reduce-scatters the gradients, so that each rank keeps
+# only its shard {cite:p}`zhao2023pytorch,pytorchdocs`. The loop around it is DDP's: each
+# rank reads its own data through a `DistributedSampler`, and all ranks step on the same
+# averaged gradient. This chapter runs DDP only.
 #
 # DDP's promise: after the all-reduce every process holds the same averaged gradient, takes
 # the same step, and the replicas stay identical, so training on W processes with batch b
@@ -962,6 +1053,8 @@ glue("ch07_ck_time_ratio", ck_ms["checkpointed"] / ck_ms["plain"], display=False
 #   right only for equal token counts). Zero once per step, step the scheduler once per step,
 #   and do not let an epoch's leftover micro-batches leak into the next epoch's first step.
 # - DDP is data parallel: whole model everywhere, different data per rank, gradients averaged.
+#   When the model, its gradients and optimizer state do not fit one device, shard them
+#   (FSDP, ZeRO), or split the model itself.
 #   `DistributedSampler` + `set_epoch(epoch)`; `no_sync()` on all but the last micro-batch;
 #   gloo on CPUs, NCCL on GPUs; started by `torchrun`. Two processes ended with the same
 #   parameters as one process on the whole batch.

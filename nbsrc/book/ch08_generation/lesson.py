@@ -41,7 +41,7 @@
 #
 # | claim or code | verdict | section |
 # |---|---|---|
-# | {seed}`004:output = model.decoder(trg, enc_src, None, trg_mask)` inside the loop, once per new token | right, but every step runs the whole prefix through the decoder again; a KV cache runs only the new token, with the same result | 8.7 |
+# | {seed}`004:output = model.decoder(trg, enc_src, None, trg_mask)` inside the loop, once per new token | every step runs the whole prefix through the decoder again (a KV cache runs only the new token, with the same result), and the `None` is the missing source mask, bug 3 of chapter 6's bug hunt | 8.7 |
 # | {seed}`004:next_token = output.argmax(2)[:, -1].item()` | greedy decoding: right, and the limit of temperature → 0; it computes logits for every position and keeps the last | 8.5, 8.7 |
 # | {seedtr}`004:generate text with greedy decoding; beam search can also improve the quality` | for translation-like tasks; for open-ended text, greedy and beam search find repetitive text, and sampling with top-k or top-p is the usual choice | 8.5, 8.6 |
 #
@@ -305,7 +305,7 @@ assert "".join(pieces) == "café"
 #
 # ## 8.3 Next-token loss on one stream
 #
-# A decoder-only model is trained on one long stream of ids: cut a window of T tokens out
+# A decoder-only model is trained on one long stream of ids: cut a window of S tokens out
 # of it, and at every position the target is the token that follows in the *stream*.
 # `lm_windows` returns the window and the same window moved one token on:
 
@@ -321,7 +321,7 @@ print("targets", y.tolist())
 assert torch.equal(y, x + 1)
 
 # %% [markdown]
-# Every one of the T positions gets a target, the last one included: it is the token just
+# Every one of the S positions gets a target, the last one included: it is the token just
 # after the window. (Chapter 6 shifted *inside* the sequence, {section}`6.2`:
 # `tgt[:, :-1]` against `tgt[:, 1:]`, because a translation's target is a sentence of its
 # own; on one stream, that shift would throw one target of every window away.) The causal
@@ -329,8 +329,10 @@ assert torch.equal(y, x + 1)
 # t + 1.
 #
 # The model: one Pre-LN block, `d_model = 64`, four heads, learned positions for up to 256
-# tokens, no padding id, trained on windows of 64 tokens. First its held-out loss and a
-# sample before training:
+# tokens, no padding id, trained on windows of 64 tokens. With learned positions the course
+# keeps the √D scale of the tokens: the position table starts about √D (8 at D = 64) times
+# shorter than the scaled tokens, and training grows it (§5.5). First its held-out loss and
+# a sample before training:
 
 # %%
 CONTEXT, BATCH, STEPS, LR = 64, 32, 160, 1e-2
@@ -528,7 +530,8 @@ glue("ch08_copy_val", copier_val, display=False)
 # that learned to copy. Asked for the next token it scores {glue:text}`ch08_copy_val:.2f`
 # on held-out text, worse than the untrained model, and it continues the prompt by
 # repeating its last token (here the two spaces after *n.*, ␣␣, as printed). A training
-# loss that falls towards zero within a few dozen steps on real text is the symptom.
+# loss that falls towards zero within a few dozen steps on real text is a symptom, and a
+# missing shift is the first thing to check (leaked or memorised data give the same curve).
 # Chapter 6's shift inside a target sentence and the shift of `lm_windows` in the stream
 # are the two right ones; no shift at all is always wrong.
 #
@@ -541,10 +544,11 @@ glue("ch08_copy_val", copier_val, display=False)
 # bias or a LayerNorm shift has a handful of numbers and no capacity to overfit; and an
 # embedding row gets a gradient only when its token occurs, but would decay at every step.
 # GPT-style training code therefore splits the parameters into two groups, with no decay on
-# biases and LayerNorms {cite:p}`karpathy2022nanogpt`; code bases differ on the embeddings
-# (nanoGPT decays them: with tied embeddings every row also gets the output layer's
-# gradient at every step, one reason nanoGPT, which ties them, decays them), and this course
-# leaves them out, for the reason measured below. `weight_decay_groups(model, wd)` gives
+# biases and LayerNorms {cite:p}`karpathy2022nanogpt`. Code bases differ on the
+# embeddings. nanoGPT decays every 2-D parameter, its tied token embedding and its
+# position table included; minGPT leaves embeddings out {cite:p}`karpathy2020mingpt`. (With
+# tied embeddings every row also gets the output layer's gradient at every step.) This
+# course leaves them out, for the reason measured below. `weight_decay_groups(model, wd)` gives
 # AdamW two groups: decay on the weight matrices (here those of `nn.Linear`), none on
 # embeddings, LayerNorms and biases (a tied output layer is the embedding, so it does not
 # decay either):
@@ -670,9 +674,9 @@ glue("ch08_gain_wrong", wrong["LayerNorm gain"], display=False)
 #
 # ## 8.5 Temperature
 #
-# The model gives logits; sampling needs a distribution. **Temperature** T divides the
-# logits before the softmax: `softmax(logits / T)`. T < 1 sharpens the distribution
-# towards the most likely token, T > 1 flattens it towards uniform, T → 0 is greedy
+# The model gives logits; sampling needs a distribution. **Temperature** τ divides the
+# logits before the softmax: `softmax(logits / τ)`. τ < 1 sharpens the distribution
+# towards the most likely token, τ > 1 flattens it towards uniform, τ → 0 is greedy
 # decoding. Here is the trained model's distribution of the token after a headword and the
 # start of its definition:
 
@@ -697,7 +701,7 @@ dist = {t: next_token_probs(logits, t)[0].cpu() for t in temperatures}
 spread = {t: entropy(p[None]).item() for t, p in dist.items()}
 for t in temperatures:
     print(
-        f"T = {t}: entropy {spread[t]:.2f} nats, most likely "
+        f"τ = {t}: entropy {spread[t]:.2f} nats, most likely "
         f"{shown(int(dist[t].argmax()))!r} at {dist[t].max().item():.2f}"
     )
 cold = next_token_probs(logits, 1e-3)
@@ -711,7 +715,7 @@ top = dist[1.0].argsort(descending=True)[:12]
 fig, ax = plt.subplots(figsize=(COLUMN_INCHES, 3.6))
 width = 0.27
 for j, t in enumerate(temperatures):
-    ax.bar(torch.arange(12) + (j - 1) * width, dist[t][top], width, label=f"T = {t}")
+    ax.bar(torch.arange(12) + (j - 1) * width, dist[t][top], width, label=f"τ = {t}")
 ax.set_xticks(range(12), [shown(int(i)) for i in top], rotation=30)
 ax.set_ylabel("probability")
 ax.set_title(f"next token after {TEMP_PROMPT.strip()!r}")
@@ -721,17 +725,17 @@ plt.show()
 
 # %% [markdown]
 # The entropy of the distribution, in nats, grows with the temperature:
-# {glue:text}`ch08_entropy_0.5:.2f` at T = 0.5, {glue:text}`ch08_entropy_1.0:.2f` at 1 and
+# {glue:text}`ch08_entropy_0.5:.2f` at τ = 0.5, {glue:text}`ch08_entropy_1.0:.2f` at 1 and
 # {glue:text}`ch08_entropy_2.0:.2f` at 2. In text, the same seed at the three temperatures:
 
 # %%
 for t in temperatures:
     out = generate(lm, prompt, 40, temperature=t, generator=device_generator(1))
-    print(f"T = {t}:", repr(bpe.decode(out[0, prompt.size(1) :])))
+    print(f"τ = {t}:", repr(bpe.decode(out[0, prompt.size(1) :])))
 
 # %% [markdown]
 # In this run, cold text repeats the safest words; hot text invents words and punctuation
-# (the � at T = 2 is a lone byte above 127, a token the training text never had). Greedy
+# (the � at τ = 2 is a lone byte above 127, a token the training text never had). Greedy
 # and beam search, the seed's choices, are the cold end: they are good at finding the one
 # right answer of a translation and, for open-ended text, known to fall into repetition
 # {cite:p}`holtzman2020curious`.
@@ -758,7 +762,7 @@ for t in (0.5, 2.0):
     twice = probs_softmax_twice(logits, t)
     change = (renormalised - baseline).abs().max().item()
     print(
-        f"T = {t}: divided after the softmax, the distribution moves by "
+        f"τ = {t}: divided after the softmax, the distribution moves by "
         f"{change:.1e}; "
         f"softmax twice: entropy {entropy(twice).item():.3f} nats "
         f"(uniform: {math.log(len(bpe)):.3f})"
@@ -766,11 +770,11 @@ for t in (0.5, 2.0):
     assert change < 1e-6 and entropy(twice).item() > 0.98 * math.log(len(bpe))
 
 # %% [markdown]
-# Dividing the probabilities by T multiplies every one of them by the same number; the
+# Dividing the probabilities by τ multiplies every one of them by the same number; the
 # sampler renormalises (`torch.multinomial` accepts weights that do not sum to one), so the
-# distribution is exactly the T = 1 one: the temperature knob does nothing, and nothing
+# distribution is exactly the τ = 1 one: the temperature knob does nothing, and nothing
 # fails. The second softmax is worse: probabilities lie between 0 and 1, so their
-# differences, divided by T, are tiny logits, and the second softmax of them is almost
+# differences, divided by τ, are tiny logits, and the second softmax of them is almost
 # uniform over all {glue:text}`ch08_vocab:d` tokens, a sample of random tokens at any
 # temperature. Temperature goes on the logits.
 #
@@ -896,7 +900,7 @@ glue("ch08_top_p_empty_half", 100 * empty[0.5], display=False)
 # Over the held-out positions the right filter kept from {glue:text}`ch08_top_p_min:.0f` to
 # {glue:text}`ch08_top_p_max:.0f` tokens (median {glue:text}`ch08_top_p_median:.0f`):
 # the adaptivity that top-k lacks. The wrong filter keeps less than p at every position,
-# and where the model is most sure (here, the full stop after *n*) it keeps nothing at all:
+# and where the model is most sure (the cell prints those positions) it keeps nothing at all:
 # the most likely token alone is above p, its own running sum is not below p, and it goes
 # too. That happened at {glue:text}`ch08_top_p_empty:.1f` % of the positions at p = 0.9 and
 # at {glue:text}`ch08_top_p_empty_half:.1f` % at p = 0.5. Sampling from an empty set is a
@@ -948,7 +952,7 @@ N_NEW = 80
 same = {}
 for label, kwargs in (
     ("greedy", dict(temperature=0)),
-    ("sampled, T = 1, top-p = 0.9", dict(temperature=1.0, top_p=0.9)),
+    ("sampled, τ = 1, top-p = 0.9", dict(temperature=1.0, top_p=0.9)),
 ):
     cached = generate(lm, prompts, N_NEW, generator=device_generator(2), **kwargs)
     plain = generate(
@@ -1063,8 +1067,9 @@ plt.show()
 # much less (from {glue:text}`ch08_rate_cached_first:,.0f` tokens per second in the first
 # window to {glue:text}`ch08_rate_cached:,.0f` in the last, through the noise of a shared
 # machine), though it too does more work as the sequence grows: its attention reads all the
-# cached keys, and `torch.cat` copies the whole cache at every step (real implementations
-# allocate it once, at full length). At the start the two are much closer:
+# cached keys, and `torch.cat` copies the whole cache at every step (Hugging Face's default
+# cache does the same; static and paged caches, such as its `StaticCache` and vLLM's,
+# allocate once). At the start the two are much closer:
 # a step of a short sequence is mostly fixed overhead, Python and many small operations,
 # and the cache adds its own bookkeeping. On a GPU, where a model this small is bound by
 # the launch of its kernels rather than by arithmetic, the gap can be much smaller (not
@@ -1115,7 +1120,9 @@ glue("ch08_batch_equal", weights_large / large, display=False)
 # 4096 tokens in float16. That model's weights (about $12 \cdot L \cdot D^2$ numbers) take
 # {glue:text}`ch08_weights_large_gib:.0f` GiB, so a batch of
 # {glue:text}`ch08_batch_equal:.0f` such sequences holds as much cache as weights: at that
-# size the cache decides how many sequences fit on a GPU at once.
+# size the cache decides how many sequences fit on a GPU at once. That count is for a key
+# and a value per head, as here; with grouped-query attention several query heads share
+# one key and value head, and the cache shrinks by that factor {cite:p}`ainslie2023gqa`.
 #
 # ## 8.8 Decoding with a cache: three pitfalls
 #
@@ -1336,9 +1343,13 @@ for label, pair in (("no generator", unseeded), ("generator seeded with 7", seed
 assert not torch.equal(*unseeded) and torch.equal(*seeded)
 
 # %% [markdown]
-# `seed_everything(0)` at the top of this notebook makes the whole notebook repeatable
-# when it runs from the top; a generator makes *one call* repeatable, wherever it runs,
-# and two samplers with their own generators do not disturb each other. The generator must
+# `seed_everything(0)` at the top of this notebook makes the whole notebook repeatable on
+# a CPU when it runs from the top. On a GPU some kernels, several backward passes among
+# them, are not deterministic: expect small differences, or call
+# `torch.use_deterministic_algorithms(True)`, which is slower (and on CUDA needs the
+# environment variable `CUBLAS_WORKSPACE_CONFIG=:4096:8`) {cite:p}`pytorchdocs`. A
+# generator makes *one call* repeatable, wherever it runs, and two samplers with their own
+# generators do not disturb each other. The generator must
 # live on the device of the probabilities (`torch.Generator(device=device)`): a CPU
 # generator with probabilities on a GPU is an error {cite:p}`pytorchdocs`. And the same
 # seed gives different numbers on a CPU and on a GPU, since they use different generators:
@@ -1397,8 +1408,8 @@ assert not torch.equal(*unseeded) and torch.equal(*seeded)
 # **2.** A training loss on real text falls to nearly 0 within 40 steps. Good news?
 #
 # :::{dropdown} Answer
-# No: it is the symptom of training without the shift, the inputs used as their own
-# targets. A causal model sees the token at position t, so it only has to copy it; in the
+# No: it is a symptom, and the first suspect is training without the shift, the inputs
+# used as their own targets (leaked or memorised data give the same curve). A causal model sees the token at position t, so it only has to copy it; in the
 # lesson that model scored worse than an untrained one on the real next-token task and
 # continued the lesson's prompt by repeating its last token. The target of each position
 # is the next token in the stream, which `lm_windows` returns.
@@ -1423,10 +1434,10 @@ assert not torch.equal(*unseeded) and torch.equal(*seeded)
 #
 # :::{dropdown} Answer
 # Nothing: every probability is divided by the same number and `torch.multinomial`
-# renormalises, so the distribution is the T = 1 one exactly (the lesson measured no change
+# renormalises, so the distribution is the τ = 1 one exactly (the lesson measured no change
 # at all). The second softmax reads probabilities, numbers between 0 and 1, as logits:
 # their differences are tiny and the result is almost uniform over the whole vocabulary, at
-# any temperature. Divide the logits: `softmax(logits / T)`. Read §8.5 'Temperature'.
+# any temperature. Divide the logits: `softmax(logits / τ)`. Read §8.5 'Temperature'.
 # :::
 #
 # **5.** A top-p filter keeps the tokens with `probs.cumsum(-1) < p` (probabilities sorted

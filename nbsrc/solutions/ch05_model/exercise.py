@@ -103,7 +103,8 @@ ch05.check_embed(embed)
 # `memory [B, Ss, D]` to `[B, St, D]`. It is Post-LN (chapter 4), with three sublayers in this order:
 #
 # 1. **masked self-attention** over `x`: the block builds the causal keep-mask itself
-#    (`[1, 1, St, St]`, True = attend): position i may attend to positions 0..i only;
+#    (`[1, 1, St, St]`, True = attend): position i may attend to positions 0..i only (no
+#    target padding mask: for targets padded on the right the causal mask is enough, §5.6);
 # 2. **cross-attention**: queries from the decoder, keys and values from `memory`, masked with
 #    `src_mask` (the source padding mask `[B, 1, 1, Ss]`, or None);
 # 3. the **feed-forward** `Linear(d_model, d_ff) -> ReLU -> Linear(d_ff, d_model)`.

@@ -104,8 +104,8 @@ ch07.check_accumulation_by_hand(accumulation_step)
 # 1. zero the gradients once per step: before the backward (or after the update);
 # 2. run the forward (`loss_fn`) under `torch.amp.autocast` for the model's device type, in
 #    `torch.bfloat16` on a CPU and `torch.float16` on CUDA (lesson [§7.1](lesson.ipynb#id-7-1-mixed-precision-with-torch-amp): not the seed's deprecated
-#    `torch.cuda.amp`). The backward may stay inside or go after the block: its ops run in the
-#    forward's dtypes either way;
+#    `torch.cuda.amp`). The backward belongs after the block, as PyTorch recommends (the check
+#    accepts both);
 # 3. backward on `scaler.scale(loss)`, unscale the gradients once (`scaler.unscale_(optimizer)`),
 #    clip the norm of all the gradients together to `max_norm` (`clip_grad_norm_`), step through
 #    the scaler (`scaler.step(optimizer)` skips a step whose gradients overflowed: do not also call

@@ -54,10 +54,10 @@ device = get_device()
 #    it is kept alone (lesson [§8.6](lesson.ipynb#id-8-6-top-k-and-top-p));
 # 3. renormalise: the kept tokens' probabilities sum to 1, every other token gets exactly 0.
 #
-# `top_p = 1` keeps every token (the reference returns the logits unchanged). The check compares
-# your probabilities with the reference on several temperatures and values of `top_p`; when they
-# differ it compares the tokens you keep with the reference's and measures the temperature your
-# distribution has.
+# `top_p = 1` keeps every token (the reference's top-p filter returns the logits unchanged). The
+# check compares your probabilities with the reference on several temperatures and values of
+# `top_p`; when they differ it compares the tokens you keep with the reference's and measures
+# the temperature your distribution has.
 
 
 # %% nbgrader="solution:next_token_probs"
@@ -222,7 +222,7 @@ print(
 try:
     for temperature, top_p in ((0.5, 0.9), (1.0, 0.9), (1.5, 1.0)):
         line = sample_text(tiny, tok, "LOVE, n. ", 40, temperature, top_p)
-        print(f"T={temperature}, top_p={top_p}: {line!r}")
+        print(f"temperature={temperature}, top_p={top_p}: {line!r}")
 except NotImplementedError:
     print("Write next_token_probs and lm_step above first.")
 finally:
