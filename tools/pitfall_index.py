@@ -44,7 +44,7 @@ def index_table(chapter: str) -> list[str]:
     if not rows:
         raise pitfall_refs.UnresolvedReference(f"no check names a mistake of {chapter}")
     lines = [
-        "| explained in | mistake (what the check says) | checks that can name it |",
+        "| explained in | mistake (what the check says) | checks that may name it |",
         "|---|---|---|",
     ]
     previous = None
