@@ -21,6 +21,9 @@ which writes out, in the kit's copy of each notebook under ``book/`` only:
   ``{seedtr}`` in quotation marks with "(translated)", ``{seed-quote}`` as a code block
   or a quotation followed by "— seed NNN, verbatim", linked to the seed's text.
 - a ``hide-input`` tag (code the book folds): the input collapsed in JupyterLab.
+- a ``remove-cell`` tag: the cell left out. The lessons keep their ``glue`` calls, the
+  book's plumbing, in such cells (hidden in the book too); the kit has the values
+  written out, so a learner never meets them.
 
 Any other role or directive that JupyterLab does not render fails the build, naming
 it and the notebook. The notebooks in ``book/`` stay as they are (the book builds from
@@ -140,7 +143,9 @@ class KitNotebooks:
             return data
         nb = nbformat.reads(data.decode("utf-8"), as_version=4)
         page = _Page(rel, data.decode("utf-8"))
-        changed = False
+        kept = [cell for cell in nb.cells if not _book_only(cell)]
+        changed = len(kept) < len(nb.cells)
+        nb.cells = kept
         for index, cell in enumerate(nb.cells):
             if cell.cell_type == "markdown":
                 try:
@@ -521,6 +526,12 @@ def _title(path: Path) -> str:
         text = path.read_text(encoding="utf-8")
     match = re.search(r"^# (.+?)\s*$", text, re.MULTILINE)
     return match.group(1) if match else path.stem
+
+
+def _book_only(cell) -> bool:
+    """A cell the book hides whole (``remove-cell``): in the lessons, their glue."""
+    tags = cell.metadata.get("tags", [])
+    return "remove-cell" in tags or "remove_cell" in tags
 
 
 def _fold(cell) -> bool:

@@ -9,6 +9,7 @@ tests/book/test_jupyterlab_lessons.py reads the built kit in JupyterLab.
 
 from __future__ import annotations
 
+import ast
 import sys
 from pathlib import Path
 
@@ -205,6 +206,77 @@ def test_folded_code_stays_folded():
         KitNotebooks().rewrite(LESSON, nbformat.writes(nb).encode()).decode(), 4
     )
     assert out.cells[0].metadata["jupyter"] == {"source_hidden": True}
+
+
+def test_the_books_plumbing_is_left_out():
+    """Issue 28 (item 6): the lessons' 235 glue(...) calls sat in the code a learner
+    reads and copies. They now live in cells tagged remove-cell, which the book hides
+    and the kit leaves out (its markdown has the values written in)."""
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_code_cell("answer = 42", id="a"),
+        nbformat.v4.new_code_cell(
+            'glue("answer", answer, display=False)',
+            id="b",
+            metadata={"tags": ["remove-cell"]},
+        ),
+    ]
+    out = nbformat.reads(
+        KitNotebooks().rewrite(LESSON, nbformat.writes(nb).encode()).decode(), 4
+    )
+    assert [c.source for c in out.cells] == ["answer = 42"]
+
+
+def _code_cells(path: Path) -> list[tuple[bool, ast.Module]]:
+    """(hidden by the book, parsed source) for each code cell of a lesson notebook."""
+    nb = nbformat.read(path, as_version=4)
+    return [
+        (
+            "remove-cell" in c.metadata.get("tags", []),
+            ast.parse(
+                "\n".join(
+                    line
+                    for line in c.source.splitlines()
+                    if not line.lstrip().startswith(("%", "!"))
+                )
+            ),
+        )  # fmt: skip
+        for c in nb.cells
+        if c.cell_type == "code"
+    ]
+
+
+def _names(tree: ast.AST, ctx: type) -> set[str]:
+    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)
+            and isinstance(n.ctx, ctx)}  # fmt: skip
+
+
+LESSONS = sorted(p for p in (ROOT / "book").glob("ch*/*.ipynb")
+                 if p.name != "exercise.ipynb")  # fmt: skip
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_lesson_code_glues_only_in_cells_the_book_hides(path):
+    """No visible code cell calls glue; a hidden cell sets no name that a later
+    visible cell reads (the kit leaves the hidden cells out), unless a visible cell
+    sets it too."""
+    cells = _code_cells(path)
+    for hidden, tree in cells:
+        calls = {
+            n.func.id
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+        }
+        assert hidden or "glue" not in calls, ast.unparse(tree)[:300]
+    visible_sets = set().union(*(_names(t, ast.Store) for h, t in cells if not h))
+    for i, (hidden, tree) in enumerate(cells):
+        if not hidden:
+            continue
+        later = set().union(
+            set(), *(_names(t, ast.Load) for h, t in cells[i + 1 :] if not h)
+        )
+        leaked = (_names(tree, ast.Store) & later) - visible_sets
+        assert not leaked, f"{path.name}: the kit leaves out what sets {leaked}"
 
 
 def test_other_files_ship_as_they_are():

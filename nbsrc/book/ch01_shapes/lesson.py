@@ -1183,6 +1183,26 @@ else:
 speed_change = f"{its_drop:.0%} fewer" if its_drop >= 0 else f"{-its_drop:.0%} more"
 layer_delta = best[16, "layer"] - best[1, "layer"]  # ms gained (or lost) by 16 heads
 
+rest_delta = layer_delta - (
+    best[16, "parts"] - best[1, "parts"]
+)  # not timed on its own
+print(
+    f"layer: {layer_trend}, {change(best[1, 'layer'], best[16, 'layer'])} from 1 to 16 "
+    f"heads; it/s: {speed_change} (seed: {seed_drop:.0%} fewer), {versus_seed}; "
+    f"noise band from the projections: ±{noise_band:.1%}"
+)
+for part in ("projections", "products", "softmax", "parts"):
+    print(f"{part:11s} {change(best[1, part], best[16, part])} from 1 to 16 heads")
+
+
+# %% tags=["remove-cell"]
+# The numbers the text quotes, for the book (this cell is hidden there).
+for part in ("projections", "products", "softmax", "parts"):
+    glue(f"ch01_{part}_change", change(best[1, part], best[16, part]), display=False)
+    delta = best[16, part] - best[1, part]
+    glue(
+        f"ch01_{part}_delta", f"{delta:+.{1 if abs(delta) >= 1 else 3}f}", display=False
+    )
 glue("ch01_where", where, display=False)
 glue("ch01_layer_trend", layer_trend, display=False)
 glue("ch01_speed_change", speed_change, display=False)
@@ -1193,9 +1213,6 @@ glue(
     f"{layer_delta:+.{1 if abs(layer_delta) >= 1 else 3}f}",
     display=False,
 )
-rest_delta = layer_delta - (
-    best[16, "parts"] - best[1, "parts"]
-)  # not timed on its own
 glue(
     "ch01_rest_delta",
     f"{rest_delta:+.{1 if abs(rest_delta) >= 1 else 3}f}",
@@ -1204,12 +1221,6 @@ glue(
 for h in head_counts:
     glue(f"ch01_layer_ms_{h}", ms_text(best[h, "layer"]), display=False)
     glue(f"ch01_its_{h}", float(its[h]), display=False)
-for part in ("projections", "products", "softmax", "parts"):
-    glue(f"ch01_{part}_change", change(best[1, part], best[16, part]), display=False)
-    delta = best[16, part] - best[1, part]
-    glue(
-        f"ch01_{part}_delta", f"{delta:+.{1 if abs(delta) >= 1 else 3}f}", display=False
-    )
 glue(
     "ch01_projections_share_1",
     float(best[1, "projections"] / best[1, "layer"]),
@@ -1224,13 +1235,6 @@ glue("ch01_activation_mib", float(activation_mib), display=False)
 glue("ch01_weight_mib", float(weight_mib), display=False)
 for h, mib in zip(head_counts, score_mib):
     glue(f"ch01_score_mib_{h}", float(mib), display=False)
-print(
-    f"layer: {layer_trend}, {change(best[1, 'layer'], best[16, 'layer'])} from 1 to 16 "
-    f"heads; it/s: {speed_change} (seed: {seed_drop:.0%} fewer), {versus_seed}; "
-    f"noise band from the projections: ±{noise_band:.1%}"
-)
-for part in ("projections", "products", "softmax", "parts"):
-    print(f"{part:11s} {change(best[1, part], best[16, part])} from 1 to 16 heads")
 
 # %% mystnb={"figure": {"caption": "Time per forward+backward step and size of the attention-score tensor for 1, 8 and 16 heads, measured on the machine that built this page.", "name": "fig-ch01-heads-cost"}, "image": {"alt": "Two panels: left, milliseconds per iteration against the number of heads; right, megabytes of attention scores growing linearly with the number of heads."}}
 heads_cost_figure(

@@ -203,6 +203,10 @@ plt.show()
 jac_scaled, jac_64, jac_512 = (jac_norms[stds.index(s)] for s in (1, 8, math.sqrt(512)))
 assert jac_scaled > 100 * jac_512  # a typical row saturates at d_k = 512
 assert 1.5 < jac_scaled / jac_64 < 10  # at Dh = 64: smaller, by a few times only
+
+
+# %% tags=["remove-cell"]
+# The numbers the text quotes, for the book (this cell is hidden there).
 for name, value in (
     ("jac_scaled", jac_scaled),
     ("jac_unscaled64", jac_64),
@@ -296,10 +300,6 @@ for name, (d_k, init_var) in settings.items():
     for stat, values in ratios[name].items():
         per_seed = " ".join(f"{value:7.3f}" for value in values)
         print(f"  {stat:8s}{per_seed}   range {min(values):.3f}-{max(values):.3f}")
-for name, stats in ratios.items():
-    for stat, values in stats.items():
-        glue(f"ch02_grad{name}_{stat}_lo", min(values), display=False)
-        glue(f"ch02_grad{name}_{stat}_hi", max(values), display=False)
 
 # What the text says, on every seed.
 at64, at512, at64init = ratios["64"], ratios["512"], ratios["64init"]
@@ -316,8 +316,6 @@ jac_third, jac_8thirds = (
     softmax_jacobian_norm(base * s).median().item() for s in (1 / 3, 8 / 3)
 )
 assert jac_8thirds > jac_third  # the unscaled softmax passes more, not less
-glue("ch02_jac_std_third", jac_third, display=False)
-glue("ch02_jac_std_8thirds", jac_8thirds, display=False)
 
 fig, axes = plt.subplots(1, 2, figsize=(COLUMN_INCHES, 3.4), layout="constrained")
 bins = torch.logspace(-12, 2, 57).tolist()
@@ -330,6 +328,16 @@ for ax, name in zip(axes, ("64", "512")):
 axes[0].set_ylabel("rows")
 fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncols=2)
 plt.show()
+
+
+# %% tags=["remove-cell"]
+# The numbers the text quotes, for the book (this cell is hidden there).
+for name, stats in ratios.items():
+    for stat, values in stats.items():
+        glue(f"ch02_grad{name}_{stat}_lo", min(values), display=False)
+        glue(f"ch02_grad{name}_{stat}_hi", max(values), display=False)
+glue("ch02_jac_std_third", jac_third, display=False)
+glue("ch02_jac_std_8thirds", jac_8thirds, display=False)
 
 # %% [markdown]
 # Both halves of the seed's account are there. At $d_k = 512$ a typical query row gets
@@ -475,9 +483,6 @@ for seed in range(5):
     assert e_model[seed] > e_scaled[seed] + 0.2
     assert e_scaled[seed] > e_x8[seed] + 1.0
     assert e_x8[seed] > e_x22[seed] + 0.1
-for key, values in zip(("scaled", "x8", "x22"), (e_scaled, e_x8, e_x22)):
-    glue(f"ch02_ent_{key}_lo", min(values), display=False)
-    glue(f"ch02_ent_{key}_hi", max(values), display=False)
 print(
     "mean entropy on seeds 0-4:",
     {
@@ -485,6 +490,13 @@ print(
         for name, v in panel_entropy.items()
     },
 )
+
+
+# %% tags=["remove-cell"]
+# The numbers the text quotes, for the book (this cell is hidden there).
+for key, values in zip(("scaled", "x8", "x22"), (e_scaled, e_x8, e_x22)):
+    glue(f"ch02_ent_{key}_lo", min(values), display=False)
+    glue(f"ch02_ent_{key}_hi", max(values), display=False)
 
 # %% [markdown]
 # ## 2.5 Scaling by √d_model is a bug
@@ -524,6 +536,10 @@ for name, divisor in [
 ratio = (raw / math.sqrt(d_head)).std() / (raw / math.sqrt(d_model)).std()
 assert abs(ratio.item() - math.sqrt(n_heads)) < 1e-3  # exactly √H times smaller
 assert entropy["none"] + 1 < entropy["dhead"] < entropy["dmodel"] - 0.1 < math.log(32)
+
+
+# %% tags=["remove-cell"]
+# The numbers the text quotes, for the book (this cell is hidden there).
 for name, value in entropy.items():
     glue(f"ch02_entropy_{name}", float(value), display=False)
 glue("ch02_entropy_uniform", math.log(32), display=False)

@@ -474,7 +474,6 @@ for sdpa_mask in (no_key, torch.zeros(2, 2).masked_fill(~no_key, float("-inf")))
     sdpa_out = F.scaled_dot_product_attention(q_cpu, q_cpu, q_cpu, attn_mask=sdpa_mask)
     assert torch.all(sdpa_out[0, 0, 1] == 0)
 print("F.scaled_dot_product_attention, a query with no key:", sdpa_out[0, 0, 1])
-glue("ch03_torch_version", torch.__version__.split("+")[0], display=False)
 assert torch.allclose(ours_out[1], ours.out_proj.bias.expand(3, 8))
 for dtype in (torch.float16, torch.bfloat16):
     qh = torch.randn(2, 2, 3, 4, dtype=dtype)
@@ -483,6 +482,11 @@ for dtype in (torch.float16, torch.bfloat16):
     )
     assert torch.isfinite(out_h).all() and torch.all(w_h[1] == 0)
 print("float16 and bfloat16: finite, and zero weights for the fully padded sequence")
+
+
+# %% tags=["remove-cell"]
+# The numbers the text quotes, for the book (this cell is hidden there).
+glue("ch03_torch_version", torch.__version__.split("+")[0], display=False)
 
 # %% [markdown]
 # ## 3.6 Probes: causality and pad invariance

@@ -125,6 +125,10 @@ assert max(res_last) < 0.8  # with them they are still told apart...
 assert all(
     last > 2 * first for first, last in zip(res_first, res_last)
 )  # ...but closer
+
+
+# %% tags=["remove-cell"]
+# The numbers the text quotes, for the book (this cell is hidden there).
 glue("ch04_sim_plain_last", min(plain_last), display=False)
 glue("ch04_sim_res_first_lo", min(res_first), display=False)
 glue("ch04_sim_res_first_hi", max(res_first), display=False)
@@ -159,6 +163,10 @@ res_ratio = [grads[True][-1] / grads[True][0] for grads in grad_runs]
 # Sixth layer against first, on every seed: without residuals the gradient is gone...
 assert max(plain_ratio) < 1e-4
 assert min(res_ratio) > 0.3  # ...with them it is of the same order
+
+
+# %% tags=["remove-cell"]
+# The numbers the text quotes, for the book (this cell is hidden there).
 glue("ch04_grad_plain_ratio", max(plain_ratio), display=False)
 glue("ch04_grad_res_ratio_lo", min(res_ratio), display=False)
 glue("ch04_grad_res_ratio_hi", max(res_ratio), display=False)
@@ -380,6 +388,10 @@ print(
     f"seed {zeros_seed:.1%}"
 )
 assert zeros_paper == 0.0 and 0.05 < zeros_seed < 0.15
+
+
+# %% tags=["remove-cell"]
+# The numbers the text quotes, for the book (this cell is hidden there).
 glue("ch04_zeros_seed", zeros_seed, display=False)
 glue("ch04_zeros_paper", zeros_paper, display=False)
 
@@ -532,6 +544,10 @@ for seed in SEEDS:
 assert post_growth.min() > 2 > pre_spread.max()
 assert (pre_dec[:, -1] < pre_dec[:, 0]).all()
 assert enc_growth.max() < post_growth.min()  # in the encoder: no such growth
+
+
+# %% tags=["remove-cell"]
+# The numbers the text quotes, for the book (this cell is hidden there).
 glue("ch04_post_growth_lo", post_growth.min().item(), display=False)
 glue("ch04_post_growth_hi", post_growth.max().item(), display=False)
 glue("ch04_pre_spread_lo", pre_spread.min().item(), display=False)
@@ -606,9 +622,6 @@ print(
     f"positional encoding {pe_scale:.2f}"
 )
 assert seed_scale < 0.4 and abs(our_scale - 1.0) < 0.05
-glue("ch04_xavier_embed_std", embed_std, display=False)
-glue("ch04_seed_scale", seed_scale, display=False)
-glue("ch04_pe_scale", pe_scale, display=False)
 
 
 def default_bound(fan_in):
@@ -635,6 +648,13 @@ assert default_bound(512) < xavier_bound(
     512, 2048
 )  # fan_out < 5·fan_in: default smaller
 assert xavier_bound(512, 10_000) < default_bound(512)  # fan_out > 5·fan_in: Xavier is
+
+
+# %% tags=["remove-cell"]
+# The numbers the text quotes, for the book (this cell is hidden there).
+glue("ch04_xavier_embed_std", embed_std, display=False)
+glue("ch04_seed_scale", seed_scale, display=False)
+glue("ch04_pe_scale", pe_scale, display=False)
 glue("ch04_default_ff", default_bound(512), display=False)
 glue("ch04_xavier_ff", xavier_bound(512, 2048), display=False)
 glue("ch04_xavier_out", xavier_bound(512, 10_000), display=False)
@@ -705,6 +725,10 @@ print(
 )
 assert tied_model.generator.weight is tied_model.tgt_embed.weight
 assert abs(before - 1.0) < 0.05 and after < 0.5
+
+
+# %% tags=["remove-cell"]
+# The numbers the text quotes, for the book (this cell is hidden there).
 glue("ch04_tie_before", before, display=False)
 glue("ch04_tie_after", after, display=False)
 

@@ -121,10 +121,14 @@ print(
 assert math.isclose(
     wavelengths[-1].item(), 2 * math.pi * 10000 ** (62 / 64), rel_tol=1e-5
 )
-glue("ch05_longest_wavelength", wavelengths[-1].item(), display=False)
 assert torch.allclose(pe[0, 0::2], torch.zeros(32)) and torch.allclose(
     pe[0, 1::2], torch.ones(32)
 )
+
+
+# %% tags=["remove-cell"]
+# The numbers the text quotes, for the book (this cell is hidden there).
+glue("ch05_longest_wavelength", wavelengths[-1].item(), display=False)
 
 # %% [markdown]
 # Row 0 of the table, position 0 (the left edge of the heat map), is `[0, 1, 0, 1, ...]` (sin 0,
@@ -276,6 +280,10 @@ assert table.shape == (256, 64) and len(dims_outside) >= 16 and min(dims_outside
 assert max(dims_outside) < d_model - 4  # the slowest pairs stay in range too
 # The wavelength of each pair:
 period = 2 * math.pi * 10000 ** (torch.arange(0, d_model, 2) / d_model)
+
+
+# %% tags=["remove-cell"]
+# The numbers the text quotes, for the book (this cell is hidden there).
 glue("ch05_outside_count", len(dims_outside), display=False)
 glue("ch05_outside_first", min(dims_outside), display=False)
 glue("ch05_outside_last", max(dims_outside), display=False)
@@ -346,6 +354,10 @@ small_unscaled, small_scaled = lengths["N(0, 1/D)"]
 big_unscaled, big_scaled = lengths["N(0, 1), nn.Embedding's default"]
 assert small_unscaled < 0.1 * position_len and 1.0 < small_scaled / position_len < 2.0
 assert big_scaled > 20 * position_len  # the default, scaled: tokens drown the positions
+
+
+# %% tags=["remove-cell"]
+# The numbers the text quotes, for the book (this cell is hidden there).
 glue("ch05_pe_len", position_len, display=False)
 glue("ch05_small_unscaled", small_unscaled, display=False)
 glue("ch05_small_scaled", small_scaled, display=False)
@@ -386,6 +398,10 @@ for seed in range(5):
     )
 ratios = [t / p for t, p in lm_lengths]
 assert all(6 < r < 10 for r in ratios)  # about √64 = 8 with every seed
+
+
+# %% tags=["remove-cell"]
+# The numbers the text quotes, for the book (this cell is hidden there).
 glue("ch05_lm_token_len", lm_lengths[0][0], display=False)
 glue("ch05_lm_pos_len", lm_lengths[0][1], display=False)
 glue("ch05_lm_ratio_lo", min(ratios), display=False)

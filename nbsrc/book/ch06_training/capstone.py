@@ -86,6 +86,10 @@ device = get_device()
 torch.set_num_threads(1)
 PASS = 0.99  # the pass mark: exact match on held-out dates
 MARGIN = 0.7  # ... first reached by this share of the run's steps
+
+
+# %% tags=["remove-cell"]
+# The numbers the text quotes, for the book (this cell is hidden there).
 glue("ch06_cap_pass", PASS, display=False)
 glue("ch06_cap_margin", MARGIN, display=False)
 glue("ch06_cap_device", device.type, display=False)
@@ -116,12 +120,16 @@ torch.manual_seed(0)
 model = Transformer(len(vocab), len(vocab), d_model=64, d_ff=128, **CONFIG).to(device)
 seed_width = Transformer(len(vocab), len(vocab), d_model=512, d_ff=2048, **CONFIG)
 width_ratio = count_parameters(seed_width) / count_parameters(model)
-glue("ch06_cap_width_ratio", float(width_ratio), display=False)
 print(
     f"{count_parameters(model):,} parameters; at the seed's width "
     f"{count_parameters(seed_width):,} ({width_ratio:.0f} times as many)"
 )
 del seed_width
+
+
+# %% tags=["remove-cell"]
+# The numbers the text quotes, for the book (this cell is hidden there).
+glue("ch06_cap_width_ratio", float(width_ratio), display=False)
 
 # %% [markdown]
 # Why not bucket? A date's style fixes most of its length (`20210303` has 8 characters,
@@ -172,6 +180,10 @@ for name, (n_styles, pad) in stats.items():
         f"{pad:.0%} of the source is padding"
     )
 assert stats["shuffled"][0] > 2 * stats["bucketed"][0]
+
+
+# %% tags=["remove-cell"]
+# The numbers the text quotes, for the book (this cell is hidden there).
 glue("ch06_cap_styles_bucketed", stats["bucketed"][0], display=False)
 glue("ch06_cap_styles_shuffled", stats["shuffled"][0], display=False)
 glue("ch06_cap_pad_shuffled", stats["shuffled"][1], display=False)
@@ -290,6 +302,10 @@ print(
 assert first_pass <= MARGIN * STEPS, (
     first_pass
 )  # reached with the rest of the run to spare
+
+
+# %% tags=["remove-cell"]
+# The numbers the text quotes, for the book (this cell is hidden there).
 glue("ch06_cap_train_s", float(train_seconds), display=False)
 glue("ch06_cap_first_pass", first_pass, display=False)
 glue("ch06_cap_first_pass_share", first_pass / STEPS, display=False)
@@ -331,6 +347,10 @@ print(
     f"after {train_seconds:.1f} s of training"
 )
 assert final_acc >= PASS, final_acc
+
+
+# %% tags=["remove-cell"]
+# The numbers the text quotes, for the book (this cell is hidden there).
 glue("ch06_cap_final_acc", final_acc, display=False)
 
 # %% [markdown]
@@ -364,6 +384,10 @@ for i in [i for i in range(len(rows_want)) if rows_greedy[i] != rows_beam[i]][:3
         f"beam {vocab.decode(beam_out[i])!r}, expected {vocab.decode(beam_tgt[i])!r}"
     )
 assert greedy_acc >= 0.97 and beam_acc >= 0.97
+
+
+# %% tags=["remove-cell"]
+# The numbers the text quotes, for the book (this cell is hidden there).
 glue("ch06_cap_greedy_acc", greedy_acc, display=False)
 glue("ch06_cap_beam_acc", beam_acc, display=False)
 glue("ch06_cap_beam_differ", n_differ, display=False)
@@ -470,6 +494,10 @@ print("  " + "  ".join(f"head {h}: {s:.0%}" for h, s in enumerate(share.tolist()
 print(f"  mean over heads {share.mean():.0%}; spread evenly it would be {uniform:.0%}")
 assert year.isdigit() and one_out[0, -1].item() == 2  # ends with the year, then EOS
 assert share.max() > 2 * uniform  # at least one head reads the year's digits
+
+
+# %% tags=["remove-cell"]
+# The numbers the text quotes, for the book (this cell is hidden there).
 glue("ch06_cap_year_best_head", best, display=False)
 glue("ch06_cap_year_best_share", float(share.max()), display=False)
 glue("ch06_cap_year_mean_share", float(share.mean()), display=False)

@@ -166,13 +166,17 @@ for s in SEEDS:
     ranked = sorted(HEADS, key=lambda h: runs[h, s][0])
     print(f"seed {s}: heads from worst to best {ranked}")
 assert all(a > 3 * majority for a, _, _ in runs.values())  # every split learns the task
-# What the longer experiment suggested below would cost, in training steps.
-glue("ch06_heads_rerun_factor", 1000 * 5 / (STEPS * len(SEEDS)), display=False)
 ms_one, ms_eight = statistics.mean(step_ms[1]), statistics.mean(step_ms[8])
 print(
     f"time per step on this {device.type}: {ms_one:.1f} ms with one head, "
     f"{ms_eight:.1f} ms with eight"
 )
+
+
+# %% tags=["remove-cell"]
+# The numbers the text quotes, for the book (this cell is hidden there).
+# What the longer experiment suggested below would cost, in training steps.
+glue("ch06_heads_rerun_factor", 1000 * 5 / (STEPS * len(SEEDS)), display=False)
 
 # %% [markdown]
 # **What the numbers say, at this scale.** The lines under the table give the best and the worst

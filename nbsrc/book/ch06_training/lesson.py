@@ -302,6 +302,10 @@ assert (
     max(wrong_loss, same_loss) < 0.8 * right_loss
 )  # the broken runs: the *lower* loss
 assert right[1] > 2 * max(wrong[1], same[1])  # and decode far worse
+
+
+# %% tags=["remove-cell"]
+# The numbers the text quotes, for the book (this cell is hidden there).
 glue("ch06_shift_acc_right", float(right[1]), display=False)
 glue("ch06_shift_acc_wrong", float(wrong[1]), display=False)
 glue("ch06_shift_acc_same", float(same[1]), display=False)
@@ -405,6 +409,10 @@ q = torch.full_like(z0, EPS / len(vocab)).scatter_add_(
 )
 kl_own = F.kl_div(z0.log_softmax(-1)[real], q[real], reduction="batchmean")
 assert abs(l1 - (kl_own.item() + h_target)) < 1e-6
+
+
+# %% tags=["remove-cell"]
+# The numbers the text quotes, for the book (this cell is hidden there).
 glue("ch06_ls_ours_a", l1, display=False)
 glue("ch06_ls_ours_b", l2, display=False)
 glue("ch06_ls_theirs_a", k1, display=False)
@@ -488,6 +496,10 @@ assert tail["counted_rep"] < 0.75 * tail["counted_real"]  # the counted loss rea
 assert (
     tail["counted_rep"] < 0.9 * tail["ignored"]
 )  # and than the other run's (0.7 here)
+
+
+# %% tags=["remove-cell"]
+# The numbers the text quotes, for the book (this cell is hidden there).
 glue("ch06_pad_label_share", label_pad, display=False)
 glue("ch06_pad_rep", tail["counted_rep"], display=False)
 glue("ch06_pad_real", tail["counted_real"], display=False)
@@ -813,6 +825,14 @@ assert statistics.median(free["size"][late]) < 0.75 * statistics.median(
 )
 assert statistics.mean(clip["loss"][-20:]) < statistics.mean(free["loss"][-20:])
 assert clip["acc"] > free["acc"]
+# clipped or not, ordinary steps are the same size: Adam undoes the gradient's scale
+clipped_share = sum(n > 1.0 for n in clip["norm"][:S]) / S
+assert 0.8 < statistics.median(clip["size"][S - 10 : S]) / before_size < 1.25
+trained_model = clip["model"]  # decoded in §6.7
+
+
+# %% tags=["remove-cell"]
+# The numbers the text quotes, for the book (this cell is hidden there).
 glue("ch06_clip_spike", free["norm"][S], display=False)
 glue("ch06_clip_typical", typical, display=False)
 glue("ch06_clip_largest", max(free["norm"][:S]), display=False)
@@ -825,16 +845,12 @@ glue("ch06_clip_late_free", statistics.median(free["size"][late]), display=False
 glue("ch06_clip_late_clip", statistics.median(clip["size"][late]), display=False)
 glue("ch06_clip_loss_free", free["loss"][S + 20], display=False)
 glue("ch06_clip_loss_clip", clip["loss"][S + 20], display=False)
-# clipped or not, ordinary steps are the same size: Adam undoes the gradient's scale
-clipped_share = sum(n > 1.0 for n in clip["norm"][:S]) / S
-assert 0.8 < statistics.median(clip["size"][S - 10 : S]) / before_size < 1.25
 glue("ch06_clip_share", clipped_share, display=False)
 glue(
     "ch06_clip_size_before_clip",
     statistics.median(clip["size"][S - 10 : S]),
     display=False,
 )
-trained_model = clip["model"]  # decoded in §6.7
 
 # %% [markdown]
 # Before the bad batch the gradient norms had a median of {glue:text}`ch06_clip_typical:.2f` and
@@ -1046,6 +1062,10 @@ assert shares["dynamic + bucketing"] < shares["dynamic, shuffled batches"]
 # launches, and may show no speed-up at all.
 if device.type == "cpu":  # measured 1.4 to 2.0 here, on a busy machine
     assert speedup > 1.1
+
+
+# %% tags=["remove-cell"]
+# The numbers the text quotes, for the book (this cell is hidden there).
 glue("ch06_bucket_batches", N_TIMED, display=False)
 glue("ch06_pad_fixed", shares["pad to 32"], display=False)
 glue("ch06_pad_shuffled", shares["dynamic, shuffled batches"], display=False)
@@ -1274,11 +1294,6 @@ print(
 assert scores["beam 4"].mean() >= scores["greedy"].mean()
 example = vocab.decode(beam[0])
 print(f"{vocab.decode(src_test[0])!r} -> {example!r}")
-glue("ch06_beam_greedy_acc", float(acc["greedy"]), display=False)
-glue("ch06_beam_acc", float(acc["beam 4"]), display=False)
-glue("ch06_beam_more", int(more), display=False)
-glue("ch06_beam_less", int(less), display=False)
-glue("ch06_beam_cost", beam_s / greedy_s, display=False)
 # the same beam, its finished outputs ranked by mean log-probability per token
 beam_lp = beam_search(trained_model, src_test, 20, beam_size=4, length_penalty=1.0)
 rows_lp, rows_beam = [strip(r) for r in beam_lp], [strip(r) for r in beam]
@@ -1292,6 +1307,15 @@ print(
     f"{mean_len['alpha 1']:.2f} against {mean_len['alpha 0']:.2f} characters; exact "
     f"match {sequence_accuracy(beam_lp, tgt_test):.1%}"
 )
+
+
+# %% tags=["remove-cell"]
+# The numbers the text quotes, for the book (this cell is hidden there).
+glue("ch06_beam_greedy_acc", float(acc["greedy"]), display=False)
+glue("ch06_beam_acc", float(acc["beam 4"]), display=False)
+glue("ch06_beam_more", int(more), display=False)
+glue("ch06_beam_less", int(less), display=False)
+glue("ch06_beam_cost", beam_s / greedy_s, display=False)
 glue("ch06_beam_lp_differ", lp_differ, display=False)
 glue("ch06_beam_lp_acc", float(sequence_accuracy(beam_lp, tgt_test)), display=False)
 glue("ch06_beam_len0", mean_len["alpha 0"], display=False)

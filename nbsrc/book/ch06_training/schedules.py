@@ -140,6 +140,10 @@ hot, warm, pre = final.values()
 assert hot > 1.3 * warm and hot > 1.3 * pre  # 1.8 to 4.2 times over five seeds on a CPU
 (h_hot, acc_hot), (h_warm, acc_warm), (h_pre, acc_pre) = runs.values()
 assert h_warm.lr[WARMUP:] == h_hot.lr[WARMUP:]  # after the warm-up: the same rates
+
+
+# %% tags=["remove-cell"]
+# The numbers the text quotes, for the book (this cell is hidden there).
 glue("ch06_wu_steps", STEPS, display=False)
 glue("ch06_wu_warmup", WARMUP, display=False)
 glue("ch06_wu_hot", hot, display=False)
@@ -167,6 +171,10 @@ for name, loss in final_again.items():
     print(f"seed 1, {name:>31}: loss over the last 20 steps {loss:.3f}")
 hot1, warm1 = final_again.values()
 assert hot1 > 1.3 * warm1
+
+
+# %% tags=["remove-cell"]
+# The numbers the text quotes, for the book (this cell is hidden there).
 glue("ch06_wu_ratio_again", hot1 / warm1, display=False)
 
 # %% [markdown]

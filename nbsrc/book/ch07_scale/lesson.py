@@ -361,19 +361,6 @@ print(f"CPU flags: {bf16_flags}")
 if device.type == "cpu" and not flags & {"avx512f", "avx512_bf16", "amx_bf16"}:
     # no bfloat16 (nor AVX-512) instructions: PyTorch's generic bfloat16 kernel
     assert mm_ratio > 2 and mm_ms["convert"] < mm_ms[half_name] / 2
-glue("ch07_amp_name", half_name, display=False)
-glue("ch07_amp_mem_ratio", float(mem_ratio), display=False)
-glue("ch07_mm_n", n_mm, display=False)
-glue("ch07_mm_fp32_ms", float(mm_ms["float32"]), display=False)
-glue("ch07_mm_half_ms", float(mm_ms[half_name]), display=False)
-glue("ch07_mm_ratio", float(mm_ratio), display=False)
-glue("ch07_step_fp32_ms", float(step_ms["float32"]), display=False)
-glue("ch07_step_half_ms", float(step_ms[half_name]), display=False)
-glue("ch07_step_ratio", float(step_ratio), display=False)
-glue("ch07_step_ratio_min", float(min(pair_ratios)), display=False)
-glue("ch07_step_ratio_max", float(max(pair_ratios)), display=False)
-# Both words come from the same measurement, so prose and numbers cannot disagree.
-glue("ch07_step_word", "slower" if step_ratio > 1 else "faster", display=False)
 if device.type == "cpu" and mm_ratio > 1:
     # The case the emulation argument is about: the 16-bit product was the slow one.
     convert_note = (
@@ -388,6 +375,23 @@ else:
         "measured here."
     )
 print(convert_note)
+
+
+# %% tags=["remove-cell"]
+# The numbers the text quotes, for the book (this cell is hidden there).
+glue("ch07_amp_name", half_name, display=False)
+glue("ch07_amp_mem_ratio", float(mem_ratio), display=False)
+glue("ch07_mm_n", n_mm, display=False)
+glue("ch07_mm_fp32_ms", float(mm_ms["float32"]), display=False)
+glue("ch07_mm_half_ms", float(mm_ms[half_name]), display=False)
+glue("ch07_mm_ratio", float(mm_ratio), display=False)
+glue("ch07_step_fp32_ms", float(step_ms["float32"]), display=False)
+glue("ch07_step_half_ms", float(step_ms[half_name]), display=False)
+glue("ch07_step_ratio", float(step_ratio), display=False)
+glue("ch07_step_ratio_min", float(min(pair_ratios)), display=False)
+glue("ch07_step_ratio_max", float(max(pair_ratios)), display=False)
+# Both words come from the same measurement, so prose and numbers cannot disagree.
+glue("ch07_step_word", "slower" if step_ratio > 1 else "faster", display=False)
 glue("ch07_convert_note", convert_note, display=False)
 glue("ch07_device", device.type, display=False)
 glue("ch07_cpu_flags", bf16_flags, display=False)
@@ -597,12 +601,6 @@ for name, batch in [("equal", equal), ("varied", varied)]:
         print(
             f"{name:6s} lengths, k=4, {how}: max |grad - big-batch grad| = {diff:.2e}"
         )
-glue(
-    "ch07_acc_equal_diff",
-    max(grad_diff["equal", False], grad_diff["equal", True]),
-    display=False,
-)
-glue("ch07_acc_varied_mean_diff", grad_diff["varied", False], display=False)
 
 assert torch.allclose(
     accumulated_grads(equal, 4, False), big_batch_grads(equal), atol=1e-6
@@ -613,6 +611,16 @@ assert torch.allclose(
 assert not torch.allclose(
     accumulated_grads(varied, 4, False), big_batch_grads(varied), atol=1e-4
 )
+
+
+# %% tags=["remove-cell"]
+# The numbers the text quotes, for the book (this cell is hidden there).
+glue(
+    "ch07_acc_equal_diff",
+    max(grad_diff["equal", False], grad_diff["equal", True]),
+    display=False,
+)
+glue("ch07_acc_varied_mean_diff", grad_diff["varied", False], display=False)
 
 # %% [markdown]
 # With equal lengths both agree with the big batch to float32 rounding (a largest difference
@@ -927,6 +935,10 @@ assert (
     and mem["fused"][-1] / mem["fused"][-2] < 2.5
 )
 assert mem["plain"][-1] >= B6 * H6 * seq_lens[-1] ** 2 * 4 / 2**20
+
+
+# %% tags=["remove-cell"]
+# The numbers the text quotes, for the book (this cell is hidden there).
 glue("ch07_attn_S", seq_lens[-1], display=False)
 glue("ch07_attn_plain_mib", mem["plain"][-1], display=False)
 glue("ch07_attn_fused_mib", mem["fused"][-1], display=False)
@@ -1022,6 +1034,10 @@ x_mib = x_ck.numel() * x_ck.element_size() / 2**20
 print(f"the block's input alone: {x_mib:.2f} MiB")
 # Checkpointed, the block keeps only its input; its forward runs twice.
 assert ck_mib["checkpointed"] <= x_mib + 1e-6 and ck_mib["plain"] > 4 * x_mib
+
+
+# %% tags=["remove-cell"]
+# The numbers the text quotes, for the book (this cell is hidden there).
 glue("ch07_ck_plain_mib", ck_mib["plain"], display=False)
 glue("ch07_ck_mib", ck_mib["checkpointed"], display=False)
 glue("ch07_ck_time_ratio", ck_ms["checkpointed"] / ck_ms["plain"], display=False)

@@ -130,6 +130,10 @@ entries = headword.findall(text)
 assert "A Public Domain Text, Copyright Expired" in text[:1000] and text.isascii()
 print(f"{len(text):,} characters, {len(set(text))} distinct, {len(entries):,} entries")
 print(text[text.index("ACCIDENT, n.") :][:253])
+
+
+# %% tags=["remove-cell"]
+# The numbers the text quotes, for the book (this cell is hidden there).
 glue("ch08_corpus_chars", len(text), display=False)
 glue("ch08_corpus_distinct", len(set(text)), display=False)
 glue("ch08_corpus_entries", len(entries), display=False)
@@ -180,6 +184,10 @@ print("the last merges: ", [bpe.token_bytes(i) for i in range(760, 768)])
 sentence = "ACCORD, n.  Harmony."
 print("|".join(bpe.decode([i]) for i in bpe.encode(sentence)))
 assert bpe.decode(bpe.encode(sentence)) == sentence and chars_per_token > 2
+
+
+# %% tags=["remove-cell"]
+# The numbers the text quotes, for the book (this cell is hidden there).
 glue("ch08_chars_per_token", chars_per_token, display=False)
 
 # %% [markdown]
@@ -259,6 +267,10 @@ print(
 print(f"newline at id 0: the last logits moved by {blind:.2e}")
 print(f"newline at id 1: the last logits moved by {seeing:.2e}")
 assert blind == 0.0 and seeing > 1e-3
+
+
+# %% tags=["remove-cell"]
+# The numbers the text quotes, for the book (this cell is hidden there).
 glue("ch08_id0", repr(chars.itos[0]), display=False)
 glue("ch08_newline_seeing", seeing, display=False)
 
@@ -367,6 +379,10 @@ print(
 )
 print(repr(bpe.decode(untrained[0])))
 assert abs(loss_before - math.log(len(bpe))) < 0.5
+
+
+# %% tags=["remove-cell"]
+# The numbers the text quotes, for the book (this cell is hidden there).
 glue("ch08_loss_before", loss_before, display=False)
 glue("ch08_ln_vocab", math.log(len(bpe)), display=False)
 
@@ -420,6 +436,10 @@ print(
     f"{len(train_ids):,} training tokens"
 )
 assert loss_after < 0.7 * loss_before and train_gap > max(0.05, mid_gap + 0.02)
+
+
+# %% tags=["remove-cell"]
+# The numbers the text quotes, for the book (this cell is hidden there).
 glue("ch08_loss_after", loss_after, display=False)
 glue("ch08_train_gap", train_gap, display=False)
 glue("ch08_passes", passes, display=False)
@@ -518,6 +538,10 @@ print(
 )
 assert copy_losses[-1] < 0.3 * right_then and copier_val > loss_before
 assert (copied == prompt[0, -1]).all()
+
+
+# %% tags=["remove-cell"]
+# The numbers the text quotes, for the book (this cell is hidden there).
 glue("ch08_copy_steps", NO_SHIFT_STEPS, display=False)
 glue("ch08_copy_loss", copy_losses[-1], display=False)
 glue("ch08_copy_right_loss", right_then, display=False)
@@ -641,6 +665,10 @@ print(
 assert all(v < 0.95 for v in relative.values())
 assert wrong["LayerNorm gain"] < right["LayerNorm gain"] - 0.02
 long_run = (1 - DECAY_LR * 0.1) ** 10_000
+
+
+# %% tags=["remove-cell"]
+# The numbers the text quotes, for the book (this cell is hidden there).
 glue("ch08_long_run_typical", (1 - 6e-4 * 0.1) ** 100_000, display=False)
 glue("ch08_rel_rare", relative["rare (1-20)"], display=False)
 glue("ch08_rel_freq", relative["50 most frequent"], display=False)
@@ -707,6 +735,10 @@ for t in temperatures:
 cold = next_token_probs(logits, 1e-3)
 assert spread[0.5] < spread[1.0] < spread[2.0]
 assert torch.equal(cold.argmax(-1), logits.argmax(-1)) and cold.max().item() > 0.99
+
+
+# %% tags=["remove-cell"]
+# The numbers the text quotes, for the book (this cell is hidden there).
 for t in temperatures:
     glue(f"ch08_entropy_{t}", spread[t], display=False)
 
@@ -802,6 +834,10 @@ print(
     f"(without its last one: {probs_sorted[: kept_p - 1].sum().item():.4f})"
 )
 assert kept_k == K and mass_p >= P > probs_sorted[: kept_p - 1].sum().item()
+
+
+# %% tags=["remove-cell"]
+# The numbers the text quotes, for the book (this cell is hidden there).
 glue("ch08_kept_p", kept_p, display=False)
 glue("ch08_vocab", len(bpe), display=False)
 
@@ -890,6 +926,10 @@ try:
 except RuntimeError as err:
     print(f"sampling from the empty set: RuntimeError: {err}")
 assert (right_mass >= P - 1e-6).all() and (wrong_mass < P).all() and empty[0.5] > 0.01
+
+
+# %% tags=["remove-cell"]
+# The numbers the text quotes, for the book (this cell is hidden there).
 glue("ch08_top_p_min", right_count.min().item(), display=False)
 glue("ch08_top_p_median", right_count.median().item(), display=False)
 glue("ch08_top_p_max", right_count.max().item(), display=False)
@@ -1030,6 +1070,10 @@ print(
 )
 if device.type == "cpu":  # compute-bound here; a GPU runs this tiny model launch-bound
     assert speedup_last > 1.5 and rate[False][0] > 2 * rate[False][-1]
+
+
+# %% tags=["remove-cell"]
+# The numbers the text quotes, for the book (this cell is hidden there).
 glue("ch08_speedup_first", speedup_first, display=False)
 glue("ch08_speedup_last", speedup_last, display=False)
 glue("ch08_rate_cached", rate[True][-1], display=False)
@@ -1104,10 +1148,14 @@ medium = kv_cache_bytes(12, 1, 1024, 768, 4) / 2**20
 large = kv_cache_bytes(32, 1, 4096, 4096, 2) / 2**30
 print(f"12 layers, D = 768, 1024 tokens, float32: {medium:.0f} MiB per sequence")
 print(f"32 layers, D = 4096, 4096 tokens, float16: {large:.0f} GiB per sequence")
-glue("ch08_cache_kib", cache.nbytes() / 2**10, display=False)
-glue("ch08_cache_medium_mib", medium, display=False)
 weights_large = 12 * 32 * 4096**2 * 2 / 2**30  # about 12·L·D² weights, in float16
 print(f"its weights, about 12·L·D² numbers in float16: {weights_large:.0f} GiB")
+
+
+# %% tags=["remove-cell"]
+# The numbers the text quotes, for the book (this cell is hidden there).
+glue("ch08_cache_kib", cache.nbytes() / 2**10, display=False)
+glue("ch08_cache_medium_mib", medium, display=False)
 glue("ch08_cache_large_gib", large, display=False)
 glue("ch08_weights_large_gib", weights_large, display=False)
 glue("ch08_batch_equal", weights_large / large, display=False)
@@ -1248,6 +1296,10 @@ print(
     "F.scaled_dot_product_attention(q [1 query], k, v [5 keys], is_causal=True) "
     "== the first value alone"
 )
+
+
+# %% tags=["remove-cell"]
+# The numbers the text quotes, for the book (this cell is hidden there).
 # The departure of one greedy path may come late, or past the tokens checked.
 glue(
     "ch08_pos_departure",
@@ -1317,6 +1369,10 @@ try:
 except ValueError as err:
     print(f"call {calls + 1}: ValueError: {err}")
 assert not torch.equal(fresh, carried) and held > prompt.size(1) + 30 and calls < 20
+
+
+# %% tags=["remove-cell"]
+# The numbers the text quotes, for the book (this cell is hidden there).
 glue("ch08_carried_calls", calls + 1, display=False)
 
 # %% [markdown]
