@@ -52,6 +52,34 @@ class CappedExecute(Execute):
 
     execute_cell = run_sync(async_execute_cell)
 
+    def on_cell_executed(self, **kwargs):
+        # nbgrader's hook appends the reply's error when no error output of that name
+        # came on iopub, which happens when iopub falls behind the reply (a 20 MB
+        # message on a loaded machine): capped here like the iopub one, or one flood
+        # kept 40 MB in the notebook.
+        cell, outputs = kwargs["cell"], kwargs["cell"].outputs
+        before = len(outputs)
+        super().on_cell_executed(**kwargs)
+        for output in outputs[before:]:
+            if output.get("output_type") != "error":
+                continue
+            msg = {
+                "msg_type": "error",
+                "content": {
+                    "ename": output.get("ename", ""),
+                    "evalue": output.get("evalue", ""),
+                    "traceback": list(output.get("traceback", [])),
+                },
+            }
+            content = self._capped(msg, kwargs.get("cell_index", self._cell_index))[
+                "content"
+            ]
+            output["evalue"], output["traceback"] = (
+                content["evalue"],
+                content["traceback"],
+            )
+        return cell
+
     def _dropped_notice(self, dropped: int):
         text = (
             f"\n[grader: {dropped:,} characters of output dropped; at most "
