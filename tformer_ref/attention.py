@@ -80,7 +80,7 @@ class MultiHeadAttention(nn.Module):
     seed's version applies one ``Linear(Dh, Dh)`` to each slice, shared by all
     heads: a different and much smaller model.)
 
-    Taught in §1.8 'Per-head projections' (book/ch01_shapes).
+    Taught in §1.8 'Per-head projections' (book/ch01_shapes/heads).
 
     Args:
         d_model: D. n_heads: H, must divide D. dropout: on the attention weights.

@@ -13,7 +13,7 @@ import torch
 def get_device() -> torch.device:
     """CUDA when available, else CPU; ``TFORMER_DEVICE`` overrides both.
 
-    Used in §1.4 'From [B, S, D] to heads' (book/ch01_shapes).
+    Used in §1.4 'From [B, S, D] to heads' (book/ch01_shapes/heads).
 
     Examples::
 
@@ -35,7 +35,7 @@ def get_device() -> torch.device:
 def seed_everything(seed: int = 0) -> torch.Generator:
     """Seed Python's, NumPy's and PyTorch's generators; return a fresh torch Generator.
 
-    Used in §1.4 'From [B, S, D] to heads' (book/ch01_shapes).
+    Used in §1.4 'From [B, S, D] to heads' (book/ch01_shapes/heads).
 
     Examples::
 

@@ -25,7 +25,7 @@ def split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
     head axis is moved in front of the sequence axis, so that each head's
     [S, Dh] matrix is one batch entry of a matmul.
 
-    Taught in §1.5 'Splitting into heads' (book/ch01_shapes).
+    Taught in §1.5 'Splitting into heads' (book/ch01_shapes/heads).
 
     Examples::
 
@@ -53,7 +53,7 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
     The transpose makes the tensor non-contiguous, so ``reshape`` (which copies
     when it must) is used instead of ``view`` (which would raise).
 
-    Taught in §1.6 'Merging heads back' (book/ch01_shapes).
+    Taught in §1.6 'Merging heads back' (book/ch01_shapes/heads).
 
     Examples::
 

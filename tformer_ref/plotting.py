@@ -49,7 +49,7 @@ def use_book_style() -> None:
 
     Every lesson that draws a figure uses it, first:
 
-    Used in §1.12 'Explore: one head's attention map' (book/ch01_shapes).
+    Used in §1.11 'Explore: one head's attention map' (book/ch01_shapes/heads).
     """
     matplotlib.rcParams.update(BOOK_STYLE)
 
@@ -100,7 +100,7 @@ def attention_heatmaps(
 ) -> Figure:
     """One heatmap per head, on a shared colour scale.
 
-    Used in §1.12 'Explore: one head's attention map' (book/ch01_shapes).
+    Used in §1.11 'Explore: one head's attention map' (book/ch01_shapes/heads).
     The capstone's "Where the decoder looks" uses it too.
 
     Args:
@@ -166,7 +166,7 @@ def attention_png(
 
     ``vmax`` fixes the top of the colour scale, so that maps of different heads compare.
 
-    Used in §1.12 'Explore: one head's attention map' (book/ch01_shapes).
+    Used in §1.11 'Explore: one head's attention map' (book/ch01_shapes/heads).
     (Through :func:`tformer_ref.widgets.head_explorer`.)
 
     Examples::
@@ -203,7 +203,7 @@ def heads_cost_figure(
     """Two panels against the number of heads: time per iteration, and size of the score
     tensor.
 
-    Used in §1.11 'Heads, memory and speed, re-measured' (book/ch01_shapes).
+    Used in 'Heads, memory and speed, re-measured' (book/ch01_shapes/timing).
 
     Args:
         heads: the numbers of heads measured, e.g. (1, 8, 16).

@@ -21,7 +21,7 @@ from .plotting import _as_maps, attention_png
 class HeadExplorer(widgets.VBox):
     """A slider that picks a head, above that head's attention map.
 
-    Used in §1.12 'Explore: one head's attention map' (book/ch01_shapes).
+    Used in §1.11 'Explore: one head's attention map' (book/ch01_shapes/heads).
 
     Attributes:
         slider: ``IntSlider`` over 0..H-1.
@@ -106,7 +106,7 @@ def head_explorer(
 
     Display the returned widget as the last expression of a notebook cell.
 
-    Used in §1.12 'Explore: one head's attention map' (book/ch01_shapes).
+    Used in §1.11 'Explore: one head's attention map' (book/ch01_shapes/heads).
 
     Examples::
 

@@ -82,10 +82,10 @@ source .venv/bin/activate      # Windows PowerShell: .venv\\Scripts\\Activate.ps
 jupyter lab
 ```
 
-Open `book/ch01_shapes/lesson.ipynb`, then `book/ch01_shapes/exercise.ipynb`. The lessons
-read as in the book: figures, maths and folded answers render in JupyterLab, and the
-numbers in the text are the book's run. A notebook
-downloaded from a page of the book (its download button, `.ipynb`) runs here too.
+Open `book/ch01_shapes/lesson.ipynb`, then `heads.ipynb` and `exercise.ipynb` beside
+it. The lessons read as in the book: figures, maths and folded answers render in
+JupyterLab, and the numbers in the text are the book's run. A notebook downloaded from
+a page of the book (its download button, `.ipynb`) runs here too.
 
 Grade yourself at any time (the visible checks; your instructor's grade adds hidden ones):
 

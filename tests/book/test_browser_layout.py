@@ -112,6 +112,7 @@ def test_no_code_or_output_block_overflows_at_1280_px(served):
 PHONE_PAGES = [
     "book/intro.html",
     "book/ch01_shapes/lesson.html",
+    "book/ch01_shapes/heads.html",
     "book/instructors.html",
 ]
 

@@ -179,7 +179,7 @@ def test_learner_runs_an_exercise_in_jupyterlab(lab, tmp_path, capsys):
         links = driver.execute_script(OUTPUT_LINKS)
         # JupyterLab resolves the link to its own address for the file, anchor kept.
         assert any(
-            "/book/ch01_shapes/lesson.ipynb" in href
+            "/book/ch01_shapes/heads.ipynb" in href
             and href.endswith("#id-1-9-scaling-by-the-head-size")
             for href in links
         ), links

@@ -22,7 +22,25 @@ from myst_parser.config.main import MdParserConfig
 from myst_parser.parsers.mdit import create_md_parser
 
 ROOT = Path(__file__).resolve().parents[2]
-LESSONS = sorted((ROOT / "nbsrc" / "book").glob("ch*/lesson.py"))
+
+
+def _chapter_pages(folder: Path) -> list[Path]:
+    """A chapter's numbered pages: ``lesson.py``, then the pages that go on numbering
+    its sections (chapter 1's ``heads.py``); not its unnumbered side pages."""
+    more = [
+        p
+        for p in sorted(folder.glob("*.py"))
+        if p.name != "lesson.py"
+        and re.search(r"^# ## \d+\.\d+ ", p.read_text(encoding="utf-8"), re.M)
+    ]
+    return [folder / "lesson.py", *more]
+
+
+# Each chapter's last numbered page, which ends with its Recap and its questions.
+LESSONS = [
+    _chapter_pages(p.parent)[-1]
+    for p in sorted((ROOT / "nbsrc" / "book").glob("ch*/lesson.py"))
+]
 SECTION = "Check your understanding"
 DROPDOWN = "{dropdown} Answer"
 MIN_QUESTIONS = 3
@@ -64,7 +82,8 @@ def headings(source: str) -> list[tuple[int, str]]:
 @cache
 def chapter(path: Path) -> tuple[int, dict[str, str]]:
     """The lesson's chapter number and its numbered sections {"3.5": "Fill ..."}."""
-    found = [h for src in markdown(path) for h in headings(src)]
+    pages = _chapter_pages(path.parent)
+    found = [h for page in pages for src in markdown(page) for h in headings(src)]
     titles = [TITLE.match(text) for level, text in found if level == 1]
     assert titles and titles[0], f"{path}: no '# Chapter N — Title' heading"
     sections = {}
@@ -111,7 +130,13 @@ def test_lesson_ends_with_check_your_understanding(path):
     name = path.parent.name
     kind, last = cells(path)[-1]
     assert kind == "markdown", f"{name}: the last cell must be the '{SECTION}' markdown"
-    sections = [text for src in markdown(path) for lv, text in headings(src) if lv == 2]
+    sections = [
+        text
+        for page in _chapter_pages(path.parent)
+        for src in markdown(page)
+        for lv, text in headings(src)
+        if lv == 2
+    ]
     assert sections[-1] == SECTION, f"{name}: the last section is {sections[-1]!r}"
     assert [text for _, text in headings(last)] == [SECTION], f"{name}: not its cell"
     number, _ = chapter(path)
@@ -120,13 +145,26 @@ def test_lesson_ends_with_check_your_understanding(path):
     )
 
 
-@pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.parent.name)
+# A chapter's earlier numbered page may end with questions of its own (chapter 1's
+# first page): they follow the same rules, at least one of them.
+QUESTION_PAGES = [
+    page
+    for last in LESSONS
+    for page in _chapter_pages(last.parent)
+    if page == last or f"# ## {SECTION}" in page.read_text(encoding="utf-8")
+]
+
+
+@pytest.mark.parametrize(
+    "path", QUESTION_PAGES, ids=lambda p: f"{p.parent.name}/{p.stem}"
+)
 def test_questions_have_answers_that_cite_the_lesson(path):
     number, _ = chapter(path)
     chapters = all_chapters()
     found = questions(markdown(path)[-1])
-    name = path.parent.name
-    assert len(found) >= MIN_QUESTIONS, f"{name}: {len(found)} questions"
+    name = f"{path.parent.name}/{path.stem}"
+    least = MIN_QUESTIONS if path in LESSONS else 1
+    assert len(found) >= least, f"{name}: {len(found)} questions"
     assert [n for n, _, _ in found] == list(range(1, len(found) + 1)), "not 1, 2, ..."
     for n, _, answer in found:
         where = f"{name}, question {n}"

@@ -68,7 +68,7 @@ def test_split_heads_rejects_wrong_implementations(fn, diagnosis):
 def test_split_heads_failure_points_to_the_lesson():
     with pytest.raises(CheckFailure) as info:
         ch01.check_split_heads(split_wrong_view_straight)
-    assert "§1.5 'Splitting into heads' in book/ch01_shapes/lesson.ipynb" in str(
+    assert "§1.5 'Splitting into heads' in book/ch01_shapes/heads.ipynb" in str(
         info.value
     )
 

@@ -46,14 +46,18 @@ def test_a_failing_check_renders_its_diagnosis_without_frames():
     # The section link JupyterLab opens: the lesson, at the heading's own anchor.
     s = failure.section
     assert section_href(s) == (
-        f"../../book/{s.chapter}/lesson.ipynb#{heading_anchor(f'{s.number} {s.title}')}"
+        f"../../book/{s.chapter}/{s.page}.ipynb#{heading_anchor(f'{s.number} {s.title}')}"
     )
 
 
 def test_the_section_link_names_the_heading_jupyterlab_anchors():
-    s = Section("ch01_shapes", "1.9", "Scaling by the head size")
+    s = Section("ch01_shapes", "1.9", "Scaling by the head size", page="heads")
     assert section_href(s) == (
-        "../../book/ch01_shapes/lesson.ipynb#id-1-9-scaling-by-the-head-size"
+        "../../book/ch01_shapes/heads.ipynb#id-1-9-scaling-by-the-head-size"
+    )
+    first = Section("ch01_shapes", "1.1", "Attention as a soft lookup")
+    assert section_href(first) == (
+        "../../book/ch01_shapes/lesson.ipynb#id-1-1-attention-as-a-soft-lookup"
     )
 
 

@@ -18,13 +18,18 @@ from pathlib import Path
 
 import pytest
 
-import tformer_grading.checks as checks
 import tformer_ref
+from tformer_grading import checks
 from tformer_grading.checks.diagnosis import Diagnosis, Section
 
 LESSONS = Path(__file__).resolve().parents[2] / "nbsrc" / "book"
 # The title may hold an apostrophe ("§5.7 'The seed's model, counted'"): quoted up to "' (book/".
-POINTER = re.compile(r"(?:Taught|Used) in §(\d+\.\d+) '(.+?)' \(book/(ch\d\d_\w+)\)\.")
+# A page other than the chapter's lesson is named after the chapter: (book/ch01_shapes/heads).
+# An unnumbered page is named by its title: "Used in 'Heads, memory and speed, re-measured'
+# (book/ch01_shapes/timing)."
+POINTER = re.compile(
+    r"(?:Taught|Used) in (?:§(\d+\.\d+) )?'(.+?)' \(book/(ch\d\d_\w+?)(?:/(\w+))?\)\."
+)
 
 
 def _check_modules():
@@ -75,15 +80,19 @@ def _pointers():
         for name, obj in _public_objects(module):
             match = POINTER.search(inspect.getdoc(obj) or "")
             where = f"{module.__name__}.{name}"
-            out.append(
-                (where, Section(match[3], match[1], match[2]) if match else None)
-            )
+            section = None
+            if match:
+                page = match[4] or "lesson"
+                section = Section(match[3], match[1] or "", match[2], page=page)
+            out.append((where, section))
     return out
 
 
-def _headings(chapter: str) -> set[str]:
-    text = "".join(p.read_text() for p in sorted((LESSONS / chapter).glob("*.py")))
-    return set(re.findall(r"^# ## (\d+\.\d+ .+)$", text, flags=re.M))
+def _headings(chapter: str, page: str) -> set[str]:
+    """The page's numbered section headings, and its title as an unnumbered heading."""
+    text = (LESSONS / chapter / f"{page}.py").read_text()
+    numbered = re.findall(r"^# ## (\d+\.\d+ .+)$", text, flags=re.MULTILINE)
+    return {*numbered, *re.findall(r"^# # (.+)$", text, flags=re.MULTILINE)}
 
 
 @pytest.mark.parametrize(
@@ -94,9 +103,13 @@ def test_every_pointer_to_a_lesson_section_names_a_heading_that_exists(where, se
         f"{where}: its docstring needs a line like \"Taught in §3.2 'The causal mask' "
         '(book/ch03_masks)." (or "Used in ..." for lesson support code)'
     )
-    assert f"{section.number} {section.title}" in _headings(section.chapter), (
-        f"{where} points to §{section.number} '{section.title}' in {section.chapter}, which has "
-        f"no such heading"
+    assert (LESSONS / section.chapter / f"{section.page}.py").is_file(), (
+        f"{where} points to {section.notebook}, which the book has not"
+    )
+    heading = f"{section.number} {section.title}".strip()
+    assert heading in _headings(section.chapter, section.page), (
+        f"{where} points to §{section.number} '{section.title}' in {section.notebook}, "
+        "which has no such heading"
     )
 
 

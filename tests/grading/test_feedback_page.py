@@ -122,7 +122,7 @@ def test_anchors_are_the_ids_jupyter_book_gives_the_headings():
 def test_every_section_a_check_names_has_its_anchor_in_the_lesson():
     anchors = book_anchors()
     for s in check_sections():
-        page = f"book/{s.chapter}/lesson"
+        page = f"book/{s.chapter}/{s.page}"
         assert section_anchor(s.number, s.title) in anchors[page], s
 
 
@@ -166,7 +166,7 @@ def test_the_anchors_and_pages_are_in_the_built_book():
         return set(re.findall(r'\bid="([^"]+)"', (HTML / f"{page}.html").read_text()))
 
     for s in check_sections():
-        page = f"book/{s.chapter}/lesson"
+        page = f"book/{s.chapter}/{s.page}"
         assert section_anchor(s.number, s.title) in ids(page), (s, page)
     for folder, href, page in exercise_links():
         path, fragment = book_target(href, folder)
@@ -290,8 +290,9 @@ def test_without_a_book_address_the_page_names_the_kit_file_and_links_nowhere(
     page = render(notebook, book_url="")
     text = shown(page, tmp_path)
     kit = "book/ch01_shapes/lesson.ipynb in your course kit"
-    assert f"The lesson ({kit}) explains every step" in text
-    assert text.count(kit) == 1, "the kit's file is named once a page"
+    heads = "book/ch01_shapes/heads.ipynb in your course kit"
+    assert f"The lesson explains every step: {kit}, attention for one head" in text
+    assert text.count(kit) == 1 and text.count(heads) == 1, "named once a page"
     assert "The lesson explains this: §1.5 'Splitting into heads'" in text
     assert [href for href in links(page) if not href.startswith("#")] == []
 
@@ -299,13 +300,19 @@ def test_without_a_book_address_the_page_names_the_kit_file_and_links_nowhere(
 def test_with_a_book_address_the_page_links_the_lesson_section_there(notebook):
     page = render(notebook, book_url=BOOK + "/")
     lesson = f"{BOOK}/book/ch01_shapes/lesson.html"
-    anchors = book_anchors()["book/ch01_shapes/lesson"]
+    heads = f"{BOOK}/book/ch01_shapes/heads.html"
+    anchors = book_anchors()
     outside = {h for h in links(page) if not h.startswith("#")}
-    assert f"{lesson}#splitting-into-heads" in outside  # the diagnosis's section
-    assert lesson in outside  # the introduction's "lesson.ipynb"
+    assert f"{heads}#splitting-into-heads" in outside  # the diagnosis's section
+    assert {
+        lesson,
+        heads,
+    } <= outside  # the introduction's "lesson.ipynb", "heads.ipynb"
     for href in outside:  # the exercise's own links to sections
-        assert href.startswith(lesson), href
-        assert href == lesson or href.partition("#")[2] in anchors, href
+        url, _, anchor = href.partition("#")
+        assert url in (lesson, heads), href
+        page = url.removeprefix(f"{BOOK}/").removesuffix(".html")
+        assert anchor == "" or anchor in anchors[page], href
     for href in links(page):  # and in-page links land on the page
         if href.startswith("#"):
             # nbconvert writes a heading's id percent-encoded, as its link
@@ -323,7 +330,7 @@ def test_the_book_address_defaults_to_the_course_configs_baseurl(
     jupyter-book publishes at) is the book's, and a non-web address links nowhere."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "_config.yml").write_text(f"html:\n  baseurl: {BOOK}\n")
-    assert f'href="{BOOK}/book/ch01_shapes/lesson.html#splitting' in render(notebook)
+    assert f'href="{BOOK}/book/ch01_shapes/heads.html#splitting' in render(notebook)
     (tmp_path / "_config.yml").write_text("html:\n  baseurl: file:///home/me/_build\n")
     assert "file:" not in " ".join(links(render(notebook)))
 
@@ -359,8 +366,8 @@ def test_receipts_are_dropped_and_the_line_kept():
 def test_links_a_page_sent_alone_can_follow():
     rewrite = feedback_page.rewrite_links
     here = "book/ch03_bughunt"
-    link = '<a href="../ch01_shapes/lesson.ipynb#1.9-Scaling-by-the-head-size">1</a>'
-    lesson = f"{BOOK}/book/ch01_shapes/lesson.html"
+    link = '<a href="../ch01_shapes/heads.ipynb#1.9-Scaling-by-the-head-size">1</a>'
+    lesson = f"{BOOK}/book/ch01_shapes/heads.html"
     assert rewrite(link, BOOK, here) == (
         f'<a href="{lesson}#scaling-by-the-head-size">1</a>'
     )
@@ -370,16 +377,16 @@ def test_links_a_page_sent_alone_can_follow():
     unknown = link.replace("1.9-Scaling-by", "9.9-No")
     assert rewrite(unknown, BOOK, here) == f'<a href="{lesson}">1</a>'
     assert rewrite(link, "", here) == (
-        "1 (<code>book/ch01_shapes/lesson.ipynb</code> in your course kit)"
+        "1 (<code>book/ch01_shapes/heads.ipynb</code> in your course kit)"
     )
     # Without a book, a page names each kit file once: an exercise links its lesson
     # up to ten times.
     named: set[str] = set()
     first, again = (rewrite(link, "", here, named) for _ in range(2))
     assert first == rewrite(link, "", here) and again == "1"
-    whole = '<a href="../ch01_shapes/lesson.ipynb">lesson.ipynb</a>'
+    whole = '<a href="../ch01_shapes/heads.ipynb">heads.ipynb</a>'
     assert rewrite(whole, "", here, named) == (
-        "<code>book/ch01_shapes/lesson.ipynb</code>"
+        "<code>book/ch01_shapes/heads.ipynb</code>"
     )
     # The learner's own relative links keep their text; web and in-page links stay.
     assert rewrite('<a href="notes/x.png">my &amp; plot</a>', BOOK, here) == (
@@ -477,7 +484,7 @@ def test_the_real_page_reads_well_offline_at_desktop_and_phone_width(real_page):
                 assert href.startswith(f"{BOOK}/book/") and page.endswith(".html"), href
                 assert anchor == "" or anchor in anchors[page[: -len(".html")]], href
             assert (
-                f"{BOOK}/book/ch01_shapes/lesson.html#merging-heads-back"
+                f"{BOOK}/book/ch01_shapes/heads.html#merging-heads-back"
                 in seen["links"]
             )
             if width == 1280:

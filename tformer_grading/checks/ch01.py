@@ -48,11 +48,11 @@ from .diagnosis import (
 )
 
 CHAPTER = "ch01_shapes"
-S_SPLIT = Section(CHAPTER, "1.5", "Splitting into heads")
-S_MERGE = Section(CHAPTER, "1.6", "Merging heads back")
-S_EINSUM = Section(CHAPTER, "1.7", "einsum and matmul")
-S_PROJ = Section(CHAPTER, "1.8", "Per-head projections")
-S_SCALE = Section(CHAPTER, "1.9", "Scaling by the head size")
+S_SPLIT = Section(CHAPTER, "1.5", "Splitting into heads", page="heads")
+S_MERGE = Section(CHAPTER, "1.6", "Merging heads back", page="heads")
+S_EINSUM = Section(CHAPTER, "1.7", "einsum and matmul", page="heads")
+S_PROJ = Section(CHAPTER, "1.8", "Per-head projections", page="heads")
+S_SCALE = Section(CHAPTER, "1.9", "Scaling by the head size", page="heads")
 
 
 # ----------------------------------------------------------------------- staged checks

@@ -112,7 +112,7 @@ def section_href(section: Section) -> str:
     anchor JupyterLab (jupyterlab-myst) and the book give the heading
     "## <number> <title>" (tformer_grading/anchors.py)."""
     anchor = heading_anchor(f"{section.number} {section.title}")
-    return f"../../book/{section.chapter}/lesson.ipynb#{anchor}"
+    return f"../../{section.notebook}#{anchor}"
 
 
 def _show_section_link(section: Section | None) -> None:
@@ -148,14 +148,26 @@ UNEXPLAINED = "matches none of the known pitfalls"
 
 @dataclass(frozen=True)
 class Section:
-    """A place in the book: lesson ``chapter`` (its folder under ``book/``), section ``number``."""
+    """A place in the book: section ``number`` of chapter ``chapter`` (its folder under
+    ``book/``), on the chapter's page ``page`` (``lesson``, or a further page such as
+    chapter 1's ``heads``).
+
+    >>> str(Section("ch01_shapes", "1.5", "Splitting into heads", page="heads"))
+    "§1.5 'Splitting into heads' in book/ch01_shapes/heads.ipynb"
+    """
 
     chapter: str
     number: str
     title: str
+    page: str = "lesson"
+
+    @property
+    def notebook(self) -> str:
+        """The page's notebook, from the course's root: ``book/<chapter>/<page>.ipynb``."""
+        return f"book/{self.chapter}/{self.page}.ipynb"
 
     def __str__(self) -> str:
-        return f"§{self.number} '{self.title}' in book/{self.chapter}/lesson.ipynb"
+        return f"§{self.number} '{self.title}' in {self.notebook}"
 
 
 @dataclass(frozen=True)

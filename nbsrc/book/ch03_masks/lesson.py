@@ -349,7 +349,7 @@ assert torch.allclose(hinted, reference, atol=1e-5)
 #
 # A masked score must become so negative that `exp()` of it is 0. The seeds use `-1e9` (seed 000's
 # snippet at the top of this chapter) and `-1e20`: seed 004's `SelfAttention`, whose first three
-# bugs chapter 1 hunted (§1.13), masks with
+# bugs chapter 1 hunted (§1.12), masks with
 #
 # ```{seed-quote} 004
 # :code: python

@@ -11,7 +11,8 @@
 #
 # You will write the three pieces of multi-head attention that are all about shapes:
 # `split_heads`, `merge_heads` and a `MultiHeadAttention` module with per-head projections.
-# The lesson ([lesson.ipynb](lesson.ipynb)) explains every step.
+# The lesson explains every step: [lesson.ipynb](lesson.ipynb), attention for one head, then
+# [heads.ipynb](heads.ipynb), heads and shapes.
 #
 # **How to work.** Replace each `# YOUR CODE HERE` / `raise NotImplementedError()` with your code,
 # then run the check cell below it. A check runs your code on several shapes and dtypes, compares it
@@ -40,7 +41,7 @@ device = get_device()
 # ## 1. Split into heads (2 points)
 #
 # `split_heads(x, n_heads)` takes `x` of shape `[B, S, D]` and returns `[B, H, S, Dh]`, where head `h`
-# holds the features `x[..., h*Dh:(h+1)*Dh]`. Lesson [§1.5](lesson.ipynb#id-1-5-splitting-into-heads).
+# holds the features `x[..., h*Dh:(h+1)*Dh]`. Lesson [§1.5](heads.ipynb#id-1-5-splitting-into-heads).
 #
 # Read every size from `x` and from `n_heads` (the check tries several shapes, a float64 input and
 # an input whose values are their own positions, to see where each number went). Only rearrange the
@@ -72,7 +73,7 @@ ch01.check_by_hand("split_heads", split_heads, (torch.randn(2, 3, 8), 2))
 # ## 2. Merge the heads back (2 points)
 #
 # `merge_heads(x)` takes `[B, H, S, Dh]` and returns `[B, S, D]`: the exact inverse of `split_heads`.
-# Careful: what `split_heads` returns is not contiguous in memory. Lesson [§1.6](lesson.ipynb#id-1-6-merging-heads-back).
+# Careful: what `split_heads` returns is not contiguous in memory. Lesson [§1.6](heads.ipynb#id-1-6-merging-heads-back).
 #
 # As for `split_heads`: sizes from `x`, numbers only rearranged, dtype kept, `x` left unchanged,
 # one tensor returned, and the gradient flowing back to `x` (the upstream gradient split again).
@@ -100,10 +101,10 @@ ch01.check_by_hand("merge_heads", merge_heads, (torch.randn(2, 2, 3, 4),))
 # `forward(query, key, value, mask=None)` maps `query [B, Sq, D]`, `key` and `value [B, Sk, D]`
 # to `[B, Sq, D]`:
 #
-# 1. project the query, key and value, each with its own `nn.Linear(d_model, d_model)` (lesson [§1.8](lesson.ipynb#id-1-8-per-head-projections));
+# 1. project the query, key and value, each with its own `nn.Linear(d_model, d_model)` (lesson [§1.8](heads.ipynb#id-1-8-per-head-projections));
 # 2. split each into `n_heads` heads of `Dh = d_model // n_heads` features with your `split_heads`
 #    (it takes the head *count*);
-# 3. scores $= QK^\top / \sqrt{D_h}$, softmax over the keys, weights $\times V$ (lesson [§1.3](lesson.ipynb#id-1-3-one-head-of-attention-in-code), [§1.7](lesson.ipynb#id-1-7-einsum-and-matmul), [§1.9](lesson.ipynb#id-1-9-scaling-by-the-head-size));
+# 3. scores $= QK^\top / \sqrt{D_h}$, softmax over the keys, weights $\times V$ (lesson [§1.3](lesson.ipynb#id-1-3-one-head-of-attention-in-code), [§1.7](heads.ipynb#id-1-7-einsum-and-matmul), [§1.9](heads.ipynb#id-1-9-scaling-by-the-head-size));
 # 4. merge the heads and apply the output projection `nn.Linear(d_model, d_model)`.
 #
 # Name, order and lay out the projections as you like: four `nn.Linear(d_model, d_model)` in any
