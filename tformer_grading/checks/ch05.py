@@ -28,6 +28,7 @@ from tformer_ref.positions import sinusoidal_encoding
 from ..guard.integrity import seal
 from .blocks import (
     Parts,
+    build_block,
     check_block_not_delegated,
     find_parts,
     keep,
@@ -36,7 +37,7 @@ from .blocks import (
     pre_ln,
     randomise_norms,
 )
-from .cases import build_module, randn
+from .cases import randn
 from .ch04 import BATCHNORM, DROPOUT_IN_EVAL, S_DROPOUT, S_PLACEMENT, S_RESIDUAL
 from .delegation import check_by_hand  # noqa: F401 (test cells call ch05.check_by_hand)
 from .diagnosis import (
@@ -1318,7 +1319,7 @@ def _decoder_cases(cls):
 
         def make(d=d, h=h, f=f, b=b, st=st, ss=ss, pad=pad, dtype=dtype, i=i):
             torch.manual_seed(2000 + i)
-            module = build_module("DecoderBlock", cls, (d, h, f, 0.1), dtype).eval()
+            module = build_block("DecoderBlock", cls, (d, h, f, 0.1), dtype).eval()
             randomise_norms(decoder_parts(module, d, f), seed=20 + i)
             x = randn(b, st, d, seed=2100 + i, dtype=dtype)
             memory = randn(b, ss, d, seed=2200 + i, dtype=dtype)
@@ -1349,7 +1350,7 @@ def _call_decoder(module, x, memory, src_mask):
 def _probe(cls):
     __tracebackhide__ = True
     torch.manual_seed(0)
-    module = build_module("DecoderBlock", cls, (16, 4, 40, 0.1)).eval()
+    module = build_block("DecoderBlock", cls, (16, 4, 40, 0.1)).eval()
     decoder_parts(module, 16, 40)
     _require_affine_norms(module)
     return module
@@ -2050,7 +2051,7 @@ def _train_trace(title, cls, p):
         f"D={d}, H={h}, d_ff={f}, x [{b}, {st}, {d}], memory [{b}, {ss}, {d}], "
         f"torch.float64, dropout={p}, train mode"
     )
-    module = build_module("DecoderBlock", cls, (d, h, f, p), torch.float64, seed=51)
+    module = build_block("DecoderBlock", cls, (d, h, f, p), torch.float64, seed=51)
     x = randn(b, st, d, seed=510, dtype=torch.float64)
     memory = randn(b, ss, d, seed=511, dtype=torch.float64)
     with torch.random.fork_rng(devices=[]), quiet():
@@ -2233,7 +2234,7 @@ def check_decoder_by_hand(cls) -> None:
     TransformerDecoderLayer or the reference's."""
     __tracebackhide__ = True
     torch.manual_seed(0)
-    module = build_module("DecoderBlock", cls, (16, 4, 40, 0.1))
+    module = build_block("DecoderBlock", cls, (16, 4, 40, 0.1))
     check_block_not_delegated("DecoderBlock", module)
 
 

@@ -81,17 +81,19 @@ ch04.check_feed_forward(FeedForward)
 #   `attn(h, h, h, mask=mask)`, self-attention, with the `mask` you were given, unchanged); pass
 #   `dropout=dropout`: the attention drops its weights at the block's rate (its default is 0.0),
 # * your `FeedForward(d_model, d_ff, dropout)` (hidden width `d_ff`),
-# * two nn.LayerNorm(d_model) (or F.layer_norm with your own weight and bias of shape [D]), one per
-#   sublayer, with their learnable gain and bias: create them in `__init__`, keep the defaults
-#   (`eps=1e-5`, `elementwise_affine=True`; the checks read the eps of each `layer_norm` call, so
-#   another eps, 1e-6 included, is rejected), and give each sublayer its own (never one shared norm);
+# * two nn.LayerNorm(d_model), one per sublayer, with their learnable gain and bias: create them
+#   in `__init__` and give each sublayer its own (never one shared norm). `F.layer_norm` with your
+#   own weight and bias of shape [D] also does, and so does a LayerNorm module you write by hand
+#   with its own gain and bias (the Annotated Transformer's, say). The default `eps=1e-5` is the
+#   paper's; a smaller eps, such as 1e-6, changes nothing the checks can measure, a large one does;
 # * dropout at the rate `dropout` (`nn.Dropout(dropout)` or `F.dropout(t, dropout, self.training)`),
 #   off in eval mode.
 #
 # The checks find your parts by what they are, not by their names: the attention is the
 # `MultiHeadAttention` instance, the feed-forward the two `nn.Linear` layers of shapes [F, D] and
-# [D, F], the norms are seen through their `layer_norm` calls (so a norm written by hand with
-# `mean`/`var` does not count).
+# [D, F], the norms are seen through their `layer_norm` calls, or, for a module you wrote by hand,
+# by its outputs: each token's D features normalised, then scaled by its gain and shifted by its
+# bias.
 #
 # Each sublayer (attention, then feed-forward) is wrapped as:
 #

@@ -114,7 +114,8 @@ ch05.check_embed(embed)
 # cross-attention included (the check runs the block in train mode at dropout 0.3 and 0.5 and
 # measures that about that fraction of every sublayer's output is zeroed, the rest scaled by
 # 1/(1-p)). Use two `MultiHeadAttention` (called as `attn(query, key, value, mask=...)`) and
-# three `nn.LayerNorm(d_model)` (with their weight and bias), each module used for one sublayer only.
+# three `nn.LayerNorm(d_model)` (with their weight and bias; a LayerNorm module written by hand
+# with its own gain and bias also does), each module used for one sublayer only.
 # `forward(x, memory)` without a mask must work (`src_mask` defaults to None), `forward` leaves `x` and
 # `memory` as they were (no `x += ...` on the input), and in eval mode the block is deterministic.
 # Names and registration order are yours: the check finds the parts by type, and when the block is
