@@ -8,7 +8,7 @@ export PYTHONUNBUFFERED := 1
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
 .PHONY: env env-learner bytecode book test test-suite test-notebooks test-fast \
-	test-gpu bench grading-report \
+	test-gpu claims-full bench grading-report \
 	notebooks release clean format
 
 # Requirements by purpose (requirements/): learner.txt what the lessons, the exercises
@@ -59,6 +59,11 @@ book: bytecode
 # builds no book, runs nbval over the lessons too.
 test: bytecode
 	$(MAKE) --no-print-directory -j2 --output-sync=target test-suite test-notebooks
+
+# The claims too slow to rerun small (the capstone's whole run, over five seeds; about four
+# minutes on a CPU): tests/book/test_claims_ch06_training.py skips them unless asked.
+claims-full: env
+	TFORMER_FULL_CLAIMS=1 $(BIN)/python -m pytest -q tests/book/test_claims_ch06_training.py -k capstone
 
 test-suite: env
 	$(BIN)/python -m pytest -n 2 --dist loadgroup --durations=25 tests
