@@ -131,11 +131,9 @@ def check_modules():
 
 def module_diagnoses(module):
     """Every ``Diagnosis`` ``module`` defines, alone or in a list or tuple, in order."""
-    from tformer_grading.checks.diagnosis import Diagnosis
+    from tformer_grading.checks.diagnosis import Diagnosis, declared
 
-    for value in vars(module).values():
-        items = value if isinstance(value, (list, tuple)) else [value]
-        yield from (item for item in items if isinstance(item, Diagnosis))
+    return declared(module, Diagnosis)
 
 
 def _check_module_of(function: str):

@@ -20,7 +20,7 @@ import pytest
 
 import tformer_ref
 from tformer_grading import checks
-from tformer_grading.checks.diagnosis import Diagnosis, Section
+from tformer_grading.checks.diagnosis import Section, sections_named
 
 LESSONS = Path(__file__).resolve().parents[2] / "nbsrc" / "book"
 # The title may hold an apostrophe ("§5.7 'The seed's model, counted'"): quoted up to "' (book/".
@@ -41,17 +41,6 @@ def _check_modules():
     return [
         importlib.import_module(f"tformer_grading.checks.{n}") for n in sorted(names)
     ]
-
-
-def _sections_of(module) -> set[Section]:
-    found = set()
-    for value in vars(module).values():
-        for item in value if isinstance(value, (list, tuple)) else [value]:
-            if isinstance(item, Section):
-                found.add(item)
-            elif isinstance(item, Diagnosis):
-                found.add(item.section)
-    return found
 
 
 def _public_objects(module):
@@ -75,7 +64,7 @@ def _pointers():
     """(where it is written, Section) for every check Section and every reference docstring."""
     out = []
     for module in _check_modules():
-        out += [(module.__name__, s) for s in sorted(_sections_of(module), key=str)]
+        out += [(module.__name__, s) for s in sorted(sections_named(module), key=str)]
     for module in _reference_modules():
         for name, obj in _public_objects(module):
             match = POINTER.search(inspect.getdoc(obj) or "")
@@ -115,5 +104,5 @@ def test_every_pointer_to_a_lesson_section_names_a_heading_that_exists(where, se
 
 def test_every_chapter_with_an_exercise_has_checks_that_name_its_sections():
     chapters = {p.parent.name for p in LESSONS.glob("*/lesson.py")}
-    named = {s.chapter for m in _check_modules() for s in _sections_of(m)}
+    named = {s.chapter for m in _check_modules() for s in sections_named(m)}
     assert chapters <= named, f"no check names a section of {sorted(chapters - named)}"

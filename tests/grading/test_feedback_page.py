@@ -91,17 +91,12 @@ def book_anchors() -> dict[str, set[str]]:
 def check_sections() -> set:
     """Every lesson section a check can send a learner to."""
     from tformer_grading import checks
-    from tformer_grading.checks.diagnosis import Diagnosis, Section
+    from tformer_grading.checks.diagnosis import sections_named
 
     found = set()
     for info in pkgutil.iter_modules(checks.__path__):
         module = importlib.import_module(f"tformer_grading.checks.{info.name}")
-        for value in vars(module).values():
-            for item in value if isinstance(value, (list, tuple)) else [value]:
-                if isinstance(item, Section):
-                    found.add(item)
-                elif isinstance(item, Diagnosis):
-                    found.add(item.section)
+        found |= sections_named(module)
     return found
 
 

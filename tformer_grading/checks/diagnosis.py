@@ -204,6 +204,31 @@ class Pitfall(Diagnosis):
     impl: Callable[..., Any] = None
 
 
+def declared(module, kind: type) -> list:
+    """Every ``kind`` (``Section``, ``Diagnosis``) a check module defines at its top
+    level, alone or in a list or tuple, in order: what the book's pitfall index and the
+    tests of section links read.
+
+    >>> from tformer_grading.checks import ch01
+    >>> ch01.S_SPLIT in declared(ch01, Section)
+    True
+    """
+    found = []
+    for value in vars(module).values():
+        items = value if isinstance(value, (list, tuple)) else [value]
+        found += [item for item in items if isinstance(item, kind)]
+    return found
+
+
+def sections_named(module) -> set:
+    """Every lesson ``Section`` a check module can send a learner to: its own, and those
+    of its diagnoses."""
+    return {
+        *declared(module, Section),
+        *(d.section for d in declared(module, Diagnosis)),
+    }
+
+
 @dataclass(frozen=True)
 class Case:
     """One input to try. ``make`` builds fresh arguments each call (learners may modify inputs
