@@ -143,10 +143,11 @@ class KitNotebooks:
             return data
         nb = nbformat.reads(data.decode("utf-8"), as_version=4)
         page = _Page(rel, data.decode("utf-8"))
-        kept = [cell for cell in nb.cells if not _book_only(cell)]
-        changed = len(kept) < len(nb.cells)
-        nb.cells = kept
-        for index, cell in enumerate(nb.cells):
+        # An error names a cell by its index in the book's notebook, hidden cells counted.
+        indexed = [(i, c) for i, c in enumerate(nb.cells) if not _book_only(c)]
+        changed = len(indexed) < len(nb.cells)
+        nb.cells = [cell for _, cell in indexed]
+        for index, cell in indexed:
             if cell.cell_type == "markdown":
                 try:
                     text = self.markdown(cell.source, page)

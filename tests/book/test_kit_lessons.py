@@ -225,6 +225,10 @@ def test_the_books_plumbing_is_left_out():
         KitNotebooks().rewrite(LESSON, nbformat.writes(nb).encode()).decode(), 4
     )
     assert [c.source for c in out.cells] == ["answer = 42"]
+    # An error past a cell left out names the cell as the book's notebook counts it.
+    nb.cells.append(nbformat.v4.new_markdown_cell("{pitfall}`x`", id="c"))
+    with pytest.raises(KitLessonError, match=r"cell 2: the role \{pitfall\}"):
+        KitNotebooks().rewrite(LESSON, nbformat.writes(nb).encode())
 
 
 def _code_cells(path: Path) -> list[tuple[bool, ast.Module]]:
