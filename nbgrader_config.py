@@ -74,7 +74,8 @@ if (
     # command, `python -m tformer_grading --course ...`, requires it); "off" never.
     c.GuardedExecute.sandbox = "auto"
     # Feedback pages show learner text (markdown cells, HTML their code displays) as
-    # text: no scripts, no event handlers (tformer_grading/guard/feedback_html.py).
+    # text: no scripts, no event handlers (tformer_grading/guard/feedback_html.py), and
+    # open with a Content-Security-Policy that runs only their own (feedback_page.py).
     c.HTMLExporter.sanitize_html = True
     # ... and are read alone, offline, by the learner (tformer_grading/feedback_page.py):
     # links to the lesson sections on the published book (or the kit's file named as
@@ -84,6 +85,7 @@ if (
     c.HTMLExporter.filters = {
         "clean_html": "tformer_grading.feedback_page.page_html",
         "strip_files_prefix": "tformer_grading.feedback_page.page_markdown",
+        "tformer_page_head": "tformer_grading.feedback_page.page_head",
     }
     c.GenerateFeedback.preprocessors = [
         "nbgrader.preprocessors.GetGrades",

@@ -23,10 +23,20 @@ page:
   graded notebook, which keeps them: only the page changes);
 - wraps long output lines at word boundaries, so no diagnosis is cut at the box's edge;
 - renders its maths with MathJax carried inside the page (SVG output, so no font files),
-  compressed, and only on a page that has maths; nbgrader loads MathJax from a CDN.
+  compressed, and only on a page that has maths; nbgrader loads MathJax from a CDN;
+- shows the images a learner pasted into a markdown cell (cell attachments), each in
+  the page; one that a markdown cell or output names but the notebook lacks shows as a
+  box saying so (it stopped nbconvert, and the learner got no page).
 
-Learner markup stays text: both filters run :mod:`tformer_grading.guard.feedback_html`'s
-cleaner first.
+A feedback page is a web page a stranger wrote, opened by the learner and by whoever
+grades the class: it runs nothing of the learner's. Learner markup stays text: both
+filters run :mod:`tformer_grading.guard.feedback_html`'s cleaner first, and the page's
+template cleans every HTML output, raw cell and markdown output whatever nbconvert's
+``sanitize_html`` says, shows an "isolated" HTML output in the page rather than in a
+frame, a widget as its text, and a JavaScript output not at all. Behind that, the page
+opens with a Content-Security-Policy (:func:`content_security_policy`) that lets run
+only its own scripts, named by their hashes (MathJax's, on a page with maths), loads
+nothing from outside the page, and allows no ``<base>``, form, frame or plug-in.
 """
 
 from __future__ import annotations
@@ -34,6 +44,7 @@ from __future__ import annotations
 import base64
 import functools
 import gzip
+import hashlib
 import html
 import json
 import posixpath
@@ -57,6 +68,11 @@ HIDDEN_TEST_LINE = "# A hidden test ran here: see the score and the output."
 _RECEIPT = re.compile(r" *\[grader receipt \d+:[0-9a-f]{16}\]")
 #: TeX delimiters that MathJax would typeset: a page without them needs no MathJax.
 _MATHS = re.compile(r"\$|\\\(|\\\[|\\begin\{")
+#: How a markdown cell names one of its attachments (nbconvert's markdown renderer
+#: raises InvalidNotebook on a name the cell does not hold).
+_ATTACHMENT = re.compile(r"attachment:([^\s()<>\[\]\"']+)")
+#: What an attachment may show as: a picture (an SVG in an <img> runs nothing).
+_PICTURES = ("image/svg+xml", "image/png", "image/jpeg", "image/gif", "image/webp")
 #: The pages a relative link of an exercise may name, as jupyter-book builds them.
 _BOOK_PAGE = re.compile(r"^book/[\w.-]+/[\w.-]+\.(?:ipynb|md)$")
 
@@ -316,11 +332,126 @@ def _has_maths(nb) -> bool:
     return False
 
 
+# ------------------------------------------------------------------------ attachments
+
+
+def _base64(data) -> str | None:
+    """``data`` (nbformat's string, or its list of lines) when it is base64, else
+    None."""
+    text = "".join(data) if isinstance(data, list) else data
+    if not isinstance(text, str):
+        return None
+    try:
+        base64.b64decode(re.sub(r"\s+", "", text), validate=True)
+    except ValueError:
+        return None
+    return text
+
+
+def _missing_image(name: str) -> dict[str, str]:
+    """An attachment that says, in the page, that image ``name`` is not in the
+    notebook."""
+    label = html.escape(f"image not in the notebook: {name}", quote=True)
+    svg = (
+        '<svg xmlns="http://www.w3.org/2000/svg" width="360" height="32">'
+        '<rect width="360" height="32" fill="#fff" stroke="#c00"/>'
+        f'<text x="8" y="21" font-family="sans-serif" font-size="13">{label}</text>'
+        "</svg>"
+    )
+    return {"image/svg+xml": base64.b64encode(svg.encode()).decode("ascii")}
+
+
+def _markdown_of(cell) -> str:
+    """The markdown the page renders for ``cell``: its source, or its outputs'."""
+    if cell.cell_type == "markdown":
+        return cell.source
+    return "".join(
+        str(output.get("data", {}).get("text/markdown", ""))
+        for output in cell.get("outputs", [])
+    )
+
+
+def page_attachments(source: str, attachments) -> dict[str, dict[str, str]]:
+    """The attachments a markdown cell's page shows: those of ``attachments`` that are
+    pictures in base64, and one for each name ``source`` gives that the cell lacks
+    (found again under its percent-decoded name, else :func:`_missing_image`)."""
+    kept: dict[str, dict[str, str]] = {}
+    for name, bundle in (attachments if isinstance(attachments, dict) else {}).items():
+        if not isinstance(bundle, dict):
+            continue
+        pictures = {
+            mime: text
+            for mime, data in bundle.items()
+            if mime in _PICTURES and (text := _base64(data)) is not None
+        }
+        if pictures:
+            kept[name] = pictures
+    for name in _ATTACHMENT.findall(source):
+        if name not in kept:
+            kept[name] = kept.get(unquote(name)) or _missing_image(unquote(name))
+    return kept
+
+
+# ---------------------------------------------------------------- the page's policy
+
+
+def script_hash(code: str) -> str:
+    """The Content-Security-Policy source that lets an inline script of text ``code``
+    run."""
+    digest = hashlib.sha256(code.encode("utf-8")).digest()
+    return f"'sha256-{base64.b64encode(digest).decode('ascii')}'"
+
+
+def content_security_policy(scripts=()) -> str:
+    """The page's policy: only the inline scripts of text ``scripts`` run; styles are
+    the page's own (the cleaner drops a learner's ``style`` and ``<style>``, and MathJax
+    writes both); images come from inside the page; nothing else loads (fonts, frames,
+    plug-ins, fetches: ``default-src``), and there is no ``<base>`` or form target
+    (which ``default-src`` does not cover).
+
+    >>> content_security_policy()
+    "default-src 'none'; script-src 'none'; style-src 'unsafe-inline'; img-src data:; \
+base-uri 'none'; form-action 'none'"
+    """
+    hashes = " ".join(script_hash(code) for code in scripts) or "'none'"
+    return "; ".join(
+        (
+            "default-src 'none'",
+            f"script-src {hashes}",
+            "style-src 'unsafe-inline'",
+            "img-src data:",
+            "base-uri 'none'",
+            "form-action 'none'",
+        )
+    )
+
+
+#: Bootstrap's icon font, which nbgrader's page inlines with Bootstrap and never uses:
+#: the browser still asks for its files beside the page, which the policy refuses (and
+#: the console reports), so the page goes without it.
+_ICON_FONT = re.compile(r"@font-face\s*\{[^{}]*Glyphicons Halflings[^{}]*\}")
+
+
+def page_head(head: str, policy: str | None = None) -> str:
+    """The ``<head>`` nbgrader's template writes, with the page's policy (``policy``,
+    or where no LearnerFeedback set one :func:`content_security_policy` of no script)
+    as its first element (a browser applies it to what follows it) and without the icon
+    font."""
+    policy = policy or content_security_policy()
+    meta = (
+        f'<meta http-equiv="Content-Security-Policy" content="{html.escape(policy)}">'
+    )
+    head = re.sub(r"<head>", lambda m: f"<head>\n{meta}", head, count=1)
+    return _ICON_FONT.sub("", head)
+
+
 # ---------------------------------------------------------------------- MathJax, inline
 
 
 # MathJax as configured here fetches nothing: the TeX packages that would load more from
 # the network (autoload, require) are off, and so is the menu, which loads its extras.
+# Nor can a learner's maths make a link or set a style: \href, \class, \style and
+# \cssId are TeX's html package, which tex-svg.js lacks and autoload would fetch.
 _MATHJAX_CONFIG = """<script>
 window.MathJax = {
   tex: {
@@ -351,16 +482,29 @@ _MATHJAX_LOADER = """<script>
 </script>"""
 
 
+def _script_text(element: str) -> str:
+    return element.removeprefix("<script>").removesuffix("</script>")
+
+
 @functools.lru_cache(maxsize=4)
-def mathjax_html(path: Path) -> str:
+def mathjax_html(path: Path) -> tuple[str, tuple[str, ...]]:
     """The page's MathJax: its configuration, the script gzipped in base64 (0.9 MB for
-    the 2.1 MB of ``tex-svg.js``) and the loader that unpacks and runs it."""
-    packed = gzip.compress(path.read_bytes(), compresslevel=9, mtime=0)
-    return (
+    the 2.1 MB of ``tex-svg.js``) and the loader that unpacks and runs it; and the text
+    of each script that runs (the policy names them by hash: the loader runs MathJax as
+    an inline script of ``tex-svg.js``'s text)."""
+    code = path.read_bytes()
+    packed = gzip.compress(code, compresslevel=9, mtime=0)
+    page = (
         f"{_MATHJAX_CONFIG}\n"
         '<script type="application/octet-stream" id="tformer-mathjax">'
         f"{base64.b64encode(packed).decode('ascii')}</script>\n{_MATHJAX_LOADER}"
     )
+    scripts = (
+        _script_text(_MATHJAX_CONFIG),
+        _script_text(_MATHJAX_LOADER),
+        code.decode("utf-8"),
+    )
+    return page, scripts
 
 
 def _configured_baseurl(config: Path) -> str | None:
@@ -416,7 +560,7 @@ class LearnerFeedback(NbGraderPreprocessor):
             return ""
         return url
 
-    def _mathjax(self) -> str:
+    def _mathjax(self) -> tuple[str, tuple[str, ...]]:
         candidates = (
             [Path(self.mathjax_js)]
             if self.mathjax_js
@@ -429,18 +573,24 @@ class LearnerFeedback(NbGraderPreprocessor):
             "feedback pages show their maths as TeX: no MathJax at %s",
             ", ".join(str(p) for p in candidates),
         )
-        return ""
+        return "", ()
 
     def preprocess(self, nb, resources):
         delimiters = _hidden_test_delimiters(self.config)
         assignment = (resources.get("nbgrader") or {}).get("assignment", "")
+        mathjax, scripts = self._mathjax() if _has_maths(nb) else ("", ())
         resources["tformer_feedback"] = {
             "book_url": self._book_url(),
             "folder": f"book/{assignment}" if assignment else "book",
-            "mathjax": self._mathjax() if _has_maths(nb) else "",
+            "mathjax": mathjax,
+            "csp": content_security_policy(scripts),
             "named": set(),  # the kit files the page has named (rewrite_links)
         }
         for cell in nb.cells:
+            # nbconvert renders a markdown output with its code cell's attachments.
+            attachments = page_attachments(_markdown_of(cell), cell.get("attachments"))
+            if attachments or "attachments" in cell:
+                cell.attachments = attachments
             if cell.cell_type != "code":
                 continue
             meta = cell.metadata.get("nbgrader", {})
