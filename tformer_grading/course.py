@@ -39,12 +39,18 @@ def chapters(root: Path) -> list[str]:
 
 
 def grade_ids(path: Path) -> list[str]:
-    """The grade_ids of a notebook's nbgrader cells, in order."""
-    nb = json.loads(path.read_text())
-    ids = [
-        c.get("metadata", {}).get("nbgrader", {}).get("grade_id") for c in nb["cells"]
-    ]
-    return [i for i in ids if i]
+    """The grade_ids of a notebook's nbgrader cells, in order. A learner's notebook is
+    read as the preflight reads it (a byte-order mark ignored); metadata that is not
+    nbgrader's names no grade_id."""
+    nb = json.loads(path.read_text(encoding="utf-8-sig"))
+    ids = []
+    for cell in nb.get("cells", []) if isinstance(nb, dict) else []:
+        meta = cell.get("metadata") if isinstance(cell, dict) else None
+        meta = meta.get("nbgrader") if isinstance(meta, dict) else None
+        gid = meta.get("grade_id") if isinstance(meta, dict) else None
+        if isinstance(gid, str) and gid:
+            ids.append(gid)
+    return ids
 
 
 def chapter_of(notebook: Path, root: Path, known: list[str]) -> str:

@@ -8,11 +8,18 @@ reporting each graded cell as nbgrader finishes it. A cell whose answer is still
 released placeholder is "not answered yet", not a list of wrong cases.
 Without ``solutions/`` (a course that keeps its solutions private) only the
 visible checks run, and :func:`report` says so.
+
+What goes wrong is said in one line, as whose it is: the notebook's (it cannot be
+read, is another chapter's, lost the marks of its graded cells beyond matching, ran
+past its time limit: a :class:`GradeError`) or the grader's (nbgrader failed on a
+notebook the preflight passed: a :class:`GraderFailure`, its log kept in a file to
+report). Never nbgrader's traceback.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -32,8 +39,8 @@ from .course import (
     grade_ids,
     grading_env,
 )
+from .preflight import WrongChapter, read_bytes, sanitize, write
 from .preflight import parse as parse_notebook
-from .preflight import read_bytes, sanitize, write
 from .progress import SCORES, CellDone, parse
 
 STUDENT = "you"
@@ -44,6 +51,20 @@ _EDITED = (
     "raise AssertionError('this check cell was edited, and without the original it "
     "cannot be graded: restore it from the course repository')"
 )
+_NOT_GRADABLE = re.compile(r"NotGradable: (.+)")
+_RAISED = re.compile(r"^\s*((?:\w+\.)*\w*(?:Error|Exception)\b.*)$", re.MULTILINE)
+
+
+class GraderFailure(GradeError):
+    """nbgrader failed on a notebook the preflight found gradable: the grader's
+    problem, not the learner's. ``log`` is the file that keeps nbgrader's output."""
+
+    def __init__(self, what: str, log: Path):
+        super().__init__(
+            f"the grader failed ({what}). This is a bug in the course's grader, not "
+            f"in your notebook: please report it, with nbgrader's log: {log}"
+        )
+        self.log = log
 
 
 @dataclass
@@ -151,7 +172,12 @@ def _hidden_only(notebook: Path) -> set[str]:
 
 
 def _write_source(
-    course: Path, notebook: Path, root: Path, chapter: str, hidden: bool
+    course: Path,
+    notebook: Path,
+    submitted: dict,
+    root: Path,
+    chapter: str,
+    hidden: bool,
 ) -> set[str]:
     import nbformat
 
@@ -163,11 +189,79 @@ def _write_source(
             src / f"{NOTEBOOK}.ipynb",
         )
     else:
-        pristine = (
-            _pristine_student_version(notebook, root, chapter, course) or notebook
-        )
+        pristine = _pristine_student_version(
+            notebook, root, chapter, course
+        ) or _own_copy(submitted, notebook, course)
         nbformat.write(_visible_source(pristine), src / f"{NOTEBOOK}.ipynb")
     return set() if hidden else _hidden_only(src / f"{NOTEBOOK}.ipynb")
+
+
+def _own_copy(submitted: dict, notebook: Path, scratch: Path) -> Path:
+    """The learner's notebook as the preflight reads it (nbformat refuses some that
+    Jupyter saves), to restore the checks from when nothing else is there: a course
+    without solutions/ nor git, where the learner edits the released file itself."""
+    own = sanitize(submitted, submitted)
+    if not any(
+        c["metadata"].get("nbgrader", {}).get("grade") for c in own.notebook["cells"]
+    ):
+        raise GradeError(
+            f"{notebook.name} has no graded cells (their nbgrader marks were lost), "
+            "and this copy of the course has neither solutions/ nor the exercise as "
+            "released to match them with: download the assignment again and copy "
+            "your answers in"
+        )
+    copy = scratch / f"own-{NOTEBOOK}.ipynb"
+    write(own, copy)
+    return copy
+
+
+def _chapter_notebooks(root: Path, known: list[str], chapter: str) -> dict[str, Path]:
+    """Every other chapter's notebook, to tell which one a notebook is."""
+    found = {}
+    for other in known:
+        for folder in ("solutions", "book"):
+            path = root / folder / other / f"{NOTEBOOK}.ipynb"
+            if other != chapter and path.is_file():
+                found[other] = path
+                break
+    return found
+
+
+def _repair(
+    submitted: dict, source: Path, notebook: Path, root: Path, chapter: str, asked: bool
+):
+    """The preflight's repaired copy; another chapter's notebook said in one line."""
+    others = _chapter_notebooks(root, chapters(root), chapter)
+    try:
+        return sanitize(
+            submitted,
+            json.loads(source.read_text()),
+            assignment=chapter,
+            others=others,
+        )
+    except WrongChapter as exc:
+        if asked or notebook.parent.name != chapter:
+            where = f"not {chapter}'s:"
+        else:
+            where = f"found in the {chapter} folder: move it to book/{exc.found}/, or"
+        raise GradeError(
+            f"this is the {exc.found} notebook, {where} grade it with --chapter "
+            f"{exc.found}"
+        ) from None
+
+
+def _failure(notebook: Path, log: str) -> GradeError:
+    """Whose problem it is that nbgrader did not grade the notebook, in one line: the
+    notebook's when the guard refused it (its time limit), else the grader's."""
+    refused = _NOT_GRADABLE.findall(log)
+    if refused:
+        return GradeError(f"{notebook.name} could not be graded: {refused[-1].strip()}")
+    raised = [r for r in _RAISED.findall(log) if "NbGraderException" not in r]
+    what = raised[-1].strip()[:300] if raised else "nbgrader stopped without a reason"
+    fd, name = tempfile.mkstemp(prefix="tformer-grade-log-", suffix=".txt")
+    with open(fd, "w") as f:
+        f.write(log)
+    return GraderFailure(what, Path(name))
 
 
 def _autograde(
@@ -220,7 +314,9 @@ def grade_notebook(
     diagnoses. ``on_cell`` is called with each graded cell as nbgrader finishes it.
 
     Every error a learner can cause (no such file, not a notebook, not in a course,
-    an unknown chapter) is a :class:`GradeError` raised before any kernel starts."""
+    an unknown chapter, another chapter's notebook, graded cells that lost their marks
+    beyond matching) is a :class:`GradeError` raised before any kernel starts; a
+    failure of nbgrader on a notebook that passed is a :class:`GraderFailure`."""
     from .sandbox import availability
 
     started = time.perf_counter()
@@ -235,26 +331,30 @@ def grade_notebook(
             f"--chapter {chapter}: no such chapter; chapters here: "
             f"{', '.join(known) or 'none'}"
         )
+    asked = bool(chapter)
     chapter = chapter or chapter_of(notebook, root, known)
-    unsandboxed = "you asked for --no-sandbox" if not sandbox else availability()
     solution = root / "solutions" / chapter / f"{NOTEBOOK}.ipynb"
     hidden = solution.is_file() and not visible_only
     with tempfile.TemporaryDirectory(prefix="tformer-grade-") as tmp:
         course = Path(tmp)
         shutil.copy(root / "nbgrader_config.py", course)
-        hidden_only = _write_source(course, notebook, root, chapter, hidden)
+        hidden_only = _write_source(course, notebook, submitted, root, chapter, hidden)
         source = course / "solutions" / chapter / f"{NOTEBOOK}.ipynb"
-        repaired = sanitize(submitted, json.loads(source.read_text()))
+        repaired = _repair(submitted, source, notebook, root, chapter, asked)
         handed_in = course / "submitted" / STUDENT / chapter
         write(repaired, handed_in / f"{NOTEBOOK}.ipynb")
+        # Only now: the probe starts a process, and the notebook's own problems are
+        # said before any process starts.
+        unsandboxed = "you asked for --no-sandbox" if not sandbox else availability()
         mode = "off" if unsandboxed else "required"
         status, log, done, scores = _autograde(
             course, root, chapter, timeout, mode, _marking(on_cell, hidden_only)
         )
         autograded = course / "autograded" / STUDENT / chapter / f"{NOTEBOOK}.ipynb"
         if status != 0 or not autograded.is_file() or STUDENT not in scores:
-            raise GradeError(f"nbgrader could not grade {notebook}:\n{log[-4000:]}")
+            raise _failure(notebook, log)
         why = diagnoses(autograded)
+        order = {gid: i for i, gid in enumerate(grade_ids(source))}
         scores = {gid: tuple(points) for gid, points in scores[STUDENT].items()}
     result = Result(chapter, hidden, unsandboxed=unsandboxed or "")
     result.notes = repaired.notes
@@ -265,9 +365,6 @@ def grade_notebook(
         result.cells.append(
             CellResult(grade_id, score, max_score, lost, blank, grade_id in hidden_only)
         )
-    order = {
-        gid: i for i, gid in enumerate(grade_ids(solution if hidden else notebook))
-    }
     result.cells.sort(key=lambda c: order.get(c.grade_id, len(order)))
     result.seconds = time.perf_counter() - started
     return result

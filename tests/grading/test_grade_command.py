@@ -3,6 +3,19 @@
 The same notebook is graded twice: with solutions/ present (hidden tests included) and
 in a copy of the course without solutions/ (visible checks only, and the report says
 so).
+
+Issue 32, item 4: honest notebooks fell through, measured on main. A chapter-1
+notebook in the chapter-2 folder printed 55 lines of nbgrader's traceback (KeyError:
+'attention'), as did one whose nbgrader marks were lost (57 lines, KeyError:
+'split_heads') and one whose tags Jupyter's schema refuses (59 lines); four malformed
+notebooks were "a bug in the course's grader, not in your notebook": a grade_id that
+is a list (TypeError), cell metadata that is a list in a notebook outside a chapter
+folder (AttributeError), JSON nested 100,000 deep (RecursionError), a 5,001-digit
+number (ValueError); in the learner kit, a notebook whose marks were lost was graded
+"Total: 0 / 0" without a word. Cause: the preflight passed what nbgrader then failed
+on, and the command printed nbgrader's log whatever failed. Guard: the preflight
+repairs what it can and names what it cannot in one line, before any process starts;
+what nbgrader still fails on is the grader's, said so in one line, its log in a file.
 """
 
 import json
@@ -241,6 +254,18 @@ finally:
         (b'{"cells": [', (), "is not valid JSON (line 1, column 12"),
         (b'\xff\xfe{"cells": []}', (), "is not UTF-8 text (byte 0xff at offset 0)"),
         (b'{"cells": [], "nbformat": 3}', (), "only format 4"),
+        pytest.param(
+            b'{"cells": [], "nbformat": 4, "x": ' + b"[" * 10**5 + b"]" * 10**5 + b"}",
+            (),
+            "JSON nested too deeply to be a notebook",
+            id="nested-100000-deep",
+        ),
+        pytest.param(
+            b'{"cells": [], "nbformat": 4, "x": 1' + b"0" * 5000 + b"}",
+            (),
+            "holds a number of thousands of digits",
+            id="a-5001-digit-number",
+        ),
         (
             None,
             ("--chapter", "ch99_nothing"),
@@ -310,3 +335,177 @@ def test_a_learner_without_a_sandbox_is_told_plainly_not_alarmed(monkeypatch):
     assert "fine for your own notebook" in text
     assert "UNPROTECTED" not in text and "apt" not in text
     assert not [line for line in text.splitlines() if line[:12].isupper()]
+
+
+# --------------------------------------------------------------------------- issue 32
+# (the module docstring says what each test below guards)
+
+PASTED_IMAGE = {
+    "attachments": {
+        "image.png": {
+            "image/png": "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4"
+            "nGNg+A8AAAEBAQBaTWyeAAAAAElFTkSuQmCC"
+        }
+    },
+    "cell_type": "markdown",
+    "id": "5b1e0c62-8d3e-4c4e-9b8f-0a4b9f3c2d71",
+    "metadata": {},
+    "source": ["My sketch of the heads:\n", "\n", "![image.png](attachment:image.png)"],
+}
+
+
+def _right(chapter: str = CHAPTER) -> nbformat.NotebookNode:
+    student = nbformat.read(ROOT / "book" / chapter / "exercise.ipynb", as_version=4)
+    return filled(student, solution_sources(chapter))
+
+
+def _with_chapter_two(course: Path) -> None:
+    for folder in ("book", "solutions"):
+        (course / folder / "ch02_attention").mkdir(parents=True)
+        shutil.copy(
+            ROOT / folder / "ch02_attention" / "exercise.ipynb",
+            course / folder / "ch02_attention",
+        )
+
+
+def _one_line_error(proc) -> str:
+    """The command's error, which must be one line and no traceback."""
+    assert "Traceback" not in proc.stdout + proc.stderr, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1, proc.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize("asked", [(), ("--chapter", "ch02_attention")])
+def test_another_chapters_notebook_is_named_in_one_line_before_any_process(
+    tmp_path, asked
+):
+    course, _ = _course_copy(tmp_path, with_solutions=True)
+    _with_chapter_two(course)
+    folder = "ch01_shapes" if asked else "ch02_attention"
+    mine = course / "book" / folder / "my_ch01.ipynb"
+    nbformat.write(_right(), mine)
+    proc = subprocess.run(
+        [sys.executable, "-c", _STARTED_AT_EXIT, str(mine), *asked],
+        cwd=course,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    where = (
+        "not ch02_attention's:"
+        if asked
+        else "found in the ch02_attention folder: move it to book/ch01_shapes/, or"
+    )
+    assert _one_line_error(proc) == (
+        f"error: this is the ch01_shapes notebook, {where} grade it with --chapter "
+        "ch01_shapes"
+    )
+    assert proc.stdout.splitlines()[-1] == "processes started: 0; heavy modules:"
+
+
+@pytest.mark.slow
+def test_an_odd_but_honest_notebook_is_graded_in_full_with_notes(tmp_path):
+    """A right notebook as a learner's tools left it: saved with a byte-order mark, a
+    pasted image, every cell's metadata cleared (nbconvert's ClearMetadata, as a
+    pre-commit hook runs it) and then an answer cell's grade_id a list, and tags that
+    are a string. Graded 12 / 12, each repair a note."""
+    from nbconvert.preprocessors import ClearMetadataPreprocessor
+
+    _, mine = _course_copy(tmp_path, with_solutions=True)
+    nb, _ = ClearMetadataPreprocessor().preprocess(_right(), {})
+    nb.cells.insert(2, nbformat.from_dict(PASTED_IMAGE))
+    answer = next(c for c in nb.cells if "def split_heads" in "".join(c.source))
+    answer.metadata["nbgrader"] = {"grade_id": ["split_heads"]}
+    nb.cells[0].metadata["tags"] = "mine"
+    mine.write_bytes(b"\xef\xbb\xbf" + nbformat.writes(nb).encode())
+    proc, seconds, _ = _grade(mine)
+    print(proc.stdout, f"\nwall time {seconds:.1f} s")
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    assert "Total: 12 / 12" in proc.stdout
+    assert (
+        "Note: the nbgrader marks of 9 cells were lost or damaged and put back from "
+        "the assignment" in proc.stdout
+    )
+    assert "Note: cell 1: metadata 'tags' is not what Jupyter writes" in proc.stdout
+
+
+def test_a_notebook_outside_a_chapter_folder_with_odd_metadata_is_placed(tmp_path):
+    nb = json.loads(nbformat.writes(_right()))
+    nb["cells"][0]["metadata"] = []
+    nb["cells"][2]["metadata"] = {"nbgrader": "mine"}
+    mine = tmp_path / "my_copy.ipynb"
+    mine.write_bytes(b"\xef\xbb\xbf" + json.dumps(nb).encode())
+    assert chapter_of(mine, ROOT, chapters(ROOT)) == CHAPTER
+
+
+def _with_config(course: Path, line: str) -> None:
+    with open(course / "nbgrader_config.py", "a") as f:
+        f.write(f"\n{line}\n")
+
+
+@pytest.mark.slow
+def test_when_nbgrader_fails_the_grader_is_blamed_in_one_line_with_its_log(tmp_path):
+    """An instructor's typo in nbgrader_config.py: nbgrader fails on a right notebook.
+    The learner reads whose problem it is, and where nbgrader's log is to report."""
+    course, mine = _course_copy(tmp_path, with_solutions=True)
+    _with_config(
+        course, 'c.Autograde.autograde_preprocessors = ["tformer_grading.no_such.Step"]'
+    )
+    proc, _, _ = _grade(mine)
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    line = _one_line_error(proc)
+    assert line.startswith(
+        "error: the grader failed (ModuleNotFoundError: No module named "
+        "'tformer_grading.no_such'). This is a bug in the course's grader, not in "
+        "your notebook: please report it, with nbgrader's log: "
+    )
+    log = Path(line.rsplit(": ", 1)[1])
+    try:
+        assert "Traceback" in log.read_text()
+    finally:
+        log.unlink()
+
+
+@pytest.mark.slow
+def test_a_notebook_past_its_time_limit_is_the_notebooks_problem(tmp_path):
+    course, mine = _course_copy(tmp_path, with_solutions=True)
+    _with_config(course, "c.GuardedExecute.notebook_timeout = 3")
+    nb = _right()
+    nb.cells.insert(2, nbformat.v4.new_code_cell("import time\ntime.sleep(6)"))
+    nbformat.write(nb, mine)
+    proc, _, _ = _grade(mine)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert _one_line_error(proc) == (
+        "error: my_attempt.ipynb could not be graded: the notebook ran past its time "
+        "limit of 3 s"
+    )
+
+
+def test_a_kit_notebook_that_lost_its_marks_says_what_to_do(tmp_path):
+    """In a copy of the course without solutions/ nor git (the learner kit), the
+    learner's own exercise.ipynb is all there is to restore the checks from: with its
+    marks lost, nothing can be matched. Said in one line, before any kernel."""
+    from nbconvert.preprocessors import ClearMetadataPreprocessor
+
+    course, _ = _course_copy(tmp_path, with_solutions=False)
+    mine = course / "book" / CHAPTER / "exercise.ipynb"
+    lost, _ = ClearMetadataPreprocessor().preprocess(_right(), {})
+    nbformat.write(lost, mine)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tformer_grading", str(mine)],
+        cwd=course,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert _one_line_error(proc) == (
+        "error: exercise.ipynb has no graded cells (their nbgrader marks were lost), "
+        "and this copy of the course has neither solutions/ nor the exercise as "
+        "released to match them with: download the assignment again and copy your "
+        "answers in"
+    )
