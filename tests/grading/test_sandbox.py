@@ -28,11 +28,13 @@ def sandbox_available():
 def sandboxed(code: str, limits: Limits = Limits(), timeout: float = 60):
     """Run ``code`` in a sandbox working in /work/x; return (returncode, output)."""
     with tempfile.TemporaryDirectory() as tmp:
-        sockdir = bwrap.private_dir(Path(tmp))
+        connection_file = bwrap.private_dir(Path(tmp)) / "kernel.json"
+        connection_file.write_text("{}")
+        bwrap.readable_by_sandbox(connection_file)
         cmd = bwrap.command(
             [sys.executable, "-c", textwrap.dedent(code)],
             workdir="/work/x",
-            sockdir=str(sockdir),
+            connection_file=str(connection_file),
             limits=limits,
         )
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
@@ -65,6 +67,64 @@ def test_nothing_is_writable_but_its_scratch_folders():
     assert rc == 0, out
     assert out.count("wrote") == 3 and out.count("refused") == 2, out
     assert not (ROOT / "tformer_grading" / "x.py").exists()
+
+
+def test_scratch_sockets_and_shared_memory_are_one_bounded_space():
+    """Bug (issue 32): /tmp, /dev/shm and the working folder were three tmpfs of the
+    scratch size each, and the socket folder was the host's own disk: a notebook wrote
+    600 MB there beside its scratch. Guard: one tmpfs of ``Limits.scratch`` holds them
+    all, and the connection file is the only host file in view, read-only."""
+    limits = Limits(scratch=64 << 20)
+    rc, out = sandboxed(
+        f"""
+        import os
+        written = 0
+        for folder in ["/tmp", "/work/x", "/dev/shm", "/dev/shm/.kernel"]:
+            try:
+                with open(os.path.join(folder, "fill"), "wb") as f:
+                    for _ in range(64):
+                        f.write(b"x" * (1 << 20))
+                        written += 1 << 20
+            except OSError as e:
+                print("full at", folder, e.errno)
+        print("written MB", written >> 20, flush=True)
+        try:
+            open({bwrap.INNER_CONNECTION_FILE!r}, "a").write("x")
+        except OSError as e:
+            print("connection file refused", e.errno)
+        """,
+        limits,
+    )
+    assert rc == 0, out
+    written = int(out.split("written MB")[1].split()[0])
+    assert written <= 64, out  # all four folders together, not 64 MB each
+    assert "full at /tmp" in out or "full at /work/x" in out, out
+    assert "connection file refused" in out, out
+    # Shared memory comes from the same space: past it, the writer gets SIGBUS.
+    rc, out = sandboxed(
+        """
+        from multiprocessing import shared_memory
+        block = shared_memory.SharedMemory(create=True, size=96 << 20)
+        block.buf[:] = b"y" * (96 << 20)
+        print("96 MB of shared memory written")
+        """,
+        limits,
+    )
+    assert rc != 0 and "written" not in out, out
+
+
+def test_no_nested_user_namespaces():
+    """Bug (issue 32): a kernel could make user namespaces of its own, a kernel attack
+    surface the sandbox never needs. Guard: bubblewrap's --disable-userns."""
+    rc, out = sandboxed(
+        """
+        import subprocess
+        done = subprocess.run(["unshare", "--user", "true"], capture_output=True)
+        print("nested", done.returncode)
+        """
+    )
+    assert rc == 0, out
+    assert "nested 0" not in out and "nested" in out, out
 
 
 def test_no_network_and_no_process_of_the_host():

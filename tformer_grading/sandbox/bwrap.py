@@ -40,7 +40,9 @@ class Limits:
     processes: int = 256  # threads count too: PyTorch starts one per core
     cpu_seconds: int = 1200  # CPU time of each process, all its threads together
     file_size: int = 256 << 20  # the largest file it may write
-    scratch: int = 512 << 20  # size of each of /tmp, /dev/shm and the working folder
+    # The one writable space: /dev/shm, with /tmp, the working folder and the kernel's
+    # sockets in it. Its pages are memory that RLIMIT_DATA does not count.
+    scratch: int = 512 << 20
 
     def prlimit(self) -> list[str]:
         return [
@@ -153,55 +155,102 @@ def kernel_env(package_parents: list[str]) -> dict[str, str]:
     return env
 
 
+# Inside the sandbox. One size-limited tmpfs holds everything the kernel may write:
+# POSIX shared memory must live in /dev/shm, so the tmpfs is mounted there and /tmp,
+# the working folder and the kernel's sockets are folders in it.
+SCRATCH = "/dev/shm"
+INNER_TMP = f"{SCRATCH}/tmp"
+INNER_WORKDIR = f"{SCRATCH}/work"
+# The kernel binds its sockets here (``ipc`` transport, ``<ip>-<port>``); the grader
+# reaches them through ``/proc/<sandbox pid>/root`` (:func:`socket_prefix`), so the
+# sandbox needs no folder of the host's that it can write to.
+INNER_SOCKETS = f"{SCRATCH}/.kernel/kernel"
+INNER_CONNECTION_FILE = "/run/tformer/kernel.json"
+
+
+def _in_scratch(path: str) -> str:
+    """Where a path of the host's is mounted inside: ``/tmp`` is a link into the
+    scratch space, and bubblewrap creates mount points by real paths, not through
+    links (the course, its interpreter or the working folder may be under /tmp)."""
+    if path == "/tmp" or path.startswith("/tmp/"):
+        return INNER_TMP + path[len("/tmp") :]
+    return path
+
+
+def socket_prefix(sandbox_pid: int) -> str:
+    """Where the grader finds the sockets of the sandbox whose init is ``sandbox_pid``
+    (as bubblewrap's ``--info-fd`` reports it)."""
+    return f"/proc/{sandbox_pid}/root{INNER_SOCKETS}"
+
+
 def command(
-    kernel_cmd: list[str], *, workdir: str, sockdir: str, limits: Limits
+    kernel_cmd: list[str],
+    *,
+    workdir: str,
+    connection_file: str,
+    limits: Limits,
+    info_fd: int | None = None,
 ) -> list[str]:
-    """``kernel_cmd`` wrapped to run sandboxed with ``workdir`` (an empty private
-    folder, seen at that path) as its working folder and ``sockdir`` (the connection
-    file and the kernel's sockets) shared with the grader. As root, ``sockdir``'s
-    parent is the stage for folders nobody cannot reach, and ``sockdir`` must belong to
-    nobody."""
+    """``kernel_cmd`` wrapped to run sandboxed, working in ``workdir`` (a new empty
+    folder in the scratch space, seen at that path), with ``connection_file`` (the
+    grader's, read-only) at :data:`INNER_CONNECTION_FILE`. With ``info_fd``,
+    bubblewrap writes the sandbox's pid there (JSON, ``child-pid``). As root, the
+    connection file's folder is the stage for folders nobody cannot reach, and the
+    file must be readable by nobody."""
     bwrap = shutil.which("bwrap")
     if bwrap is None:
         raise SandboxUnavailable(f"bubblewrap (bwrap) is not installed: {INSTALL_HINT}")
     packages = package_dirs()
     binds = sorted(set(_python_dirs()) | set(packages), key=lambda p: p.count("/"))
+    stage = Path(connection_file).parent / "stage"
     staged: dict[str, str] = {}
     if os.geteuid() == 0:
-        stage = Path(sockdir).parent / "stage"
         _, staged = _as_nobody([], binds, stage)
         for mount_point in staged.values():
             Path(mount_point).mkdir(parents=True, exist_ok=True)
-    args = [bwrap, "--unshare-all", "--die-with-parent"]
-    args += ["--new-session", "--cap-drop", "ALL", "--clearenv"]
+    args = [bwrap, "--unshare-all", "--unshare-user", "--disable-userns"]
+    args += ["--die-with-parent", "--new-session", "--cap-drop", "ALL", "--clearenv"]
+    if info_fd is not None:
+        args += ["--info-fd", str(info_fd)]
     args += _system_binds()
     args += ["--proc", "/proc", "--dev", "/dev"]
     args += _gpu_binds()
-    # The scratch folders first: the interpreter or the course may live under /tmp, and
-    # their read-only mounts must lie on top of the fresh /tmp, not under it.
-    for scratch in ("/tmp", "/dev/shm", workdir):
-        args += ["--size", str(limits.scratch), "--tmpfs", scratch]
+    # The scratch space first: the interpreter or the course may live under /tmp, and
+    # their read-only mounts must lie in the sandbox's /tmp, not under it.
+    args += ["--size", str(limits.scratch), "--tmpfs", SCRATCH]
+    for folder in (INNER_TMP, INNER_WORKDIR, str(Path(INNER_SOCKETS).parent)):
+        args += ["--dir", folder]
+    args += ["--symlink", INNER_TMP, "/tmp"]
+    if workdir != INNER_WORKDIR:
+        args += ["--symlink", INNER_WORKDIR, _in_scratch(workdir)]
     for path in binds:
-        args += ["--ro-bind", staged.get(path, path), path]
-    args += ["--bind", sockdir, sockdir, "--remount-ro", "/", "--chdir", workdir]
+        args += ["--ro-bind", staged.get(path, path), _in_scratch(path)]
+    args += ["--ro-bind", connection_file, INNER_CONNECTION_FILE]
+    args += ["--remount-ro", "/", "--chdir", workdir]
     parents = [str(Path(p).parent) for p in packages]
     for name, value in sorted(kernel_env(parents).items()):
         args += ["--setenv", name, value]
     args += ["--", *limits.prlimit(), *kernel_cmd]
     if os.geteuid() == 0:
-        args, _ = _as_nobody(args, binds, Path(sockdir).parent / "stage")
+        args, _ = _as_nobody(args, binds, stage)
     return args
 
 
 def private_dir(parent: Path) -> Path:
-    """A new folder under ``parent`` for one kernel's connection file and sockets,
-    reachable and writable by the user the sandbox runs as (and by nobody else)."""
+    """A new folder under ``parent`` for one kernel's connection file (and, as root,
+    the stage), which the user the sandbox runs as may pass through but not list."""
     parent.chmod(0o755)
-    sockdir = Path(tempfile.mkdtemp(prefix="kernel-", dir=parent))
+    folder = Path(tempfile.mkdtemp(prefix="kernel-", dir=parent))
+    folder.chmod(0o711)
+    return folder
+
+
+def readable_by_sandbox(path: Path) -> None:
+    """Let the sandbox's user (nobody, when grading as root) read ``path``, only it."""
+    path.chmod(0o600)
     uid = sandbox_uid()
     if uid is not None:
-        os.chown(sockdir, uid, uid)
-    return sockdir
+        os.chown(path, uid, uid)
 
 
 @functools.lru_cache(maxsize=1)
@@ -216,12 +265,14 @@ def availability() -> str | None:
         if shutil.which(tool) is None:
             return f"{tool} (util-linux) is not installed"
     with tempfile.TemporaryDirectory(prefix="tformer-sandbox-probe-") as tmp:
-        sockdir = private_dir(Path(tmp))
+        connection_file = private_dir(Path(tmp)) / "kernel.json"
+        connection_file.write_text("{}")
+        readable_by_sandbox(connection_file)
         try:
             cmd = command(
                 [sys.executable, "-c", "import tformer_grading"],
                 workdir="/sandbox-probe",
-                sockdir=str(sockdir),
+                connection_file=str(connection_file),
                 limits=Limits(),
             )
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)

@@ -1,15 +1,19 @@
 """A Jupyter kernel manager whose kernel runs in a bubblewrap sandbox.
 
-The kernel talks to the grader over Unix sockets in a private folder (ZeroMQ's
-``ipc`` transport): in its own network namespace it can reach no TCP port, the
-grader's included, and no other kernel's connection file is in its view. Its
-kernelspec is never read from the notebook: it is this interpreter's ipykernel.
-An interrupt is a message on the control channel, since a signal to the
-sandbox's outer process does not reach the kernel inside.
+The kernel talks to the grader over Unix sockets (ZeroMQ's ``ipc`` transport)
+that it binds in its own scratch space; the grader reaches them through
+``/proc/<sandbox pid>/root``, so no folder of the host's is writable from inside. In
+its own network namespace the kernel can reach no TCP port, the grader's included,
+and no other kernel's connection file is in its view. Its kernelspec is never read
+from the notebook: it is this interpreter's ipykernel. An interrupt is a message on
+the control channel, since a signal to the sandbox's outer process does not reach
+the kernel inside.
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import shutil
 import subprocess
@@ -47,10 +51,12 @@ class SandboxedKernelManager(AsyncKernelManager):
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         self._root = Path(tempfile.mkdtemp(prefix="tformer-sandbox-"))
-        self._sockdir = bwrap.private_dir(self._root)
+        self._private = bwrap.private_dir(self._root)
         self.transport = "ipc"
-        self.ip = str(self._sockdir / "kernel")
-        self.connection_file = str(self._sockdir / "kernel.json")
+        # The connection file says where the kernel binds, inside its sandbox; once
+        # it runs, the grader's own sockets connect through /proc (see below).
+        self.ip = bwrap.INNER_SOCKETS
+        self.connection_file = str(self._private / "kernel.json")
 
     def format_kernel_cmd(self, extra_arguments=None) -> list[str]:
         return [
@@ -58,29 +64,38 @@ class SandboxedKernelManager(AsyncKernelManager):
             "-m",
             "ipykernel_launcher",
             "-f",
-            self.connection_file,
+            bwrap.INNER_CONNECTION_FILE,
             *(extra_arguments or []),
         ]
 
     async def _async_launch_kernel(self, kernel_cmd: list[str], **kw) -> None:
         workdir = str(Path(kw.get("cwd") or os.getcwd()).resolve())
-        uid = bwrap.sandbox_uid()
-        if uid is not None:  # the kernel (as nobody) reads its own connection file
-            os.chown(self.connection_file, uid, uid)
+        bwrap.readable_by_sandbox(Path(self.connection_file))
+        info_read, info_write = os.pipe()
         kw.update(
-            cwd=str(self._sockdir),
+            cwd=str(self._private),
             env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            pass_fds=(info_write,),
         )
         cmd = bwrap.command(
             kernel_cmd,
             workdir=workdir,
-            sockdir=str(self._sockdir),
+            connection_file=self.connection_file,
             limits=self.limits,
+            info_fd=info_write,
         )
-        await super()._async_launch_kernel(cmd, **kw)
+        try:
+            await super()._async_launch_kernel(cmd, **kw)
+        finally:
+            os.close(info_write)
+        try:
+            pid = await asyncio.to_thread(_sandbox_pid, info_read)
+        finally:
+            os.close(info_read)
+        self.ip = bwrap.socket_prefix(pid)
 
     async def _async_interrupt_kernel(self) -> None:
         msg = self.session.msg("interrupt_request", content={})
@@ -95,3 +110,17 @@ class SandboxedKernelManager(AsyncKernelManager):
             shutil.rmtree(self._root, ignore_errors=True)
 
     cleanup_resources = _async_cleanup_resources
+
+
+def _sandbox_pid(fd: int) -> int:
+    """The pid bubblewrap writes to its ``--info-fd`` once the sandbox exists."""
+    data = b""
+    while chunk := os.read(fd, 4096):  # bubblewrap closes it after writing
+        data += chunk
+    try:
+        return int(json.loads(data)["child-pid"])
+    except (ValueError, KeyError, TypeError):
+        raise RuntimeError(
+            "the sandbox did not start (bubblewrap reported no process): "
+            f"{data[:200]!r}"
+        ) from None
