@@ -69,6 +69,10 @@ if (
     c.GuardedExecute.max_output_chars = 100_000
     c.GuardedExecute.max_notebook_output_chars = 2_000_000
     c.GuardedExecute.notebook_timeout = 900  # seconds; past it a notebook is not graded
+    # What the grader reads from a kernel (tformer_grading/guard/message_bound.py): past
+    # either bound the kernel is stopped, and that cell and the rest score 0.
+    c.BoundedKernelClient.max_message_bytes = 32 << 20
+    c.BoundedKernelClient.max_notebook_bytes = 512 << 20
     # Each kernel in a bubblewrap sandbox (tformer_grading/sandbox/): "auto" uses it where it
     # can start and warns where it cannot; "required" refuses to grade without it (the class
     # command, `python -m tformer_grading --course ...`, requires it); "off" never.

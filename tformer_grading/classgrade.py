@@ -168,56 +168,66 @@ def _run_workers(
     course, settings: dict, queues: list, on_row, known: dict[str, dict]
 ) -> list[dict]:
     """Start one worker per non-empty queue, hand each finished row (with what
-    ``known`` says of its student) to ``on_row``, and return the rows (a student whose
-    worker died is reported with its last words)."""
+    ``known`` says of its student) to ``on_row``, and return the rows. A worker that
+    dies costs only the student it was grading (reported with its last words): a
+    new worker grades the rest of its queue."""
     from .classworker import RESULT
 
-    queues = [q for q in queues if q]
     rows: list[dict] = []
-    logs: list[list[str]] = [[] for _ in queues]
 
-    def read(proc, log):
-        for line in proc.stdout:
-            if line.startswith(RESULT):
-                row = json.loads(line[len(RESULT) :])
-                before = known.get(row["student"], {})
-                notes = before.get("notes", []) + row.get("notes", [])
-                row = {**before, **row, "notes": notes}
-                rows.append(row)
-                _tell(on_row, row)
-            else:
-                log.append(line)
-        proc.wait()
+    def finish(row: dict) -> None:
+        before = known.get(row["student"], {})
+        notes = before.get("notes", []) + row.get("notes", [])
+        row = {**before, **row, "notes": notes}
+        rows.append(row)
+        _tell(on_row, row)
 
-    with tempfile.TemporaryDirectory(prefix="tformer-class-") as tmp:
-        threads = []
-        for i, (queue, log) in enumerate(zip(queues, logs)):
-            path = Path(tmp) / f"worker-{i}.json"
-            path.write_text(json.dumps({**settings, "students": queue}))
+    def work(queue: list[str], settings_file: Path) -> None:
+        left = list(queue)
+        while left:
+            settings_file.write_text(json.dumps({**settings, "students": left}))
+            log: list[str] = []
             proc = subprocess.Popen(
-                [sys.executable, "-m", "tformer_grading.classworker", str(path)],
+                [
+                    sys.executable,
+                    "-m",
+                    "tformer_grading.classworker",
+                    str(settings_file),
+                ],
                 cwd=course,
                 env=grading_env(course),
                 text=True,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
             )
-            threads.append(threading.Thread(target=read, args=(proc, log)))
-            threads[-1].start()
+            for line in proc.stdout:
+                if line.startswith(RESULT):
+                    row = json.loads(line[len(RESULT) :])
+                    left.remove(row["student"])
+                    finish(row)
+                else:
+                    log.append(line)
+            proc.wait()
+            if left:  # it died grading left[0], which it grades in order
+                last_words = "".join(log)[-500:].strip() or "no output"
+                finish(
+                    {
+                        "student": left.pop(0),
+                        "status": "not graded",
+                        "reason": f"the grading worker stopped (exit status "
+                        f"{proc.returncode}) while grading it: {last_words}",
+                    }
+                )
+
+    with tempfile.TemporaryDirectory(prefix="tformer-class-") as tmp:
+        threads = [
+            threading.Thread(target=work, args=(q, Path(tmp) / f"worker-{i}.json"))
+            for i, q in enumerate(q for q in queues if q)
+        ]
+        for thread in threads:
+            thread.start()
         for thread in threads:
             thread.join()
-    done = {r["student"] for r in rows}
-    for queue, log in zip(queues, logs):
-        for student in queue:
-            if student not in done:
-                row = {
-                    **known.get(student, {}),
-                    "student": student,
-                    "status": "not graded",
-                    "reason": "the grading worker stopped: " + "".join(log)[-500:],
-                }
-                rows.append(row)
-                _tell(on_row, row)
     return rows
 
 
@@ -234,6 +244,7 @@ def grade_class(
     sandbox: bool = True,
     db_url: str | None = None,
     on_row: Callable[[dict], None] | None = None,
+    worker_memory: int | None = None,
 ) -> dict:
     """Grade every submission (of this shard) and write the tables to ``out``.
 
@@ -241,6 +252,8 @@ def grade_class(
     "time_from", "score", "max_score", "cells", "diagnoses"}. Raises
     :class:`GradeError` before grading anyone when the assignment, the submissions or
     the sandbox are missing, or when it would write where the submissions are.
+    ``worker_memory`` bounds each grading worker (bytes; default
+    :data:`~tformer_grading.classworker.WORKER_MEMORY`).
     """
     from .classreport import write_reports
     from .sandbox import availability
@@ -286,6 +299,7 @@ def grade_class(
         "sandbox": "required" if sandbox else "off",
         "course_id": course_id_for(course, db_url),
         "submitted": str(out / "submitted"),
+        "worker_memory": worker_memory,
     }
     progress = on_row or Progress(len(mine))
     rows = [row for row in staged.values() if row["status"] != "ready"]
@@ -397,6 +411,8 @@ def _table_row(row: dict) -> dict:
         "max_cells": {g: m for g, (_, m) in cells.items()},
         "diagnoses": row.get("diagnoses", {}),
         "seconds": row.get("seconds", 0.0),
+        # the grading worker's peak memory when it had graded this learner
+        "grader_mb": row.get("grader_mb", 0),
     }
 
 

@@ -9,12 +9,17 @@ submissions); the autograded notebooks and feedback go to the course's folders, 
 ``nbgrader autograde`` would put them. For each student it prints one JSON line
 (:data:`RESULT` + the result); a submission that cannot be graded is reported with
 the reason, and the worker goes on with the next one.
+
+The worker bounds its own memory (:data:`WORKER_MEMORY`): a notebook that got the
+grader past it costs that notebook, and at worst this worker, whose remaining
+students the class command hands to a new one.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import resource
 import shutil
 import sys
 import time
@@ -23,6 +28,9 @@ from pathlib import Path
 from .course import NOTEBOOK, diagnoses, forget_submission, read_scores
 
 RESULT = "tformer-result\t"
+# The heap a worker may use (RLIMIT_DATA). Grading holds at most one notebook and one
+# kernel message of 32 MB (guard/message_bound.py); a worker peaks near 0.5 GB.
+WORKER_MEMORY = 3 << 30
 _NOT_GRADABLE = re.compile(r"NotGradable: (.+)")
 _RAISED = re.compile(r"^\s*((?:\w+\.)*\w*(?:Error|Exception)\b.*)$", re.MULTILINE)
 
@@ -87,12 +95,26 @@ def grade_one(api, settings: dict, student: str) -> dict:
     return row
 
 
+def bound_memory(limit: int = WORKER_MEMORY) -> None:
+    """This process's heap limited to ``limit`` bytes: the soft limit only, so the
+    sandbox can still give each kernel its own, larger one below the hard limit."""
+    _, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    soft = limit if hard == resource.RLIM_INFINITY else min(limit, hard)
+    resource.setrlimit(resource.RLIMIT_DATA, (soft, hard))
+
+
+def peak_mb() -> int:
+    """This process's peak resident memory so far, in MB (Linux counts kB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss >> 10
+
+
 def main(argv: list[str] | None = None) -> int:
     from nbgrader.apps import NbGraderAPI
     from nbgrader.coursedir import CourseDirectory
 
     args = sys.argv[1:] if argv is None else argv
     settings = json.loads(Path(args[0]).read_text())
+    bound_memory(settings.get("worker_memory") or WORKER_MEMORY)
     config = _config(settings)
     api = NbGraderAPI(coursedir=CourseDirectory(config=config), config=config)
     for student in settings["students"]:
@@ -101,7 +123,11 @@ def main(argv: list[str] | None = None) -> int:
             row = grade_one(api, settings, student)
         except Exception as exc:  # one student's failure never stops the others
             row = {"status": "not graded", "reason": f"{type(exc).__name__}: {exc}"}
-        row.update(student=student, seconds=round(time.perf_counter() - started, 2))
+        row.update(
+            student=student,
+            seconds=round(time.perf_counter() - started, 2),
+            grader_mb=peak_mb(),
+        )
         print(RESULT + json.dumps(row), flush=True)
     return 0
 

@@ -10,7 +10,9 @@ Instructor, a folder of submissions into the course's gradebook::
         --submissions collected/ --out grades/ [--jobs N] [--shard K/N]
 
 Exit status: 0 when every submission was graded, 1 when some could not be (each
-is listed with the reason), 2 when nothing was graded (the error says why).
+is listed with the reason), 2 when nothing was graded (the error says why: the
+notebook's problem, or the set-up's), 3 when the grader itself failed (a bug in the
+course's grader, to report; a self-grade names the file that keeps nbgrader's log).
 
 Chapters are found from ``solutions/*/exercise.ipynb``; nothing here names one.
 """
@@ -25,7 +27,7 @@ from pathlib import Path
 from .classgrade import grade_class
 from .course import GradeError
 from .learner_text import printable
-from .selfgrade import grade_notebook, report
+from .selfgrade import GraderFailure, grade_notebook, report
 
 PROG = "python -m tformer_grading"
 
@@ -79,6 +81,13 @@ def _parser() -> argparse.ArgumentParser:
         help="seconds a whole notebook may run before it is not graded (default 900)",
     )
     add(
+        "--worker-memory",
+        type=int,
+        metavar="MB",
+        help="instructor: the memory each grading worker may use, in MB (default "
+        "3072); each learner's kernel has its own 6 GB besides",
+    )
+    add(
         "--unsafe-no-sandbox",
         action="store_true",
         help="instructor: grade without the bubblewrap sandbox (learner code runs "
@@ -122,6 +131,7 @@ def _grade_class(args) -> int:
         shard=_shard(args.shard),
         sandbox=not args.unsafe_no_sandbox,
         db_url=args.db_url,
+        worker_memory=args.worker_memory << 20 if args.worker_memory else None,
     )
     not_graded = {s: r for s, r in table.items() if r["status"] != "graded"}
     if args.json:
@@ -198,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
         _grade_notebook(args)
     except GradeError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return 3 if isinstance(exc, GraderFailure) else 2
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 2

@@ -169,14 +169,56 @@ def merge_heads(x):
     return x.transpose(1, 2).reshape(b, s, h * dh)
 """
 
-# A 20 MB error message, and one display updated 2000 times with 10 kB each.
+# A 10 MB error message (20 MB with its traceback, inside the grader's 32 MB per
+# message), and one display updated 2000 times with 10 kB each.
 ERROR_AND_UPDATE_FLOOD = """
 from IPython.display import display
 handle = display("start", display_id=True)
 for i in range(2000):
     handle.update("y" * 10_000)
-raise ValueError("z" * 20_000_000)
+raise ValueError("z" * 10_000_000)
 """
 
 # Every cell sleeps: the notebook as a whole runs past its time limit.
 SLOW = "import time\ntime.sleep(12)\n"
+
+# One 100 MB message, past the grader's 32 MB per message: it used to receive such a
+# message whole (one of 600 MB cost it 2 GB of its own memory).
+BIG_MESSAGE = """
+print("x" * 100_000_000)
+"""
+
+# 700 widget (comm) messages of 1 MB: the grader used to keep every widget state
+# (5.1 GB of its own memory); the answer after them is right.
+COMM_FLOOD = """
+import comm
+widget = comm.create_comm(target_name="jupyter.widget", data={"state": {}})
+for i in range(700):
+    widget.send({"method": "update", "state": {f"v{i}": "x" * 1_000_000}})
+
+def merge_heads(x):
+    b, h, s, dh = x.shape
+    return x.transpose(1, 2).reshape(b, s, h * dh)
+"""
+
+# Ten displays with 3 MB of metadata each, then right answers: the output cap used to
+# count only the data ("a plot"), and kept all 30 MB.
+METADATA_FLOOD = """
+from IPython.display import display
+for i in range(10):
+    display({"text/plain": "a plot"}, metadata={"note": "m" * 3_000_000}, raw=True)
+
+def split_heads(x, n_heads):
+    b, s, d = x.shape
+    return x.view(b, s, n_heads, d // n_heads).transpose(1, 2)
+"""
+
+# A right answer, then an exception whose class name is 5 MB long (its name and every
+# traceback line that names it went uncounted).
+NAME_FLOOD = """
+def merge_heads(x):
+    b, h, s, dh = x.shape
+    return x.transpose(1, 2).reshape(b, s, h * dh)
+
+raise type("E" * 5_000_000, (Exception,), {})("boom")
+"""

@@ -128,7 +128,7 @@ def merge_heads(x):
     raise SystemExit(0)
 """
 # 100 MB of output in an answer cell, a right answer after it.
-ENORMOUS_OUTPUT = 'print("x" * 100_000_000)\n' + SPLIT_NO_TRANSPOSE.replace(
+ENORMOUS_OUTPUT = 'print("x" * 20_000_000)\n' + SPLIT_NO_TRANSPOSE.replace(
     "d // n_heads)", "d // n_heads).transpose(1, 2)"
 )
 # Warnings and stderr writes, at definition time and every time the checks call it:
@@ -372,6 +372,24 @@ LEARNERS = {
         answers={"merge_heads": attacks.MEMORY_FLOOD},
         scores=FULL,
         feedback="allocation refused",
+    ),
+    "big_message": Learner(
+        answers={"split_heads": attacks.BIG_MESSAGE},
+        scores=ZERO,
+        feedback="the grader stopped the kernel in this cell",
+    ),
+    "comm_flood": Learner(
+        answers={"merge_heads": attacks.COMM_FLOOD},
+        scores=_scores("test_merge_heads", *MHA),
+        feedback="MB of messages",
+    ),
+    "metadata_and_name_flood": Learner(
+        answers={
+            "split_heads": attacks.METADATA_FLOOD,
+            "merge_heads": attacks.NAME_FLOOD,
+        },
+        scores=FULL,
+        feedback="characters of output dropped",
     ),
     "error_and_update_flood": Learner(
         answers={"split_heads": attacks.ERROR_AND_UPDATE_FLOOD, **STANDALONE},

@@ -15,6 +15,18 @@ Bugs, found by an instructor's trial on the landed main, with the sandbox on:
   ``$\\frac{$`` crashed the plot. Guard: safe ids, text written as data, one
   learner's failure is that learner's status; the class is graded twice, the same.
 
+Issue 32, item 4, measured on main: honest notebooks fell through. A pasted image
+(JupyterLab keeps it as the cell's attachment) was graded without a feedback page
+("nbgrader could not write its page"); a notebook whose nbgrader marks were lost was
+"not graded: nbgrader could not grade it: KeyError: 'split_heads'"; one whose tags
+Jupyter's schema refuses, "NotebookValidationError"; one whose grade_id is a list,
+"the grader failed on this submission (TypeError: unhashable type: 'list')"; a
+chapter-2 notebook handed in for chapter 1, "KeyError: 'split_heads'" and five notes.
+Guard: the preflight keeps attachments, matches lost or damaged marks to the
+assignment's cells, leaves out refused metadata, and names another chapter's
+notebook; the odd class (honest learners first and last) has one learner of each,
+graded twice.
+
 Every run here is the real instructor command with the real nbgrader and sandbox.
 """
 
@@ -24,13 +36,18 @@ import csv
 import hashlib
 import json
 import os
+import signal
+import subprocess
+import time
 import zipfile
 from pathlib import Path
 
 import nbformat
 import pytest
+from nbconvert.preprocessors import ClearMetadataPreprocessor
 
 from course import (
+    ROOT,
     filled,
     make_course,
     nbgrader,
@@ -226,6 +243,19 @@ SCRIPT = "Done! <script>alert('xss')</script><img src=x onerror=alert(2)>"
 # Folder names Linux allows; each holds a right notebook.
 ODD = [b"jos\xe9", b"new\nline", b"--rf", "two words 😀".encode(), b"=cmd\x1b[2J"]
 HONEST = [b"aa_first", b"zz_last"]
+# An image pasted into a markdown cell, as JupyterLab saves it.
+PASTED_IMAGE = {
+    "attachments": {
+        "image.png": {
+            "image/png": "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4"
+            "nGNg+A8AAAEBAQBaTWyeAAAAAElFTkSuQmCC"
+        }
+    },
+    "cell_type": "markdown",
+    "id": "5b1e0c62-8d3e-4c4e-9b8f-0a4b9f3c2d71",
+    "metadata": {},
+    "source": ["My sketch of the heads:\n", "\n", "![image.png](attachment:image.png)"],
+}
 
 
 def _odd_class(course: Path, tmp: Path) -> Path:
@@ -248,7 +278,36 @@ def _odd_class(course: Path, tmp: Path) -> Path:
     )
     markup.cells.insert(1, nbformat.v4.new_markdown_cell(SCRIPT))
     put(collected / "markup" / "exercise.ipynb", nbformat.writes(markup).encode())
+    for name, data in _honest_but_odd(course).items():
+        put(collected / name / "exercise.ipynb", data)
     return collected
+
+
+def _honest_but_odd(course: Path) -> dict[str, bytes]:
+    """Right notebooks as a learner's tools leave them (issue 32), and a right chapter-2
+    notebook handed in for chapter 1."""
+    nb = filled(released(course, CHAPTER), solution_sources(CHAPTER))
+    pasted = nbformat.from_dict(json.loads(nbformat.writes(nb)))
+    pasted.cells.insert(2, nbformat.from_dict(PASTED_IMAGE))
+    # nbconvert's ClearMetadata, as a pre-commit hook runs it: ids kept, marks gone.
+    lost, _ = ClearMetadataPreprocessor().preprocess(nbformat.from_dict(nb), {})
+    damaged = json.loads(nbformat.writes(nb))
+    damaged["cells"][0]["metadata"]["tags"] = "mine"
+    for cell in damaged["cells"]:
+        meta = cell["metadata"].get("nbgrader", {})
+        if meta.get("grade_id") == "split_heads":
+            meta["grade_id"] = ["split_heads"]
+    chapter_two = nbformat.read(
+        ROOT / "book" / "ch02_attention" / "exercise.ipynb", as_version=4
+    )
+    chapter_two = filled(chapter_two, solution_sources("ch02_attention"))
+    return {
+        "img_pasted": nbformat.writes(pasted).encode(),
+        "marks_lost": nbformat.writes(lost).encode(),
+        # saved by a Windows editor, with a byte-order mark
+        "marks_damaged": b"\xef\xbb\xbf" + json.dumps(damaged).encode(),
+        "other_chapter": nbformat.writes(chapter_two).encode(),
+    }
 
 
 @pytest.fixture(scope="module")
@@ -256,6 +315,12 @@ def odd_class(course, tmp_path_factory):
     """The class graded twice, into two output folders, with its two command runs."""
     tmp = tmp_path_factory.mktemp("odd")
     collected = _odd_class(course, tmp)
+    # The course's other chapters sit beside the assignment, as in the repository.
+    other = course / "solutions" / "ch02_attention"
+    other.mkdir(exist_ok=True)
+    (other / "exercise.ipynb").write_bytes(
+        (ROOT / "solutions" / "ch02_attention" / "exercise.ipynb").read_bytes()
+    )
     runs = []
     for k in (1, 2):
         proc = class_command(course, collected, tmp / f"out{k}", "--jobs", "2")
@@ -275,6 +340,26 @@ def test_any_folder_name_is_graded_under_a_safe_id(odd_class):
     outside = rows["link_outside"]
     assert outside["status"] == "not graded" and outside["raw_score"] == ""
     assert "outside the submissions folder, not followed" in outside["reason"]
+
+
+@pytest.mark.parametrize("run", [0, 1])
+def test_honest_but_odd_notebooks_are_graded_with_their_page(odd_class, run):
+    proc, out, _ = odd_class[run]
+    rows = grades(out)
+    for name in ("aa_first", "img_pasted", "marks_lost", "marks_damaged", "zz_last"):
+        assert (rows[name]["status"], rows[name]["raw_score"]) == ("graded", "12.0")
+        assert (out / "feedback" / name / "exercise.html").is_file(), name
+    page = (out / "feedback" / "img_pasted" / "exercise.html").read_text()
+    assert "My sketch of the heads:" in page
+    said = proc.stdout
+    assert "note: the nbgrader marks of 9 cells were lost or damaged" in said
+    assert "note: cell 1: metadata 'tags' is not what Jupyter writes" in said
+    assert "note: the nbgrader marks of 1 cell were lost or damaged" in said
+    other = rows["other_chapter"]
+    assert (other["status"], other["raw_score"]) == ("not graded", "")
+    assert other["reason"] == (
+        "this is the ch02_attention notebook, handed in for ch01_shapes"
+    )
 
 
 def test_grading_the_class_again_gives_the_same_gradebook(odd_class):
@@ -330,3 +415,77 @@ def test_a_feedback_page_that_cannot_be_written_is_said_and_the_grade_kept(
     )
     assert note in proc.stdout, proc.stdout
     assert not (tmp_path / "out" / "feedback" / "nofb_ann").exists()
+
+
+# Issue 32, item 1, measured on main: a kernel that floods widget messages grew its
+# grading worker to 5.1 GB, and one 600 MB message cost the worker 2 GB; with --jobs
+# the learners graded beside it could go down with it. The bounds on what the grader
+# reads are tested with the hostile class (test_sandbox_attacks.py); these are the
+# backstops behind them, with honest learners before and after in one worker's queue.
+HOG = 'print("x" * 400_000_000)\n'  # one 400 MB message
+SLEEPER = "import time\ntime.sleep(60)\n"
+
+
+def small_class(course: Path, tmp_path: Path, middle: str) -> Path:
+    """a_ann and c_cai right; b_hog right too, with ``middle`` as its first cell."""
+    hog = filled(released(course, CHAPTER), solution_sources(CHAPTER))
+    hog.cells.insert(0, nbformat.v4.new_code_cell(middle))
+    collected = tmp_path / "collected"
+    put(collected / "a_ann" / "exercise.ipynb", right(course))
+    put(collected / "b_hog" / "exercise.ipynb", nbformat.writes(hog).encode())
+    put(collected / "c_cai" / "exercise.ipynb", right(course))
+    return collected
+
+
+def test_a_worker_short_of_memory_stops_the_kernel_not_itself(tmp_path):
+    """With the per-message bound off (as a careless config would have it), a 400 MB
+    message does not fit the worker's 700 MB: the connection it came on is dropped,
+    the kernel is stopped with the reason, and every learner is graded."""
+    course = make_course(tmp_path, CHAPTER)
+    with open(course / "nbgrader_config.py", "a") as config:
+        config.write("\nc.BoundedKernelClient.max_message_bytes = -1\n")
+    collected = small_class(course, tmp_path, HOG)
+    out = tmp_path / "out"
+    proc = class_command(
+        course, collected, out, "--jobs", "1", "--worker-memory", "700"
+    )
+    table = json.loads((out / "results.json").read_text())
+    assert {s: row["score"] for s, row in table.items()} == {
+        "a_ann": 12,
+        "b_hog": 0,
+        "c_cai": 12,
+    }, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert max(row["grader_mb"] for row in table.values()) < 700
+    page = (out / "feedback" / "b_hog" / "exercise.html").read_text()
+    assert "too large for the grader to hold" in page
+
+
+def test_a_worker_that_dies_costs_only_the_learner_it_was_grading(tmp_path):
+    """Bug: a worker that died (killed by the system, as its out-of-memory killer
+    would) left every learner still in its queue "not graded". Guard: that learner is
+    "not graded" with the reason, and a new worker grades the rest."""
+    course = make_course(tmp_path, CHAPTER)
+    collected = small_class(course, tmp_path, SLEEPER)
+    out = tmp_path / "out"
+    proc = class_command(course, collected, out, "--jobs", "1", "--json", wait=False)
+    hog = course / "autograded" / "b_hog"
+    deadline = time.monotonic() + 300
+    while not hog.exists() and time.monotonic() < deadline:  # b_hog is being graded
+        time.sleep(0.5)
+    time.sleep(3)
+    workers = subprocess.run(  # this command's own worker, not another test's
+        ["pgrep", "-P", str(proc.pid), "-f", "tformer_grading.classworker"],
+        capture_output=True,
+        text=True,
+    ).stdout.split()
+    for pid in workers:
+        os.kill(int(pid), signal.SIGKILL)
+    output, _ = proc.communicate(timeout=600)
+    assert workers, "no worker found to kill"
+    table = json.loads((out / "results.json").read_text())
+    assert {s: row["score"] for s, row in table.items() if s != "b_hog"} == {
+        "a_ann": 12,
+        "c_cai": 12,
+    }, output[-3000:]
+    assert table["b_hog"]["status"] == "not graded", table["b_hog"]
+    assert "the grading worker stopped (exit status -9)" in table["b_hog"]["reason"]

@@ -97,6 +97,39 @@ def test_error_messages_and_display_updates_are_capped():
     assert (nb / "exercise.ipynb").stat().st_size < 3_000_000
 
 
+def test_display_metadata_and_exception_names_are_capped():
+    """Bug (issue 32): 30 MB of display metadata and a 5 MB exception name went
+    through the 2 MB output cap, which counted neither. Guard: an output counts as the
+    JSON it adds (tests/grading/test_output_cap.py); here, the notebook as graded."""
+    course, out, _, _ = graded_class()
+    nb = course / "autograded" / "metadata_and_name_flood" / CHAPTER / "exercise.ipynb"
+    assert nb.stat().st_size < 3_000_000
+    page = out / "feedback" / "metadata_and_name_flood" / "exercise.html"
+    assert page.stat().st_size < 6_000_000
+
+
+def test_the_grader_reads_a_bounded_amount_whatever_a_kernel_sends():
+    """Bug (issue 32): one 600 MB message cost the grading worker 2 GB, and 700 MB of
+    widget messages grew it past 1.2 GB (5.1 GB in a longer flood). Guard: at most
+    32 MB per message and 512 MB per notebook are read
+    (tformer_grading/guard/message_bound.py); past either the kernel is stopped with
+    the reason. Measured: every worker's peak memory over the whole class."""
+    _, _, table, _ = graded_class()
+    stopped = {
+        "big_message": "a message over 32 MB",
+        "comm_flood": "more than 512 MB of messages",
+    }
+    for student, reason in stopped.items():
+        assert table[student]["status"] == "graded", table[student]
+        assert reason in json.dumps(table[student]["diagnoses"]) or reason in (
+            (
+                graded_class()[0] / "autograded" / student / CHAPTER / "exercise.ipynb"
+            ).read_text()
+        ), student
+    peaks = {s: row["grader_mb"] for s, row in table.items() if row["grader_mb"]}
+    assert peaks and max(peaks.values()) < 1024, peaks
+
+
 def test_class_report_counts_each_named_mistake():
     _, out, table, _ = graded_class()
     rows = list(csv.DictReader(open(out / "pitfalls.csv")))

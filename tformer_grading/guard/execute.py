@@ -14,6 +14,10 @@ process, outside the learner's kernel, and adds per notebook:
 - **an output cap** (:class:`~tformer_grading.guard.output_cap.CappedExecute`,
   its base class): per cell and per notebook, error messages and display updates
   included.
+- **bounded reading**: the kernel client is a
+  :class:`~tformer_grading.guard.message_bound.BoundedKernelClient` (a bound per
+  message and per notebook); past either, the kernel is stopped and the rest of the
+  notebook is marked "not run". Widget (comm) state is not kept: it is not graded.
 - **a time limit per notebook** (``notebook_timeout``): a notebook still running
   past it is not graded (:class:`NotGradable`), and the class report says so.
 - **a sandbox** (``sandbox``): the kernel runs in bubblewrap
@@ -32,14 +36,16 @@ to :class:`~tformer_grading.guard.verify.VerifyReceipts`.
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import time
 
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbclient.util import ensure_async, run_sync
 from nbformat.v4 import new_output
-from traitlets import Enum, Integer, default
+from traitlets import Bool, Enum, Integer, default
 
+from .message_bound import BoundedKernelClient
 from .output_cap import CappedExecute
 
 RESOURCE_KEY = "tformer_grading_key"
@@ -70,6 +76,9 @@ class GuardedExecute(CappedExecute):
         "start, or never",
     ).tag(config=True)
 
+    # Widget state is not graded; kept whole, a comm flood grew the grader by 5 GB.
+    store_widget_state = Bool(False).tag(config=True)
+
     @default("shutdown_kernel")
     def _kill_after_the_last_cell(self):
         # Nothing a kernel does after the last cell counts (a learner's atexit hooks
@@ -85,11 +94,39 @@ class GuardedExecute(CappedExecute):
             self.km = kernel_manager(self.sandbox, self.config, self.log)
         except SandboxUnavailable as exc:
             raise NotGradable(str(exc)) from None
+        self.km.client_factory = BoundedKernelClient
         return self.km
+
+    def handle_comm_msg(self, outs, msg, cell_index) -> None:
+        """Comm (widget) messages are read and counted (the client's bound), not kept:
+        an Output widget's outputs then land in the cell, where they are capped."""
+
+    async def _async_check_alive(self) -> None:
+        # nbclient calls this every second while a cell runs: a kernel past the
+        # client's bounds is stopped here, and the cell ends as if it had died.
+        await self._stop_if_overrun()
+        await super()._async_check_alive()
+
+    async def _stop_if_overrun(self) -> None:
+        overrun = self.kc.overrun() if hasattr(self.kc, "overrun") else None
+        if not overrun or self._overrun:
+            return
+        # A kernel that dies closes its sockets too: only one still alive a moment
+        # after is stopped for the bound (a dead one is reported as dead).
+        for wait in (0, 0.5):
+            await asyncio.sleep(wait)
+            if not await ensure_async(self.km.is_alive()):
+                return
+        self._overrun = overrun
+        try:
+            await ensure_async(self.km.shutdown_kernel(now=True))
+        except Exception:  # already gone
+            pass
 
     def preprocess(self, nb, resources=None, km=None):
         self._key = secrets.token_hex(16)
         self._stopped: str | None = None
+        self._overrun: str | None = None
         self._booted = False
         self._deadline = time.monotonic() + (self.notebook_timeout or float("inf"))
         nb, resources = super().preprocess(nb, resources, km=km)
@@ -131,6 +168,9 @@ class GuardedExecute(CappedExecute):
             )
         if not self._booted:
             await self._bootstrap()
+        await self._stop_if_overrun()  # a flood in a cell too quick to be caught
+        if self._overrun and not self._stopped:
+            self._stopped = f"in an earlier cell, {self._overrun}"
         if self._stopped:
             cell.outputs = [
                 error_output(
@@ -147,14 +187,23 @@ class GuardedExecute(CappedExecute):
                     f"the notebook ran past its time limit of {self.notebook_timeout} s"
                 )
         except DeadKernelError:
-            self._stopped = "the kernel died in an earlier cell"
-            cell.outputs.append(
-                error_output(
-                    "DeadKernelError",
-                    "the kernel died while running this cell (os._exit, a crash, "
-                    "or out of memory). This cell and every later cell score 0.",
+            if self._overrun:
+                self._stopped = f"in an earlier cell, {self._overrun}"
+                why = (
+                    f"the grader stopped the kernel in this cell: {self._overrun}. "
+                    "This cell and every later cell score 0."
                 )
-            )
+                cell.outputs.append(error_output("KernelStopped", why))
+            else:
+                self._stopped = "the kernel died in an earlier cell"
+                cell.outputs.append(
+                    error_output(
+                        "DeadKernelError",
+                        "the kernel died while running this cell (os._exit, a "
+                        "crash, or out of memory). This cell and every later cell "
+                        "score 0.",
+                    )
+                )
         except CellTimeoutError:
             self._stopped = (
                 "an earlier cell ran past the time limit and ignored the interrupt"

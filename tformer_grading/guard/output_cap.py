@@ -2,13 +2,19 @@
 
 nbgrader's own ``LimitOutput`` counts lines, and one 100 MB line is one line. Here at
 most ``max_output_chars`` characters per cell and ``max_notebook_output_chars`` per
-notebook are kept, counted as the kernel sends them: streams, rich outputs, error
-messages (cut, but still an error, so the cell still scores 0) and display updates
-(charged to the cell running when they arrive). Receipt lines are kept beyond the cap,
-and the cell says how much was dropped.
+notebook are kept, counted as the kernel sends them and before anything is written:
+an output counts as the JSON it would add to the notebook (text, data, display
+metadata, exception names, messages and tracebacks alike). Streams are cut; errors
+are cut but stay errors (so the cell still scores 0); other outputs past the cap and
+display updates past it are dropped (an update is charged to the cell running when
+it arrives). Receipt lines are kept beyond the cap, and the cell says how much was
+dropped. What a notebook brings in (its cells and attachments) is bounded before
+grading, by ``preflight.MAX_BYTES``.
 """
 
 from __future__ import annotations
+
+import json
 
 from nbclient.util import run_sync
 from nbformat.v4 import new_output
@@ -18,6 +24,8 @@ from traitlets import Integer
 from .receipts import receipt_lines
 
 _CAPPED = ("stream", "display_data", "execute_result", "error")
+# An exception's class name, as kept when its error is cut.
+ENAME_KEPT = 200
 
 
 class CappedExecute(Execute):
@@ -74,10 +82,8 @@ class CappedExecute(Execute):
             content = self._capped(msg, kwargs.get("cell_index", self._cell_index))[
                 "content"
             ]
-            output["evalue"], output["traceback"] = (
-                content["evalue"],
-                content["traceback"],
-            )
+            for field in ("ename", "evalue", "traceback"):
+                output[field] = content[field]
         return cell
 
     def _dropped_notice(self, dropped: int):
@@ -113,14 +119,7 @@ class CappedExecute(Execute):
     def _capped(self, msg, cell_index):
         """``msg`` cut to what is left of the output allowance, or None to drop it."""
         content, kind = msg["content"], msg["msg_type"]
-        if kind == "stream":
-            size = len(content["text"])
-        elif kind == "error":
-            size = len(content.get("evalue", "")) + sum(
-                len(line) for line in content.get("traceback", [])
-            )
-        else:
-            size = len(str(content.get("data", content)))
+        size = output_size(content)
         room = self._room(cell_index)
         self._chars[cell_index] = self._chars.get(cell_index, 0) + size
         # The notebook's allowance counts what is kept, so one flood does not silence
@@ -130,17 +129,26 @@ class CappedExecute(Execute):
             return msg
         self._dropped[cell_index] = self._dropped.get(cell_index, 0) + size - room
         if kind == "error":  # still an error (the cell scores 0), its message cut
-            evalue = content.get("evalue", "")[: max(room, 200)]
-            return {
-                **msg,
-                "content": {**content, "evalue": evalue, "traceback": [evalue]},
-            }
+            ename = str(content.get("ename", ""))[:ENAME_KEPT]
+            evalue = str(content.get("evalue", ""))[: max(room, 200)]
+            cut = {"ename": ename, "evalue": evalue, "traceback": [evalue]}
+            return {**msg, "content": cut}
         if kind != "stream":
             self._dropped[cell_index] += room
             return None
-        text = content["text"]
+        text = str(content.get("text", ""))
         kept, receipts = text[:room], receipt_lines(text[room:])
         if not kept and not receipts:
             return None
         joined = kept + ("\n" if kept and receipts else "") + receipts
-        return {**msg, "content": {**content, "text": joined}}
+        return {
+            **msg,
+            "content": {"name": content.get("name", "stdout"), "text": joined},
+        }
+
+
+def output_size(content: dict) -> int:
+    """Characters ``content`` (a message's) adds to the notebook: its JSON, less what
+    Jupyter never stores (``transient``, the display id)."""
+    kept = {k: v for k, v in content.items() if k != "transient"}
+    return len(json.dumps(kept, ensure_ascii=False, default=str))
