@@ -44,8 +44,28 @@ ALLOWED = [
     ),
     (
         "book/instructors.md",
-        "of 512 MB each",
+        "one scratch space of 512 MB",
         "a sandbox.Limits default (checked by tests/grading/test_preflight.py)",
+    ),
+    (
+        "book/instructors.md",
+        "per notebook (900 s)",
+        "a setting of nbgrader_config.py (checked by tests/grading/test_preflight.py)",
+    ),
+    (
+        "book/instructors.md",
+        "32 MB per message and 512 MB per notebook",
+        "BoundedKernelClient's settings (checked by tests/grading/test_preflight.py)",
+    ),
+    (
+        "book/instructors.md",
+        "6 GB of memory, 512 MB of scratch space, 256 MB per file",
+        "sandbox.Limits defaults (checked by tests/grading/test_preflight.py)",
+    ),
+    (
+        "book/instructors.md",
+        "(3,072 MB)",
+        "classworker.WORKER_MEMORY (checked by tests/grading/test_preflight.py)",
     ),
     (
         "book/instructors.md",
@@ -59,12 +79,17 @@ ALLOWED = [
     ),
     (
         "book/instructors.md",
-        "an error message of 20 MB",
+        "an error message of 10 MB",
         "the size of an attack, not a result",
     ),
     (
         "book/instructors.md",
-        "| 100 MB of output |",
+        "| 20 MB of output |",
+        "the size of an attack, not a result",
+    ),
+    (
+        "book/instructors.md",
+        "one message of 100 MB",
         "the size of an attack, not a result",
     ),
     (

@@ -428,7 +428,8 @@ return {
                     .map(b => [b.scrollWidth, b.clientWidth, b.innerText.slice(0, 60)]),
   page: [document.documentElement.scrollWidth, window.innerWidth],
   maths: document.querySelectorAll('mjx-container[jax="SVG"]').length,
-  errors: document.querySelectorAll('mjx-merror').length,
+  // TeX errors: CHTML output marks them mjx-merror, SVG output (this page's) a node
+  errors: document.querySelectorAll('mjx-merror, [data-mml-node="merror"]').length,
   text: document.body.innerText,
   links: [...document.querySelectorAll('a[href]')].map(a => a.getAttribute('href')),
   ids: [...document.querySelectorAll('[id], a[name]')].map(e => e.id || e.name),

@@ -477,3 +477,17 @@ def test_a_malformed_notebook_is_graded_or_refused_never_a_crash(kind):
     assert isinstance(out, Submission)
     nbformat.validate(nbformat.from_dict(out.notebook))
     assert [m for m in marks(out.notebook) if m] == [m for m in marks(RELEASED) if m]
+
+
+def test_the_hidden_test_delimiters_are_nbgraders():
+    """The preflight takes hidden tests out of the assignment's cells to match a
+    learner's; it must use the delimiters nbgrader's ClearHiddenTests uses."""
+    from nbgrader.preprocessors import ClearHiddenTests
+
+    from tformer_grading.preflight import HIDDEN_TESTS
+
+    traits = ClearHiddenTests.class_traits()
+    assert HIDDEN_TESTS == (
+        traits["begin_test_delimeter"].default_value,
+        traits["end_test_delimeter"].default_value,
+    )
