@@ -89,7 +89,7 @@ ALLOWED = [
     ),
     (
         "book/instructors.md",
-        "one message of 100 MB",
+        "one message of 40 MB",
         "the size of an attack, not a result",
     ),
     (

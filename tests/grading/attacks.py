@@ -182,10 +182,10 @@ raise ValueError("z" * 10_000_000)
 # Every cell sleeps: the notebook as a whole runs past its time limit.
 SLOW = "import time\ntime.sleep(12)\n"
 
-# One 100 MB message, past the grader's 32 MB per message: it used to receive such a
+# One 40 MB message, past the grader's 32 MB per message: it used to receive such a
 # message whole (one of 600 MB cost it 2 GB of its own memory).
 BIG_MESSAGE = """
-print("x" * 100_000_000)
+print("x" * 40_000_000)
 """
 
 # 700 widget (comm) messages of 1 MB: the grader used to keep every widget state

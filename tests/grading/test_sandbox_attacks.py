@@ -97,6 +97,13 @@ def test_error_messages_and_display_updates_are_capped():
     assert (nb / "exercise.ipynb").stat().st_size < 3_000_000
 
 
+# The learners whose kernels the grader stops, and the reason it gives.
+STOPPED = {
+    "big_message": "a message over 32 MB",
+    "comm_flood": "more than 512 MB of messages",
+}
+
+
 def test_display_metadata_and_exception_names_are_capped():
     """Bug (issue 32): 30 MB of display metadata and a 5 MB exception name went
     through the 2 MB output cap, which counted neither. Guard: an output counts as the
@@ -114,20 +121,40 @@ def test_the_grader_reads_a_bounded_amount_whatever_a_kernel_sends():
     32 MB per message and 512 MB per notebook are read
     (tformer_grading/guard/message_bound.py); past either the kernel is stopped with
     the reason. Measured: every worker's peak memory over the whole class."""
-    _, _, table, _ = graded_class()
-    stopped = {
-        "big_message": "a message over 32 MB",
-        "comm_flood": "more than 512 MB of messages",
-    }
-    for student, reason in stopped.items():
+    course, _, table, _ = graded_class()
+    for student, reason in STOPPED.items():
         assert table[student]["status"] == "graded", table[student]
-        assert reason in json.dumps(table[student]["diagnoses"]) or reason in (
-            (
-                graded_class()[0] / "autograded" / student / CHAPTER / "exercise.ipynb"
-            ).read_text()
-        ), student
+        graded = course / "autograded" / student / CHAPTER / "exercise.ipynb"
+        assert reason in graded.read_text(), student
     peaks = {s: row["grader_mb"] for s, row in table.items() if row["grader_mb"]}
     assert peaks and max(peaks.values()) < 1024, peaks
+
+
+def test_the_resource_attacks_graded_again_earn_the_same(tmp_path):
+    """Each resource case graded a second time (a new course, honest learners beside
+    them): the same points cell by cell, the same reasons, the workers' peak bounded."""
+    course, _, first, _ = graded_class()
+    again_course = make_course(tmp_path, CHAPTER)
+    collected = tmp_path / "collected"
+    learners = ("solution", "big_message", "comm_flood", "metadata_and_name_flood")
+    for learner in (*learners, "scale_d_model"):
+        (collected / learner).mkdir(parents=True)
+        nb = notebook_for(released(again_course, CHAPTER), learner)
+        nbformat.write(nb, collected / learner / "exercise.ipynb")
+    proc = class_command(
+        again_course, collected, tmp_path / "out", "--jobs", "2", "--json"
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    again = json.loads(proc.stdout)
+    assert {s: row["cells"] for s, row in again.items()} == {
+        s: first[s]["cells"] for s in again
+    }
+    # Stopped in the flooding cell, or at the start of the next when the flood ended
+    # within the second between two looks: the reason is the same.
+    for student, reason in STOPPED.items():
+        page = tmp_path / "out" / "feedback" / student / "exercise.html"
+        assert reason in page.read_text(), student
+    assert max(row["grader_mb"] for row in again.values()) < 1024
 
 
 def test_class_report_counts_each_named_mistake():
