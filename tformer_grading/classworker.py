@@ -95,7 +95,7 @@ def grade_one(api, settings: dict, student: str) -> dict:
     return row
 
 
-def bound_memory(limit: int = WORKER_MEMORY) -> None:
+def bound_memory(limit: int) -> None:
     """This process's heap limited to ``limit`` bytes: the soft limit only, so the
     sandbox can still give each kernel its own, larger one below the hard limit."""
     _, hard = resource.getrlimit(resource.RLIMIT_DATA)

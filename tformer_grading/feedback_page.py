@@ -59,6 +59,7 @@ from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Unicode
 
 from .guard.feedback_html import clean_html, markdown_html
+from .preflight import base64_text
 
 #: Where the course keeps MathJax's SVG build (see _vendor/README.md).
 MATHJAX = Path("_vendor") / "mathjax-3.2.2" / "tex-svg.js"
@@ -335,19 +336,6 @@ def _has_maths(nb) -> bool:
 # ------------------------------------------------------------------------ attachments
 
 
-def _base64(data) -> str | None:
-    """``data`` (nbformat's string, or its list of lines) when it is base64, else
-    None."""
-    text = "".join(data) if isinstance(data, list) else data
-    if not isinstance(text, str):
-        return None
-    try:
-        base64.b64decode(re.sub(r"\s+", "", text), validate=True)
-    except ValueError:
-        return None
-    return text
-
-
 def _missing_image(name: str) -> dict[str, str]:
     """An attachment that says, in the page, that image ``name`` is not in the
     notebook."""
@@ -382,7 +370,7 @@ def page_attachments(source: str, attachments) -> dict[str, dict[str, str]]:
         pictures = {
             mime: text
             for mime, data in bundle.items()
-            if mime in _PICTURES and (text := _base64(data)) is not None
+            if mime in _PICTURES and (text := base64_text(data)) is not None
         }
         if pictures:
             kept[name] = pictures

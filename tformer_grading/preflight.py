@@ -311,15 +311,17 @@ def _shallow(metadata: dict, where: str, notes: list[str]) -> dict:
     return kept
 
 
-def _base64(data) -> bool:
+def base64_text(data) -> str | None:
+    """``data`` (nbformat's string, or its list of lines) when it is base64, else
+    None (the feedback page shows only such attachments)."""
     text = _text(data)
     if text is None:
-        return False
+        return None
     try:
         base64.b64decode("".join(text.split()), validate=True)
     except (binascii.Error, ValueError):
-        return False
-    return True
+        return None
+    return text
 
 
 def _attachments(cell: dict, notes: list[str]) -> dict | None:
@@ -344,7 +346,10 @@ def _attachments(cell: dict, notes: list[str]) -> dict | None:
         if (
             isinstance(bundle, dict)
             and bundle
-            and all(isinstance(m, str) and _base64(d) for m, d in bundle.items())
+            and all(
+                isinstance(m, str) and base64_text(d) is not None
+                for m, d in bundle.items()
+            )
         ):
             kept[name] = bundle
         else:

@@ -185,6 +185,17 @@ def wait_for(driver, script: str, *, timeout: float = 60, what: str = "", args=(
         )
 
 
+def open_typeset(driver, page: Path, *, timeout: float = 30) -> None:
+    """Open ``page`` (a file) and wait until MathJax has typeset its maths."""
+    driver.get(page.as_uri())
+    wait_for(
+        driver,
+        "return document.querySelectorAll('mjx-container').length > 0",
+        timeout=timeout,
+        what="MathJax's typesetting",
+    )
+
+
 @contextlib.contextmanager
 def jupyterlab(course: Path, tmp_path: Path, env: dict | None = None):
     """A learner's JupyterLab serving ``course`` on 127.0.0.1; yields (base URL, token).

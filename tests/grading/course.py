@@ -241,3 +241,18 @@ class GradedChapter:
             / "exercise.ipynb"
         )
         assert self.hidden_marker in graded_nb.read_text()
+
+
+# An image pasted into a markdown cell, as JupyterLab saves it.
+PASTED_IMAGE = {
+    "attachments": {
+        "image.png": {
+            "image/png": "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4"
+            "nGNg+A8AAAEBAQBaTWyeAAAAAElFTkSuQmCC"
+        }
+    },
+    "cell_type": "markdown",
+    "id": "5b1e0c62-8d3e-4c4e-9b8f-0a4b9f3c2d71",
+    "metadata": {},
+    "source": ["My sketch of the heads:\n", "\n", "![image.png](attachment:image.png)"],
+}

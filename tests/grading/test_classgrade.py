@@ -47,6 +47,7 @@ import pytest
 from nbconvert.preprocessors import ClearMetadataPreprocessor
 
 from course import (
+    PASTED_IMAGE,
     ROOT,
     filled,
     make_course,
@@ -243,19 +244,6 @@ SCRIPT = "Done! <script>alert('xss')</script><img src=x onerror=alert(2)>"
 # Folder names Linux allows; each holds a right notebook.
 ODD = [b"jos\xe9", b"new\nline", b"--rf", "two words 😀".encode(), b"=cmd\x1b[2J"]
 HONEST = [b"aa_first", b"zz_last"]
-# An image pasted into a markdown cell, as JupyterLab saves it.
-PASTED_IMAGE = {
-    "attachments": {
-        "image.png": {
-            "image/png": "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4"
-            "nGNg+A8AAAEBAQBaTWyeAAAAAElFTkSuQmCC"
-        }
-    },
-    "cell_type": "markdown",
-    "id": "5b1e0c62-8d3e-4c4e-9b8f-0a4b9f3c2d71",
-    "metadata": {},
-    "source": ["My sketch of the heads:\n", "\n", "![image.png](attachment:image.png)"],
-}
 
 
 def _odd_class(course: Path, tmp: Path) -> Path:

@@ -442,9 +442,9 @@ def test_the_real_page_reads_well_offline_at_desktop_and_phone_width(real_page):
     from browser import (
         chromium,
         console_errors,
+        open_typeset,
         outside_requests,
         requested_urls,
-        wait_for,
     )
 
     from book import SCREENSHOTS
@@ -454,13 +454,7 @@ def test_the_real_page_reads_well_offline_at_desktop_and_phone_width(real_page):
     with chromium(real_page.parent / ".chromium") as driver:
         for width in (1280, 390):
             driver.set_window_size(width, 1000)
-            driver.get(real_page.as_uri())
-            wait_for(
-                driver,
-                "return document.querySelectorAll('mjx-container').length > 0",
-                timeout=30,
-                what="MathJax's typesetting",
-            )
+            open_typeset(driver, real_page)
             seen = driver.execute_script(MEASURE)
             urls = [u for u in requested_urls(driver) if not u.startswith("chrome:")]
             assert outside_requests(urls) == [] and console_errors(driver) == []

@@ -210,15 +210,9 @@ def sent_outside(driver) -> list[str]:
 
 def open_and_probe(driver, page: Path) -> dict:
     """What ran on ``page`` once its maths is typeset and its links are clicked."""
-    from browser import console_errors, wait_for
+    from browser import console_errors, open_typeset
 
-    driver.get(page.as_uri())
-    wait_for(
-        driver,
-        "return document.querySelectorAll('mjx-container').length > 0",
-        timeout=30,
-        what="MathJax's typesetting",
-    )
+    open_typeset(driver, page)
     clicked = driver.execute_script(CLICK)
     time.sleep(0.5)  # a clicked javascript: link runs after the click returns
     seen = driver.execute_script(PROBE)

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from course import ROOT, filled, solution_sources
+from course import PASTED_IMAGE, ROOT, filled, solution_sources
 from learners import MERGE_NO_TRANSPOSE, MHA_CALLS_SDPA
 
 from tformer_grading import selfgrade
@@ -215,16 +215,17 @@ def test_chapters_are_discovered_from_the_solutions_folder():
     assert chapter_of(notebook, ROOT, chapters(ROOT)) == CHAPTER
 
 
+def _python(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    """This interpreter run with ``args`` in ``cwd``, its output captured."""
+    return subprocess.run(
+        [sys.executable, *args], cwd=cwd, capture_output=True, text=True, timeout=120
+    )
+
+
 def test_a_notebook_outside_a_course_is_a_clear_error(tmp_path):
     path = tmp_path / "exercise.ipynb"
     shutil.copy(ROOT / "book" / CHAPTER / "exercise.ipynb", path)
-    proc = subprocess.run(
-        [sys.executable, "-m", "tformer_grading", str(path)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = _python(tmp_path, "-m", "tformer_grading", str(path))
     assert proc.returncode == 2 and "no nbgrader_config.py" in proc.stderr
 
 
@@ -286,13 +287,7 @@ def test_a_broken_notebook_is_a_clear_error_before_any_kernel(
         mine.write_bytes(content)
     elif not extra:
         mine.unlink()
-    proc = subprocess.run(
-        [sys.executable, "-c", _STARTED_AT_EXIT, str(mine), *extra],
-        cwd=course,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = _python(course, "-c", _STARTED_AT_EXIT, str(mine), *extra)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert message in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr + proc.stdout
@@ -340,19 +335,6 @@ def test_a_learner_without_a_sandbox_is_told_plainly_not_alarmed(monkeypatch):
 # --------------------------------------------------------------------------- issue 32
 # (the module docstring says what each test below guards)
 
-PASTED_IMAGE = {
-    "attachments": {
-        "image.png": {
-            "image/png": "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4"
-            "nGNg+A8AAAEBAQBaTWyeAAAAAElFTkSuQmCC"
-        }
-    },
-    "cell_type": "markdown",
-    "id": "5b1e0c62-8d3e-4c4e-9b8f-0a4b9f3c2d71",
-    "metadata": {},
-    "source": ["My sketch of the heads:\n", "\n", "![image.png](attachment:image.png)"],
-}
-
 
 def _right(chapter: str = CHAPTER) -> nbformat.NotebookNode:
     student = nbformat.read(ROOT / "book" / chapter / "exercise.ipynb", as_version=4)
@@ -385,14 +367,7 @@ def test_another_chapters_notebook_is_named_in_one_line_before_any_process(
     folder = "ch01_shapes" if asked else "ch02_attention"
     mine = course / "book" / folder / "my_ch01.ipynb"
     nbformat.write(_right(), mine)
-    proc = subprocess.run(
-        [sys.executable, "-c", _STARTED_AT_EXIT, str(mine), *asked],
-        cwd=course,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
+    proc = _python(course, "-c", _STARTED_AT_EXIT, str(mine), *asked)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     where = (
         "not ch02_attention's:"
@@ -494,14 +469,7 @@ def test_a_kit_notebook_that_lost_its_marks_says_what_to_do(tmp_path):
     mine = course / "book" / CHAPTER / "exercise.ipynb"
     lost, _ = ClearMetadataPreprocessor().preprocess(_right(), {})
     nbformat.write(lost, mine)
-    proc = subprocess.run(
-        [sys.executable, "-m", "tformer_grading", str(mine)],
-        cwd=course,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
+    proc = _python(course, "-m", "tformer_grading", str(mine))
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert _one_line_error(proc) == (
         "error: exercise.ipynb has no graded cells (their nbgrader marks were lost), "

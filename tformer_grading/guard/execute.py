@@ -118,6 +118,7 @@ class GuardedExecute(CappedExecute):
             if not await ensure_async(self.km.is_alive()):
                 return
         self._overrun = overrun
+        self._stopped = f"in an earlier cell, {overrun}"
         try:
             await ensure_async(self.km.shutdown_kernel(now=True))
         except Exception:  # already gone
@@ -169,8 +170,6 @@ class GuardedExecute(CappedExecute):
         if not self._booted:
             await self._bootstrap()
         await self._stop_if_overrun()  # a flood in a cell too quick to be caught
-        if self._overrun and not self._stopped:
-            self._stopped = f"in an earlier cell, {self._overrun}"
         if self._stopped:
             cell.outputs = [
                 error_output(
@@ -187,8 +186,7 @@ class GuardedExecute(CappedExecute):
                     f"the notebook ran past its time limit of {self.notebook_timeout} s"
                 )
         except DeadKernelError:
-            if self._overrun:
-                self._stopped = f"in an earlier cell, {self._overrun}"
+            if self._overrun:  # stopped by _stop_if_overrun, which says why
                 why = (
                     f"the grader stopped the kernel in this cell: {self._overrun}. "
                     "This cell and every later cell score 0."

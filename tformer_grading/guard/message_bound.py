@@ -93,6 +93,7 @@ class BoundedKernelClient(AsyncKernelClient):
     iopub_channel_class = Type(MeteredChannel)
     stdin_channel_class = Type(MeteredChannel)
     control_channel_class = Type(MeteredChannel)
+    meter: Meter | None = None  # from start_channels on
 
     def _context_default(self) -> zmq.asyncio.Context:
         context = super()._context_default()
@@ -110,14 +111,13 @@ class BoundedKernelClient(AsyncKernelClient):
                 self.meter.watch(channel.socket, name)
 
     def stop_channels(self) -> None:
-        meter = getattr(self, "meter", None)
-        if meter is not None:
-            meter.close()
+        if self.meter is not None:
+            self.meter.close()
         super().stop_channels()
 
     def overrun(self) -> str | None:
         """Why this kernel must be stopped, or None while it keeps within bounds."""
-        meter = getattr(self, "meter", None)
+        meter = self.meter
         if meter is None:
             return None
         if meter.received > self.max_notebook_bytes:
