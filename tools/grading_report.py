@@ -1,7 +1,9 @@
 """How the checks do on the measured bank (tests/bank/bank_chNN.py): per chapter and
 exercise, how many wrong answers were rejected, how many of those named the actual
 mistake (or the measured quantity that is off), how many got only the generic "where,
-not why" message, how many a wrong name, and how many right answers were accepted.
+not why" message, how many a wrong name, and how many right answers were accepted; and
+of the failures that forward a size error of the learner's code ("size err"), how many
+say what its numbers are in the case's sizes ("read").
 
 Usage: python tools/grading_report.py [--json] [chNN ...]     (make grading-report)
 """
@@ -20,6 +22,8 @@ sys.path.insert(0, str(ROOT / "tests" / "bank"))
 
 from bank import entries, grade, load  # noqa: E402
 
+from tformer_grading.checks.measure.sizes import explain, holds_size_error  # noqa: E402
+
 COLUMNS = (
     "wrong",
     "unlisted",
@@ -30,6 +34,8 @@ COLUMNS = (
     "right",
     "accepted",
     "crashed",
+    "size err",
+    "read",
     "seconds",
 )
 
@@ -40,7 +46,8 @@ def measure(chapter: str) -> dict[str, dict[str, float]]:
     rows: dict[str, Counter] = {}
     for entry in entries(chapter):
         start = time.perf_counter()
-        kind = grade(entry, graders).kind
+        verdict = grade(entry, graders)
+        kind = verdict.kind
         row = rows.setdefault(entry.exercise, Counter())
         row["seconds"] += time.perf_counter() - start
         if entry.expect is None:
@@ -52,6 +59,9 @@ def measure(chapter: str) -> dict[str, dict[str, float]]:
             row["unlisted"] += not entry.listed
             row["rejected"] += kind in ("named", "generic", "misnamed")
             row[kind] += kind != "accepted"
+            if holds_size_error(verdict.message):
+                row["size err"] += 1
+                row["read"] += explain(verdict.message) != ""
     total = sum(rows.values(), Counter())
     rows["all"] = total
     return {name: {c: row[c] for c in COLUMNS} for name, row in rows.items()}

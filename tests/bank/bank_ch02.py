@@ -133,7 +133,7 @@ def attention_softmax_without_dim(q, k, v):  # no dim: the legacy implicit dim i
 # --------------------------------------------------------------------------- unlisted
 
 
-@wrong("attention", r"divided by 5\.657, 8, 4, 16 .*2·√Dh", listed=False)
+@wrong("attention", r"divided by 5\.657, 5\.657, 8, 4, 16 .*2·√Dh", listed=False)
 def attention_two_sqrt_dk(q, k, v):  # an extra factor 2 "for stability"
     w = (q @ k.mT / (2 * math.sqrt(q.size(-1)))).softmax(-1)
     return w @ v, w
@@ -145,7 +145,7 @@ def attention_multiplies_by_sqrt(q, k, v):  # multiplies by √d_k instead of di
     return w @ v, w
 
 
-@wrong("attention", r"divided by 8, 8, 8, 8 .*hard-coded", listed=False)
+@wrong("attention", r"divided by 8, 8, 8, 8, 8 .*hard-coded", listed=False)
 def attention_hard_coded_64(q, k, v):  # √64 copied from the paper's d_k = 64
     w = (q @ k.mT / math.sqrt(64)).softmax(-1)
     return w @ v, w
@@ -170,7 +170,7 @@ def attention_scale_by_heads(q, k, v):  # unpacked the shape in the wrong order
     return w @ v, w
 
 
-@wrong("attention", r"divided by 16, 32, 8, 128 .*divisor is 2·Dh", listed=False)
+@wrong("attention", r"divided by 16, 16, 32, 8, 128 .*divisor is 2·Dh", listed=False)
 def attention_precedence_bug(q, k, v):  # / d ** 1/2 divides by d, then by 2
     d = q.size(-1)
     w = torch.softmax(q @ k.mT / d**1 / 2, dim=-1)
@@ -302,7 +302,7 @@ def attention_output_heads_scrambled(q, k, v):  # a transpose+reshape "to merge 
 
 @wrong(
     "attention",
-    r"expected shape \[2, 4, 5, 8\] \[B, H, \.\.\.\], got \[2, 5, 4, 8\]",
+    r"expected shape \[2, 3, 4, 8\] \[B, H, \.\.\.\], got \[2, 4, 3, 8\]",
     listed=False,
 )
 def attention_output_heads_moved(q, k, v):  # merged the heads one step too early
@@ -322,9 +322,16 @@ def attention_only_output(q, k, v):  # the weights forgotten in the return
     return w @ v
 
 
+@wrong("attention", r"3 \(H\) against 5 \(Sk\)", listed=False)
+def attention_dot_T(q, k, v):  # k.T, as the paper writes Q·Kᵀ
+    w = torch.softmax(q @ k.T / math.sqrt(q.size(-1)), dim=-1)
+    return w @ v, w
+
+
 @wrong(
     "attention",
-    r"raised RuntimeError.*at line \d+ of your code: `.*e\.sum\(-1\)",
+    r"raised RuntimeError.*at line \d+ of your code: `.*e\.sum\(-1\).*"
+    r"5 \(Sk\) against 4 \(Sq\)",
     listed=False,
 )
 def attention_sum_without_keepdim(q, k, v):  # row sums lose their axis: no broadcast
@@ -346,14 +353,18 @@ def attention_causal_already(q, k, v):  # a causal mask "because GPT has one"
     return w @ v, w
 
 
-@wrong("attention", r"divided by 2\.546, 3\.6, 1\.8, 7\.2", listed=False)
+@wrong("attention", r"divided by 2\.546, 2\.546, 3\.6, 1\.8, 7\.2", listed=False)
 def attention_temperature(q, k, v):  # a "sharper" temperature of 0.9 on top
     tau = 0.9
     w = (q @ k.mT / (tau * math.sqrt(q.size(-1)))).softmax(-1)
     return w @ v, w
 
 
-@wrong("attention", r"divided by -2\.828, -4, -2, -8 .*sign is flipped", listed=False)
+@wrong(
+    "attention",
+    r"divided by -2\.828, -2\.828, -4, -2, -8 .*sign is flipped",
+    listed=False,
+)
 def attention_negated_scores(q, k, v):  # a distance, -q·k, instead of a similarity
     w = torch.softmax(-torch.matmul(q, k.mT) / math.sqrt(q.size(-1)), dim=-1)
     return torch.matmul(w, v), w
@@ -365,7 +376,7 @@ def attention_adds_residual(q, k, v):  # the block's residual put inside attenti
     return w @ v + q, w
 
 
-@wrong("attention", r"'weights do not sum to 1'.*from 1\.341 to 3\.537", listed=False)
+@wrong("attention", r"'weights do not sum to 1'.*from 1\.612 to 3\.172", listed=False)
 def attention_sigmoid(q, k, v):  # sigmoid: each weight in (0, 1), rows unnormalised
     w = torch.sigmoid(q @ k.mT / math.sqrt(q.size(-1)))
     return w @ v, w
@@ -431,7 +442,7 @@ def attention_weights_of_first_sequence(q, k, v):  # [:1] kept from a debugging 
 
 @wrong(
     "attention",
-    r"divided by 1, 1, 1, 1 .*Besides, your output is not weights @ v",
+    r"divided by 1, 1, 1, 1, 1 .*Besides, your output is not weights @ v",
     listed=False,
 )
 def attention_returns_unscaled_weights(q, k, v):  # scaled for the output only

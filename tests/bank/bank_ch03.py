@@ -733,7 +733,7 @@ def masked_divide_by_dk(q, k, v, mask):  # d_k where √d_k was meant
 
 @wrong(
     "masked_attention",
-    r"divided by 5\.657; expected √Dh = √8 = 2\.828 "
+    r"divided by 4\.899; expected √Dh = √8 = 2\.828 "
     r"\(√\(H·Dh\) = √d_model",
     listed=False,
 )
@@ -990,8 +990,8 @@ def masked_normalised_globally(q, k, v, mask):  # exp / sum of everything
 
 @wrong(
     "masked_attention",
-    r"output is weights @ v with its axes permuted to \[batch, "
-    r"queries, heads, features\]",
+    r"your output have shape \[2, 4, 3, 8\], expected \[2, 3, 4, 8\].*"
+    r"yours is \[B, Sq, H, Dh\] where \[B, H, Sq, Dh\] is expected",
     listed=False,
 )
 def masked_output_heads_merged_early(q, k, v, mask):  # chapter 4's transpose, too early

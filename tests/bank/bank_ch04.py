@@ -283,7 +283,12 @@ class FFScaledOutput(nn.Module):  # "keep the variance": output divided by sqrt(
         return self.l2(F.relu(self.l1(x))) * self.scale
 
 
-@wrong("feed_forward", r"raised .* x \[6, 8\]", listed=False)
+@wrong(
+    "feed_forward",
+    r"raised .* x \[S=6, D=8\].*`b, s, d = x\.shape` unpacks 3 sizes from a shape "
+    r"with 2 axes",
+    listed=False,
+)
 class FFAssumes3D(nn.Module):  # flattens assuming x is [B, S, D]
     def __init__(self, d_model, d_ff, dropout=0.0):
         super().__init__()

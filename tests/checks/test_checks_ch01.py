@@ -370,8 +370,8 @@ def test_shared_linear_diagnosis_gives_the_parameter_counts():
         ch01.check_multi_head_attention(WrongSharedPerHeadLinear)
     message = str(info.value)
     assert (
-        "320 parameters" in message
-        and "4·(D²+D) = 1,088" in message
+        "495 parameters" in message
+        and "4·(D²+D) = 1,680" in message
         and "§1.8 'Per-head projections'" in message
     )
 
@@ -470,7 +470,8 @@ def test_mha_finds_projections_by_behaviour_not_order(capsys):
 
 def test_mha_measures_the_score_divisor():
     measured = (
-        r"divided by 4 \(D=16, H=4\), 8 \(D=24, H=3\).*that is d_head; "
+        r"divided by 5 \(D=20, H=4\), 4 \(D=16, H=4\), 8 \(D=24, H=3\).*"
+        r"that is d_head; "
         r"expected √Dh = 2"
     )
     with pytest.raises(CheckFailure, match=measured):

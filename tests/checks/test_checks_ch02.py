@@ -239,7 +239,8 @@ def test_attention_reports_the_learners_line_when_it_raises():
         CheckFailure,
         match=r"your code raised RuntimeError: .* at line \d+ of "
         r"your code: `return w @ v, w` while the check "
-        r"ran case q \[B=3, H=3, Sq=4",
+        r"ran case q \[B=2, H=3, Sq=4.*for the first two axes of a batched "
+        r"product's second operand \[B·H, Sq\] was expected and \[B·H, Sk\] came",
     ):
         ch02.check_attention(attention_raises_on_cross_attention)
 

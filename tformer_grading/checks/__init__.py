@@ -4,7 +4,9 @@
 A check author reads ``diagnosis`` (the API: ``Pitfall``, ``Section``, ``Case``,
 ``compare_to_reference``, probes), ``cases`` (seeded inputs, building the
 learner's module) and ``delegation`` (the hidden "written by hand" tests);
-``blocks`` holds what chapters 4 and 5 share.
+``blocks`` holds what chapters 4 and 5 share. ``measure`` is the measuring toolkit,
+one concern per module, that every exercise's checks share (its ``sizes`` reads a crash's
+numbers as the case's sizes).
 """
 
 from .diagnosis import CheckFailure, Diagnosis, Pitfall, Section

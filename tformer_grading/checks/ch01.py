@@ -544,7 +544,7 @@ def _split_cases():
     shapes = [(2, 5, 12, 3), (1, 7, 8, 2), (3, 4, 16, 4), (4, 6, 24, 4)]
     cases = [
         Case(
-            f"x [B={b}, S={s}, D={d}], n_heads={h}",
+            f"x [B={b}, S={s}, D={d}], n_heads={h} (Dh={d // h})",
             lambda b=b, s=s, d=d, h=h, i=i: (randn(b, s, d, seed=i), h),
         )
         for i, (b, s, d, h) in enumerate(shapes)
@@ -728,7 +728,7 @@ def _merge_cases():
     shapes = [(2, 3, 5, 4), (1, 2, 7, 4), (3, 4, 4, 4), (4, 4, 6, 2)]
     cases = [
         Case(
-            f"x [B={b}, H={h}, S={s}, Dh={dh}]",
+            f"x [B={b}, H={h}, S={s}, Dh={dh}] (D={h * dh})",
             lambda b=b, h=h, s=s, dh=dh, i=i: (randn(b, h, s, dh, seed=10 + i),),
         )
         for i, (b, h, s, dh) in enumerate(shapes)
@@ -1385,15 +1385,17 @@ def _load(module, alignment: Alignment, w: dict) -> dict:
 
 def _mha_cases():
     # (D, H, B, Sq, Sk, dtype); Sq != Sk is cross-attention, with key != value; B == H
-    # catches batch/head mix-ups.
+    # catches batch/head mix-ups. The first case's sizes are all different, so a crash's
+    # numbers decode to one name each (measure.sizes); its seeds come after the others'.
     configs = [
+        (20, 4, 2, 3, 7, torch.float32),
         (16, 4, 2, 5, 5, torch.float32),
         (24, 3, 3, 4, 7, torch.float32),
         (12, 2, 2, 6, 6, torch.float64),
         (32, 4, 4, 5, 3, torch.float32),
     ]
     cases = []
-    for i, (d, h, b, sq, sk, dtype) in enumerate(configs):
+    for i, (d, h, b, sq, sk, dtype) in zip((4, 0, 1, 2, 3), configs):
 
         def make(d=d, h=h, b=b, sq=sq, sk=sk, dtype=dtype, i=i):
             w = {
@@ -1415,7 +1417,7 @@ def _mha_cases():
             )
 
         kind = "self-attention" if sq == sk else "cross-attention"
-        label = f"{kind} D={d}, H={h}, B={b}, Sq={sq}, Sk={sk}, {dtype}"
+        label = f"{kind} D={d}, H={h}, Dh={d // h}, B={b}, Sq={sq}, Sk={sk}, {dtype}"
         cases.append(Case(label, make))
     return cases
 

@@ -24,6 +24,7 @@ from tformer_ref.device import get_device
 from tformer_ref.masks import causal_mask, padding_mask
 from ..guard.integrity import seal
 from .cases import randn
+from .measure.sizes import named
 from .ch02 import S_SATURATION, part_of_pair
 from .delegation import check_not_delegated
 from .diagnosis import (
@@ -830,9 +831,9 @@ _PER_HEAD_MASK = (
 # (label, B, H, Sq, Sk, Dh, mask)
 _MASKED_SPECS = (
     (
-        "padding mask [2, 1, 1, 6], cross-attention Sq=4",
+        "padding mask [2, 1, 1, 6], cross-attention",
         2,
-        4,
+        3,
         4,
         6,
         8,
@@ -877,7 +878,7 @@ def _masked_case(i, spec, dtype):
             mask_fn(),
         )
 
-    return Case(f"{label}, {dtype}", make)
+    return Case(f"{label} ({named(B=b, H=h, Sq=sq, Sk=sk, Dh=dh)}), {dtype}", make)
 
 
 def _masked_cases(dtypes=_FULL_DTYPES):
@@ -1092,10 +1093,16 @@ def _span(t: torch.Tensor) -> str:
 
 def _zeroed_rows_stage(seen: _Seen):
     """Queries that have keys to attend to but whose weights are all (practically)
-    zero: something zeroed whole rows after the softmax. Named by which keys those
-    queries may see (all of them, or some)."""
-    zeroed = (seen.weights.abs() < 1e-7).all(-1) & ~seen.empty
+    zero, while no other row has an allowed key zeroed: something zeroed whole rows
+    after the softmax. Named by which keys those queries may see (all, or some)."""
+    zero = seen.weights.abs() < 1e-7
+    zeroed = zero.all(-1) & ~seen.empty
     if not zeroed.any():
+        return None
+    if (zero & seen.keep & ~zeroed[..., None]).any():
+        # Allowed keys zeroed here and there in other rows too: zeros scattered at
+        # random (dropout) also empty a short row now and then, so the rows say
+        # nothing of their own; the allowed-keys stage reads the scattered zeros.
         return None
     full = seen.keep.all(-1)
     kinds = [

@@ -41,6 +41,7 @@ from .blocks import (
     reject_batchnorm,
 )
 from .cases import build_module, randn
+from .measure.sizes import named
 from .diagnosis import (
     UNEXPLAINED,
     Case,
@@ -259,9 +260,8 @@ def _ff_cases(cls):
             return module, randn(*lead, d, seed=400 + i, dtype=dtype) * scale, f
 
         scaled = ", x scaled by 10" if i == len(FF_CONFIGS) - 1 else ""
-        cases.append(
-            Case(f"D={d}, d_ff={f}, x {list(lead) + [d]}, {dtype}{scaled}", make)
-        )
+        axes = named(**dict(zip(("A", "B", "S")[-len(lead) :], lead)), D=d)
+        cases.append(Case(f"d_ff={f}, x [{axes}], {dtype}{scaled}", make))
     return cases
 
 
@@ -1103,7 +1103,8 @@ def _block_cases(
 
         cases.append(
             Case(
-                f"D={d}, H={h}, d_ff={f}, x [{b}, {s}, {d}], mask {mask_kind}, {dtype}",
+                f"H={h}, d_ff={f}, x [{named(B=b, S=s, D=d)}], mask {mask_kind}, "
+                f"{dtype}",
                 make,
             )
         )

@@ -38,6 +38,7 @@ from .blocks import (
     randomise_norms,
 )
 from .cases import randn
+from .measure.sizes import named
 from .ch04 import BATCHNORM, DROPOUT_IN_EVAL, S_DROPOUT, S_PLACEMENT, S_RESIDUAL
 from .delegation import check_by_hand  # noqa: F401 (test cells call ch05.check_by_hand)
 from .diagnosis import (
@@ -778,8 +779,8 @@ def _embed_cases():
 
         cases.append(
             Case(
-                f"tokens [{b}, {s}], vocab {vocab}, d_model {d}, "
-                f"pe [{s + 6}, {d}], {dtype}",
+                f"tokens [{named(B=b, S=s)}], {named(V=vocab, D=d)}, "
+                f"pe [{named(P=s + 6)}, D], {dtype}",
                 make,
             )
         )
@@ -1327,8 +1328,8 @@ def _decoder_cases(cls):
 
         cases.append(
             Case(
-                f"D={d}, H={h}, d_ff={f}, x [{b}, {st}, {d}], "
-                f"memory [{b}, {ss}, {d}], source padding "
+                f"H={h}, d_ff={f}, x [{named(B=b, St=st, D=d)}], "
+                f"memory [.., Ss={ss}, ..], source padding "
                 f"{'yes' if pad else 'no'}, {dtype}",
                 make,
             )

@@ -21,6 +21,7 @@ from tformer_ref.device import get_device
 from tformer_ref.training import noam_lambda
 from ..guard.integrity import seal
 from .cases import randn
+from .measure.sizes import named
 
 # Unused here: the exercise's test cells call it as ch06.check_by_hand.
 from .delegation import check_by_hand, check_not_delegated  # noqa: F401
@@ -699,7 +700,10 @@ def _loss_cases():
             logits = randn(b, s, v, seed=200 + i, dtype=dtype)
             return logits, labels.to(get_device()), pad, eps
 
-        label = f"logits [{b}, {s}, {v}] {dtype}, pad_id={pad}, label_smoothing={eps}"
+        label = (
+            f"logits [{named(B=b, St=s, V=v)}] {dtype}, pad_id={pad}, "
+            f"label_smoothing={eps}"
+        )
         cases.append(Case(label, make))
     return cases
 

@@ -39,6 +39,7 @@ from ..anchors import heading_anchor
 from ..guard.integrity import integrity_problems, seal
 from ..guard.receipts import sign
 from ..progress import NOT_ANSWERED
+from .measure.sizes import explain
 
 
 class CheckFailure(AssertionError):
@@ -285,8 +286,13 @@ class Raised:
 
 
 def fail(title: str, message: str, section: Section | None = None) -> None:
-    """Raise a :class:`CheckFailure` formatted the same way everywhere."""
+    """Raise a :class:`CheckFailure` formatted the same way everywhere. When the message
+    forwards a size error of the learner's code (or reports a wrong shape) and names the
+    case's sizes, it says what each number of the error is (:mod:`.measure.sizes`)."""
     text = f"{title}: {message}"
+    numbers = explain(message)
+    if numbers:
+        text = f"{text.rstrip()}{'' if text.rstrip().endswith('.') else '.'} {numbers}"
     if section is not None:
         text += f"{_READ}{section}."
     raise CheckFailure(text, title=title, section=section)

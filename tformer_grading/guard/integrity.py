@@ -27,7 +27,9 @@ import torch
 PACKAGES = ("tformer_ref", "tformer_grading")
 # The modules of tformer_grading.checks that are shared machinery, not one exercise's
 # checks (re-exported as tformer_grading.checks.SHARED_MODULES).
-SHARED_CHECK_MODULES = frozenset({"blocks", "cases", "delegation", "diagnosis"})
+SHARED_CHECK_MODULES = frozenset(
+    {"blocks", "cases", "delegation", "diagnosis", "measure"}
+)
 _MISSING = object()
 _SEALS: dict[str, "_Seal"] = {}
 # Functions a verdict depends on, captured when this module is imported (before learner code runs).
@@ -251,7 +253,8 @@ def _main_problems() -> list[str]:
         # (`ch01`, `bughunt_attention`, `own_model`, ...); the shared machinery's short
         # names (`blocks`, `cases`) a learner may well use for their own imports.
         if (
-            not name.startswith("tformer_grading.checks.")
+            name.count(".") != 2  # the measuring toolkit's modules lie deeper
+            or not name.startswith("tformer_grading.checks.")
             or short in SHARED_CHECK_MODULES
         ):
             continue
