@@ -319,6 +319,18 @@ LOSS_NOT_SHIFTED = RIGHT["own_model"].replace(
 MODEL_NO_SOURCE_MASK = RIGHT["own_model"].replace(
     "memory = block(memory, src_mask)", "memory = block(memory)"
 )
+# The decoder's cross-attention reads the source's padding (the encoder masks it).
+DECODER_NO_SOURCE_MASK = RIGHT["own_model"].replace(
+    "x = block(x, memory, src_mask)", "x = block(x, memory)"
+)
+# The mean runs over the padded labels too (no ignore_index).
+LOSS_COUNTS_PADDING = RIGHT["own_model"].replace(
+    "labels.reshape(-1), ignore_index=PAD", "labels.reshape(-1)"
+)
+# The blocks in a Python list: their weights are not the model's parameters.
+BLOCKS_IN_A_LIST = RIGHT["own_model"].replace(
+    "self.encoder = nn.ModuleList(", "self.encoder = list("
+)
 # Every piece and probe is right, but only the output layer trains.
 MODEL_DETACHED = RIGHT["own_model"].replace(
     "return self.generator(x)", "return self.generator(x.detach())"
@@ -477,7 +489,7 @@ def failure(ns: dict) -> str:
 
 def test_an_inverted_causal_mask_is_named():
     text = failure(notebook(own_masks=MASK_TRIU))
-    assert "your model does not learn" in text
+    assert "fails probes that every right model passes" in text
     assert "- your masks piece (causal_mask, padding_mask) fails" in text
     assert "triu instead of tril" in text and "the decoder sees the future" in text
     assert "your attention" not in text and "your blocks" not in text
@@ -506,6 +518,26 @@ def test_an_unshifted_target_is_named_in_the_assembly():
 def test_a_source_mask_left_out_is_named_in_the_assembly():
     text = failure(notebook(own_model=MODEL_NO_SOURCE_MASK))
     assert "padding the source changes the logits" in text and "- your" not in text
+
+
+@pytest.mark.parametrize(
+    "answer,finding",
+    [
+        (DECODER_NO_SOURCE_MASK, "padding the source changes the logits"),
+        (LOSS_COUNTS_PADDING, "batch_loss counts the padding"),
+        (BLOCKS_IN_A_LIST, "some weights are outside the state_dict"),
+    ],
+)
+def test_an_assembly_that_could_learn_anyway_fails_before_training(answer, finding):
+    """Bug this guards against: the probes ran only when the model failed to learn, so
+    a model that learned the dates with its decoder reading padded sources, or with
+    padding counted in its loss, earned all 6 points (issue 26, item 7)."""
+    assert answer != RIGHT["own_model"]
+    with pytest.raises(CheckFailure) as info:
+        learns(notebook(own_model=answer))  # the full number of steps: never reached
+    text = str(info.value)
+    assert "fails probes that every right model passes" in text and finding in text
+    assert "- your" not in text
 
 
 def test_a_model_that_fails_every_probe_but_nothing_isolated_says_so():

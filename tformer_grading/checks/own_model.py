@@ -388,14 +388,14 @@ def _data():
     return vocab, PairDataset(train_pairs, vocab), src, tgt
 
 
-def _build(title: str, model_cls, vocab_size: int) -> nn.Module:
-    """``model_cls(V, D, H, F, layers)`` under a fixed seed, with the course's Xavier
+def _build(title: str, model_cls, vocab_size: int, seed: int = SEED) -> nn.Module:
+    """``model_cls(V, D, H, F, layers)`` under ``seed``, with the course's Xavier
     initialisation (§4.6), on the course's device."""
     __tracebackhide__ = True
     name = getattr(model_cls, "__name__", "model")
     call = f"{name}({vocab_size}, {D_MODEL}, {N_HEADS}, {D_FF}, {N_LAYERS})"
     with torch.random.fork_rng(devices=[]), quiet():
-        torch.manual_seed(SEED)
+        torch.manual_seed(seed)
         try:
             model = model_cls(vocab_size, D_MODEL, N_HEADS, D_FF, N_LAYERS)
             if not isinstance(model, nn.Module):
@@ -647,7 +647,28 @@ def _probe_target_order(model, src, tgt):
     return None
 
 
+def _probe_registered(model, src, tgt):
+    # The same class built under another seed and given this model's state_dict must
+    # compute the same logits: weights outside the state_dict keep their own draw.
+    a = _logits(model, src, tgt[:, :-1])
+    if not isinstance(a, torch.Tensor):
+        return None
+    other = _build("your Transformer learns", type(model), a.size(-1), seed=SEED + 1)
+    with quiet():
+        other.load_state_dict(model.state_dict())
+    if not _same(a, _logits(other, src, tgt[:, :-1])):
+        return (
+            "two models built under different seeds compute different logits after "
+            "load_state_dict gave them the same weights: some weights are outside "
+            "the state_dict (not registered), so the optimizer never trains them "
+            "(keep blocks in an nn.ModuleList, not a Python list)",
+            S_DECODER,
+        )
+    return None
+
+
 MODEL_PROBES = (
+    _probe_registered,
     _probe_causal,
     _probe_source_padding,
     _probe_source_read,
@@ -820,7 +841,9 @@ def check_own_model_learns(
     name the pieces (their chapter checks) and the parts of the assembly (the probes) at
     fault.
 
-    The pieces, probed only when the model does not learn: ``attention`` =
+    The assembly is probed first, before training (a model can learn the task with
+    its source mask left out or padding counted in its loss). The pieces, probed when
+    the assembly fails or the model does not learn: ``attention`` =
     (split_heads, merge_heads, masked_attention, MultiHeadAttention), ``masks`` =
     (causal_mask, padding_mask), ``blocks`` = (FeedForward, EncoderBlock, DecoderBlock),
     ``positions`` = (sinusoidal_encoding, embed). ``steps``: tests shorten it to reach
@@ -836,6 +859,15 @@ def check_own_model_learns(
         model = _build(title, model_cls, len(vocab))
         src, tgt = _probe_batch(get_device())
         _check_forward(title, model, src, tgt[:, :-1], len(vocab))
+        # Before training: a model can learn the dates with its source mask left out
+        # or padding counted in its loss, so learning proves neither.
+        assembly = _assembly_findings(model, batch_loss, len(vocab))
+        if assembly:
+            task = (
+                "your assembled model fails probes that every right model passes, "
+                "whatever it learns (run on the untrained model)"
+            )
+            _fail_with_findings(title, task, _piece_findings(pieces) + assembly)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(SEED)
             result = train(model, batch_loss, items, steps=steps)
@@ -863,10 +895,7 @@ def check_own_model_learns(
                 f"training); the bar is {THRESHOLD:.0%}",
             )
             return
-        fresh = _build(title, model_cls, len(vocab))
-        findings = _piece_findings(pieces) + _assembly_findings(
-            fresh, batch_loss, len(vocab)
-        )
+        findings = _piece_findings(pieces)
     how = error or (
         f"after {result['steps']} steps it gets {accuracy:.1%} exact match "
         f"on {N_TEST} new dates; the bar is {THRESHOLD:.0%}"

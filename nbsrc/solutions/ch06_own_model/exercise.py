@@ -27,9 +27,11 @@
 # **Points.** One check per piece, graded only when the piece is your own code and passes its
 # chapter's checks again (attention 2, masks 1, blocks 2, positions 1), and 6 points for the model:
 # the check builds your `OwnTransformer`, trains it with a fixed recipe for a fixed number of steps,
-# and asks for a stated exact-match accuracy on dates it has never seen. When it does not learn,
-# the check runs each chapter's pitfall probes on your pieces and on the assembled model and tells
-# you which piece is at fault, and where to read about it.
+# and asks for a stated exact-match accuracy on dates it has never seen. Before training it probes
+# the assembled model (the source mask reaching the decoder, the loss leaving padding out, every
+# block registered): a model can learn the dates with those wrong, so learning alone earns nothing.
+# When a probe fails or the model does not learn, the check runs each chapter's pitfall probes on
+# your pieces too and tells you which piece is at fault, and where to read about it.
 #
 # **Grade yourself** at any time, from the course folder:
 # `python -m tformer_grading book/ch06_own_model/exercise.ipynb`
