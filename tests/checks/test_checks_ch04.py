@@ -361,6 +361,25 @@ class WrongDropoutAlwaysOn(Block):  # F.dropout without training=self.training
         )
 
 
+class WrongDropoutRateTyped(Block):  # the paper's 0.1, whatever the block is given
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
+        super().__init__(d_model, n_heads, d_ff, dropout, norm_first)
+        self.drop1, self.drop2 = nn.Dropout(0.1), nn.Dropout(0.1)
+
+
+class WrongDropoutKeepRate(Block):  # "dropout" read as the share to keep
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
+        super().__init__(d_model, n_heads, d_ff, dropout, norm_first)
+        self.drop1, self.drop2 = nn.Dropout(1 - dropout), nn.Dropout(1 - dropout)
+
+
+class WrongSequenceFirst(Block):  # transposed to [S, B, D] "as nn.Transformer wants"
+    def forward(self, x, mask=None):
+        x = x.transpose(0, 1)
+        x = self.sub(x, lambda h: self.attn(h, h, h), self.norm1, self.drop1)
+        return self.sub(x, self.ff, self.norm2, self.drop2).transpose(0, 1)
+
+
 class WrongWrapsTorch(nn.Module):  # PyTorch's layer does the work
     def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
         super().__init__()
@@ -498,6 +517,12 @@ def test_the_seeds_dropout_is_invisible_in_eval_mode():
         (WrongHandBatchNorm, "BatchNorm instead of LayerNorm"),
         (WrongIgnoresMask, "padding changes the real tokens"),
         (WrongDropoutAlwaysOn, "dropout still on in eval mode"),
+        # Bug these guard against: each was named 'BatchNorm instead of LayerNorm'
+        # (held-out trial, issue 26): randomness, or rows mixed by attention, made
+        # sequence 0 look batch-dependent.
+        (WrongDropoutRateTyped, "'random in train mode at dropout 0'"),
+        (WrongDropoutKeepRate, "'train and eval mode differ at dropout 0'"),
+        (WrongSequenceFirst, "'the sequences of a batch mix'.*positions of the other"),
     ],
 )
 def test_behaviour_rejects(cls, diagnosis):

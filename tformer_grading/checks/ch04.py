@@ -1996,16 +1996,60 @@ DROPOUT_IN_EVAL = Diagnosis(
 )
 
 
-def _batch_independent(module, x):
-    """In train mode (where BatchNorm uses batch statistics), sequence 0's output
-    ignores the other sequences, and a batch of one gives it too."""
+RANDOM_AT_RATE_ZERO = Diagnosis(
+    "random in train mode at dropout 0",
+    "Built with dropout=0, the block must compute the same output on every call in "
+    "train mode: every dropout takes its rate from the block's dropout argument "
+    "(nn.Dropout(dropout)), never a number of its own (Dropout(0.1)) or another "
+    "function of it (Dropout(1 - dropout)).",
+    S_DROPOUT,
+)
+SEQUENCES_MIX = Diagnosis(
+    "the sequences of a batch mix",
+    "Each sequence of a batch x [B, S, D] is a sentence of its own: the block must "
+    "compute sequence 0's output from sequence 0 alone. Attention runs over the "
+    "positions S of one sequence, never over the batch axis (batch first, [B, S, D]).",
+    S_NORM,
+)
+TRAIN_EVAL_DIFFER = Diagnosis(
+    "train and eval mode differ at dropout 0",
+    "At dropout=0 nothing may depend on the mode: dropout at rate 0 keeps everything, "
+    "and a LayerNorm has no running statistics. Give every dropout the block's "
+    "dropout argument as its rate (a rate of 1 - dropout drops everything at 0).",
+    S_DROPOUT,
+)
+
+
+def _same_twice_in_train(module, x):
+    """Two train-mode calls on one input agree (dropout 0: nothing random may run)."""
     module.train()
+    return torch.equal(module(x.clone()), module(x.clone()))
+
+
+def _batch_independent(module, x):
+    """In train mode (where BatchNorm uses batch statistics) and in eval mode, sequence
+    0's output ignores the other sequences, and a batch of one gives it too."""
     changed = x.clone()
     changed[1:] = changed[1:] * 3.0 + 1.0
-    base, other, one = module(x.clone()), module(changed), module(x[:1].clone())
-    return torch.allclose(other[0], base[0], atol=1e-5) and torch.allclose(
-        one[0], base[0], atol=1e-5
-    )
+    for train in (True, False):
+        module.train(train)
+        base, other, one = module(x.clone()), module(changed), module(x[:1].clone())
+        if not (
+            torch.allclose(other[0], base[0], atol=1e-5)
+            and torch.allclose(one[0], base[0], atol=1e-5)
+        ):
+            return False
+    return True
+
+
+def _others_tokens_unseen(module, x):
+    """In eval mode, reversing the positions of the other sequences leaves sequence 0's
+    output unchanged: it reads no token of theirs (statistics over the batch and the
+    positions, which a batch norm takes, do not change under that reordering)."""
+    module.eval()
+    reordered = x.clone()
+    reordered[1:] = reordered[1:].flip(1)
+    return torch.allclose(module(reordered)[0], module(x.clone())[0], atol=1e-5)
 
 
 def _padding_invisible(module, x):
@@ -2031,12 +2075,27 @@ def _deterministic_in_eval(module, *inputs):
     return torch.equal(module(*inputs), module(*inputs))
 
 
+# In this order, each probe run only when the ones before it held: a cause is named
+# only where the earlier probes rule out the others (randomness makes sequence 0 look
+# batch-dependent; a batch norm reads the other sequences through statistics only).
 BEHAVIOUR_PROBES = (
+    (
+        _same_twice_in_train,
+        RANDOM_AT_RATE_ZERO,
+        "Built with dropout=0, two train-mode calls on the same input gave different "
+        "outputs.",
+    ),
+    (
+        _others_tokens_unseen,
+        SEQUENCES_MIX,
+        "Reversing the positions of the other sequences of the batch changed sequence "
+        "0's output (in eval mode).",
+    ),
     (
         _batch_independent,
         BATCHNORM,
-        "In train mode, the output for sequence 0 depends on the other sequences of the "
-        "batch.",
+        "Sequence 0's output changes when the other sequences of the batch are scaled, "
+        "but not when their positions are reordered: statistics taken over the batch.",
     ),
     (
         _padding_invisible,
@@ -2045,9 +2104,10 @@ BEHAVIOUR_PROBES = (
     ),
     (
         _same_in_train_and_eval,
-        BATCHNORM,
-        "At dropout 0 the block gives different outputs in train and eval mode (a "
-        "train/eval mismatch).",
+        TRAIN_EVAL_DIFFER,
+        "Built with dropout=0, the block's output in train mode differs from its "
+        "output in eval mode (each the same on every call, and no sequence depends on "
+        "another).",
     ),
 )
 
