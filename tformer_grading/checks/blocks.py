@@ -33,7 +33,7 @@ from tformer_ref.attention import MultiHeadAttention
 
 from ..guard.integrity import seal
 from .cases import build_module
-from .delegation import reject_wrapped
+from .delegation import fail_if_raised, reject_wrapped
 from .diagnosis import (
     Case,
     Diagnosis,
@@ -392,11 +392,13 @@ FORBIDDEN_BLOCKS = (
 FORBIDDEN_MODULES = ("tformer_ref.blocks", "tformer_ref.model")
 
 
-def check_block_not_delegated(title: str, module: nn.Module) -> None:
+def check_block_not_delegated(title: str, module: nn.Module, *inputs) -> None:
     """Hidden test: the block is the learner's wiring, not PyTorch's layer or the
-    reference's block (the reference's MultiHeadAttention inside it is allowed)."""
+    reference's block (the reference's MultiHeadAttention inside it is allowed), and it
+    runs on ``inputs`` (a block that raises shows no wiring at all)."""
     __tracebackhide__ = True
     reject_wrapped(title, module, FORBIDDEN_BLOCKS, FORBIDDEN_MODULES)
+    fail_if_raised(title, run(module, inputs))
     passed(title, "wired by hand, no built-in or reference block inside")
 
 

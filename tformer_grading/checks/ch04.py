@@ -2143,7 +2143,7 @@ def check_block_by_hand(cls) -> None:
     __tracebackhide__ = True
     torch.manual_seed(0)
     module = build_block("EncoderBlock", cls, (16, 4, 32, 0.1, False))
-    check_block_not_delegated("EncoderBlock", module)
+    check_block_not_delegated("EncoderBlock", module, randn(2, 5, 16, seed=0))
 
 
 seal(__name__)

@@ -2236,7 +2236,8 @@ def check_decoder_by_hand(cls) -> None:
     __tracebackhide__ = True
     torch.manual_seed(0)
     module = build_block("DecoderBlock", cls, (16, 4, 40, 0.1))
-    check_block_not_delegated("DecoderBlock", module)
+    x, memory = randn(2, 5, 16, seed=0), randn(2, 7, 16, seed=1)
+    check_block_not_delegated("DecoderBlock", module, x, memory)
 
 
 seal(__name__)

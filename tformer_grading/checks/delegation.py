@@ -10,6 +10,7 @@ itself reported.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import sys
 import types
@@ -21,7 +22,8 @@ import torch
 import tformer_ref
 
 from ..guard.integrity import seal
-from .diagnosis import fail, passed, quiet, single_thread, verify_integrity
+from .diagnosis import Raised, fail, passed, single_thread, verify_integrity
+from .diagnosis import run as call_quietly
 
 REFERENCE_DIR = os.path.dirname(os.path.abspath(tformer_ref.__file__)) + os.sep
 # Reference code a learner may call freely inside an exercise (it teaches nothing the exercise
@@ -112,8 +114,9 @@ def check_not_delegated(
     verify_integrity()
     if module is not None:
         reject_wrapped(title, module)
-    with record_calls() as calls, quiet():
-        run()
+    with record_calls() as calls:
+        result = call_quietly(run, ())
+    fail_if_raised(title, result)
     if calls.switched_off:
         fail(
             title,
@@ -133,6 +136,31 @@ def check_not_delegated(
             "computation yourself.",
         )
     passed(title, "written by hand, no built-in or reference shortcut")
+
+
+def first_raised(result: Any) -> Raised | None:
+    """The learner's exception in what a run returned: ``result`` itself, or an item or
+    field of it (a list of outputs, a record of a run), or None."""
+    if isinstance(result, Raised):
+        return result
+    if dataclasses.is_dataclass(result) and not isinstance(result, type):
+        result = [getattr(result, f.name) for f in dataclasses.fields(result)]
+    if isinstance(result, (list, tuple)):
+        return next((r for r in map(first_raised, result) if r is not None), None)
+    return None
+
+
+def fail_if_raised(title: str, result: Any) -> None:
+    """A hidden test sees how code computes only when it runs: fail when it raised."""
+    __tracebackhide__ = True
+    raised = first_raised(result)
+    if raised is not None:
+        fail(
+            title,
+            f"your code raised {raised!r} when this test ran it to see what it calls, "
+            "so nothing shows how it computes. It counts once your code runs: fix what "
+            "the checks above report first.",
+        )
 
 
 def check_by_hand(
