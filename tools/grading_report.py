@@ -22,7 +22,10 @@ sys.path.insert(0, str(ROOT / "tests" / "bank"))
 
 from bank import entries, grade, load  # noqa: E402
 
-from tformer_grading.checks.measure.sizes import explain, holds_size_error  # noqa: E402
+from tformer_grading.checks.measure.torch_errors import (  # noqa: E402
+    explain,
+    holds_size_error,
+)
 
 COLUMNS = (
     "wrong",

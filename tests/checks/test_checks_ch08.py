@@ -788,7 +788,7 @@ def test_lm_step_measures_the_positions():
     [
         (
             step_positions_from_one,
-            r"tokens \[2, 5\] your 5 token\(s\) sat at "
+            r"tokens \[B=2, S=5\] your 5 token\(s\) sat at "
             r"position\(s\) 1..5 \(a start of 1 instead of "
             r"cache.length = 0\); on an empty cache they belong at "
             r"0..4",

@@ -10,10 +10,10 @@ that scatters along the batch axis, a split_heads that transposes before a view.
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-import pytest
 
 from tformer_grading.checks import ch01, ch04, ch05, ch08
 from tformer_grading.checks.diagnosis import CheckFailure

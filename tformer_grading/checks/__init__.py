@@ -5,8 +5,8 @@ A check author reads ``diagnosis`` (the API: ``Pitfall``, ``Section``, ``Case``,
 ``compare_to_reference``, probes), ``cases`` (seeded inputs, building the
 learner's module) and ``delegation`` (the hidden "written by hand" tests);
 ``blocks`` holds what chapters 4 and 5 share. ``measure`` is the measuring toolkit,
-one concern per module, that every exercise's checks share (its ``sizes`` reads a crash's
-numbers as the case's sizes).
+one concern per module, that every exercise's checks share (its ``torch_errors`` reads a
+crash's numbers as the case's sizes).
 """
 
 from .diagnosis import CheckFailure, Diagnosis, Pitfall, Section

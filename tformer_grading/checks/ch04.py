@@ -1010,7 +1010,8 @@ def discover(title, module, x, mask, d_ff, norm_first=None) -> Parts:
         fail(
             title,
             f"your block raised {Raised(exc)!r} while the check ran it on x "
-            f"{list(x.shape)}, {x.dtype}, mask "
+            f"[{named(B=x.size(0), S=x.size(1), D=x.size(2))}] (d_ff={d_ff}), "
+            f"{x.dtype}, mask "
             f"{None if mask is None else list(mask.shape)}.",
         )
     found = Parts((attns[0][1],), (), ff1, ff2)

@@ -2202,8 +2202,8 @@ def _observe(title, probe, *args):
             fail(
                 title,
                 f"your block raised {Raised(exc)!r} while the check ran the "
-                f"probe '{name}' (x [2, 6, 16], memory [2, 5, 16], src_mask "
-                "[2, 1, 1, 5]).",
+                f"probe '{name}' (x [B=2, St=6, D=16], memory [.., Ss=5, ..], "
+                "src_mask [2, 1, 1, 5]).",
             )
 
 

@@ -40,6 +40,7 @@ from tformer_ref.model import DecoderOnlyLM
 from tformer_ref.positions import LearnedPositionalEmbedding
 from ..guard.integrity import seal
 from .delegation import check_not_delegated
+from .measure.sizes import named
 from .diagnosis import (
     UNEXPLAINED,
     Case,
@@ -140,7 +141,7 @@ def _prob_logits(b, v, seed, boost, offset=0.0):
 
 def _prob_case(b, v, seed, t, p, boost, offset) -> Case:
     around = f" around {offset:g}" if offset else ""
-    label = f"logits [{b}, {v}]{around}, temperature={t}, top_p={p}"
+    label = f"logits [{named(B=b, V=v)}]{around}, temperature={t}, top_p={p}"
     return Case(label, lambda: (_prob_logits(b, v, seed, boost, offset), t, p))
 
 
@@ -833,34 +834,36 @@ def _model_5():
     return lm(5, norm_first=True, positions="learned", std=0.5, dropout=0.1)
 
 
-M1 = "model 1 (Post-LN, sinusoidal positions)"
-M2 = "model 2 (Pre-LN, learned positions, final LayerNorm)"
-M3 = "model 3 (Post-LN, learned positions, tied embeddings)"
-M5 = "model 5 (Pre-LN, learned positions, dropout=0.1, in eval mode)"
+# The step and generation models' sizes (see lm), named so that a crash's numbers read.
+LM_SIZES = "V=11, D=16, H=2, Dh=8"
+M1 = f"model 1 (Post-LN, sinusoidal positions; {LM_SIZES})"
+M2 = f"model 2 (Pre-LN, learned positions, final LayerNorm; {LM_SIZES})"
+M3 = f"model 3 (Post-LN, learned positions, tied embeddings; {LM_SIZES})"
+M5 = f"model 5 (Pre-LN, learned positions, dropout=0.1, in eval mode; {LM_SIZES})"
 
 
 def step_cases() -> list[StepCase]:
     m1, m2, m3, m5 = _model_1(), _model_2(), _model_3(), _model_5()
     return [
-        StepCase(f"{M1}, empty cache, tokens [2, 5]", m1, None, (_ids(2, 5, 80),)),
-        StepCase(f"{M2}, empty cache, tokens [2, 4]", m2, None, (_ids(2, 4, 81),)),
+        StepCase(f"{M1}, empty cache, tokens [B=2, S=5]", m1, None, (_ids(2, 5, 80),)),
+        StepCase(f"{M2}, empty cache, tokens [B=2, S=4]", m2, None, (_ids(2, 4, 81),)),
         StepCase(
-            f"{M1}, the cache holding 6 tokens (filled by the reference), tokens "
-            "[2, 1]",
+            f"{M1}, the cache holding T=6 tokens (filled by the reference), "
+            "tokens [B=2, S=1]",
             m1,
             _ids(2, 6, 82),
             (_ids(2, 1, 83),),
         ),
         StepCase(
-            f"{M2}, the cache holding 4 tokens (filled by the reference), tokens "
-            "[2, 3]",
+            f"{M2}, the cache holding T=4 tokens (filled by the reference), "
+            "tokens [B=2, S=3]",
             m2,
             _ids(2, 4, 84),
             (_ids(2, 3, 85),),
         ),
         StepCase(
-            f"{M3}, the cache holding 5 tokens (filled by the reference), tokens "
-            "[1, 2]",
+            f"{M3}, the cache holding T=5 tokens (filled by the reference), "
+            "tokens [B=1, S=2]",
             m3,
             _ids(1, 5, 86),
             (_ids(1, 2, 87),),
@@ -872,10 +875,10 @@ def step_cases() -> list[StepCase]:
             None,
             tuple(_ids(1, s, 90 + i) for i, s in enumerate((4, 1, 1, 2, 1))),
         ),
-        StepCase(f"{M5}, empty cache, tokens [2, 4]", m5, None, (_ids(2, 4, 96),)),
+        StepCase(f"{M5}, empty cache, tokens [B=2, S=4]", m5, None, (_ids(2, 4, 96),)),
         StepCase(
-            f"{M5}, the cache holding 3 tokens (filled by the reference), tokens "
-            "[2, 2]",
+            f"{M5}, the cache holding T=3 tokens (filled by the reference), "
+            "tokens [B=2, S=2]",
             m5,
             _ids(2, 3, 97),
             (_ids(2, 2, 98),),

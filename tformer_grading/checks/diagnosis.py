@@ -39,7 +39,8 @@ from ..anchors import heading_anchor
 from ..guard.integrity import integrity_problems, seal
 from ..guard.receipts import sign
 from ..progress import NOT_ANSWERED
-from .measure.sizes import explain
+from .measure.sizes import named
+from .measure.torch_errors import explain
 
 
 class CheckFailure(AssertionError):
@@ -537,6 +538,27 @@ def fail_unexplained(
 # pitfall index lists it), and adds what it observed.
 
 
+def _probed(title: str, fn: Callable, *inputs: torch.Tensor) -> list[torch.Tensor]:
+    """``fn`` on each of ``inputs`` (each x [B, S, D]), detached; a call that raises or
+    returns no tensor fails the check saying which input it was given."""
+    __tracebackhide__ = True
+    outs = []
+    for x in inputs:
+        with torch.no_grad():
+            out = run(fn, (x.clone(),))
+        b, s, d = x.shape
+        call = f"when this check ran it on x [{named(B=b, S=s, D=d)}]"
+        if isinstance(out, Raised):
+            fail(title, f"your code raised {out!r} {call}.")
+        if not isinstance(out, torch.Tensor):
+            fail(
+                title,
+                f"your code returned {type(out).__name__} {call}; expected a tensor.",
+            )
+        outs.append(out.detach())
+    return outs
+
+
 def probe_token_mixing(
     title: str,
     fn: Callable[[torch.Tensor], torch.Tensor],
@@ -549,8 +571,7 @@ def probe_token_mixing(
     changed = x.clone()
     j = x.size(1) - 1
     changed[:, j] = changed[:, j] + 1.0
-    with quiet():
-        base, out = fn(x.clone()).detach(), fn(changed).detach()
+    base, out = _probed(title, fn, x, changed)
     others = [i for i in range(x.size(1)) if i != j]
     if torch.allclose(out[:, others], base[:, others], atol=1e-6):
         diagnosis.fail(
@@ -572,8 +593,7 @@ def probe_batch_independence(
         raise ValueError("probe_batch_independence needs a batch of at least 2")
     changed = x.clone()
     changed[1:] = changed[1:] + 1.0
-    with quiet():
-        base, out = fn(x.clone()).detach(), fn(changed).detach()
+    base, out = _probed(title, fn, x, changed)
     if not torch.allclose(out[0], base[0], atol=1e-6):
         diagnosis.fail(
             title,
@@ -588,8 +608,7 @@ def probe_eval_determinism(
     """In eval mode two identical calls must give identical outputs (dropout off)."""
     __tracebackhide__ = True
     module.eval()
-    with torch.no_grad(), quiet():
-        a, b = module(*inputs), module(*inputs)
+    a, b = _probed(title, lambda x: module(x, *inputs[1:]), inputs[0], inputs[0])
     if not torch.equal(a, b):
         diagnosis.fail(title, "Two calls in eval mode gave different outputs.")
 

@@ -5,6 +5,12 @@ an exercise. Every module has doctested examples in which a planted mistake is r
 back (``tests/checks/measure/``).
 
 ``sizes``
-    coded dimensions: what the numbers in a crash or a wrong shape are, read against
-    the sizes a case names (``B=2, H=3, Sq=5``).
+    coded dimensions: a case's named sizes (``B=2, H=3, Sq=5``) and what a number is in
+    them (``Sq``, ``H·Dh``, or none).
+``torch_errors``
+    PyTorch's size errors in a failure, read in the case's sizes ("5 (Sq) against 7
+    (Sk)"); :func:`..diagnosis.fail` adds the reading to every failure.
+``plain_errors``
+    the errors read without sizes: an axis that does not exist, a shape unpacked into
+    too many names, a view of a transposed tensor.
 """

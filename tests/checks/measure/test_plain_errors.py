@@ -1,0 +1,63 @@
+"""Errors read without a case's sizes (tformer_grading/checks/measure/plain_errors.py):
+each planted mistake raises PyTorch's own words, and the reading says what the code
+asked of the tensor's axes.
+
+Bug this guards against: "too many indices for tensor of dimension 2" or "0D or 1D
+target tensor expected" forwarded alone, which a learner who knows a little PyTorch
+cannot map back to the line that indexed or flattened wrongly (held-out crash trial,
+issue 26).
+"""
+
+from __future__ import annotations
+
+import doctest
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tformer_grading.checks.measure import plain_errors
+from tformer_grading.checks.measure.plain_errors import read_plain
+
+
+def test_examples_run_and_print_what_they_say():
+    result = doctest.testmod(
+        plain_errors, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
+    )
+    assert result.failed == 0 and result.attempted >= 2
+
+
+def _tgt():  # [B, St] token ids
+    return torch.zeros(3, 7, dtype=torch.long)
+
+
+PLANTED = [
+    (lambda: _tgt()[:, :-1, :], "the code indexes more axes than the tensor's 2"),
+    (
+        lambda: F.cross_entropy(torch.randn(20, 13), torch.zeros(20, 1).long()),
+        "the target given to cross_entropy must hold one class id per row",
+    ),
+    (lambda: _tgt().sum(dim=2), "the tensor has 2 axes (0 to 1, or -2 to -1)"),
+    (lambda: torch.randn(2, 3, 4).transpose(0, 1).view(6, 4), "view reads"),
+]
+
+
+@pytest.mark.parametrize("planted,reading", PLANTED)
+def test_a_planted_error_is_read_back(planted, reading):
+    try:
+        planted()
+    except (RuntimeError, IndexError, ValueError) as exc:
+        said = read_plain(f"{type(exc).__name__}: {exc}")
+    else:
+        raise AssertionError("the planted mistake did not raise")
+    assert any(reading in s for s in said), said
+
+
+def test_an_unpacked_shape_is_read_from_the_learners_line():
+    message = (
+        "ValueError: not enough values to unpack (expected 3, got 2) at line 4 of "
+        "your code: `b, s, d = x.shape`"
+    )
+    assert read_plain(message) == [
+        "`b, s, d = x.shape` unpacks 3 sizes from a shape with 2 axes"
+    ]

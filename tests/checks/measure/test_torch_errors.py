@@ -1,0 +1,187 @@
+"""PyTorch's size errors read in the case's sizes
+(tformer_grading/checks/measure/torch_errors.py): a planted shape error is read back
+as the case's sizes, and nothing is read where nothing can be.
+
+Bug this guards against: a crash forwarded with PyTorch's numbers alone ("shape
+'[2, 5, 3, 170]' is invalid for input of size 120"), which leaves the learner to work
+out which of their sizes each number is; and its opposite, a reading that names a size
+the number is not. The checks' own use is in the banks (tests/bank/bank_ch01.py
+`split_hard_coded_d_model`, bank_ch02.py `attention_dot_T`, ...).
+"""
+
+from __future__ import annotations
+
+import doctest
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tformer_grading.checks.diagnosis import CheckFailure, Raised, fail
+from tformer_grading.checks.measure import torch_errors
+from tformer_grading.checks.measure.sizes import named
+from tformer_grading.checks.measure.torch_errors import explain
+from tformer_ref.attention import MultiHeadAttention
+from tformer_ref.positions import SinusoidalPositionalEncoding
+
+CASE = named(B=2, H=3, Sq=4, Sk=5, Dh=8)
+
+
+def _raised(fn) -> str:
+    """The text a check forwards: PyTorch's error as a Raised value, and the case."""
+    try:
+        fn()
+    except (RuntimeError, ValueError, IndexError) as exc:
+        return f"your code raised {Raised(exc)!r} while the check ran case {CASE}"
+    raise AssertionError("the planted mistake did not raise")
+
+
+def _inputs():
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(2, 3, 4, 8, generator=g)
+    k = torch.randn(2, 3, 5, 8, generator=g)
+    return q, k
+
+
+def test_k_dot_T_on_four_axes_reads_as_heads_against_keys():
+    q, k = _inputs()
+    with warnings.catch_warnings():  # PyTorch deprecates .T on 4 axes, once per process
+        warnings.simplefilter("ignore")
+        said = explain(_raised(lambda: q @ k.T))  # k.T reverses all four axes
+    assert "3 (H) against 5 (Sk)" in said
+
+
+def test_a_row_sum_without_keepdim_reads_as_keys_against_queries():
+    q, k = _inputs()
+    scores = q @ k.transpose(-2, -1)
+    said = explain(_raised(lambda: scores / scores.sum(-1)))
+    assert "5 (Sk) against 4 (Sq) on their axis 3" in said
+
+
+def test_a_hard_coded_width_is_read_as_no_size():
+    q, _ = _inputs()
+    said = explain(_raised(lambda: q.reshape(2, 4, 512)))
+    assert "[2, 4, 512] = [B, Sq, 512]" in said
+    assert "of 192 = B·H·Sq·Dh elements" in said
+    assert "512 is none of the sizes named here" in said
+
+
+def test_no_size_error_or_no_sizes_reads_nothing():
+    assert explain(f"your weights sum to 1.3 on case {CASE}") == ""
+    assert explain("The size of tensor a (5) must match the size of tensor b (4)") == ""
+
+
+def test_an_axis_that_does_not_exist_needs_no_sizes():
+    w = torch.rand(3, 4, 6)
+    try:
+        w.sum(dim=3)
+    except IndexError as exc:
+        said = explain(f"your code raised {Raised(exc)!r}")
+    assert (
+        said
+        == "The tensor has 3 axes (0 to 2, or -3 to -1) and the code asked for axis 3."
+    )
+
+
+def test_a_failure_carries_the_reading():
+    with pytest.raises(CheckFailure) as info:
+        fail("attention", _raised(lambda: torch.randn(2, 3, 4, 8).reshape(2, 4, 512)))
+    assert str(info.value).endswith(
+        "512 is none of the sizes named here, nor a product of them."
+    )
+
+
+def test_examples_run_and_print_what_they_say():
+    result = doctest.testmod(
+        torch_errors, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
+    )
+    assert result.failed == 0 and result.attempted >= 3
+
+
+def _q():  # [B, H, Sq, Dh] of CASE
+    return torch.randn(2, 3, 4, 8)
+
+
+def _k():  # [B, H, Sk, Dh] of CASE
+    return torch.randn(2, 3, 5, 8)
+
+
+def _scores():  # [B, H, Sq, Sk]
+    return _q() @ _k().transpose(-2, -1)
+
+
+# Each planted mistake raises PyTorch's own words (no text typed here), read back.
+PLANTED = [
+    (  # a LayerNorm over the wrong width
+        lambda: torch.nn.LayerNorm(5)(_q()),
+        "a LayerNorm over [Sk] was given an input of shape [B, H, Sq, Dh]",
+    ),
+    (  # logits [B·H, Sk] against targets of another length
+        lambda: F.cross_entropy(torch.randn(6, 5), torch.zeros(40, dtype=torch.long)),
+        "cross_entropy was given 6 (B·H) rows of logits and 40 (Sk·Dh) targets",
+    ),
+    (  # scattered along the batch axis
+        lambda: torch.zeros(2, 5).scatter(0, torch.arange(5).expand(2, 5), 1.0),
+        "index 2 on axis 0, of size 2 (B)",
+    ),
+    (  # a key mask expanded to the queries' length
+        lambda: torch.ones(2, 1, 1, 5, dtype=torch.bool).expand(2, 3, 4, 4),
+        "expand asks for 4 (Sq) on axis 3, where the tensor has 5 (Sk)",
+    ),
+    (  # a [B, Sk] mask indexing the scores
+        lambda: _scores()[torch.ones(2, 5, dtype=torch.bool)],
+        "a boolean mask of shape [B, Sk] indexes a tensor of shape [B, H, Sq, Sk]",
+    ),
+    (  # einsum with k's axes read in the wrong order
+        lambda: torch.einsum("bhqd,bhdk->bhqk", _q(), _k()),
+        "einsum's letter d is 5 (Sk) in operand 1 but 8 (Dh) before",
+    ),
+    (  # a view after a transpose
+        lambda: _q().transpose(1, 2).view(2, 4, 24),
+        "View reads the tensor's memory in place",
+    ),
+    (  # permute given three axes for four
+        lambda: _q().permute(0, 2, 1),
+        "The tensor has 4 axes and the permute lists 3",
+    ),
+    (  # bmm on [B, H, S, Dh]
+        lambda: torch.bmm(_q(), _k().transpose(-2, -1)),
+        "The tensors given to torch.bmm must be 3-D",
+    ),
+    (  # a Linear(D, ...) given [.., Dh]
+        lambda: torch.nn.Linear(5, 3)(_q()),
+        "needs the inner sizes to agree, and they are 8 (Dh) and 5 (Sk)",
+    ),
+]
+
+
+@pytest.mark.parametrize("planted,reading", PLANTED)
+def test_a_planted_size_error_is_read_back(planted, reading):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        message = _raised(planted)
+    assert reading in explain(message), (message, explain(message))
+
+
+def test_the_references_own_shape_errors_are_read_back():
+    """Bug this guards against: a reader whose pattern lacks a group it reads, which
+    crashed the check instead of adding a sentence (found on lm_step, issue 26)."""
+    x = torch.randn(3, 5, 16)
+    attention = MultiHeadAttention(16, 2)
+    planted = [
+        (
+            lambda: attention(x, x, x, mask=torch.ones(1, 1, 7, 7, dtype=torch.bool)),
+            "the mask is [1, 1, 7, 7] where attention's weights are [B, H, S, S]",
+        ),
+        (
+            lambda: SinusoidalPositionalEncoding(16, 24)(x[None]),
+            "the tensor given has shape [1, B, S, D]",
+        ),
+    ]
+    for plant, reading in planted:
+        try:
+            plant()
+        except (TypeError, ValueError) as exc:
+            message = f"raised {Raised(exc)!r} on case {named(B=3, H=2, S=5, D=16)}"
+        assert reading in explain(message), explain(message)
