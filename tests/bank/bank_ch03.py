@@ -652,6 +652,18 @@ def _scores(q, k):
     return q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
 
 
+@wrong(
+    "masked_attention",
+    r"'mask inverted'.*no weight on the keys the mask marks True",
+    listed=False,
+)
+def masked_where_true_nan_repaired(q, k, v, mask):  # True read as "masked out"
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    scores = scores.masked_fill(mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
+    return weights @ v, weights
+
+
 @wrong("masked_attention", r"'mask applied after softmax'", listed=True)
 def masked_after_softmax(q, k, v, mask):  # zeroes weights after normalising
     weights = _scores(q, k).softmax(-1) * mask

@@ -122,6 +122,34 @@ def pe_column_loop(n_positions, d_model):
 # ------------------------------------------------------------------------- listed ones
 
 
+@wrong(
+    "sinusoidal_encoding",
+    r"your odd ones are sin\(ω·pos - π/2\) = -cos\(ω·pos\)",
+    listed=False,
+)
+def pe_cos_as_shifted_sine(n_positions, d_model):  # cos x "is" sin(x - π/2)
+    pe = torch.zeros(n_positions, d_model)
+    pos = torch.arange(n_positions).float().unsqueeze(1)
+    freq = 10000 ** (-torch.arange(0, d_model, 2).float() / d_model)
+    pe[:, 0::2] = torch.sin(pos * freq)
+    pe[:, 1::2] = torch.sin(pos * freq - math.pi / 2)
+    return pe
+
+
+@wrong(
+    "sinusoidal_encoding",
+    r"positions spaced 1\.016 apart.*torch\.linspace\(0, 64, 64\)",
+    listed=False,
+)
+def pe_positions_linspace(n_positions, d_model):  # linspace "from 0 to n"
+    pe = torch.zeros(n_positions, d_model)
+    pos = torch.linspace(0, n_positions, n_positions).unsqueeze(1)
+    freq = torch.exp(-math.log(10000.0) * torch.arange(0, d_model, 2) / d_model)
+    pe[:, 0::2] = torch.sin(pos * freq)
+    pe[:, 1::2] = torch.cos(pos * freq)
+    return pe
+
+
 @wrong("sinusoidal_encoding", r"'sin and cos swapped'", listed=True)
 def pe_swapped(n_positions, d_model):  # misremembers which of sin/cos is on the evens
     pe = torch.zeros(n_positions, d_model)

@@ -948,6 +948,18 @@ class NoamLogSpace:
 # ------------------------------------------------------------------------- noam: wrong
 
 
+@wrong("noam", r"'scheduler multiplies the previous rate'.*× 0\.03354", listed=False)
+class NoamMultiplicativeLR:  # "multiplicative" read as "multiplies by the schedule"
+    def noam_lambda(step, d_model, warmup):
+        step += 1
+        return d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
+
+    def make_scheduler(optimizer, d_model, warmup):
+        return MultiplicativeLR(
+            optimizer, lambda s: NoamMultiplicativeLR.noam_lambda(s, d_model, warmup)
+        )
+
+
 @wrong("noam", r"'Noam schedule divides by zero at step 0'", listed=True)
 class NoamSeed:  # the paper's formula on LambdaLR's 0-based step
     def noam_lambda(step, d_model, warmup):

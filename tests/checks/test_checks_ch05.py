@@ -446,9 +446,9 @@ def test_checks_write_nothing_to_stderr(capfd):
 
 def test_fit_reads_the_parameters_of_a_table():
     fit = ch05.fit_sinusoids(pe_right_div_term(64, 16))
-    assert fit.layout == ch05.EXPECTED_LAYOUT and ch05._fit_problems(fit, 16) == []
+    assert fit.layout == ch05.EXPECTED_LAYOUT and ch05._fit_problems(fit, 16, 64) == []
     wrong = ch05.fit_sinusoids(pe_from_one(64, 16) * 2)
-    problems = " ".join(ch05._fit_problems(wrong, 16))
+    problems = " ".join(ch05._fit_problems(wrong, 16, 64))
     assert "row 0 is position 1" in problems and "amplitude 2" in problems
 
 

@@ -731,6 +731,14 @@ NAN_ON_FULLY_MASKED_ROWS = Pitfall(
     _masked_with_minus_inf,
 )
 
+MASK_INVERTED = Pitfall(
+    "mask inverted",
+    "You masked where the mask is True. Here True means *attend* "
+    "(F.scaled_dot_product_attention's convention); nn.MultiheadAttention's is "
+    "the opposite. Fill where the mask is False: masked_fill(~mask, ...).",
+    S_CONVENTIONS,
+    _masked_where_true,
+)
 MASKED_PITFALLS = (
     Pitfall(
         "mask applied after softmax",
@@ -740,14 +748,7 @@ MASKED_PITFALLS = (
         S_FILL,
         _masked_after_softmax,
     ),
-    Pitfall(
-        "mask inverted",
-        "You masked where the mask is True. Here True means *attend* "
-        "(F.scaled_dot_product_attention's convention); nn.MultiheadAttention's is "
-        "the opposite. Fill where the mask is False: masked_fill(~mask, ...).",
-        S_CONVENTIONS,
-        _masked_where_true,
-    ),
+    MASK_INVERTED,
     NAN_ON_FULLY_MASKED_ROWS,
     Pitfall(
         "masked with 0 instead of a large negative number",
@@ -1122,6 +1123,24 @@ def _zeroed_rows_stage(seen: _Seen):
     )
 
 
+def _inverted_stage(seen: _Seen):
+    """Queries that may attend to some keys and not others: all their weight on the
+    keys the mask marks False, none on those it marks True (whatever the fill)."""
+    mixed = seen.keep.any(-1) & ~seen.keep.all(-1)
+    if not mixed.any():
+        return None
+    w = seen.weights[mixed]
+    keep = seen.keep[mixed]
+    on_allowed, on_masked = (w * keep).abs().sum(-1), (w * ~keep).abs().sum(-1)
+    if bool((on_allowed < seen.tol).all()) and bool((on_masked > seen.tol).any()):
+        return MASK_INVERTED, (
+            f"On case {seen.label}, the {int(mixed.sum())} queries that may attend to "
+            "some keys and not others put no weight on the keys the mask marks True, "
+            "only on those it marks False."
+        )
+    return None
+
+
 def _axis_stage(seen: _Seen):
     sums = seen.attended(seen.weights.sum(-1))
     if bool(((sums - 1).abs() < seen.tol).all()):
@@ -1424,6 +1443,7 @@ def _output_stage(seen: _Seen):
 
 _MEASURING_STAGES = (
     _finite_stage,
+    _inverted_stage,
     _zeroed_rows_stage,
     _axis_stage,
     _pattern_stage,

@@ -467,7 +467,7 @@ def fit_sinusoids(table) -> SinusoidFit | None:
 # Stage 3, the fitted parameters against the paper's: one sentence per parameter off.
 
 
-def _frequency_problem(omega, d) -> str | None:
+def _frequency_problem(omega, d, n) -> str | None:
     """omega [D/2] against 10000^(-2i/D): the base, the exponent, the first pair."""
     i = torch.arange(omega.numel(), dtype=torch.float64)
     want = 10000.0 ** (-2 * i / d)
@@ -486,7 +486,7 @@ def _frequency_problem(omega, d) -> str | None:
         return _arithmetic_words(omega, d) or (
             shown + ": they are not a geometric sequence in the pair index i"
         )
-    return shown + ". " + _geometric_reading(-slope, math.exp(intercept), d)
+    return shown + ". " + _geometric_reading(-slope, math.exp(intercept), d, n)
 
 
 def _log_line(idx, log_w):
@@ -496,7 +496,7 @@ def _log_line(idx, log_w):
     return slope.item(), (log_w.mean() - slope * idx.mean()).item()
 
 
-def _geometric_reading(c, omega0, d) -> str:
+def _geometric_reading(c, omega0, d, n) -> str:
     """ω_i = ω_0·exp(-c·i) said in the lesson's terms: base and exponent."""
     k = c * d / math.log(10000.0)  # ω_i = 10000^(-k·i/D); the paper has k = 2
     base = math.exp(c * d / 2) if abs(c * d / 2) < 700 else float("inf")
@@ -529,11 +529,26 @@ def _geometric_reading(c, omega0, d) -> str:
             f"that is the exponent 2i/{2 * d / k:.3g} instead of 2i/{d}"
         )
     if abs(omega0 - 1) > 2e-3:
-        words.append(
-            f"the first pair turns at ω_0 = {omega0:.4g}, expected 1 "
-            "(pair 0 is sin(pos), cos(pos): the pair index starts at 0)"
-        )
+        words.append(_first_pair_words(omega0, d, n))
     return "; ".join(words)
+
+
+def _first_pair_words(omega0, d, n) -> str:
+    """What ω_0 ≠ 1 is: the pair index counted from 1 (ω_0 = 10000^(-2/D)), or every
+    frequency times one factor, which a table cannot tell from positions spaced by it."""
+    said = f"the first pair turns at ω_0 = {omega0:.4g}, expected 1"
+    if abs(omega0 - 10000.0 ** (-2 / d)) < 2e-3 * omega0:
+        return f"{said}: that is 10000^(-2/D), the pair index counted from 1, not 0"
+    said += (
+        f": every frequency is {omega0:.4g} times the paper's, which is the same table "
+        f"as positions spaced {omega0:.4g} apart instead of 1"
+    )
+    if n > 1 and abs(omega0 - n / (n - 1)) < 1e-3:
+        said += (
+            f" ({n}/{n - 1} = n/(n-1) for n = {n}: the spacing of "
+            f"torch.linspace(0, {n}, {n}), where arange({n}) steps by 1)"
+        )
+    return said
 
 
 def _phase_problem(fit) -> str | None:
@@ -568,12 +583,42 @@ def _amplitude_problem(fit) -> str | None:
     )
 
 
-def _fit_problems(fit, d) -> list:
+# A swapped layout with every phase at ∓π/2 is the expected layout with one column of
+# each pair negated: sin(x - π/2) = -cos(x), cos(x + π/2) = -sin(x).
+_QUARTER_TURNS = {
+    LAYOUTS[1][0]: (
+        "your even columns are sin(ω·pos), and your odd ones are sin(ω·pos - π/2) = "
+        "-cos(ω·pos): a phase of -π/2 where cos(x) = sin(x + π/2) needs +π/2",
+        "your odd columns are cos(ω·pos), and your even ones are cos(ω·pos + π/2) = "
+        "-sin(ω·pos): a phase of +π/2 on the sines",
+    ),
+    LAYOUTS[3][0]: (
+        "your first half holds sin(ω·pos) and your second half sin(ω·pos - π/2) = "
+        "-cos(ω·pos), concatenated rather than interleaved",
+        "your second half holds cos(ω·pos) and your first half cos(ω·pos + π/2) = "
+        "-sin(ω·pos), concatenated rather than interleaved",
+    ),
+}
+
+
+def _quarter_turn(fit) -> str | None:
+    """The sentence for a swapped layout whose phases are all -π/2 or all +π/2."""
+    for k, sign in enumerate((-1, 1)):
+        if (
+            fit.layout in _QUARTER_TURNS
+            and _wrap(fit.phase - sign * math.pi / 2).abs().max() < 1e-3
+        ):
+            return _QUARTER_TURNS[fit.layout][k]
+    return None
+
+
+def _fit_problems(fit, d, n) -> list:
+    turned = _quarter_turn(fit)
     layout = None if fit.layout == EXPECTED_LAYOUT else f"your table has {fit.layout}"
     found = [
-        layout,
-        _frequency_problem(fit.omega, d),
-        _phase_problem(fit),
+        turned or layout,
+        _frequency_problem(fit.omega, d, n),
+        None if turned else _phase_problem(fit),
         _amplitude_problem(fit),
     ]
     return [p for p in found if p]
@@ -595,8 +640,8 @@ def _measure_table(title, got, n, d, where) -> None:
     if form:
         fail(title, f"on case {where}: {form}.", S_SINUSOID)
     fit = fit_sinusoids(got)
-    if fit is not None and _fit_problems(fit, d):
-        fitted = "; ".join(_fit_problems(fit, d))
+    if fit is not None and _fit_problems(fit, d, n):
+        fitted = "; ".join(_fit_problems(fit, d, n))
         SINUSOID_FITTED.fail(title, f"Fitted on case {where}: {fitted}.")
     if fit is None and n >= 8:
         arithmetic = _arithmetic_reading(got.detach().double().cpu(), d)

@@ -1763,9 +1763,20 @@ def _measured_schedule(rates, want, d, w) -> tuple[Diagnosis | None, str]:
             f"{seen} Yours are {ratio[0]:.4g} × noam_lambda's.{story}"
         )
     products = [math.prod(want[: k + 1]) for k in range(len(rates))]
-    if _close(rates, products) or _close(rates[1:], products[:-1]):
+    # Each rate the previous one times noam_lambda of its step, whatever the first.
+    steps_ratio = [b / a for a, b in zip(rates, rates[1:]) if a != 0]
+    if (
+        _close(rates, products)
+        or _close(rates[1:], products[:-1])
+        or (
+            len(steps_ratio) == len(rates) - 1
+            and _close(steps_ratio, want[1 : len(rates)])
+        )
+    ):
         return SCHEDULER_COMPOUNDS, (
-            f"{seen} Each of your rates is the previous one times the next multiplier."
+            f"{seen} Each of your rates is the previous one times a value of "
+            f"noam_lambda ({rates[1]:.4g} × {rates[2] / rates[1]:.4g} = "
+            f"{rates[2]:.4g}): the multipliers compound."
         )
     peak = max(range(len(rates)), key=rates.__getitem__)
     if peak != w - 1:
