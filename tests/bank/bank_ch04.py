@@ -629,6 +629,30 @@ class Parts(nn.Module):
         self.drop1, self.drop2 = nn.Dropout(dropout), nn.Dropout(dropout)
 
 
+@wrong(
+    "encoder_block",
+    r"'the feed-forward's dropout is not the block's rate'.*inside your block built "
+    r"with dropout=0\.3 it drops 0%",
+    listed=False,
+)
+class BlockFeedForwardWithoutRate(nn.Module):  # FeedForward's dropout left at 0.0
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
+        super().__init__()
+        self.norm_first = norm_first
+        self.attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
+        self.ff = FeedForward(d_model, d_ff)
+        self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+        self.drop1, self.drop2 = nn.Dropout(dropout), nn.Dropout(dropout)
+
+    def forward(self, x, mask=None):
+        if self.norm_first:
+            h = self.norm1(x)
+            x = x + self.drop1(self.attn(h, h, h, mask=mask))
+            return x + self.drop2(self.ff(self.norm2(x)))
+        x = self.norm1(x + self.drop1(self.attn(x, x, x, mask=mask)))
+        return self.norm2(x + self.drop2(self.ff(x)))
+
+
 @wrong("encoder_block", r"'missing residual'", listed=True)
 class BlockNoResidual(Parts):  # "x +" forgotten in both wirings
     def forward(self, x, mask=None):

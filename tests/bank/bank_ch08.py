@@ -1183,6 +1183,23 @@ CARRIED = _named(
 )
 
 
+@wrong(
+    "generate_greedy",
+    r"max_new_tokens=0 you return 5 tokens, expected 4 \+ 0 = 4",
+    listed=False,
+)
+def greedy_do_while(model, prompt, max_new_tokens):  # checks the count after a token
+    cache = KVCache()
+    tokens = prompt
+    logits = lm_step(model, prompt, cache)
+    while True:
+        nxt = logits[:, -1].argmax(-1, keepdim=True)
+        tokens = torch.cat([tokens, nxt], dim=1)
+        if tokens.size(1) - prompt.size(1) >= max_new_tokens:
+            return tokens
+        logits = lm_step(model, nxt, cache)
+
+
 @wrong("generate_greedy", CARRIED, listed=True)
 def greedy_mutable_default_cache(model, prompt, max_new_tokens, cache=KVCache()):
     # A default argument is built once: the second prompt attends to the first one.

@@ -1240,7 +1240,8 @@ def test_greedy_cases_have_clear_argmax_margins_and_varied_tokens():
         top2 = logits.topk(2, dim=-1).values
         assert (top2[..., 0] - top2[..., 1]).min() > 1e-3, case.label
         new = out[:, case.prompt.size(1) :]
-        assert (new[:, 1:] != new[:, :-1]).float().mean() > 0.5, case.label
+        if case.n >= 2:  # the corner cases (one new token, none) have nothing to vary
+            assert (new[:, 1:] != new[:, :-1]).float().mean() > 0.5, case.label
 
 
 @pytest.mark.parametrize(

@@ -1922,6 +1922,80 @@ def _attention_rate(title, cls, p):
     return float(rate) if isinstance(rate, (int, float)) else None
 
 
+FF_DROPOUT = Diagnosis(
+    "the feed-forward's dropout is not the block's rate",
+    "The exercise asks for your FeedForward(d_model, d_ff, dropout): the block hands "
+    "its rate on, and FeedForward(d_model, d_ff) leaves it at the default 0.0, so "
+    "the hidden layer is never dropped.",
+    S_DROPOUT,
+)
+
+
+def _hidden_share_zeroed(module, ff1, ff2, *inputs) -> float | None:
+    """In train mode, the share of the positive hidden activations relu(ff1(x)) that
+    reach ff2 as exactly 0; None when the two Linears were not both run."""
+    seen = {}
+    hooks = [
+        ff1.register_forward_hook(lambda m, a, out: seen.setdefault("h", out)),
+        ff2.register_forward_pre_hook(lambda m, a: seen.setdefault("z", a[0])),
+    ]
+    try:
+        with torch.random.fork_rng(devices=[]), torch.no_grad(), quiet():
+            torch.manual_seed(0)
+            module.train()
+            run(module, inputs)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    if "h" not in seen or "z" not in seen or seen["h"].shape != seen["z"].shape:
+        return None
+    positive = seen["h"] > 0
+    if not positive.any():
+        return None
+    return ((seen["z"] == 0) & positive).sum().item() / positive.sum().item()
+
+
+def _check_ff_rate(title, cls):
+    """The block gives its FeedForward its rate: measured when the learner's
+    FeedForward, built on its own with that rate, drops its hidden layer at all (the
+    feed-forward exercise allows one without dropout)."""
+    __tracebackhide__ = True
+    p, d, f = P_PROBE, 16, 32
+    block = build_block(title, cls, (d, 4, f, p, False), seed=0)
+    ff1, ff2 = _feed_forward(
+        title, block, d, f, _attentions(title, block, 1, S_RESIDUAL)
+    )
+    holder = min(
+        (
+            m
+            for m in block.modules()
+            if m is not block and ff1 in set(m.modules()) and ff2 in set(m.modules())
+        ),
+        key=lambda m: sum(1 for _ in m.modules()),
+        default=None,
+    )
+    if holder is None or type(holder).__module__.startswith("torch."):
+        return
+    x = randn(8, 10, d, seed=3)
+    alone = run(type(holder), (d, f, p))
+    if not isinstance(alone, nn.Module):
+        return
+    own = [m for m in alone.modules() if isinstance(m, nn.Linear)]
+    if len(own) != 2:
+        return
+    rate_alone = _hidden_share_zeroed(alone, own[0], own[1], x)
+    rate_inside = _hidden_share_zeroed(block, ff1, ff2, x)
+    if rate_alone is None or rate_inside is None or rate_alone < p / 2:
+        return
+    if rate_inside < p / 2:
+        FF_DROPOUT.fail(
+            title,
+            f"Your {type(holder).__name__}({d}, {f}, {p}) on its own drops "
+            f"{rate_alone:.0%} of its hidden activations in train mode; inside your "
+            f"block built with dropout={p} it drops {rate_inside:.0%}.",
+        )
+
+
 def _check_attention_rate(title, cls):
     """The attention is built with the block's rate, at both probe rates."""
     __tracebackhide__ = True
@@ -1971,6 +2045,7 @@ def check_dropout_placement(cls) -> None:
         if finding is not None:
             finding.fail()
     _check_attention_rate(title, cls)
+    _check_ff_rate(title, cls)
     passed(
         title,
         "on each sublayer's output, before the residual add (Post-LN and "

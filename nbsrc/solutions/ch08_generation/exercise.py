@@ -127,7 +127,8 @@ ch08.check_lm_step_by_hand(lm_step)
 # ## 3. Greedy decoding with the cache (3 points)
 #
 # `generate_greedy(model, prompt, max_new_tokens)` continues `prompt [B, S]` (token ids) by
-# `max_new_tokens = N` tokens and returns the prompt followed by them, `[B, S + N]`. Use a **new**
+# `max_new_tokens = N` tokens and returns the prompt followed by them, `[B, S + N]` (N may be 1, or
+# 0: then the prompt alone comes back). Use a **new**
 # `KVCache` on every call and your `lm_step`: run the prompt once, take the most likely token of the
 # last position (`argmax`), then feed each chosen token alone (`[B, 1]`) to get the next one. Each
 # token goes through the model once.
