@@ -2,8 +2,8 @@
 
 A chapter's bank is ``tests/bank/bank_chNN.py`` (a long chapter may split it:
 ``bank_chNN_topic.py``, reported on its own row). It registers answers with the two
-decorators below and says, in ``GRADERS``, how an answer to each exercise is graded
-(every check of that exercise, in the order the exercise notebook runs them)::
+decorators below and says, in ``GRADERS``, how an answer to each exercise is graded:
+by the exercise's own test cells, read from its source (``exercise_cells.graders``)::
 
     @wrong("attention", r"divided by 8(\\.0)?\\b.*expected .*sqrt", listed=False)
     def attention_divides_by_two_sqrt(q, k, v):   # an extra factor 2 "for stability"

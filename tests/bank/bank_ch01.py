@@ -12,23 +12,16 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from bank import GENERIC, right, wrong  # noqa: F401
-from tformer_grading.checks import ch01
+from exercise_cells import graders
 
-GRADERS = {
-    "split_heads": lambda fn: (
-        ch01.check_split_heads(fn),
-        ch01.check_by_hand("split_heads", fn, (torch.randn(2, 3, 8), 2)),
-    ),
-    "merge_heads": lambda fn: (
-        ch01.check_merge_heads(fn),
-        ch01.check_by_hand("merge_heads", fn, (torch.randn(2, 2, 3, 4),)),
-    ),
-    "multi_head_attention": lambda cls: (
-        ch01.check_multi_head_attention(cls),
-        ch01.check_multi_head_attention_behaviour(cls),
-        ch01.check_multi_head_attention_by_hand(cls),
-    ),
-}
+GRADERS = graders(
+    "ch01_shapes",
+    {
+        "split_heads": "split_heads",
+        "merge_heads": "merge_heads",
+        "multi_head_attention": "MultiHeadAttention",
+    },
+)
 
 
 # ------------------------------------------------------------------ split_heads: right

@@ -6,15 +6,12 @@ import torch
 import torch.nn.functional as F
 
 from bank import GENERIC, right, wrong  # noqa: F401
-from tformer_grading.checks import ch02
+from exercise_cells import graders
 
-GRADERS = {
-    "attention": lambda fn: (
-        ch02.check_attention(fn),
-        ch02.check_attention_by_hand(fn),
-    ),
-    "attention_entropy": ch02.check_attention_entropy,
-}
+GRADERS = graders(
+    "ch02_attention",
+    {"attention": "attention", "attention_entropy": "attention_entropy"},
+)
 
 
 # =========================================================================== attention

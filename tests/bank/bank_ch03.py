@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from bank import GENERIC, right, wrong  # noqa: F401
-from tformer_grading.checks import ch03
+from exercise_cells import graders
 from tformer_ref.attention import scaled_dot_product_attention
 from tformer_ref.device import get_device
 from tformer_ref.masks import causal_mask as reference_causal_mask
@@ -23,28 +23,20 @@ def _reference_causal(size):
     return reference_causal_mask(size, device=get_device())
 
 
-def _grade_causal(fn):
-    ch03.check_causal_mask(fn)
-    ch03.check_mask_probes(scaled_dot_product_attention, fn, reference_padding_mask)
-
-
-def _grade_padding(fn):
-    ch03.check_padding_mask(fn)
-    ch03.check_mask_probes(scaled_dot_product_attention, _reference_causal, fn)
-
-
-def _grade_masked(fn):
-    ch03.check_masked_attention(fn)
-    ch03.check_masked_attention_half_precision(fn)
-    ch03.check_masked_attention_by_hand(fn)
-    ch03.check_mask_probes(fn, _reference_causal, reference_padding_mask)
-
-
-GRADERS = {
-    "causal_mask": _grade_causal,
-    "padding_mask": _grade_padding,
-    "masked_attention": _grade_masked,
-}
+GRADERS = graders(
+    "ch03_masks",
+    {
+        "causal_mask": "causal_mask",
+        "padding_mask": "padding_mask",
+        "masked_attention": "masked_attention",
+    },
+    # The mask probes' cell takes all three: the reference stands in for the others.
+    others={
+        "masked_attention": scaled_dot_product_attention,
+        "causal_mask": reference_causal_mask,
+        "padding_mask": reference_padding_mask,
+    },
+)
 
 
 # ========================================================================== causal_mask

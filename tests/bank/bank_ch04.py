@@ -7,19 +7,13 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from bank import GENERIC, right, wrong  # noqa: F401
+from exercise_cells import graders
 from tformer_ref.attention import MultiHeadAttention
-from tformer_grading.checks import ch04
 
 
-def grade_block(cls):
-    ch04.check_encoder_block(cls, norm_first=False)
-    ch04.check_encoder_block(cls, norm_first=True)
-    ch04.check_dropout_placement(cls)
-    ch04.check_block_behaviour(cls)
-    ch04.check_block_by_hand(cls)
-
-
-GRADERS = {"feed_forward": ch04.check_feed_forward, "encoder_block": grade_block}
+GRADERS = graders(
+    "ch04_blocks", {"feed_forward": "FeedForward", "encoder_block": "EncoderBlock"}
+)
 
 
 # ------------------------------------------------------------------ feed_forward, right
@@ -1530,7 +1524,7 @@ class SeqNorm(nn.Module):  # by hand, but over the sequence axis (dim=1)
     r"makes no layer_norm call, and none of its modules normalises each token",
     listed=False,
 )
-class BlockNormOverSequence(HeldParts):  # a hand-written norm over the wrong axis
+class BlockHandNormOverSequence(HeldParts):  # a hand-written norm over the wrong axis
     def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
         super().__init__(d_model, n_heads, d_ff, dropout, norm_first)
         self.ln1, self.ln2 = SeqNorm(d_model), SeqNorm(d_model)

@@ -12,27 +12,19 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from bank import GENERIC, right, wrong  # noqa: F401
+from exercise_cells import graders
 from tformer_ref.attention import MultiHeadAttention
 from tformer_ref.device import get_device
-from tformer_grading.checks import ch05
 
 
-def _decoder(cls):
-    ch05.check_decoder_block(cls)
-    ch05.check_decoder_behaviour(cls)
-    ch05.check_decoder_by_hand(cls)
-
-
-def _sinusoid(fn):
-    ch05.check_sinusoidal_encoding(fn)
-    ch05.check_by_hand("sinusoidal_encoding", fn, (12, 8))
-
-
-GRADERS = {
-    "sinusoidal_encoding": _sinusoid,
-    "embed": ch05.check_embed,
-    "decoder_block": _decoder,
-}
+GRADERS = graders(
+    "ch05_model",
+    {
+        "sinusoidal_encoding": "sinusoidal_encoding",
+        "embed": "embed",
+        "decoder_block": "DecoderBlock",
+    },
+)
 
 
 # ================================================================ sinusoidal_encoding

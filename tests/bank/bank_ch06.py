@@ -10,29 +10,17 @@ import torch.nn.functional as F
 from torch.optim.lr_scheduler import LambdaLR, MultiplicativeLR
 
 from bank import GENERIC, right, wrong  # noqa: F401
-from tformer_grading.checks import ch06
+from exercise_cells import graders
 
 
-def _grade_noam(cell):
-    ch06.check_noam_lambda(cell.noam_lambda)
-    ch06.check_noam_scheduler(cell.make_scheduler)
-
-
-GRADERS = {
-    "shift_targets": lambda fn: (
-        ch06.check_shift_targets(fn),
-        ch06.check_by_hand("shift_targets", fn, (torch.tensor([[1, 5, 2, 0]]),)),
-    ),
-    "sequence_loss": lambda fn: (
-        ch06.check_sequence_loss(fn),
-        ch06.check_by_hand(
-            "sequence_loss",
-            fn,
-            (torch.randn(2, 3, 5), torch.tensor([[3, 4, 0], [4, 0, 0]]), 0, 0.1),
-        ),
-    ),
-    "noam": _grade_noam,
-}
+GRADERS = graders(
+    "ch06_training",
+    {
+        "shift_targets": "shift_targets",
+        "sequence_loss": "sequence_loss",
+        "noam": ("noam_lambda", "make_scheduler"),
+    },
+)
 
 
 # ---------------------------------------------------------------- shift_targets: right

@@ -8,19 +8,12 @@ import torch
 import torch.nn.functional as F
 
 from bank import GENERIC, right, wrong  # noqa: F401
-from tformer_grading.checks import ch06
+from exercise_cells import graders
 from tformer_ref.masks import causal_mask
 
-GRADERS = {
-    "train_step": lambda fn: (
-        ch06.check_train_step(fn),
-        ch06.check_train_step_by_hand(fn),
-    ),
-    "greedy_decode": lambda fn: (
-        ch06.check_greedy_decode(fn),
-        ch06.check_greedy_by_hand(fn),
-    ),
-}
+GRADERS = graders(
+    "ch06_training", {"train_step": "train_step", "greedy_decode": "greedy_decode"}
+)
 
 
 def shift_targets(tgt):

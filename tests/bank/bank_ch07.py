@@ -11,20 +11,16 @@ import torch
 from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, Subset
 
 from bank import GENERIC, right, wrong  # noqa: F401
-from tformer_grading.checks import ch07
+from exercise_cells import graders
 
-GRADERS = {
-    "accumulation_step": lambda fn: (
-        ch07.check_accumulation_step(fn),
-        ch07.check_accumulation_step(fn, hidden=True),
-        ch07.check_accumulation_by_hand(fn),
-    ),
-    "amp_step": lambda fn: (ch07.check_amp_step(fn), ch07.check_amp_by_hand(fn)),
-    "make_loader": lambda fn: (
-        ch07.check_make_loader(fn),
-        ch07.check_make_loader(fn, world_sizes=(3,), n=20, batch_size=4),
-    ),
-}
+GRADERS = graders(
+    "ch07_scale",
+    {
+        "accumulation_step": "accumulation_step",
+        "amp_step": "amp_step",
+        "make_loader": "make_loader",
+    },
+)
 PAD = 0
 
 

@@ -33,23 +33,19 @@ import torch
 import torch.nn.functional as F
 
 from bank import GENERIC, right, wrong  # noqa: F401
+from exercise_cells import graders
 from tformer_ref.kv_cache import KVCache
 from tformer_ref.masks import causal_mask
-from tformer_grading.checks import ch08
 
-# Every check of an exercise, in the order the exercise's test cell runs them (the
-# by-hand checks are its hidden tests).
-GRADERS = {
-    "next_token_probs": lambda fn: (
-        ch08.check_next_token_probs(fn),
-        ch08.check_next_token_probs_by_hand(fn),
-    ),
-    "lm_step": lambda fn: (ch08.check_lm_step(fn), ch08.check_lm_step_by_hand(fn)),
-    "generate_greedy": lambda fn: (
-        ch08.check_generate_greedy(fn),
-        ch08.check_generate_greedy_by_hand(fn),
-    ),
-}
+# Every check of an exercise: its test cells, hidden tests included (exercise_cells).
+GRADERS = graders(
+    "ch08_generation",
+    {
+        "next_token_probs": "next_token_probs",
+        "lm_step": "lm_step",
+        "generate_greedy": "generate_greedy",
+    },
+)
 
 
 def _named(*groups: str) -> str:
