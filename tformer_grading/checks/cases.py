@@ -24,6 +24,11 @@ def randn(
     return torch.randn(*shape, generator=g, dtype=dtype).to(device or get_device())
 
 
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def build_module(
     title: str,
     cls: type,
@@ -35,6 +40,13 @@ def build_module(
     that says which call raised. With ``seed``, built under that seed without disturbing the
     notebook's random state."""
     __tracebackhide__ = True
+    if not isinstance(cls, type):
+        fail(
+            title,
+            f"expected a class (an nn.Module subclass) to build, got "
+            f"{type(cls).__name__} {_short(cls)}: pass the class itself, not an "
+            "instance of it or the result of a call.",
+        )
     call = f"{cls.__name__}({', '.join(map(repr, args))})"
     try:
         if seed is None:
