@@ -24,7 +24,7 @@ import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 _HEADER = re.compile(r'^# %% nbgrader="(?P<kind>[\w-]+):(?P<name>[\w-]+)')
@@ -44,9 +44,14 @@ class Cell:
         tree = ast.parse(self.code)
         return frozenset(n.id for n in ast.walk(tree) if isinstance(n, ast.Name))
 
+    @functools.cached_property
+    def compiled(self):
+        """The code compiled once, run for every answer."""
+        return compile(self.code, f"<{self.name}>", "exec")
+
 
 def cells(chapter: str) -> list[Cell]:
-    """The nbgrader code cells of ``nbsrc/solutions/<chapter>/exercise.py``, in order."""
+    """The nbgrader code cells of the chapter's solution notebook source, in order."""
     found, current, lines = [], None, []
     source = ROOT / "nbsrc" / "solutions" / chapter / "exercise.py"
     for line in [*source.read_text(encoding="utf-8").splitlines(), "# %%"]:
@@ -63,38 +68,47 @@ def cells(chapter: str) -> list[Cell]:
 
 @functools.cache
 def _setup(chapter: str) -> dict:
-    """The namespace the exercise's locked setup cells build (imports, seeds, helpers)."""
+    """The namespace the exercise's locked setup cells build (imports, seeds)."""
     namespace: dict = {"__name__": f"exercise_{chapter}"}
     for cell in cells(chapter):
         if cell.kind == "locked":
-            exec(compile(cell.code, f"<{chapter} setup>", "exec"), namespace)  # noqa: S102
+            exec(cell.compiled, namespace)  # noqa: S102
     return namespace
+
+
+@dataclass(frozen=True)
+class Grader:
+    """Grades an answer to one exercise: runs each of ``cells`` with the answer bound
+    to ``names`` (one name: the answer itself; several: its attributes)."""
+
+    chapter: str
+    names: tuple[str, ...]
+    cells: tuple[Cell, ...]
+    others: tuple[tuple[str, Any], ...] = ()
+
+    def __call__(self, answer: Any) -> None:
+        if len(self.names) == 1:
+            bound = {self.names[0]: answer}
+        else:
+            bound = {name: getattr(answer, name) for name in self.names}
+        for cell in self.cells:
+            namespace = {**_setup(self.chapter), **dict(self.others), **bound}
+            exec(cell.compiled, namespace)  # noqa: S102
 
 
 def graders(
     chapter: str,
     answers: dict[str, str | tuple[str, ...]],
     others: dict[str, Any] | None = None,
-) -> dict[str, Callable[[Any], None]]:
+) -> dict[str, Grader]:
     """For each exercise of ``answers`` (exercise -> the notebook name or names it
     answers), a grader that runs every test cell using one of those names."""
     tests = [c for c in cells(chapter) if c.kind == "test"]
     out = {}
     for exercise, names in answers.items():
         names = (names,) if isinstance(names, str) else tuple(names)
-        mine = [c for c in tests if c.names & set(names)]
+        mine = tuple(c for c in tests if c.names & set(names))
         if not mine:
             raise ValueError(f"no test cell of {chapter} uses {names}")
-        out[exercise] = functools.partial(_run_cells, chapter, names, mine, others)
+        out[exercise] = Grader(chapter, names, mine, tuple((others or {}).items()))
     return out
-
-
-def _run_cells(chapter, names, mine, others, answer) -> None:
-    bound = (
-        {names[0]: answer}
-        if len(names) == 1
-        else {name: getattr(answer, name) for name in names}
-    )
-    for cell in mine:
-        namespace = {**_setup(chapter), **(others or {}), **bound}
-        exec(compile(cell.code, f"<{chapter} {cell.name}>", "exec"), namespace)  # noqa: S102

@@ -16,11 +16,7 @@ from exercise_cells import cells
 from test_bank import CHAPTERS
 
 
-def _chapter_folder(bank: str) -> str:
-    return load(bank).GRADERS[next(iter(load(bank).GRADERS))].args[0]
-
-
-BANKED = sorted({_chapter_folder(bank) for bank in CHAPTERS})
+BANKED = sorted({g.chapter for bank in CHAPTERS for g in load(bank).GRADERS.values()})
 
 
 @pytest.mark.parametrize("folder", BANKED)
@@ -29,8 +25,8 @@ def test_every_test_cell_of_a_banked_exercise_is_graded_by_a_bank(folder):
         cell.name
         for bank in CHAPTERS
         for grader in load(bank).GRADERS.values()
-        if grader.args[0] == folder
-        for cell in grader.args[2]
+        if grader.chapter == folder
+        for cell in grader.cells
     }
     tests = [cell.name for cell in cells(folder) if cell.kind == "test"]
     assert tests and [name for name in tests if name not in graded] == []

@@ -379,12 +379,21 @@ def _ff_trace(module, x, d_ff):
     )
 
 
+def _zeroed_share(z, u) -> float | None:
+    """The share of the positive hidden activations relu(z) (the first Linear's output)
+    that reach the second Linear (as its input ``u``) as exactly 0; None when none is
+    positive."""
+    positive = F.relu(z) > 1e-6
+    if not positive.any():
+        return None
+    return ((u == 0) & positive).sum().item() / positive.sum().item()
+
+
 def _hidden_dropped(title, z, u, label):
     """Dropout still on in eval mode: some of relu(z) zeroed, the rest rescaled."""
     __tracebackhide__ = True
-    h = F.relu(z)
-    dropped = ((u == 0) & (h > 1e-6)).double().mean() / (h > 1e-6).double().mean()
-    if dropped > 0.02 and _kept_scale(u, h) is not None:
+    dropped = _zeroed_share(z, u) or 0.0
+    if dropped > 0.02 and _kept_scale(u, F.relu(z)) is not None:
         DROPOUT_IN_EVAL.fail(
             title,
             f"On case {label}, in eval mode "
@@ -1932,27 +1941,20 @@ FF_DROPOUT = Diagnosis(
 
 
 def _hidden_share_zeroed(module, ff1, ff2, *inputs) -> float | None:
-    """In train mode, the share of the positive hidden activations relu(ff1(x)) that
-    reach ff2 as exactly 0; None when the two Linears were not both run."""
-    seen = {}
-    hooks = [
-        ff1.register_forward_hook(lambda m, a, out: seen.setdefault("h", out)),
-        ff2.register_forward_pre_hook(lambda m, a: seen.setdefault("z", a[0])),
-    ]
-    try:
-        with torch.random.fork_rng(devices=[]), torch.no_grad(), quiet():
-            torch.manual_seed(0)
-            module.train()
+    """In train mode, :func:`_zeroed_share` of ``module(*inputs)``'s feed-forward (its
+    Linears ``ff1`` and ``ff2``, recorded as the tracer records them); None when the
+    two were not both run."""
+    events = []
+    with torch.random.fork_rng(devices=[]), torch.no_grad(), quiet():
+        torch.manual_seed(0)
+        module.train()
+        with _Recorder(events, (ff1.weight, ff2.weight)):
             run(module, inputs)
-    finally:
-        for hook in hooks:
-            hook.remove()
-    if "h" not in seen or "z" not in seen or seen["h"].shape != seen["z"].shape:
+    first = [e.out for e in events if e.kind == "linear1"]
+    second = [e.inp for e in events if e.kind == "linear2"]
+    if not first or not second or first[0].shape != second[0].shape:
         return None
-    positive = seen["h"] > 0
-    if not positive.any():
-        return None
-    return ((seen["z"] == 0) & positive).sum().item() / positive.sum().item()
+    return _zeroed_share(first[0], second[0])
 
 
 def _check_ff_rate(title, cls):

@@ -535,7 +535,8 @@ def _geometric_reading(c, omega0, d, n) -> str:
 
 def _first_pair_words(omega0, d, n) -> str:
     """What ω_0 ≠ 1 is: the pair index counted from 1 (ω_0 = 10000^(-2/D)), or every
-    frequency times one factor, which a table cannot tell from positions spaced by it."""
+    frequency times one factor, which a table cannot tell from positions spaced by
+    it."""
     said = f"the first pair turns at ω_0 = {omega0:.4g}, expected 1"
     if abs(omega0 - 10000.0 ** (-2 / d)) < 2e-3 * omega0:
         return f"{said}: that is 10000^(-2/D), the pair index counted from 1, not 0"

@@ -544,17 +544,12 @@ def _probed(title: str, fn: Callable, *inputs: torch.Tensor) -> list[torch.Tenso
     __tracebackhide__ = True
     outs = []
     for x in inputs:
-        with torch.no_grad():
-            out = run(fn, (x.clone(),))
         b, s, d = x.shape
-        call = f"when this check ran it on x [{named(B=b, S=s, D=d)}]"
-        if isinstance(out, Raised):
-            fail(title, f"your code raised {out!r} {call}.")
+        call = f"your code, run on x [{named(B=b, S=s, D=d)}],"
+        with torch.no_grad():
+            out = run_or_fail(title, fn, (x.clone(),), call)
         if not isinstance(out, torch.Tensor):
-            fail(
-                title,
-                f"your code returned {type(out).__name__} {call}; expected a tensor.",
-            )
+            fail(title, f"{call} returned {type(out).__name__}; expected a tensor.")
         outs.append(out.detach())
     return outs
 

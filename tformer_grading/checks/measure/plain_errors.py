@@ -54,8 +54,8 @@ _PLAIN = table(
     ),
     (  # the learner's line, quoted, shows what was unpacked
         (
-            r"(?:not enough|too many) values to unpack \(expected (\d+)(?:, got (\d+))?\)"
-            r"[^`]*`([^`]*\.(?:shape|size\(\))[^`]*)`"
+            r"(?:not enough|too many) values to unpack "
+            r"\(expected (\d+)(?:, got (\d+))?\)[^`]*`([^`]*\.(?:shape|size\(\))[^`]*)`"
         ),
         _unpack,
     ),
@@ -92,7 +92,7 @@ _PLAIN = table(
 
 
 def read_plain(message: str) -> list[str]:
-    """What each error of ``message`` that needs no sizes says, in the exercise's terms."""
+    """What each error of ``message`` that needs no sizes says, in plain terms."""
     return [read(m) for pattern, read in _PLAIN for m in [pattern.search(message)] if m]
 
 

@@ -92,7 +92,7 @@ class Sizes:
 
 
 def named(**sizes: int) -> str:
-    """A case label's sizes, written so that :func:`.torch_errors.explain` reads them back.
+    """A case label's sizes, written as :func:`.torch_errors.explain` reads them.
 
     >>> named(B=2, H=3, Sq=4, Sk=6, Dh=8)
     'B=2, H=3, Sq=4, Sk=6, Dh=8'

@@ -62,7 +62,7 @@ def _against(text: str):
 
 
 def _shapes(text: str):
-    """A reader of the shapes in groups ``got`` and (when the pattern has it) ``want``."""
+    """A reader of the shapes in groups ``got`` and, where there is one, ``want``."""
 
     def read(sizes: Sizes, m: re.Match) -> tuple[str, list[int]]:
         shapes = {k: _ints(v) for k, v in m.groupdict().items() if k in ("want", "got")}
@@ -82,9 +82,8 @@ def _split(sizes: Sizes, m: re.Match) -> tuple[str, list[int]]:
 
 def _index(sizes: Sizes, m: re.Match) -> tuple[str, list[int]]:
     size = int(m["b"])
-    return f"index {m['index']} on axis {m['axis']}, of size {sizes.number(size)}", [
-        size
-    ]
+    said = f"index {m['index']} on axis {m['axis']}, of size {sizes.number(size)}"
+    return said, [size]
 
 
 _SIZES = r"\[(?P<{}>[\d, ]*)\]"
@@ -128,8 +127,8 @@ _SIZE_ERRORS = table(
     ),
     (
         (
-            r"except in dimension (?P<axis>\d+)\. Expected size (?P<a>\d+) but got size "
-            r"(?P<b>\d+)"
+            r"except in dimension (?P<axis>\d+)\. Expected size (?P<a>\d+) but got "
+            r"size (?P<b>\d+)"
         ),
         _against("the tensors joined differ off axis {axis}: {a} against {b}"),
     ),
@@ -180,8 +179,8 @@ _SIZE_ERRORS = table(
     ),
     (
         (
-            r"subscript (?P<letter>\w) has size (?P<a>\d+) for operand (?P<op>\d+) which "
-            r"does not broadcast with previously seen size (?P<b>\d+)"
+            r"subscript (?P<letter>\w) has size (?P<a>\d+) for operand (?P<op>\d+) "
+            r"which does not broadcast with previously seen size (?P<b>\d+)"
         ),
         _against("einsum's letter {letter} is {a} in operand {op} but {b} before"),
     ),
