@@ -114,18 +114,11 @@ def assignment_of(module) -> str | None:
 
 def check_modules():
     """Every module of exercise checks, ordered as the course runs them."""
-    import importlib
-    import pkgutil
-
     import tformer_grading.checks as checks
 
-    modules = [
-        importlib.import_module(f"tformer_grading.checks.{info.name}")
-        for info in pkgutil.iter_modules(checks.__path__)
-        if info.name not in checks.SHARED_MODULES
-    ]
     return sorted(
-        modules, key=lambda m: assignment_of(m) or m.__name__.rsplit(".", 1)[1]
+        checks.exercise_modules(),
+        key=lambda m: assignment_of(m) or m.__name__.split(".checks.", 1)[1],
     )
 
 

@@ -9,9 +9,7 @@ measuring issue 26's "bad input stays handled").
 
 from __future__ import annotations
 
-import importlib
 import inspect
-import pkgutil
 
 import pytest
 import torch.nn as nn
@@ -21,10 +19,8 @@ from tformer_grading.checks.diagnosis import CheckFailure
 
 
 def _one_argument_checks():
-    for info in pkgutil.iter_modules(checks.__path__):
-        if info.name in checks.SHARED_MODULES:
-            continue
-        module = importlib.import_module(f"{checks.__name__}.{info.name}")
+    for module in checks.exercise_modules():
+        short = module.__name__.split(".checks.", 1)[1]
         for name, fn in sorted(vars(module).items()):
             if not (name.startswith("check_") and inspect.isfunction(fn)):
                 continue
@@ -36,7 +32,7 @@ def _one_argument_checks():
                 if p.default is p.empty and p.kind == p.POSITIONAL_OR_KEYWORD
             ]
             if len(required) == 1:
-                yield pytest.param(fn, id=f"{info.name}.{name}")
+                yield pytest.param(fn, id=f"{short}.{name}")
 
 
 @pytest.mark.parametrize("check", list(_one_argument_checks()))

@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import copy
 import html
-import importlib
 import json
-import pkgutil
 import re
 import time
 from pathlib import Path
@@ -94,8 +92,7 @@ def check_sections() -> set:
     from tformer_grading.checks.diagnosis import sections_named
 
     found = set()
-    for info in pkgutil.iter_modules(checks.__path__):
-        module = importlib.import_module(f"tformer_grading.checks.{info.name}")
+    for module in checks.exercise_modules():
         found |= sections_named(module)
     return found
 

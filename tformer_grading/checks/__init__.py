@@ -1,5 +1,7 @@
-"""Checks that exercise test cells call: one module per exercise (``chNN``,
-``ch06_loop``, the bug hunts ``bughunt_*``, ``own_model``).
+"""Checks that exercise test cells call: one module per chapter (``chNN``,
+``ch06_loop``, the bug hunts ``bughunt_*``, ``own_model``) or, for a chapter moved to
+the target layout, a package with one module per exercise (``ch02.attention``) whose
+``__init__`` re-exports its checks. :func:`exercise_modules` lists them all.
 
 A check author reads ``diagnosis`` (the API: ``Pitfall``, ``Section``, ``Case``,
 ``compare_to_reference``, probes), ``cases`` (seeded inputs, building the
@@ -14,3 +16,30 @@ from .diagnosis import CheckFailure, Diagnosis, Pitfall, Section
 # The checks' shared machinery; every other module of this package holds one exercise's
 # checks. Defined in the guard, which captures it before learner code runs.
 from ..guard.integrity import SHARED_CHECK_MODULES as SHARED_MODULES
+
+
+def exercise_modules() -> list:
+    """Every module that holds exercise checks, imported, in course order: the modules
+    of this package that are not shared machinery, and each module of a chapter
+    package (``ch02.attention``) but its ``sections``.
+
+    >>> [m.__name__.rsplit("checks.", 1)[1] for m in exercise_modules()][:4]
+    ['bughunt_attention', 'bughunt_decoding', 'ch01', 'ch02.attention']
+    """
+    import importlib
+    import pkgutil
+
+    found = []
+    for info in pkgutil.iter_modules(__path__):
+        if info.name in SHARED_MODULES:
+            continue
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        if not info.ispkg:
+            found.append(module)
+            continue
+        found += [
+            importlib.import_module(f"{module.__name__}.{sub.name}")
+            for sub in pkgutil.iter_modules(module.__path__)
+            if sub.name != "sections"
+        ]
+    return found

@@ -13,4 +13,10 @@ back (``tests/checks/measure/``).
 ``plain_errors``
     the errors read without sizes: an axis that does not exist, a shape unpacked into
     too many names, a view of a transposed tensor.
+``softmax``
+    a softmax read back from its weights: the axes they sum to 1 over, the factor on
+    the scores (row by row), an output solved back for the weights it applied.
+``formulas``
+    the formula of the case's sizes that gives measured numbers on every case
+    (``√Dh``, ``2·Dh``), and how a measured number is written.
 """

@@ -1,14 +1,11 @@
-"""Checks for chapter 2, scaled dot-product attention (book/ch02_attention).
+"""Checks for exercise ``attention`` of chapter 2 (book/ch02_attention):
+``attention(q, k, v) -> (out, weights)``, scaled dot-product attention.
 
-Each public ``check_*`` is what an exercise test cell calls. The private functions
-next to each ``Pitfall`` are the known wrong variants a diagnosis can name.
-
-The checks are staged: they run the learner's code, then look at what it returned stage
-by stage (the call itself, shapes, the weights, the output) and report the first stage
+The check runs the learner's code on the cases, then looks at what it returned stage by
+stage (the call itself, shapes, the weights, the output) and reports the first stage
 that departs from the reference, with the quantity that is off *measured* from the
-learner's own numbers (the divisor of the scores, the axis the weights sum to 1 over,
-the base of the logarithm, the size of an ε). A listed pitfall is named only when its
-variant reproduces every output of the learner.
+learner's own numbers (the divisor of the scores, the axis the weights sum to 1 over).
+A listed pitfall is named only when its variant reproduces every output of the learner.
 """
 
 from __future__ import annotations
@@ -18,17 +15,16 @@ import math
 import torch
 
 from tformer_ref.attention import scaled_dot_product_attention
-from tformer_ref.device import get_device
-from ..guard.integrity import seal
-from .cases import randn
-from .delegation import check_not_delegated
-from .diagnosis import (
+
+from ...guard.integrity import seal
+from ..cases import randn
+from ..delegation import check_not_delegated
+from ..diagnosis import (
     UNEXPLAINED,
     Case,
     Diagnosis,
     Pitfall,
     Raised,
-    Section,
     fail,
     passed,
     run,
@@ -36,14 +32,26 @@ from .diagnosis import (
     single_threaded,
     verify_integrity,
 )
+from ..measure.formulas import name_of, number, numbers, powers
+from ..measure.softmax import (
+    FIT_RTOL,
+    SEVERAL_AXES,
+    SINGLE_AXES,
+    SUM_ATOL,
+    axes_name,
+    double_centred,
+    mixing,
+    normalised_over,
+    row_scales,
+    varying_axes,
+)
+from .sections import S_DMODEL, S_SATURATION, S_STEPS, S_VARIANCE
 
-CHAPTER = "ch02_attention"
-S_STEPS = Section(CHAPTER, "2.1", "Attention step by step")
-S_VARIANCE = Section(CHAPTER, "2.2", "Why the scores grow with d_k")
-S_SATURATION = Section(CHAPTER, "2.3", "Saturation and the gradients")
-S_ENTROPY = Section(CHAPTER, "2.4", "Entropy: how peaked is attention")
-S_DMODEL = Section(CHAPTER, "2.5", "Scaling by √d_model is a bug")
-S_GRADCHECK = Section(CHAPTER, "2.6", "Gradcheck done right")
+# The divisors a learner may have used: a power of one size (or of d_model = H·Dh)
+# times 1, 2 or ½.
+DIVISOR_FORMULAS = powers(
+    ("B", "H", "Sq", "Sk", "Dh"), products={"d_model": ("H", "Dh")}
+)
 
 
 def part_of_pair(fn, index: int):
@@ -61,7 +69,6 @@ def part_of_pair(fn, index: int):
     return pick
 
 
-# --------------------------------------------------------------------------- attention
 # The reference is the package's scaled_dot_product_attention; each variant below
 # changes one step of it.
 
@@ -296,111 +303,10 @@ KEY_SHIFT = Diagnosis(
     S_STEPS,
 )
 
-AXIS_NAMES = ("batch", "heads", "queries", "keys")
-SIZE_NAMES = ("B", "H", "Sq", "Sk", "Dh")
-
-
-def _axes_name(dims: tuple) -> str:
-    """(2,) -> "axis 2 (queries)"; (2, 3) -> "axes 2, 3 (queries, keys) together"."""
-    names = ", ".join(AXIS_NAMES[d] for d in dims)
-    if len(dims) == 1:
-        return f"axis {dims[0]} ({names})"
-    return f"axes {', '.join(map(str, dims))} ({names}) together"
-
-
-def _sizes_formulas() -> tuple:
-    """(name, f(sizes)) for the divisors a learner may have used: a power of one size
-    (or of d_model = H·Dh) times 1, 2 or 1/2. sizes: dict with B, H, Sq, Sk, Dh."""
-    out = [("1 (no scaling)", lambda s: 1.0)]
-    bases = [(n, (lambda n: lambda s: s[n])(n)) for n in SIZE_NAMES]
-    bases.append(("H·Dh = d_model", lambda s: s["H"] * s["Dh"]))
-    powers = ((0.5, "√{}"), (1.0, "{}"), (-0.5, "1/√{}"), (-1.0, "1/{}"), (2.0, "{}²"))
-    for (name, size), (p, form) in ((b, p) for b in bases for p in powers):
-        for factor, prefix in ((1.0, ""), (2.0, "2·"), (0.5, "½·")):
-            label = prefix + form.format(f"({name})" if "=" in name else name)
-            out.append(
-                (
-                    label,
-                    (lambda size, p, factor: lambda s: factor * size(s) ** p)(
-                        size, p, factor
-                    ),
-                )
-            )
-    return tuple(out)
-
-
-DIVISOR_FORMULAS = _sizes_formulas()
-
-
-def _formula_for(values: list, sizes: list) -> str | None:
-    """The name of the formula giving ``values`` on every case (sizes per case), or
-    None."""
-    for name, formula in DIVISOR_FORMULAS:
-        if all(
-            math.isclose(v, formula(s), rel_tol=2e-3) for v, s in zip(values, sizes)
-        ):
-            return name
-    return None
-
 
 def _sizes(q, k) -> dict:
     b, h, sq, dh = q.shape
     return {"B": b, "H": h, "Sq": sq, "Sk": k.size(2), "Dh": dh}
-
-
-def _num(x: float) -> str:
-    return f"{x:.4g}"
-
-
-def _nums(xs) -> str:
-    return ", ".join(_num(x) for x in xs)
-
-
-# A tensor "sums to 1" within this; float32 rows of a softmax sum to 1 within ~1e-6.
-SUM_ATOL = 1e-4
-# A linear fit "holds" when its residual is below this fraction of the signal.
-FIT_RTOL = 1e-3
-
-
-SINGLE_AXES = ((3,), (2,), (1,), (0,))
-SEVERAL_AXES = ((2, 3), (1, 2, 3), (0, 1, 2, 3))
-
-
-def _normalised_over(w: torch.Tensor, candidates: tuple) -> tuple | None:
-    """The dims (one of ``candidates``) over which ``w`` [B, H, Sq, Sk] is non-negative
-    and sums to 1, or None."""
-    if (w < -SUM_ATOL).any():
-        return None
-    for dims in candidates:
-        s = w.sum(dims)
-        if torch.allclose(s, torch.ones_like(s), atol=SUM_ATOL, rtol=0):
-            return dims
-    return None
-
-
-def _row_scales(w: torch.Tensor, source: torch.Tensor, dim: int = -1):
-    """Fit log w = c·source + (a constant per row) along ``dim``, row by row.
-
-    w, source [B, H, Sq, Sk] -> (c [rows] with NaN where a row has fewer than two usable
-    weights, relative residual of the fit over all rows). Softmax is invariant to a
-    constant per row, so c is the factor the learner's scores were multiplied by.
-    """
-    w, s = w.detach().double(), source.detach().double()
-    usable = w > 1e-30  # underflowed weights carry no information about the scores
-    n = usable.sum(dim, keepdim=True).clamp_min(1)
-    zero = torch.zeros((), dtype=w.dtype, device=w.device)
-
-    def centre(x):
-        x = torch.where(usable, x, zero)
-        return torch.where(usable, x - x.sum(dim, keepdim=True) / n, zero)
-
-    y, x = centre(torch.where(usable, w, w.new_ones(())).log()), centre(s)
-    xx, xy = (x * x).sum(dim), (x * y).sum(dim)
-    ok = xx > 1e-12
-    c = torch.where(ok, xy / xx.clamp_min(1e-300), torch.full_like(xx, float("nan")))
-    fitted = torch.where(ok.unsqueeze(dim), c.nan_to_num().unsqueeze(dim) * x, zero)
-    residual = (y - fitted).norm() / (y.norm() + 1e-12)
-    return c, residual.item()
 
 
 def _score_sources(q, k, v) -> list:
@@ -423,20 +329,10 @@ def _score_sources(q, k, v) -> list:
     return sources
 
 
-def _varying_axes(c: torch.Tensor) -> list:
-    """The axes of per-row factors c [B, H, Sq] along which they change."""
-    out = []
-    for dim in range(c.dim()):
-        spread = c - c.nanmean(dim, keepdim=True)
-        if spread.nan_to_num().abs().max() > FIT_RTOL * c.nan_to_num().abs().max():
-            out.append(AXIS_NAMES[dim])
-    return out
-
-
 def _softmax_source(w, q, k, v):
     """When w [B, H, Sq, Sk] is softmax over the keys of c·(some score matrix): (name,
     per-row c [B, H, Sq]); else None."""
-    fits = [(name, *_row_scales(w, s)) for name, s in _score_sources(q, k, v)]
+    fits = [(name, *row_scales(w, s)) for name, s in _score_sources(q, k, v)]
     name, c, residual = min(fits, key=lambda f: f[2])
     if residual > FIT_RTOL or torch.isnan(c).all():
         return None
@@ -513,19 +409,19 @@ def _block_mixup(got64: torch.Tensor, ref64: torch.Tensor) -> str | None:
 
 def _normalisation_problem(w64, q, k, v):
     """Weights [B, H, Sq, Sk] that do not sum to 1 over the keys, or None."""
-    dims = _normalised_over(w64, SINGLE_AXES)
+    dims = normalised_over(w64, SINGLE_AXES)
     sums = w64.sum(-1)
     if dims is None and torch.allclose(
         sums, sums.mean().expand_as(sums), rtol=1e-4, atol=0
     ):
         return _unnormalised(w64, q, k, v)  # rows sum to one constant, not 1
-    dims = dims or _normalised_over(w64, SEVERAL_AXES)
+    dims = dims or normalised_over(w64, SEVERAL_AXES)
     if dims is None:
         return _unnormalised(w64, q, k, v)
     if dims != (3,):
         return WRONG_AXIS, (
             f"Your attention weights sum to 1 over "
-            f"{_axes_name(dims)}, not over the keys (axis 3)."
+            f"{axes_name(dims)}, not over the keys (axis 3)."
         )
     return None
 
@@ -544,14 +440,14 @@ def _scores_problem(w64, q, k, v):
     masked = _masked(w64, c, q, k)
     if masked:
         return MASKED, masked
-    varying = _varying_axes(c)
+    varying = varying_axes(c)
     if varying:
         d = 1 / c[~torch.isnan(c)]
         return SCALE_NOT_CONSTANT, (
             "The factor your scores are divided by changes across the "
-            f"{', '.join(varying)} (from {_num(d.min().item())} to "
-            f"{_num(d.max().item())}); expected the constant √Dh = "
-            f"{_num(math.sqrt(q.size(-1)))}."
+            f"{', '.join(varying)} (from {number(d.min().item())} to "
+            f"{number(d.max().item())}); expected the constant √Dh = "
+            f"{number(math.sqrt(q.size(-1)))}."
         )
     return "scale", c.nanmean().item()
 
@@ -581,18 +477,8 @@ def _affine_of_softmax(w64, q, k):
     if residual > 1e-2 * (w64 - p).norm() or abs(b) < 1e-6 or not 0.5 < a < 1.5:
         return None
     return WEIGHTS_SHIFTED, (
-        f"Your weights are {_num(a)} × the right weights + "
+        f"Your weights are {number(a)} × the right weights + "
         f"{b:.3g}: a constant was added to every weight."
-    )
-
-
-def _double_centred(t: torch.Tensor) -> torch.Tensor:
-    """t [..., Sq, Sk] minus its row means and column means (plus the grand mean)."""
-    return (
-        t
-        - t.mean(-1, keepdim=True)
-        - t.mean(-2, keepdim=True)
-        + t.mean((-2, -1), keepdim=True)
     )
 
 
@@ -601,14 +487,14 @@ def _key_shift(w64, q, k):
     (a term per key, the same for every query): the softmax saw a per-key shift."""
     if (w64 <= 1e-30).any():
         return None
-    y, x = _double_centred(w64.log()), _double_centred(q.double() @ k.double().mT)
+    y, x = double_centred(w64.log()), double_centred(q.double() @ k.double().mT)
     c = (x * y).sum((-2, -1), keepdim=True) / (x * x).sum((-2, -1), keepdim=True)
     if (y - c * x).norm() > FIT_RTOL * y.norm():
         return None
     d = 1 / c.flatten()
     return KEY_SHIFT, (
         "Your log-weights are q·kᵀ divided by "
-        f"{_num(d.mean().item())} plus a term that depends on the key "
+        f"{number(d.mean().item())} plus a term that depends on the key "
         "alone (the same for every query): something computed over "
         "the queries (a max or mean along dim -2, a bias per key) "
         "entered the scores before the softmax."
@@ -627,7 +513,7 @@ def _unnormalised(w64, q, k, v):
     if (w64 - c * s).norm() <= FIT_RTOL * w64.norm() and c != 0:
         return NO_SOFTMAX, (
             f"Your weights are the scores q·kᵀ divided by "
-            f"{_num(1 / c)}, with no softmax."
+            f"{number(1 / c)}, with no softmax."
         )
     sums = w64.sum(-1)
     found = _softmax_source(w64, q, k, v)
@@ -640,13 +526,13 @@ def _unnormalised(w64, q, k, v):
     total = sums.mean().item()
     if found and torch.allclose(sums, torch.full_like(sums, total), rtol=1e-4, atol=0):
         return NOT_NORMALISED, (
-            f"Every row of your weights sums to {_num(total)} (= 1/{_num(1 / total)}) "
-            f"instead of 1: they are the softmax multiplied by {_num(total)}, e.g. a "
+            f"Every row of your weights sums to {number(total)} "
+            f"(= 1/{number(1 / total)}) instead of 1: they are the softmax multiplied by {number(total)}, e.g. a "
             "scale applied after the softmax instead of to the scores."
         )
     return NOT_NORMALISED, (
         f"Your weights sum over the keys to values from "
-        f"{_num(sums.min().item())} to {_num(sums.max().item())}, "
+        f"{number(sums.min().item())} to {number(sums.max().item())}, "
         f"and to 1 over no axis.{shape}"
     )
 
@@ -657,13 +543,13 @@ def _scale_detail(factors: list, sizes: list) -> str:
     divisors = [1 / c if c != 0 else math.inf for c in factors]
     expected = [math.sqrt(s["Dh"]) for s in sizes]
     text = (
-        f"Your scores q·kᵀ are divided by {_nums(divisors)} on the {len(sizes)} "
+        f"Your scores q·kᵀ are divided by {numbers(divisors)} on the {len(sizes)} "
         f"cases (Dh = {', '.join(str(s['Dh']) for s in sizes)}); expected √d_k = "
-        f"√Dh = {_nums(expected)}."
+        f"√Dh = {numbers(expected)}."
     )
     if any(c == 0 for c in factors):
         return text + " Your weights are uniform: the scores play no part."
-    formula = _formula_for(divisors, sizes)
+    formula = name_of(divisors, sizes, DIVISOR_FORMULAS)
     if formula is not None:
         text += f" On every case your divisor is {formula}."
     elif all(math.isclose(d, divisors[0], rel_tol=2e-3) for d in divisors):
@@ -724,23 +610,13 @@ def _precision(got: list, refs: list):
 # ---------------------------------------------------------------- attention: the output
 
 
-def _mixing(out: torch.Tensor, rows: torch.Tensor):
-    """Solve out [B, H, Sq, Dh] = W @ rows [B, H, S, Dh] for W [B, H, Sq, S]; None when
-    out is not a combination of the rows (needs S <= Dh, which the cases keep)."""
-    out64, rows64 = out.detach().double(), rows.detach().double()
-    mix = out64 @ torch.linalg.pinv(rows64)
-    if (mix @ rows64 - out64).norm() > FIT_RTOL * out64.norm():
-        return None
-    return mix
-
-
 def _explain_output(out, w, ref_out, q, k, v):
     """(Diagnosis, detail) explaining a wrong output out [B, H, Sq, Dh] when the
     weights w were right, or None."""
     found = _output_shortcut(out, w, ref_out, q, k, v)
     if found is not None:
         return found
-    mix = _mixing(out, v)
+    mix = mixing(out, v)
     if mix is None:
         return None
     found = _structure_of_weights(mix, w, q, k, v)
@@ -764,7 +640,7 @@ def _output_shortcut(out, w, ref_out, q, k, v):
     out64, wv = out.detach().double(), w.detach().double() @ v.double()
     c = ((out64 * wv).sum() / (wv * wv).sum()).item()
     if (out64 - c * wv).norm() <= FIT_RTOL * out64.norm():
-        return OUTPUT_RESCALED, f"Your output is {_num(c)} × weights @ v."
+        return OUTPUT_RESCALED, f"Your output is {number(c)} × weights @ v."
     if torch.allclose(
         out64.flatten().sort().values,
         ref_out.double().flatten().sort().values,
@@ -787,7 +663,7 @@ def _output_shortcut(out, w, ref_out, q, k, v):
     if mixed:
         return BLOCKS_MIXED, f"Your outputs {mixed}."
     for name, rows in (("k", k), ("q", q)):
-        if rows.size(2) <= rows.size(3) and _mixing(out, rows) is not None:
+        if rows.size(2) <= rows.size(3) and mixing(out, rows) is not None:
             return OUTPUT_WRONG_ROWS, (
                 f"Your output is a weighted sum of the rows of "
                 f"{name}, not of v: weights @ {name}."
@@ -946,7 +822,7 @@ def _fail_where(
 
 def _weights_stage(ws: list) -> str:
     """Where in the weights the departure lies, when nothing could be isolated."""
-    if all(_normalised_over(w.detach().double(), SINGLE_AXES) == (3,) for w in ws):
+    if all(normalised_over(w.detach().double(), SINGLE_AXES) == (3,) for w in ws):
         return (
             " (they sum to 1 over the keys like a softmax, but of scores that are "
             "not a multiple of q·kᵀ)"
@@ -1052,505 +928,6 @@ def check_attention_by_hand(attention_fn) -> None:
             "tformer_ref",
         ],
     )
-
-
-# --------------------------------------------------------------------------- entropy
-
-
-def _entropy(weights):
-    return torch.special.entr(weights).sum(dim=-1)
-
-
-ENTROPY_PITFALLS = (
-    Pitfall(
-        "0·log 0 gives NaN",
-        "Where a weight is exactly 0, w·log(w) is 0·(−inf) = NaN in floating "
-        "point, but its limit is 0. Use torch.xlogy(w, w), torch.special.entr(w), "
-        "or mask the zeros out before summing.",
-        S_ENTROPY,
-        lambda w: -(w * w.log()).sum(dim=-1),
-    ),
-    Pitfall(
-        "log base 2",
-        "Your entropy is in bits (log2); the exercise asks for nats (natural log), "
-        "like the lesson.",
-        S_ENTROPY,
-        lambda w: torch.special.entr(w).sum(dim=-1) / math.log(2),
-    ),
-    Pitfall(
-        "missing minus sign",
-        "Entropy is −Σ w·log w, which is ≥ 0: log w ≤ 0 for weights in [0, 1].",
-        S_ENTROPY,
-        lambda w: -torch.special.entr(w).sum(dim=-1),
-    ),
-    Pitfall(
-        "sum over the wrong axis",
-        "You summed over the queries (dim=-2). The distribution of one query is "
-        "its row: sum over the keys, the last axis.",
-        S_ENTROPY,
-        lambda w: torch.special.entr(w).sum(dim=-2),
-    ),
-    Pitfall(
-        "mean instead of sum",
-        "You averaged w·log w over the keys; entropy is their sum.",
-        S_ENTROPY,
-        lambda w: torch.special.entr(w).mean(dim=-1),
-    ),
-)
-
-NAN_AT_ZEROS = Diagnosis(
-    "NaN where a weight is 0",
-    "0·ln 0 must count as 0 (its limit), but w * w.log() computes 0·(−inf) = NaN. Use "
-    "torch.xlogy(w, w) or torch.special.entr(w), or mask the zeros before summing.",
-    S_ENTROPY,
-)
-ENTROPY_FACTOR = Diagnosis(
-    "entropy off by a constant factor",
-    "The entropy is −Σ w·ln w: natural logarithm (nats), a minus sign so that it is "
-    "≥ 0, and nothing else multiplying it.",
-    S_ENTROPY,
-)
-ENTROPY_DIVIDED = Diagnosis(
-    "entropy divided by a size",
-    "The entropy of a row is the sum of −w·ln w over its keys, not their mean, and not "
-    "normalised by ln Sk.",
-    S_ENTROPY,
-)
-ENTROPY_EPS = Diagnosis(
-    "ε in the logarithm biases the entropy",
-    "Adding ε (or clamping at ε) to dodge log 0 changes every term: the bias grows "
-    "with ε and with the number of keys. torch.xlogy(w, w) or torch.special.entr(w) "
-    "give 0·ln 0 = 0 exactly; a clamp at ε ≤ 1e-12 is harmless.",
-    S_ENTROPY,
-)
-ENTROPY_OFFSET = Diagnosis(
-    "entropy shifted by a constant",
-    "The entropy is −Σ w·ln w alone: 0 for a one-hot row, ln Sk for a uniform one; "
-    "nothing is added or subtracted.",
-    S_ENTROPY,
-)
-ENTROPY_PRECISION = Diagnosis(
-    "entropy computed in low precision",
-    "Compute in the dtype of the weights: half or bfloat16 keep only 3 or 2 "
-    "significant digits.",
-    S_ENTROPY,
-)
-ZERO_ROWS = Diagnosis(
-    "0·ln 0 handled wrongly",
-    "A weight of exactly 0 contributes 0 to the entropy (the limit of w·ln w) and the "
-    "rest of its row counts as usual: zero that one term, not the whole row.",
-    S_ENTROPY,
-)
-ENTROPY_AXES = Diagnosis(
-    "entropy reduced over the wrong axes",
-    "weights [..., Sq, Sk] gives one entropy per query: sum over the keys (the last "
-    "axis) only, without keepdim, shape [..., Sq].",
-    S_ENTROPY,
-)
-
-
-def _softmax_weights(shape, seed, dtype=torch.float32, temperature=1.0):
-    return lambda: ((randn(*shape, seed=seed, dtype=dtype) * temperature).softmax(-1),)
-
-
-def _causal_weights():
-    scores = randn(2, 3, 5, 5, seed=41)
-    keep = torch.ones(5, 5, dtype=torch.bool, device=scores.device).tril()
-    # exact zeros above the diagonal
-    return (scores.masked_fill(~keep, float("-inf")).softmax(-1),)
-
-
-def _one_hot_weights():
-    return (torch.eye(4, device=get_device())[None, None].repeat(2, 1, 1, 1),)
-
-
-def _entropy_cases():
-    # Sq != Sk where the axis matters; 2-D and 3-D inputs because the exercise says
-    # [..., Sq, Sk]: any number of leading axes.
-    return [
-        Case("weights [2, 4, 5, 7] from softmax", _softmax_weights((2, 4, 5, 7), 40)),
-        Case(
-            "causal weights [2, 3, 5, 5] (exact zeros above the diagonal)",
-            _causal_weights,
-        ),
-        Case("one-hot weights [2, 1, 4, 4] (entropy 0)", _one_hot_weights),
-        Case(
-            "weights [1, 2, 3, 6] float64",
-            _softmax_weights((1, 2, 3, 6), 42, torch.float64, 3.0),
-        ),
-        Case("weights [3, 4, 6] (3-D)", _softmax_weights((3, 4, 6), 43)),
-        Case("weights [5, 3] (2-D: [Sq, Sk])", _softmax_weights((5, 3), 44)),
-    ]
-
-
-def _call_entropy(title: str, fn, cases) -> list:
-    """[(weights, result)] per case; fails on an exception, a non-tensor, or weights
-    changed in place."""
-    __tracebackhide__ = True
-    calls = []
-    for case in cases:
-        (w,), (kept,) = case.make(), case.make()
-        got = run(fn, (w,))
-        if isinstance(got, Raised):
-            fail(
-                title,
-                f"your code raised {got!r} while the check ran case {case.label}.",
-            )
-        if not torch.equal(w, kept):
-            MUTATES_INPUT.fail(
-                title,
-                f"On case {case.label} your function changed the weights it was given.",
-            )
-        if type(got) not in (torch.Tensor, torch.nn.Parameter):
-            fail(
-                title,
-                f"on case {case.label} expected a plain torch.Tensor, got "
-                f"{type(got).__name__}.",
-                S_ENTROPY,
-            )
-        calls.append((kept, got))
-    return calls
-
-
-# (what the learner did, dims reduced (None: all), keepdim)
-REDUCTIONS = (
-    ("over the keys, with keepdim=True (shape [..., Sq, 1])", (-1,), True),
-    ("over the queries (axis -2) instead of the keys", (-2,), False),
-    ("over the queries and the keys: one number per head/sequence", (-2, -1), False),
-    ("to a single number over every axis", None, False),
-    ("over nothing: one term per weight, no sum", (), False),
-)
-
-
-def _reduced_shape(shape, dims, keepdim) -> list:
-    n = len(shape)
-    dims = set(range(n)) if dims is None else {d % n for d in dims}
-    return [
-        1 if i in dims else s for i, s in enumerate(shape) if keepdim or i not in dims
-    ]
-
-
-def _check_entropy_dtypes(title: str, calls, cases) -> None:
-    __tracebackhide__ = True
-    for case, (w, g) in zip(cases, calls):
-        if g.dtype != w.dtype or g.device != w.device:
-            fail(
-                title,
-                f"on case {case.label} expected a {w.dtype} tensor on "
-                f"{w.device} (like the weights), got {g.dtype} on {g.device}.",
-                S_ENTROPY,
-            )
-
-
-def _check_entropy_shapes(title: str, calls, cases) -> None:
-    """Fail when the entropy's shape, dtype or device is not the weights' [..., Sq]."""
-    __tracebackhide__ = True
-    if all(list(g.shape) == list(w.shape[:-1]) for w, g in calls):
-        _check_entropy_dtypes(title, calls, cases)
-        return
-    for text, dims, keepdim in REDUCTIONS:
-        if all(
-            list(g.shape) == _reduced_shape(w.shape, dims, keepdim) for w, g in calls
-        ):
-            ENTROPY_AXES.fail(
-                title,
-                f"Your entropy is reduced {text}: on case "
-                f"{cases[0].label} it has shape "
-                f"{list(calls[0][1].shape)}, expected "
-                f"{list(calls[0][0].shape[:-1])}.",
-            )
-    case, (w, g) = next(
-        (c, wg)
-        for c, wg in zip(cases, calls)
-        if list(wg[1].shape) != list(wg[0].shape[:-1])
-    )
-    _fail_shape_of_one_case(title, case, w, g)
-
-
-def _fail_shape_of_one_case(title: str, case, w, g) -> None:
-    """The entropy g has the wrong shape on this case of weights w: say how."""
-    __tracebackhide__ = True
-    if list(g.shape) == [n for n in w.shape[:-1] if n != 1]:
-        ENTROPY_AXES.fail(
-            title,
-            f"On case {case.label} your entropy has shape "
-            f"{list(g.shape)}, expected {list(w.shape[:-1])}: the "
-            "axes of size 1 are gone (a squeeze()?).",
-        )
-    removed = [
-        d
-        for d in range(w.dim())
-        for keep in (False, True)
-        if list(g.shape) == _reduced_shape(w.shape, (d,), keep)
-    ]
-    if removed:
-        ENTROPY_AXES.fail(
-            title,
-            f"On case {case.label} your entropy has shape "
-            f"{list(g.shape)}: the weights' shape {list(w.shape)} "
-            f"reduced over axis {removed[0]} (of {w.dim()}), not "
-            f"over the last one, {w.dim() - 1}: a hard-coded dim?",
-        )
-    fail(
-        title,
-        f"on case {case.label} your entropy has shape {list(g.shape)}, "
-        f"expected {list(w.shape[:-1])} = [..., Sq]: one entropy per query.",
-        S_ENTROPY,
-    )
-
-
-def _nan_finding(calls, refs):
-    """(Diagnosis, detail) when the entropy is NaN/inf on exactly the rows that hold a
-    zero weight. When the other rows are wrong too, what is wrong with them is measured
-    and reported first."""
-    rows, kind = 0, "NaN"
-    for (w, g), r in zip(calls, refs):
-        bad = ~torch.isfinite(g.detach())
-        if not torch.equal(bad, (w == 0).any(-1)):
-            return None
-        rows += int(bad.sum())
-        kind = "NaN" if torch.isnan(g).any() else "inf" if bad.any() else kind
-    if not rows:
-        return None
-    nan = (
-        f"{kind} on exactly the {rows} rows that have a weight equal to 0 (0·ln 0 "
-        "computed as 0·(−inf))."
-    )
-    finite = [
-        ((w, g[~(w == 0).any(-1)]), r[~(w == 0).any(-1)])
-        for (w, g), r in zip(calls, refs)
-    ]
-    if all(torch.allclose(g.detach(), r, atol=1e-5, rtol=1e-4) for (_, g), r in finite):
-        return NAN_AT_ZEROS, f"Your entropy is {nan} Every other row is right."
-    ratios = _ratios([c for c, _ in finite], [r for _, r in finite])
-    if ratios:
-        diagnosis, detail = _ratio_finding(ratios)
-        detail = detail[0].lower() + detail[1:]
-        return diagnosis, (
-            f"On the rows without a zero weight, {detail} Besides, your "
-            f"entropy is {nan}"
-        )
-    return None
-
-
-def _zero_rows_finding(calls, refs):
-    """(Diagnosis, detail) when every row without a zero weight is right and some rows
-    with one are wrong: the handling of 0·ln 0 is the mistake."""
-    wrong_rows, example = 0, None
-    for (w, g), r in zip(calls, refs):
-        g64, r64 = g.detach().double(), r.double()
-        ok = (g64 - r64).abs() <= 1e-5 + 1e-4 * r64.abs()
-        zero_rows = (w == 0).any(-1)
-        if not ok[~zero_rows].all():
-            return None
-        bad = ~ok & zero_rows
-        wrong_rows += int(bad.sum())
-        if example is None and bad.any():
-            idx = tuple(bad.nonzero()[0].tolist())
-            example = (
-                f"on weights {list(w.shape)} row {idx}: yours "
-                f"{g64[idx].item():.6g}, expected {r64[idx].item():.6g}"
-            )
-    if not wrong_rows:
-        return None
-    return ZERO_ROWS, (
-        f"Your entropy is right on every row without a zero weight and "
-        f"wrong on {wrong_rows} rows that have one ({example})."
-    )
-
-
-def _ratios(calls, refs):
-    """The constant got/ref per case, or None when some case's ratio is not constant."""
-    out = []
-    for (w, g), r in zip(calls, refs):
-        g64, r64 = g.detach().double(), r.double()
-        rows = r64.abs() > 1e-3
-        if not rows.any():
-            if not torch.allclose(g64, r64, atol=1e-5):
-                return None
-            continue
-        ratio = g64[rows] / r64[rows]
-        c = ratio.mean().item()
-        if (ratio - c).abs().max() > 1e-3 * abs(c) or not torch.allclose(
-            g64, c * r64, atol=1e-5, rtol=1e-4
-        ):
-            return None
-        out.append((c, w))
-    return out or None
-
-
-def _ratio_finding(ratios):
-    """(Diagnosis, detail) for an entropy that is a constant times the right one."""
-    cs = [c for c, _ in ratios]
-    if all(math.isclose(c, cs[0], rel_tol=1e-3) for c in cs):
-        return ENTROPY_FACTOR, _factor_detail(cs[0])
-    sizes = [
-        {"Sk": w.size(-1), "Sq": w.size(-2), "ln Sk": math.log(w.size(-1))}
-        for _, w in ratios
-    ]
-    divisors = [1 / c for c in cs]
-    for name in ("Sk", "Sq", "ln Sk"):
-        if all(math.isclose(d, s[name], rel_tol=1e-3) for d, s in zip(divisors, sizes)):
-            what = {
-                "Sk": "the mean over the keys instead of their sum",
-                "Sq": "a division by the number of queries",
-                "ln Sk": "the entropy normalised by ln Sk, its largest value",
-            }[name]
-            return ENTROPY_DIVIDED, (
-                f"Your entropy is the right one divided by "
-                f"{_nums(divisors)} on the cases, which is "
-                f"{name}: {what}."
-            )
-    return ENTROPY_FACTOR, (
-        f"Your entropy is the right one times {_nums(cs)} on the "
-        "cases: a factor that changes with the input's size."
-    )
-
-
-def _factor_detail(c: float) -> str:
-    text = f"Your entropy is {_num(c)} × −Σ w·ln w on every case."
-    if c < 0:
-        text += " It is negative: the minus sign is missing (or doubled)."
-    if not math.isclose(abs(c), 1, rel_tol=1e-3):
-        base = math.exp(1 / abs(c))
-        text += (
-            f" That factor is what a logarithm in base {_num(base)} gives "
-            "(log2: 1.443, log10: 0.4343); expected the natural log, base e."
-        )
-    return text
-
-
-def _offset_finding(calls, refs):
-    """(Diagnosis, detail) when the entropy is the right one plus a constant per
-    case."""
-    offsets = []
-    for (w, g), r in zip(calls, refs):
-        diff = g.detach().double() - r.double()
-        c = diff.mean().item()
-        if (diff - c).abs().max() > 1e-5 + 1e-4 * abs(c):
-            return None
-        offsets.append((c, w.size(-1)))
-    if all(abs(c) <= 1e-5 for c, _ in offsets):
-        return None
-    text = (
-        f"Your entropy is the right one plus {_nums(c for c, _ in offsets)} on "
-        "the cases"
-    )
-    if all(math.isclose(-c, math.log(sk), rel_tol=1e-3) for c, sk in offsets):
-        text += ", which is −ln Sk: the entropy minus that of a uniform row"
-    return ENTROPY_OFFSET, text + "."
-
-
-def _close_finding(calls, refs):
-    """(Diagnosis, detail) when the entropy is everywhere within 1 % of the right one,
-    but not within the tolerance: a precision problem, measured."""
-    worst = 0.0
-    for (_, g), r in zip(calls, refs):
-        diff = (g.detach().double() - r.double()).abs()
-        if not torch.isfinite(diff).all() or (diff > 1e-2 * (r.abs() + 1e-3)).any():
-            return None
-        worst = max(worst, diff.max().item())
-    return ENTROPY_PRECISION, (
-        f"Your entropy is everywhere within {worst:.2g} of the "
-        "right one, but not within the tolerance (1e-5 + "
-        "1e-4·|H|): a computation in a lower precision (half, "
-        "bfloat16)?"
-    )
-
-
-EPS_MODELS = (
-    ("−Σ w·ln(w + ε)", lambda w, e: -(w * (w + e).log()).sum(-1)),
-    ("−Σ w·ln(max(w, ε)), a clamp", lambda w, e: -(w * w.clamp_min(e).log()).sum(-1)),
-    ("−Σ (w + ε)·ln(w + ε)", lambda w, e: -((w + e) * (w + e).log()).sum(-1)),
-)
-
-
-def _eps_error(model, calls, log_eps: float) -> float:
-    """Largest |learner − model(ε)| over the cases, ε = 10**log_eps."""
-    return max(
-        (g.detach().double() - model(w.double(), 10.0**log_eps)).abs().max().item()
-        for w, g in calls
-    )
-
-
-def _fit_eps(model, calls) -> tuple:
-    """(log10 ε, error) minimising the model's largest error: a grid, then refined."""
-    grid = [x / 10 for x in range(-160, 1)]
-    best = min(grid, key=lambda x: _eps_error(model, calls, x))
-    lo, hi = best - 0.1, best + 0.1
-    for _ in range(30):  # ternary search: the error is unimodal near its minimum
-        a, b = lo + (hi - lo) / 3, hi - (hi - lo) / 3
-        if _eps_error(model, calls, a) < _eps_error(model, calls, b):
-            hi = b
-        else:
-            lo = a
-    x = (lo + hi) / 2
-    return x, _eps_error(model, calls, x)
-
-
-def _eps_finding(calls, refs):
-    """(Diagnosis, detail) when the entropy is −Σ w ln w biased by an ε of a measured
-    size."""
-    bias = max(
-        (g.detach().double() - r.double()).abs().max().item()
-        for (_, g), r in zip(calls, refs)
-    )
-    for name, model in EPS_MODELS:
-        log_eps, err = _fit_eps(model, calls)
-        if err <= max(2e-6, 1e-2 * bias):
-            return ENTROPY_EPS, (
-                f"Your entropy matches {name} with ε ≈ "
-                f"{10**log_eps:.2g}: it is off by up to {bias:.3g} "
-                "from −Σ w·ln w."
-            )
-    return None
-
-
-@single_threaded
-def check_attention_entropy(entropy_fn) -> None:
-    """``entropy_fn(weights [..., Sq, Sk]) -> [..., Sq]``: −Σ w·ln w over the keys, in
-    nats, 0·ln 0 = 0."""
-    __tracebackhide__ = True
-    verify_integrity()
-    title, cases = "attention_entropy", _entropy_cases()
-    calls = _call_entropy(title, entropy_fn, cases)
-    refs = [_entropy(w) for w, _ in calls]
-    if all(same(g, r, 1e-5, 1e-4) for (_, g), r in zip(calls, refs)):
-        passed(title, f"matches the reference on {len(cases)} cases")
-        return
-    for pitfall in ENTROPY_PITFALLS:  # named only when it reproduces every output
-        if all(same(g, run(pitfall.impl, (w,)), 1e-5, 1e-4) for w, g in calls):
-            pitfall.fail(title)
-    _check_entropy_shapes(title, calls, cases)
-    _explain_entropy(title, calls, refs, cases)
-
-
-def _explain_entropy(title: str, calls, refs, cases) -> None:
-    __tracebackhide__ = True
-    found = _nan_finding(calls, refs)
-    if found is None and all(torch.isfinite(g).all() for _, g in calls):
-        ratios = _ratios(calls, refs)
-        found = (
-            _ratio_finding(ratios)
-            if ratios
-            else _offset_finding(calls, refs) or _eps_finding(calls, refs)
-        )
-    found = found or _zero_rows_finding(calls, refs) or _close_finding(calls, refs)
-    if found is not None:
-        found[0].fail(title, found[1])
-    for case, (w, g), r in zip(cases, calls, refs):
-        diff = (g.detach().double() - r.double()).abs().nan_to_num(nan=math.inf)
-        if diff.max() > 1e-5 + 1e-4 * r.abs().max():
-            idx = tuple(int(i) for i in torch.unravel_index(diff.argmax(), diff.shape))
-            fail(
-                title,
-                f"wrong on case {case.label}: largest difference "
-                f"{diff.max().item():.3g} at row {idx} (yours "
-                f"{g[idx].item():.6g}, expected {r[idx].item():.6g}). It "
-                f"{UNEXPLAINED}; compare your code with −Σ w·ln w over the "
-                "last axis.",
-                S_ENTROPY,
-            )
 
 
 seal(__name__)

@@ -1,0 +1,141 @@
+"""Reading a softmax back from its output: the axes it sums to 1 over, and the factor
+its scores were multiplied by.
+
+Softmax ignores a constant added to a row, so log w = c·s + (a constant per row): a
+line per row whose slope is the factor c, whatever code the learner wrote. The tensors
+are attention weights [B, H, Sq, Sk]; the axes are named by :data:`AXIS_NAMES`.
+
+Examples (a softmax over the queries, of scores divided by 8)::
+
+    >>> s = torch.randn(2, 3, 4, 5, dtype=torch.float64)
+    >>> w = (s / 8).softmax(dim=2)
+    >>> axes_name(normalised_over(w, SINGLE_AXES))
+    'axis 2 (queries)'
+    >>> c, residual = row_scales((s / 8).softmax(-1), s)
+    >>> round(1 / c.mean().item(), 6), residual < FIT_RTOL
+    (8.0, True)
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ...guard.integrity import seal
+
+AXIS_NAMES = ("batch", "heads", "queries", "keys")
+# A tensor "sums to 1" within this; float32 rows of a softmax sum to 1 within ~1e-6.
+SUM_ATOL = 1e-4
+# A linear fit "holds" when its residual is below this fraction of the signal.
+FIT_RTOL = 1e-3
+SINGLE_AXES = ((3,), (2,), (1,), (0,))
+SEVERAL_AXES = ((2, 3), (1, 2, 3), (0, 1, 2, 3))
+
+
+def axes_name(dims: tuple) -> str:
+    """The axes ``dims`` of attention weights, in words.
+
+    >>> axes_name((2,)), axes_name((2, 3))
+    ('axis 2 (queries)', 'axes 2, 3 (queries, keys) together')
+    """
+    names = ", ".join(AXIS_NAMES[d] for d in dims)
+    if len(dims) == 1:
+        return f"axis {dims[0]} ({names})"
+    return f"axes {', '.join(map(str, dims))} ({names}) together"
+
+
+def normalised_over(w: torch.Tensor, candidates: tuple) -> tuple | None:
+    """The dims (one of ``candidates``) over which ``w`` [B, H, Sq, Sk] is non-negative
+    and sums to 1, or None.
+
+    >>> w = torch.rand(2, 2, 3, 3).softmax(dim=1)          # over the heads
+    >>> normalised_over(w, SINGLE_AXES), normalised_over(w.log(), SINGLE_AXES)
+    ((1,), None)
+    """
+    if (w < -SUM_ATOL).any():
+        return None
+    for dims in candidates:
+        s = w.sum(dims)
+        if torch.allclose(s, torch.ones_like(s), atol=SUM_ATOL, rtol=0):
+            return dims
+    return None
+
+
+def row_scales(w: torch.Tensor, source: torch.Tensor, dim: int = -1):
+    """Fit log w = c·source + (a constant per row) along ``dim``, row by row.
+
+    w, source [B, H, Sq, Sk] -> (c [rows] with NaN where a row has fewer than two usable
+    weights, relative residual of the fit over all rows). Softmax is invariant to a
+    constant per row, so c is the factor the learner's scores were multiplied by.
+
+    >>> s = torch.randn(1, 2, 3, 4, dtype=torch.float64)
+    >>> c, residual = row_scales((s * torch.tensor([1.0, 0.5]).view(1, 2, 1, 1)
+    ...                           ).softmax(-1), s)
+    >>> [round(x, 6) for x in c[0, :, 0].tolist()], residual < FIT_RTOL  # head 1 halved
+    ([1.0, 0.5], True)
+    """
+    w, s = w.detach().double(), source.detach().double()
+    usable = w > 1e-30  # underflowed weights carry no information about the scores
+    n = usable.sum(dim, keepdim=True).clamp_min(1)
+    zero = torch.zeros((), dtype=w.dtype, device=w.device)
+
+    def centre(x):
+        x = torch.where(usable, x, zero)
+        return torch.where(usable, x - x.sum(dim, keepdim=True) / n, zero)
+
+    y, x = centre(torch.where(usable, w, w.new_ones(())).log()), centre(s)
+    xx, xy = (x * x).sum(dim), (x * y).sum(dim)
+    ok = xx > 1e-12
+    c = torch.where(ok, xy / xx.clamp_min(1e-300), torch.full_like(xx, float("nan")))
+    fitted = torch.where(ok.unsqueeze(dim), c.nan_to_num().unsqueeze(dim) * x, zero)
+    residual = (y - fitted).norm() / (y.norm() + 1e-12)
+    return c, residual.item()
+
+
+def varying_axes(c: torch.Tensor) -> list:
+    """The names of the axes of per-row factors c [B, H, Sq] along which they change.
+
+    >>> c = torch.ones(2, 3, 4); c[:, :, 1] = 2.0           # one query differs
+    >>> varying_axes(c)
+    ['queries']
+    """
+    out = []
+    for dim in range(c.dim()):
+        spread = c - c.nanmean(dim, keepdim=True)
+        if spread.nan_to_num().abs().max() > FIT_RTOL * c.nan_to_num().abs().max():
+            out.append(AXIS_NAMES[dim])
+    return out
+
+
+def double_centred(t: torch.Tensor) -> torch.Tensor:
+    """t [..., Sq, Sk] minus its row means and column means (plus the grand mean): what
+    is left of log-weights once a term per query and a term per key are removed.
+
+    >>> t = torch.arange(3.0).view(3, 1) + torch.arange(4.0)   # row term + column term
+    >>> double_centred(t).abs().max().item()
+    0.0
+    """
+    return (
+        t
+        - t.mean(-1, keepdim=True)
+        - t.mean(-2, keepdim=True)
+        + t.mean((-2, -1), keepdim=True)
+    )
+
+
+def mixing(out: torch.Tensor, rows: torch.Tensor):
+    """Solve out [B, H, Sq, Dh] = W @ rows [B, H, S, Dh] for W [B, H, Sq, S]; None when
+    out is not a combination of the rows (needs S <= Dh: the rows independent).
+
+    >>> v = torch.randn(1, 1, 3, 5, dtype=torch.float64)
+    >>> w = torch.rand(1, 1, 2, 3, dtype=torch.float64)
+    >>> torch.allclose(mixing(w @ v, v), w), mixing(torch.randn(1, 1, 2, 5), v)
+    (True, None)
+    """
+    out64, rows64 = out.detach().double(), rows.detach().double()
+    mix = out64 @ torch.linalg.pinv(rows64)
+    if (mix @ rows64 - out64).norm() > FIT_RTOL * out64.norm():
+        return None
+    return mix
+
+
+seal(__name__)
