@@ -92,6 +92,17 @@ def causal_where_expand(size):
 # --------------------------------------------------------------------------- wrong ones
 
 
+BLOCK_SIZE = 512
+_CAUSAL = torch.tril(
+    torch.ones(BLOCK_SIZE, BLOCK_SIZE, dtype=torch.bool, device=device)
+)
+
+
+@wrong("causal_mask", r"'causal mask wrong for long sequences'.*1100", listed=False)
+def causal_cut_from_block_size_buffer(size):  # built once, as a GPT's block_size
+    return _CAUSAL[:size, :size].view(1, 1, size, size)
+
+
 @wrong("causal_mask", r"'triu instead of tril'", listed=True)
 def causal_triu(size):  # mixed up which triangle is the past
     return torch.triu(torch.ones(size, size, device=device)).bool()[None, None]

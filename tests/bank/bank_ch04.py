@@ -82,8 +82,10 @@ class FFMatmul(nn.Module):
         return h @ self.down.weight.T + self.down.bias
 
 
-@right("feed_forward")
-class FFNoBias(nn.Module):  # biases off: the text allows any nn.Linear
+# Right until 2026-12-06; the exercise's formula has b1 and b2, and the held-out trial
+# counted a FeedForward without them as wrong: FFN(0) is then 0 whatever the weights.
+@wrong("feed_forward", r"'feed-forward without its biases'", listed=False)
+class FFNoBias(nn.Module):  # biases off, as in LLaMA-style layers
     def __init__(self, d_model, d_ff, dropout=0.0):
         super().__init__()
         self.a = nn.Linear(d_model, d_ff, bias=False)

@@ -59,6 +59,20 @@ def test_causal_mask_rejects_wrong_implementations(fn, diagnosis):
         ch03.check_causal_mask(fn)
 
 
+def test_a_mask_right_only_up_to_a_buffer_size_is_named_with_the_size_it_fails():
+    """Bug (held-out trial 2026-12-06): a mask sliced from a 256 × 256 buffer passed,
+    since every case was shorter. Guard: one case longer than any usual block size."""
+    buffer = torch.ones(256, 256).tril().bool()
+
+    def causal_mask(size):
+        return buffer[:size, :size].unsqueeze(0).unsqueeze(0)
+
+    with pytest.raises(
+        CheckFailure, match=r"long sequences.*returned shape \[1, 1, 256"
+    ):
+        ch03.check_causal_mask(causal_mask)
+
+
 # --------------------------------------------------------------------------- padding mask
 
 

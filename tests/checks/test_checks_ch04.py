@@ -105,6 +105,33 @@ def test_feed_forward_rejects_wrong_implementations(cls, diagnosis):
         ch04.check_feed_forward(cls)
 
 
+class FFWithoutBiases(nn.Module):
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.w1 = nn.Linear(d_model, d_ff, bias=False)  # "the bias is redundant"
+        self.w2 = nn.Linear(d_ff, d_model, bias=False)
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x):
+        return self.w2(self.drop(torch.relu(self.w1(x))))
+
+
+class FFZeroInitBiases(FF):  # right: biases that start at 0 are still parameters
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__(d_model, d_ff, dropout)
+        for layer in (self.l1, self.l2):
+            nn.init.zeros_(layer.bias)
+
+
+def test_a_feed_forward_without_biases_is_named_and_zero_biases_are_not():
+    """Bug (held-out trial 2026-12-06): Linear(..., bias=False) twice passed, since the
+    check compared with the formula on the learner's own layers. Guard: with random
+    parameters FeedForward(0) must not be exactly 0."""
+    with pytest.raises(CheckFailure, match="without its biases.*exactly 0"):
+        ch04.check_feed_forward(FFWithoutBiases)
+    ch04.check_feed_forward(FFZeroInitBiases)
+
+
 # --------------------------------------------------------------------------- EncoderBlock
 
 

@@ -196,6 +196,13 @@ CAUSAL_CONSTANT = Diagnosis(
     "Query i may attend to keys 0..i: torch.tril(torch.ones(S, S, dtype=torch.bool)).",
     S_CAUSAL,
 )
+CAUSAL_LONG = Diagnosis(
+    "causal mask wrong for long sequences",
+    "causal_mask(size) must work for every size, however long: build it for the size "
+    "asked (torch.tril(torch.ones(size, size, dtype=torch.bool))), or make a buffer "
+    "you cut it from at least that long.",
+    S_CAUSAL,
+)
 MASK_SHAPE = Diagnosis(
     "mask of the wrong shape",
     "Broadcasting aligns a mask with the scores [B, H, Sq, Sk] from the right, so each "
@@ -293,6 +300,8 @@ def _shape_note(shape, size: int) -> str:
 
 
 CAUSAL_SIZES = (1, 4, 7)
+# Longer than any block size a learner may build a buffer for (nanoGPT's is 1024).
+LONG_SIZE = 1100
 
 
 def _reproduced(theirs, cases, pitfalls, adapt=lambda fn: fn):
@@ -321,6 +330,7 @@ def _judge_causal(title: str, causal_mask_fn) -> None:
         if (p := _causal_problem(s, got)) is not None
     ]
     if not problems:
+        _judge_long_causal(title, causal_mask_fn)
         return
     theirs = [run(_as_4d(causal_mask_fn), (s,)) for s in CAUSAL_SIZES]
     pitfall = _reproduced(theirs, cases, CAUSAL_PITFALLS)
@@ -329,6 +339,19 @@ def _judge_causal(title: str, causal_mask_fn) -> None:
     raised = [p for s, p in problems if p[0] is None and " raised " in p[1]]
     diagnosis, seen = raised[0] if raised else problems[-1][1]
     _fail_stage(title, diagnosis, seen, S_CAUSAL)
+
+
+def _judge_long_causal(title: str, causal_mask_fn) -> None:
+    """Fail, saying what was measured, when the mask is right for the usual sizes but
+    not for LONG_SIZE (a mask cut from a buffer of fixed size)."""
+    __tracebackhide__ = True
+    problem = _causal_problem(LONG_SIZE, run(causal_mask_fn, (LONG_SIZE,)))
+    if problem is None:
+        return
+    sizes = ", ".join(map(str, CAUSAL_SIZES))
+    CAUSAL_LONG.fail(
+        title, f"Your mask is right for sizes {sizes}, but {problem[1].rstrip('.')}."
+    )
 
 
 def _fail_stage(title: str, diagnosis, seen: str, section: Section) -> None:

@@ -194,6 +194,12 @@ FF_WIDTH = Diagnosis(
     "4·d_model is only its usual value).",
     S_FF,
 )
+FF_NO_OFFSET = Diagnosis(
+    "feed-forward without its biases",
+    "FFN(x) = max(0, x·W1 + b1)·W2 + b2 has a constant term: nn.Linear keeps its bias "
+    "by default (bias=True); with bias=False both b1 and b2 are gone.",
+    S_FF,
+)
 FF_ACTIVATION = Diagnosis(
     "the wrong activation in the feed-forward",
     "FFN(x) = max(0, x·W1 + b1)·W2 + b2: a ReLU between the two Linear layers, nothing "
@@ -633,6 +639,26 @@ def _check_ff_signature(title, cls):
         pass
 
 
+def _check_ff_offset(title, cases) -> None:
+    """Fail when FeedForward(0) is exactly 0 whatever its parameters: the module has no
+    constant term, which the formula's biases b1 and b2 give it. Every parameter is set
+    to random values first, so a learner's zero-initialised biases do not count."""
+    __tracebackhide__ = True
+    module, x, _ = cases[0].make()
+    g = torch.Generator().manual_seed(7)
+    with torch.no_grad():
+        for param in module.parameters():
+            param.copy_(torch.randn(param.shape, generator=g).to(param))
+        out = run(module, (torch.zeros_like(x),))
+    if isinstance(out, torch.Tensor) and out.abs().max().item() == 0:
+        FF_NO_OFFSET.fail(
+            title,
+            f"With every parameter of your FeedForward set to random values, "
+            f"FeedForward(0) on x of shape {list(x.shape)} is exactly 0: your module has no "
+            "constant term.",
+        )
+
+
 def _check_ff_dropout(title, cls):
     """Train mode at dropout 0.2 and 0.5: dropout only on the hidden layer, at the
     rate given (or none), kept values scaled by 1/(1-p)."""
@@ -679,6 +705,7 @@ def check_feed_forward(cls) -> None:
         if UNEXPLAINED in str(failure):
             _ff_explain("FeedForward", cls)
         raise
+    _check_ff_offset("FeedForward", cases)
     _check_ff_dropout("FeedForward", cls)
     print(said.getvalue(), end="")
 
