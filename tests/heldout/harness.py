@@ -1,0 +1,100 @@
+"""Held-out trial: answers written without reading the checks, each replacing one
+solution cell of an exercise notebook (as a learner's notebook would), graded by
+running the notebook's own test cells in order (hidden tests included).
+
+Writers call ``wrong(chapter, cell, mistake, code)`` and ``right(chapter, cell, code)``.
+
+The trial of 2026-12-06 (trial_2026_12_06/): answers_a.py (chapters 1-4 and the
+attention bug hunt) and answers_b.py (chapters 5-8, the decoding bug hunt, the own
+model), written by two writers who did not read the checks; results.json is the first
+failure each got on the grader of commit 93f7e95, judgement.json an independent
+judge's verdict on each message (named, partial, misnamed, generic). Rerun:
+
+    python tests/heldout/harness.py tests/heldout/trial_2026_12_06/answers_*.py out.json
+
+These answers are known now: the next trial needs new writers and new answers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import sys
+import textwrap
+from dataclasses import dataclass
+
+ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "bank"))
+sys.path.insert(0, str(ROOT))
+
+ANSWERS: list = []
+
+
+@dataclass
+class Answer:
+    chapter: str
+    cell: str
+    mistake: str | None
+    code: str
+    name: str
+
+
+def wrong(chapter, cell, mistake, code, name=None):
+    ANSWERS.append(Answer(chapter, cell, mistake, textwrap.dedent(code), name or ""))
+
+
+def right(chapter, cell, code, name=None):
+    ANSWERS.append(Answer(chapter, cell, None, textwrap.dedent(code), name or ""))
+
+
+def grade(a: Answer) -> dict:
+    from exercise_cells import cells
+    from tformer_grading.checks.diagnosis import CheckFailure
+
+    all_cells = cells(a.chapter)
+    names = [c.name for c in all_cells if c.kind == "solution"]
+    if a.cell not in names:
+        raise SystemExit(f"{a.chapter} has no solution cell {a.cell!r}: {names}")
+    ns: dict = {"__name__": "__main__"}
+    failures = []
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        for c in all_cells:
+            code = a.code if (c.kind == "solution" and c.name == a.cell) else c.code
+            try:
+                exec(compile(code, f"<{c.name}>", "exec"), ns)  # noqa: S102
+            except CheckFailure as f:
+                failures.append((c.name, "failed", str(f)))
+            except Exception as e:  # noqa: BLE001
+                kind = "answer raised" if c.kind != "test" else "crashed"
+                failures.append((c.name, kind, f"{type(e).__name__}: {e}"))
+    return {"failures": failures}
+
+
+if __name__ == "__main__":
+    import importlib.util
+    import pathlib
+
+    sys.path.insert(0, str(pathlib.Path(__file__).parent))
+
+    for path in sys.argv[1:-1]:
+        spec = importlib.util.spec_from_file_location(pathlib.Path(path).stem, path)
+        spec.loader.exec_module(importlib.util.module_from_spec(spec))
+    import harness
+
+    results = []
+    for a in harness.ANSWERS:
+        r = grade(a)
+        results.append({**a.__dict__, **r})
+        ok = "PASS" if not r["failures"] else r["failures"][0][0]
+        print(
+            a.chapter,
+            a.cell,
+            a.name,
+            "wrong" if a.mistake else "right",
+            "->",
+            ok,
+            file=sys.stderr,
+        )
+    pathlib.Path(sys.argv[-1]).write_text(json.dumps(results, indent=1))
