@@ -1262,6 +1262,7 @@ class BlockHalfDropout(Parts):  # p / 2 "because there are two dropouts"
 
 @wrong(
     "feed_forward",
+    r"'feed-forward dropout in the wrong place or at the wrong rate'.*"
     r"2\d% of your FeedForward's output \(the second Linear's\) were zeroed",
     listed=False,
 )

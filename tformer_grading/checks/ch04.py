@@ -1958,7 +1958,7 @@ def _attention_rate(title, cls, p):
     return float(rate) if isinstance(rate, (int, float)) else None
 
 
-FF_DROPOUT = Diagnosis(
+FF_RATE_NOT_PASSED = Diagnosis(
     "the feed-forward's dropout is not the block's rate",
     "The exercise asks for your FeedForward(d_model, d_ff, dropout): the block hands "
     "its rate on, and FeedForward(d_model, d_ff) leaves it at the default 0.0, so "
@@ -2017,7 +2017,7 @@ def _check_ff_rate(title, cls):
     if rate_alone is None or rate_inside is None or rate_alone < p / 2:
         return
     if rate_inside < p / 2:
-        FF_DROPOUT.fail(
+        FF_RATE_NOT_PASSED.fail(
             title,
             f"Your {type(holder).__name__}({d}, {f}, {p}) on its own drops "
             f"{rate_alone:.0%} of its hidden activations in train mode; inside your "
