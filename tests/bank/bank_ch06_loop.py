@@ -1014,6 +1014,29 @@ def greedy_stops_at_any_eos(model, src, max_len, bos_id, eos_id, pad_id):
     return out
 
 
+@wrong(
+    "greedy_decode",
+    r"'EOS replaced by pad_id'.*there you appended pad_id",
+    listed=False,
+)
+def greedy_done_before_write(model, src, max_len, bos_id, eos_id, pad_id):
+    # marks the row done as soon as EOS is chosen, then pads the done rows
+    model.eval()
+    with torch.no_grad():
+        memory, src_mask = model.encode(src)
+        out = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)
+        done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
+        for _ in range(max_len):
+            logits = model.decode(out, memory, src_mask, causal_mask(out.size(1)))
+            nxt = logits[:, -1].argmax(-1)
+            done |= nxt == eos_id
+            nxt = nxt.masked_fill(done, pad_id)
+            out = torch.cat([out, nxt[:, None]], dim=1)
+            if done.all():
+                break
+    return out
+
+
 @wrong("greedy_decode", r"'argmax of the first position'", listed=True)
 def greedy_first_position(model, src, max_len, bos_id, eos_id, pad_id):
     # logits[:, 0]: "the prediction" of a one-token input, kept for longer ones

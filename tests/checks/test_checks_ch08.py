@@ -1134,7 +1134,7 @@ def test_generate_greedy_accepts_right_implementations(fn, capsys):
         ),
         (
             gen_float_tokens,
-            r"the tokens must be a LongTensor \[B, S \+ N\] = \[2, 11\] of "
+            r"the tokens must be a LongTensor \[B, S \+ N\] = \[3, 12\] of "
             r"ids \(torch.int64\) on cpu, got torch.float32",
         ),
     ],
@@ -1173,16 +1173,16 @@ def test_generate_greedy_says_what_the_cache_held():
     CACHES.clear()
     with pytest.raises(
         CheckFailure,
-        match=r"Call 3 .*prompt \[2, 2\].*: when its "
+        match=r"Call 4 .*prompt \[B=2, S=3\].*: when its "
         r"prompt went in, the first block's cache "
-        r"already held 11 token\(s\)",
+        r"already held 7 token\(s\)",
     ):
         ch08.check_generate_greedy(gen_cache_per_batch_size)
     with pytest.raises(
         CheckFailure,
         match=r"When step 1 began, the first block's "
         r"cache held 0 token\(s\); it should hold "
-        r"the 3 before the step's token",
+        r"the 5 before the step's token",
     ):
         ch08.check_generate_greedy(gen_new_cache_each_step)
 

@@ -2960,6 +2960,13 @@ NO_LEADING_BOS = Diagnosis(
     "Keep the start token in what you return. " + _DECODE_TEXT,
     S_DECODE,
 )
+EOS_WRITTEN_AS_PAD = Diagnosis(
+    "EOS replaced by pad_id",
+    "A row's EOS is its last real token: append the step's token first, then mark the "
+    "row finished, so that pad_id starts after the EOS, not in its place. "
+    + _DECODE_TEXT,
+    S_DECODE,
+)
 WRONG_NEXT_TOKEN = Diagnosis(
     "next token is not the argmax of the last position",
     "At each step append logits[:, -1].argmax(-1): the highest score over the "
@@ -3325,6 +3332,25 @@ def _took_first_position(seen: _Decoding) -> str | None:
     return None
 
 
+def _eos_written_as_pad(seen: _Decoding) -> str | None:
+    """Every appended token is the argmax, except pad_id wherever the argmax was EOS."""
+    eos, pad = seen.ids[1], seen.ids[2]
+    off = []
+    for c, alive, tok in _appended(seen):
+        want = c["logits"][alive, -1].argmax(-1).to(tok.device)
+        differ = want != tok
+        if not ((want[differ] == eos).all() and (tok[differ] == pad).all()):
+            return None
+        off += [c["length"]] if differ.any() else []
+    if not off:
+        return None
+    return (
+        f"In case {seen.label}, every token you appended is the last position's "
+        f"argmax, except where that argmax was EOS ({eos}): there you appended "
+        f"pad_id ({pad}) (first after the step that decoded {off[0]} tokens)."
+    )
+
+
 def _wrong_token_choice(seen: _Decoding) -> str | None:
     steps = list(_appended(seen))
     if not steps:
@@ -3443,6 +3469,7 @@ DECODE_PROBES = (
     (_decoded_with_gradients, DECODES_WITH_GRADIENTS),
     (_without_bos, NO_LEADING_BOS),
     (_took_first_position, ARGMAX_OF_FIRST_POSITION),
+    (_eos_written_as_pad, EOS_WRITTEN_AS_PAD),
     (_wrong_token_choice, WRONG_NEXT_TOKEN),
     (_stopped_at_first_eos, STOPS_AT_FIRST_EOS),
     (_max_len_miscounted, MAX_LEN_COUNT),

@@ -1564,8 +1564,10 @@ def check_lm_step_by_hand(lm_step) -> None:
 # =========================================================================== generate
 
 GEN_CASES = (
-    # (model label, model builder, prompt [B, S] seed, B, S, N)
-    (M2, 2, 8, 2, 3, 8),
+    # (model label, model builder, prompt [B, S] seed, B, S, N). The first case's
+    # sizes differ from each other and from the model's (V=11, D=16, H=2, Dh=8), so
+    # that every number of a crash decodes to one name (measure.sizes).
+    (M2, 2, 17, 3, 5, 7),
     ("model 4 (Post-LN, learned positions)", 4, 9, 1, 4, 6),
     (M2, 2, 10, 2, 2, 5),
     # The corners of the loop: one new token, and none (the prompt comes back).
@@ -1594,7 +1596,7 @@ def gen_cases() -> list[GenCase]:
     for name, which, seed, b, s, n in GEN_CASES:
         out.append(
             GenCase(
-                f"{name}, prompt [{b}, {s}], max_new_tokens={n}",
+                f"{name}, prompt [{named(B=b, S=s)}], max_new_tokens={n}",
                 models[which],
                 _ids(b, s, 200 + seed),
                 n,

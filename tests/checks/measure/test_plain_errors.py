@@ -15,6 +15,7 @@ import doctest
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.utils.data import DistributedSampler
 
 from tformer_grading.checks.measure import plain_errors
 from tformer_grading.checks.measure.plain_errors import read_plain
@@ -39,6 +40,21 @@ PLANTED = [
     ),
     (lambda: _tgt().sum(dim=2), "the tensor has 2 axes (0 to 1, or -2 to -1)"),
     (lambda: torch.randn(2, 3, 4).transpose(0, 1).view(6, 4), "view reads"),
+    # held-out trial 2026-12-06: a softmax kept in float32 on a float64 case
+    (
+        lambda: torch.randn(2, 3).softmax(-1) @ torch.randn(3, 4, dtype=torch.float64),
+        "met a float32 tensor and a float64 one",
+    ),
+    (
+        lambda: F.cross_entropy(
+            torch.randn(4, 5), torch.zeros(4).long(), None, None, 0.1
+        ),
+        "received a float where an int belongs",
+    ),
+    (
+        lambda: DistributedSampler(list(range(6)), 0, 2),  # rank and world_size swapped
+        "DistributedSampler was given rank=2 and num_replicas=0",
+    ),
 ]
 
 
@@ -46,11 +62,25 @@ PLANTED = [
 def test_a_planted_error_is_read_back(planted, reading):
     try:
         planted()
-    except (RuntimeError, IndexError, ValueError) as exc:
+    except (RuntimeError, IndexError, ValueError, TypeError) as exc:
         said = read_plain(f"{type(exc).__name__}: {exc}")
     else:
         raise AssertionError("the planted mistake did not raise")
     assert any(reading in s for s in said), said
+
+
+def test_swapped_sampler_arguments_are_read_with_the_cases_values():
+    message = (
+        "ValueError: Invalid rank 2, rank should be in the interval [0, -1] at line 4 "
+        "of your code while the check ran make_loader(dataset, rank=0, world_size=2, "
+        "epoch=0, batch_size=3)."
+    )
+    (said,) = read_plain(message)
+    assert "(this case's world_size and rank): the two arrived in each other's" in said
+    other = message.replace("world_size=2", "world_size=4")
+    assert read_plain(other) == [
+        "DistributedSampler was given rank=2 and num_replicas=0"
+    ]
 
 
 def test_an_unpacked_shape_is_read_from_the_learners_line():

@@ -10,6 +10,12 @@ Examples::
     >>> read_plain("IndexError: Dimension out of range (expected to be in range of "
     ...            "[-3, 2], but got 3)")
     ['the tensor has 3 axes (0 to 2, or -3 to -1) and the code asked for axis 3']
+    >>> read_plain("RuntimeError: Invalid rank 2, rank should be in the interval "
+    ...            "[0, -1] while the check ran make_loader(rank=0, world_size=2)")
+    ... # doctest: +NORMALIZE_WHITESPACE
+    ["DistributedSampler was given rank=2 and num_replicas=0 (this case's world_size
+      and rank): the two arrived in each other's places; pass them by name,
+      num_replicas=world_size, rank=rank"]
     >>> read_plain("a weight of 0.3")
     []
 """
@@ -37,6 +43,45 @@ def _axis(m: re.Match) -> str:
 def _unpack(m: re.Match) -> str:
     axes = f"{m[2]} axes" if m[2] else "more axes"
     return f"`{m[3]}` unpacks {m[1]} sizes from a shape with {axes}"
+
+
+# PyTorch's names of dtypes in its errors, as the code writes them.
+_DTYPES = {
+    "Float": "float32",
+    "Double": "float64",
+    "Half": "float16",
+    "BFloat16": "bfloat16",
+    "Long": "int64",
+    "Int": "int32",
+    "Bool": "bool",
+    "float": "float32",
+    "double": "float64",
+    "half": "float16",
+}
+
+
+def _dtypes(m: re.Match) -> str:
+    a, b = (_DTYPES.get(name, name) for name in m.groups())
+    return (
+        f"one operation met a {a} tensor and a {b} one: some tensor of the code was "
+        f"made {a} or {b} on its own (a .float(), a dtype= argument, a new tensor made "
+        "without the inputs' dtype) instead of following the inputs' dtype"
+    )
+
+
+def _sampler(m: re.Match) -> str:
+    got_rank, replicas = int(m[1]), int(m[2]) + 1
+    said = f"DistributedSampler was given rank={got_rank} and num_replicas={replicas}"
+    if m[3] is not None and (got_rank, replicas) == (int(m[4]), int(m[3])):
+        said += (
+            " (this case's world_size and rank): the two arrived in each other's "
+            "places; pass them by name, num_replicas=world_size, rank=rank"
+        )
+    return said
+
+
+def _a(word: str) -> str:
+    return f"{'an' if word[:1] in 'aeiou' else 'a'} {word}"
 
 
 def _said(text: str):
@@ -81,6 +126,25 @@ _PLAIN = table(
         r"too many indices for tensor of dimension (\d+)",
         _said("the code indexes more axes than the tensor's {0}"),
     ),
+    (r"expected scalar type (\w+) but found (\w+)", _dtypes),
+    (r"expected m1 and m2 to have the same dtype, but got: (\w+) != (\w+)", _dtypes),
+    (
+        r"(?:mat1 and mat2|self and mat2) must have the same dtype, but got (\w+) "
+        r"and (\w+)",
+        _dtypes,
+    ),
+    (
+        r"argument '(\w+)' \(position (\d+)\) must be (\w+), not (\w+)",
+        lambda m: (
+            f"`{m[1]}` (argument {m[2]} of that function) received {_a(m[4])} where "
+            f"{_a(m[3])} belongs: check which of your values the call passes there"
+        ),
+    ),
+    (
+        r"Invalid rank (\d+), rank should be in the interval \[0, (-?\d+)\]"
+        r"(?:.*?\brank=(\d+), world_size=(\d+))?",
+        _sampler,
+    ),
     (
         r"0D or 1D target tensor expected, multi-target not supported",
         _said(
@@ -93,7 +157,10 @@ _PLAIN = table(
 
 def read_plain(message: str) -> list[str]:
     """What each error of ``message`` that needs no sizes says, in plain terms."""
-    return [read(m) for pattern, read in _PLAIN for m in [pattern.search(message)] if m]
+    found = (
+        read(m) for pattern, read in _PLAIN for m in [pattern.search(message)] if m
+    )
+    return [text for text in found if text]
 
 
 seal(__name__)
