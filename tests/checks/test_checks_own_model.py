@@ -309,6 +309,14 @@ BLOCKS_NORM_INSIDE = RIGHT["own_blocks"].replace(
     "x = x + self.norm1(self.dropout1(self.self_attn(x, x, x, mask=mask)))\n"
     "        return x + self.norm2(self.dropout2(self.ff(x)))",
 )
+# The seed's dropout, after the norm on the residual stream (held-out trial
+# 2026-12-06: the own-model check ran no dropout measurement, so it passed).
+BLOCKS_SEED_DROPOUT = RIGHT["own_blocks"].replace(
+    "x = self.norm1(x + self.dropout1(self.self_attn(x, x, x, mask=mask)))\n"
+    "        return self.norm2(x + self.dropout2(self.ff(x)))",
+    "x = self.dropout1(self.norm1(x + self.self_attn(x, x, x, mask=mask)))\n"
+    "        return self.dropout2(self.norm2(x + self.ff(x)))",
+)
 EMBED_NO_POSITIONS = RIGHT["own_positions"].replace(
     "return table(tokens) * math.sqrt(table.embedding_dim) + pe[: tokens.size(1)]",
     "return table(tokens) * math.sqrt(table.embedding_dim)",
@@ -331,6 +339,11 @@ LOSS_COUNTS_PADDING = RIGHT["own_model"].replace(
 BLOCKS_IN_A_LIST = RIGHT["own_model"].replace(
     "self.encoder = nn.ModuleList(", "self.encoder = list("
 )
+# Probabilities out of the model, logits expected by the loss (held-out trial
+# 2026-12-06: the model did not learn and nothing said why).
+MODEL_RETURNS_PROBABILITIES = RIGHT["own_model"].replace(
+    "return self.generator(x)", "return self.generator(x).softmax(dim=-1)"
+)
 # Every piece and probe is right, but only the output layer trains.
 MODEL_DETACHED = RIGHT["own_model"].replace(
     "return self.generator(x)", "return self.generator(x.detach())"
@@ -344,6 +357,8 @@ def test_the_wrong_answers_differ_from_the_right_ones():
         (LOSS_NOT_SHIFTED, "own_model"),
         (MODEL_NO_SOURCE_MASK, "own_model"),
         (MODEL_DETACHED, "own_model"),
+        (MODEL_RETURNS_PROBABILITIES, "own_model"),
+        (BLOCKS_SEED_DROPOUT, "own_blocks"),
     ):
         assert wrong != RIGHT[right]
 
@@ -418,6 +433,11 @@ def test_one_reference_function_in_a_piece_is_named():
             r"LayerNorm in the wrong place \(x \+ LayerNorm\(sublayer\)\)",
         ),
         (dict(own_positions=EMBED_NO_POSITIONS), "positions", "embed"),
+        (
+            dict(own_blocks=BLOCKS_SEED_DROPOUT),
+            "blocks",
+            r"'dropout after the norm \(the seed's block\)'",
+        ),
     ],
     ids=[
         "causal-triu",
@@ -425,6 +445,7 @@ def test_one_reference_function_in_a_piece_is_named():
         "mha-ignores-mask",
         "norm-inside-residual",
         "no-positions",
+        "seed-dropout",
     ],
 )
 def test_a_wrong_piece_fails_with_its_chapter_diagnosis(answers, name, diagnosis):
@@ -526,6 +547,7 @@ def test_a_source_mask_left_out_is_named_in_the_assembly():
         (DECODER_NO_SOURCE_MASK, "padding the source changes the logits"),
         (LOSS_COUNTS_PADDING, "batch_loss counts the padding"),
         (BLOCKS_IN_A_LIST, "some weights are outside the state_dict"),
+        (MODEL_RETURNS_PROBABILITIES, "the model returns probabilities, not logits"),
     ],
 )
 def test_an_assembly_that_could_learn_anyway_fails_before_training(answer, finding):

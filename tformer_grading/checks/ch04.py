@@ -2040,8 +2040,9 @@ def _check_attention_rate(title, cls):
 
 
 @single_threaded
-def check_dropout_placement(cls) -> None:
-    """Dropout sits on each sublayer's output, before the residual add.
+def check_dropout_placement(cls, layouts=("Post-LN", "Pre-LN")) -> None:
+    """Dropout sits on each sublayer's output, before the residual add, in each of
+    ``layouts`` (the own-model exercise asks for the Post-LN block alone).
 
     Measured at ``dropout = 0.3`` in train mode (the zeroed fraction of each branch
     and of everything else, the kept activations' scale), and probed at ``dropout =
@@ -2051,9 +2052,10 @@ def check_dropout_placement(cls) -> None:
     __tracebackhide__ = True
     title = "EncoderBlock dropout"
     _probe_parts(cls, title)
-    for norm_first in (False, True):
+    rounds = [r for r in DROPOUT_ROUNDS if r[0] in layouts]
+    for _, norm_first, *_ in rounds:
         _reject_input_mutation(title, cls, norm_first, P_PROBE)
-    for name, norm_first, reference, pitfalls, configs in DROPOUT_ROUNDS:
+    for name, norm_first, reference, pitfalls, configs in rounds:
         finding = _measure_dropout(title, cls, norm_first) or _measure_dropout(
             title, cls, norm_first, P_SECOND
         )
@@ -2077,8 +2079,9 @@ def check_dropout_placement(cls) -> None:
     _check_ff_rate(title, cls)
     passed(
         title,
-        "on each sublayer's output, before the residual add (Post-LN and "
-        "Pre-LN), at the block's rate: at p = 0.3 and 0.5 each branch loses "
+        "on each sublayer's output, before the residual add "
+        f"({' and '.join(layouts)}), at the block's rate: at p = 0.3 and 0.5 each "
+        "branch loses "
         "about 30 % and 50 %, and the attention drops its weights at p",
     )
 

@@ -301,6 +301,7 @@ def _block_checks(feed_forward, encoder_block, decoder_block) -> None:
     ):
         ch04.check_feed_forward(feed_forward)
         ch04.check_encoder_block(encoder_block, norm_first=False)
+        ch04.check_dropout_placement(encoder_block, layouts=("Post-LN",))
         ch04.check_block_behaviour(encoder_block)
         ch04.check_block_by_hand(encoder_block)
         ch05.check_decoder_block(decoder_block)
@@ -668,8 +669,27 @@ def _probe_registered(model, src, tgt):
     return None
 
 
+def _probe_logits(model, src, tgt):
+    # A softmax inside the model: cross_entropy then takes the log-softmax of
+    # probabilities, whose range [0, 1] leaves every class nearly equally likely.
+    out = _logits(model, src, tgt[:, :-1])
+    if not isinstance(out, torch.Tensor) or not out.is_floating_point():
+        return None
+    sums = out.double().sum(-1)
+    if (out >= 0).all() and torch.allclose(sums, torch.ones_like(sums), atol=1e-4):
+        return (
+            "the model returns probabilities, not logits: at every position its "
+            "outputs are non-negative and sum to 1 over the vocabulary, and "
+            "cross_entropy takes the log-softmax of what it is given, so the "
+            "softmax is applied twice (return the last Linear's output)",
+            S_LOSS,
+        )
+    return None
+
+
 MODEL_PROBES = (
     _probe_registered,
+    _probe_logits,
     _probe_causal,
     _probe_source_padding,
     _probe_source_read,
