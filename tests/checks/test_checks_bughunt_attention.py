@@ -767,6 +767,31 @@ class KeysReshapedWithQueryLen(FixedInPlace):
         return self.fc_out(out.reshape(N, query_len, self.heads * self.head_dim))
 
 
+class ScoresQueryMajor(FixedInPlace):
+    # Fixes the einsum with the scores as [N, query_len, heads, key_len]: the softmax
+    # axis is right and a padding mask [N, 1, 1, key_len] works, a causal one does not.
+    def forward(self, values, keys, query, mask):
+        N, query_len = query.shape[0], query.shape[1]
+        values = self.values(values).reshape(N, -1, self.heads, self.head_dim)
+        keys = self.keys(keys).reshape(N, -1, self.heads, self.head_dim)
+        query = self.queries(query).reshape(N, query_len, self.heads, self.head_dim)
+        energy = torch.einsum("nqhd,nkhd->nqhk", query, keys) / self.head_dim**0.5
+        if mask is not None:
+            energy = energy.masked_fill(mask == 0, torch.finfo(energy.dtype).min)
+        attention = energy.softmax(dim=-1)
+        out = torch.einsum("nqhk,nkhd->nqhd", attention, values)
+        return self.fc_out(out.reshape(N, query_len, self.heads * self.head_dim))
+
+
+def test_scores_laid_out_for_no_mask_but_padding_fail_under_a_causal_mask():
+    """Bug (held-out trial 2026-12-06): scores [N, query_len, heads, key_len] passed,
+    since bug 1's check used no mask and bug 4's only [N, 1, 1, key_len]. Guard: bug
+    1's check runs a causal mask [1, 1, L, L] with L != heads."""
+    with pytest.raises(CheckFailure, match=r"causal keep-mask.*5 \(L\) against 4"):
+        bh.check_bug_einsum(ScoresQueryMajor)
+    bh.check_bug_fill_value(ScoresQueryMajor)  # its fill is right: bug 4's points
+
+
 def test_a_crash_in_cross_attention_alone_is_not_called_bug_1():
     """Bug (held-out trial 2026-12-06): a learner who fixed the einsum but reshaped the
     keys with query_len was told "bug 1 still present", since any failure of the

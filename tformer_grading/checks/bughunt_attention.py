@@ -228,6 +228,30 @@ def _fail_einsum_shapes(measured: str, mixes: bool) -> None:
     fail(TITLE_EINSUM, measured + "." + fixed, S_EINSUM)
 
 
+def _einsum_causal(title: str, module, e: int, h: int) -> None:
+    """Self-attention under a causal keep-mask [1, 1, L, L] with L != heads: a mask
+    broadcasts against the scores from the right, so it runs only when the scores'
+    last two axes are the queries and the keys. (Whether it keeps the queries off the
+    later keys depends on the fill value too: bug 4's check measures that.)"""
+    __tracebackhide__ = True
+    length = 5
+    sizes = named(N=2, L=length, heads=h, head_dim=e // h, embed_size=e)
+    what = f"self-attention ({sizes}) with a causal keep-mask [1, 1, L, L]"
+    mask = torch.ones(length, length, device=get_device()).tril()[None, None]
+    x = randn(2, length, e, seed=26)
+    got = _call(title, module, x, x, x, mask)
+    if isinstance(got, Raised):
+        fail(
+            title,
+            f"your forward raised {got!r} on {what}. A mask lines up with the scores "
+            "from the right, so its last two axes meet the scores' last two: those "
+            "must be the queries and the keys, [N, heads, query_len, key_len] "
+            "('nqhd,nkhd->nhqk').",
+            S_EINSUM,
+        )
+    _expect_shape(title, got, (2, length, e), what, S_EINSUM)
+
+
 def _einsum_orders(title: str, module, e: int, label: str) -> None:
     """Query-order equivariance, key-order invariance, weights summing to 1."""
     __tracebackhide__ = True
@@ -300,10 +324,12 @@ def check_bug_einsum(cls, sizes=SIZES) -> None:
             if other:
                 _fail_einsum_shapes(measured, mixes=not other[0].startswith("self"))
             _einsum_orders(TITLE_EINSUM, module, e, _sizes_label(e, h))
+            _einsum_causal(TITLE_EINSUM, module, e, h)
     passed(
         TITLE_EINSUM,
         "tokens mix, cross-attention works, rows follow the queries, "
-        "key order does not matter, weights sum to 1 over the keys",
+        "key order does not matter, weights sum to 1 over the keys, "
+        "a causal mask [1, 1, L, L] lines up with the scores",
     )
 
 

@@ -181,7 +181,8 @@ class SelfAttention(nn.Module):
 # The check changes one key/value token and expects the other positions' outputs to change,
 # calls your module as cross-attention (keys longer than the queries), reorders the queries (the
 # output rows must follow) and the keys (the output must not change), and gives every key the same
-# value (then every query's output is that value's, whatever the scores). Masks: none.
+# value (then every query's output is that value's, whatever the scores). One call has a mask: a
+# causal keep-mask `[1, 1, L, L]` in self-attention, which must line up with the scores.
 
 # %% nbgrader="test:bug_einsum:3"
 bughunt_attention.check_bug_einsum(SelfAttention)
