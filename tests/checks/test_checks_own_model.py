@@ -344,6 +344,16 @@ BLOCKS_IN_A_LIST = RIGHT["own_model"].replace(
 MODEL_RETURNS_PROBABILITIES = RIGHT["own_model"].replace(
     "return self.generator(x)", "return self.generator(x).softmax(dim=-1)"
 )
+# Each encoder block reads the embeddings: with one layer (the check's) it is right,
+# with two only the last block counts (held-out trial 2026-12-06: it passed).
+ENCODER_NOT_CHAINED = RIGHT["own_model"].replace(
+    "memory = embed(src, self.src_embed, self.pe)\n"
+    "        for block in self.encoder:\n"
+    "            memory = block(memory, src_mask)",
+    "src_x = embed(src, self.src_embed, self.pe)\n"
+    "        for block in self.encoder:\n"
+    "            memory = block(src_x, src_mask)",
+)
 # Every piece and probe is right, but only the output layer trains.
 MODEL_DETACHED = RIGHT["own_model"].replace(
     "return self.generator(x)", "return self.generator(x.detach())"
@@ -358,6 +368,7 @@ def test_the_wrong_answers_differ_from_the_right_ones():
         (MODEL_NO_SOURCE_MASK, "own_model"),
         (MODEL_DETACHED, "own_model"),
         (MODEL_RETURNS_PROBABILITIES, "own_model"),
+        (ENCODER_NOT_CHAINED, "own_model"),
         (BLOCKS_SEED_DROPOUT, "own_blocks"),
     ):
         assert wrong != RIGHT[right]
@@ -548,6 +559,7 @@ def test_a_source_mask_left_out_is_named_in_the_assembly():
         (LOSS_COUNTS_PADDING, "batch_loss counts the padding"),
         (BLOCKS_IN_A_LIST, "some weights are outside the state_dict"),
         (MODEL_RETURNS_PROBABILITIES, "the model returns probabilities, not logits"),
+        (ENCODER_NOT_CHAINED, "EncoderBlock encoder.0 has no effect on the logits"),
     ],
 )
 def test_an_assembly_that_could_learn_anyway_fails_before_training(answer, finding):

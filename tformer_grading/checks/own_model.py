@@ -390,16 +390,18 @@ def _data():
     return vocab, PairDataset(train_pairs, vocab), src, tgt
 
 
-def _build(title: str, model_cls, vocab_size: int, seed: int = SEED) -> nn.Module:
+def _build(
+    title: str, model_cls, vocab_size: int, seed: int = SEED, layers: int = N_LAYERS
+) -> nn.Module:
     """``model_cls(V, D, H, F, layers)`` under ``seed``, with the course's Xavier
     initialisation (§4.6), on the course's device."""
     __tracebackhide__ = True
     name = getattr(model_cls, "__name__", "model")
-    call = f"{name}({vocab_size}, {D_MODEL}, {N_HEADS}, {D_FF}, {N_LAYERS})"
+    call = f"{name}({vocab_size}, {D_MODEL}, {N_HEADS}, {D_FF}, {layers})"
     with torch.random.fork_rng(devices=[]), quiet():
         torch.manual_seed(seed)
         try:
-            model = model_cls(vocab_size, D_MODEL, N_HEADS, D_FF, N_LAYERS)
+            model = model_cls(vocab_size, D_MODEL, N_HEADS, D_FF, layers)
             if not isinstance(model, nn.Module):
                 got = type(model).__name__
                 fail(title, f"{call} must build an nn.Module, got {got}", S_DECODER)
@@ -687,8 +689,42 @@ def _probe_logits(model, src, tgt):
     return None
 
 
+def _probe_every_block_counts(model, src, tgt):
+    # Built with two layers, each of the learner's own blocks must reach the logits:
+    # a block whose every parameter gets an exactly zero gradient, beside a twin of
+    # its class that gets one, is computed and then never used (a loop that feeds
+    # each block the embeddings instead of the previous block's output).
+    logits = _logits(model, src, tgt[:, :-1])
+    if not isinstance(logits, torch.Tensor):
+        return None
+    deep = _build(TITLE, type(model), logits.size(-1), layers=2).eval()
+    out = run(deep, (src, tgt[:, :-1]))
+    if not isinstance(out, torch.Tensor) or not out.requires_grad:
+        return None
+    out.float().sum().backward()
+    counts: dict[type, list[tuple[str, bool]]] = {}
+    for name, module in deep.named_modules():
+        params = list(module.parameters())
+        if not name or not params or type(module).__module__.startswith("torch."):
+            continue
+        used = any(p.grad is not None and p.grad.abs().sum() > 0 for p in params)
+        counts.setdefault(type(module), []).append((name, used))
+    for cls, seen in counts.items():
+        idle = [name for name, used in seen if not used]
+        if idle and len(idle) < len(seen):
+            return (
+                f"built with 2 layers, your {cls.__name__} {idle[0]} has no effect "
+                "on the logits (every one of its parameters gets a zero gradient) "
+                f"while another {cls.__name__} does: each block must read the "
+                "previous block's output, not the embeddings",
+                S_DECODER,
+            )
+    return None
+
+
 MODEL_PROBES = (
     _probe_registered,
+    _probe_every_block_counts,
     _probe_logits,
     _probe_causal,
     _probe_source_padding,
