@@ -32,6 +32,26 @@ def attention_einsum_scaled_query(q, k, v):
     return torch.einsum("bhqk,bhkd->bhqd", w, v), w
 
 
+@wrong(
+    "attention",
+    r"'softmax overflows on large scores'.*NaN or inf in \d+ of 24",
+    listed=False,
+)
+def attention_exp_by_hand(q, k, v):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    e = torch.exp(scores)  # softmax as in the formula
+    weights = e / e.sum(dim=-1, keepdim=True)
+    return weights @ v, weights
+
+
+@wrong("attention", r"'scores clamped'.*clamped at 20\b", listed=False)
+def attention_clamped_scores(q, k, v):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    scores = scores.clamp(-20, 20)  # "keeps exp from overflowing"
+    weights = scores.softmax(dim=-1)
+    return weights @ v, weights
+
+
 @right("attention")
 def attention_stable_exp_by_hand(q, k, v):
     scores = torch.matmul(q, k.mT) / q.size(-1) ** 0.5

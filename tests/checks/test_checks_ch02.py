@@ -272,3 +272,27 @@ def test_measured_failures_write_nothing_to_stderr(capfd):
     with pytest.raises(CheckFailure, match=r"ε ≈ 0\.01"):
         ch02.check_attention_entropy(lambda w: -(w * (w + 1e-2).log()).sum(-1))
     assert capfd.readouterr().err == ""
+
+
+def attention_softmax_by_formula(q, k, v):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    exps = scores.exp()
+    weights = exps / exps.sum(-1, keepdim=True)
+    return weights @ v, weights
+
+
+def attention_softmax_shifted_by_hand(q, k, v):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    exps = (scores - scores.max(dim=-1, keepdim=True).values).exp()
+    weights = exps / exps.sum(-1, keepdim=True)
+    return weights @ v, weights
+
+
+def test_a_softmax_without_its_max_shift_is_named_on_large_scores(capsys):
+    """Bug (held-out trial 2026-12-06): exp(scores) / sum passed, since the cases'
+    scores stayed far below where exp overflows float32. Guard: a case whose scores
+    reach about 190, after the usual ones; the shifted softmax by hand passes it."""
+    with pytest.raises(CheckFailure, match="softmax overflows on large scores"):
+        ch02.check_attention(attention_softmax_by_formula)
+    ch02.check_attention(attention_softmax_shifted_by_hand)
+    assert "✓ attention (large scores)" in capsys.readouterr().out

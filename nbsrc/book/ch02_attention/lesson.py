@@ -112,6 +112,24 @@ print(
 )
 
 # %% [markdown]
+# Written by hand, the softmax is `e = scores.exp()` then `e / e.sum(dim=-1, keepdim=True)`: right on
+# paper, and wrong in float32 as soon as a score is large. `exp(100)` is beyond the largest float32
+# (`torch.finfo(torch.float32).max`), so it becomes `inf`, and `inf / inf` is NaN. Softmax does not
+# change when one number is subtracted from a whole row, so subtract each row's maximum first: every
+# exponent is then at most 0. `softmax` itself gives the finite answer:
+
+# %%
+big = torch.tensor([[100.0, 90.0, 0.0]], device=device)  # float32 scores of one query
+e = big.exp()
+naive = e / e.sum(dim=-1, keepdim=True)
+shifted = (big - big.amax(dim=-1, keepdim=True)).exp()
+stable = shifted / shifted.sum(dim=-1, keepdim=True)
+print("exp:", e.tolist(), "-> by the formula:", naive.tolist())
+print("max subtracted first:", stable.tolist())
+assert torch.isinf(e[0, 0]) and torch.isnan(naive).any()
+assert torch.allclose(stable, big.softmax(dim=-1)) and torch.isfinite(stable).all()
+
+# %% [markdown]
 # ## 2.2 Why the scores grow with d_k
 #
 # Take $q$ and $k$ with independent entries of mean 0 and variance 1. Then
@@ -618,6 +636,8 @@ assert not torch.autograd.gradcheck(with_dropout, (x_small,), raise_exception=Fa
 #
 # * Attention is `softmax(q kᵀ / √d_k) v`, softmax over the **keys** (the last axis); `F.scaled_dot_product_attention`
 #   computes the same thing.
+# * A softmax written by hand subtracts each row's maximum before `exp`: in float32, `exp` of a large
+#   score is `inf`, and the row becomes NaN.
 # * $\operatorname{var}(q\cdot k) = d_k$ for unit-variance entries (measured above); dividing by $\sqrt{d_k}$
 #   keeps the logits at standard deviation 1.
 # * Without it softmax saturates, and the gradients both vanish and grow: most query rows get

@@ -51,7 +51,9 @@ device = get_device()
 #
 # - `Sq` and `Sk` may differ (cross-attention), and the inputs may be `float32` or `float64`:
 #   return `out` and `weights` in the dtype and on the device of `q`;
-# - both must match the reference to within `1e-5 + 1e-4·|value|`;
+# - both must match the reference to within `1e-5 + 1e-4·|value|`, also on one case whose scores
+#   are large (`q` and `k` scaled by 8): a softmax written by hand subtracts each row's maximum
+#   before `exp` (lesson [§2.1](lesson.ipynb#id-2-1-attention-step-by-step));
 # - do not modify `q`, `k` or `v` in place (the caller still needs them), and no dropout or other
 #   randomness: the same inputs give the same outputs.
 #

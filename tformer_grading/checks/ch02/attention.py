@@ -33,6 +33,7 @@ from ..diagnosis import (
     verify_integrity,
 )
 from ..measure.formulas import name_of, number, numbers, powers
+from ..measure.sizes import named
 from ..measure.softmax import (
     FIT_RTOL,
     SEVERAL_AXES,
@@ -42,6 +43,7 @@ from ..measure.softmax import (
     double_centred,
     mixing,
     normalised_over,
+    overflowed,
     row_scales,
     varying_axes,
 )
@@ -229,6 +231,21 @@ SCRAMBLED = Diagnosis(
     "right numbers in the wrong places",
     "A view/reshape/transpose moved entries between axes: view() reinterprets memory, "
     "it does not move axes (chapter 1).",
+    S_STEPS,
+)
+OVERFLOW = Diagnosis(
+    "softmax overflows on large scores",
+    "exp(x) is inf in float32 once x passes log(torch.finfo(torch.float32).max), and "
+    "inf / inf is NaN. Softmax does not change when one number is subtracted from a "
+    "whole row: subtract each row's maximum before exp (scores - scores.amax(dim=-1, "
+    "keepdim=True)), or call softmax, which gives the finite answer.",
+    S_STEPS,
+)
+CLAMPED = Diagnosis(
+    "scores clamped",
+    "A clamp keeps exp from overflowing, but it changes which key wins: every score "
+    "above the bound counts as the bound. Subtract each row's maximum instead (softmax "
+    "does not change when one number is subtracted from a whole row), or call softmax.",
     S_STEPS,
 )
 PRECISION = Diagnosis(
@@ -855,6 +872,66 @@ def check_attention(attention_fn) -> None:
     if not _compare(outs, [r[0] for r in ref]):
         _fail_output(attention_fn, calls, cases, outs, ref)
     passed("attention (output)", f"matches the reference on {len(cases)} cases")
+    _check_large_scores(attention_fn)
+
+
+# Scores q·kᵀ/√Dh up to about ±150: exp overflows float32 above about 88.7.
+LARGE = 8.0
+
+
+def _check_large_scores(fn) -> None:
+    """The usual cases keep the scores small; here q and k are scaled by LARGE, so a
+    softmax written without its max shift, or one that clamps the scores, shows."""
+    __tracebackhide__ = True
+    title = "attention (large scores)"
+    sizes = named(B=2, H=3, Sq=4, Sk=5, Dh=8)
+    q, k, v = (randn(2, 3, n, 8, seed=90 + i) for i, n in enumerate((4, 5, 5)))
+    q, k = q * LARGE, k * LARGE
+    scores = q @ k.mT / math.sqrt(8)
+    label = f"q, k, v [{sizes}], torch.float32, q and k scaled by {LARGE:g}"
+    label += f" (the scores q·kᵀ/√Dh reach {scores.abs().max().item():.0f})"
+    result = run(fn, (q, k, v))
+    if isinstance(result, Raised):
+        fail(title, f"your code raised {result!r} on case {label}.", S_STEPS)
+    if not isinstance(result, (tuple, list)) or len(result) != 2:
+        fail(title, f"on case {label} attention returned no pair (out, weights).")
+    w, want = result[1], scaled_dot_product_attention(q, k, v)[1]
+    if overflowed(w, scores):
+        rows = int((~torch.isfinite(w.detach()).all(-1)).sum())
+        OVERFLOW.fail(
+            title,
+            f"On case {label} your weights are NaN or inf in {rows} of "
+            f"{w.shape[:-1].numel()} query rows: exactly the rows whose largest score "
+            "is above log(torch.finfo(torch.float32).max), where exp overflows.",
+        )
+    if not torch.allclose(w.detach(), want, atol=1e-5, rtol=1e-4, equal_nan=False):
+        bound = _clamp_bound(w.detach(), scores)
+        if bound is not None:
+            CLAMPED.fail(
+                title,
+                f"On case {label} your weights are the softmax of the scores clamped "
+                f"at {bound:g}: every score above {bound:g} counts as {bound:g}.",
+            )
+        diff = (w.detach().double() - want.double()).abs().nan_to_num(nan=math.inf)
+        fail(
+            title,
+            f"on case {label} your weights differ from the softmax of the scores by "
+            f"up to {diff.max().item():.3g}, though they matched on the usual cases, "
+            "whose scores stay small: something changes the scores only when they "
+            f"are large (a clamp?). It {UNEXPLAINED}.",
+            S_STEPS,
+        )
+    passed(title, f"match the reference with scores up to {scores.abs().max():.0f}")
+
+
+def _clamp_bound(w: torch.Tensor, scores: torch.Tensor) -> float | None:
+    """The c, on a grid of halves up to 200, for which w is the softmax of the scores
+    clamped at c (the low end of a two-sided clamp does not show: the weights of
+    scores far below a row's maximum are 0 either way); None when there is none."""
+    for c in torch.arange(0.5, 200.5, 0.5).tolist():
+        if torch.allclose(w, scores.clamp(max=c).softmax(-1), atol=1e-5, rtol=1e-4):
+            return c
+    return None
 
 
 def _fail_weights(fn, calls, cases, ws, ref) -> None:

@@ -18,6 +18,8 @@ Examples (a softmax over the queries, of scores divided by 8)::
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ...guard.integrity import seal
@@ -120,6 +122,22 @@ def double_centred(t: torch.Tensor) -> torch.Tensor:
         - t.mean(-2, keepdim=True)
         + t.mean((-2, -1), keepdim=True)
     )
+
+
+def overflowed(w: torch.Tensor, scores: torch.Tensor) -> bool:
+    """True when the rows of weights ``w`` [..., Sk] that are not finite are exactly
+    the rows of ``scores`` whose largest entry is above log(the dtype's largest
+    number): where exp(score) is inf, a softmax written without subtracting the row's
+    maximum divides inf by inf.
+
+    >>> s = torch.tensor([[100.0, 0.0], [3.0, 1.0]])        # float32: exp(100) = inf
+    >>> e = s.exp()
+    >>> overflowed(e / e.sum(-1, keepdim=True), s), overflowed(s.softmax(-1), s)
+    (True, False)
+    """
+    bad = ~torch.isfinite(w.detach()).all(-1)
+    limit = math.log(torch.finfo(scores.dtype).max)
+    return bool(bad.any()) and torch.equal(bad, scores.detach().amax(-1) > limit)
 
 
 def mixing(out: torch.Tensor, rows: torch.Tensor):
