@@ -334,6 +334,19 @@ WRONG = {
         "target mask built for the wrong length",
         "your target mask had shape [10, 10]",
     ),
+    # "max_length tokens" read as max_length new ones: one step too many (held-out
+    # trial 2026-12-06, where the message named no mistake).
+    "loop_one_step_too_many": (
+        seed_with(
+            FIX_METHOD_AND_DEVICE,
+            FIX_ENCODER_MASK,
+            FIX_DECODER_MASK,
+            ("for i in range(max_length - 1):", "for i in range(max_length):"),
+        ),
+        "target",
+        "the loop returns the wrong number of tokens",
+        "tokens where 10 are expected, and the first 10 are the expected ones",
+    ),
     # Off by one: sized as if the new token were already in trg.
     "mask_one_too_long": (
         seed_with(

@@ -451,6 +451,13 @@ SOURCE_PADDING_ATTENDED = Diagnosis(
     "model.encoder and to every model.decoder call, where the seed passes None.",
     S_PADDING,
 )
+LENGTH_WRONG = Diagnosis(
+    "the loop returns the wrong number of tokens",
+    "The right tokens, but too many or too few of them: trg holds SOS and then at "
+    "most max_length - 1 greedy tokens (max_length in all), and stops right after "
+    "EOS_IDX. " + CONTRACT,
+    S_DECODE,
+)
 SOURCE_MASK_WRONG = Diagnosis(
     "source mask not built from src",
     "The source mask says which positions of src are real tokens: "
@@ -557,6 +564,13 @@ def _explain_target_tokens(
     source = _source_mask_problem(log)
     if source is not None:
         SOURCE_MASK_WRONG.fail(title, f"In case {label}: {source}")
+    n = min(len(got), len(want))
+    if len(got) != len(want) and got[:n] == want[:n]:
+        LENGTH_WRONG.fail(
+            title,
+            f"In case {label} your loop returned {len(got)} tokens where {len(want)} "
+            f"are expected, and the first {n} are the expected ones: {got}.",
+        )
     fail(
         title,
         f"case {label}: your loop returned {got}, expected {want}. It "
