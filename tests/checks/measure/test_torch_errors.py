@@ -185,3 +185,14 @@ def test_the_references_own_shape_errors_are_read_back():
         except (TypeError, ValueError) as exc:
             message = f"raised {Raised(exc)!r} on case {named(B=3, H=2, S=5, D=16)}"
         assert reading in explain(message), explain(message)
+
+
+def test_a_wrong_output_shape_is_read_against_the_axes_the_check_named():
+    """Held-out trial 2026-12-06: merge_heads returned [B, H, S·Dh] and the message gave
+    only the numbers. The check names the expected axes itself ([B, S, D]); the reading
+    keeps them and decodes the learner's shape in the case's sizes."""
+    message = (
+        "merge_heads: On case x [B=2, H=3, S=4, Dh=5] of distinct codes your output "
+        "has shape [2, 3, 20]; expected [B, S, D] = [2, 4, 15]."
+    )
+    assert "yours is [B, H, S·Dh] where [B, S, D] is expected" in explain(message)

@@ -66,8 +66,11 @@ def _shapes(text: str):
 
     def read(sizes: Sizes, m: re.Match) -> tuple[str, list[int]]:
         shapes = {k: _ints(v) for k, v in m.groupdict().items() if k in ("want", "got")}
-        said = text.format(**{k: sizes.shape(v) for k, v in shapes.items()})
-        return said, [n for v in shapes.values() for n in v]
+        named = {k: sizes.shape(v) for k, v in shapes.items()}
+        if m.groupdict().get("names"):  # the check named the expected axes itself
+            named["want"] = f"[{m['names']}]"
+            shapes.pop("want")
+        return text.format(**named), [n for v in shapes.values() for n in v]
 
     return read
 
@@ -201,10 +204,10 @@ _SHAPE_REPORTS = table(
         r"expected shape " + _SIZES.format("want") + ", got " + _SIZES.format("got"),
         _shapes("yours is {got} where {want} is expected"),
     ),
-    (
+    (  # "has shape [2, 3, 20]; expected [B, S, D] = [2, 4, 15]" too
         r"ha(?:s|ve) shape "
         + _SIZES.format("got")
-        + ", expected "
+        + r"[,;] expected (?:\[(?P<names>[A-Za-z_, ·]*)\] = )?"
         + _SIZES.format("want"),
         _shapes("yours is {got} where {want} is expected"),
     ),
