@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from tformer_grading.checks import CheckFailure, ch03
+from tformer_ref.masks import causal_mask, padding_mask
 
 # --------------------------------------------------------------------------- causal mask
 
@@ -183,7 +184,7 @@ def test_masked_attention_accepts_right_implementations(fn, capsys):
     ch03.check_masked_attention(fn)
     ch03.check_masked_attention_half_precision(fn)
     ch03.check_masked_attention_by_hand(fn)
-    ch03.check_mask_probes(fn, ch03.causal_mask, ch03.padding_mask)
+    ch03.check_mask_probes(fn, causal_mask, padding_mask)
     out = capsys.readouterr().out
     assert out.count("✓ masked_attention") == 5 and "✓ mask probes" in out
 
@@ -308,7 +309,7 @@ def test_masked_attention_by_hand_rejects_sdpa():
 
 # --------------------------------------------------------------------------- probes
 
-CAUSAL, PAD = ch03.causal_mask, ch03.padding_mask
+CAUSAL, PAD = causal_mask, padding_mask
 
 
 @pytest.mark.parametrize(

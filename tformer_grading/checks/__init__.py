@@ -21,7 +21,8 @@ from ..guard.integrity import SHARED_CHECK_MODULES as SHARED_MODULES
 def exercise_modules() -> list:
     """Every module that holds exercise checks, imported, in course order: the modules
     of this package that are not shared machinery, and each module of a chapter
-    package (``ch02.attention``) but its ``sections``.
+    package (``ch02.attention``) but its ``sections``, in the order of the package's
+    ``MODULES``.
 
     >>> [m.__name__.rsplit("checks.", 1)[1] for m in exercise_modules()][:4]
     ['bughunt_attention', 'bughunt_decoding', 'ch01', 'ch02.attention']
@@ -37,9 +38,9 @@ def exercise_modules() -> list:
         if not info.ispkg:
             found.append(module)
             continue
-        found += [
-            importlib.import_module(f"{module.__name__}.{sub.name}")
-            for sub in pkgutil.iter_modules(module.__path__)
-            if sub.name != "sections"
-        ]
+        # In the order the chapter's exercises come (its MODULES), then any other.
+        subs = [s.name for s in pkgutil.iter_modules(module.__path__)]
+        order = list(getattr(module, "MODULES", ()))
+        subs = order + sorted(set(subs) - set(order) - {"sections"})
+        found += [importlib.import_module(f"{module.__name__}.{sub}") for sub in subs]
     return found

@@ -24,6 +24,9 @@ from .sections import (
     S_VARIANCE,
 )
 
+# The exercises' modules in the order the chapter sets them (the pitfall index's rows).
+MODULES = ("attention", "attention_entropy")
+
 __all__ = [
     "CHAPTER",
     "S_DMODEL",

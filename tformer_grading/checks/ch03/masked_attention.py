@@ -1,14 +1,11 @@
-"""Checks for chapter 3, masks (book/ch03_masks).
+"""Checks for exercise ``masked_attention`` of chapter 3 (book/ch03_masks):
+``masked_attention(q, k, v, mask) -> (out, weights)`` with a bool keep-mask.
 
-Convention the exercise uses, as the package does: a bool keep-mask, True = may attend,
-broadcastable to the scores' [B, H, Sq, Sk].
-
-Each check is staged: when an answer departs from the reference, the check first asks
-whether one of the listed pitfalls reproduces it on every case (then it names it), and
-otherwise observes the answer stage by stage (what came back, its shape, its dtype, the
-pattern of the mask, the weights' normalisation, their zeros, the scale and the fill
-value read off the weights, the output) and reports the first stage that departs, with
-the quantity measured there.
+When an answer departs from the reference, the check first asks whether one of the
+listed pitfalls reproduces it on every case (then it names it), and otherwise observes
+it stage by stage (its shape and dtype, the weights' normalisation, their zeros, the
+scale and the fill value read off the weights, the output) and reports the first stage
+that departs, with the quantity measured there.
 """
 
 from __future__ import annotations
@@ -21,685 +18,30 @@ import torch
 
 from tformer_ref.attention import scaled_dot_product_attention
 from tformer_ref.device import get_device
-from tformer_ref.masks import causal_mask, padding_mask
-from ..guard.integrity import seal
-from .cases import randn
-from .measure.sizes import named
-from .ch02 import S_SATURATION, part_of_pair
-from .delegation import check_not_delegated
-from .diagnosis import (
+
+from ...guard.integrity import seal
+from ..cases import randn
+from ..ch02 import S_SATURATION, part_of_pair
+from ..delegation import check_not_delegated
+from ..diagnosis import (
     UNEXPLAINED,
     Case,
     Diagnosis,
     Pitfall,
     Raised,
-    Section,
     compare_to_reference,
     fail,
-    passed,
     run,
     run_or_fail,
     same,
     single_threaded,
     verify_integrity,
 )
-
-CHAPTER = "ch03_masks"
-S_PADDING = Section(CHAPTER, "3.1", "Padding masks")
-S_CAUSAL = Section(CHAPTER, "3.2", "The causal mask")
-S_COMBINE = Section(CHAPTER, "3.3", "Combining masks")
-S_CONVENTIONS = Section(CHAPTER, "3.4", "Three conventions for one mask")
-S_FILL = Section(CHAPTER, "3.5", "Fill values, half precision and NaN")
-S_PROBES = Section(CHAPTER, "3.6", "Probes: causality and pad invariance")
-
-AXES = ("batch", "heads", "queries", "keys")  # the scores' [B, H, Sq, Sk]
-
-
-def _ints(values) -> str:
-    return "[" + ", ".join(str(int(v)) for v in values) + "]"
-
-
-def _values_of(t: torch.Tensor) -> str:
-    """The distinct values of ``t`` (at most 4 shown)."""
-    values = (torch.unique(t.detach().double().cpu()) + 0.0).tolist()  # no -0
-    shown = ", ".join(f"{v:g}" for v in values[:4])
-    return shown + (", ..." if len(values) > 4 else "")
-
-
-# ---------------------------------------------------------------------- reading a mask
-# A returned mask is read in stages: a plain tensor, its shape as broadcasting reads it
-# against the scores, its dtype (how a float or int mask would be read), its pattern.
-
-
-def _plain_tensor_problem(result, call: str) -> str | None:
-    if isinstance(result, Raised):
-        return f"{call} raised {result!r}"
-    if type(result) not in (torch.Tensor, torch.nn.Parameter):
-        return f"{call} must return a torch.Tensor, got {type(result).__name__}"
-    if result.device != get_device():
-        return (
-            f"{call} returned a mask on {result.device}; the scores are on "
-            f"{get_device()} (build it with device=...)"
-        )
-    return None
-
-
-def _aligned(shape) -> list[int]:
-    """``shape`` as broadcasting against the 4-dim scores reads it (1s on the left)."""
-    return [1] * (4 - len(shape)) + list(shape)
-
-
-def _read_as_bool(t: torch.Tensor):
-    """(keep, how) for a non-bool mask: 1/0 read as multiplicative (1 = attend), 0 and
-    large negative numbers as additive (0 = attend); (None, None) when neither fits."""
-    v = t.detach().double()
-    if bool(((v == 0) | (v == 1)).all()):
-        return v == 1, "1 = attend, 0 = masked"
-    if bool((v <= 0).all()):
-        return v > -1e4, "0 = attend, a large negative number = masked (additive)"
-    return None, None
-
-
-MASK_NOT_BOOL = Diagnosis(
-    "mask not bool",
-    "Return a bool tensor (True = may attend). PyTorch *adds* a float mask to the "
-    "scores, so a 1/0 mask masks nothing and a 0/-inf one is another convention; "
-    "`~mask` on an int mask flips every bit (~1 = -2). Use .bool() or a comparison.",
-    S_CONVENTIONS,
-)
-
-
-def _dtype_detail(call: str, t: torch.Tensor, keep, how, pattern: str) -> str:
-    read = (
-        f"Read as {how}, its pattern {pattern}."
-        if keep is not None
-        else "Neither a 1/0 nor a 0/negative mask."
-    )
-    return f"{call} returned dtype {t.dtype} with values {_values_of(t)}. {read}"
-
-
-# --------------------------------------------------------------------------- causal mask
-
-
-def _as_4d(fn):
-    """Accept a [S, S] or [1, S, S] answer as well as [1, 1, S, S]: all three broadcast
-    the same way against the scores (so does a 0-dim True for size 1)."""
-
-    def call(size):
-        out = fn(size)
-        if isinstance(out, torch.Tensor) and out.dim() < 4:
-            out = out[(None,) * (4 - out.dim())]
-        return out
-
-    return call
-
-
-def _ones(size):
-    return torch.ones(size, size, device=get_device())
-
-
-def _causal_reference(size):
-    return causal_mask(size, device=get_device())
-
-
-CAUSAL_PITFALLS = (
-    Pitfall(
-        "triu instead of tril",
-        "Your mask is upper triangular: query i may attend to keys i..S-1, i.e. to "
-        "itself and the *future*. With True = attend, the causal mask is "
-        "torch.tril (keys 0..i).",
-        S_CAUSAL,
-        lambda s: _ones(s).triu().bool()[None, None],
-    ),
-    Pitfall(
-        "mask inverted",
-        "Your mask is True where the query must *not* attend (triu(1)): that is "
-        "nn.MultiheadAttention's convention (True = ignore). This exercise, like "
-        "F.scaled_dot_product_attention, uses True = attend.",
-        S_CONVENTIONS,
-        lambda s: _ones(s).triu(1).bool()[None, None],
-    ),
-    Pitfall(
-        "diagonal excluded",
-        "Your mask forbids a query to attend to itself (tril(-1)): query 0 then "
-        "has nothing to attend to. Query i may attend to keys 0..i, the diagonal "
-        "included.",
-        S_CAUSAL,
-        lambda s: _ones(s).tril(-1).bool()[None, None],
-    ),
-    Pitfall(
-        "float mask instead of bool",
-        "Your mask holds 1.0/0.0 floats. PyTorch *adds* a float mask to the "
-        "scores, so a 1/0 mask masks nothing. Return a bool tensor (.bool()).",
-        S_CONVENTIONS,
-        lambda s: _ones(s).tril()[None, None],
-    ),
-)
-
-CAUSAL_OFFSET = Diagnosis(
-    "causal mask off the diagonal",
-    "Query i may attend to keys 0..i: torch.tril with diagonal=0. A negative diagonal "
-    "hides the query itself (and more of the past); a positive one shows it the "
-    "future.",
-    S_CAUSAL,
-)
-CAUSAL_UPPER = Diagnosis(
-    "upper triangle instead of lower",
-    "Your mask is upper triangular (torch.triu): each query is allowed the keys after "
-    "it. triu(1) is the complement of the causal mask, nn.MultiheadAttention's "
-    "convention (True = ignore); here True = attend, torch.tril (keys 0..i).",
-    S_CAUSAL,
-)
-CAUSAL_CONSTANT = Diagnosis(
-    "causal mask constant",
-    "Every entry of your mask is the same, so it cannot tell past from future. "
-    "Query i may attend to keys 0..i: torch.tril(torch.ones(S, S, dtype=torch.bool)).",
-    S_CAUSAL,
-)
-CAUSAL_LONG = Diagnosis(
-    "causal mask wrong for long sequences",
-    "causal_mask(size) must work for every size, however long: build it for the size "
-    "asked (torch.tril(torch.ones(size, size, dtype=torch.bool))), or make a buffer "
-    "you cut it from at least that long.",
-    S_CAUSAL,
-)
-MASK_SHAPE = Diagnosis(
-    "mask of the wrong shape",
-    "Broadcasting aligns a mask with the scores [B, H, Sq, Sk] from the right, so each "
-    "axis of the mask must line up with the axis it is meant for (a causal mask "
-    "[1, 1, S, S], a padding mask [B, 1, 1, S]).",
-    S_COMBINE,
-)
-
-
-def _triangle(size: int, diagonal: int, upper: bool) -> torch.Tensor:
-    ones = torch.ones(size, size, dtype=torch.bool, device=get_device())
-    return ones.triu(diagonal) if upper else ones.tril(diagonal)
-
-
-def _triangle_of(pattern: torch.Tensor):
-    """('lower'|'upper', diagonal) when the [S, S] bool ``pattern`` is tril/triu(k)."""
-    size = pattern.size(-1)
-    for k in range(-size + 1, size):
-        for upper in (False, True):
-            if torch.equal(pattern, _triangle(size, k, upper)):
-                return ("upper" if upper else "lower"), k
-    return None
-
-
-def _row_keys(row: torch.Tensor) -> str:
-    return _ints(row.nonzero().flatten().tolist())
-
-
-def _causal_pattern_problem(pattern: torch.Tensor):
-    """(Diagnosis, what was seen) for a [S, S] bool pattern that is not tril(0), or
-    (None, what was seen) when no description fits; None when it is right."""
-    size = pattern.size(-1)
-    if torch.equal(pattern, _triangle(size, 0, upper=False)):
-        return None
-    if size > 1 and (pattern.all() or not pattern.any()):
-        allowed = "every key" if pattern.all() else "no key"
-        return CAUSAL_CONSTANT, f"your mask lets every query attend to {allowed}."
-    found = _triangle_of(pattern)
-    if found is not None and size > 1:
-        side, k = found
-        if side == "lower":
-            last = f"i{k:+d}" if k else "i"
-            return CAUSAL_OFFSET, (
-                f"your mask is tril(diagonal={k}): query i may "
-                f"attend to keys 0..{last}, expected 0..i "
-                f"(diagonal 0), an offset of {k}."
-            )
-        return CAUSAL_UPPER, (
-            f"your mask is triu(diagonal={k}): query i may attend to keys i{k:+d}..S-1"
-            if k
-            else "your mask is triu(diagonal=0): query i may attend to keys i..S-1"
-        ) + ", expected tril(diagonal=0), keys 0..i."
-    row = int((pattern != _triangle(size, 0, upper=False)).any(-1).nonzero()[0])
-    return None, (
-        f"query {row} may attend to keys {_row_keys(pattern[row])}, expected "
-        f"{_row_keys(_triangle(size, 0, upper=False)[row])}"
-    )
-
-
-def _causal_problem(size: int, result):
-    """(Diagnosis or None, what was seen) for the first stage of ``causal_mask(size)``'s
-    result that departs, or None when it is right."""
-    call = f"causal_mask({size})"
-    seen = _plain_tensor_problem(result, call)
-    if seen is not None:
-        return None, seen
-    shape = list(result.shape)
-    if len(shape) > 4 or _aligned(shape) != [1, 1, size, size]:
-        return MASK_SHAPE, f"{call} returned shape {shape}: {_shape_note(shape, size)}"
-    pattern = result.reshape(size, size)  # [S, S], [1, S, S] and 0-dim are accepted
-    if result.dtype != torch.bool:
-        keep, how = _read_as_bool(pattern)
-        problem = None if keep is None else _causal_pattern_problem(keep)
-        note = "is right" if problem is None else "is off too: " + problem[1]
-        return MASK_NOT_BOOL, _dtype_detail(call, result, keep, how, note)
-    problem = _causal_pattern_problem(pattern)
-    if problem is None:
-        return None
-    return problem[0], f"{call}: {problem[1]}"
-
-
-def _shape_note(shape, size: int) -> str:
-    if len(shape) > 4:
-        return f"{len(shape)} dims, but the scores have 4 ([B, H, Sq, Sk])"
-    aligned, want = _aligned(shape), [1, 1, size, size]
-    off = "; ".join(
-        f"axis {i} ({AXES[i]}) has size {got}, expected {w}"
-        for i, (got, w) in enumerate(zip(aligned, want))
-        if got != w
-    )
-    return (
-        f"broadcasting reads it as {aligned} against the scores [B, H, Sq, Sk]: "
-        f"{off}. Expected [1, 1, {size}, {size}] (or [{size}, {size}])"
-    )
-
-
-CAUSAL_SIZES = (1, 4, 7)
-# Longer than any block size a learner may build a buffer for (nanoGPT's is 1024).
-LONG_SIZE = 1100
-
-
-def _reproduced(theirs, cases, pitfalls, adapt=lambda fn: fn):
-    """The first listed pitfall that reproduces every one of the learner's outputs
-    (compared exactly); none when the learner's code raised anywhere (then the error
-    itself is reported)."""
-    if any(isinstance(got, Raised) for got in theirs):
-        return None
-    for pitfall in pitfalls:
-        variant = [run(adapt(pitfall.impl), case.make()) for case in cases]
-        if all(same(g, v, 0, 0) for g, v in zip(theirs, variant)):
-            return pitfall
-    return None
-
-
-def _judge_causal(title: str, causal_mask_fn) -> None:
-    """Fail naming the first stage that departs, on the largest wrong size (it shows
-    the most); return when every size is right."""
-    __tracebackhide__ = True
-    verify_integrity()
-    cases = [Case(f"size={s}", lambda s=s: (s,)) for s in CAUSAL_SIZES]
-    raw = [run(causal_mask_fn, (s,)) for s in CAUSAL_SIZES]
-    problems = [
-        (s, p)
-        for s, got in zip(CAUSAL_SIZES, raw)
-        if (p := _causal_problem(s, got)) is not None
-    ]
-    if not problems:
-        _judge_long_causal(title, causal_mask_fn)
-        return
-    theirs = [run(_as_4d(causal_mask_fn), (s,)) for s in CAUSAL_SIZES]
-    pitfall = _reproduced(theirs, cases, CAUSAL_PITFALLS)
-    if pitfall is not None:
-        pitfall.fail(title)
-    raised = [p for s, p in problems if p[0] is None and " raised " in p[1]]
-    diagnosis, seen = raised[0] if raised else problems[-1][1]
-    _fail_stage(title, diagnosis, seen, S_CAUSAL)
-
-
-def _judge_long_causal(title: str, causal_mask_fn) -> None:
-    """Fail, saying what was measured, when the mask is right for the usual sizes but
-    not for LONG_SIZE (a mask cut from a buffer of fixed size)."""
-    __tracebackhide__ = True
-    problem = _causal_problem(LONG_SIZE, run(causal_mask_fn, (LONG_SIZE,)))
-    if problem is None:
-        return
-    sizes = ", ".join(map(str, CAUSAL_SIZES))
-    CAUSAL_LONG.fail(
-        title, f"Your mask is right for sizes {sizes}, but {problem[1].rstrip('.')}."
-    )
-
-
-def _fail_stage(title: str, diagnosis, seen: str, section: Section) -> None:
-    """Name ``diagnosis`` with what was seen; without one, say what was seen and that
-    it is unexplained (a raise or a wrong kind of result is reported as it is)."""
-    __tracebackhide__ = True
-    seen = seen.rstrip(".")
-    if diagnosis is not None:
-        diagnosis.fail(title, seen + ("" if seen.endswith("?") else "."))
-    if " raised " in seen or "must return" in seen or "returned a mask on" in seen:
-        fail(title, seen, section)
-    fail(
-        title, f"{seen}. It {UNEXPLAINED}; compare your code with the lesson.", section
-    )
-
-
-@single_threaded
-def check_causal_mask(causal_mask_fn) -> None:
-    """``causal_mask_fn(size) -> bool [1, 1, S, S]`` (or [S, S], [1, S, S]) on the
-    course's device, True = may attend."""
-    __tracebackhide__ = True
-    _judge_causal("causal_mask", causal_mask_fn)
-    cases = [Case(f"size={s}", lambda s=s: (s,)) for s in CAUSAL_SIZES]
-    compare_to_reference(
-        "causal_mask",
-        cases,
-        _as_4d(causal_mask_fn),
-        _causal_reference,
-        CAUSAL_PITFALLS,
-        atol=0,
-        rtol=0,
-    )
-
-
-# --------------------------------------------------------------------------- padding mask
-
-PADDING_PITFALLS = (
-    Pitfall(
-        "mask broadcast over the wrong axis",
-        "Your mask has shape [B, 1, S]. Against the scores [B, H, Sq, Sk] "
-        "broadcasting aligns from the right, so it is read as [1, B, 1, S]: its "
-        "batch axis lands on the *heads* axis. When B ≠ H it crashes; when B == H "
-        "it runs and head h silently uses sequence h's padding. "
-        "Return [B, 1, 1, S] (e.g. (tokens != pad_id)[:, None, None, :]).",
-        S_PADDING,
-        lambda t, p: (t != p)[:, None, :],
-    ),
-    Pitfall(
-        "mask broadcast over the wrong axis ([B, S])",
-        "Your mask has shape [B, S]. Against the scores [B, H, Sq, Sk] it is read "
-        "as [1, 1, B, S]: the batch axis lands on the *query* axis. "
-        "Return [B, 1, 1, S].",
-        S_PADDING,
-        lambda t, p: t != p,
-    ),
-    Pitfall(
-        "mask on the query axis",
-        "Your mask has shape [B, 1, S, 1]: it removes padded *queries* instead of "
-        "padded *keys*. Return [B, 1, 1, S], so that no query attends to a padded "
-        "key.",
-        S_PADDING,
-        lambda t, p: (t != p)[:, None, :, None],
-    ),
-    Pitfall(
-        "mask inverted",
-        "Your mask is True on the padding: that is nn.MultiheadAttention's "
-        "key_padding_mask convention (True = ignore). Here, as in "
-        "F.scaled_dot_product_attention, True = attend: tokens != pad_id.",
-        S_CONVENTIONS,
-        lambda t, p: (t == p)[:, None, None, :],
-    ),
-    Pitfall(
-        "pad id hard-coded",
-        "Your mask treats token 0 as padding whatever pad_id is "
-        "(the seed's `x != 0`). Compare with pad_id.",
-        S_PADDING,
-        lambda t, p: (t != 0)[:, None, None, :],
-    ),
-    Pitfall(
-        "float mask instead of bool",
-        "Your mask holds 1.0/0.0 floats. PyTorch *adds* a float mask to the "
-        "scores, so a 1/0 mask masks nothing. Return a bool tensor.",
-        S_CONVENTIONS,
-        lambda t, p: (t != p)[:, None, None, :].float(),
-    ),
-)
-
-PAD_RULE = Diagnosis(
-    "padding read from the wrong rule",
-    "A key is padding exactly when its token id equals pad_id, whatever its position "
-    "and whatever the other ids: (tokens != pad_id)[:, None, None, :].",
-    S_PADDING,
-)
-PAD_BY_POSITION = Diagnosis(
-    "padding located by position",
-    "Your mask marks positions by where the padding starts or ends in each sequence "
-    "(before the first pad, after the last one, the first or last L positions), so it "
-    "is right only for one way of padding. Compare each token with pad_id instead: "
-    "the padding may sit anywhere (left-padded batches put it first).",
-    S_PADDING,
-)
-PAD_CONSTANT = Diagnosis(
-    "padding mask constant",
-    "Your mask is the same for every token, so it does not depend on which tokens are "
-    "padding: compare the tokens with pad_id, (tokens != pad_id)[:, None, None, :].",
-    S_PADDING,
-)
-INPUT_MODIFIED = Diagnosis(
-    "input modified in place",
-    "Your function changed a tensor it was given (an in-place op such as `+=`, "
-    "masked_fill_, or writing into a slice of an argument): the caller's tensor is "
-    "changed for everyone who uses it afterwards. Work on new tensors (masked_fill, "
-    "not masked_fill_; x = x / c, not x /= c).",
-    S_PADDING,
-)
-
-
-def _padding_cases():
-    dev = get_device()
-    return [
-        Case(
-            "tokens [2, 5], pad_id=0",
-            lambda: (torch.tensor([[5, 6, 7, 0, 0], [1, 2, 3, 4, 9]], device=dev), 0),
-        ),
-        Case(
-            "tokens [3, 4], pad_id=1 (and 0 is a real token)",
-            lambda: (
-                torch.tensor([[0, 3, 1, 1], [2, 0, 5, 1], [4, 4, 4, 4]], device=dev),
-                1,
-            ),
-        ),
-        Case(
-            "tokens [4, 6], pad_id=0 (B == 4 == H in the lesson's model)",
-            lambda: (
-                torch.tensor(
-                    [
-                        [1, 2, 0, 0, 0, 0],
-                        [3, 3, 3, 3, 3, 0],
-                        [7, 0, 0, 0, 0, 0],
-                        [1, 2, 3, 4, 5, 6],
-                    ],
-                    device=dev,
-                ),
-                0,
-            ),
-        ),
-        Case(
-            "tokens [2, 7], pad_id=3, left-padded (the padding comes first)",
-            lambda: (
-                torch.tensor(
-                    [[3, 3, 3, 8, 0, 9, 5], [3, 1, 2, 6, 4, 7, 7]], device=dev
-                ),
-                3,
-            ),
-        ),
-    ]
-
-
-def _shape_reading(shape, b: int, s: int) -> str:
-    """Where broadcasting puts the batch and the sequence of a padding mask of
-    ``shape`` against the scores [B, H, Sq, Sk]."""
-    aligned = _aligned(shape)
-    where = []
-    for size, what in ((b, f"the batch (B={b})"), (s, f"the sequence (S={s})")):
-        axes = [AXES[i] for i, n in enumerate(aligned) if n == size]
-        if axes:
-            where.append(f"{what} lands on the {' and '.join(axes)} axis")
-    landed = "; ".join(where) or "neither B nor S lines up with any axis"
-    return (
-        f"broadcasting against the scores [B, H, Sq, Sk] reads it as {aligned}: "
-        f"{landed}. Expected [{b}, 1, 1, {s}]: the batch on the batch axis, the "
-        "sequence on the keys axis"
-    )
-
-
-def _pad_rules(tokens: torch.Tensor, pad_id: int):
-    """(text, keep [B, S]) for the rules a learner may have written instead of
-    tokens != pad_id: another constant, another comparison."""
-    ids = sorted({*torch.unique(tokens).tolist(), 0, 1, pad_id, -1})
-    for c in ids:
-        yield f"tokens != {c}", tokens != c
-    for c in ids:
-        yield f"tokens > {c}", tokens > c
-        yield f"tokens >= {c}", tokens >= c
-        yield f"tokens < {c}", tokens < c
-        yield f"tokens == {c}", tokens == c
-
-
-def _by_position(tokens: torch.Tensor, pad_id: int) -> torch.Tensor:
-    real = (tokens != pad_id).sum(-1, keepdim=True)
-    return torch.arange(tokens.size(1), device=tokens.device) < real
-
-
-def _positional_rules(tokens: torch.Tensor, pad_id: int):
-    """(text, keep [B, S]) for masks that place the padding by *where it starts or
-    ends* in each sequence instead of comparing every token with pad_id."""
-    pad = (tokens == pad_id).long()
-    real = 1 - pad
-    back = lambda t: t.flip(-1).cumsum(-1).flip(-1)  # noqa: E731 (sum from the right)
-    yield (
-        "the positions before the first pad (assumes right padding)",
-        pad.cumsum(-1) == 0,
-    )
-    yield "the positions after the last pad (assumes left padding)", back(pad) == 0
-    yield (
-        "the positions from the first real token on (assumes left padding)",
-        real.cumsum(-1) > 0,
-    )
-    yield (
-        "the positions up to the last real token (assumes right padding)",
-        back(real) > 0,
-    )
-    yield (
-        (
-            "the first L positions, L = the number of real tokens (assumes right "
-            "padding)"
-        ),
-        _by_position(tokens, pad_id),
-    )
-    yield (
-        ("the last L positions, L = the number of real tokens (assumes left padding)"),
-        _by_position(tokens.flip(-1), pad_id).flip(-1),
-    )
-
-
-def _positional_problem(keep: torch.Tensor, tokens, pad_id):
-    for text, rule in _positional_rules(tokens, pad_id):
-        if torch.equal(keep, rule):
-            return PAD_BY_POSITION, (
-                f"it is True exactly on {text}, not on the tokens != pad_id"
-            )
-    return None
-
-
-def _pad_pattern_problem(keep: torch.Tensor, tokens, pad_id):
-    """(Diagnosis or None, what was seen) for a [B, S] bool pattern that is not
-    tokens != pad_id; None when it is right."""
-    want = tokens != pad_id
-    if torch.equal(keep, want):
-        return None
-    positional = _positional_problem(keep, tokens, pad_id)
-    if positional is not None:
-        return positional
-    if keep.all() or not keep.any():
-        return PAD_CONSTANT, (
-            "it is True everywhere: no key counts as padding"
-            if keep.all()
-            else "it is False everywhere: every key counts as padding"
-        )
-    if torch.equal(keep, ~want):
-        return PADDING_PITFALLS[3], (
-            "it is True exactly on the padding (tokens == pad_id)"
-        )
-    if torch.equal(keep, want[:1].expand_as(want)):
-        return PAD_RULE, "every sequence gets the mask of sequence 0"
-    for text, rule in _pad_rules(tokens, pad_id):
-        if torch.equal(keep, rule):
-            return PAD_RULE, (
-                f"it is True exactly where {text}; expected tokens != "
-                f"pad_id, here tokens != {pad_id}"
-            )
-    row = int((keep != want).any(-1).nonzero()[0])
-    return None, (
-        f"sequence {row} {_ints(tokens[row].tolist())} gets the mask "
-        f"{_ints(keep[row].tolist())}, expected {_ints(want[row].tolist())}"
-    )
-
-
-def _padding_problem(case: Case, fn):
-    """(Diagnosis or None, what was seen) for the first stage of ``fn`` on ``case``
-    that departs, or None when it is right."""
-    tokens, pad_id = case.make()
-    result = run(fn, (tokens, pad_id))
-    call = f"padding_mask on case {case.label}"
-    seen = _plain_tensor_problem(result, call)
-    if seen is not None:
-        return None, seen
-    if not torch.equal(tokens, case.make()[0]):
-        return INPUT_MODIFIED, f"{call}: your function changed the tokens it was given."
-    b, s = tokens.shape
-    if len(result.shape) > 4 or _aligned(result.shape) != [b, 1, 1, s]:
-        return MASK_SHAPE, (
-            f"{call} returned shape {list(result.shape)}: "
-            f"{_shape_reading(result.shape, b, s)}."
-        )
-    pattern = result.reshape(b, s)
-    if result.dtype != torch.bool:
-        keep, how = _read_as_bool(pattern)
-        problem = None if keep is None else _pad_pattern_problem(keep, tokens, pad_id)
-        note = "is right" if problem is None else "is off too: " + problem[1]
-        return MASK_NOT_BOOL, _dtype_detail(call, result, keep, how, note)
-    problem = _pad_pattern_problem(pattern, tokens, pad_id)
-    if problem is None:
-        return None
-    return problem[0], f"{call}: {problem[1]}."
-
-
-def _judge_padding(title: str, padding_mask_fn) -> None:
-    """Fail naming the first stage that departs (a listed pitfall only when it
-    reproduces every case); return when every case is right."""
-    __tracebackhide__ = True
-    verify_integrity()
-    cases = _padding_cases()
-    problems = [p for case in cases if (p := _padding_problem(case, padding_mask_fn))]
-    if not problems:
-        return
-    theirs = [run(padding_mask_fn, case.make()) for case in cases]
-    pitfall = _reproduced(theirs, cases, PADDING_PITFALLS)
-    if pitfall is not None:
-        pitfall.fail(title)
-    diagnosis, seen = problems[0]
-    if diagnosis is PAD_CONSTANT and not _constant_everywhere(theirs):
-        diagnosis, seen = (
-            None,
-            (f"{seen}, although on other cases your mask changes with the tokens"),
-        )
-    _fail_stage(title, diagnosis, seen, S_PADDING)
-
-
-def _constant_everywhere(results) -> bool:
-    """The learner's masks are one value (all True or all False) on every case: only
-    then does the mask really not depend on the tokens."""
-    if not all(isinstance(r, torch.Tensor) and r.numel() for r in results):
-        return False
-    values = {bool(v) for r in results for v in torch.unique(r != 0).tolist()}
-    return len(values) == 1
-
-
-@single_threaded
-def check_padding_mask(padding_mask_fn) -> None:
-    """``padding_mask_fn(tokens [B, S] int, pad_id) -> bool [B, 1, 1, S]``, True on real
-    tokens (wherever the padding sits), ``tokens`` left unmodified."""
-    __tracebackhide__ = True
-    _judge_padding("padding_mask", padding_mask_fn)
-    compare_to_reference(
-        "padding_mask",
-        _padding_cases(),
-        padding_mask_fn,
-        padding_mask,
-        PADDING_PITFALLS,
-        atol=0,
-        rtol=0,
-    )
-
-
-# --------------------------------------------------------------------------- masked attention
-# The reference is the package's scaled_dot_product_attention (zeros for a query that
-# may attend to no key); each variant below changes one step of it.
+from ..measure.sizes import named
+from .causal_mask import causal_reference
+from .padding_mask import INPUT_MODIFIED
+from .reading import AXES, fail_stage, ints_text
+from .sections import S_CONVENTIONS, S_FILL, S_PADDING
 
 
 def _scaled_scores(q, k):
@@ -754,6 +96,7 @@ NAN_ON_FULLY_MASKED_ROWS = Pitfall(
     _masked_with_minus_inf,
 )
 
+
 MASK_INVERTED = Pitfall(
     "mask inverted",
     "You masked where the mask is True. Here True means *attend* "
@@ -762,6 +105,8 @@ MASK_INVERTED = Pitfall(
     S_CONVENTIONS,
     _masked_where_true,
 )
+
+
 MASKED_PITFALLS = (
     Pitfall(
         "mask applied after softmax",
@@ -794,6 +139,7 @@ MASKED_PITFALLS = (
         _masked_unscaled,
     ),
 )
+
 
 HALF_PITFALL = Pitfall(
     "fill value that overflows in half precision",
@@ -852,6 +198,7 @@ _PER_HEAD_MASK = (
     ),
 )
 
+
 # (label, B, H, Sq, Sk, Dh, mask)
 _MASKED_SPECS = (
     (
@@ -863,7 +210,7 @@ _MASKED_SPECS = (
         8,
         lambda: _pad([[3, 4, 5, 0, 0, 0], [1, 2, 3, 4, 5, 6]]),
     ),
-    ("causal mask [1, 1, 5, 5]", 2, 2, 5, 5, 8, lambda: _causal_reference(5)),
+    ("causal mask [1, 1, 5, 5]", 2, 2, 5, 5, 8, lambda: causal_reference(5)),
     (
         "padding & causal [3, 1, 5, 5], B == H == 3, a fully padded sequence "
         "(fully masked rows)",
@@ -874,7 +221,7 @@ _MASKED_SPECS = (
         4,
         lambda: (
             _pad([[1, 2, 3, 0, 0], [0, 0, 0, 0, 0], [4, 5, 6, 7, 8]])
-            & _causal_reference(5)
+            & causal_reference(5)
         ),
     ),
     (
@@ -887,7 +234,11 @@ _MASKED_SPECS = (
         lambda: torch.tensor(_PER_HEAD_MASK, dtype=torch.bool, device=get_device()),
     ),
 )
+
+
 _FULL_DTYPES = (torch.float32, torch.float32, torch.float64, torch.float32)
+
+
 _HALF_DTYPES = (torch.float16, torch.bfloat16, torch.float16, torch.float16)
 
 
@@ -927,18 +278,16 @@ def _compare_masked(title, cases, fn, pitfalls, atol, rtol):
         )
 
 
-# --------------------------------------------------------------------------- stages
-# The stages of masked attention. Each stage function returns (Diagnosis or None, what
-# was seen) for the first thing that departs, or None; None as the Diagnosis means "say
-# what was seen, and that no mistake could be named".
-
 WRONG_RESULT = Diagnosis(
     "weights or output of the wrong shape or dtype",
     "masked_attention returns (out [B, H, Sq, Dh], weights [B, H, Sq, Sk]) in the "
-    "dtype of q: a float32 constant or mask.float() mixed into float16 scores promotes "
-    "them to float32; an extra unsqueeze or a mask broadcast the wrong way adds an axis.",
+    "dtype of q: a float32 constant or mask.float() mixed into float16 scores "
+    "promotes them to float32; an extra unsqueeze or a mask broadcast the wrong way "
+    "adds an axis.",
     S_FILL,
 )
+
+
 NAN_IN_ATTENDED_ROWS = Diagnosis(
     "NaN where a query has keys to attend",
     "Queries with at least one allowed key got NaN or inf. The usual causes: 0 × inf = "
@@ -947,12 +296,16 @@ NAN_IN_ATTENDED_ROWS = Diagnosis(
     "masked_fill(~mask, torch.finfo(scores.dtype).min) on the scores.",
     S_FILL,
 )
+
+
 WRONG_AXIS = Diagnosis(
     "weights normalised over the wrong axis",
     "Each query's weights over the *keys* must sum to 1: softmax over the last axis "
     "(dim=-1) of the scores [B, H, Sq, Sk].",
     S_FILL,
 )
+
+
 NOT_RENORMALISED = Diagnosis(
     "weights not renormalised after masking",
     "Masked keys get weight 0, but the allowed keys' weights must still sum to 1: "
@@ -960,6 +313,8 @@ NOT_RENORMALISED = Diagnosis(
     "zeroing after the softmax, divide each row by its new sum.",
     S_FILL,
 )
+
+
 MASKED_KEYS_WEIGHTED = Diagnosis(
     "masked keys keep some weight",
     "A masked key must get weight exactly 0, so its score must be replaced by a value "
@@ -968,6 +323,8 @@ MASKED_KEYS_WEIGHTED = Diagnosis(
     "the scores, leaves the masked keys part of the softmax.",
     S_FILL,
 )
+
+
 MASK_MISREAD = Diagnosis(
     "mask applied to the wrong entries",
     "The weights must be 0 exactly where the mask, broadcast to the scores [B, H, Sq, "
@@ -976,12 +333,16 @@ MASK_MISREAD = Diagnosis(
     "reshape).",
     S_CONVENTIONS,
 )
+
+
 WRONG_SCALE = Diagnosis(
     "scores scaled by the wrong factor",
     "The scores are q·kᵀ divided by √Dh, the square root of the size of the vectors "
     "being dotted (chapter 2): math.sqrt(q.size(-1)).",
     S_SATURATION,
 )
+
+
 EMPTY_ROWS = Diagnosis(
     "fully masked queries neither zero nor a distribution",
     "A query whose keys are all masked has nothing to attend to: its weights must be "
@@ -989,6 +350,8 @@ EMPTY_ROWS = Diagnosis(
     "like any other (a finite fill gives a uniform one).",
     S_FILL,
 )
+
+
 ALLOWED_KEYS_ZEROED = Diagnosis(
     "allowed keys zeroed",
     "Some keys the mask allows got weight exactly 0 although their scores give them a "
@@ -997,6 +360,8 @@ ALLOWED_KEYS_ZEROED = Diagnosis(
     "mask is applied.",
     S_FILL,
 )
+
+
 ROWS_ZEROED = Diagnosis(
     "whole rows of weights zeroed",
     "Only a query that may attend to no key (its mask row all False, ~mask.any(-1)) "
@@ -1005,6 +370,8 @@ ROWS_ZEROED = Diagnosis(
     "mask.all(-1), not rows that contain a masked key).",
     S_FILL,
 )
+
+
 OUTPUT_NOT_WEIGHTS_V = Diagnosis(
     "output not computed from the returned weights",
     "The output is the returned weights times the values: out = weights @ v, with the "
@@ -1025,7 +392,7 @@ def _structure_stage(case: Case, args, result):
             f"{case.label} (q {list(q.shape)}, k and v {list(k.shape)}, mask "
             f"{list(mask.shape)})"
         )
-    if not _pair_of_tensors(result):
+    if not pair_of_tensors(result):
         kind = (
             f"a {type(result).__name__} of {len(result)}"
             if isinstance(result, (tuple, list))
@@ -1142,7 +509,7 @@ def _zeroed_rows_stage(seen: _Seen):
         f"On case {seen.label}: rows of queries with {' and with '.join(kinds)} have "
         f"all-zero weights ({int(zeroed.sum())} of the {int((~seen.empty).sum())} "
         f"queries that may attend to some key; first at {first}, whose mask row is "
-        f"{_ints(seen.keep[first].int().tolist())})."
+        f"{ints_text(seen.keep[first].int().tolist())})."
     )
 
 
@@ -1526,7 +893,7 @@ def _judge_masked(title, cases, fn, pitfalls, atol, rtol) -> None:
         pitfall.fail(title, _fill_note(pitfall, fn).strip())
     if problems:
         diagnosis, seen = problems[0]
-        _fail_stage(title, diagnosis, seen + _fill_note(diagnosis, fn), S_FILL)
+        fail_stage(title, diagnosis, seen + _fill_note(diagnosis, fn), S_FILL)
     fail(
         title,
         f"your weights pass every stage this check measures, but differ from "
@@ -1546,7 +913,7 @@ def _reproduced_pair(fn, cases, pitfalls, atol, rtol):
     """The first listed pitfall that reproduces the learner's weights and output on
     every case, or None."""
     theirs = [run(fn, c.make()) for c in cases]
-    if not all(_pair_of_tensors(t) for t in theirs):
+    if not all(pair_of_tensors(t) for t in theirs):
         return None
     for pitfall in pitfalls:
         if all(
@@ -1580,7 +947,7 @@ def _is_pair(result) -> bool:
     return isinstance(result, (tuple, list)) and len(result) == 2
 
 
-def _pair_of_tensors(result) -> bool:
+def pair_of_tensors(result) -> bool:
     return _is_pair(result) and all(isinstance(t, torch.Tensor) for t in result)
 
 
@@ -1614,7 +981,7 @@ def _fill_estimate(fn):
     fill is at most the bound; ('', None) when it cannot be measured."""
     got = run(fn, _fill_probe_inputs())
     n = len(_FILL_LEVELS)
-    if not _pair_of_tensors(got) or list(got[1].shape) != [1, 1, n + 1, 4]:
+    if not pair_of_tensors(got) or list(got[1].shape) != [1, 1, n + 1, 4]:
         return "", None
     said = " Measured in float32, your fill value is"
     kept = got[1][0, 0, :n, 0].double().tolist()
@@ -1653,6 +1020,8 @@ HALF_NON_FINITE = Diagnosis(
     "scores' own dtype: torch.finfo(scores.dtype).min and .tiny.",
     S_FILL,
 )
+
+
 HALF_MIXED_DTYPES = Diagnosis(
     "float32 mixed into half precision",
     "Your code works in float32 but raises in half precision: something in it is "
@@ -1684,7 +1053,7 @@ def _half_precision_problem(fn, case):
                 f"{got!r}; the same case in float32 runs."
             )
         return None
-    if not _pair_of_tensors(got) or _all_finite(got):
+    if not pair_of_tensors(got) or _all_finite(got):
         return None
     if _all_finite(run(fn, _in_float32(case))):
         fill, bound = _fill_estimate(fn)
@@ -1719,7 +1088,7 @@ def check_masked_attention_by_hand(masked_attention_fn) -> None:
     """Hidden test: no call to PyTorch's or the reference's attention."""
     __tracebackhide__ = True
     q, k, v = (randn(2, 2, 3, 4, seed=s) for s in (1, 2, 3))
-    mask = _causal_reference(3)
+    mask = causal_reference(3)
     # An answer that raises fails here, saying where, rather than inside the recorder.
     run_or_fail(
         "masked_attention",
@@ -1736,162 +1105,6 @@ def check_masked_attention_by_hand(masked_attention_fn) -> None:
             "tformer_ref",
         ],
     )
-
-
-# --------------------------------------------------------------------------- probes
-# Behaviour any right answer has, whatever its code, run with the learner's own three
-# functions. Each probe returns what it saw go wrong, or None.
-
-
-class _LearnerMasks:
-    """The learner's masked_attention, causal_mask and padding_mask, called as the
-    probes need them: a call that raises or returns no pair fails the check at once."""
-
-    def __init__(self, title, attention_fn, causal_mask_fn, padding_mask_fn):
-        self.title, self.attention_fn = title, attention_fn
-        self.causal_mask_fn, self.padding_mask_fn = causal_mask_fn, padding_mask_fn
-
-    def attend(self, q, k, v, mask):
-        """The output (not the weights) of the learner's masked_attention."""
-        __tracebackhide__ = True
-        result = run_or_fail(
-            self.title,
-            self.attention_fn,
-            (q, k, v, mask),
-            f"masked_attention(q {list(q.shape)}, k, v, mask)",
-        )
-        if not _pair_of_tensors(result) or result[0].shape != q.shape:
-            got = (
-                f"out of shape {list(result[0].shape)}"
-                if _pair_of_tensors(result)
-                else type(result).__name__
-            )
-            fail(
-                self.title,
-                "masked_attention must return (out [B, H, Sq, Dh], "
-                f"weights); for q {list(q.shape)} it gave {got}",
-            )
-        return result[0].detach()
-
-    def causal_mask(self, size):
-        __tracebackhide__ = True
-        return run_or_fail(
-            self.title, _as_4d(self.causal_mask_fn), (size,), f"causal_mask({size})"
-        )
-
-    def padding_masks(self, *token_batches):
-        __tracebackhide__ = True
-        return [
-            run_or_fail(self.title, self.padding_mask_fn, (tokens, 0), "padding_mask")
-            for tokens in token_batches
-        ]
-
-
-def _future_changes_past(learner: _LearnerMasks):
-    """Changing tokens t.. must leave the outputs of tokens 0..t-1 as they were."""
-    b, h, s, dh, t = 2, 2, 6, 8, 3
-    q, k, v = (randn(b, h, s, dh, seed=200 + i) for i in range(3))
-    mask = learner.causal_mask(s)
-    base = learner.attend(q, k, v, mask)
-    future = [x.clone() for x in (q, k, v)]
-    for x in future:
-        x[:, :, t:] += 5.0
-    moved = (learner.attend(*future, mask) - base)[:, :, :t].abs().amax(dim=(0, 1, 3))
-    if not torch.all(moved < 1e-5):
-        first = int((moved >= 1e-5).nonzero()[0])
-        return (
-            f"Changing tokens {t}..{s - 1} changed the outputs of tokens "
-            f"0..{t - 1} (token {first} by up to {moved[first].item():.3g})."
-        )
-    return None
-
-
-CAUSALITY_VIOLATED = Diagnosis(
-    "causality violated",
-    "The past must not see the future: check your causal mask (tril, True = attend) "
-    "and that masked_attention fills where the mask is False, before the softmax.",
-    S_PROBES,
-)
-
-
-def _padded_batch(learner: _LearnerMasks):
-    """Two sequences (pad id 0, B == H == 2), the same with 3 pad tokens appended, their
-    masks from the learner, and q, k, v [2, 2, 7, 8] for the longer ones."""
-    tokens = torch.tensor([[4, 5, 6, 0], [7, 8, 9, 3]], device=get_device())
-    longer = torch.cat([tokens, torch.zeros_like(tokens[:, :3])], dim=1)
-    q, k, v = (randn(2, 2, 7, 8, seed=210 + i) for i in range(3))
-    short_mask, long_mask = learner.padding_masks(tokens, longer)
-    return tokens, longer, (q, k, v), short_mask, long_mask
-
-
-def _padding_changes_real_tokens(learner: _LearnerMasks):
-    """Appending pad tokens must leave the outputs of the real tokens as they were."""
-    tokens, _, (q, k, v), short_mask, long_mask = _padded_batch(learner)
-    short = learner.attend(q[:, :, :4], k[:, :, :4], v[:, :, :4], short_mask)
-    long = learner.attend(q, k, v, long_mask)
-    moved = (short - long[:, :, :4]).abs().amax(dim=(1, 3))  # [B, S]
-    if not torch.all(moved[tokens != 0] < 1e-5):
-        return (
-            f"Appending padding tokens changed the outputs of real tokens (by up "
-            f"to {moved[tokens != 0].max().item():.3g})."
-        )
-    return None
-
-
-PAD_INVARIANCE_VIOLATED = Diagnosis(
-    "pad invariance violated",
-    "Padded keys must get zero weight: check the padding mask's shape [B, 1, 1, S] and "
-    "its polarity.",
-    S_PROBES,
-)
-
-
-def _padded_values_read(learner: _LearnerMasks):
-    """What sits at padded positions must not matter: with a mask on the wrong axis and
-    B == H, a sequence is masked with another sequence's padding and reads it."""
-    _, longer, (q, k, v), _, long_mask = _padded_batch(learner)
-    base = learner.attend(q, k, v, long_mask)
-    pads = (longer == 0)[:, None, :, None]  # [B, 1, S, 1]
-    garbage = [x.masked_fill(pads, 7.0) for x in (k, v)]
-    moved = (learner.attend(q, *garbage, long_mask) - base).abs().amax(dim=(1, 3))
-    if not torch.all(moved[longer != 0] < 1e-5):
-        return (
-            "Changing the keys and values at padded positions changed the outputs "
-            f"of real tokens (by up to {moved[longer != 0].max().item():.3g})."
-        )
-    return None
-
-
-ATTENDS_TO_PADDING = Diagnosis(
-    "attends to padding",
-    "Some query attends to padding: check that the padding mask has shape "
-    "[B, 1, 1, S] (a [B, 1, S] mask puts the batch on the heads axis, and when B == H "
-    "it silently masks each sequence with another one's padding) and that True means "
-    "attend.",
-    S_PROBES,
-)
-
-
-MASK_PROBES = (
-    (_future_changes_past, CAUSALITY_VIOLATED),
-    (_padding_changes_real_tokens, PAD_INVARIANCE_VIOLATED),
-    (_padded_values_read, ATTENDS_TO_PADDING),
-)
-
-
-@single_threaded
-def check_mask_probes(masked_attention_fn, causal_mask_fn, padding_mask_fn) -> None:
-    """Behaviour any right answer has, run with the learner's own three functions:
-    changing future tokens leaves the past unchanged, and appending padding changes no
-    real token's output."""
-    __tracebackhide__ = True
-    title = "mask probes"
-    learner = _LearnerMasks(title, masked_attention_fn, causal_mask_fn, padding_mask_fn)
-    for probe, diagnosis in MASK_PROBES:
-        seen = probe(learner)
-        if seen is not None:
-            diagnosis.fail(title, seen)
-    passed(title, "the past ignores the future, and padding changes no real token")
 
 
 seal(__name__)
