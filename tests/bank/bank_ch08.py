@@ -902,7 +902,7 @@ def step_no_embedding_scale(model, tokens, cache):
     return model.lm_head(model.blocks.norm(x))
 
 
-@wrong("lm_step", GENERIC, listed=False)
+@wrong("lm_step", r"'embeddings scaled by d_model'", listed=True)
 def step_scaled_by_d(model, tokens, cache):
     # Scales by D instead of its square root.
     past = cache.length
@@ -913,7 +913,7 @@ def step_scaled_by_d(model, tokens, cache):
     return model.lm_head(model.blocks.norm(x))
 
 
-@wrong("lm_step", GENERIC, listed=False)
+@wrong("lm_step", r"'positions scaled with the embeddings'", listed=True)
 def step_scale_after_positions(model, tokens, cache):
     # Multiplies by √D after adding the positions: the positions are scaled too.
     past = cache.length
@@ -965,7 +965,11 @@ def step_one_layer_cache_for_all(model, tokens, cache):
     return model.lm_head(model.blocks.norm(x))
 
 
-@wrong("lm_step", GENERIC, listed=False)
+@wrong(
+    "lm_step",
+    r"'a block is left out of the step'.*Layer\(s\) \[0\].*\[2\]",
+    listed=False,
+)
 def step_layer_index_off_by_one(model, tokens, cache):
     # Counts the layers from 1 "because 0 is the embedding": cache.layer(0) stays
     # empty, so cache.length never moves.
@@ -978,7 +982,9 @@ def step_layer_index_off_by_one(model, tokens, cache):
     return model.lm_head(model.blocks.norm(x))
 
 
-@wrong("lm_step", GENERIC, listed=False)
+@wrong(
+    "lm_step", r"'the cached past is dropped'.*6 cached tokens are gone", listed=False
+)
 def step_resets_cache(model, tokens, cache):
     # "Start clean" at the top of each call: the cached past is thrown away.
     cache.reset()
@@ -990,7 +996,11 @@ def step_resets_cache(model, tokens, cache):
     return model.lm_head(model.blocks.norm(x))
 
 
-@wrong("lm_step", GENERIC, listed=False)
+@wrong(
+    "lm_step",
+    r"'only one of the new tokens goes through'.*1 token where 5",
+    listed=False,
+)
 def step_only_last_token(model, tokens, cache):
     # Assumes one new token per call: a prompt is cut to its last token.
     tokens = tokens[:, -1:]
@@ -1016,7 +1026,7 @@ def step_returns_last_position_only(model, tokens, cache):
     return model.lm_head(model.blocks.norm(x[:, -1:]))
 
 
-@wrong("lm_step", GENERIC, listed=False)
+@wrong("lm_step", r"'probabilities instead of logits'", listed=False)
 def step_returns_probabilities(model, tokens, cache):
     # A softmax at the end "to get the distribution": probabilities, not logits.
     past = cache.length
@@ -1028,7 +1038,7 @@ def step_returns_probabilities(model, tokens, cache):
     return model.lm_head(model.blocks.norm(x)).softmax(-1)
 
 
-@wrong("lm_step", GENERIC, listed=False)
+@wrong("lm_step", r"'a block is left out of the step'.*Layer\(s\) \[1\]", listed=False)
 def step_last_layer_skipped(model, tokens, cache):
     # range(n_layers - 1): the last block never runs.
     past = cache.length

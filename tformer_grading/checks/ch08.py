@@ -41,6 +41,7 @@ from tformer_ref.positions import LearnedPositionalEmbedding
 from ..guard.integrity import seal
 from .delegation import check_not_delegated
 from .measure.sizes import named
+from .measure.softmax import normalised_over
 from .diagnosis import (
     UNEXPLAINED,
     Case,
@@ -973,6 +974,34 @@ ONE_LAYER_FOR_ALL = Diagnosis(
     "x = block(x, mask, cache.layer(i))).",
     S_CACHE,
 )
+CACHE_EMPTIED = Diagnosis(
+    "the cached past is dropped",
+    "The tokens already in the cache are the context of the new ones: lm_step appends "
+    "to the cache it is given and never empties it (no cache.reset(), no new KVCache "
+    "inside lm_step). The caller resets it between prompts.",
+    S_CACHE,
+)
+ONE_NEW_TOKEN_KEPT = Diagnosis(
+    "only one of the new tokens goes through",
+    "lm_step takes S new tokens at once (the whole prompt on the first call): every one "
+    "of them goes through the blocks and into the cache, and the logits are [B, S, V].",
+    S_CACHE,
+)
+LAYER_LEFT_OUT = Diagnosis(
+    "a block is left out of the step",
+    "Every block runs once per call, block i with cache.layer(i): for i, block in "
+    "enumerate(model.blocks.layers). A layer whose cache does not grow is a block "
+    "that did not run (a range one short) or ran with another layer's cache (an index "
+    "off by one).",
+    S_CACHE,
+)
+PROBABILITIES = Diagnosis(
+    "probabilities instead of logits",
+    "lm_step returns the logits, model.lm_head's output: generate_greedy takes their "
+    "argmax and next_token_probs applies its own softmax with a temperature, so a "
+    "softmax inside lm_step is applied twice.",
+    S_LM,
+)
 POSITIONS_NOT_OFFSET = Diagnosis(
     "positions not offset by the cache length",
     "The S new tokens come after the cache.length tokens already cached, so they sit "
@@ -1026,6 +1055,20 @@ def _no_scale(model, tokens, cache):
     return model.lm_head(model.blocks(x, mask, cache))
 
 
+def _scaled_by_d_model(model, tokens, cache):  # d_model, not its square root
+    past = cache.length
+    mask = causal_mask_for(tokens, past)
+    x = model.dropout(model.pos(model.tok_embed(tokens) * model.d_model, start=past))
+    return model.lm_head(model.blocks(x, mask, cache))
+
+
+def _scaled_after_positions(model, tokens, cache):  # the positions scaled too
+    past = cache.length
+    mask = causal_mask_for(tokens, past)
+    x = model.pos(model.tok_embed(tokens), start=past) * model.d_model**0.5
+    return model.lm_head(model.blocks(model.dropout(x), mask, cache))
+
+
 def _no_final_norm(model, tokens, cache):
     past = cache.length
     mask = causal_mask_for(tokens, past)
@@ -1054,6 +1097,20 @@ EMPTY_CACHE_PITFALLS = (
         "positions are added, as in the model's own forward.",
         S_EMBED,
         _no_scale,
+    ),
+    Pitfall(
+        "embeddings scaled by d_model",
+        "The token embeddings are multiplied by sqrt(model.d_model), the square root: "
+        "d_model itself makes them sqrt(d_model) times too large beside the positions.",
+        S_EMBED,
+        _scaled_by_d_model,
+    ),
+    Pitfall(
+        "positions scaled with the embeddings",
+        "Only the token embeddings are multiplied by sqrt(model.d_model); model.pos "
+        "adds the positions' encodings after that, unscaled.",
+        S_EMBED,
+        _scaled_after_positions,
     ),
     Pitfall(
         "final LayerNorm skipped",
@@ -1155,6 +1212,21 @@ def _growth_problems(title, cases, runs) -> None:
                 ONE_LAYER_FOR_ALL.fail(title, seen)
             if len(after) == n_layers and all(g > s and g % s == 0 for g in grown):
                 CACHE_GROWN_TWICE.fail(title, seen)
+            if was > 0 and after == (s,) * n_layers:
+                CACHE_EMPTIED.fail(title, seen + f" The {was} cached tokens are gone.")
+            if s > 1 and len(after) == n_layers and all(g == 1 for g in grown):
+                ONE_NEW_TOKEN_KEPT.fail(
+                    title, seen + f" Each layer took 1 token where {s} came."
+                )
+            # Layers the cache never made count as not grown.
+            every = [a - was for a in after] + [0] * (n_layers - len(after))
+            idle = [i for i, g in enumerate(every[:n_layers]) if g == 0]
+            extra = [i for i, g in enumerate(every) if i >= n_layers and g > 0]
+            if (idle or extra) and any(every) and all(g in (0, s) for g in every):
+                said = f" Layer(s) {idle} of the model's {n_layers} did not grow"
+                if extra:
+                    said += f"; layer(s) {extra}, which the model does not have, did"
+                LAYER_LEFT_OUT.fail(title, seen + said + ".")
             fail(
                 title,
                 f"the cache does not grow by the new tokens. {seen} It {UNEXPLAINED}.",
@@ -1522,6 +1594,13 @@ def _lm_step_problems(title, lm_step) -> int:
     _growth_problems(title, cases, runs)
     _raised_problems(title, cases, runs)
     _form_problems(title, cases, runs, refs)
+    outs = [o for r in runs for o in r.outputs if isinstance(o, torch.Tensor)]
+    if outs and all(normalised_over(o.detach(), ((-1,),)) == (-1,) for o in outs):
+        PROBABILITIES.fail(
+            title,
+            "On every case your outputs are non-negative and sum to 1 over the "
+            "vocabulary: probabilities.",
+        )
     _dropout_problems(title, lm_step, cases, runs, refs)
     # A mistake the cases without dropout show is read off those alone.
     plain = [i for i, c in enumerate(cases) if not _has_dropout(c.model)]

@@ -45,6 +45,7 @@ from tformer_ref.training import sequence_loss
 from ..guard.integrity import seal
 from . import ch01, ch03, ch04, ch05, ch06
 from .cases import randn
+from .measure.softmax import normalised_over
 from .diagnosis import UNEXPLAINED, CheckFailure, Raised, fail, passed, quiet, run
 from .diagnosis import Section, single_thread, verify_integrity
 
@@ -677,8 +678,7 @@ def _probe_logits(model, src, tgt):
     out = _logits(model, src, tgt[:, :-1])
     if not isinstance(out, torch.Tensor) or not out.is_floating_point():
         return None
-    sums = out.double().sum(-1)
-    if (out >= 0).all() and torch.allclose(sums, torch.ones_like(sums), atol=1e-4):
+    if normalised_over(out, ((-1,),)) == (-1,):
         return (
             "the model returns probabilities, not logits: at every position its "
             "outputs are non-negative and sum to 1 over the vocabulary, and "
