@@ -273,13 +273,13 @@ def causal_forgot_return(size):  # built the mask, forgot to return it
     mask = mask.contiguous()
 
 
-@wrong("causal_mask", GENERIC, listed=False)
+@wrong("causal_mask", r"'causal mask mirrored'", listed=False)
 def causal_flipped(size):  # flipped left-right "so the newest key comes first"
     keep = torch.ones(size, size, dtype=torch.bool, device=device).tril()
     return keep.flip(-1)[None, None]
 
 
-@wrong("causal_mask", GENERIC, listed=False)
+@wrong("causal_mask", r"'causal mask keeps only the diagonal'", listed=False)
 def causal_only_itself(size):  # the identity: each query sees only itself
     return torch.eye(size, dtype=torch.bool, device=device)[None, None]
 

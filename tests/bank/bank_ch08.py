@@ -351,7 +351,7 @@ def probs_temperature_forgotten(logits, temperature, top_p):
     return logits.masked_fill(~keep, float("-inf")).softmax(-1)
 
 
-@wrong("next_token_probs", GENERIC, listed=False)
+@wrong("next_token_probs", r"'temperature applied twice'.*temperature 4", listed=False)
 def probs_temperature_twice(logits, temperature, top_p):
     # Divides in place "to scale", then once more in the return line.
     logits = logits / temperature

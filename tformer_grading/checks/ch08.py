@@ -279,6 +279,12 @@ TEMPERATURE_IGNORED = Diagnosis(
     "(probs / T) is undone by the renormalisation.",
     S_TEMPERATURE,
 )
+TEMPERATURE_TWICE = Diagnosis(
+    "temperature applied twice",
+    "Divide the logits by the temperature once: a second division (in a helper, or "
+    "before and after a step) gives temperature T², sharper below 1 and flatter above.",
+    S_TEMPERATURE,
+)
 TEMPERATURE_MULTIPLIED = Diagnosis(
     "temperature multiplied instead of divided",
     "Your distribution behaves as if at temperature 1/T: sharper where it should be "
@@ -543,6 +549,10 @@ def _temperature_problems(title, rows: list[_Row]) -> None:
             TEMPERATURE_IGNORED.fail(title, observed)
         if all(_close(1 / s, 1 / f.temperature) for f, (s, _) in fits):
             TEMPERATURE_MULTIPLIED.fail(title, observed)
+        if all(_close(1 / s, f.temperature**2) for f, (s, _) in fits):
+            TEMPERATURE_TWICE.fail(
+                title, observed + " On every case the temperature measured is T²."
+            )
         if all(_close(1 / s, f.temperature) for f, (s, _) in fits):
             at_one = [
                 _top_p_set(_full(f.logits[None], 1.0), f.top_p)[0] for f, _ in fits

@@ -96,6 +96,19 @@ CAUSAL_UPPER = Diagnosis(
 )
 
 
+CAUSAL_SELF_ONLY = Diagnosis(
+    "causal mask keeps only the diagonal",
+    "Query i may attend to every key up to and including its own position, 0..i: "
+    "torch.tril, not torch.eye (a query that sees only itself learns nothing from "
+    "the context).",
+    S_CAUSAL,
+)
+CAUSAL_MIRRORED = Diagnosis(
+    "causal mask mirrored",
+    "Row i of the mask is query i, column j key j: query i may attend to keys 0..i, "
+    "the lower triangle torch.tril(ones(S, S)), with no flip.",
+    S_CAUSAL,
+)
 CAUSAL_CONSTANT = Diagnosis(
     "causal mask constant",
     "Every entry of your mask is the same, so it cannot tell past from future. "
@@ -141,6 +154,17 @@ def _causal_pattern_problem(pattern: torch.Tensor):
     if size > 1 and (pattern.all() or not pattern.any()):
         allowed = "every key" if pattern.all() else "no key"
         return CAUSAL_CONSTANT, f"your mask lets every query attend to {allowed}."
+    eye = torch.eye(size, dtype=torch.bool, device=pattern.device)
+    if size > 1 and torch.equal(pattern, eye):
+        return (
+            CAUSAL_SELF_ONLY,
+            "your mask is the identity: query i may attend to key i.",
+        )
+    if size > 1 and torch.equal(pattern, _triangle(size, 0, upper=False).flip(-1)):
+        return CAUSAL_MIRRORED, (
+            "your mask is tril mirrored left to right (.flip(-1)): query i may attend "
+            "to keys S-1-i..S-1, expected 0..i."
+        )
     found = _triangle_of(pattern)
     if found is not None and size > 1:
         side, k = found
