@@ -654,8 +654,8 @@ def _check_ff_offset(title, cases) -> None:
         FF_NO_OFFSET.fail(
             title,
             f"With every parameter of your FeedForward set to random values, "
-            f"FeedForward(0) on x of shape {list(x.shape)} is exactly 0: your module has no "
-            "constant term.",
+            f"FeedForward(0) on x of shape {list(x.shape)} is exactly 0: your module "
+            "has no constant term.",
         )
 
 

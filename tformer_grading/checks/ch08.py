@@ -993,8 +993,8 @@ CACHE_EMPTIED = Diagnosis(
 )
 ONE_NEW_TOKEN_KEPT = Diagnosis(
     "only one of the new tokens goes through",
-    "lm_step takes S new tokens at once (the whole prompt on the first call): every one "
-    "of them goes through the blocks and into the cache, and the logits are [B, S, V].",
+    "lm_step takes S new tokens at once (the whole prompt on the first call): every "
+    "one of them goes through the blocks and into the cache, and the logits are [B, S, V].",
     S_CACHE,
 )
 LAYER_LEFT_OUT = Diagnosis(

@@ -544,8 +544,9 @@ def _unnormalised(w64, q, k, v):
     if found and torch.allclose(sums, torch.full_like(sums, total), rtol=1e-4, atol=0):
         return NOT_NORMALISED, (
             f"Every row of your weights sums to {number(total)} "
-            f"(= 1/{number(1 / total)}) instead of 1: they are the softmax multiplied by {number(total)}, e.g. a "
-            "scale applied after the softmax instead of to the scores."
+            f"(= 1/{number(1 / total)}) instead of 1: they are the softmax multiplied "
+            f"by {number(total)}, e.g. a scale applied after the softmax instead of to "
+            "the scores."
         )
     return NOT_NORMALISED, (
         f"Your weights sum over the keys to values from "
