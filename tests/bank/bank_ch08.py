@@ -398,7 +398,7 @@ def probs_gather_instead_of_scatter(logits, temperature, top_p):
     return logits.masked_fill(~keep, float("-inf")).softmax(-1)
 
 
-@wrong("next_token_probs", GENERIC, listed=False)
+@wrong("next_token_probs", r"'top-p read as a threshold on each token'", listed=False)
 def probs_threshold_each_token(logits, temperature, top_p):
     # Reads top-p as "keep the tokens whose own probability is at least 1 - p".
     probs = (logits / temperature).softmax(-1)
@@ -408,7 +408,11 @@ def probs_threshold_each_token(logits, temperature, top_p):
     return probs / probs.sum(-1, keepdim=True)
 
 
-@wrong("next_token_probs", GENERIC, listed=False)
+@wrong(
+    "next_token_probs",
+    r"'top-p read as a share of the vocabulary'.*\(9 here\)",
+    listed=False,
+)
 def probs_fraction_of_vocabulary(logits, temperature, top_p):
     # Reads top-p as the top p share of the vocabulary: top-k with k = ceil(p * V).
     logits = logits / temperature
@@ -1478,7 +1482,7 @@ def greedy_float_tokens(model, prompt, max_new_tokens):
     return out
 
 
-@wrong("generate_greedy", GENERIC, listed=False)
+@wrong("generate_greedy", r"'the prompt's first token is dropped'", listed=False)
 def greedy_prompt_without_first_token(model, prompt, max_new_tokens):
     # Shifts the prompt as for training (prompt[:, 1:]): its first token is lost.
     cache = KVCache()
@@ -1490,7 +1494,7 @@ def greedy_prompt_without_first_token(model, prompt, max_new_tokens):
     return torch.cat([prompt[:, :1], tokens], dim=1)
 
 
-@wrong("generate_greedy", GENERIC, listed=False)
+@wrong("generate_greedy", r"'every row gets row 0's tokens'", listed=False)
 def greedy_prompt_row_zero_only(model, prompt, max_new_tokens):
     # Written for one prompt: decodes row 0 and copies it to the whole batch.
     cache = KVCache()

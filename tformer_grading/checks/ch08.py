@@ -26,6 +26,7 @@ from __future__ import annotations
 import copy
 import functools
 import inspect
+import math
 import re
 from dataclasses import dataclass
 
@@ -38,10 +39,9 @@ from tformer_ref.kv_cache import KVCache
 from tformer_ref.masks import causal_mask
 from tformer_ref.model import DecoderOnlyLM
 from tformer_ref.positions import LearnedPositionalEmbedding
+
 from ..guard.integrity import seal
 from .delegation import check_not_delegated
-from .measure.sizes import named
-from .measure.softmax import normalised_over
 from .diagnosis import (
     UNEXPLAINED,
     Case,
@@ -58,6 +58,8 @@ from .diagnosis import (
     single_threaded,
     verify_integrity,
 )
+from .measure.sizes import named
+from .measure.softmax import normalised_over
 
 CHAPTER = "ch08_generation"
 # Some diagnoses point to chapter 5's sections: the pitfall index still lists them
@@ -240,6 +242,32 @@ TOP_P_NOT_APPLIED = Diagnosis(
     "Every token keeps some probability: nothing was cut. Set the logits of the tokens "
     "outside the nucleus to -inf before the softmax (or zero their probabilities and "
     "renormalise).",
+    S_TOP_P,
+)
+ROWS_COPIED = Diagnosis(
+    "every row gets row 0's tokens",
+    "Each row of the prompt is its own sequence: run the whole batch through lm_step "
+    "together, [B, S] at first and [B, 1] after, and take each row's own argmax.",
+    S_CACHE,
+)
+PROMPT_CUT = Diagnosis(
+    "the prompt's first token is dropped",
+    "The prompt goes in whole: the shift of teacher forcing (inputs tgt[:, :-1], "
+    "labels tgt[:, 1:]) belongs to training, not to generation.",
+    S_CACHE,
+)
+TOP_P_AS_THRESHOLD = Diagnosis(
+    "top-p read as a threshold on each token",
+    "top_p is a share of the probability mass, not a bar for one token: sort the "
+    "tokens by probability and keep the smallest set of the most likely ones whose "
+    "probabilities add up to top_p.",
+    S_TOP_P,
+)
+TOP_P_AS_FRACTION = Diagnosis(
+    "top-p read as a share of the vocabulary",
+    "top_p is a share of the probability mass, not of the vocabulary (that would be "
+    "top-k with k = top_p·V): the nucleus grows when the distribution is flat and "
+    "shrinks when it is peaked.",
     S_TOP_P,
 )
 TOP_P_BEFORE_TEMPERATURE = Diagnosis(
@@ -463,6 +491,21 @@ def _one_more_text(r: _Row) -> str:
     )
 
 
+def _above_threshold(r: _Row) -> torch.Tensor:
+    """The tokens whose own probability is at least 1 - top_p, and the argmax."""
+    keep = r.full >= 1 - r.top_p
+    keep[r.full.argmax()] = True
+    return keep
+
+
+def _share_of_vocabulary(r: _Row) -> torch.Tensor:
+    """The ceil(top_p·V) most likely tokens."""
+    k = max(1, math.ceil(r.top_p * r.full.numel()))
+    keep = torch.zeros_like(r.full, dtype=torch.bool)
+    keep[r.full.topk(k).indices] = True
+    return keep
+
+
 def _support_problems(title, rows: list[_Row]) -> None:
     """The learner's kept set differs from the reference's: name how."""
     __tracebackhide__ = True
@@ -497,6 +540,20 @@ def _support_problems(title, rows: list[_Row]) -> None:
         )
     if all(r.kept.all() for r in differ):
         TOP_P_NOT_APPLIED.fail(title, observed)
+    if all(torch.equal(r.kept, _above_threshold(r)) for r in differ):
+        TOP_P_AS_THRESHOLD.fail(
+            title,
+            f"{observed} On every row where yours differs you keep exactly the "
+            "tokens whose own probability is at least 1 - top_p (and the most "
+            "likely one).",
+        )
+    if all(torch.equal(r.kept, _share_of_vocabulary(r)) for r in differ):
+        k = int(_share_of_vocabulary(first).sum())
+        TOP_P_AS_FRACTION.fail(
+            title,
+            f"{observed} On every row where yours differs you keep the "
+            f"ceil(top_p·V) most likely tokens ({k} here), whatever they hold.",
+        )
     fail(
         title,
         f"the tokens you keep differ from the reference's. {observed} The "
@@ -994,7 +1051,8 @@ CACHE_EMPTIED = Diagnosis(
 ONE_NEW_TOKEN_KEPT = Diagnosis(
     "only one of the new tokens goes through",
     "lm_step takes S new tokens at once (the whole prompt on the first call): every "
-    "one of them goes through the blocks and into the cache, and the logits are [B, S, V].",
+    "one of them goes through the blocks and into the cache, and the logits are "
+    "[B, S, V].",
     S_CACHE,
 )
 LAYER_LEFT_OUT = Diagnosis(
@@ -2198,6 +2256,7 @@ def check_generate_greedy(generate_greedy) -> None:
     with torch.no_grad():
         _trace_problems(title, generate_greedy, case, got, want)
     out = got.output
+    _continuation_problems(title, case, out, want)
     j = _first_wrong_token(out, want)
     fail(
         title,
@@ -2207,6 +2266,33 @@ def check_generate_greedy(generate_greedy) -> None:
         "with the lesson step by step.",
         S_CACHE,
     )
+
+
+def _continuation_problems(title, case, out, want) -> None:
+    """New tokens that are another prompt's greedy continuation: row 0's copied to
+    every row, or the prompt's own without its first token."""
+    __tracebackhide__ = True
+    s = case.prompt.size(1)
+    new, right = out[:, s:], want[:, s:]
+    if (
+        new.size(0) > 1
+        and torch.equal(new[0], right[0])
+        and bool((new == new[:1]).all())
+        and not torch.equal(new, right)
+    ):
+        ROWS_COPIED.fail(
+            title,
+            f"On case {case.label} every row's new tokens are row 0's, "
+            f"{_tokens_text(new[0])}; row 1's own are {_tokens_text(right[1])}.",
+        )
+    with torch.no_grad():
+        cut = _reference_greedy(case.model, case.prompt[:, 1:], case.n)[:, s - 1 :]
+    if torch.equal(new, cut):
+        PROMPT_CUT.fail(
+            title,
+            f"On case {case.label} your new tokens are the greedy continuation of "
+            "the prompt without its first token (prompt[:, 1:]).",
+        )
 
 
 def _shortcuts() -> dict:
