@@ -1287,7 +1287,7 @@ def _growth_problems(title, cases, runs) -> None:
                     title, seen + f" Each layer took 1 token where {s} came."
                 )
             # Layers the cache never made count as not grown.
-            every = [a - was for a in after] + [0] * (n_layers - len(after))
+            every = grown + [0] * (n_layers - len(after))
             idle = [i for i, g in enumerate(every[:n_layers]) if g == 0]
             extra = [i for i, g in enumerate(every) if i >= n_layers and g > 0]
             if (idle or extra) and any(every) and all(g in (0, s) for g in every):

@@ -19,8 +19,8 @@ from ..diagnosis import (
     single_threaded,
     verify_integrity,
 )
+from ..measure.softmax import AXIS_NAMES
 from .reading import (
-    AXES,
     MASK_NOT_BOOL,
     MASK_SHAPE,
     aligned_shape,
@@ -214,7 +214,7 @@ def _shape_note(shape, size: int) -> str:
         return f"{len(shape)} dims, but the scores have 4 ([B, H, Sq, Sk])"
     aligned, want = aligned_shape(shape), [1, 1, size, size]
     off = "; ".join(
-        f"axis {i} ({AXES[i]}) has size {got}, expected {w}"
+        f"axis {i} ({AXIS_NAMES[i]}) has size {got}, expected {w}"
         for i, (got, w) in enumerate(zip(aligned, want))
         if got != w
     )

@@ -38,9 +38,10 @@ from ..diagnosis import (
     verify_integrity,
 )
 from ..measure.sizes import named
+from ..measure.softmax import AXIS_NAMES
 from .causal_mask import causal_reference
 from .padding_mask import INPUT_MODIFIED
-from .reading import AXES, fail_stage, ints_text
+from .reading import fail_stage, ints_text
 from .sections import S_CONVENTIONS, S_FILL, S_PADDING
 
 
@@ -539,7 +540,7 @@ def _axis_stage(seen: _Seen):
         if all(seen.weights.size(a) > 1 for a in axes) and bool(
             ((seen.weights.sum(axes) - 1).abs() < seen.tol).all()
         ):
-            names = ", ".join(f"{a} ({AXES[a]})" for a in sorted(axes))
+            names = ", ".join(f"{a} ({AXIS_NAMES[a]})" for a in sorted(axes))
             return WRONG_AXIS, (
                 f"On case {seen.label}: your weights sum to 1 over axis {names}, not "
                 "over the keys (axis 3) alone: a query's weights over the keys sum to "
@@ -614,7 +615,7 @@ def _misread_masks(seen: _Seen):
             yield (
                 (
                     f"your weights follow {what} 0's mask for every {what}: the mask "
-                    f"was sliced or broadcast along axis {axis} ({AXES[axis]})"
+                    f"was sliced or broadcast along axis {axis} ({AXIS_NAMES[axis]})"
                 ),
                 first,
                 first.any(-1),
@@ -806,7 +807,7 @@ def _output_candidates(seen: _Seen):
     for order in itertools.permutations(range(4)):
         moved = right.permute(order)
         if order != (0, 1, 2, 3) and moved.shape == seen.out.shape:
-            axes = ", ".join(AXES[i] if i < 3 else "features" for i in order)
+            axes = ", ".join(AXIS_NAMES[i] if i < 3 else "features" for i in order)
             yield (
                 (f"weights @ v with its axes permuted to [{axes}] (.permute{order})"),
                 moved,

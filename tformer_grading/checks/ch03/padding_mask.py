@@ -19,8 +19,8 @@ from ..diagnosis import (
     single_threaded,
     verify_integrity,
 )
+from ..measure.softmax import AXIS_NAMES
 from .reading import (
-    AXES,
     MASK_NOT_BOOL,
     MASK_SHAPE,
     aligned_shape,
@@ -168,7 +168,7 @@ def _shape_reading(shape, b: int, s: int) -> str:
     aligned = aligned_shape(shape)
     where = []
     for size, what in ((b, f"the batch (B={b})"), (s, f"the sequence (S={s})")):
-        axes = [AXES[i] for i, n in enumerate(aligned) if n == size]
+        axes = [AXIS_NAMES[i] for i, n in enumerate(aligned) if n == size]
         if axes:
             where.append(f"{what} lands on the {' and '.join(axes)} axis")
     landed = "; ".join(where) or "neither B nor S lines up with any axis"

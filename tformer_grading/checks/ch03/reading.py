@@ -23,8 +23,6 @@ from ..diagnosis import (
 )
 from .sections import S_COMBINE, S_CONVENTIONS
 
-AXES = ("batch", "heads", "queries", "keys")  # the scores' [B, H, Sq, Sk]
-
 
 def ints_text(values) -> str:
     return "[" + ", ".join(str(int(v)) for v in values) + "]"
