@@ -1,7 +1,7 @@
 """tformer_grading: what grades a learner's exercise, beside the reference it grades against.
 
-- ``checks/``: what exercise test cells call (one module per chapter) and the
-  check author's API (``checks.diagnosis``).
+- ``checks/``: what exercise test cells call (a package per chapter, one module per
+  exercise) and the check author's API (``checks.diagnosis``).
 - ``guard/``: the guards around grading (integrity seals, signed receipts, the
   guarded nbgrader execution and receipt verification).
 - ``sandbox/``: the bubblewrap sandbox each graded notebook's kernel runs in.

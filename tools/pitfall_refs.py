@@ -19,6 +19,7 @@ tests.
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -109,17 +110,25 @@ def assignment_of(module) -> str | None:
     """The assignment whose exercise runs ``module``'s checks: its ``ASSIGNMENT`` if it
     names one (the bug hunts, the own-model exercise), else None (each section's
     chapter)."""
-    return getattr(module, "ASSIGNMENT", None)
+    found = getattr(module, "ASSIGNMENT", None)
+    if found is None and module.__name__.count(".") > 2:  # in a chapter package
+        package = sys.modules[module.__name__.rsplit(".", 1)[0]]
+        found = getattr(package, "ASSIGNMENT", None)
+    return found
 
 
 def check_modules():
     """Every module of exercise checks, ordered as the course runs them."""
     import tformer_grading.checks as checks
 
-    return sorted(
-        checks.exercise_modules(),
-        key=lambda m: assignment_of(m) or m.__name__.split(".checks.", 1)[1],
-    )
+    modules = checks.exercise_modules()
+
+    def key(module):
+        # A chapter package's modules keep the order of its MODULES (the exercises').
+        chapter = module.__name__.split(".checks.", 1)[1].split(".")[0]
+        return assignment_of(module) or chapter, modules.index(module)
+
+    return sorted(modules, key=key)
 
 
 def module_diagnoses(module):
@@ -198,7 +207,15 @@ def _reachable_diagnoses(module, root) -> set[int]:
 
     from tformer_grading.checks.diagnosis import Diagnosis
 
-    here = module.__name__
+    # A chapter package's exercises share code in its modules (ch01/stages.py): follow
+    # functions anywhere in the package, as in a chapter kept in one module.
+    name = module.__name__
+    home = name.rsplit(".", 1)[0] if name.count(".") > 2 else name
+
+    def ours(obj) -> bool:
+        owner = getattr(obj, "__module__", None) or ""
+        return owner == home or owner.startswith(home + ".")
+
     seen, found, stack = {}, set(), [root]
     while stack:
         obj = stack.pop()
@@ -216,13 +233,13 @@ def _reachable_diagnoses(module, root) -> set[int]:
         elif isinstance(obj, types.FunctionType):
             if getattr(obj, "__wrapped__", None) is not None:
                 stack.append(obj.__wrapped__)
-            if obj.__module__ == here:
+            if ours(obj):
                 stack.extend(_loaded_globals(obj.__code__, obj.__globals__))
                 stack.extend(obj.__defaults__ or ())
                 stack.extend((obj.__kwdefaults__ or {}).values())
                 stack.extend(cell.cell_contents for cell in obj.__closure__ or ())
         elif isinstance(obj, type):
-            if obj.__module__ == here:
+            if ours(obj):
                 for value in vars(obj).values():
                     if isinstance(value, (staticmethod, classmethod)):
                         value = value.__func__
@@ -230,7 +247,7 @@ def _reachable_diagnoses(module, root) -> set[int]:
                         stack.extend(f for f in (value.fget, value.fset) if f)
                     else:
                         stack.append(value)
-        elif type(obj).__module__ == here and hasattr(obj, "__dict__"):
+        elif ours(type(obj)) and hasattr(obj, "__dict__"):
             stack.append(type(obj))
             stack.extend(vars(obj).values())
     return found

@@ -6,8 +6,9 @@ unbiased std and eps = 1e-6, and an nn.LayerNorm with eps = 1e-6, although the c
 say they judge what a module does. Cause: the checks saw norms only through their
 ``layer_norm`` calls and read the eps from the call. Guard:
 ``blocks.adopt_hand_written_norms`` recognises a norm by its outputs and grades it as
-the nn.LayerNorm it stands for; ``ch04._check_eps`` measures what the eps changes.
-The bank (tests/bank/bank_ch04.py) holds the whole blocks; these are the parts.
+the nn.LayerNorm it stands for; ``ch04.encoder_block._check_eps`` measures what the
+eps changes. The bank (tests/bank/bank_ch04.py) holds the whole blocks; these are the
+parts.
 """
 
 import pytest

@@ -10,6 +10,13 @@ import torch.nn.functional as F
 
 from tformer_ref.attention import MultiHeadAttention
 from tformer_grading.checks import CheckFailure, ch05
+from tformer_grading.checks.ch05.decoder_block import decoder_parts, trace_block
+from tformer_grading.checks.ch05.embed import embed_probe, fit_embed
+from tformer_grading.checks.ch05.sinusoidal_encoding import (
+    EXPECTED_LAYOUT,
+    fit_problems,
+    fit_sinusoids,
+)
 
 # --------------------------------------------------------------------------- sinusoidal_encoding
 
@@ -445,17 +452,17 @@ def test_checks_write_nothing_to_stderr(capfd):
 
 
 def test_fit_reads_the_parameters_of_a_table():
-    fit = ch05.fit_sinusoids(pe_right_div_term(64, 16))
-    assert fit.layout == ch05.EXPECTED_LAYOUT and ch05._fit_problems(fit, 16, 64) == []
-    wrong = ch05.fit_sinusoids(pe_from_one(64, 16) * 2)
-    problems = " ".join(ch05._fit_problems(wrong, 16, 64))
+    fit = fit_sinusoids(pe_right_div_term(64, 16))
+    assert fit.layout == EXPECTED_LAYOUT and fit_problems(fit, 16, 64) == []
+    wrong = fit_sinusoids(pe_from_one(64, 16) * 2)
+    problems = " ".join(fit_problems(wrong, 16, 64))
     assert "row 0 is position 1" in problems and "amplitude 2" in problems
 
 
 def test_embed_fit_reads_scale_and_rows():
-    tokens, table, pe = ch05._embed_probe(0)()
+    tokens, table, pe = embed_probe(0)()
     got = table(tokens) * 3.0 + pe[1 : tokens.size(1) + 1]
-    fit = ch05.fit_embed(got, tokens, table, pe)
+    fit = fit_embed(got, tokens, table, pe)
     assert abs(fit.scale - 3.0) < 1e-4 and fit.rows == tuple(range(1, 7))
     assert abs(fit.pos_scale - 1.0) < 1e-4 and fit.shared
 
@@ -463,9 +470,9 @@ def test_embed_fit_reads_scale_and_rows():
 def test_decoder_trace_removes_its_hooks():
     torch.manual_seed(0)
     module = Dec(16, 4, 32).eval()
-    parts = ch05.decoder_parts(module, 16, 32)
+    parts = decoder_parts(module, 16, 32)
     x, memory = torch.randn(2, 5, 16), torch.randn(2, 3, 16)
-    out, calls = ch05.trace_block(module, parts, x, memory, None)
+    out, calls = trace_block(module, parts, x, memory, None)
     kinds = [c.kind for c in calls]
     assert kinds == ["attn", "norm", "attn", "norm", "ff1", "ff2", "norm"]
     assert all(not m._forward_hooks for m in module.modules())

@@ -10,6 +10,7 @@ import torch
 from torch.utils.data import DataLoader, DistributedSampler, Subset
 
 from tformer_grading.checks import CheckFailure, ch07
+from tformer_grading.checks.ch07 import accumulation_step, amp_step
 from tformer_ref.device import get_device
 
 PAD = 0
@@ -712,7 +713,7 @@ def amp_delegates(model, batch, loss_fn, optimizer, scaler, max_norm):
     [
         (accum_delegates, "tformer_ref.accumulation.train_accumulated"),
         (accum_delegates_to_big_batch, "tformer_ref.accumulation.train_big_batch"),
-        (ch07._accum_reference, "the check's own reference"),
+        (accumulation_step.accum_reference, "the check's own reference"),
     ],
 )
 def test_accumulation_by_hand_rejects_delegation(fn, name):
@@ -725,7 +726,7 @@ def test_accumulation_by_hand_rejects_delegation(fn, name):
     "fn,name",
     [
         (amp_delegates, "tformer_ref.amp.optimizer_step"),
-        (ch07._amp_reference, "the check's own reference"),
+        (amp_step.amp_reference, "the check's own reference"),
     ],
 )
 def test_amp_by_hand_rejects_delegation(fn, name):

@@ -11,6 +11,9 @@ import torch
 import torch.nn.functional as F
 
 from tformer_grading.checks import CheckFailure, ch08
+from tformer_grading.checks.ch08 import generate_greedy as greedy_checks
+from tformer_grading.checks.ch08 import lm_step as step_checks
+from tformer_grading.checks.ch08 import next_token_probs as probs_checks
 from tformer_grading.checks.diagnosis import UNEXPLAINED
 from tformer_ref.kv_cache import KVCache
 from tformer_ref.masks import causal_mask
@@ -375,14 +378,14 @@ def test_probability_cases_decide_the_kept_set_with_margin():
     exact = ch08.prob_cases()[-1].label  # reaches top_p exactly, on purpose
     for case in ch08.prob_cases():
         logits, t, p = case.make()
-        full = ch08._full(logits, t)
+        full = probs_checks._full(logits, t)
         probs = full.sort(-1, descending=True).values
         if p < 1 and case.label != exact:
             assert (probs.cumsum(-1) - p).abs().min() > 1e-3, case.label
-        ref = ch08._reference_probs(logits, t, p)
+        ref = probs_checks._reference_probs(logits, t, p)
         assert ref[ref > 0].min() > 1e-6, case.label
         if t != 1 and p < 1:
-            at_one = ch08._top_p_set(ch08._full(logits, 1.0), p)
+            at_one = probs_checks._top_p_set(probs_checks._full(logits, 1.0), p)
             assert not torch.equal(at_one, ref > 0), case.label
 
 
@@ -394,15 +397,17 @@ def test_exact_case_reaches_top_p_exactly_in_float32():
     assert torch.equal(probs.cpu(), torch.tensor(ch08.EXACT_PROBS))
     top2 = probs.sort(-1, descending=True).values[:, :2].sum(-1)
     assert torch.equal(top2.cpu(), torch.full((2,), p))
-    assert ((ch08._reference_probs(logits, t, p) > 0).sum(-1) == 2).all()
-    assert torch.allclose(ch08._reference_probs(logits, t, p), ch08._exact_answer())
+    assert ((probs_checks._reference_probs(logits, t, p) > 0).sum(-1) == 2).all()
+    assert torch.allclose(
+        probs_checks._reference_probs(logits, t, p), probs_checks._exact_answer()
+    )
 
 
 def test_large_case_overflows_a_plain_exp():
     """The large case's logits / T pass 88.7, where exp overflows float32."""
     logits, t, _ = ch08.prob_cases()[ch08.LARGE].make()
     assert torch.isinf(torch.exp(logits / t)).any()
-    assert torch.isfinite(ch08._reference_probs(logits, t, 0.9)).all()
+    assert torch.isfinite(probs_checks._reference_probs(logits, t, 0.9)).all()
 
 
 # ---------------------------------------------------------------------------- lm_step
@@ -816,7 +821,7 @@ def test_lm_step_leaves_the_models_in_eval_mode():
     """A step that calls model.train() is put back: the next case still runs in eval
     mode, so one learner's train() cannot make the check's own models random."""
     case = ch08.step_cases()[-1]
-    got = ch08._run_case(step_switches_to_train, case)
+    got = step_checks.run_case(step_switches_to_train, case)
     assert got.trained and not case.model.training
 
 
@@ -1234,7 +1239,7 @@ def test_greedy_cases_have_clear_argmax_margins_and_varied_tokens():
     """The top two logits at every step differ by more than 1e-3 (cached and uncached
     rounding never flip a choice, on CPU or CUDA), and no case repeats one token."""
     for case in ch08.gen_cases():
-        out = ch08._reference_greedy(case.model, case.prompt, case.n + 1)
+        out = greedy_checks._reference_greedy(case.model, case.prompt, case.n + 1)
         with torch.no_grad():
             logits = case.model(out)[:, case.prompt.size(1) - 1 : -1]
         top2 = logits.topk(2, dim=-1).values

@@ -35,7 +35,8 @@ REWRITES_COURSE = """
 import pathlib, sqlite3, tformer_grading
 course = pathlib.Path.cwd().parents[2]
 for path, text in [
-    (pathlib.Path(tformer_grading.__file__).parent / "checks" / "ch01.py",
+    (pathlib.Path(tformer_grading.__file__).parent / "checks" / "ch01"
+     / "split_heads.py",
      "def check_split_heads(fn): print('ok')\\n"),
     (course / "nbgrader_config.py", "\\nimport os; os.system('touch /tmp/pwned')\\n"),
     (course / "submitted" / "solution" / "ch01_shapes" / "exercise.ipynb", "{}"),

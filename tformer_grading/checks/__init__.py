@@ -1,7 +1,9 @@
-"""Checks that exercise test cells call: one module per chapter (``chNN``,
-``ch06_loop``, the bug hunts ``bughunt_*``, ``own_model``) or, for a chapter moved to
-the target layout, a package with one module per exercise (``ch02.attention``) whose
-``__init__`` re-exports its checks. :func:`exercise_modules` lists them all.
+"""Checks that exercise test cells call: a package per chapter (``chNN``) with one
+module per exercise (``ch02.attention``), what its exercises share and its
+``sections``, whose ``__init__`` re-exports the checks (test cells call
+``ch02.check_attention``); and a module per exercise outside the chapters
+(``ch06_loop``, the bug hunts ``bughunt_*``, ``own_model``). :func:`exercise_modules`
+lists them all.
 
 A check author reads ``diagnosis`` (the API: ``Pitfall``, ``Section``, ``Case``,
 ``compare_to_reference``, probes), ``cases`` (seeded inputs, building the
@@ -25,7 +27,7 @@ def exercise_modules() -> list:
     ``MODULES``.
 
     >>> [m.__name__.rsplit("checks.", 1)[1] for m in exercise_modules()][:4]
-    ['bughunt_attention', 'bughunt_decoding', 'ch01', 'ch02.attention']
+    ['bughunt_attention', 'bughunt_decoding', 'ch01.stages', 'ch01.split_heads']
     """
     import importlib
     import pkgutil

@@ -107,7 +107,9 @@ def reject_batchnorm(title: str, module: nn.Module, batchnorm: Diagnosis) -> Non
             batchnorm.fail(title, f"Your block has {type(sub).__name__} at '{name}'.")
 
 
-def _attentions(title: str, module: nn.Module, n_attn: int, section: Section) -> list:
+def attention_sublayers(
+    title: str, module: nn.Module, n_attn: int, section: Section
+) -> list:
     """[(name, module)] of the learner's ``n_attn`` MultiHeadAttention sublayers."""
     __tracebackhide__ = True
     found = [
@@ -148,7 +150,7 @@ def _layer_norms(
     return norms
 
 
-def _feed_forward(
+def feed_forward_linears(
     title: str, module: nn.Module, d_model: int, d_ff: int | None, attns: list
 ) -> tuple:
     """The feed-forward's (first, second) Linear, found by shape outside the attentions;
@@ -196,9 +198,9 @@ def find_parts(
     ``d_ff=None``: read it from the feed-forward's first Linear."""
     __tracebackhide__ = True
     reject_batchnorm(title, module, batchnorm)
-    attns = _attentions(title, module, n_attn, attn_section)
+    attns = attention_sublayers(title, module, n_attn, attn_section)
     norms = _layer_norms(title, module, n_norms, batchnorm.section)
-    ff1, ff2 = _feed_forward(title, module, d_model, d_ff, attns)
+    ff1, ff2 = feed_forward_linears(title, module, d_model, d_ff, attns)
     return Parts(tuple(m for _, m in attns), norms, ff1, ff2)
 
 

@@ -47,9 +47,20 @@ import torch
 from tformer_ref.device import get_device
 
 from ..guard.integrity import seal
-from . import ch01
 from .cases import build_module, randn
 from .ch01 import S_EINSUM, S_MERGE, S_PROJ, S_SCALE
+from .ch01.multi_head_attention import (
+    READINGS,
+    Reading,
+    align,
+    alignment_by_order,
+    close,
+    fit_divisor,
+    load,
+    scale_name,
+    seed_heads,
+)
+from .ch01.stages import Run
 from .ch03 import S_FILL
 from .diagnosis import (
     UNEXPLAINED,
@@ -462,13 +473,13 @@ def _seed_merge(t: torch.Tensor) -> torch.Tensor:
 
 # The seed's einsum as a reading of ch01's measurement model: heads never moved, so
 # q kᵀ of [N, L, H, Dh] tensors attends across the heads of each token.
-SEED_READING = ch01.Reading(
+SEED_READING = Reading(
     "your attention runs across the heads of each token (the seed's einsum)",
     None,
-    split=ch01._seed_heads,
+    split=seed_heads,
     merge=_seed_merge,
 )
-_READINGS = (ch01.READINGS[0], SEED_READING, *ch01.READINGS[1:])
+_READINGS = (READINGS[0], SEED_READING, *READINGS[1:])
 
 
 def _symmetric(n: int, seed: int) -> torch.Tensor:
@@ -507,9 +518,9 @@ def _load_found(module, e: int) -> dict:
     __tracebackhide__ = True
     wrapped = _AsQKV(module)
     try:
-        alignment = ch01._align(TITLE_SCALE, wrapped, e)
+        alignment = align(TITLE_SCALE, wrapped, e)
         if isinstance(alignment, str):
-            alignment = ch01._alignment_by_order(wrapped, e, alignment)
+            alignment = alignment_by_order(wrapped, e, alignment)
     except CheckFailure as failure:  # said again with this check's title and section
         text = str(failure).split(": ", 1)[-1].split("\n    Read ")[0]
         fail(
@@ -525,7 +536,7 @@ def _load_found(module, e: int) -> dict:
         )
         for j, n in enumerate("qkvo")
     }
-    return ch01._load(wrapped, alignment, w)
+    return load(wrapped, alignment, w)
 
 
 class _AsQKV(torch.nn.Module):
@@ -558,7 +569,7 @@ def _measure_divisor(module, e: int, h: int, shared: bool) -> tuple:
         f"{what} with the check's weights",
         S_SCALE,
     )
-    r = ch01.Run(
+    r = Run(
         f"{_sizes_label(e, h)}",
         (xq, xk, xv),
         got,
@@ -566,8 +577,8 @@ def _measure_divisor(module, e: int, h: int, shared: bool) -> tuple:
         (w, h, xq.clone(), xk.clone(), xv.clone()),
     )
     for reading in _READINGS:
-        divisor, err, _ = ch01._fit_divisor(reading, r)
-        if ch01._close(r, err):
+        divisor, err, _ = fit_divisor(reading, r)
+        if close(r, err):
             return divisor, reading, r
     return None, None, r
 
@@ -591,7 +602,7 @@ def check_bug_scale(cls, sizes=SIZES) -> None:
                     f"{UNEXPLAINED}.",
                 )
             if abs(divisor / math.sqrt(dh) - 1) > 2e-3:
-                named = ch01._scale_name([r], [divisor])
+                named = scale_name([r], [divisor])
                 SCORES_SCALED_WRONG.fail(
                     TITLE_SCALE,
                     f"Measured ({_sizes_label(e, h)}): your scores are "

@@ -48,7 +48,7 @@ from .ch03 import S_CAUSAL, S_PADDING
 from .ch06 import DECODES_IN_TRAINING_MODE, S_DECODE
 from .delegation import check_not_delegated
 from .diagnosis import (
-    _NOT_THE_LEARNERS,
+    NOT_THE_LEARNERS,
     UNEXPLAINED,
     Diagnosis,
     Raised,
@@ -677,7 +677,7 @@ def _learner_frame():
     while frame is not None:
         if frame.f_code in _MODEL_CODES:
             return None
-        if not frame.f_code.co_filename.startswith(_NOT_THE_LEARNERS):
+        if not frame.f_code.co_filename.startswith(NOT_THE_LEARNERS):
             return frame
         frame = frame.f_back
     return None

@@ -243,7 +243,7 @@ class Case:
 # Code that is not the learner's (torch, the course's packages, the standard library): frames
 # there are skipped when saying where in the learner's code an error came from.
 _COURSE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-_NOT_THE_LEARNERS = tuple(
+NOT_THE_LEARNERS = tuple(
     os.path.join(folder, "")
     for folder in (
         os.path.dirname(os.path.abspath(torch.__file__)),
@@ -260,7 +260,7 @@ def learner_line(exc: BaseException) -> str:
     frames = [
         f
         for f in traceback.extract_tb(exc.__traceback__)
-        if not os.path.abspath(f.filename).startswith(_NOT_THE_LEARNERS)
+        if not os.path.abspath(f.filename).startswith(NOT_THE_LEARNERS)
     ]
     if not frames:
         return ""

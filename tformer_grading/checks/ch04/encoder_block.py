@@ -1,38 +1,39 @@
-"""Checks for chapter 4, blocks (book/ch04_blocks).
+"""Checks for exercise ``encoder_block`` of chapter 4 (book/ch04_blocks):
+``EncoderBlock(d_model, n_heads, d_ff, dropout, norm_first)``, ``forward(x [B, S, D],
+mask=None) -> [B, S, D]``, Post-LN or Pre-LN; with its dropout placement, its
+behaviour (padding, batch, train and eval mode) and the hidden "written by hand" check.
 
-The exercise builds a ``FeedForward`` and an ``EncoderBlock(d_model, n_heads, d_ff,
-dropout, norm_first)`` from ``tformer_ref.attention.MultiHeadAttention``,
-``nn.LayerNorm`` (or ``F.layer_norm``), ``nn.Linear`` and dropout. The checks recompute
-the block from the learner's own parts (see ``blocks``), so any right wiring passes
-whatever its names, helpers or registration order, and each known wrong wiring is named.
-When none is, the block is run once more while its parts are watched (a forward hook on
-the attention, the ``layer_norm`` and feed-forward ``linear`` calls recorded as they
-happen) and the first stage that departs from the wiring is reported, with what it
-computed instead: the residual sum's coefficients, which tensor a sublayer read, the
-activation between the Linear layers, the fraction of a branch dropout zeroed.
+The block is built from ``tformer_ref.attention.MultiHeadAttention``, ``nn.LayerNorm``
+(or ``F.layer_norm``), the learner's feed-forward and dropout. The checks recompute the
+block from the learner's own parts (see ``blocks``), so any right wiring passes whatever
+its names, helpers or registration order, and each known wrong wiring is named. When
+none is, the block is run once more while its parts are watched (a forward hook on the
+attention, the ``layer_norm`` and feed-forward ``linear`` calls recorded as they happen)
+and the first stage that departs from the wiring is reported, with what it computed
+instead: the residual sum's coefficients, which tensor a sublayer read, the activation
+between the Linear layers, the fraction of a branch dropout zeroed.
 """
 
 from __future__ import annotations
 
-import contextlib
 import inspect
-import io
 from dataclasses import dataclass, field, replace
 
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
+from torch import nn
 
 from tformer_ref.attention import MultiHeadAttention
 from tformer_ref.device import get_device
-from ..guard.integrity import seal
-from .blocks import (
+
+from ...guard.integrity import seal
+from ..blocks import (
     Parts,
-    _attentions,
+    attention_sublayers,
     build_block,
-    _feed_forward,
     check_block_not_delegated,
     compare_with_roles,
+    feed_forward_linears,
     holds,
     keep,
     norm_orders,
@@ -40,35 +41,41 @@ from .blocks import (
     pre_ln,
     reject_batchnorm,
 )
-from .cases import build_module, randn
-from .measure.sizes import named
-from .diagnosis import (
+from ..cases import randn
+from ..diagnosis import (
     UNEXPLAINED,
     Case,
     CheckFailure,
     Diagnosis,
     Pitfall,
     Raised,
-    Section,
-    compare_to_reference,
-    describe_difference,
     fail,
     passed,
     quiet,
     run,
     single_threaded,
 )
-
-CHAPTER = "ch04_blocks"
-S_RESIDUAL = Section(CHAPTER, "4.1", "Residual connections")
-S_FF = Section(CHAPTER, "4.2", "The feed-forward sublayer")
-S_NORM = Section(CHAPTER, "4.3", "LayerNorm, not BatchNorm")
-S_DROPOUT = Section(CHAPTER, "4.4", "Where dropout goes")
-S_PLACEMENT = Section(CHAPTER, "4.5", "Post-LN and Pre-LN")
-S_XAVIER = Section(CHAPTER, "4.6", "Xavier initialisation")
-S_TYING = Section(CHAPTER, "4.7", "Weight tying")
-# Passing the mask on is chapter 3's lesson.
-S_PADDING = Section("ch03_masks", "3.1", "Padding masks")
+from ..measure.sizes import named
+from .feed_forward import FF_ACTIVATION, FF_WIDTH
+from .sections import (
+    S_DROPOUT,
+    S_NORM,
+    S_PADDING,
+    S_PLACEMENT,
+    S_RESIDUAL,
+)
+from .tracing import (
+    DROPOUT_IN_EVAL,
+    Event,
+    Recorder,
+    describe_function,
+    describe_sum,
+    fit_sum,
+    kept_scale,
+    snapshot,
+    unrecognised_map,
+    zeroed_share,
+)
 
 #: The exercise's sentence on the norms, quoted when a block breaks it.
 NORM_RULE = (
@@ -78,636 +85,8 @@ NORM_RULE = (
 )
 
 
-# ------------------------------------------------------------ measuring a computation
-
-
-def fit_sum(target, named: dict):
-    """``target`` [...] as a weighted sum of the tensors in ``named`` (those of its
-    shape), by least squares: {name: coefficient} without the ~0 ones, or None when
-    no weighted sum fits (relative residual above 1e-6)."""
-    names = [n for n, t in named.items() if t is not None and t.shape == target.shape]
-    if not names:
-        return None
-    a = torch.stack([named[n].detach().reshape(-1).double().cpu() for n in names], 1)
-    b = target.detach().reshape(-1, 1).double().cpu()
-    coef = torch.linalg.lstsq(a, b, driver="gelsd").solution[:, 0]
-    if (a @ coef[:, None] - b).norm() > 1e-6 * b.norm().clamp_min(1e-12):
-        return None
-    return {n: round(c, 3) for n, c in zip(names, coef.tolist()) if abs(c) > 1e-3}
-
-
-def describe_sum(coefs: dict) -> str:
-    """{name: c} as 'c·name + ...' ('0' for the empty sum)."""
-    terms = [(name if c == 1 else f"{c:g}·{name}") for name, c in coefs.items()]
-    return " + ".join(terms).replace("+ -", "- ") or "0"
-
-
 def same_sum(a: dict, b: dict) -> bool:
     return set(a) == set(b) and all(abs(a[k] - b[k]) < 2e-3 for k in a)
-
-
-def _slopes(t, u):
-    """Slopes (positive side, negative side) when ``u`` is piecewise linear in ``t``
-    through 0, else None."""
-    pos, neg = t > 1e-3, t < -1e-3
-    out = []
-    for side in (pos, neg):
-        if side.sum() < 2:
-            return None
-        x, y = t[side].double(), u[side].double()
-        s = float((x * y).sum() / (x * x).sum())
-        if (y - s * x).abs().max() > 1e-5 * (1 + y.abs().max()):
-            return None
-        out.append(round(s, 3))
-    return tuple(out)
-
-
-def _relu_squared(t):
-    return F.relu(t) ** 2
-
-
-SMOOTH = (
-    ("GELU", F.gelu),
-    ("GELU (tanh approximation)", lambda t: F.gelu(t, approximate="tanh")),
-    ("SiLU", F.silu),
-    ("sigmoid", torch.sigmoid),
-    ("tanh", torch.tanh),
-    ("softplus", F.softplus),
-    ("ELU", F.elu),
-    ("ReLU6", F.relu6),
-    ("squared ReLU", _relu_squared),
-    ("Mish", F.mish),
-    ("Hardswish", F.hardswish),
-    ("softsign", F.softsign),
-    ("softmax over the hidden features", lambda t: torch.softmax(t, -1)),
-)
-
-
-def describe_function(t, u) -> str | None:
-    """What elementwise function maps ``t`` to ``u`` (same shape [...]): 'ReLU', 'no
-    activation', 'LeakyReLU with slope 0.2 ...', 'GELU', ... or None when none of
-    these does."""
-    if u.shape != t.shape:
-        return None
-    t, u = t.detach(), u.detach()
-    slopes = _slopes(t, u)
-    if slopes is not None:
-        names = {
-            (1.0, 0.0): "ReLU",
-            (1.0, 1.0): "no activation",
-            (1.0, -1.0): "the absolute value",
-        }
-        if slopes in names:
-            return names[slopes]
-        if slopes[0] == slopes[1]:
-            return f"a multiplication by {slopes[0]:g}"
-        if slopes[1] == 0:
-            return f"ReLU scaled by {slopes[0]:g}"
-        if slopes[0] == 1:
-            return f"LeakyReLU with slope {slopes[1]:g} on negative inputs"
-        return f"a piecewise-linear map with slopes {slopes[0]:g} / {slopes[1]:g}"
-    for name, fn in SMOOTH:
-        if torch.allclose(u.double(), fn(t.double()), atol=1e-5, rtol=1e-4):
-            return name
-    return None
-
-
-def unrecognised_map(t, u) -> str:
-    """Where ``u`` departs most from ReLU(``t``), in numbers."""
-    if u.shape != t.shape:
-        return f"a map from shape {list(t.shape)} to {list(u.shape)}"
-    gap = (u.double() - F.relu(t.double())).abs().reshape(-1)
-    i = int(gap.argmax())
-    z, got = t.reshape(-1)[i].item(), u.reshape(-1)[i].item()
-    return (
-        f"a map that is not ReLU (hidden value {z:.4g} became {got:.4g}, ReLU "
-        f"gives {max(z, 0.0):.4g})"
-    )
-
-
-# -------------------------------------------------------------------------- FeedForward
-
-FF_WIDTH = Diagnosis(
-    "feed-forward hidden width is not d_ff",
-    "The feed-forward widens each token to d_ff features and back: nn.Linear(d_model, "
-    "d_ff) then nn.Linear(d_ff, d_model). d_ff is an argument (the paper's "
-    "4·d_model is only its usual value).",
-    S_FF,
-)
-FF_NO_OFFSET = Diagnosis(
-    "feed-forward without its biases",
-    "FFN(x) = max(0, x·W1 + b1)·W2 + b2 has a constant term: nn.Linear keeps its bias "
-    "by default (bias=True); with bias=False both b1 and b2 are gone.",
-    S_FF,
-)
-FF_ACTIVATION = Diagnosis(
-    "the wrong activation in the feed-forward",
-    "FFN(x) = max(0, x·W1 + b1)·W2 + b2: a ReLU between the two Linear layers, nothing "
-    "else (the lesson's block and PyTorch's default layer use ReLU).",
-    S_FF,
-)
-FF_STAGE = Diagnosis(
-    "the feed-forward computes an extra step",
-    "FFN(x) = max(0, x·W1 + b1)·W2 + b2: the first Linear reads x itself and the "
-    "output is the second Linear's, nothing added or applied after it (the block adds "
-    "the residual).",
-    S_FF,
-)
-
-
-def _ff_linears(title, module, d_model, d_ff):
-    __tracebackhide__ = True
-    linears = [(n, m) for n, m in module.named_modules() if isinstance(m, nn.Linear)]
-    shapes = [tuple(m.weight.shape) for _, m in linears]
-    if sorted(shapes) != sorted([(d_ff, d_model), (d_model, d_ff)]):
-        listing = ", ".join(f"{n} {list(m.weight.shape)}" for n, m in linears) or "none"
-        widths = {o for o, i in shapes if i == d_model and (d_model, o) in shapes}
-        if len(linears) == 2 and len(widths) == 1:
-            widths = sorted(widths)
-            FF_WIDTH.fail(
-                title,
-                f"Built with d_model={d_model}, d_ff={d_ff}, your "
-                f"hidden layer has {widths[0]} features (expected "
-                f"exactly two nn.Linear layers; found: {listing}).",
-            )
-        fail(
-            title,
-            f"expected exactly two nn.Linear layers, Linear(d_model={d_model}, "
-            f"d_ff={d_ff}) then Linear(d_ff, d_model); found: {listing}.",
-            S_FF,
-        )
-    first = next(m for _, m in linears if tuple(m.weight.shape) == (d_ff, d_model))
-    second = next(m for _, m in linears if tuple(m.weight.shape) == (d_model, d_ff))
-    return first, second
-
-
-# (D, d_ff, leading dimensions of x, dtype): x [..., D] with 1, 2 and 3 leading dims
-FF_CONFIGS = (
-    (8, 32, (2, 5), torch.float32),
-    (12, 20, (3, 4), torch.float32),
-    (6, 24, (2, 3), torch.float64),
-    (16, 40, (1, 7), torch.float32),
-    (8, 20, (6,), torch.float32),
-    (6, 16, (2, 2, 3), torch.float32),
-    (8, 24, (2, 4), torch.float32),
-)
-#: Inputs scaled by this factor in the last case: hidden values beyond any clip (ReLU6).
-FF_WIDE_SCALE = 10.0
-
-
-def _ff_cases(cls):
-    cases = []
-    for i, (d, f, lead, dtype) in enumerate(FF_CONFIGS):
-
-        def make(d=d, f=f, lead=lead, dtype=dtype, i=i):
-            torch.manual_seed(40 + i)
-            module = build_module("FeedForward", cls, (d, f), dtype).eval()
-            scale = FF_WIDE_SCALE if i == len(FF_CONFIGS) - 1 else 1.0
-            return module, randn(*lead, d, seed=400 + i, dtype=dtype) * scale, f
-
-        scaled = ", x scaled by 10" if i == len(FF_CONFIGS) - 1 else ""
-        axes = named(**dict(zip(("A", "B", "S")[-len(lead) :], lead)), D=d)
-        cases.append(Case(f"d_ff={f}, x [{axes}], {dtype}{scaled}", make))
-    return cases
-
-
-def _ff_layers(module, x, d_ff):
-    """The learner's two Linear layers, found by shape: [d_ff, D] and [D, d_ff]."""
-    return _ff_linears("FeedForward", module, x.size(-1), d_ff)
-
-
-def _ff_reference(module, x, d_ff):
-    """FFN(x) = max(0, x·W1 + b1)·W2 + b2 with the learner's weights."""
-    l1, l2 = _ff_layers(module, x, d_ff)
-    return F.linear(torch.relu(F.linear(x, l1.weight, l1.bias)), l2.weight, l2.bias)
-
-
-def _ff_without_activation(module, x, d_ff):  # two Linear layers, nothing between
-    l1, l2 = _ff_layers(module, x, d_ff)
-    return F.linear(F.linear(x, l1.weight, l1.bias), l2.weight, l2.bias)
-
-
-def _ff_relu_at_output(module, x, d_ff):  # a ReLU after the second layer too
-    return torch.relu(_ff_reference(module, x, d_ff))
-
-
-FF_PITFALLS = (
-    Pitfall(
-        "no activation between the two Linear layers",
-        "Without the ReLU the two Linear layers collapse into one linear map "
-        "(W2·W1): the sublayer can no longer compute anything a single matrix "
-        "could not. FFN(x) = max(0, x·W1 + b1)·W2 + "
-        "b2.",
-        S_FF,
-        _ff_without_activation,
-    ),
-    Pitfall(
-        "ReLU after the output layer",
-        "The feed-forward ends with the second Linear, no activation after it: a "
-        "ReLU there would make every update the sublayer adds to the residual "
-        "stream non-negative.",
-        S_FF,
-        _ff_relu_at_output,
-    ),
-)
-
-
-def _call_ff(module, x, d_ff):
-    return module(x)
-
-
-class _Recorder(torch.overrides.TorchFunctionMode):
-    """Records, in call order, the ``layer_norm``-like calls and the ``linear`` calls
-    whose weight is one of ``weights`` (the feed-forward's): [(kind, args, kwargs,
-    output)]."""
-
-    NORMS = ("layer_norm", "batch_norm", "group_norm", "instance_norm", "rms_norm")
-
-    def __init__(self, events: list, weights: tuple = ()):
-        super().__init__()
-        self.events, self.weights = events, weights
-
-    def __torch_function__(self, func, types=(), args=(), kwargs=None):
-        kwargs = kwargs or {}
-        out = func(*args, **kwargs)
-        name = getattr(func, "__name__", "")
-        if name in self.NORMS:
-            self.events.append(Event(name, _kept(args), kwargs, _copy(out)))
-        elif name == "linear" and len(args) > 1:
-            which = [i for i, w in enumerate(self.weights) if args[1] is w]
-            if which:
-                self.events.append(
-                    Event(f"linear{which[0] + 1}", _kept(args), kwargs, _copy(out))
-                )
-        return out
-
-
-def _copy(t):
-    """A snapshot: later in-place ops (ReLU(inplace=True), +=) must not change what
-    was observed."""
-    return t.detach().clone() if isinstance(t, torch.Tensor) else t
-
-
-def _kept(args):
-    """The call's arguments with its input snapshotted (the weights kept as they are:
-    they are matched by identity)."""
-    return (_copy(args[0]), *args[1:])
-
-
-@dataclass
-class Event:
-    """One observed call: ``kind`` ('attn', 'layer_norm', 'linear1', ...), its
-    arguments and its output."""
-
-    kind: str
-    args: tuple
-    kwargs: dict
-    out: object
-    info: dict = field(default_factory=dict)
-
-    @property
-    def inp(self):
-        return self.args[0]
-
-
-def _ff_trace(module, x, d_ff):
-    """The feed-forward's linear calls while ``module(x)`` runs, and its output."""
-    l1, l2 = _ff_layers(module, x, d_ff)
-    events = []
-    with torch.no_grad(), quiet(), _Recorder(events, (l1.weight, l2.weight)):
-        y = module(x)
-    first = [e for e in events if e.kind == "linear1"]
-    second = [e for e in events if e.kind == "linear2"]
-    return (
-        first[0] if len(first) == 1 else None,
-        second[0] if len(second) == 1 else None,
-        y,
-    )
-
-
-def _zeroed_share(z, u) -> float | None:
-    """The share of the positive hidden activations relu(z) (the first Linear's output)
-    that reach the second Linear (as its input ``u``) as exactly 0; None when none is
-    positive."""
-    positive = F.relu(z) > 1e-6
-    if not positive.any():
-        return None
-    return ((u == 0) & positive).sum().item() / positive.sum().item()
-
-
-def _hidden_dropped(title, z, u, label):
-    """Dropout still on in eval mode: some of relu(z) zeroed, the rest rescaled."""
-    __tracebackhide__ = True
-    dropped = _zeroed_share(z, u) or 0.0
-    if dropped > 0.02 and _kept_scale(u, F.relu(z)) is not None:
-        DROPOUT_IN_EVAL.fail(
-            title,
-            f"On case {label}, in eval mode "
-            f"{float(dropped):.0%} of the positive hidden "
-            "activations were zeroed.",
-        )
-
-
-def _ff_stage_input(title, first, x, label):
-    """The first Linear reads x itself."""
-    __tracebackhide__ = True
-    if torch.allclose(first.inp, x):
-        return
-    coefs = fit_sum(first.inp, {"x": x})
-    what = (
-        describe_sum(coefs)
-        if coefs
-        else f"{describe_function(x, first.inp) or 'a function'} of x"
-    )
-    FF_STAGE.fail(
-        title, f"On case {label}, your first Linear reads {what}, not x itself."
-    )
-
-
-def _ff_stage_activation(title, first, second, label):
-    """ReLU between the two Linear layers (``first.out`` -> ``second.inp``)."""
-    __tracebackhide__ = True
-    act = describe_function(first.out, second.inp)
-    if act == "ReLU":
-        return
-    _hidden_dropped(title, first.out, second.inp, label)
-    act = act or unrecognised_map(first.out, second.inp)
-    FF_ACTIVATION.fail(
-        title,
-        f"On case {label}, between your two Linear layers "
-        f"the hidden features go through {act} where FFN "
-        "uses ReLU.",
-    )
-
-
-def _ff_stage_output(title, second, x, y, label):
-    """The module returns the second Linear's output, nothing added or applied."""
-    __tracebackhide__ = True
-    if not isinstance(y, torch.Tensor) or torch.allclose(y, second.out):
-        return
-    what = describe_function(second.out, y)
-    named = {"the second Linear's output": second.out, "x": x}
-    bias = second.args[2] if len(second.args) > 2 else second.kwargs.get("bias")
-    if bias is not None:
-        named["its bias"] = bias.expand_as(y)
-    coefs = fit_sum(y, named)
-    said = (
-        describe_sum(coefs)
-        if coefs
-        else f"{what} of the second Linear's output"
-        if what
-        else None
-    )
-    if said:
-        FF_STAGE.fail(
-            title,
-            f"On case {label}, your FeedForward returns {said}, "
-            "not the second Linear's output.",
-        )
-
-
-def _ff_stages(title, module, x, d_ff, label):
-    """Name the first stage of FFN(x) the learner's module departs from: x left
-    alone, the first Linear's input, the activation between the layers, the
-    output."""
-    __tracebackhide__ = True
-    before = x.clone()
-    first, second, y = _ff_trace(module, x, d_ff)
-    if not torch.equal(before, x):
-        FF_STAGE.fail(
-            title,
-            f"On case {label}, your FeedForward modified its input "
-            "x in place (an in-place op such as relu_ or += on x).",
-        )
-    if first is None or second is None:
-        return
-    _ff_stage_input(title, first, x, label)
-    _ff_stage_activation(title, first, second, label)
-    _ff_stage_output(title, second, x, y, label)
-
-
-def _ff_explain(title, cls):
-    """Raise naming what the learner's FeedForward computes differently, if a stage
-    can be isolated on the float64 case; every other case is checked too for errors."""
-    __tracebackhide__ = True
-    cases = _ff_cases(cls)
-    for case in cases:
-        module, x, d_ff = case.make()
-        got = run(_call_ff, (module, x, d_ff))
-        if isinstance(got, Raised):
-            fail(
-                title,
-                f"your FeedForward raised {got!r} while the check ran case "
-                f"{case.label} (FeedForward maps x [..., D], any number of "
-                "leading dimensions, to [..., D]).",
-                S_FF,
-            )
-        if isinstance(got, torch.Tensor) and got.shape != x.shape:
-            fail(
-                title,
-                f"on case {case.label} your FeedForward returned shape "
-                f"{list(got.shape)}; it maps x [..., D] to the same shape "
-                f"{list(x.shape)}.",
-                S_FF,
-            )
-    for case in (cases[2], *cases):  # the float64 case first, else the first wrong one
-        module, x, d_ff = case.make()
-        want = _ff_reference(module, x, d_ff)
-        if (
-            describe_difference(run(_call_ff, (module, x, d_ff)), want, 1e-5, 1e-4)
-            is not None
-        ):
-            break
-    module, x, d_ff = case.make()  # fresh: the learner's call may have changed x
-    with quiet():
-        try:
-            _ff_stages(title, module, x, d_ff, case.label)
-        except CheckFailure:
-            raise
-        except Exception:  # noqa: BLE001 - a stage we cannot isolate: fall back
-            pass
-
-
-# ------------------------------------------------------ FeedForward dropout, train mode
-# Eval mode hides dropout, so the module is also run in train mode at two moderate
-# rates: each path's zeroed fraction is measured and compared with the rate given.
-
-FF_DROPOUT_PS = (0.2, 0.5)
-#: (D, d_ff, leading dimensions of x, dtype): ~2000 positive hidden values per probe.
-FF_DROPOUT_CONFIG = (8, 32, (8, 16), torch.float64)
-
-FF_DROPOUT = Diagnosis(
-    "feed-forward dropout in the wrong place or at the wrong rate",
-    "The feed-forward's dropout (optional) acts on the hidden layer only, between the "
-    "ReLU and the second Linear, at the rate `dropout` given to the constructor "
-    "(nn.Dropout(dropout) or F.dropout(h, dropout, self.training)); x goes into the "
-    "first Linear untouched and nothing comes after the second Linear, not even "
-    "dropout (the block drops the sublayer's output itself).",
-    S_FF,
-)
-
-
-def _ff_train_trace(title, cls, p):
-    """The first and second Linear calls and the output of ``cls(D, d_ff, p)`` in
-    train mode on x [8, 16, 8] float64: (label, x, first, second, y)."""
-    __tracebackhide__ = True
-    d, f, lead, dtype = FF_DROPOUT_CONFIG
-    label = f"D={d}, d_ff={f}, x {list(lead) + [d]}, {dtype}, dropout={p}, train mode"
-    module = build_module(title, cls, (d, f, p), dtype, seed=45).train()
-    x = randn(*lead, d, seed=450, dtype=dtype)
-    torch.manual_seed(46)
-    try:
-        first, second, y = _ff_trace(module, x, f)
-    except Exception as exc:  # noqa: BLE001 - the learner's code may raise anything
-        fail(
-            title,
-            f"your FeedForward raised {Raised(exc)!r} while the check ran case "
-            f"{label}.",
-            S_FF,
-        )
-    return label, x, first, second, y
-
-
-def _fraction_zeroed(t, before) -> float:
-    """The fraction of ``before``'s non-zero entries that are zero in ``t``."""
-    alive = before.abs() > 1e-6
-    return float(((t == 0) & alive).double().sum() / alive.double().sum().clamp_min(1))
-
-
-def _ff_train_ends(title, label, x, first, second, y, p):
-    """In train mode too, the first Linear reads x and the output is the second
-    Linear's: a dropout on either end is measured and named."""
-    __tracebackhide__ = True
-    ends = (
-        (first.inp, x, "the first Linear's input (x)"),
-        (y, second.out, "your FeedForward's output (the second Linear's)"),
-    )
-    for got, want, what in ends:
-        if not isinstance(got, torch.Tensor) or got.shape != want.shape:
-            continue
-        if torch.allclose(got, want):
-            continue
-        zeroed = _fraction_zeroed(got, want)
-        if zeroed > 0.02:
-            FF_DROPOUT.fail(
-                title,
-                f"On case {label}, {zeroed:.0%} of {what} were "
-                f"zeroed in train mode: a dropout there.",
-            )
-        fail(
-            title,
-            f"on case {label}, in train mode {what} differs from the eval-mode "
-            f"computation: {describe_difference(got, want, 1e-5, 1e-4)}; "
-            f"{UNEXPLAINED}.",
-            S_FF,
-        )
-
-
-def _ff_hidden_rate(first, second):
-    """(fraction of the positive hidden activations zeroed, kept scale) between
-    ReLU(first Linear) and the second Linear; the scale is None when unmeasurable."""
-    h = F.relu(first.out)
-    return _fraction_zeroed(second.inp, h), _kept_scale(second.inp, h)
-
-
-def _ff_rates_fit(rates):
-    """Either no hidden dropout at any p, or one at the rate given, scaled by
-    1/(1-p)."""
-    none = all(r < 0.02 and (s is None or abs(s - 1) < 0.02) for p, r, s in rates)
-    given = all(
-        abs(r - p) < 0.06 and (s is None or abs(s * (1 - p) - 1) < 0.03)
-        for p, r, s in rates
-    )
-    return none or given
-
-
-def _check_ff_signature(title, cls):
-    """``FeedForward(d_model, d_ff, dropout)``: the block passes its rate on."""
-    __tracebackhide__ = True
-    try:
-        inspect.signature(cls).bind(8, 32, 0.1)
-    except TypeError:
-        fail(
-            title,
-            f"{cls.__name__}{inspect.signature(cls)} does not take the "
-            "exercise's FeedForward(d_model, d_ff, dropout=0.0): the dropout "
-            "rate is its third argument (the block builds FeedForward("
-            "d_model, d_ff, dropout)).",
-            S_FF,
-        )
-    except ValueError:  # no signature to read: the calls below will tell
-        pass
-
-
-def _check_ff_offset(title, cases) -> None:
-    """Fail when FeedForward(0) is exactly 0 whatever its parameters: the module has no
-    constant term, which the formula's biases b1 and b2 give it. Every parameter is set
-    to random values first, so a learner's zero-initialised biases do not count."""
-    __tracebackhide__ = True
-    module, x, _ = cases[0].make()
-    g = torch.Generator().manual_seed(7)
-    with torch.no_grad():
-        for param in module.parameters():
-            param.copy_(torch.randn(param.shape, generator=g).to(param))
-        out = run(module, (torch.zeros_like(x),))
-    if isinstance(out, torch.Tensor) and out.abs().max().item() == 0:
-        FF_NO_OFFSET.fail(
-            title,
-            f"With every parameter of your FeedForward set to random values, "
-            f"FeedForward(0) on x of shape {list(x.shape)} is exactly 0: your module "
-            "has no constant term.",
-        )
-
-
-def _check_ff_dropout(title, cls):
-    """Train mode at dropout 0.2 and 0.5: dropout only on the hidden layer, at the
-    rate given (or none), kept values scaled by 1/(1-p)."""
-    __tracebackhide__ = True
-    _check_ff_signature(title, cls)
-    rates = []
-    for p in FF_DROPOUT_PS:
-        label, x, first, second, y = _ff_train_trace(title, cls, p)
-        if first is None or second is None:
-            return
-        _ff_train_ends(title, label, x, first, second, y, p)
-        rates.append((p, *_ff_hidden_rate(first, second)))
-    if _ff_rates_fit(rates):
-        return
-    said = " and ".join(f"{r:.0%} at dropout={p}" for p, r, _ in rates)
-    scales = " and ".join(f"{s:.3g}" for _, _, s in rates if s is not None)
-    FF_DROPOUT.fail(
-        title,
-        f"In train mode your hidden layer lost {said} of its "
-        f"positive activations (kept ones scaled by {scales}); "
-        "expected about the rate given (20 % and 50 %, kept ones "
-        "scaled by 1/(1-p)), or none at all: the rate must follow "
-        "the dropout argument.",
-    )
-
-
-@single_threaded
-def check_feed_forward(cls) -> None:
-    """``cls(d_model, d_ff, dropout=0.0)``: an nn.Module mapping x [..., D] to
-    [..., D] (Linear, ReLU, Linear), compared in eval mode; then measured in train
-    mode at dropout 0.2 and 0.5 (dropout only on the hidden layer, at the rate
-    given, or none)."""
-    __tracebackhide__ = True
-    cases = _ff_cases(cls)
-    module, _, _ = cases[0].make()  # fails early, and clearly, without the two layers
-    _ff_linears("FeedForward", module, 8, 32)
-    said = io.StringIO()  # the success line waits for the train-mode probe
-    try:
-        with contextlib.redirect_stdout(said):
-            compare_to_reference(
-                "FeedForward", cases, _call_ff, _ff_reference, FF_PITFALLS
-            )
-    except CheckFailure as failure:
-        if UNEXPLAINED in str(failure):
-            _ff_explain("FeedForward", cls)
-        raise
-    _check_ff_offset("FeedForward", cases)
-    _check_ff_dropout("FeedForward", cls)
-    print(said.getvalue(), end="")
 
 
 # ------------------------------------------------------------------------- EncoderBlock
@@ -853,7 +232,7 @@ def _attn_hook(events):
         k = q if bound.get("key") is None else bound["key"]
         v = k if bound.get("value") is None else bound["value"]
         out = out[0] if isinstance(out, tuple) else out
-        q, k, v, out = _copy(q), _copy(k), _copy(v), _copy(out)
+        q, k, v, out = snapshot(q), snapshot(k), snapshot(v), snapshot(out)
         events.append(
             Event(
                 "attn",
@@ -880,7 +259,7 @@ def trace_block(module, x, mask, parts_or_weights):
         m.register_forward_hook(_attn_hook(events), with_kwargs=True) for m in attns
     ]
     try:
-        with torch.no_grad(), quiet(), _Recorder(events, weights):
+        with torch.no_grad(), quiet(), Recorder(events, weights):
             y = module(x, mask)
     finally:
         for handle in handles:
@@ -1002,7 +381,7 @@ def _learner_norms(title, module, events, x, mask, explain=None):
     which requirement on the norms the block breaks (``explain()`` first, when the
     count is off)."""
     __tracebackhide__ = True
-    calls = [e for e in events if e.kind in _Recorder.NORMS]
+    calls = [e for e in events if e.kind in Recorder.NORMS]
     _reject_other_norms(title, calls)
     _check_norm_calls(title, calls, x.size(-1), module)
     if not calls:
@@ -1035,9 +414,9 @@ def discover(title, module, x, mask, d_ff, norm_first=None) -> Parts:
     With ``norm_first``, a wrong number of norms is explained by the stages."""
     __tracebackhide__ = True
     reject_batchnorm(title, module, BATCHNORM)
-    attns = _attentions(title, module, 1, S_RESIDUAL)
+    attns = attention_sublayers(title, module, 1, S_RESIDUAL)
     _check_ff_width(title, module, x.size(-1), d_ff)
-    ff1, ff2 = _feed_forward(title, module, x.size(-1), d_ff, attns)
+    ff1, ff2 = feed_forward_linears(title, module, x.size(-1), d_ff, attns)
     training = module.training
     module.eval()
     try:
@@ -1620,7 +999,7 @@ def _explain_stream(title, st, mask, norm_first, label):
             stages(title, st, mask, label)
         except CheckFailure:
             raise
-        except Exception:  # noqa: BLE001 - a stage we cannot isolate: fall back
+        except Exception:  # noqa: BLE001, S110 - a stage we cannot isolate: fall back
             pass
 
 
@@ -1793,16 +1172,6 @@ def _zeroed(t) -> float:
     return float((t == 0).double().mean())
 
 
-def _kept_scale(branch, before):
-    """Median of branch / before where the branch was kept (None without both)."""
-    if branch is None or before is None or branch.shape != before.shape:
-        return None
-    kept = (branch != 0) & (before.abs() > 1e-6)
-    if kept.sum() < 10:
-        return None
-    return float((branch[kept] / before[kept]).median())
-
-
 def _dropout_observations(st, norm_first, p=P_PROBE):
     """[(key, what, tensor, expected zeroed fraction, tensor before dropout)] in the
     order the block computes them; ``key`` says which kind of placement a departure
@@ -1883,7 +1252,7 @@ def _departure(key, what, t, want, before, name, p=P_PROBE):
         expected = f"about {want:.0%}" if want else "none"
         kind = "branch_none" if want and got < 0.02 else key
         return kind, f"{where}, {got:.0%} of {what} were zeroed, expected {expected}."
-    scale = _kept_scale(t, before) if want else None
+    scale = kept_scale(t, before) if want else None
     if scale is not None and abs(scale * (1 - p) - 1) > 0.02:
         return "scale", (
             f"{where}, the kept activations of {what} were multiplied by "
@@ -1968,20 +1337,20 @@ FF_RATE_NOT_PASSED = Diagnosis(
 
 
 def _hidden_share_zeroed(module, ff1, ff2, *inputs) -> float | None:
-    """In train mode, :func:`_zeroed_share` of ``module(*inputs)``'s feed-forward (its
+    """In train mode, :func:`zeroed_share` of ``module(*inputs)``'s feed-forward (its
     Linears ``ff1`` and ``ff2``, recorded as the tracer records them); None when the
     two were not both run."""
     events = []
     with torch.random.fork_rng(devices=[]), torch.no_grad(), quiet():
         torch.manual_seed(0)
         module.train()
-        with _Recorder(events, (ff1.weight, ff2.weight)):
+        with Recorder(events, (ff1.weight, ff2.weight)):
             run(module, inputs)
     first = [e.out for e in events if e.kind == "linear1"]
     second = [e.inp for e in events if e.kind == "linear2"]
     if not first or not second or first[0].shape != second[0].shape:
         return None
-    return _zeroed_share(first[0], second[0])
+    return zeroed_share(first[0], second[0])
 
 
 def _check_ff_rate(title, cls):
@@ -1991,8 +1360,8 @@ def _check_ff_rate(title, cls):
     __tracebackhide__ = True
     p, d, f = P_PROBE, 16, 32
     block = build_block(title, cls, (d, 4, f, p, False), seed=0)
-    ff1, ff2 = _feed_forward(
-        title, block, d, f, _attentions(title, block, 1, S_RESIDUAL)
+    ff1, ff2 = feed_forward_linears(
+        title, block, d, f, attention_sublayers(title, block, 1, S_RESIDUAL)
     )
     holder = min(
         (
@@ -2096,12 +1465,6 @@ PADDING_VISIBLE = Diagnosis(
     "positions.",
     S_NORM,
 )
-DROPOUT_IN_EVAL = Diagnosis(
-    "dropout still on in eval mode",
-    "Dropout must be off in eval mode: use nn.Dropout or pass "
-    "`dropout_p if self.training else 0.0`.",
-    S_DROPOUT,
-)
 
 
 RANDOM_AT_RATE_ZERO = Diagnosis(
@@ -2190,20 +1553,27 @@ BEHAVIOUR_PROBES = (
     (
         _same_twice_in_train,
         RANDOM_AT_RATE_ZERO,
-        "Built with dropout=0, two train-mode calls on the same input gave different "
-        "outputs.",
+        (
+            "Built with dropout=0, two train-mode calls on the same input gave "
+            "different outputs."
+        ),
     ),
     (
         _others_tokens_unseen,
         SEQUENCES_MIX,
-        "Reversing the positions of the other sequences of the batch changed sequence "
-        "0's output (in eval mode).",
+        (
+            "Reversing the positions of the other sequences of the batch changed "
+            "sequence 0's output (in eval mode)."
+        ),
     ),
     (
         _batch_independent,
         BATCHNORM,
-        "Sequence 0's output changes when the other sequences of the batch are scaled, "
-        "but not when their positions are reordered: statistics taken over the batch.",
+        (
+            "Sequence 0's output changes when the other sequences of the batch are "
+            "scaled, but not when their positions are reordered: statistics taken over "
+            "the batch."
+        ),
     ),
     (
         _padding_invisible,
@@ -2213,9 +1583,11 @@ BEHAVIOUR_PROBES = (
     (
         _same_in_train_and_eval,
         TRAIN_EVAL_DIFFER,
-        "Built with dropout=0, the block's output in train mode differs from its "
-        "output in eval mode (each the same on every call, and no sequence depends on "
-        "another).",
+        (
+            "Built with dropout=0, the block's output in train mode differs from its "
+            "output in eval mode (each the same on every call, and no sequence depends "
+            "on another)."
+        ),
     ),
 )
 

@@ -1,780 +1,62 @@
-"""Checks for chapter 1, shapes and heads (book/ch01_shapes).
+"""Checks for exercise ``multi_head_attention`` of chapter 1 (book/ch01_shapes):
+``MultiHeadAttention(d_model, n_heads)``, ``forward(query [B, Sq, D], key, value
+[B, Sk, D], mask=None) -> [B, Sq, D]``, H heads of scaled dot-product attention
+between its own projections.
 
-Each public ``check_*`` is what an exercise test cell calls. The private functions
-next to each ``Pitfall`` are the known wrong variants a diagnosis can name.
-
-The checks are staged: when an answer differs from the reference, a listed pitfall is
-named only when it reproduces every case; otherwise the check *measures* what is off
-(where each element of a split came from, which input each projection is applied to,
-the number the scores were divided by, the axis the softmax normalised), and only when
-no stage can be isolated does it fall back to saying where the outputs differ.
+When no listed pitfall reproduces the outputs, the check *measures* what is off (which
+input each projection is applied to, the number the scores were divided by, the axis
+the softmax normalised, the head layout), and only when no stage can be isolated does
+it say where the outputs differ. Holds the behaviour probes and the hidden "written by
+hand" check too.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import partial
-from typing import Any, Callable, Sequence
 
 import torch
 import torch.nn.functional as F
 
 from tformer_ref.device import get_device
 from tformer_ref.heads import merge_heads, split_heads
-from ..guard.integrity import seal
-from .cases import build_module, randn
 
-# Test cells call ch01.check_by_hand: it is re-exported here.
-from .delegation import check_by_hand, check_not_delegated  # noqa: F401
-from .diagnosis import (
+from ...guard.integrity import seal
+from ..cases import build_module, randn
+from ..delegation import check_not_delegated
+from ..diagnosis import (
     UNEXPLAINED,
     Case,
     Diagnosis,
     Pitfall,
     Raised,
-    Section,
     describe_difference,
     fail,
     passed,
     probe_batch_independence,
     probe_eval_determinism,
     probe_token_mixing,
-    quiet,
     run,
-    same,
     single_thread,
-    verify_integrity,
 )
-
-CHAPTER = "ch01_shapes"
-S_SPLIT = Section(CHAPTER, "1.5", "Splitting into heads", page="heads")
-S_MERGE = Section(CHAPTER, "1.6", "Merging heads back", page="heads")
-S_EINSUM = Section(CHAPTER, "1.7", "einsum and matmul", page="heads")
-S_PROJ = Section(CHAPTER, "1.8", "Per-head projections", page="heads")
-S_SCALE = Section(CHAPTER, "1.9", "Scaling by the head size", page="heads")
-
-
-# ----------------------------------------------------------------------- staged checks
-# One comparison for the three exercises: run every case, name a listed pitfall only
-# when it reproduces every case, then run the measuring stages, then say where it
-# differs.
-
-
-@dataclass(frozen=True)
-class Run:
-    """One case: what the learner got (``args``) and returned (``got``), what the
-    reference returns (``want``), the arguments reference and pitfalls take
-    (``ref_args``), and the name of an argument the learner changed in place."""
-
-    label: str
-    args: tuple
-    got: Any
-    want: torch.Tensor
-    ref_args: tuple
-    mutated: str | None = None
-    extra: Any = None  # what a stage needs besides (the learner's module, say)
-
-
-def _snapshot(args: tuple) -> list:
-    return [a.detach().clone() if isinstance(a, torch.Tensor) else None for a in args]
-
-
-def _changed(args: tuple, before: list, names: Sequence[str]) -> str | None:
-    """The name of the first tensor argument whose values differ from ``before``."""
-    for name, now, then in zip(names, args, before):
-        if then is not None and not torch.equal(now.detach(), then):
-            return name
-    return None
-
-
-def _run_function(
-    case: Case, fn: Callable, reference: Callable, names: Sequence[str]
-) -> Run:
-    ref_args = case.make()
-    want = reference(*ref_args)
-    args = case.make()
-    before = _snapshot(args)
-    got = run(fn, args)
-    return Run(case.label, args, got, want, ref_args, _changed(args, before, names))
-
-
-def _is_right(r: Run, atol: float, rtol: float) -> bool:
-    return r.mutated is None and describe_difference(r.got, r.want, atol, rtol) is None
-
-
-def _name_listed(
-    title: str,
-    runs: Sequence[Run],
-    pitfalls: Sequence[Pitfall],
-    atol: float,
-    rtol: float,
-) -> None:
-    """Name a listed pitfall, but only one that reproduces every case."""
-    __tracebackhide__ = True
-    for pitfall in pitfalls:
-        if all(same(r.got, run(pitfall.impl, r.ref_args), atol, rtol) for r in runs):
-            pitfall.fail(title)
-
-
-def _raised_stage(title: str, runs: Sequence[Run]) -> None:
-    """The learner's exception, with their line and the case that triggered it."""
-    __tracebackhide__ = True
-    raised = [r for r in runs if isinstance(r.got, Raised)]
-    if raised:
-        fail(
-            title,
-            f"your code raised {raised[0].got!r} while the check ran case "
-            f"{raised[0].label} ({len(raised)} of {len(runs)} cases raised).",
-        )
-
-
-INPUT_CHANGED = Diagnosis(
-    "input changed in place",
-    "Your function must leave its arguments as it found them: the caller still needs "
-    "them (the residual connection reuses the block's input). Use out-of-place ops "
-    "(x * s, not x.mul_(s) or x *= s) on the arguments.",
-    S_SPLIT,
-)
-
-
-def _mutation_stage(title: str, runs: Sequence[Run]) -> None:
-    __tracebackhide__ = True
-    for r in runs:
-        if r.mutated is not None:
-            INPUT_CHANGED.fail(
-                title,
-                f"After your call on case {r.label} the values "
-                f"of the argument `{r.mutated}` had changed.",
-            )
-
-
-WRONG_FORM = Diagnosis(
-    "wrong type, shape, dtype or device",
-    "Return one plain tensor of the documented shape, with the input's dtype and "
-    "device (no .float(), no new tensors made without dtype=/device= of the input).",
-    S_SPLIT,
-)
-
-
-def _form_stage(title: str, runs: Sequence[Run], section: Section) -> None:
-    """Type, shape, dtype and device, before any values are compared."""
-    __tracebackhide__ = True
-    for r in runs:
-        got, want = r.got, r.want
-        if (
-            not isinstance(got, torch.Tensor)
-            or got.shape != want.shape
-            or got.dtype != want.dtype
-            or got.device != want.device
-        ):
-            fail(
-                title,
-                f"this looks like the pitfall '{WRONG_FORM.name}'. On case "
-                f"{r.label}: {describe_difference(got, want, 0, 0)}. "
-                f"{WRONG_FORM.explanation}",
-                section,
-            )
-
-
-def _fallback(
-    title: str, runs: Sequence[Run], atol: float, rtol: float, known: str = ""
-) -> None:
-    """Where, not why: the first case that differs, and what is known to be right."""
-    __tracebackhide__ = True
-    wrong = [
-        (r, m) for r in runs if (m := describe_difference(r.got, r.want, atol, rtol))
-    ]
-    r, msg = wrong[0]
-    fail(
-        title,
-        f"wrong on {len(wrong)} of {len(runs)} cases. First: case {r.label}: "
-        f"{msg}. {known}It {UNEXPLAINED}; compare your code with the lesson "
-        "step by step.",
-    )
-
-
-def _staged(
-    title: str,
-    runs: Sequence[Run],
-    pitfalls: Sequence[Pitfall],
-    stages: Sequence[Callable],
-    atol: float,
-    rtol: float,
-    known: str = "",
-    when_right: Callable | None = None,
-) -> None:
-    """Pass, or fail with the first stage that explains the difference.
-    ``when_right(title, runs)`` checks what right values cannot show (the gradient)."""
-    __tracebackhide__ = True
-    verify_integrity()
-    if all(_is_right(r, atol, rtol) for r in runs):
-        if when_right is not None:
-            when_right(title, runs)
-        passed(title, f"matches the reference on {len(runs)} cases")
-        return
-    _name_listed(title, runs, pitfalls, atol, rtol)
-    _mutation_stage(title, runs)
-    for stage in stages:  # each exercise says where the learner's exceptions come in
-        stage(title, runs)
-    _fallback(title, runs, atol, rtol, known)
-
-
-# -------------------------------------------------------------- where values came from
-# split_heads and merge_heads only move numbers. Fed a tensor of codes (N distinct
-# integers ±1..±N, shuffled, no two with the same absolute value), their output says,
-# element by element, where it was copied from; any arithmetic (abs, a mean, a scale)
-# gives numbers that are not codes, and the sorted order of arange cannot hide a sort.
-
-
-def _codes(*shape: int) -> torch.Tensor:
-    """A tensor of ``shape`` holding ±1..±N once each in a seeded shuffled order."""
-    n = math.prod(shape)
-    g = torch.Generator().manual_seed(1234)
-    sign = torch.randint(0, 2, (n,), generator=g) * 2 - 1
-    codes = sign * (torch.randperm(n, generator=g) + 1)
-    return codes.to(torch.float32).reshape(shape).to(get_device())
-
-
-def _sources(got: Any, x: torch.Tensor) -> tuple | None:
-    """For each element of ``got``, its coordinates in the code tensor ``x`` (a tuple of
-    index tensors shaped like ``got``), or None when ``got`` holds values that are not
-    copies of x's elements."""
-    if not isinstance(got, torch.Tensor) or got.numel() == 0 or got.is_complex():
-        return None
-    g, flat = got.detach().double(), x.detach().double().flatten()
-    n = flat.numel()
-    if not torch.equal(g, g.round()) or g.abs().min() < 1 or g.abs().max() > n:
-        return None
-    where = torch.empty(n + 1, dtype=torch.long, device=flat.device)
-    where[flat.abs().long()] = torch.arange(n, device=flat.device)
-    index = where[g.abs().long()]
-    if not torch.equal(flat[index], g):  # a sign flipped: not a copy
-        return None
-    return torch.unravel_index(index, tuple(x.shape))
-
-
-def _axis_letters(shape: Sequence[int], sizes: dict) -> str | None:
-    """``shape`` written with the letters of ``sizes`` (all distinct), or None."""
-    by_size = {v: k for k, v in sizes.items()}
-    if (
-        len(by_size) != len(sizes)
-        or any(n not in by_size for n in shape)
-        or len(set(shape)) != len(shape)
-    ):
-        return None
-    return ", ".join(by_size[n] for n in shape)
-
-
-VALUES_CHANGED = Diagnosis(
-    "values changed, not only moved",
-    "Splitting and merging heads only rearrange numbers (view, reshape, transpose, "
-    "permute): no arithmetic on the values.",
-    S_SPLIT,
-)
-
-
-def _values_stage(title: str, r: Run) -> None:
-    """The output is not a rearrangement of the input: say by how much it differs."""
-    __tracebackhide__ = True
-    got, want = r.got.detach().double(), r.want.detach().double()
-    scale = (got * want).sum() / (want * want).sum()
-    if torch.allclose(got, scale * want, atol=1e-6, rtol=1e-6):
-        VALUES_CHANGED.fail(
-            title,
-            f"On case {r.label} your output is the expected one "
-            f"times {scale.item():.4g}.",
-        )
-    VALUES_CHANGED.fail(
-        title,
-        f"On case {r.label} (each value of x distinct) your "
-        "output holds numbers that are not elements of x.",
-    )
-
-
-# ------------------------------------------------------------- the gradient reaches x
-# split_heads and merge_heads sit inside a model that is trained through them: right
-# values are not enough, the gradient must flow back to x. A rearrangement's gradient
-# is the inverse rearrangement of the upstream gradient, so with the upstream gradient
-# G a tensor of codes, x's gradient must be G moved back (merge_heads(G) for a split).
-
-GRADIENT_CUT = Diagnosis(
-    "gradient does not reach the input",
-    "The model is trained through split_heads and merge_heads, so the gradient must "
-    "flow back to x unchanged in layout: the gradient of a rearrangement is the "
-    "inverse rearrangement of the upstream gradient. Rearrange x itself with tensor "
-    "ops (view, reshape, transpose, permute): no .detach(), .data, torch.no_grad() "
-    "or copies through NumPy/lists.",
-    S_SPLIT,
-)
-
-
-def _input_gradient(fn: Callable, x: torch.Tensor, rest: tuple, upstream):
-    """d sum(fn(x, *rest) * upstream) / dx, or None when autograd cannot reach x."""
-    x = x.detach().clone().requires_grad_(True)
-    with torch.enable_grad():
-        out = fn(x, *rest)
-        if not isinstance(out, torch.Tensor) or not out.requires_grad:
-            return None
-        (grad,) = torch.autograd.grad(out, x, upstream, allow_unused=True)
-    return grad
-
-
-def _gradient_stage(
-    fn: Callable, inverse: Callable, title: str, runs: Sequence[Run]
-) -> None:
-    """On every case, x's gradient must be the upstream gradient G [shape of the
-    output] moved back by ``inverse(G, x)``."""
-    __tracebackhide__ = True
-    for r in runs:
-        x, rest = r.ref_args[0], tuple(r.ref_args[1:])
-        upstream = _codes(*r.want.shape).to(r.want.dtype)
-        grad = run(_input_gradient, (fn, x, rest, upstream))
-        if isinstance(grad, Raised):
-            fail(
-                title,
-                f"your code raised {grad!r} while the check took the gradient "
-                f"through it on case {r.label}.",
-                S_SPLIT,
-            )
-        if grad is None:
-            GRADIENT_CUT.fail(
-                title,
-                f"On case {r.label} your output is right but "
-                "carries no gradient back to x (autograd cannot "
-                "reach x from it).",
-            )
-        diff = describe_difference(grad, inverse(upstream, x), 0, 0)
-        if diff:
-            GRADIENT_CUT.fail(
-                title,
-                f"On case {r.label} your output is right, but "
-                "the gradient reaching x is not the upstream "
-                f"gradient rearranged back: {diff}.",
-            )
-
-
-# ------------------------------------------------------------------------- split_heads
-
-
-def _split_no_transpose(x, h):
-    b, s, d = x.shape
-    return x.view(b, s, h, d // h)
-
-
-def _split_view_straight(x, h):
-    b, s, d = x.shape
-    return x.reshape(b, h, s, d // h)
-
-
-def _split_interleaved(x, h):
-    b, s, d = x.shape
-    return x.reshape(b, s, d // h, h).permute(0, 3, 1, 2)
-
-
-SPLIT_VIEW_STRAIGHT = Pitfall(
-    "sequence and head axes confused",
-    "You viewed [B, S, D] straight as [B, H, S, Dh]. The shape is right but the "
-    "numbers are not: memory holds each token's D features together, so the view mixes "
-    "tokens into heads. View as [B, S, H, Dh] first, then transpose(1, 2).",
-    S_SPLIT,
-    _split_view_straight,
-)
-
-SPLIT_PITFALLS = (
-    Pitfall(
-        "view without transpose",
-        "You reshaped [B, S, D] to [B, S, H, Dh] but did not move the head axis: "
-        "the result must be [B, H, S, Dh], so add .transpose(1, 2).",
-        S_SPLIT,
-        _split_no_transpose,
-    ),
-    SPLIT_VIEW_STRAIGHT,
-    Pitfall(
-        "heads interleaved",
-        "You cut D into Dh groups of H (view(B, S, Dh, H)) instead of H groups of "
-        "Dh: head h must be the contiguous slice x[..., h*Dh:(h+1)*Dh].",
-        S_SPLIT,
-        _split_interleaved,
-    ),
-)
-
-AXES_IN_WRONG_ORDER = Diagnosis(
-    "axes in the wrong order",
-    "split_heads returns [B, H, S, Dh] and merge_heads [B, S, D]: check which axis "
-    "your view/permute/transpose puts where.",
-    S_SPLIT,
-)
-WRONG_SHAPE = Diagnosis(
-    "wrong output shape",
-    "With n_heads = H, D is cut into H heads of Dh = D // H features: use the n_heads "
-    "argument and the input's own sizes, never fixed numbers.",
-    S_SPLIT,
-)
-BATCH_MIXED = Diagnosis(
-    "batch entries mixed",
-    "Every output of batch entry b must come from batch entry b of the input: no "
-    "view/reshape may cut across the batch axis.",
-    S_SPLIT,
-)
-TOKENS_INTO_HEADS = Diagnosis(
-    "tokens mixed into the heads",
-    "Every row [b, h, s, :] must hold features of token s only. Memory holds each "
-    "token's D features together: view as [B, S, H, Dh] first, then transpose(1, 2).",
-    S_SPLIT,
-)
-WRONG_FEATURES = Diagnosis(
-    "features assigned to the wrong heads",
-    "Head h is the contiguous slice x[..., h*Dh:(h+1)*Dh], in the order of the heads: "
-    "view(B, S, H, Dh) (H before Dh), then transpose(1, 2).",
-    S_SPLIT,
-)
-
-
-def _split_shape_stage(title: str, r: Run) -> None:
-    __tracebackhide__ = True
-    (b, s, d), h = r.args[0].shape, r.args[1]
-    if not isinstance(r.got, torch.Tensor) or r.got.shape == r.want.shape:
-        return
-    letters = _axis_letters(r.got.shape, {"B": b, "H": h, "S": s, "Dh": d // h, "D": d})
-    where = f"On case {r.label} your output has shape {list(r.got.shape)}"
-    _head_count_stage(title, r, where)
-    if letters and r.got.numel() == r.want.numel():
-        AXES_IN_WRONG_ORDER.fail(
-            title,
-            f"{where}, i.e. [{letters}]; expected "
-            f"[B, H, S, Dh] = {list(r.want.shape)}.",
-        )
-    named = f", i.e. [{letters}]" if letters else ""
-    WRONG_SHAPE.fail(
-        title,
-        f"{where}{named}; expected [B, H, S, Dh] = "
-        f"{list(r.want.shape)} (n_heads = {h}, so Dh = {d // h}).",
-    )
-
-
-def _head_count_stage(title: str, r: Run, where: str) -> None:
-    """[B, n, S, m] with n * m = D, each row a run of consecutive features: the split
-    made n heads of m features, not n_heads heads of D // n_heads."""
-    __tracebackhide__ = True
-    (b, s, d), h = r.args[0].shape, r.args[1]
-    got = r.got
-    if (
-        got.dim() != 4
-        or (got.size(0), got.size(2)) != (b, s)
-        or got.size(1) * got.size(3) != d
-    ):
-        return
-    src = _sources(got, r.ref_args[0])
-    if src is not None and bool((src[2].diff(dim=-1) == 1).all()):
-        WRONG_SHAPE.fail(
-            title,
-            f"{where}: {got.size(1)} heads of {got.size(3)} "
-            f"features each. n_heads = {h} asks for {h} heads of "
-            f"Dh = {d // h}.",
-        )
-
-
-def _first_mismatch(found: torch.Tensor, expected: torch.Tensor) -> tuple:
-    return tuple(int(i) for i in (found != expected).nonzero()[0])
-
-
-def _batch_and_token_stage(
-    title: str, r: Run, src: tuple, batch: tuple, token: tuple, tokens_mixed: Diagnosis
-) -> None:
-    """Every output element must come from its own batch entry, then its own token:
-    ``batch`` and ``token`` are (where each element came from, where it should have)."""
-    __tracebackhide__ = True
-    for (found, expected), diagnosis, what in (
-        (batch, BATCH_MIXED, "batch entry"),
-        (token, tokens_mixed, "token"),
-    ):
-        if bool((found != expected).any()):
-            at = _first_mismatch(found, expected.expand_as(found))
-            origin = [int(t[at]) for t in src]
-            diagnosis.fail(
-                title,
-                f"On case {r.label} out{list(at)} was "
-                f"copied from {what} {int(found[at])} of x "
-                f"(x{origin}).",
-            )
-
-
-def _split_sources_stage(title: str, r: Run) -> None:
-    """Name the first thing the code case shows out of place: batch, token,
-    feature."""
-    __tracebackhide__ = True
-    x, h = r.args
-    (b, s, d), dh = x.shape, x.size(-1) // h
-    src = _sources(r.got, r.ref_args[0])
-    if src is None:
-        _values_stage(title, r)
-    sb, ss, sf = src
-    ib = torch.arange(b, device=x.device).view(b, 1, 1, 1)
-    i_s = torch.arange(s, device=x.device).view(1, 1, s, 1)
-    _batch_and_token_stage(title, r, src, (sb, ib), (ss, i_s), TOKENS_INTO_HEADS)
-    want = torch.arange(h, device=x.device).view(h, 1) * dh + torch.arange(
-        dh, device=x.device
-    )
-    for head in range(h):
-        if not torch.equal(sf[0, head, 0], want[head]):
-            holds = sf[0, head, 0].tolist()
-            WRONG_FEATURES.fail(
-                title,
-                f"On case {r.label} your head "
-                f"{head} holds features {holds} of each token; "
-                f"expected {want[head].tolist()}.",
-            )
-
-
-def _split_layout_stage(title: str, runs: Sequence[Run]) -> None:
-    """Where the code case's values went (the last case; measured before any other
-    case's exception, which it usually explains), then exceptions, then the form."""
-    __tracebackhide__ = True
-    r = runs[-1]
-    if type(r.got) is torch.Tensor and not _is_right(r, 0, 0):  # subclasses: form
-        _split_shape_stage(title, r)
-        if r.got.dtype == r.want.dtype:
-            _split_sources_stage(title, r)
-    _raised_stage(title, runs)
-    _form_stage(title, runs, S_SPLIT)
-
-
-def _split_cases():
-    shapes = [(2, 5, 12, 3), (1, 7, 8, 2), (3, 4, 16, 4), (4, 6, 24, 4)]
-    cases = [
-        Case(
-            f"x [B={b}, S={s}, D={d}], n_heads={h} (Dh={d // h})",
-            lambda b=b, s=s, d=d, h=h, i=i: (randn(b, s, d, seed=i), h),
-        )
-        for i, (b, s, d, h) in enumerate(shapes)
-    ]
-    cases.append(
-        Case(
-            "x [2, 3, 6] float64, n_heads=3",
-            lambda: (randn(2, 3, 6, seed=9, dtype=torch.float64), 3),
-        )
-    )
-    # Last: every value a distinct code, B, S, H and Dh all different (see _sources).
-    cases.append(
-        Case(
-            "x [B=2, S=3, D=20] of distinct codes, n_heads=4",
-            lambda: (_codes(2, 3, 20), 4),
-        )
-    )
-    return cases
-
-
-def check_split_heads(split_heads_fn) -> None:
-    """``split_heads_fn(x [B, S, D], n_heads) -> [B, H, S, Dh]``."""
-    __tracebackhide__ = True
-    with single_thread():
-        runs = [
-            _run_function(c, split_heads_fn, split_heads, ("x", "n_heads"))
-            for c in _split_cases()
-        ]
-        gradient = partial(_gradient_stage, split_heads_fn, _merge_back)
-        _staged(
-            "split_heads",
-            runs,
-            SPLIT_PITFALLS,
-            (_split_layout_stage,),
-            0,
-            0,
-            when_right=gradient,
-        )
-
-
-def _merge_back(g: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """The gradient a split hands back to x: the upstream [B, H, S, Dh] merged."""
-    return merge_heads(g)
-
-
-def _split_back(g: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """The gradient a merge hands back to x [B, H, S, Dh]: the upstream split."""
-    return split_heads(g, x.size(1))
-
-
-# ------------------------------------------------------------------------- merge_heads
-
-
-def _merge_no_transpose(x):
-    b, h, s, dh = x.shape
-    return x.reshape(b, s, h * dh)
-
-
-def _merge_dh_major(x):
-    b, h, s, dh = x.shape
-    return x.permute(0, 2, 3, 1).reshape(b, s, h * dh)
-
-
-def _merge_view_after_transpose(x):
-    b, h, s, dh = x.shape
-    return x.transpose(1, 2).view(b, s, h * dh)
-
-
-MERGE_NO_TRANSPOSE = Pitfall(
-    "merged without transpose",
-    "You reshaped [B, H, S, Dh] straight to [B, S, D]: that glues rows of *different "
-    "tokens* together. Transpose back to [B, S, H, Dh] first.",
-    S_MERGE,
-    _merge_no_transpose,
-)
-
-MERGE_DH_MAJOR = Pitfall(
-    "heads merged in the wrong order",
-    "You put the Dh axis before the head axis (e.g. permute(0, 2, 3, 1)), so the "
-    "features of the heads are interleaved. merge_heads must undo split_heads exactly: "
-    "head h back at x[..., h*Dh:(h+1)*Dh].",
-    S_MERGE,
-    _merge_dh_major,
-)
-
-MERGE_PITFALLS = (
-    MERGE_NO_TRANSPOSE,
+from .merge_heads import (
     MERGE_DH_MAJOR,
-    Pitfall(
-        "view on a non-contiguous tensor",
-        "After transpose the tensor is no longer contiguous in memory and .view() "
-        "refuses it. Use .contiguous().view(...) or .reshape(...).",
-        S_MERGE,
-        _merge_view_after_transpose,
-    ),
+    MERGE_NO_TRANSPOSE,
+    merge_dh_major,
+    merge_no_transpose,
 )
-
-MERGE_WRONG_SHAPE = Diagnosis(
-    "wrong merged shape",
-    "merge_heads returns [B, S, D] with D = H * Dh, read from the input's own shape: "
-    "no fixed numbers, no axis left over.",
-    S_MERGE,
+from .sections import S_EINSUM, S_MERGE, S_PROJ, S_SCALE, S_SPLIT
+from .split_heads import SPLIT_VIEW_STRAIGHT, split_interleaved, split_view_straight
+from .stages import (
+    WRONG_FORM,
+    Run,
+    changed,
+    form_stage,
+    raised_stage,
+    snapshot,
+    staged,
 )
-MERGE_TOKENS_GLUED = Diagnosis(
-    "tokens glued together",
-    "Row [b, s, :] of the merge must hold the H heads of token s only: move the head "
-    "axis back next to Dh (transpose(1, 2)) before flattening.",
-    S_MERGE,
-)
-MERGE_WRONG_PLACES = Diagnosis(
-    "head features put in the wrong places",
-    "merge_heads must undo split_heads exactly: feature h*Dh + j of each token is "
-    "x[b, h, s, j], heads in order, each head's Dh features together.",
-    S_MERGE,
-)
-
-
-def _merge_shape_stage(title: str, r: Run) -> None:
-    __tracebackhide__ = True
-    if not isinstance(r.got, torch.Tensor) or r.got.shape == r.want.shape:
-        return
-    b, h, s, dh = r.args[0].shape
-    sizes = {"B": b, "H": h, "S": s, "Dh": dh, "D": h * dh}
-    letters = _axis_letters(r.got.shape, sizes)
-    where = f"On case {r.label} your output has shape {list(r.got.shape)}"
-    if letters and r.got.numel() == r.want.numel():
-        AXES_IN_WRONG_ORDER.fail(
-            title,
-            f"{where}, i.e. [{letters}]; expected [B, S, D] = {list(r.want.shape)}.",
-        )
-    named = f", i.e. [{letters}]" if letters else ""
-    MERGE_WRONG_SHAPE.fail(
-        title, f"{where}{named}; expected [B, S, D] = {list(r.want.shape)}."
-    )
-
-
-def _merge_sources_stage(title: str, r: Run) -> None:
-    """Name the first thing the code case shows out of place: batch, token,
-    feature."""
-    __tracebackhide__ = True
-    b, h, s, dh = r.args[0].shape
-    src = _sources(r.got, r.ref_args[0])
-    if src is None:
-        _values_stage(title, r)
-    sb, sh, ss, sj = src
-    dev = r.args[0].device
-    ib = torch.arange(b, device=dev).view(b, 1, 1)
-    i_s = torch.arange(s, device=dev).view(1, s, 1)
-    _batch_and_token_stage(title, r, src, (sb, ib), (ss, i_s), MERGE_TOKENS_GLUED)
-    f = torch.arange(h * dh, device=dev)
-    if not (torch.equal(sh[0, 0], f // dh) and torch.equal(sj[0, 0], f % dh)):
-        pairs = ", ".join(
-            f"({a}, {c})" for a, c in zip(sh[0, 0, :6].tolist(), sj[0, 0, :6].tolist())
-        )
-        MERGE_WRONG_PLACES.fail(
-            title,
-            f"On case {r.label} features 0-5 "
-            f"of each token come from (head, feature) "
-            f"{pairs}; expected (0, 0), (0, 1), (0, 2), ...",
-        )
-
-
-def _merge_layout_stage(title: str, runs: Sequence[Run]) -> None:
-    """As _split_layout_stage, for merge_heads."""
-    __tracebackhide__ = True
-    r = runs[-1]
-    if type(r.got) is torch.Tensor and not _is_right(r, 0, 0):  # subclasses: form
-        _merge_shape_stage(title, r)
-        if r.got.dtype == r.want.dtype:
-            _merge_sources_stage(title, r)
-    _raised_stage(title, runs)
-    _form_stage(title, runs, S_MERGE)
-
-
-def _noncontiguous(x: torch.Tensor) -> torch.Tensor:
-    """``x`` [B, H, S, Dh] with the same values, laid out as split_heads returns it."""
-    return x.transpose(1, 2).contiguous().transpose(1, 2)
-
-
-def _merge_cases():
-    shapes = [(2, 3, 5, 4), (1, 2, 7, 4), (3, 4, 4, 4), (4, 4, 6, 2)]
-    cases = [
-        Case(
-            f"x [B={b}, H={h}, S={s}, Dh={dh}] (D={h * dh})",
-            lambda b=b, h=h, s=s, dh=dh, i=i: (randn(b, h, s, dh, seed=10 + i),),
-        )
-        for i, (b, h, s, dh) in enumerate(shapes)
-    ]
-    # What split_heads really hands over: a transposed, non-contiguous view.
-    cases.append(
-        Case(
-            "a non-contiguous x, as split_heads returns it",
-            lambda: (split_heads(randn(2, 5, 12, seed=20), 3),),
-        )
-    )
-    cases.append(
-        Case(
-            "x [2, 3, 6, 2] float64",
-            lambda: (randn(2, 3, 6, 2, seed=21, dtype=torch.float64),),
-        )
-    )
-    # Last: every value a distinct code, B, H, S, Dh and D all different (see _sources).
-    cases.append(
-        Case(
-            "x [B=2, H=3, S=4, Dh=5] of distinct codes, non-contiguous",
-            lambda: (_noncontiguous(_codes(2, 3, 4, 5)),),
-        )
-    )
-    return cases
-
-
-def check_merge_heads(merge_heads_fn) -> None:
-    """``merge_heads_fn(x [B, H, S, Dh]) -> [B, S, D]``, the inverse of split_heads."""
-    __tracebackhide__ = True
-    with single_thread():
-        runs = [
-            _run_function(c, merge_heads_fn, merge_heads, ("x",))
-            for c in _merge_cases()
-        ]
-        gradient = partial(_gradient_stage, merge_heads_fn, _split_back)
-        _staged(
-            "merge_heads",
-            runs,
-            MERGE_PITFALLS,
-            (_merge_layout_stage,),
-            0,
-            0,
-            when_right=gradient,
-        )
-
 
 # ---------------------------------------------------------------- multi-head attention
 # Functional multi-head attention from the weights a case hands in,
@@ -816,7 +98,7 @@ def _mha_softmax_over_queries(w, h, xq, xk, xv):
     return F.linear(merge_heads(scores.softmax(dim=-2) @ v), *w["o"])
 
 
-def _seed_heads(t, h):
+def seed_heads(t, h):
     """The seed's heads: [B, S, D] viewed as [B, S, H, Dh], the head axis not moved."""
     b, s, d = t.shape
     return t.reshape(b, s, h, d // h)
@@ -824,7 +106,7 @@ def _seed_heads(t, h):
 
 def _mha_seed_einsum(w, h, xq, xk, xv):
     """The seed's einsum 'bhqd,bhkd->bhqk' applied to [B, S, H, Dh] tensors."""
-    q, k, v = (_seed_heads(t, h) for t in _project(w, xq, xk, xv))
+    q, k, v = (seed_heads(t, h) for t in _project(w, xq, xk, xv))
     energy = torch.einsum("bhqd,bhkd->bhqk", q, k) / math.sqrt(q.size(-1))
     out = torch.einsum("bhql,bhlv->bhqv", energy.softmax(dim=3), v)
     return F.linear(out.flatten(2), *w["o"])
@@ -832,25 +114,25 @@ def _mha_seed_einsum(w, h, xq, xk, xv):
 
 def _mha_seed_code(w, h, xq, xk, xv):
     """The seed's SelfAttention as written: that einsum, and scores over √embed_size."""
-    q, k, v = (_seed_heads(t, h) for t in _project(w, xq, xk, xv))
+    q, k, v = (seed_heads(t, h) for t in _project(w, xq, xk, xv))
     energy = torch.einsum("bhqd,bhkd->bhqk", q, k) / math.sqrt(xq.size(-1))
     out = torch.einsum("bhql,bhlv->bhqv", energy.softmax(dim=3), v)
     return F.linear(out.flatten(2), *w["o"])
 
 
 def _mha_split_view_straight(w, h, xq, xk, xv):
-    q, k, v = (_split_view_straight(t, h) for t in _project(w, xq, xk, xv))
+    q, k, v = (split_view_straight(t, h) for t in _project(w, xq, xk, xv))
     return F.linear(merge_heads(_attend(q, k, v)), *w["o"])
 
 
 def _mha_merged_without_transpose(w, h, xq, xk, xv):
     q, k, v = (split_heads(t, h) for t in _project(w, xq, xk, xv))
-    return F.linear(_merge_no_transpose(_attend(q, k, v)), *w["o"])
+    return F.linear(merge_no_transpose(_attend(q, k, v)), *w["o"])
 
 
 def _mha_merged_dh_major(w, h, xq, xk, xv):
     q, k, v = (split_heads(t, h) for t in _project(w, xq, xk, xv))
-    return F.linear(_merge_dh_major(_attend(q, k, v)), *w["o"])
+    return F.linear(merge_dh_major(_attend(q, k, v)), *w["o"])
 
 
 MHA_PITFALLS = (
@@ -1268,7 +550,7 @@ def _bias_pieces(p, g, roles, features, targets) -> list:
     return pieces
 
 
-def _align(title: str, module, d: int) -> Alignment | str:
+def align(title: str, module, d: int) -> Alignment | str:
     """Find the learner's projections by what they are applied to (see above); or say
     why the module gives no gradient to read."""
     __tracebackhide__ = True
@@ -1331,7 +613,7 @@ def _biases_qkvo(vectors, d_model: int, listing: str) -> list:
     )
 
 
-def _alignment_by_order(module, d_model: int, why: str) -> Alignment:
+def alignment_by_order(module, d_model: int, why: str) -> Alignment:
     """Without a gradient to read: the parameters in the order the module registers
     them, four Linear(D, D) or one Linear(D, 3D) then one Linear(D, D)."""
     __tracebackhide__ = True
@@ -1367,7 +649,7 @@ def _load_weights(alignment: Alignment, w: dict) -> None:
             p.param[p.index] = rows
 
 
-def _load(module, alignment: Alignment, w: dict) -> dict:
+def load(module, alignment: Alignment, w: dict) -> dict:
     """Copy the case's weights ``w`` into the learner's module; return the weights the
     module then computes with (a bias the module lacks is zero)."""
     has = {role: torch.zeros_like(w[role][1], dtype=torch.bool) for role in "qkvo"}
@@ -1441,15 +723,15 @@ def _mha_run(cls, case: Case) -> Run:
     d = xq.size(-1)
     module = _build(cls, d, h, torch.float64)
     _shared_head_check(module, d, h)
-    alignment = _align("MultiHeadAttention", module, d)
+    alignment = align("MultiHeadAttention", module, d)
     module.to(xq.dtype)
     if isinstance(alignment, str):  # no gradient: the registration order, as it says
-        alignment = _alignment_by_order(module, d, alignment)
-    w_eff = _load(module, alignment, w)
+        alignment = alignment_by_order(module, d, alignment)
+    w_eff = load(module, alignment, w)
     ref_args = (w_eff, h, xq.clone(), xk.clone(), xv.clone())
     want = _mha_reference(*ref_args)
     args = (xq, xk, xv)
-    before = _snapshot(args)
+    before = snapshot(args)
     got = run(_forward, (module, *args))
     again = run(_forward, (module, *args))
     return Run(
@@ -1458,7 +740,7 @@ def _mha_run(cls, case: Case) -> Run:
         got,
         want,
         ref_args,
-        _changed(args, before, ("query", "key", "value")),
+        changed(args, before, ("query", "key", "value")),
         extra=(module, again, alignment),
     )
 
@@ -1585,10 +867,10 @@ READINGS = (
         SOFTMAX_AXIS,
         axis=-4,
     ),
-    Reading(_INTERLEAVED, HEAD_LAYOUT, split=_split_interleaved),
-    Reading(_STRAIGHT, HEAD_LAYOUT, split=_split_view_straight),
-    Reading(_GLUED, HEAD_LAYOUT, merge=_merge_no_transpose),
-    Reading(_DH_MAJOR, HEAD_LAYOUT, merge=_merge_dh_major),
+    Reading(_INTERLEAVED, HEAD_LAYOUT, split=split_interleaved),
+    Reading(_STRAIGHT, HEAD_LAYOUT, split=split_view_straight),
+    Reading(_GLUED, HEAD_LAYOUT, merge=merge_no_transpose),
+    Reading(_DH_MAJOR, HEAD_LAYOUT, merge=merge_dh_major),
     Reading(
         "your scores use the projected value and your weights average the "
         "projected key",
@@ -1604,26 +886,26 @@ READINGS = (
     Reading(
         f"{_INTERLEAVED}, and {_DH_MAJOR}",
         HEAD_LAYOUT,
-        split=_split_interleaved,
-        merge=_merge_dh_major,
+        split=split_interleaved,
+        merge=merge_dh_major,
     ),
     Reading(
         f"{_INTERLEAVED}, and {_GLUED}",
         HEAD_LAYOUT,
-        split=_split_interleaved,
-        merge=_merge_no_transpose,
+        split=split_interleaved,
+        merge=merge_no_transpose,
     ),
     Reading(
         f"{_STRAIGHT}, and {_DH_MAJOR}",
         HEAD_LAYOUT,
-        split=_split_view_straight,
-        merge=_merge_dh_major,
+        split=split_view_straight,
+        merge=merge_dh_major,
     ),
     Reading(
         f"{_STRAIGHT}, and {_GLUED}",
         HEAD_LAYOUT,
-        split=_split_view_straight,
-        merge=_merge_no_transpose,
+        split=split_view_straight,
+        merge=merge_no_transpose,
     ),
     Reading(
         "your attention is causal: query i sees only keys 0..i, though mask=None "
@@ -1658,7 +940,7 @@ def _rescale(outs: torch.Tensor, got: torch.Tensor, bias: torch.Tensor):
     return c, bias + c.view(-1, *[1] * got.dim()) * (outs - bias)
 
 
-def _fit_divisor(reading: Reading, r: Run) -> tuple:
+def fit_divisor(reading: Reading, r: Run) -> tuple:
     """(divisor, largest difference, weight factor): the divisor of the scores that
     brings the reading closest to the learner's output, by a log-spaced search refined
     five times (and the factor on the weights, for a rescaled reading)."""
@@ -1680,7 +962,7 @@ def _fit_divisor(reading: Reading, r: Run) -> tuple:
     return 2.0 ** float(best), best_err, factor
 
 
-def _close(r: Run, err: float) -> bool:
+def close(r: Run, err: float) -> bool:
     return err <= 2e-4 + 2e-4 * float(r.got.detach().abs().max())
 
 
@@ -1689,8 +971,8 @@ def _fit_reading(reading: Reading, runs: Sequence[Run]) -> tuple | None:
     misses a case."""
     divisors, factors = [], []
     for r in runs:
-        divisor, err, factor = _fit_divisor(reading, r)
-        if not _close(r, err):
+        divisor, err, factor = fit_divisor(reading, r)
+        if not close(r, err):
             return None
         divisors.append(divisor)
         factors.append(factor)
@@ -1726,7 +1008,7 @@ _SCALE_NAMES = (
 )
 
 
-def _scale_name(runs: Sequence[Run], divisors: list) -> str:
+def scale_name(runs: Sequence[Run], divisors: list) -> str:
     """What the measured divisors are, when one formula (or a constant) gives them
     all."""
     for name, formula in _SCALE_NAMES:
@@ -1753,7 +1035,7 @@ def _scale_finding(
     )
     wanted = ", ".join(f"{e:.4g}" for e in expected)
     return (
-        f"your scores are divided by {shapes}{_scale_name(runs, divisors)}; "
+        f"your scores are divided by {shapes}{scale_name(runs, divisors)}; "
         f"expected √Dh = {wanted}"
     )
 
@@ -1794,7 +1076,7 @@ def _linear_readings(title: str, runs: Sequence[Run]) -> None:
     """A reading with a closed-form fit: no softmax, output linear in the scores."""
     __tracebackhide__ = True
     linear = [_fit_weight_sum(r, _no_softmax(r.ref_args)) for r in runs]
-    if all(_close(r, err) for r, (_, err) in zip(runs, linear)):
+    if all(close(r, err) for r, (_, err) in zip(runs, linear)):
         divs = ", ".join(f"{1 / c:.4g}" for c, _ in linear)
         NO_SOFTMAX.fail(
             title,
@@ -1837,8 +1119,8 @@ def _fit_heads(r: Run) -> tuple | None:
     which the reference, its divisor fitted, reproduces the case; None if none does."""
     d, h = _d_h(r)
     for n in [h] + [n for n in range(1, d + 1) if d % n == 0 and n != h]:
-        divisor, err, _ = _fit_divisor(Reading("", None, heads=n), r)
-        if _close(r, err):
+        divisor, err, _ = fit_divisor(Reading("", None, heads=n), r)
+        if close(r, err):
             return n, divisor
     return None
 
@@ -1882,9 +1164,11 @@ def _head_count_readings(title: str, runs: Sequence[Run]) -> None:
     findings = [
         (
             diagnosis,
-            f"the attention was computed with {measured}; expected "
-            f"H = n_heads heads of D // H features: {wanted}"
-            f"{pattern}",
+            (
+                f"the attention was computed with {measured}; expected "
+                f"H = n_heads heads of D // H features: {wanted}"
+                f"{pattern}"
+            ),
         )
     ]
     scale = _scale_finding(runs, [s for _, s in fitted], heads)
@@ -1911,14 +1195,15 @@ def _adds_input_stage(title: str, runs: Sequence[Run]) -> None:
 
 TOKENS_NEVER_MIX = Diagnosis(
     "tokens never mix",
-    "The scores must contract over the feature axis and range over key *positions*: check the "
-    "axes of your matmul/einsum (the seed's einsum labels the sequence axis as heads).",
+    "The scores must contract over the feature axis and range over key *positions*: "
+    "check the axes of your matmul/einsum (the seed's einsum labels the sequence axis "
+    "as heads).",
     S_EINSUM,
 )
 BATCH_ENTRIES_LEAK = Diagnosis(
     "batch entries leak into each other",
-    "Check that no reshape/view mixes the batch axis with the head or sequence axis, and that "
-    "batch-first tensors go to modules built with batch_first=True.",
+    "Check that no reshape/view mixes the batch axis with the head or sequence axis, "
+    "and that batch-first tensors go to modules built with batch_first=True.",
     S_SPLIT,
 )
 DROPOUT_IN_EVAL = Diagnosis(
@@ -1957,7 +1242,7 @@ def _mha_form_stage(title: str, runs: Sequence[Run]) -> None:
                 f"*key* (Sk = {sk}), not one per query (Sq = {sq}): "
                 f"{list(r.got.shape)} instead of {[b, sq, d]}.",
             )
-    _form_stage(title, runs, S_PROJ)
+    form_stage(title, runs, S_PROJ)
 
 
 def _mha_probe_stage(title: str, runs: Sequence[Run]) -> None:
@@ -2035,7 +1320,7 @@ def _mha_gradient_stage(title: str, runs: Sequence[Run]) -> None:
 
 
 _MHA_STAGES = (
-    _raised_stage,
+    raised_stage,
     _determinism_stage,
     _mha_form_stage,
     _mha_measure_stage,
@@ -2056,7 +1341,7 @@ def check_multi_head_attention(cls) -> None:
             f"Your projections ({runs[0].extra[2].describe()}) were found by what "
             "they are applied to and given the check's weights. "
         )
-        _staged(
+        staged(
             "MultiHeadAttention",
             runs,
             MHA_PITFALLS,

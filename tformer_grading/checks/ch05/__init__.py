@@ -1,0 +1,59 @@
+"""Checks for chapter 5, positions and the whole model (book/ch05_model): one module
+per exercise.
+
+``sinusoidal_encoding``, ``embed``, ``decoder_block``
+    each exercise's checks (``decoder_block`` holds the behaviour probes, the
+    train-mode dropout check and the hidden "written by hand" check too).
+``grading``
+    the grading flow (compare, a listed pitfall, the learner's exception, a
+    measurement, the fallback), shared by the three exercises.
+``sections``
+    the lesson's sections a failure links to.
+
+Test cells call ``ch05.check_...`` and ``ch05.check_by_hand``: the names below are
+what they reach.
+"""
+
+from ...guard.integrity import seal
+from ..delegation import check_by_hand
+from .decoder_block import (
+    check_decoder_behaviour,
+    check_decoder_block,
+    check_decoder_by_hand,
+)
+from .embed import check_embed
+from .sections import (
+    CHAPTER,
+    S_COUNT,
+    S_DECODER,
+    S_EMBED,
+    S_EXTRAPOLATE,
+    S_LEARNED,
+    S_LM,
+    S_ORDER,
+    S_SINUSOID,
+)
+from .sinusoidal_encoding import check_sinusoidal_encoding
+
+# The exercises' modules in the order the chapter sets them (the pitfall index's rows).
+MODULES = ("grading", "sinusoidal_encoding", "embed", "decoder_block")
+
+__all__ = [
+    "CHAPTER",
+    "S_COUNT",
+    "S_DECODER",
+    "S_EMBED",
+    "S_EXTRAPOLATE",
+    "S_LEARNED",
+    "S_LM",
+    "S_ORDER",
+    "S_SINUSOID",
+    "check_by_hand",
+    "check_decoder_behaviour",
+    "check_decoder_block",
+    "check_decoder_by_hand",
+    "check_embed",
+    "check_sinusoidal_encoding",
+]
+
+seal(__name__)

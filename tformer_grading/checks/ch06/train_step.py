@@ -1,0 +1,902 @@
+"""Checks for exercise ``train_step`` of chapter 6 (book/ch06_training):
+``train_step(model, src, tgt, optimizer, scheduler, max_norm, pad_id, label_smoothing)
+-> (loss, grad_norm)``, one clipped, scheduled update on the shifted, padding-free loss.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import torch
+from torch import nn
+from torch.optim.lr_scheduler import LambdaLR
+
+from ...guard.integrity import seal
+
+# What the recording model, optimizer and scheduler of a step show (ch06_loop).
+from ..ch06_loop import (
+    StepCase,
+    build_models,
+    clipped,
+    close,
+    loss_fit,
+    mix_fit,
+    observe,
+    per_tensor_scales,
+)
+from ..delegation import check_not_delegated
+from ..diagnosis import (
+    UNEXPLAINED,
+    Diagnosis,
+    Pitfall,
+    fail,
+    passed,
+    single_threaded,
+)
+from .references import loss_counts_padding, loss_ref, shift_ref, small_model, tokens
+from .sections import S_CLIP, S_LOSS, S_LR, S_SHIFT
+
+
+def _teacher_forced_loss(model, src, tgt, pad_id, eps):
+    tgt_in, labels = shift_ref(tgt)
+    return loss_ref(model(src, tgt_in), labels, pad_id, eps)
+
+
+def _train_step_reference(model, src, tgt, opt, sched, max_norm, pad_id, eps):
+    """zero_grad, forward, loss, backward, clip, optimizer.step, scheduler.step."""
+    model.train()
+    opt.zero_grad()
+    loss = _teacher_forced_loss(model, src, tgt, pad_id, eps)
+    loss.backward()
+    norm = nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    opt.step()
+    sched.step()
+    return loss.item(), float(norm)
+
+
+def _train_clip_before_backward(model, src, tgt, opt, sched, max_norm, pad_id, eps):
+    model.train()
+    opt.zero_grad()
+    loss = _teacher_forced_loss(model, src, tgt, pad_id, eps)
+    norm = nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    loss.backward()
+    opt.step()
+    sched.step()
+    return loss.item(), float(norm)
+
+
+CLIP_BEFORE_BACKWARD = Pitfall(
+    "clipping before backward",
+    "You clip before loss.backward(): there are no gradients yet (or only last "
+    "batch's, about to be zeroed), so nothing is clipped and the norm you report is 0. "
+    "Order: zero_grad, forward, loss, backward, clip_grad_norm_, optimizer.step, "
+    "scheduler.step.",
+    S_CLIP,
+    _train_clip_before_backward,
+)
+
+
+def _train_clip_before_zero_grad(model, src, tgt, opt, sched, max_norm, pad_id, eps):
+    model.train()
+    norm = nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    opt.zero_grad()
+    loss = _teacher_forced_loss(model, src, tgt, pad_id, eps)
+    loss.backward()
+    opt.step()
+    sched.step()
+    return loss.item(), float(norm)
+
+
+CLIP_BEFORE_ZERO_GRAD = Pitfall(
+    "clipping before backward",
+    "You clip before zero_grad and backward, i.e. last batch's gradients: this batch's "
+    "update is never clipped. Clip right after loss.backward() and before "
+    "optimizer.step().",
+    S_CLIP,
+    _train_clip_before_zero_grad,
+)
+
+
+def _train_clip_after_step(model, src, tgt, opt, sched, max_norm, pad_id, eps):
+    model.train()
+    opt.zero_grad()
+    loss = _teacher_forced_loss(model, src, tgt, pad_id, eps)
+    loss.backward()
+    opt.step()
+    norm = nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    sched.step()
+    return loss.item(), float(norm)
+
+
+CLIP_AFTER_STEP = Pitfall(
+    "clipping after the step",
+    "You clip after optimizer.step(): the weights have already moved by the unclipped "
+    "gradient, so clipping changes nothing. Clip between loss.backward() and "
+    "optimizer.step().",
+    S_CLIP,
+    _train_clip_after_step,
+)
+
+
+def _train_without_zero_grad(model, src, tgt, opt, sched, max_norm, pad_id, eps):
+    model.train()
+    loss = _teacher_forced_loss(model, src, tgt, pad_id, eps)
+    loss.backward()
+    norm = nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    opt.step()
+    sched.step()
+    return loss.item(), float(norm)
+
+
+GRADIENTS_NEVER_ZEROED = Pitfall(
+    "gradients never zeroed",
+    "Your gradients accumulate across steps: call optimizer.zero_grad() at the start "
+    "of each step.",
+    S_CLIP,
+    _train_without_zero_grad,
+)
+
+
+def _train_without_scheduler(model, src, tgt, opt, sched, max_norm, pad_id, eps):
+    model.train()
+    opt.zero_grad()
+    loss = _teacher_forced_loss(model, src, tgt, pad_id, eps)
+    loss.backward()
+    norm = nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    opt.step()
+    return loss.item(), float(norm)
+
+
+SCHEDULER_NOT_STEPPED = Pitfall(
+    "scheduler not stepped",
+    "The learning rate never changes: call scheduler.step() once per update, after "
+    "optimizer.step().",
+    S_LR,
+    _train_without_scheduler,
+)
+
+
+def _train_scheduler_before_optimizer(
+    model, src, tgt, opt, sched, max_norm, pad_id, eps
+):
+    model.train()
+    opt.zero_grad()
+    loss = _teacher_forced_loss(model, src, tgt, pad_id, eps)
+    loss.backward()
+    norm = nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    sched.step()
+    opt.step()
+    return loss.item(), float(norm)
+
+
+SCHEDULER_BEFORE_OPTIMIZER = Pitfall(
+    "scheduler stepped before the optimizer",
+    "You call scheduler.step() before optimizer.step(), so the first update already "
+    "uses the second rate (and PyTorch warns). Step the optimizer first, then the "
+    "scheduler.",
+    S_LR,
+    _train_scheduler_before_optimizer,
+)
+
+
+def _train_loss_counts_padding(model, src, tgt, opt, sched, max_norm, pad_id, eps):
+    model.train()
+    opt.zero_grad()
+    tgt_in, labels = shift_ref(tgt)
+    loss = loss_counts_padding(model(src, tgt_in), labels, pad_id, eps)
+    loss.backward()
+    norm = nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    opt.step()
+    sched.step()
+    return loss.item(), float(norm)
+
+
+TRAIN_LOSS_COUNTS_PADDING = Pitfall(
+    "padding counted in the loss",
+    "Your training step's loss includes padding positions: use your sequence_loss with "
+    "pad_id.",
+    S_LOSS,
+    _train_loss_counts_padding,
+)
+
+
+def _train_shifted_the_wrong_way(model, src, tgt, opt, sched, max_norm, pad_id, eps):
+    model.train()
+    opt.zero_grad()
+    loss = loss_ref(model(src, tgt[:, 1:]), tgt[:, :-1], pad_id, eps)
+    loss.backward()
+    norm = nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    opt.step()
+    sched.step()
+    return loss.item(), float(norm)
+
+
+TRAIN_SHIFTED_WRONG_WAY = Pitfall(
+    "targets shifted the wrong way",
+    "Your training step feeds tgt[:, 1:] and predicts tgt[:, :-1]: use your "
+    "shift_targets.",
+    S_SHIFT,
+    _train_shifted_the_wrong_way,
+)
+
+TRAIN_PITFALLS = (
+    CLIP_BEFORE_BACKWARD,
+    CLIP_BEFORE_ZERO_GRAD,
+    CLIP_AFTER_STEP,
+    GRADIENTS_NEVER_ZEROED,
+    SCHEDULER_NOT_STEPPED,
+    SCHEDULER_BEFORE_OPTIMIZER,
+    TRAIN_LOSS_COUNTS_PADDING,
+    TRAIN_SHIFTED_WRONG_WAY,
+)
+
+# What the step's text asks for, quoted by the failures that enforce it.
+_DUTIES = (
+    'The exercise says: "train_step must: put the model in training mode, zero '
+    "the gradients, compute the loss of shift_targets/sequence_loss, backward, "
+    'clip to max_norm, optimizer.step(), then scheduler.step(), once each."'
+)
+
+# Recognised by measuring what the recording model, optimizer and scheduler saw.
+TRAIN_EVAL_MODE = Diagnosis(
+    "training step in eval mode",
+    "The check hands train_step a model left in eval mode, as after an evaluation; "
+    "with dropout that trains a different model than the one you meant. Call "
+    "model.train() at the start of the step. " + _DUTIES,
+    S_CLIP,
+)
+TRAIN_MODEL_NOT_CALLED = Diagnosis(
+    "model never called",
+    "The loss must come from model(src, tgt_in) on this batch. " + _DUTIES,
+    S_CLIP,
+)
+TRAIN_NO_GRADIENT = Diagnosis(
+    "no gradient from the loss",
+    "No gradient reached the model's logits: backward was not called on the loss "
+    "tensor, or the loss was detached (.item(), torch.tensor(...), .detach()) before "
+    "it. Call loss.backward() on the tensor sequence_loss returns.",
+    S_LOSS,
+)
+TRAIN_BACKWARD_TWICE = Diagnosis(
+    "backward run more than once",
+    "Each backward adds the loss's gradient again: call loss.backward() once per step.",
+    S_CLIP,
+)
+TRAIN_GRAD_SCALED = Diagnosis(
+    "gradient scaled",
+    "The gradient optimizer.step() applies must be the loss's own gradient, clipped "
+    "to max_norm when its norm is larger, never enlarged.",
+    S_CLIP,
+)
+TRAIN_RETURN_ORDER = Diagnosis(
+    "returned in the wrong order",
+    "train_step returns (loss, grad_norm), in that order.",
+    S_CLIP,
+)
+TRAIN_DECODER_INPUT = Diagnosis(
+    "wrong decoder input",
+    "The decoder reads tgt[:, :-1] (BOS y1 .. yn): use your shift_targets.",
+    S_SHIFT,
+)
+TRAIN_LABELS_NOT_SHIFTED = Diagnosis(
+    "labels not shifted",
+    "Your loss compares the logits with the decoder input itself; the labels are "
+    "tgt[:, 1:], the input moved one step left (shift_targets).",
+    S_SHIFT,
+)
+TRAIN_WRONG_LABELS = Diagnosis(
+    "wrong labels",
+    "The labels of position t are tgt[:, t + 1] (shift_targets' second output).",
+    S_SHIFT,
+)
+TRAIN_DROPS_TOKENS = Diagnosis(
+    "real tokens left out of the loss",
+    "Every real label (everything but pad_id, EOS included) must count in the loss.",
+    S_LOSS,
+)
+TRAIN_NOT_CROSS_ENTROPY = Diagnosis(
+    "loss is not the cross-entropy",
+    "The gradient your loss sends to the logits is not that of a cross-entropy "
+    "(softmax minus the smoothed one-hot): use sequence_loss on the raw logits.",
+    S_LOSS,
+)
+TRAIN_SMOOTHING = Diagnosis(
+    "label smoothing not the one given",
+    "Pass the label_smoothing argument through to sequence_loss.",
+    S_LOSS,
+)
+TRAIN_LOSS_SUMMED = Diagnosis(
+    "summed, not averaged",
+    "Your loss is the sum over tokens: the gradient grows with the batch. Average "
+    "over the real tokens (cross_entropy's default reduction with ignore_index).",
+    S_LOSS,
+)
+TRAIN_PADDING_IN_MEAN = Diagnosis(
+    "padding counted in the mean",
+    "You divide by all B·(St-1) positions, padding included, so the loss shrinks as "
+    "padding grows. Divide by the number of real tokens.",
+    S_LOSS,
+)
+TRAIN_PER_SEQUENCE = Diagnosis(
+    "every sequence weighted equally",
+    "You average each sequence's tokens, then the sequences: a token of a short "
+    "sequence weighs more than one of a long one. Take one mean over all the real "
+    "tokens of the batch.",
+    S_LOSS,
+)
+TRAIN_LOSS_SCALE = Diagnosis(
+    "loss scaled",
+    "The loss you backpropagate must be the mean over the real tokens, unscaled.",
+    S_LOSS,
+)
+TRAIN_STEPS = Diagnosis(
+    "optimizer.step() not called once",
+    "Each training step updates the weights exactly once. " + _DUTIES,
+    S_CLIP,
+)
+TRAIN_ZEROED_BEFORE_STEP = Diagnosis(
+    "gradients zeroed before the step",
+    "The gradients were all zero when optimizer.step() ran, so the weights did not "
+    "learn from this batch. zero_grad belongs before the forward pass (or after the "
+    "step), never between backward and step.",
+    S_CLIP,
+)
+TRAIN_NOT_CLIPPED = Diagnosis(
+    "gradients not clipped",
+    "Call torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm) between "
+    "loss.backward() and optimizer.step().",
+    S_CLIP,
+)
+TRAIN_CLIP_NORM = Diagnosis(
+    "clipped to the wrong norm",
+    "clip_grad_norm_ rescales all the gradients together to total norm max_norm, "
+    "only when their norm exceeds it: use the max_norm argument.",
+    S_CLIP,
+)
+TRAIN_CLIP_NORM_TYPE = Diagnosis(
+    "clipped in another norm than the 2-norm",
+    "clip_grad_norm_ measures the total norm with norm_type=2 by default (the "
+    "Euclidean norm of all the gradients together), and the exercise clips that: "
+    "leave norm_type at its default, clip_grad_norm_(model.parameters(), max_norm).",
+    S_CLIP,
+)
+TRAIN_CLIP_PER_TENSOR = Diagnosis(
+    "each parameter clipped on its own",
+    "You clipped each parameter's gradient separately, which changes the update's "
+    "direction. Clip them together: clip_grad_norm_(model.parameters(), max_norm).",
+    S_CLIP,
+)
+TRAIN_CLIP_BY_VALUE = Diagnosis(
+    "gradients clipped element by element",
+    "You clamped each gradient element (clip_grad_value_ or clamp), which changes the "
+    "update's direction. Clip the total norm: clip_grad_norm_(model.parameters(), "
+    "max_norm).",
+    S_CLIP,
+)
+TRAIN_WEIGHTS_MOVED = Diagnosis(
+    "weights changed outside optimizer.step()",
+    "Only optimizer.step() may change the weights, once per training step.",
+    S_CLIP,
+)
+TRAIN_SCHEDULER_COUNT = Diagnosis(
+    "scheduler.step() not called once",
+    "Call scheduler.step() once per update, right after optimizer.step().",
+    S_LR,
+)
+TRAIN_RETURNS_TENSORS = Diagnosis(
+    "returns tensors, not floats",
+    "train_step returns (loss, grad_norm) as two Python floats: loss.item() and "
+    "norm.item() (a kept loss tensor holds on to the whole graph).",
+    S_CLIP,
+)
+TRAIN_RETURNED_LOSS = Diagnosis(
+    "returned loss is not the batch's loss",
+    "Return loss.item() of the loss you backpropagated: the mean over the real "
+    "tokens, computed before the update, unscaled.",
+    S_LOSS,
+)
+TRAIN_NORM_AFTER_CLIP = Diagnosis(
+    "norm measured after clipping",
+    "Return the total norm *before* clipping, which clip_grad_norm_ returns: that is "
+    "the number to log to see gradient spikes.",
+    S_CLIP,
+)
+TRAIN_WRONG_NORM = Diagnosis(
+    "wrong gradient norm returned",
+    "Return the total 2-norm of all the gradients before clipping (what "
+    "clip_grad_norm_ returns).",
+    S_CLIP,
+)
+
+_STEP_CASES = (  # the first clips to below most gradient elements
+    StepCase("pad_id=3, label_smoothing=0.1, max_norm=0.05", 1, 3, 0.1, 0.05),
+    StepCase("pad_id=0, label_smoothing=0, max_norm=1.0", 0, 0, 0.0, 1.0),
+    StepCase(
+        "pad_id=0, label_smoothing=0, max_norm=100 (no clipping)",
+        2,
+        0,
+        0.0,
+        100.0,
+        updates=1,
+    ),
+)
+_RATE, _DECAY = 0.5, 0.5  # recording_scheduler's base rate and halving
+
+
+def _traced(seen):
+    """The decode call that backward reached (the one the loss came from), or None."""
+    return next((c for c in seen.events("forward") if c.grads), None)
+
+
+def _step_not_called(seen):
+    if not seen.events("forward"):
+        return TRAIN_MODEL_NOT_CALLED, f"{seen.where()}, your step never ran the model."
+    return None
+
+
+def _ran_in_eval_mode(seen):
+    if not _traced(seen).training:  # the forward the loss came from
+        return TRAIN_EVAL_MODE, (
+            f"{seen.where()}, your model's forward ran in eval mode."
+        )
+    return None
+
+
+def _no_gradient(seen):
+    if _traced(seen) is None:
+        return TRAIN_NO_GRADIENT, (
+            f"{seen.where()}, backward never reached the logits "
+            "of any of your model calls."
+        )
+    return None
+
+
+def _backward_twice(seen):
+    n = len(_traced(seen).grads)
+    if n > 1:
+        return TRAIN_BACKWARD_TWICE, (
+            f"{seen.where()}, backward reached your logits {n} times."
+        )
+    return None
+
+
+def _slice_name(tgt, tgt_in):
+    """Which slice of tgt ``tgt_in`` is, in the learner's terms."""
+    named = {
+        "tgt[:, 1:]": tgt[:, 1:],
+        "the whole tgt (not shifted)": tgt,
+        "tgt[:-1] (rows dropped: sequence-first slicing)": tgt[:-1],
+        "tgt[:, :-2]": tgt[:, :-2],
+        "tgt[:, 2:]": tgt[:, 2:],
+    }
+    for name, t in named.items():
+        if t.shape == tgt_in.shape and torch.equal(t, tgt_in):
+            return name
+    return f"a tensor of shape {list(tgt_in.shape)}"
+
+
+def _measured_labels(call):
+    """[B, t] the label each position's gradient points at (its most negative entry)."""
+    return call.grads[0].argmin(-1)
+
+
+def _wrong_decoder_input(seen):
+    call, tgt = _traced(seen), seen.tgt
+    if call.tgt_in.shape == tgt[:, :-1].shape and torch.equal(call.tgt_in, tgt[:, :-1]):
+        return None
+    name = _slice_name(tgt, call.tgt_in)
+    hit, labels = _reached(call), _measured_labels(call)
+    if (
+        name == "tgt[:, 1:]"
+        and torch.equal(labels[hit], tgt[:, :-1][hit])
+        and _is_cross_entropy_of(call, labels, hit)
+    ):
+        return TRAIN_SHIFTED_WRONG_WAY, (
+            f"{seen.where()}, the decoder read tgt[:, 1:] "
+            "and your loss's labels were tgt[:, :-1]."
+        )
+    return TRAIN_DECODER_INPUT, f"{seen.where()}, the decoder read {name}."
+
+
+def _reached(call):
+    """[B, t] bool: the positions whose logits got any gradient."""
+    return call.grads[0].abs().amax(-1) > 0
+
+
+def _is_cross_entropy_of(call, labels, where) -> bool:
+    """The gradient at the positions ``where`` [B, t] is a cross-entropy's with
+    ``labels`` [B, t] (the only case where the labels can be read off it)."""
+    _, _, res = loss_fit(call.logits[where], call.grads[0][where], labels[where])
+    return float(res.max()) < 1e-3
+
+
+def _wrong_labels(seen):
+    call = _traced(seen)
+    got, want, hit = _measured_labels(call), seen.want.labels, _reached(call)
+    bad = hit & seen.want.real & (got != want)
+    if not bad.any() or not _is_cross_entropy_of(call, got, bad):
+        return None  # right, or not a cross-entropy: a later stage says so
+    if torch.equal(got[hit], call.tgt_in[hit]):
+        return TRAIN_LABELS_NOT_SHIFTED, (
+            f"{seen.where()}, your loss's labels were the decoder input tgt[:, :-1]."
+        )
+    r, t = (int(i) for i in bad.nonzero()[0])
+    return TRAIN_WRONG_LABELS, (
+        f"{seen.where()}, the label your loss used at row {r}, "
+        f"position {t} was token {int(got[r, t])}, expected "
+        f"{int(want[r, t])} = tgt[{r}, {t + 1}]."
+    )
+
+
+def _padding_positions(seen):
+    hit, real = _reached(_traced(seen)), seen.want.real
+    pad = seen.case.pad_id
+    if (hit & ~real).any():
+        n, total = int((hit & ~real).sum()), int((~real).sum())
+        return TRAIN_LOSS_COUNTS_PADDING, (
+            f"{seen.where()}, {n} of the {total} "
+            f"padding positions (pad_id={pad}) got "
+            "gradient."
+        )
+    if (real & ~hit).any():
+        n = int((real & ~hit).sum())
+        return TRAIN_DROPS_TOKENS, (
+            f"{seen.where()}, {n} real label positions got no gradient."
+        )
+    return None
+
+
+def _fit_loss(seen):
+    """(N [B, t], eps [B, t], residual) of the cross-entropy the learner's loss is,
+    on the real positions (NaN elsewhere)."""
+    call, real = _traced(seen), seen.want.real
+    n, e, res = loss_fit(call.logits[real], call.grads[0][real], seen.want.labels[real])
+    full = torch.full(real.shape, float("nan"), dtype=torch.float64, device=real.device)
+    big_n, eps = full.clone(), full.clone()
+    big_n[real], eps[real] = n, e
+    return big_n, eps, float(res.max())
+
+
+def _not_cross_entropy(seen):
+    _, _, res = _fit_loss(seen)
+    if res > 1e-3:
+        return TRAIN_NOT_CROSS_ENTROPY, (
+            f"{seen.where()}, the gradient at the logits "
+            "departs from softmax minus the one-hot by "
+            f"{res:.2g} (relative)."
+        )
+    return None
+
+
+def _wrong_smoothing(seen):
+    _, eps, _ = _fit_loss(seen)
+    got, want = float(eps.nanmedian()), seen.case.eps
+    if abs(got - want) > 2e-3:
+        return TRAIN_SMOOTHING, (
+            f"{seen.where()}, your loss's label smoothing "
+            f"measures {got:.3g}; label_smoothing={want}."
+        )
+    return None
+
+
+def _wrong_normaliser(seen):
+    big_n, _, _ = _fit_loss(seen)
+    real = seen.want.real
+    count, got = int(real.sum()), big_n[real]
+    if torch.allclose(got, torch.full_like(got, float(count)), rtol=2e-3):
+        return None
+    where, b = seen.where(), real.size(0)
+    if torch.allclose(got, torch.ones_like(got), rtol=2e-3):
+        return TRAIN_LOSS_SUMMED, f"{where}, your loss divides by 1, not {count}."
+    if torch.allclose(got, torch.full_like(got, float(real.numel())), rtol=2e-3):
+        return TRAIN_PADDING_IN_MEAN, (
+            f"{where}, your loss divides by {real.numel()} "
+            f"positions, not the {count} real tokens."
+        )
+    per_row = (b * real.sum(1, keepdim=True)).double().expand_as(big_n)[real]
+    if torch.allclose(got, per_row, rtol=2e-3):
+        return TRAIN_PER_SEQUENCE, (
+            f"{where}, each row's tokens are divided by {b} × that row's length."
+        )
+    if torch.allclose(got, got.mean().expand_as(got), rtol=2e-3):
+        n = float(got.mean())
+        return TRAIN_LOSS_SCALE, (
+            f"{where}, your loss is the token sum divided by "
+            f"{n:.4g}, expected {count} (real tokens): "
+            f"{count / n:.4g} × the mean."
+        )
+    return TRAIN_LOSS_SCALE, (
+        f"{where}, your loss weights tokens unequally (divisors "
+        f"from {float(got.min()):.4g} to {float(got.max()):.4g}; "
+        f"expected {count} for every real token)."
+    )
+
+
+def _step_count(seen):
+    n = len(seen.events("step"))
+    if n != 1:
+        return TRAIN_STEPS, f"{seen.where()}, optimizer.step() ran {n} times."
+    return None
+
+
+def _order(seen):
+    return [event for event, _ in seen.log if event in ("step", "sched")]
+
+
+def _scheduler_calls(seen):
+    order = _order(seen)
+    if order == ["step", "sched"]:
+        return None
+    if "sched" not in order:
+        return SCHEDULER_NOT_STEPPED, f"{seen.where()}, scheduler.step() never ran."
+    if order == ["sched", "step"]:
+        lr = seen.events("step")[0].lr
+        return SCHEDULER_BEFORE_OPTIMIZER, (
+            f"{seen.where()}, scheduler.step() ran "
+            f"before optimizer.step(), which then used "
+            f"lr {lr:g} instead of {seen.lr:g}."
+        )
+    return TRAIN_SCHEDULER_COUNT, (
+        f"{seen.where()}, the calls were {', '.join(order)} (step = optimizer.step())."
+    )
+
+
+def _clipping_of(seen, got):
+    """The gradient at the step is this batch's times alpha: was it clipped right?"""
+    want, m = seen.want, seen.case.max_norm
+    alpha, expect = float(got.norm()) / want.norm, min(1.0, m / (want.norm + 1e-6))
+    if close(alpha, expect):
+        return None
+    where = (
+        f"{seen.where()}, the gradient at optimizer.step() had norm {got.norm():.4g}"
+    )
+    if alpha > 1.0 + 2e-3:
+        return TRAIN_GRAD_SCALED, (
+            f"{where}: {alpha:.4g} × the gradient of this "
+            f"batch's loss (norm {want.norm:.4g})."
+        )
+    if close(alpha, 1.0):
+        return _why_unclipped(seen, where)
+    norm_type = _clipped_norm_type(got, m)
+    if norm_type is not None and norm_type != "L2":
+        return TRAIN_CLIP_NORM_TYPE, (
+            f"{where}: its {norm_type} norm is {_norms(got)[norm_type]:.4g} = "
+            f"max_norm={m:g}, its L2 norm {got.norm():.4g}: you clipped the "
+            f"{norm_type} norm (norm_type={_NORM_TYPES[norm_type]})."
+        )
+    return TRAIN_CLIP_NORM, (
+        f"{where}: you clipped to total norm {got.norm():.4g}; "
+        f"with max_norm={m:g} and a norm of {want.norm:.4g} "
+        f"before clipping it should be {min(want.norm, m):.4g}."
+    )
+
+
+_NORM_TYPES = {"L1": "1", "L2": "2", "max (L-inf)": "inf"}
+
+
+def _norms(grad) -> dict:
+    """The flat gradient's norms, by the names of _NORM_TYPES."""
+    return {
+        "L1": float(grad.abs().sum()),
+        "L2": float(grad.norm()),
+        "max (L-inf)": float(grad.abs().max()),
+    }
+
+
+def _clipped_norm_type(grad, max_norm) -> str | None:
+    """Which norm of the clipped gradient (flat) equals max_norm: the norm_type
+    clip_grad_norm_ used; None when none does."""
+    return next(
+        (
+            name
+            for name, value in _norms(grad).items()
+            if close(value, max_norm, rel=1e-3)
+        ),
+        None,
+    )
+
+
+def _returned_number(seen, i):
+    """``float`` of the learner's i-th returned value, or None when it has none."""
+    try:
+        return float(seen.out[i])
+    except Exception:  # noqa: BLE001
+        return None  # not a pair, or not a number: later stages report it
+
+
+def _why_unclipped(seen, where):
+    m, norm = seen.case.max_norm, _returned_number(seen, 1)
+    end = clipped(seen.want.grad, m)
+    detail = f"{where}, above max_norm={m:g}: not clipped"
+    if torch.allclose(seen.end, end, rtol=1e-3, atol=1e-9):
+        return CLIP_AFTER_STEP, f"{detail} before the step, but after it."
+    before = (float(seen.left.norm()), 0.0)
+    if norm is not None and any(close(norm, b, abs_=1e-6) for b in before):
+        return CLIP_BEFORE_BACKWARD, (
+            f"{detail}; the norm you returned, {norm:.4g}, "
+            "is that of the gradients before backward."
+        )
+    return TRAIN_NOT_CLIPPED, f"{detail}."
+
+
+def _gradient_at_step(seen):
+    got, want = seen.events("step")[0].grad, seen.want
+    if float(got.norm()) <= 1e-12:
+        return TRAIN_ZEROED_BEFORE_STEP, (
+            f"{seen.where()}, every gradient was 0 at optimizer.step()."
+        )
+    alpha, beta, res = mix_fit(got, want.grad, seen.left)
+    if res < 1e-3 and abs(beta) * float(seen.left.norm()) > 1e-3 * float(got.norm()):
+        return GRADIENTS_NEVER_ZEROED, (
+            f"{seen.where()}, the gradient at optimizer.step() was {alpha:.3g} × this "
+            f"batch's + {beta:.3g} × the gradient left from the update before."
+        )
+    if res < 1e-3:
+        return _clipping_of(seen, got)
+    return _misshapen_gradient(seen, got)
+
+
+def _misshapen_gradient(seen, got):
+    """The gradient at the step points elsewhere than this batch's."""
+    want, where = seen.want.grad, seen.where()
+    scales, worst = per_tensor_scales(got, want, seen.slices)
+    if worst < 1e-3:
+        return TRAIN_CLIP_PER_TENSOR, (
+            f"{where}, each parameter's gradient was scaled "
+            f"by its own factor (from {min(scales):.3g} to "
+            f"{max(scales):.3g})."
+        )
+    c = float(got.abs().max())
+    if torch.allclose(got, want.clamp(-c, c), rtol=1e-3, atol=1e-7):
+        return TRAIN_CLIP_BY_VALUE, (
+            f"{where}, every gradient element was clamped to ±{c:.3g}."
+        )
+    cos = float(got @ want) / float(got.norm() * want.norm())
+    fail(
+        "train_step",
+        f"{where}, the gradient at optimizer.step() is not a multiple "
+        f"of this batch's (cosine {cos:.4f}, norm {got.norm():.4g} vs "
+        f"{want.norm():.4g}). It {UNEXPLAINED}. {_DUTIES}",
+        S_CLIP,
+    )
+
+
+def _weights_moved(seen):
+    call = seen.events("step")[0]
+    expect = seen.before - call.lr * call.grad
+    if not torch.allclose(seen.after, expect, rtol=1e-4, atol=1e-7):
+        diff = float((seen.after - expect).abs().max())
+        return TRAIN_WEIGHTS_MOVED, (
+            f"{seen.where()}, the weights differ by up to "
+            f"{diff:.3g} from one SGD step with the gradient "
+            "optimizer.step() saw."
+        )
+    return None
+
+
+def _returned_pair(seen):
+    out = seen.out
+    if not (isinstance(out, (tuple, list)) and len(out) == 2):
+        fail(
+            "train_step",
+            f"{seen.where()}: must return (loss, grad_norm), got "
+            f"{type(out).__name__}. {_DUTIES}",
+            S_CLIP,
+        )
+    kinds = [type(x).__name__ for x in out]
+    # A Python (or NumPy) number, as .item() or float() gives; not a tensor.
+    if not all(isinstance(x, numbers.Real) and not isinstance(x, bool) for x in out):
+        return TRAIN_RETURNS_TENSORS, (
+            f"{seen.where()}, yours returned ({', '.join(kinds)})."
+        )
+    return None
+
+
+def _returned_loss(seen):
+    got, want = seen.out[0], seen.want.loss
+    if close(got, want, rel=1e-4, abs_=1e-6):
+        return None
+    after = seen.loss_after()
+    detail = (
+        f"{seen.where()}, you returned loss {got:.6g}; the batch's loss is {want:.6g}"
+    )
+    if close(got, seen.want.norm, rel=1e-4) and close(seen.out[1], want, rel=1e-4):
+        return TRAIN_RETURN_ORDER, f"{detail}: you returned (grad_norm, loss)."
+    if close(got, after, rel=1e-4, abs_=1e-6):
+        return TRAIN_RETURNED_LOSS, (
+            f"{detail}, and {after:.6g} after the update: yours."
+        )
+    return TRAIN_RETURNED_LOSS, f"{detail} ({got / want:.4g} × it)."
+
+
+def _returned_norm(seen):
+    got, want = seen.out[1], seen.want.norm
+    if close(got, want, rel=1e-4, abs_=1e-6):
+        return None
+    clip = float(seen.events("step")[0].grad.norm())
+    detail = (
+        f"{seen.where()}, you returned grad_norm {got:.6g}; the norm before "
+        f"clipping was {want:.6g}"
+    )
+    if close(got, clip, rel=1e-4, abs_=1e-6):
+        return TRAIN_NORM_AFTER_CLIP, f"{detail}, after clipping {clip:.6g}."
+    other = next(
+        (
+            name
+            for name, value in _norms(seen.want.grad).items()
+            if name != "L2" and close(got, value, rel=1e-4, abs_=1e-6)
+        ),
+        None,
+    )
+    if other is not None:
+        return TRAIN_WRONG_NORM, f"{detail}: yours is its {other} norm."
+    return TRAIN_WRONG_NORM, f"{detail} (yours is {got / want:.4g} × it)."
+
+
+# The stages of a step in the order it runs them; the first that departs is reported.
+# The mode comes last: with the check's dropout-free model it changes no number the
+# other stages measure, so any of their findings is the mistake to fix first.
+STEP_STAGES = (
+    _step_not_called,
+    _no_gradient,
+    _backward_twice,
+    _wrong_decoder_input,
+    _wrong_labels,
+    _padding_positions,
+    _not_cross_entropy,
+    _wrong_smoothing,
+    _wrong_normaliser,
+    _step_count,
+    _gradient_at_step,
+    _weights_moved,
+    _scheduler_calls,
+    _returned_pair,
+    _returned_loss,
+    _returned_norm,
+    _ran_in_eval_mode,
+)
+
+
+@single_threaded
+def check_train_step(step_fn) -> None:
+    """``step_fn(model, src, tgt, optimizer, scheduler, max_norm, pad_id,
+    label_smoothing) -> (loss, grad_norm)`` as floats, the norm being the gradients'
+    total norm before clipping. Every update of every case is recorded first; then
+    each stage, in the order a step runs, is judged on all of them."""
+    __tracebackhide__ = True
+    title = "train_step"
+    model, twin, start = build_models(0)
+    seen = [
+        one
+        for case in _STEP_CASES
+        for one in observe(title, step_fn, case, model, twin, start)
+    ]
+    for stage in STEP_STAGES:
+        for one in seen:
+            found = stage(one)
+            if found is not None:
+                found[0].fail(title, found[1])
+    passed(
+        title,
+        f"{len(seen)} updates in {len(_STEP_CASES)} cases: train mode, "
+        "zeroed, shifted, loss over the real tokens, clipped, one step each",
+    )
+
+
+@single_threaded
+def check_train_step_by_hand(step_fn) -> None:
+    """Hidden test: the learner's step, not the reference's train_step (calling the
+    model is fine)."""
+    __tracebackhide__ = True
+    model = small_model(0)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    sched = LambdaLR(opt, lambda s: 1.0)
+    src, tgt = tokens(2, 5, seed=1), tokens(2, 6, seed=2)
+    check_not_delegated(
+        "train_step",
+        lambda: step_fn(model, src, tgt, opt, sched, 1.0, 0, 0.0),
+        forbidden=["tformer_ref.train_step", "tformer_ref.fit"],
+    )
+
+
+seal(__name__)

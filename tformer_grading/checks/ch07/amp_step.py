@@ -1,0 +1,988 @@
+"""Checks for exercise ``amp_step`` of chapter 7 (book/ch07_scale):
+``amp_step(model, batch, loss_fn, optimizer, scaler, max_norm) -> loss``, one
+mixed-precision training step (autocast, GradScaler, unscale_, clip) returning the
+unscaled loss.
+
+The check first runs the learner's step on a probe whose optimizer, GradScaler and
+loss_fn write down what the step did (the calls, in order; the gradient right after the
+backward; the gradient and learning rate the optimizer step used) and measures it stage
+by stage against what the step must do: the first stage that departs is reported with
+the measured quantity (the factor the backward scaled by, the gradient norm the
+optimizer stepped with, the scale after an overflow, ...). Then the parameters it ends
+with on several cases are compared with the reference's; the known wrong variants (each
+the private function just above its ``Pitfall``) name what reproduces the learner's
+parameters.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+import torch
+from torch.nn.utils import clip_grad_norm_
+
+from tformer_ref.device import get_device
+from tformer_ref.toy_lm import lm_loss_sum, make_token_data
+
+from ...guard.integrity import seal
+from ..delegation import check_not_delegated
+from ..diagnosis import (
+    UNEXPLAINED,
+    Case,
+    Diagnosis,
+    Pitfall,
+    Raised,
+    compare_to_reference,
+    fail,
+    run,
+    single_threaded,
+    verify_integrity,
+)
+from .sections import S_AMP, S_SCALER
+from .step_probe import (
+    PAD,
+    Tape,
+    TapedSGD,
+    fit,
+    flat_state,
+    grad_vector,
+    shortcuts,
+    toy_model,
+)
+
+# ------------------------------------------------------------- one mixed-precision step
+
+
+def _amp_dtype(device_type):
+    return torch.float16 if device_type == "cuda" else torch.bfloat16
+
+
+def autocast_loss(model, batch, loss_fn):
+    """The forward under autocast, in the course's dtype for the model's device."""
+    device_type = next(model.parameters()).device.type
+    with torch.amp.autocast(device_type, dtype=_amp_dtype(device_type)):
+        return loss_fn(model, batch)
+
+
+def amp_reference(model, batch, loss_fn, optimizer, scaler, max_norm):
+    optimizer.zero_grad()
+    loss = autocast_loss(model, batch, loss_fn)
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)  # true-sized gradients: now max_norm means what it says
+    clip_grad_norm_(model.parameters(), max_norm)
+    scaler.step(optimizer)  # skipped when a gradient is inf/NaN
+    scaler.update()
+    return loss.detach()
+
+
+def _amp_clip_scaled_gradients(model, batch, loss_fn, optimizer, scaler, max_norm):
+    optimizer.zero_grad()
+    loss = autocast_loss(model, batch, loss_fn)
+    scaler.scale(loss).backward()
+    clip_grad_norm_(model.parameters(), max_norm)
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.detach()
+
+
+CLIPPED_SCALED = Pitfall(
+    "clipping before unscale_",
+    "You clip while the gradients are still multiplied by the scaler's scale (e.g. "
+    "1024), so they are clipped at max_norm / scale and the update is far too small. "
+    "Call scaler.unscale_(optimizer) first, then clip, then scaler.step(optimizer).",
+    S_SCALER,
+    _amp_clip_scaled_gradients,
+)
+
+
+def _amp_clip_then_unscale(model, batch, loss_fn, optimizer, scaler, max_norm):
+    optimizer.zero_grad()
+    loss = autocast_loss(model, batch, loss_fn)
+    scaler.scale(loss).backward()
+    clip_grad_norm_(model.parameters(), max_norm)
+    scaler.unscale_(optimizer)
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.detach()
+
+
+CLIPPED_THEN_UNSCALED = Pitfall(
+    "clipping before unscale_",
+    "You clip before scaler.unscale_(optimizer), while the gradients are still "
+    "multiplied by the scale: they are clipped at max_norm / scale. Unscale first, "
+    "then clip.",
+    S_SCALER,
+    _amp_clip_then_unscale,
+)
+
+
+def _amp_no_clipping(model, batch, loss_fn, optimizer, scaler, max_norm):
+    optimizer.zero_grad()
+    loss = autocast_loss(model, batch, loss_fn)
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.detach()
+
+
+NOT_CLIPPED = Pitfall(
+    "gradients not clipped",
+    "The gradient norm is never clipped to max_norm: after scaler.unscale_(optimizer), "
+    "call torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm).",
+    S_SCALER,
+    _amp_no_clipping,
+)
+
+
+def _amp_optimizer_step(model, batch, loss_fn, optimizer, scaler, max_norm):
+    optimizer.zero_grad()
+    loss = autocast_loss(model, batch, loss_fn)
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)
+    clip_grad_norm_(model.parameters(), max_norm)
+    optimizer.step()
+    scaler.update()
+    return loss.detach()
+
+
+OPTIMIZER_STEP = Pitfall(
+    "optimizer.step() instead of scaler.step(optimizer)",
+    "optimizer.step() steps even when the gradients overflowed to inf/NaN, and the "
+    "parameters become NaN. scaler.step(optimizer) checks for inf/NaN and skips that "
+    "step.",
+    S_SCALER,
+    _amp_optimizer_step,
+)
+
+
+def _amp_optimizer_step_on_scaled(model, batch, loss_fn, optimizer, scaler, max_norm):
+    optimizer.zero_grad()
+    loss = autocast_loss(model, batch, loss_fn)
+    scaler.scale(loss).backward()
+    optimizer.step()
+    scaler.update()  # no inf check was recorded: GradScaler raises
+    return loss.detach()
+
+
+OPTIMIZER_STEP_SCALED = Pitfall(
+    "optimizer.step() instead of scaler.step(optimizer)",
+    "optimizer.step() on gradients that were never unscaled steps with gradients "
+    "multiplied by the scale, and it does not skip overflowed steps. Use "
+    "scaler.unscale_, clip, scaler.step(optimizer).",
+    S_SCALER,
+    _amp_optimizer_step_on_scaled,
+)
+
+
+def _amp_no_update(model, batch, loss_fn, optimizer, scaler, max_norm):
+    optimizer.zero_grad()
+    loss = autocast_loss(model, batch, loss_fn)
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)
+    clip_grad_norm_(model.parameters(), max_norm)
+    scaler.step(optimizer)
+    return loss.detach()
+
+
+NO_UPDATE = Pitfall(
+    "scaler.update() missing",
+    "Without scaler.update() the scale never changes: after an overflow it must be "
+    "lowered (and it grows back after a run of good steps). Call scaler.update() after "
+    "scaler.step(optimizer).",
+    S_SCALER,
+    _amp_no_update,
+)
+
+
+def _amp_unscaled_backward(model, batch, loss_fn, optimizer, scaler, max_norm):
+    optimizer.zero_grad()
+    loss = autocast_loss(model, batch, loss_fn)
+    loss.backward()
+    scaler.unscale_(optimizer)
+    clip_grad_norm_(model.parameters(), max_norm)
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.detach()
+
+
+LOSS_NOT_SCALED = Pitfall(
+    "loss not scaled",
+    "You call loss.backward() instead of scaler.scale(loss).backward(): unscale_ then "
+    "divides unscaled gradients by the scale, and in float16 the small ones would have "
+    "underflowed anyway.",
+    S_SCALER,
+    _amp_unscaled_backward,
+)
+
+
+def _amp_no_zero_grad(model, batch, loss_fn, optimizer, scaler, max_norm):
+    loss = autocast_loss(model, batch, loss_fn)
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)
+    clip_grad_norm_(model.parameters(), max_norm)
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.detach()
+
+
+AMP_NOT_ZEROED = Pitfall(
+    "zero_grad missing",
+    "The gradients are never zeroed, so every step adds the earlier steps' gradients. "
+    "Call optimizer.zero_grad() at the start of each step.",
+    S_SCALER,
+    _amp_no_zero_grad,
+)
+
+AMP_PITFALLS = (
+    CLIPPED_SCALED,
+    CLIPPED_THEN_UNSCALED,
+    NOT_CLIPPED,
+    OPTIMIZER_STEP,
+    OPTIMIZER_STEP_SCALED,
+    NO_UPDATE,
+    LOSS_NOT_SCALED,
+    AMP_NOT_ZEROED,
+)
+
+# Seen from behaviour (the autocast state inside loss_fn), before any comparison.
+NO_AUTOCAST = Diagnosis(
+    "forward not under autocast",
+    "Wrap the forward in torch.amp.autocast(device_type, dtype=...). The seed's "
+    "torch.cuda.amp.autocast is deprecated and does nothing for a CPU model.",
+    S_AMP,
+)
+WRONG_AUTOCAST_DTYPE = Diagnosis(
+    "wrong autocast dtype",
+    "The course uses bfloat16 on a CPU (float32's range, no scaler needed) and float16 "
+    "with a GradScaler on CUDA.",
+    S_AMP,
+)
+
+
+class _Recorder:
+    """The check's loss_fn: mean token loss, recording the autocast state of each call
+    ((enabled on the model's device, dtype, the device types where it was enabled)) and
+    the loss it returned. With ``overflow`` the first call returns an infinite loss (as
+    an fp16 overflow would)."""
+
+    def __init__(self, overflow: bool, tape: Tape | None = None):
+        self.overflow, self.calls, self.states, self.values = overflow, 0, [], []
+        self.tape = tape
+
+    def __call__(self, model, batch):
+        device_type = next(model.parameters()).device.type
+        enabled = torch.is_autocast_enabled(device_type)
+        dtype = torch.get_autocast_dtype(device_type) if enabled else None
+        elsewhere = tuple(d for d in ("cpu", "cuda") if torch.is_autocast_enabled(d))
+        self.states.append((enabled, dtype, elsewhere))
+        if self.tape is not None:
+            self.tape.events.append("loss_fn")
+        loss_sum, n = lm_loss_sum(model, batch, PAD)
+        loss = loss_sum / n
+        self.calls += 1
+        if self.overflow and self.calls == 1:
+            loss = loss * float("inf")
+        self.values.append(float(loss.detach()))
+        return loss
+
+
+def _amp_case(seed, overflow, max_norm):
+    def make():
+        device = get_device()
+        model = toy_model(torch.float32, seed=seed)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.2)
+        scaler = torch.amp.GradScaler(device.type, init_scale=2.0**10)
+        scaler.scale(torch.ones((), device=device))  # a first step creates the scale
+        batches = [
+            make_token_data(6, 10, vocab=12, pad_id=PAD, min_len=3, seed=seed + s).to(
+                device
+            )
+            for s in range(2)
+        ]
+        return model, batches, optimizer, scaler, max_norm, _Recorder(overflow)
+
+    return make
+
+
+def _amp_cases():
+    return [
+        Case("two steps, gradients clipped at 0.05", _amp_case(1, False, 0.05)),
+        Case("an overflowing step, then a normal one", _amp_case(2, True, 0.05)),
+        Case("two steps, max_norm 1e6 (no clipping needed)", _amp_case(3, False, 1e6)),
+    ]
+
+
+def _simulate_amp(fn):
+    def simulate(model, batches, optimizer, scaler, max_norm, loss_fn):
+        for batch in batches:
+            fn(model, batch, loss_fn, optimizer, scaler, max_norm)
+        return flat_state(model, math.log2(scaler.get_scale()))
+
+    return simulate
+
+
+# ------------------------------------------------------- amp: the stages, measured
+
+
+class _TapedScaler(torch.amp.GradScaler):
+    """GradScaler that writes the learner's scale, unscale_, step and update calls on
+    ``tape`` (calls made inside scaler.step are marked "by scaler.step")."""
+
+    def __init__(self, device_type: str, tape: Tape, init_scale: float):
+        self.tape = None
+        super().__init__(device_type, init_scale=init_scale)
+        self.tape = tape
+
+    def _write(self, name: str) -> None:
+        if self.tape is not None:
+            by = " by scaler.step" if self.tape.in_scaler_step else ""
+            self.tape.events.append(name + by)
+
+    def scale(self, outputs):
+        self._write("scaler.scale")
+        return super().scale(outputs)
+
+    def unscale_(self, optimizer):
+        self._write("scaler.unscale_")
+        if self.tape is not None:
+            params = [p for group in optimizer.param_groups for p in group["params"]]
+            self.tape.at_unscale.append(grad_vector(params))
+        return super().unscale_(optimizer)
+
+    def step(self, optimizer, *args, **kwargs):
+        self._write("scaler.step")
+        if self.tape is None:
+            return super().step(optimizer, *args, **kwargs)
+        self.tape.in_scaler_step = True
+        try:
+            return super().step(optimizer, *args, **kwargs)
+        finally:
+            self.tape.in_scaler_step = False
+
+    def update(self, new_scale=None):
+        self._write("scaler.update")
+        return super().update(new_scale)
+
+
+def _write_grad(tape: Tape, index: int, param: torch.Tensor) -> None:
+    """A post-accumulate-grad hook: parameter ``index``'s gradient after a backward."""
+    tape.after_backward[index] = param.grad.detach().double().cpu().flatten().clone()
+    if index == 0:  # the embedding is the last to get its gradient: a backward ended
+        tape.events.append("backward")
+
+
+def _true_gradient(model, batch, scale: float) -> torch.Tensor:
+    """The gradient [P] of the mean token loss under the course's autocast, through a
+    backward scaled by ``scale`` and divided by it again (as GradScaler does), on a
+    copy of ``model``."""
+    twin = toy_model(torch.float32)
+    twin.load_state_dict(model.state_dict())
+    loss_sum, n = autocast_loss(twin, batch, lambda m, b: lm_loss_sum(m, b, PAD))
+    (loss_sum / n * scale).backward()
+    return grad_vector(twin.parameters()) / scale
+
+
+@dataclass
+class _AmpCall:
+    """One call of the learner's amp_step in the probe: its events; the scaler's scale
+    before and after; the true gradient [P] of the step's loss (unscaled, unclipped);
+    the gradient the parameters held on entry [P]; the gradient right after the
+    backward [P] (None when no backward reached the parameters); the gradients
+    scaler.unscale_ found [P]; the optimizer steps
+    (lr, gradient [P]); the parameters before and after [P]; what it returned and the
+    loss loss_fn returned; the gradient [P] the parameters held when it ended."""
+
+    index: int
+    events: list
+    scale: float
+    scale_after: float
+    true: torch.Tensor
+    leftover: torch.Tensor
+    after_backward: torch.Tensor | None
+    at_unscale: list
+    steps: list
+    before: torch.Tensor
+    after: torch.Tensor
+    returned: object
+    loss: float | None
+    max_norm: float
+    sizes: tuple
+    at_exit: torch.Tensor
+
+
+def _amp_probe_setup(overflow: bool, seed: int):
+    tape, device = Tape(), get_device()
+    model = toy_model(torch.float32, seed=seed)
+    for index, param in enumerate(model.parameters()):
+        param.register_post_accumulate_grad_hook(
+            functools.partial(_write_grad, tape, index)
+        )
+    optimizer = TapedSGD(model.parameters(), tape, lr=0.2)
+    scaler = _TapedScaler(device.type, tape, init_scale=2.0**10)
+    scaler.scale(torch.ones((), device=device))  # a first step creates the scale
+    batches = [
+        make_token_data(6, 10, vocab=12, pad_id=PAD, min_len=3, seed=seed + s).to(
+            device
+        )
+        for s in range(2)
+    ]
+    return tape, model, optimizer, scaler, batches, _Recorder(overflow, tape)
+
+
+def _run_amp_probe(title, amp_step, overflow: bool, max_norm: float = 0.05):
+    """Two calls of ``amp_step``: (a list of :class:`_AmpCall`, the loss_fn
+    recorder)."""
+    __tracebackhide__ = True
+    tape, model, optimizer, scaler, batches, loss_fn = _amp_probe_setup(overflow, 1)
+    sizes = tuple(p.numel() for p in model.parameters())
+    calls = []
+    for index, batch in enumerate(batches):
+        scale = scaler.get_scale()
+        true = _true_gradient(model, batch, scale)
+        leftover, before = grad_vector(model.parameters()), flat_state(model)
+        start, first_step, losses = len(tape.events), len(tape.steps), loss_fn.calls
+        tape.after_backward.clear()
+        tape.at_unscale.clear()
+        out = run(amp_step, (model, batch, loss_fn, optimizer, scaler, max_norm))
+        grads = tape.after_backward
+        after_backward = (
+            torch.cat(
+                [
+                    grads.get(i, torch.zeros(n, dtype=torch.float64))
+                    for i, n in enumerate(sizes)
+                ]
+            )
+            if grads
+            else None
+        )
+        loss = loss_fn.values[-1] if loss_fn.calls > losses else None
+        calls.append(
+            _AmpCall(
+                index,
+                tape.since(start),
+                scale,
+                scaler.get_scale(),
+                true,
+                leftover,
+                after_backward,
+                list(tape.at_unscale),
+                tape.steps[first_step:],
+                before,
+                flat_state(model),
+                out,
+                loss,
+                max_norm,
+                sizes,
+                grad_vector(model.parameters()),
+            )
+        )
+        if isinstance(out, Raised):
+            break  # what the step did before it raised is still measured
+    return calls, loss_fn
+
+
+def _report_raised(title, call: _AmpCall, overflow: bool) -> None:
+    """The learner's step raised: say so, after the stages it got through."""
+    __tracebackhide__ = True
+    if call.after_backward is not None and not overflow:
+        _stage_backward(title, call)
+        if call.steps:
+            _stage_step_gradient(title, call, lambda: math.nan)
+    if call.events.count("scaler.update") > 1:
+        UPDATE_COUNT.fail(
+            title,
+            f"In step {call.index + 1} scaler.update() ran "
+            f"{call.events.count('scaler.update')} times.",
+        )
+    what = (
+        "an overflowing step"
+        if overflow and call.index == 0
+        else f"step {call.index + 1}"
+    )
+    fail(
+        title,
+        f"your code raised {call.returned!r} while the check ran {what} "
+        f"(max_norm {call.max_norm:g}); your calls were "
+        f"{_calls_text(call.events)}.",
+        S_SCALER,
+    )
+
+
+def _stage_autocast(title, loss_fn: _Recorder) -> None:
+    __tracebackhide__ = True
+    if not loss_fn.states:
+        fail(title, "your step never called loss_fn(model, batch).", S_AMP)
+    enabled, dtype, elsewhere = loss_fn.states[0]
+    device_type = get_device().type
+    want = _amp_dtype(device_type)
+    if not enabled:
+        other = (
+            f" It ran under {elsewhere[0]} autocast, which does nothing for a "
+            f"model on {device_type}."
+            if elsewhere
+            else ""
+        )
+        NO_AUTOCAST.fail(
+            title,
+            f"loss_fn ran without {device_type} autocast; here "
+            f"that is torch.amp.autocast('{device_type}', "
+            f"dtype={want}).{other}",
+        )
+    if dtype != want:
+        WRONG_AUTOCAST_DTYPE.fail(
+            title, f"The forward ran under autocast in {dtype}, not {want}."
+        )
+
+
+def _rel_close(a: float, b: float, rel: float = 1e-3) -> bool:
+    return abs(a - b) <= rel * max(abs(a), abs(b), 1e-30)
+
+
+NO_BACKWARD = Diagnosis(
+    "no backward",
+    "No gradient reached the parameters: call scaler.scale(loss).backward().",
+    S_SCALER,
+)
+BACKWARD_SCALE = Diagnosis(
+    "backward not scaled by the scaler's scale",
+    "The backward must run on scaler.scale(loss), with the scaler amp_step was given "
+    "(not a new GradScaler): the loss times that scaler's current scale, once. "
+    "scaler.unscale_ divides by exactly that scale.",
+    S_SCALER,
+)
+
+
+def _stage_backward(title, call: _AmpCall) -> None:
+    """Right after the backward the gradient must be scale × the loss's gradient."""
+    __tracebackhide__ = True
+    if call.after_backward is None:
+        NO_BACKWARD.fail(
+            title, f"In step {call.index + 1} no parameter got a gradient."
+        )
+    if not call.after_backward.isfinite().all():
+        return  # only after an overflow: that step is measured by _stage_overflow
+    # An overflow leaves inf in .grad: not a column to fit (the step must zero it).
+    left = call.leftover.any() and call.leftover.isfinite().all()
+    columns = [call.true] + ([call.leftover] if left else [])
+    weights, residual = fit(call.after_backward, columns)
+    if residual > 1e-3:
+        _amp_unexplained(
+            title,
+            call,
+            "right after your backward the gradients are "
+            "not a multiple of the loss's (residual "
+            f"{residual:.2g})",
+        )
+    if len(weights) > 1 and abs(weights[1]) > 1e-3:
+        seen = (
+            f"In step {call.index + 1} the gradient after your backward still held "
+            f"{weights[1]:.4g} × step {call.index}'s gradient."
+        )
+        kept_all = _rel_close(weights[1], 1.0)
+        (AMP_NOT_ZEROED if kept_all else AMP_LEFTOVER).fail(title, seen)
+    b, s = weights[0], call.scale
+    if _rel_close(b, s):
+        return
+    seen = (
+        f"In step {call.index + 1} the gradients right after your backward were "
+        f"{b:.6g} × the loss's gradient; the scaler's scale was {s:g}."
+    )
+    if _rel_close(b, 1.0):
+        LOSS_NOT_SCALED.fail(title, seen)
+    BACKWARD_SCALE.fail(title, seen)
+
+
+AMP_LEFTOVER = Diagnosis(
+    "previous step's gradient kept",
+    "Part of the previous step's gradient is still in .grad when this step's backward "
+    "runs: call optimizer.zero_grad() at the start of each step.",
+    S_SCALER,
+)
+AMP_STEP_COUNT = Diagnosis(
+    "optimizer steps per amp_step",
+    "One amp_step makes exactly one optimizer step, through scaler.step(optimizer) "
+    "(which calls optimizer.step() itself unless the gradients overflowed): do not "
+    "call optimizer.step() as well.",
+    S_SCALER,
+)
+
+
+def _stage_step_count(title, call: _AmpCall) -> None:
+    __tracebackhide__ = True
+    steps = len(call.steps)
+    if steps != 1:
+        AMP_STEP_COUNT.fail(
+            title,
+            f"In step {call.index + 1} (no overflow) "
+            f"optimizer.step() ran {steps} times; the calls "
+            f"were {_calls_text(call.events)}.",
+        )
+
+
+def _calls_text(events) -> str:
+    return " → ".join(e for e in events if e != "loss_fn") or "none"
+
+
+def _clip_coefficient(norm: float, max_norm: float) -> float:
+    """What clip_grad_norm_ multiplies the gradient by."""
+    return min(1.0, max_norm / (norm + 1e-6))
+
+
+STEP_GRADIENT = Diagnosis(
+    "wrong gradient at the optimizer step",
+    "The optimizer must step with the true-sized gradient (unscaled once, by "
+    "scaler.unscale_ or scaler.step) whose norm was clipped to max_norm: "
+    "scaler.scale(loss).backward(), scaler.unscale_(optimizer), "
+    "clip_grad_norm_(model.parameters(), max_norm), scaler.step(optimizer).",
+    S_SCALER,
+)
+UNSCALED_TWICE = Diagnosis(
+    "gradients unscaled twice",
+    "The gradients were divided by the scale twice (an extra division, or unscale_ "
+    "after scaler.update()). GradScaler unscales once: scaler.unscale_(optimizer) "
+    "before clipping, and scaler.step does not unscale again.",
+    S_SCALER,
+)
+
+
+def _stage_step_gradient(title, call: _AmpCall, unclipped) -> None:
+    """The gradient optimizer.step() used: r × the true gradient, r = the clip.
+    ``unclipped()`` measures r again with nothing to clip (run only when needed)."""
+    __tracebackhide__ = True
+    g_step, norm = call.steps[-1][1], float(call.true.norm())
+    weights, residual = fit(g_step, [call.true])
+    if residual > 1e-3:
+        _shape_of_clipping(title, call, g_step)
+    r, s, m = weights[0] + 0.0, call.scale, call.max_norm  # + 0.0: no "-0"
+    want = _clip_coefficient(norm, m)
+    if _rel_close(r, want):
+        return
+    seen = (
+        f"In step {call.index + 1} the optimizer stepped with gradient norm "
+        f"{abs(r) * norm:.4g} ({r:.4g} × the true gradient, whose norm is "
+        f"{norm:.4g}); clipped at max_norm={m:g} it is {want * norm:.4g}. The "
+        f"scale was {s:g}."
+    )
+    _stage_after_step(title, call, seen)
+    if abs(r) < 1e-9:
+        GRADIENT_WIPED.fail(title, seen)
+    if _rel_close(r, 1.0):
+        NOT_CLIPPED.fail(title, seen)
+    if _rel_close(r, s * want) or _rel_close(r, s):
+        direct = "optimizer.step" in call.events
+        (OPTIMIZER_STEP_SCALED if direct else STEP_GRADIENT).fail(
+            title, seen + " The gradients were never unscaled."
+        )
+    if _rel_close(r, want / s) or _rel_close(r, _clip_coefficient(s * norm, m)):
+        _scale_sized_gradient(title, call, seen, unclipped())
+    STEP_GRADIENT.fail(title, seen)
+
+
+CLIPPED_AFTER_STEP = Diagnosis(
+    "clipped after the optimizer step",
+    "The optimizer step uses the gradients as they are when scaler.step(optimizer) "
+    "runs: unscaling or clipping them afterwards changes nothing in this step's "
+    "update. The order is scaler.scale(loss).backward(), scaler.unscale_(optimizer), "
+    "clip_grad_norm_(model.parameters(), max_norm), then scaler.step(optimizer).",
+    S_SCALER,
+)
+
+
+def _changed_after_step(call: _AmpCall) -> list:
+    """What the learner did to the gradients after the optimizer step, as the tape
+    and the gradients show it: unscale_ calls, and a gradient at exit that is neither
+    the stepped one nor zeroed."""
+    events = call.events
+    first = next(
+        (i for i, e in enumerate(events) if e.startswith("optimizer.step")), None
+    )
+    if first is None:
+        return []
+    found = ["a scaler.unscale_ call"] if "scaler.unscale_" in events[first:] else []
+    g_step, g_exit = call.steps[-1][1], call.at_exit
+    if (
+        g_exit.any()
+        and g_exit.isfinite().all()
+        and not torch.allclose(g_exit, g_step, rtol=1e-6, atol=1e-12)
+    ):
+        found.append(
+            f"a change of the gradients (norm {float(g_step.norm()):.4g} at "
+            f"the step, {float(g_exit.norm()):.4g} when your step ended)"
+        )
+    return found
+
+
+def _stage_after_step(title, call: _AmpCall, seen: str) -> None:
+    """The step's gradient is wrong and the learner unscaled or clipped after the
+    step: that placement is the cause, whatever the size."""
+    __tracebackhide__ = True
+    found = _changed_after_step(call)
+    if found:
+        CLIPPED_AFTER_STEP.fail(
+            title,
+            f"{seen} After the optimizer step your code "
+            f"made {' and '.join(found)}; your calls were "
+            f"{_calls_text(call.events)}.",
+        )
+
+
+def _scale_sized_gradient(title, call: _AmpCall, seen: str, free: float) -> None:
+    """The step's gradient is 1/scale too small: clipped while still scaled, or divided
+    by the scale twice. With nothing to clip (``free``: r then) the two differ."""
+    __tracebackhide__ = True
+    s = call.scale
+    seen += f" That is max_norm / scale = {call.max_norm / s:.4g}."
+    without = (
+        f" With max_norm 1e6 (nothing to clip) it stepped with {free:.4g} × "
+        "the true gradient."
+    )
+    if _rel_close(free, 1 / s):
+        UNSCALED_TWICE.fail(title, seen + without)
+    if _rel_close(free, 1.0) and _clipped_before_unscale(call):
+        CLIPPED_SCALED.fail(title, seen)
+    STEP_GRADIENT.fail(title, seen + without)
+
+
+def _ratio_without_clipping(title, amp_step) -> float:
+    """r of the learner's first step when max_norm (1e6) clips nothing; NaN when it
+    cannot be measured."""
+    __tracebackhide__ = True
+    calls, _ = _run_amp_probe(title, amp_step, overflow=False, max_norm=1e6)
+    first = calls[0]
+    if isinstance(first.returned, Raised) or not first.steps:
+        return math.nan
+    return fit(first.steps[-1][1], [first.true])[0][0]
+
+
+GRADIENT_WIPED = Diagnosis(
+    "gradients zeroed before the step",
+    "The optimizer stepped with a zero gradient: the gradients were zeroed (or never "
+    "reached .grad) between the backward and the step. Zero them at the start of the "
+    "step, before the forward.",
+    S_SCALER,
+)
+
+
+def _clipped_before_unscale(call: _AmpCall) -> bool:
+    """The gradients unscale_ found were no longer the ones the backward left."""
+    if not call.at_unscale or call.after_backward is None:
+        return False
+    return not torch.allclose(
+        call.at_unscale[0], call.after_backward, rtol=1e-6, atol=0
+    )
+
+
+PER_TENSOR_CLIP = Diagnosis(
+    "each parameter clipped on its own",
+    "clip_grad_norm_ clips the norm of all the gradients together (one vector of every "
+    "parameter's gradient), so it keeps their direction: call it once on "
+    "model.parameters(), not once per parameter.",
+    S_SCALER,
+)
+VALUE_CLIP = Diagnosis(
+    "gradients clipped by value",
+    "Each gradient element was clamped (clip_grad_value_ or clamp): that changes the "
+    "gradient's direction. The step clips the norm: "
+    "torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm).",
+    S_SCALER,
+)
+
+
+def _shape_of_clipping(title, call: _AmpCall, g_step: torch.Tensor) -> None:
+    """The step's gradient is not a multiple of the true one: measure how it was
+    clipped."""
+    __tracebackhide__ = True
+    m = call.max_norm
+    pieces = zip(call.true.split(list(call.sizes)), g_step.split(list(call.sizes)))
+    if all(
+        torch.allclose(
+            got, g * _clip_coefficient(float(g.norm()), m), rtol=1e-3, atol=1e-9
+        )
+        for g, got in pieces
+    ):
+        PER_TENSOR_CLIP.fail(
+            title,
+            f"In step {call.index + 1} every parameter's own "
+            f"gradient norm was clipped to {m:g}.",
+        )
+    bound = float(g_step.abs().max())
+    if torch.allclose(g_step, call.true.clamp(-bound, bound), rtol=1e-3, atol=1e-9):
+        VALUE_CLIP.fail(
+            title,
+            f"In step {call.index + 1} every gradient element was "
+            f"clamped to ±{bound:.4g} (max_norm={m:g}).",
+        )
+    _amp_unexplained(
+        title,
+        call,
+        "the gradient the optimizer stepped with is not a "
+        "multiple of the true gradient",
+    )
+
+
+def _amp_unexplained(title, call: _AmpCall, what: str) -> None:
+    __tracebackhide__ = True
+    fail(
+        title,
+        f"in step {call.index + 1} (max_norm {call.max_norm:g}, scale "
+        f"{call.scale:g}) {what}; your calls were {_calls_text(call.events)}. "
+        f"It {UNEXPLAINED}; compare your code with the lesson step by step.",
+        S_SCALER,
+    )
+
+
+UPDATE_COUNT = Diagnosis(
+    "scaler.update() calls per step",
+    "Call scaler.update() exactly once per step, after scaler.step(optimizer): it "
+    "halves the scale after an overflow and grows it after a run of good steps.",
+    S_SCALER,
+)
+SCALER_ORDER = Diagnosis(
+    "scaler calls out of order",
+    "The order is scaler.scale(loss).backward(), scaler.unscale_(optimizer), clip, "
+    "scaler.step(optimizer), scaler.update().",
+    S_SCALER,
+)
+
+
+def _stage_update(title, call: _AmpCall) -> None:
+    __tracebackhide__ = True
+    updates = call.events.count("scaler.update")
+    seen = (
+        f"In step {call.index + 1} scaler.update() ran {updates} times; your calls "
+        f"were {_calls_text(call.events)}."
+    )
+    if updates == 0:
+        NO_UPDATE.fail(title, seen)
+    if updates != 1:
+        UPDATE_COUNT.fail(title, seen)
+    mine = [e for e in call.events if e.startswith("scaler.") and "by scaler" not in e]
+    if "scaler.step" in mine and (
+        mine.index("scaler.update") < mine.index("scaler.step")
+    ):
+        SCALER_ORDER.fail(title, seen)
+
+
+RETURNED_LOSS = Diagnosis(
+    "wrong value returned",
+    "amp_step returns the loss loss_fn returned (a tensor or a float), unscaled: not "
+    "scaler.scale(loss), not None.",
+    S_SCALER,
+)
+
+
+def _stage_returned(title, call: _AmpCall) -> None:
+    __tracebackhide__ = True
+    got, want = call.returned, call.loss
+    if want is None:
+        return  # loss_fn not called in this step: the final comparison reports it
+    try:
+        value = float(got.detach() if isinstance(got, torch.Tensor) else got)
+    except (TypeError, ValueError, RuntimeError):
+        RETURNED_LOSS.fail(
+            title,
+            f"Step {call.index + 1} returned "
+            f"{type(got).__name__}, not the loss {want:.6g}.",
+        )
+    if value == want or _rel_close(value, want, 1e-5):
+        return
+    extra = (
+        f", {value / want:.6g} × the loss: the scaled loss"
+        if _rel_close(value / want, call.scale, 1e-5)
+        else ""
+    )
+    RETURNED_LOSS.fail(
+        title,
+        f"Step {call.index + 1} returned {value:.6g}{extra}; "
+        f"loss_fn returned {want:.6g}.",
+    )
+
+
+OVERFLOW_STEPPED = Diagnosis(
+    "overflowing step not skipped",
+    "When the scaled gradients overflow (inf/NaN), the step must be skipped and the "
+    "scale lowered: scaler.step(optimizer) skips it, scaler.update() halves the scale.",
+    S_SCALER,
+)
+
+
+def _stage_overflow(title, call: _AmpCall) -> None:
+    """An overflowing step leaves the parameters alone and halves the scale."""
+    __tracebackhide__ = True
+    moved = int((call.after != call.before).sum())
+    if moved:
+        nan = int((~torch.isfinite(call.after)).sum())
+        seen = (
+            f"The overflowing step changed {moved} parameter values ({nan} are no "
+            f"longer finite); your calls were {_calls_text(call.events)}."
+        )
+        direct = "optimizer.step" in call.events
+        (OPTIMIZER_STEP if direct else OVERFLOW_STEPPED).fail(title, seen)
+    if call.scale_after != call.scale / 2:
+        seen = (
+            f"After the overflowing step the scale was {call.scale_after:g}; "
+            f"expected {call.scale:g} / 2 = {call.scale / 2:g}."
+        )
+        updates = call.events.count("scaler.update")
+        (NO_UPDATE if updates == 0 else OVERFLOW_STEPPED).fail(title, seen)
+
+
+def _diagnose_amp(title, amp_step) -> None:
+    """The stages in the order a step runs them; the first that departs fails."""
+    __tracebackhide__ = True
+    calls, loss_fn = _run_amp_probe(title, amp_step, overflow=False)
+    unclipped = functools.partial(_ratio_without_clipping, title, amp_step)
+    if not loss_fn.states and isinstance(calls[0].returned, Raised):
+        _report_raised(title, calls[0], overflow=False)
+    _stage_autocast(title, loss_fn)
+    for call in calls:
+        if isinstance(call.returned, Raised):
+            _report_raised(title, call, overflow=False)
+        _stage_backward(title, call)
+        _stage_step_count(title, call)
+        _stage_step_gradient(title, call, unclipped)
+        _stage_update(title, call)
+        _stage_returned(title, call)
+    overflow, _ = _run_amp_probe(title, amp_step, overflow=True)
+    if isinstance(overflow[0].returned, Raised):
+        _report_raised(title, overflow[0], overflow=True)
+    _stage_overflow(title, overflow[0])
+    if len(overflow) > 1:  # the step after an overflow backpropagates the new scale
+        _stage_backward(title, overflow[1])
+
+
+@single_threaded
+def check_amp_step(amp_step) -> None:
+    """``amp_step(model, batch, loss_fn, optimizer, scaler, max_norm)``: one
+    mixed-precision training step, returning the (unscaled) loss."""
+    __tracebackhide__ = True
+    title = "amp_step"
+    verify_integrity()
+    _diagnose_amp(title, amp_step)
+    compare_to_reference(
+        title,
+        _amp_cases(),
+        amp_step,
+        amp_reference,
+        AMP_PITFALLS,
+        atol=1e-6,
+        rtol=1e-5,
+        adapt=_simulate_amp,
+    )
+
+
+@single_threaded
+def check_amp_by_hand(amp_step) -> None:
+    """Hidden test: ``amp_step`` does not call the course's training code."""
+    __tracebackhide__ = True
+    model, batches, optimizer, scaler, max_norm, loss_fn = _amp_case(1, False, 0.05)()
+    args = (model, batches[0], loss_fn, optimizer, scaler, max_norm)
+    check_not_delegated(
+        "amp_step", lambda: run(amp_step, args), forbidden_code=shortcuts()
+    )
+
+
+seal(__name__)
