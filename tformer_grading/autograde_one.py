@@ -55,6 +55,7 @@ def _stamp_new_gradebook(db_url: str) -> None:
     would have made (it creates the other tables when it finds this one).
     """
     import sqlite3
+
     import nbgrader
     from alembic.script import ScriptDirectory
 

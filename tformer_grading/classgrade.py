@@ -92,7 +92,8 @@ def _record_assignment(course: Path, assignment: str, db_url: str) -> None:
             if proc.returncode == 0 and known():
                 return
             problem = proc.stdout[-3000:]
-        except Exception as exc:  # another grader adding the same rows at this moment
+        # Another grader may be adding the same rows at this moment.
+        except Exception as exc:  # noqa: BLE001 - any failure is retried
             problem = f"{type(exc).__name__}: {exc}"
         time.sleep(1 + attempt)
     raise GradeError(f"could not record {assignment} in {db_url}:\n{problem}")
@@ -160,7 +161,7 @@ def _tell(on_row, row: dict) -> None:
     """Show a finished row; a progress display that fails never stops the grading."""
     try:
         on_row(row)
-    except Exception:
+    except Exception:  # noqa: BLE001, S110 - a failing display never stops the grading
         pass
 
 
@@ -312,7 +313,7 @@ def grade_class(
     for student, row in table.items():
         try:
             _copy_feedback(course, assignment, student, row, out)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - one learner's page, never the others'
             row["notes"].append(f"feedback page not copied: {_failure(exc)}")
     for problem in write_reports(out, assignment, table, db_url):
         print(f"note: {printable(problem)}", file=sys.stderr)
@@ -365,13 +366,13 @@ def _stage(
         _keep_secret(hand_in.notebook.parent, folder)
         row["notes"] += submission.notes
         return row
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - one learner's failure, never the others'
         reason = str(exc) if isinstance(exc, NotGradable) else _failure(exc)
         row.update(status="not graded", reason=reason)
     try:
         shutil.rmtree(staging / hand_in.id, ignore_errors=True)
         forget_submission(db_url, assignment, hand_in.id)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - cleanup that fails is only a note
         row["notes"].append(f"an earlier grade may remain: {_failure(exc)}")
     return row
 

@@ -111,7 +111,7 @@ def write_grades(path: Path, assignment: str, table: dict, db_url: str) -> None:
             if row["status"] == "graded":
                 try:
                     line.update(_gradebook_columns(gb, assignment, student))
-                except Exception as exc:  # one learner's row, never the others'
+                except Exception as exc:  # noqa: BLE001 - one learner's row only
                     line.update(status="not graded", reason=_unreadable(exc))
             writer.writerow([line[c] for c in GRADE_COLUMNS])
 
@@ -119,16 +119,16 @@ def write_grades(path: Path, assignment: str, table: dict, db_url: str) -> None:
 def _gradebook_columns(gb, assignment: str, student: str) -> dict:
     sub = gb.find_submission(assignment, student)
     penalty = sub.late_submission_penalty or 0.0
-    return dict(
-        timestamp=sub.timestamp or "",
-        last_name=sub.student.last_name or "",
-        first_name=sub.student.first_name or "",
-        email=sub.student.email or "",
-        raw_score=sub.score,
-        late_submission_penalty=penalty,
-        score=max(0.0, sub.score - penalty),
-        max_score=sub.max_score,
-    )
+    return {
+        "timestamp": sub.timestamp or "",
+        "last_name": sub.student.last_name or "",
+        "first_name": sub.student.first_name or "",
+        "email": sub.student.email or "",
+        "raw_score": sub.score,
+        "late_submission_penalty": penalty,
+        "score": max(0.0, sub.score - penalty),
+        "max_score": sub.max_score,
+    }
 
 
 def _unreadable(exc: Exception) -> str:
@@ -234,6 +234,6 @@ def write_reports(out: Path, assignment: str, table: dict, db_url: str) -> list[
     for name, step in steps.items():
         try:
             step()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - one report failing spares the rest
             problems.append(f"{name} not written: {type(exc).__name__}: {exc}")
     return problems

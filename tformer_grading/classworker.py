@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         started = time.perf_counter()
         try:
             row = grade_one(api, settings, student)
-        except Exception as exc:  # one student's failure never stops the others
+        except Exception as exc:  # noqa: BLE001 - one student's failure only
             row = {"status": "not graded", "reason": f"{type(exc).__name__}: {exc}"}
         row.update(
             student=student,

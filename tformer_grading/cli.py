@@ -212,9 +212,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 2
-    except (
-        Exception
-    ) as exc:  # never a raw traceback: say what failed, and where to report
+    # Never a raw traceback: say what failed, and where to report.
+    except Exception as exc:  # noqa: BLE001 - the grader's own bug, reported
         print(
             f"error: the grader failed ({type(exc).__name__}: {printable(str(exc))}). "
             "This is a bug in "

@@ -96,6 +96,7 @@ def run_python(cwd: Path, root: Path | None, *args: str) -> subprocess.Completed
         text=True,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
+        check=False,
     )
 
 

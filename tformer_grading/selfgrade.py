@@ -123,6 +123,7 @@ def _pristine_student_version(
             capture_output=True,
             text=True,
             timeout=30,
+            check=False,
         )
         if text.returncode == 0 and text.stdout.strip():
             copy = scratch / f"pristine-{NOTEBOOK}.ipynb"

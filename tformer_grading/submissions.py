@@ -47,8 +47,8 @@ MAX_LEARNER_ZIP = 100 << 20
 MAX_CLASS_ZIP = 2 << 30
 MAX_ZIP_MEMBERS = 100_000
 # A file time before this is no time at all (a zip's 1980-01-01 default, or 0).
-_NO_TIME = dt.datetime(1981, 1, 1).timestamp()
-_LMS_TAIL = re.compile(rb"_+exercise(?:[-_ ]?\(?\d+\)?)?$", re.I)
+_NO_TIME = dt.datetime(1981, 1, 1).timestamp()  # noqa: DTZ001 - local, as zips keep it
+_LMS_TAIL = re.compile(rb"_+exercise(?:[-_ ]?\(?\d+\)?)?$", re.IGNORECASE)
 
 
 @dataclass
@@ -303,7 +303,8 @@ def _zip_time(info: zipfile.ZipInfo) -> float:
     if info.date_time[:3] <= (1980, 1, 1):
         return 0.0  # no time recorded
     try:
-        return dt.datetime(*info.date_time).timestamp()  # local time, as zip keeps it
+        # Local time, as a zip keeps it.
+        return dt.datetime(*info.date_time).timestamp()  # noqa: DTZ001 - local time
     except ValueError:
         return 0.0
 

@@ -13,11 +13,19 @@ one concern per module, that every exercise's checks share (its ``torch_errors``
 crash's numbers as the case's sizes).
 """
 
-from .diagnosis import CheckFailure, Diagnosis, Pitfall, Section
-
 # The checks' shared machinery; every other module of this package holds one exercise's
 # checks. Defined in the guard, which captures it before learner code runs.
 from ..guard.integrity import SHARED_CHECK_MODULES as SHARED_MODULES
+from .diagnosis import CheckFailure, Diagnosis, Pitfall, Section
+
+__all__ = [
+    "SHARED_MODULES",
+    "CheckFailure",
+    "Diagnosis",
+    "Pitfall",
+    "Section",
+    "exercise_modules",
+]
 
 
 def exercise_modules() -> list:

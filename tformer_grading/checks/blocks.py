@@ -21,13 +21,13 @@ the ``Pitfall`` they reproduce.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
 from tformer_ref.attention import MultiHeadAttention
 
@@ -49,7 +49,6 @@ from .diagnosis import (
     same,
     single_thread,
 )
-
 
 # -------------------------------------------------------------------- the right wirings
 
@@ -89,7 +88,7 @@ class Parts:
 
     def in_role(
         self, norm_order: Sequence[int], attn_order: Sequence[int] | None = None
-    ) -> "Parts":
+    ) -> Parts:
         """The same parts with norm ``norm_order[i]`` serving sublayer i (and attention
         ``attn_order[j]`` playing attention j)."""
         attns = self.attns
@@ -348,7 +347,9 @@ def compare_with_roles(
         ours = [run(reference, (roles[0], *case.make())) for case in cases]
         for case, want in zip(cases, ours):
             if not isinstance(want, torch.Tensor):
-                raise RuntimeError(f"reference failed on case {case.label}: {want!r}")
+                raise RuntimeError(  # noqa: TRY004 - the course's bug, not a type
+                    f"reference failed on case {case.label}: {want!r}"
+                )
 
         def right(got, want):
             return describe_difference(got, want, atol, rtol) is None
@@ -378,7 +379,7 @@ def holds(title: str, probe: Callable[..., bool], *args) -> bool:
     with torch.no_grad(), quiet():
         try:
             return probe(*args)
-        except Exception as exc:  # the learner's code may raise anything
+        except Exception as exc:  # noqa: BLE001 - the learner's code may raise anything
             fail(title, f"your block raised {Raised(exc)!r}")
 
 

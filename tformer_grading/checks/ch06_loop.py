@@ -31,7 +31,14 @@ from ..guard.integrity import seal
 from .diagnosis import run_or_fail
 
 VOCAB = 13
-_CONFIG = dict(d_model=16, n_heads=8, n_layers=2, d_ff=32, dropout=0.0, max_len=32)
+_CONFIG = {
+    "d_model": 16,
+    "n_heads": 8,
+    "n_layers": 2,
+    "d_ff": 32,
+    "dropout": 0.0,
+    "max_len": 32,
+}
 
 
 class RecordingTransformer(TorchTransformer):

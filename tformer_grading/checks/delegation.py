@@ -14,8 +14,9 @@ import dataclasses
 import os
 import sys
 import types
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import torch
 

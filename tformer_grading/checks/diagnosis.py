@@ -30,8 +30,9 @@ import sysconfig
 import textwrap
 import traceback
 import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 
@@ -373,7 +374,7 @@ def run(fn: Callable, args: tuple) -> Any:
             return fn(*args)
         except CheckFailure:
             raise
-        except Exception as exc:  # the learner's code may raise anything
+        except Exception as exc:  # noqa: BLE001 - the learner's code may raise anything
             if unanswered(exc):
                 fail_unanswered(exc)
             return Raised(exc)
@@ -494,10 +495,11 @@ def compare_to_reference(
     learner, reference = adapt(learner), adapt(reference)
     ours = [run(reference, case.make()) for case in cases]
     for case, want in zip(cases, ours):
-        if isinstance(
-            want, Raised
-        ):  # a broken case is the course's bug, not the learner's
-            raise RuntimeError(f"reference failed on case {case.label}: {want!r}")
+        # A broken case is the course's bug, not the learner's.
+        if isinstance(want, Raised):
+            raise RuntimeError(  # noqa: TRY004 - the course's bug, not a type
+                f"reference failed on case {case.label}: {want!r}"
+            )
     theirs = [run(learner, case.make()) for case in cases]
     if all(describe_difference(g, w, atol, rtol) is None for g, w in zip(theirs, ours)):
         passed(title, f"matches the reference on {len(cases)} cases")

@@ -26,11 +26,11 @@ import io
 import math
 import re
 import time
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
+from torch import nn
 
 from tformer_ref.attention import MultiHeadAttention as _RefAttention
 from tformer_ref.attention import scaled_dot_product_attention as _ref_attention
@@ -38,16 +38,25 @@ from tformer_ref.blocks import DecoderBlock as _RefDecoderBlock
 from tformer_ref.data import BOS, EOS, PAD, CharVocab, Collate, PairDataset, make_pairs
 from tformer_ref.decoding import strip
 from tformer_ref.device import get_device
-from tformer_ref.masks import causal_mask as _ref_causal_mask
 from tformer_ref.model import xavier_init_
 from tformer_ref.training import sequence_loss
 
 from ..guard.integrity import seal
 from . import ch01, ch03, ch04, ch05, ch06
 from .cases import randn
+from .diagnosis import (
+    UNEXPLAINED,
+    CheckFailure,
+    Raised,
+    Section,
+    fail,
+    passed,
+    quiet,
+    run,
+    single_thread,
+    verify_integrity,
+)
 from .measure.softmax import normalised_over
-from .diagnosis import UNEXPLAINED, CheckFailure, Raised, fail, passed, quiet, run
-from .diagnosis import Section, single_thread, verify_integrity
 
 #: The exercise these checks grade (the pitfall index links its rows there).
 ASSIGNMENT = "ch06_own_model"
@@ -154,7 +163,7 @@ def borrowed_from(obj) -> str | None:
             if module.split(".")[0] in NOT_YOURS:
                 name = getattr(owner, "__qualname__", type(owner).__name__)
                 return f"{module}.{name}"
-    except Exception:  # a hostile object's attributes: it is not the course's
+    except Exception:  # noqa: BLE001 - a hostile object's attributes: not the course's
         return None
     return None
 
@@ -262,7 +271,7 @@ def _mha_mask_problem(cls) -> str | None:
         torch.manual_seed(SEED)
         try:
             module = cls(16, 4, dropout=0.0)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - the learner's code may raise anything
             return f"MultiHeadAttention(16, 4, dropout=0.0) raised {Raised(exc)!r}"
     module = module.to(get_device()).eval()
     x = randn(2, 5, 16, seed=SEED)
@@ -411,7 +420,7 @@ def _build(
             xavier_init_(model)
         except CheckFailure:
             raise
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - the learner's code may raise anything
             fail(title, f"{call} raised {Raised(exc)!r}", S_DECODER)
     if not any(p.requires_grad for p in model.parameters()):
         fail(
@@ -526,9 +535,14 @@ def train(
     )
     order = torch.Generator().manual_seed(SEED)
     collate = Collate()
-    result = dict(
-        steps=0, loss=float("nan"), seconds=0.0, error=None, curve=[], out_of_time=False
-    )
+    result = {
+        "steps": 0,
+        "loss": float("nan"),
+        "seconds": 0.0,
+        "error": None,
+        "curve": [],
+        "out_of_time": False,
+    }
     start, evaluating = time.perf_counter(), 0.0
     while result["steps"] < steps:
         perm = torch.randperm(len(items), generator=order).tolist()
@@ -593,10 +607,12 @@ def _probe_causal(model, src, tgt):
     a, b = _logits(model, src, tgt_in), _logits(model, src, changed)
     if isinstance(a, torch.Tensor) and not _same(a[:, :-1], b[:, :-1]):
         return (
-            "the decoder sees the future: changing the last input token of the "
-            "target changed the logits at earlier positions, so in training each "
-            "position can read the token it must predict, and greedy decoding, "
-            "which has no future to read, fails",
+            (
+                "the decoder sees the future: changing the last input token of the "
+                "target changed the logits at earlier positions, so in training each "
+                "position can read the token it must predict, and greedy decoding, "
+                "which has no future to read, fails"
+            ),
             S_CAUSAL,
         )
     return None
@@ -607,9 +623,11 @@ def _probe_source_padding(model, src, tgt):
     a, b = _logits(model, src, tgt[:, :-1]), _logits(model, padded, tgt[:, :-1])
     if not _same(a, b):
         return (
-            "padding the source changes the logits: the source padding mask does "
-            "not reach the encoder's self-attention or the decoder's "
-            "cross-attention",
+            (
+                "padding the source changes the logits: the source padding mask does "
+                "not reach the encoder's self-attention or the decoder's "
+                "cross-attention"
+            ),
             S_PADDING,
         )
     return None
@@ -619,8 +637,10 @@ def _probe_source_read(model, src, tgt):
     a, b = _logits(model, src, tgt[:, :-1]), _logits(model, src.flip(0), tgt[:, :-1])
     if _same(a, b):
         return (
-            "the logits do not depend on the source: the decoder's cross-attention "
-            "does not read the encoder's output",
+            (
+                "the logits do not depend on the source: the decoder's cross-attention "
+                "does not read the encoder's output"
+            ),
             S_DECODER,
         )
     return None
@@ -633,9 +653,11 @@ def _probe_source_order(model, src, tgt):
     b = _logits(model, reordered, tgt[1:2, :-1])
     if _same(a, b):
         return (
-            "reversing the source characters leaves the logits unchanged: the "
-            "encoder sees no positions (are the positional encodings added to the "
-            "source embeddings?)",
+            (
+                "reversing the source characters leaves the logits unchanged: the "
+                "encoder sees no positions (are the positional encodings added to the "
+                "source embeddings?)"
+            ),
             S_ORDER,
         )
     return None
@@ -646,9 +668,11 @@ def _probe_target_order(model, src, tgt):
     out = _logits(model, src, repeated)
     if isinstance(out, torch.Tensor) and _same(out[:, :1].expand_as(out), out):
         return (
-            "a target of one repeated token gives the same logits at every "
-            "position: the decoder sees no positions (are the positional encodings "
-            "added to the target embeddings?)",
+            (
+                "a target of one repeated token gives the same logits at every "
+                "position: the decoder sees no positions (are the positional encodings "
+                "added to the target embeddings?)"
+            ),
             S_ORDER,
         )
     return None
@@ -665,10 +689,12 @@ def _probe_registered(model, src, tgt):
         other.load_state_dict(model.state_dict())
     if not _same(a, _logits(other, src, tgt[:, :-1])):
         return (
-            "two models built under different seeds compute different logits after "
-            "load_state_dict gave them the same weights: some weights are outside "
-            "the state_dict (not registered), so the optimizer never trains them "
-            "(keep blocks in an nn.ModuleList, not a Python list)",
+            (
+                "two models built under different seeds compute different logits after "
+                "load_state_dict gave them the same weights: some weights are outside "
+                "the state_dict (not registered), so the optimizer never trains them "
+                "(keep blocks in an nn.ModuleList, not a Python list)"
+            ),
             S_DECODER,
         )
     return None
@@ -682,10 +708,12 @@ def _probe_logits(model, src, tgt):
         return None
     if normalised_over(out, ((-1,),)) == (-1,):
         return (
-            "the model returns probabilities, not logits: at every position its "
-            "outputs are non-negative and sum to 1 over the vocabulary, and "
-            "cross_entropy takes the log-softmax of what it is given, so the "
-            "softmax is applied twice (return the last Linear's output)",
+            (
+                "the model returns probabilities, not logits: at every position its "
+                "outputs are non-negative and sum to 1 over the vocabulary, and "
+                "cross_entropy takes the log-softmax of what it is given, so the "
+                "softmax is applied twice (return the last Linear's output)"
+            ),
             S_LOSS,
         )
     return None
@@ -715,10 +743,12 @@ def _probe_every_block_counts(model, src, tgt):
         idle = [name for name, used in seen if not used]
         if idle and len(idle) < len(seen):
             return (
-                f"built with 2 layers, your {cls.__name__} {idle[0]} has no effect "
-                "on the logits (every one of its parameters gets a zero gradient) "
-                f"while another {cls.__name__} does: each block must read the "
-                "previous block's output, not the embeddings",
+                (
+                    f"built with 2 layers, your {cls.__name__} {idle[0]} has no effect "
+                    "on the logits (every one of its parameters gets a zero gradient) "
+                    f"while another {cls.__name__} does: each block must read the "
+                    "previous block's output, not the embeddings"
+                ),
                 S_DECODER,
             )
     return None
@@ -759,22 +789,28 @@ def _shift_problem(fed, tgt):
     """What is wrong with the decoder input ``fed`` that batch_loss gave the model."""
     if _same_ids(fed, tgt):
         return (
-            "batch_loss gives the model the whole target, not the target without "
-            "its last token: the target is not shifted, so each position learns to "
-            "copy its own input token instead of predicting the next one",
+            (
+                "batch_loss gives the model the whole target, not the target without "
+                "its last token: the target is not shifted, so each position learns to "
+                "copy its own input token instead of predicting the next one"
+            ),
             S_SHIFT,
         )
     if _same_ids(fed, tgt[:, 1:]):
         return (
-            "batch_loss gives the model the labels (the target without its first "
-            "token) as its input: the decoder reads what it must predict",
+            (
+                "batch_loss gives the model the labels (the target without its first "
+                "token) as its input: the decoder reads what it must predict"
+            ),
             S_SHIFT,
         )
     if not _same_ids(fed, tgt[:, :-1]):
         return (
-            f"batch_loss gives the model a decoder input of shape "
-            f"{list(fed.shape)} that is not the target without its last token "
-            f"({list(tgt[:, :-1].shape)})",
+            (
+                f"batch_loss gives the model a decoder input of shape "
+                f"{list(fed.shape)} that is not the target without its last token "
+                f"({list(tgt[:, :-1].shape)})"
+            ),
             S_SHIFT,
         )
     return None
@@ -787,21 +823,27 @@ def _loss_problem(got: float, logits, tgt):
         return None
     if _close(got, F.cross_entropy(flat, tgt[:, 1:].reshape(-1)).item()):
         return (
-            "batch_loss counts the padding: the mean runs over the PAD labels too "
-            "(ignore_index=PAD leaves them out)",
+            (
+                "batch_loss counts the padding: the mean runs over the PAD labels too "
+                "(ignore_index=PAD leaves them out)"
+            ),
             S_LOSS,
         )
     own_input = F.cross_entropy(flat, tgt[:, :-1].reshape(-1), ignore_index=PAD).item()
     if _close(got, own_input):
         return (
-            "batch_loss compares each position with its own input token, not with "
-            "the next one: the labels are not shifted",
+            (
+                "batch_loss compares each position with its own input token, not with "
+                "the next one: the labels are not shifted"
+            ),
             S_SHIFT,
         )
     want = sequence_loss(logits, tgt[:, 1:], PAD).item()
     return (
-        f"batch_loss gives {got:.4f} where the mean cross-entropy over the real "
-        f"label tokens (of {vocab_size} classes) is {want:.4f}",
+        (
+            f"batch_loss gives {got:.4f} where the mean cross-entropy over the real "
+            f"label tokens (of {vocab_size} classes) is {want:.4f}"
+        ),
         S_LOSS,
     )
 

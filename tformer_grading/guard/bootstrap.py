@@ -23,7 +23,7 @@ def start(key: str) -> None:
     # The working folder could hold a planted tformer_grading/; import from the install.
     sys.path[:] = [p for p in sys.path if p not in here]
     try:
-        import tformer_grading.checks as checks
+        from tformer_grading import checks
         from tformer_grading.guard import receipts
 
         for module in pkgutil.iter_modules(checks.__path__):

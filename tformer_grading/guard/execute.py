@@ -121,7 +121,7 @@ class GuardedExecute(CappedExecute):
         self._stopped = f"in an earlier cell, {overrun}"
         try:
             await ensure_async(self.km.shutdown_kernel(now=True))
-        except Exception:  # already gone
+        except Exception:  # noqa: BLE001, S110 - already gone
             pass
 
     def preprocess(self, nb, resources=None, km=None):
@@ -216,7 +216,7 @@ class GuardedExecute(CappedExecute):
             )
             try:
                 await ensure_async(self.km.shutdown_kernel(now=True))
-            except Exception:  # already gone
+            except Exception:  # noqa: BLE001, S110 - already gone
                 pass
         self.nb["cells"][cell_index] = cell
         return cell

@@ -31,7 +31,7 @@ SHARED_CHECK_MODULES = frozenset(
     {"blocks", "cases", "delegation", "diagnosis", "measure"}
 )
 _MISSING = object()
-_SEALS: dict[str, "_Seal"] = {}
+_SEALS: dict[str, _Seal] = {}
 # Functions a verdict depends on, captured when this module is imported (before learner code runs).
 _WATCHED = {
     "torch.allclose": (lambda: torch.allclose, torch.allclose),
@@ -235,7 +235,7 @@ def _looks_like_checks(value) -> bool:
         return isinstance(value, types.ModuleType) or any(
             n.startswith("check_") for n in dir(value)
         )
-    except Exception:  # a hostile object's __dir__
+    except Exception:  # noqa: BLE001 - a hostile object's __dir__
         return True
 
 
@@ -276,9 +276,13 @@ def _ours(name: str) -> bool:
 def integrity_problems() -> list[str]:
     """Everything changed in the check machinery since it was first seen; empty when intact."""
     for name, module in list(sys.modules.items()):
-        if _ours(name) and name not in _SEALS and module is not None:
-            if not getattr(getattr(module, "__spec__", None), "_initializing", False):
-                seal(name)
+        if (
+            _ours(name)
+            and name not in _SEALS
+            and module is not None
+            and not getattr(getattr(module, "__spec__", None), "_initializing", False)
+        ):
+            seal(name)
     problems = [p for s in list(_SEALS.values()) for p in s.compare()]
     problems += [
         f"{name} was replaced"

@@ -21,7 +21,7 @@ import secrets
 from .integrity import integrity_problems, seal
 
 RECEIPT_PATTERN = r"^(✓ .*?)  \[grader receipt (\d+):([0-9a-f]{16})\]$"
-_RECEIPT = re.compile(RECEIPT_PATTERN, re.M)
+_RECEIPT = re.compile(RECEIPT_PATTERN, re.MULTILINE)
 _CHECK_CALL = re.compile(r"\bcheck_\w+\s*\(")
 
 

@@ -275,7 +275,9 @@ def availability() -> str | None:
                 connection_file=str(connection_file),
                 limits=Limits(),
             )
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+            proc = subprocess.run(
+                cmd, capture_output=True, text=True, timeout=120, check=False
+            )
         except (OSError, subprocess.SubprocessError, SandboxUnavailable) as exc:
             return f"bubblewrap could not start a sandbox: {exc}"
     if proc.returncode != 0:

@@ -213,8 +213,10 @@ _MASKED_SPECS = (
     ),
     ("causal mask [1, 1, 5, 5]", 2, 2, 5, 5, 8, lambda: causal_reference(5)),
     (
-        "padding & causal [3, 1, 5, 5], B == H == 3, a fully padded sequence "
-        "(fully masked rows)",
+        (
+            "padding & causal [3, 1, 5, 5], B == H == 3, a fully padded sequence "
+            "(fully masked rows)"
+        ),
         3,
         3,
         5,
@@ -1002,8 +1004,10 @@ def _fill_estimate(fn):
     if torch.isnan(got[1][0, 0, n]).any():
         return f"{said} -inf (a query with every key masked gets NaN).", -math.inf
     return (
-        f"{said} below -1e+38 (float32's own minimum, or -inf with the NaN rows "
-        "repaired).",
+        (
+            f"{said} below -1e+38 (float32's own minimum, or -inf with the NaN rows "
+            "repaired)."
+        ),
         -math.inf,
     )
 

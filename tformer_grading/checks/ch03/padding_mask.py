@@ -202,7 +202,7 @@ def _positional_rules(tokens: torch.Tensor, pad_id: int):
     ends* in each sequence instead of comparing every token with pad_id."""
     pad = (tokens == pad_id).long()
     real = 1 - pad
-    back = lambda t: t.flip(-1).cumsum(-1).flip(-1)  # noqa: E731 (sum from the right)
+    back = lambda t: t.flip(-1).cumsum(-1).flip(-1)  # sum from the right
     yield (
         "the positions before the first pad (assumes right padding)",
         pad.cumsum(-1) == 0,

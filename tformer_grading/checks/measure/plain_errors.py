@@ -129,8 +129,10 @@ _PLAIN = table(
     (r"expected scalar type (\w+) but found (\w+)", _dtypes),
     (r"expected m1 and m2 to have the same dtype, but got: (\w+) != (\w+)", _dtypes),
     (
-        r"(?:mat1 and mat2|self and mat2) must have the same dtype, but got (\w+) "
-        r"and (\w+)",
+        (
+            r"(?:mat1 and mat2|self and mat2) must have the same dtype, but got (\w+) "
+            r"and (\w+)"
+        ),
         _dtypes,
     ),
     (
@@ -141,8 +143,10 @@ _PLAIN = table(
         ),
     ),
     (
-        r"Invalid rank (\d+), rank should be in the interval \[0, (-?\d+)\]"
-        r"(?:.*?\brank=(\d+), world_size=(\d+))?",
+        (
+            r"Invalid rank (\d+), rank should be in the interval \[0, (-?\d+)\]"
+            r"(?:.*?\brank=(\d+), world_size=(\d+))?"
+        ),
         _sampler,
     ),
     (
