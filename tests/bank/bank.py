@@ -115,6 +115,22 @@ def grade(entry: Entry, graders: dict[str, Callable[[Any], None]]) -> Verdict:
     return Verdict("misnamed", message)
 
 
+def every_message(entry: Entry, graders: dict[str, Callable[[Any], None]]) -> list[str]:
+    """The failure message of each test cell of the entry's exercise, each cell run on
+    its own: what a learner reads in a notebook, where every graded cell runs even after
+    one fails (``grade`` stops at the first, as the verdict is the first failure)."""
+    found = []
+    for cell in graders[entry.exercise].each_cell():
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):
+                cell(entry.answer)
+        except CheckFailure as failure:
+            found.append(str(failure))
+        except Exception:  # noqa: BLE001, S112 - a crash is test_bank's to report
+            continue
+    return found
+
+
 def expected_kind(entry: Entry) -> str:
     if entry.expect is None:
         return "accepted"

@@ -770,6 +770,32 @@ class MHASeedEinsum(nn.Module):  # the seed's letters for [B, H, S, Dh] on [B, S
         return self.o(torch.einsum("bhql,bhlv->bhqv", e.softmax(3), v).flatten(2))
 
 
+@wrong(
+    "multi_head_attention",
+    r"einsum over the wrong axes and scaled by sqrt\(d_model\) \(the seed's code\)",
+    listed=True,
+)
+class MHASeedCode(nn.Module):  # the seed's einsum and its / embed_size ** 0.5, kept
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.embed_size, self.heads = d_model, n_heads
+        self.head_dim = d_model // n_heads
+        self.queries = nn.Linear(d_model, d_model)
+        self.keys = nn.Linear(d_model, d_model)
+        self.values = nn.Linear(d_model, d_model)
+        self.fc_out = nn.Linear(d_model, d_model)
+
+    def forward(self, query, key, value, mask=None):
+        n = query.shape[0]
+        q = self.queries(query).reshape(n, -1, self.heads, self.head_dim)
+        k = self.keys(key).reshape(n, -1, self.heads, self.head_dim)
+        v = self.values(value).reshape(n, -1, self.heads, self.head_dim)
+        energy = torch.einsum("bhqd,bhkd->bhqk", q, k)
+        attention = torch.softmax(energy / (self.embed_size ** (1 / 2)), dim=3)
+        out = torch.einsum("bhql,bhlv->bhqv", attention, v)
+        return self.fc_out(out.reshape(n, -1, self.embed_size))
+
+
 @wrong("multi_head_attention", r"'sequence and head axes confused'", listed=True)
 class MHASplitStraight(nn.Module):  # reshape straight to [B, H, S, Dh]
     def __init__(self, d_model, n_heads):
@@ -1415,3 +1441,41 @@ class MHADetachedMemory(nn.Module):  # "the encoder memory is fixed": detaches k
         )
         scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
         return self.wo(merge_heads(scores.softmax(-1) @ v))
+
+
+@wrong("multi_head_attention", r"'projection of the wrong size'", listed=False)
+class MHAProjectsToDHead(nn.Module):  # the paper's W^Q is d_model × d_k: one head's
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.h, self.d_k = n_heads, d_model // n_heads
+        self.w_q = nn.Linear(d_model, self.d_k)
+        self.w_k = nn.Linear(d_model, self.d_k)
+        self.w_v = nn.Linear(d_model, self.d_k)
+        self.w_o = nn.Linear(d_model, d_model)
+
+    def forward(self, query, key, value, mask=None):
+        q, k, v = self.w_q(query), self.w_k(key), self.w_v(value)
+        w = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(self.d_k), dim=-1)
+        heads = [w @ v for _ in range(self.h)]  # Concat(head_1, ..., head_h)
+        return self.w_o(torch.cat(heads, dim=-1))
+
+
+@wrong("multi_head_attention", r"'attention weights do not sum to 1'", listed=False)
+class MHADropoutScaledAtEval(nn.Module):  # the 2014 dropout paper: × (1 - p) at test
+    def __init__(self, d_model, n_heads, dropout=0.1):
+        super().__init__()
+        self.h, self.p = n_heads, dropout
+        self.wq, self.wk, self.wv, self.wo = (
+            nn.Linear(d_model, d_model) for _ in range(4)
+        )
+
+    def forward(self, query, key, value, mask=None):
+        q = split_heads(self.wq(query), self.h)
+        k = split_heads(self.wk(key), self.h)
+        v = split_heads(self.wv(value), self.h)
+        w = (q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))).softmax(-1)
+        if self.training:
+            w = F.dropout(w, self.p)
+        else:
+            w = w * (1 - self.p)
+        return self.wo(merge_heads(w @ v))

@@ -653,6 +653,11 @@ def entropy_nan_rows_set_in_place(w):  # same, with a boolean index on the resul
     return h
 
 
+@wrong("attention_entropy", r"'NaN where a weight is 0'.*inf on exactly", listed=False)
+def entropy_clamps_the_wrong_factor(w):  # clamps the factor, not the log's argument
+    return -(w.clamp(min=1e-12) * w.log()).sum(-1)
+
+
 @wrong("attention_entropy", r"'input modified in place'", listed=False)
 def entropy_fills_zeros_in_place(w):  # replaces the zeros in the caller's weights
     w[w == 0] = 1.0

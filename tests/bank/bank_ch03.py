@@ -513,6 +513,22 @@ def padding_masked_fill_underscore(tokens, pad_id):  # masked_fill_ on the calle
     return (tokens != -1)[:, None, None, :]
 
 
+@wrong(
+    "padding_mask",
+    r"'padding located by position'.*from the first real token on",
+    listed=False,
+)
+def padding_ignore_index(tokens, pad_id):  # -100, cross-entropy's ignore_index
+    return (tokens != -100)[:, None, None, :]
+
+
+@wrong("padding_mask", r"'padding mask constant'.*False everywhere", listed=False)
+def padding_masked_fill_discarded(tokens, pad_id):  # masked_fill taken for in place
+    mask = torch.zeros(tokens.shape, dtype=torch.bool, device=tokens.device)
+    mask.masked_fill(tokens != pad_id, True)
+    return mask[:, None, None, :]
+
+
 @wrong("padding_mask", r"every sequence gets the mask of sequence 0", listed=False)
 def padding_first_row_only(tokens, pad_id):  # tokens[0] where tokens was meant
     keep = tokens[0] != pad_id

@@ -1531,3 +1531,92 @@ class BlockHandNormOverSequence(HeldParts):  # a hand-written norm over the wron
     def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
         super().__init__(d_model, n_heads, d_ff, dropout, norm_first)
         self.ln1, self.ln2 = SeqNorm(d_model), SeqNorm(d_model)
+
+
+# ------------------------------------- reachability: each named mistake gets an answer
+
+
+@wrong("encoder_block", r"'another normalisation instead of LayerNorm'", listed=False)
+class BlockRMSNorm(HeldParts):  # LLaMA's RMSNorm where the exercise asks LayerNorm
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
+        super().__init__(d_model, n_heads, d_ff, dropout, norm_first)
+        self.ln1, self.ln2 = nn.RMSNorm(d_model), nn.RMSNorm(d_model)
+
+
+@wrong("encoder_block", r"'missing residual \(around the attention\)'", listed=True)
+class BlockNoAttentionResidual(Parts):  # "x +" forgotten in the first sublayer only
+    def forward(self, x, mask=None):
+        if self.norm_first:
+            h = self.norm1(x)
+            x = self.drop1(self.attn(h, h, h, mask=mask))
+            return x + self.drop2(self.ff(self.norm2(x)))
+        x = self.norm1(self.drop1(self.attn(x, x, x, mask=mask)))
+        return self.norm2(x + self.drop2(self.ff(x)))
+
+
+@wrong("encoder_block", r"'missing residual \(around the feed-forward\)'", listed=True)
+class BlockNoFeedForwardResidual(Parts):  # "x +" forgotten in the return line
+    def forward(self, x, mask=None):
+        if self.norm_first:
+            h = self.norm1(x)
+            x = x + self.drop1(self.attn(h, h, h, mask=mask))
+            return self.drop2(self.ff(self.norm2(x)))
+        x = self.norm1(x + self.drop1(self.attn(x, x, x, mask=mask)))
+        return self.norm2(self.drop2(self.ff(x)))
+
+
+@wrong("encoder_block", r"Post-LN where Pre-LN was asked", listed=True)
+class BlockAlwaysPostLN(Parts):  # norm_first stored but never read: always Post-LN
+    def forward(self, x, mask=None):
+        x = self.norm1(x + self.drop1(self.attn(x, x, x, mask=mask)))
+        return self.norm2(x + self.drop2(self.ff(x)))
+
+
+@wrong(
+    "encoder_block", r"'LayerNorm in the wrong place \(the residual stream", listed=True
+)
+class BlockPreLNOverwritesStream(Parts):  # Pre-LN: x = norm(x) before each sublayer
+    def forward(self, x, mask=None):
+        if self.norm_first:
+            x = self.norm1(x)
+            x = x + self.drop1(self.attn(x, x, x, mask=mask))
+            x = self.norm2(x)
+            return x + self.drop2(self.ff(x))
+        x = self.norm1(x + self.drop1(self.attn(x, x, x, mask=mask)))
+        return self.norm2(x + self.drop2(self.ff(x)))
+
+
+@wrong("encoder_block", r"'no dropout on the sublayer outputs'", listed=True)
+class BlockNoSublayerDropout(Parts):  # only the FeedForward's own dropout, none around
+    def forward(self, x, mask=None):
+        if self.norm_first:
+            h = self.norm1(x)
+            x = x + self.attn(h, h, h, mask=mask)
+            return x + self.ff(self.norm2(x))
+        x = self.norm1(x + self.attn(x, x, x, mask=mask))
+        return self.norm2(x + self.ff(x))
+
+
+@wrong("encoder_block", r"attention's weights are \[S, 4, B, B\]", listed=False)
+class BlockSequenceFirstAttention(Parts):  # nn.MultiheadAttention's [S, B, D] habit
+    def forward(self, x, mask=None):
+        def attend(h):  # to [S, B, D] for the attention, then back
+            h = h.transpose(0, 1)
+            return self.attn(h, h, h, mask=mask).transpose(0, 1)
+
+        if self.norm_first:
+            x = x + self.drop1(attend(self.norm1(x)))
+            return x + self.drop2(self.ff(self.norm2(x)))
+        x = self.norm1(x + self.drop1(attend(x)))
+        return self.norm2(x + self.drop2(self.ff(x)))
+
+
+@wrong(
+    "encoder_block",
+    r"[67]\d% of the attention branch .* expected about 30%",
+    listed=False,
+)
+class BlockKeepProbability(HeldParts):  # dropout read as the keep probability
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
+        super().__init__(d_model, n_heads, d_ff, dropout, norm_first)
+        self.do1, self.do2 = nn.Dropout(1 - dropout), nn.Dropout(1 - dropout)

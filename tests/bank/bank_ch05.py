@@ -1630,3 +1630,23 @@ class DecoderFixedFFDropout(nn.Module):  # "0.1 like the paper", hard-coded in o
         x = self.ln[1](x + c)
         f = F.dropout(self.lin2(F.relu(self.lin1(x))), 0.1, self.training)
         return self.ln[2](x + f)
+
+
+@wrong("decoder_block", r"'self-attention inputs wrong'", listed=False)
+class DecoderSelfAttentionCopiedFromCross(nn.Module):  # the cross line pasted twice
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
+        self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
+        self.ff = nn.Sequential(
+            nn.Linear(d_model, d_ff), nn.ReLU(), nn.Linear(d_ff, d_model)
+        )
+        self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(d_model) for _ in range(3))
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x, memory, src_mask=None):
+        a = self.self_attn(x, memory, memory, mask=src_mask)
+        x = self.norm1(x + self.dropout(a))
+        c = self.cross_attn(x, memory, memory, mask=src_mask)
+        x = self.norm2(x + self.dropout(c))
+        return self.norm3(x + self.dropout(self.ff(x)))

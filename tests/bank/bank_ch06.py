@@ -801,6 +801,33 @@ def loss_stabilises_logits_in_place(logits, labels, pad_id, eps):  # "stable" so
     )
 
 
+@wrong(
+    "sequence_loss",
+    r"'real tokens weighted unevenly'.*weights range from",
+    listed=False,
+)
+def loss_row_mean_plus_one(logits, labels, pad_id, eps):  # "+1: no all-pad row / 0"
+    per = F.cross_entropy(
+        logits.transpose(1, 2), labels, reduction="none", label_smoothing=eps
+    )
+    mask = (labels != pad_id).to(per.dtype)
+    return ((per * mask).sum(1) / (mask.sum(1) + 1)).mean()
+
+
+@wrong(
+    "sequence_loss",
+    r"'real tokens weighted unevenly'.*label smoothing your gradient implies varies",
+    listed=False,
+)
+def loss_smoothing_per_sequence(logits, labels, pad_id, eps):
+    # NLL averaged over all real tokens, the smoothing term as a mean of row means.
+    logp = logits.log_softmax(-1)
+    nll = F.nll_loss(logp.transpose(1, 2), labels, ignore_index=pad_id)
+    mask = (labels != pad_id).to(logp.dtype)
+    smooth = ((-logp.mean(-1) * mask).sum(1) / mask.sum(1)).mean()
+    return (1 - eps) * nll + eps * smooth
+
+
 # ------------------------------------------------------------------------- noam: right
 
 
@@ -1461,4 +1488,34 @@ class NoamBaseLrInDecay:  # the base lr multiplied into the decay branch only
     def make_scheduler(optimizer, d_model, warmup):
         return LambdaLR(
             optimizer, lambda s: NoamBaseLrInDecay.noam_lambda(s, d_model, warmup)
+        )
+
+
+@wrong(
+    "noam",
+    r"'warm-up length wrong'.*peaks at step 200, expected step 199",
+    listed=False,
+)
+class NoamBranchOneLate:  # "step <= warmup": one warm-up step too many
+    def noam_lambda(step, d_model, warmup):
+        n = step + 1
+        if step <= warmup:  # still warming up
+            return d_model**-0.5 * n * warmup**-1.5
+        return d_model**-0.5 * n**-0.5
+
+    def make_scheduler(optimizer, d_model, warmup):
+        return LambdaLR(
+            optimizer, lambda s: NoamBranchOneLate.noam_lambda(s, d_model, warmup)
+        )
+
+
+@wrong("noam", r"'noam_lambda does not return a number'.*a NoneType", listed=False)
+class NoamForgotReturn:  # computes the rate into a variable, never returns it
+    def noam_lambda(step, d_model, warmup):
+        n = step + 1
+        lr = d_model**-0.5 * min(n**-0.5, n * warmup**-1.5)  # noqa: F841
+
+    def make_scheduler(optimizer, d_model, warmup):
+        return LambdaLR(
+            optimizer, lambda s: NoamForgotReturn.noam_lambda(s, d_model, warmup)
         )

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 
 from bank import GENERIC, right, wrong  # noqa: F401
 from exercise_cells import graders
+from tformer_ref.baselines import TorchTransformer
 from tformer_ref.masks import causal_mask
 
 GRADERS = graders(
@@ -825,6 +826,60 @@ def step_manual_l1_clip(model, src, tgt, opt, sched, max_norm, pad_id, eps):
     opt.step()
     sched.step()
     return loss.item(), float(total)
+
+
+# The notebook's model, built in a cell before the step: a step that reads this
+# global instead of its argument trains the wrong model.
+torch.manual_seed(0)
+model = TorchTransformer(
+    13, 13, d_model=16, n_heads=8, n_layers=2, d_ff=32, dropout=0.0, max_len=32
+)
+
+
+@wrong("train_step", r"'model never called'.*never ran the model", listed=False)
+def step_reads_the_notebook_model(net, src, tgt, opt, sched, max_norm, pad_id, eps):
+    # the argument is called net, but the body was copied from a cell using `model`
+    model.train()
+    opt.zero_grad()
+    tgt_in, labels = shift_targets(tgt)
+    loss = sequence_loss(model(src, tgt_in), labels, pad_id, eps)
+    loss.backward()
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    opt.step()
+    sched.step()
+    return loss.item(), norm.item()
+
+
+@wrong("train_step", r"'gradient scaled'.*no clipping", listed=False)
+def step_rescales_every_time(model, src, tgt, opt, sched, max_norm, pad_id, eps):
+    # clipping by hand: scale the gradient to max_norm (the min(1, ...) left out)
+    model.train()
+    opt.zero_grad()
+    tgt_in, labels = shift_targets(tgt)
+    loss = sequence_loss(model(src, tgt_in), labels, pad_id, eps)
+    loss.backward()
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    norm = torch.sqrt(sum((g**2).sum() for g in grads))
+    for g in grads:
+        g.mul_(max_norm / norm)
+    opt.step()
+    sched.step()
+    return loss.item(), norm.item()
+
+
+@wrong("train_step", r"'wrong labels'.*expected 10 = tgt\[0, 1\]", listed=False)
+def step_rolls_the_batch(model, src, tgt, opt, sched, max_norm, pad_id, eps):
+    # the next token by torch.roll, along dim 0 (the batch) instead of 1 (time)
+    model.train()
+    opt.zero_grad()
+    tgt_in = tgt[:, :-1]
+    labels = torch.roll(tgt, -1, 0)[:, 1:]
+    loss = sequence_loss(model(src, tgt_in), labels, pad_id, eps)
+    loss.backward()
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    opt.step()
+    sched.step()
+    return loss.item(), norm.item()
 
 
 # ======================================================================== greedy_decode

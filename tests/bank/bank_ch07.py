@@ -422,6 +422,20 @@ def accum_scheduler_first(model, micro_batches, optimizer, scheduler, loss_fn):
     optimizer.step()
 
 
+@wrong("accumulation_step", r"'learning rate changed'", listed=False)
+def accum_scales_lr_by_k(model, micro_batches, optimizer, scheduler, loss_fn):
+    # The "linear scaling rule": k micro-batches make a k times bigger batch, so it
+    # multiplies the learning rate by k before stepping.
+    optimizer.zero_grad()
+    n_total = sum(int((b[:, 1:] != PAD).sum()) for b in micro_batches)
+    for batch in micro_batches:
+        (loss_fn(model, batch)[0] / n_total).backward()
+    for group in optimizer.param_groups:
+        group["lr"] *= len(micro_batches)
+    optimizer.step()
+    scheduler.step()
+
+
 @wrong("accumulation_step", r"scheduler\.step\(\) ran 0 times", listed=False)
 def accum_forgets_scheduler(model, micro_batches, optimizer, scheduler, loss_fn):
     # The scheduler argument is never used.
@@ -623,6 +637,25 @@ def amp_lesson_order(model, batch, loss_fn, optimizer, scaler, max_norm):
 
 
 @right("amp_step")
+def amp_autograd_grad(model, batch, loss_fn, optimizer, scaler, max_norm):
+    # the gradients by torch.autograd.grad, written into .grad by hand
+    device_type = next(model.parameters()).device.type
+    dtype = torch.float16 if device_type == "cuda" else torch.bfloat16
+    optimizer.zero_grad()
+    with torch.amp.autocast(device_type, dtype=dtype):
+        loss = loss_fn(model, batch)
+    params = [p for p in model.parameters() if p.requires_grad]
+    grads = torch.autograd.grad(scaler.scale(loss), params)
+    for p, g in zip(params, grads):
+        p.grad = g
+    scaler.unscale_(optimizer)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.detach()
+
+
+@right("amp_step")
 def amp_backward_inside_autocast_manual_clip(
     model, batch, loss_fn, optimizer, scaler, max_norm
 ):
@@ -754,6 +787,22 @@ def amp_returns_float(model, batch, loss_fn, optimizer, scaler, max_norm):
 
 def _half_for(kind):
     return torch.float16 if kind == "cuda" else torch.bfloat16
+
+
+@wrong("amp_step", r"'no backward'.*no parameter got a gradient", listed=False)
+def amp_backward_not_called(model, batch, loss_fn, optimizer, scaler, max_norm):
+    # .backward without its parentheses: the method is looked up, never called
+    device_type = next(model.parameters()).device.type
+    dtype = torch.float16 if device_type == "cuda" else torch.bfloat16
+    optimizer.zero_grad()
+    with torch.amp.autocast(device_type, dtype=dtype):
+        loss = loss_fn(model, batch)
+    scaler.scale(loss).backward
+    scaler.unscale_(optimizer)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.detach()
 
 
 @wrong("amp_step", r"'clipping before unscale_'", listed=True)
@@ -1016,6 +1065,25 @@ def amp_update_before_step(model, batch, loss_fn, optimizer, scaler, max_norm):
     torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
     scaler.update()
     scaler.step(optimizer)
+    return loss
+
+
+@wrong("amp_step", r"'overflowing step not skipped'", listed=False)
+def amp_zeroes_bad_gradients(model, batch, loss_fn, optimizer, scaler, max_norm):
+    # Replaces NaN/inf gradients by 0 right after the backward "so that one bad batch
+    # cannot break the model": the scaler never sees the overflow.
+    kind = next(model.parameters()).device.type
+    optimizer.zero_grad()
+    with torch.autocast(kind, dtype=_half_for(kind)):
+        loss = loss_fn(model, batch)
+    scaler.scale(loss).backward()
+    for p in model.parameters():
+        if p.grad is not None:
+            p.grad.nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0)
+    scaler.unscale_(optimizer)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    scaler.step(optimizer)
+    scaler.update()
     return loss
 
 

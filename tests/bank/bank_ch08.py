@@ -314,6 +314,21 @@ def probs_strict_greater_shift(logits, temperature, top_p):
     return logits.masked_fill(remove.scatter(-1, i, remove), float("-inf")).softmax(-1)
 
 
+@wrong(
+    "next_token_probs",
+    r"'top-p keeps none when the top token alone exceeds p'",
+    listed=False,
+)
+def probs_shift_without_keeping_first(logits, temperature, top_p):
+    # The shift-right recipe with >= but without remove[..., 0] = False: a top token
+    # above p removes itself, and the shift then removes all the others too.
+    logits = logits / temperature
+    s, i = logits.softmax(-1).sort(-1, descending=True)
+    remove = s.cumsum(-1) >= top_p
+    remove[..., 1:] = remove[..., :-1].clone()
+    return logits.masked_fill(remove.scatter(-1, i, remove), float("-inf")).softmax(-1)
+
+
 @wrong("next_token_probs", _named(r"renormali|normali|sum"), listed=True)
 def probs_not_renormalised(logits, temperature, top_p):
     # Zeroes the cut tokens of the softmax and returns that: rows sum to less than 1.
@@ -660,6 +675,17 @@ def step_under_no_grad(model, tokens, cache):
 
 POSITION = r"position"
 MASK = r"mask"
+
+
+@wrong("lm_step", r"'positions not added'", listed=True)
+def step_positions_forgotten(model, tokens, cache):
+    # "The cache knows where the new tokens go": model.pos is never called.
+    past = cache.length
+    x = model.dropout(model.tok_embed(tokens) * math.sqrt(model.d_model))
+    mask = causal_mask(tokens.size(1), tokens.device, past=past)
+    for i, block in enumerate(model.blocks.layers):
+        x = block(x, mask, cache.layer(i))
+    return model.lm_head(model.blocks.norm(x))
 
 
 @wrong("lm_step", _named(POSITION), listed=True)
@@ -1388,6 +1414,28 @@ def greedy_resets_between_steps(model, prompt, max_new_tokens):
         inp = lm_step(model, inp, cache)[:, -1].argmax(-1, keepdim=True)
         tokens = torch.cat([tokens, inp], dim=1)
         cache.reset()
+    return tokens
+
+
+@wrong("generate_greedy", r"'decoding without the cache'", listed=False)
+def greedy_uncached_loop(model, prompt, max_new_tokens):
+    # The uncached loop of the previous section: the whole sequence at every step.
+    tokens = prompt
+    for _ in range(max_new_tokens):
+        logits = model(tokens)
+        tokens = torch.cat([tokens, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+    return tokens
+
+
+@wrong("generate_greedy", r"'the cache not passed to the model'", listed=False)
+def greedy_forward_without_cache_argument(model, prompt, max_new_tokens):
+    # Makes a KVCache but calls model(step_input) without cache=cache: each new token
+    # goes through the model alone.
+    cache = KVCache()  # noqa: F841
+    tokens, step_input = prompt, prompt
+    for _ in range(max_new_tokens):
+        nxt = model(step_input)[:, -1].argmax(-1, keepdim=True)
+        tokens, step_input = torch.cat([tokens, nxt], dim=1), nxt
     return tokens
 
 

@@ -95,6 +95,10 @@ class Grader:
             namespace = {**_setup(self.chapter), **dict(self.others), **bound}
             exec(cell.compiled, namespace)  # noqa: S102
 
+    def each_cell(self) -> list[Grader]:
+        """One grader per test cell, to run a cell without the ones before it."""
+        return [Grader(self.chapter, self.names, (c,), self.others) for c in self.cells]
+
 
 def graders(
     chapter: str,

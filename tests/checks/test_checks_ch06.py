@@ -79,6 +79,17 @@ def test_shift_rejects_wrong_implementations(fn, diagnosis):
         ch06.check_shift_targets(fn)
 
 
+def test_shift_names_slices_moved_to_another_device():
+    # On a GPU a learner's `.cpu()` moves the slices off tgt's device. A CPU-only
+    # machine has no second real device (`.cpu()` moves nothing there), so the bank
+    # cannot hold this answer; the meta device stands in for the GPU here.
+    def shift_targets(tgt):
+        return tgt[:, :-1].to("meta"), tgt[:, 1:].to("meta")
+
+    with pytest.raises(CheckFailure, match=r"'tensors moved to another device'.*meta"):
+        ch06.check_shift_targets(shift_targets)
+
+
 def test_shift_failure_points_to_the_lesson():
     with pytest.raises(CheckFailure) as info:
         ch06.check_shift_targets(shift_seed_style)

@@ -213,6 +213,13 @@ STEP_LOGITS_WRONG = Diagnosis(
     "same tokens: lm_step is wrong. Make check_lm_step pass first.",
     S_CACHE_PITFALLS,
 )
+CACHE_NOT_PASSED = Diagnosis(
+    "the cache not passed to the model",
+    "Every step after the prompt runs the model on its one new token with the cache "
+    "the prompt filled: lm_step(model, token, cache), or model(token, cache=cache). "
+    "Without the cache the token attends to itself alone, at position 0.",
+    S_CACHE_PITFALLS,
+)
 WRONG_CHOICE = Diagnosis(
     "the next token is not the argmax of the last position",
     "Greedy decoding appends, for each row, the token with the largest logit at the "
@@ -499,7 +506,14 @@ def _trace_problems(title, fn, case, got, want) -> None:
                 f" The logits of step {k} (0: the prompt) differ from the "
                 f"model's by up to {off:.3g}."
             )
-            cached = got.attended[k][0] if len(got.attended) == len(fed) else None
+            known = len(got.attended) == len(fed)
+            cached = got.attended[k][0] if known else None
+            if known and cached is None and k >= 1:
+                CACHE_NOT_PASSED.fail(
+                    title,
+                    seen + differ + f" When step {k} ran, no cache reached the "
+                    "model's attention.",
+                )
             _step_cache_problems(
                 title, fn, seen + differ, k, cached, end - chunk.size(1)
             )

@@ -1,0 +1,97 @@
+"""Every mistake a check can name is named for some wrong answer of the bank.
+
+Bug: diagnoses and wrong variants that no test and no bank answer ever reached (the
+review of 2026-12-05 counted 26 variants, about 220 lines; 29 diagnoses of the banked
+chapters on 2026-12-06): a message nobody had read, or dead code. Cause: the banks grew
+from the mistakes their authors thought of and the checks from others, and nothing
+compared the two. Guard: for each check module of a chapter with a bank, every
+``Diagnosis`` it declares (a ``Pitfall`` too) appears as "the pitfall '<name>'" in the
+message of some wrong answer, each test cell of the answer's exercise run on its own:
+a notebook runs every graded cell, so a later cell's diagnosis reaches a learner even
+when an earlier cell failed first.
+
+The bug hunts and the own-model capstone have no bank yet and are not measured here.
+"""
+
+from __future__ import annotations
+
+import functools
+import types
+from pathlib import Path
+
+import pytest
+from bank import every_message, load
+from test_bank import ALL, CHAPTERS
+
+from tformer_grading import checks
+from tformer_grading.checks.diagnosis import Diagnosis, declared
+
+
+def _chapter(module) -> str:
+    # tformer_grading.checks.ch06.noam -> ch06; tformer_grading.checks.ch06_loop -> ch06_loop
+    return module.__name__.split(".checks.", 1)[1].split(".")[0]
+
+
+BANKED = [m for m in checks.exercise_modules() if _chapter(m) in CHAPTERS]
+
+
+@functools.cache
+def messages() -> str:
+    """Every message of every test cell for every wrong answer of every bank."""
+    wrong = [e for e in ALL if e.expect is not None]
+    return "\n".join(
+        m for e in wrong for m in every_message(e, load(e.chapter).GRADERS)
+    )
+
+
+# Diagnoses no bank answer can reach on the machine the suite runs on, each with the
+# unit test that reaches it instead and why the bank cannot.
+REACHED_ELSEWHERE = {
+    # A CPU-only machine has one device: a learner's .cpu() moves nothing there.
+    "tensors moved to another device": "tests/checks/test_checks_ch06.py::"
+    "test_shift_names_slices_moved_to_another_device",
+    # The notebook's own lm_step wrong under a right loop: a bank answer binds only
+    # generate_greedy, whose lm_step is the bank module's (a right one).
+    "the step's logits are wrong": "tests/checks/test_checks_ch08.py::"
+    "test_generate_greedy_rejects_wrong_implementations",
+}
+
+
+def unreached(module) -> list[str]:
+    """The names of ``module``'s diagnoses that no message of the bank gives."""
+    names = dict.fromkeys(d.name for d in declared(module, Diagnosis))
+    return [
+        n
+        for n in names
+        if f"the pitfall '{n}'" not in messages() and n not in REACHED_ELSEWHERE
+    ]
+
+
+@pytest.mark.parametrize(
+    "module",
+    [pytest.param(m, marks=pytest.mark.xdist_group("bank-reach")) for m in BANKED],
+    ids=lambda m: m.__name__.split(".checks.", 1)[1],
+)
+def test_every_diagnosis_is_named_for_some_bank_answer(module):
+    assert unreached(module) == [], (
+        f"{module.__name__} can name mistakes that no wrong answer of the bank gets: "
+        f"{unreached(module)}. Add the answer that makes each (tests/bank/bank_"
+        f"{_chapter(module)}.py), or delete a diagnosis no learner code can reach."
+    )
+
+
+@pytest.mark.xdist_group("bank-reach")
+def test_the_guard_reports_a_diagnosis_no_answer_gets():
+    from tformer_grading.checks.ch02 import attention
+
+    planted = types.ModuleType("planted")
+    planted.NEVER = Diagnosis("a mistake no check names", "", attention.S_STEPS)
+    planted.ALSO = [attention.WRONG_SCALE]  # in a list, as checks keep their Pitfalls
+    assert unreached(planted) == ["a mistake no check names"]
+
+
+def test_each_diagnosis_reached_elsewhere_has_its_test():
+    for name, where in REACHED_ELSEWHERE.items():
+        path, test = where.split("::")
+        source = (Path(__file__).parents[2] / path).read_text(encoding="utf-8")
+        assert f"def {test}(" in source and name in source, where
