@@ -17,18 +17,17 @@ flattened.
 from __future__ import annotations
 
 import copy
-import types
 from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
-from torch.optim.lr_scheduler import LambdaLR
 
 from tformer_ref.baselines import TorchTransformer
 from tformer_ref.device import get_device
 
 from ..guard.integrity import seal
 from .diagnosis import run_or_fail
+from .measure.recorders import recording_lambda_lr, recording_sgd
 
 VOCAB = 13
 _CONFIG = {
@@ -116,26 +115,15 @@ def param_slices(model) -> list[slice]:
 
 def recording_optimizer(model, lr: float):
     """SGD over ``model``'s parameters whose ``step()`` logs ``("step", StepCall)`` and
-    whose ``zero_grad()`` logs ``("zero_grad", None)`` to ``model.log``.
-
-    The wrappers replace the *instance's* methods, bound, as LambdaLR's own step
-    wrapper expects."""
-    opt = torch.optim.SGD(model.parameters(), lr=lr)
-    step, zero_grad = opt.step, opt.zero_grad
-
-    def logged_step(self, *args, **kwargs):
-        model.log.append(
-            ("step", StepCall(self.param_groups[0]["lr"], flat_grad(model)))
-        )
-        return step(*args, **kwargs)
-
-    def logged_zero_grad(self, *args, **kwargs):
-        model.log.append(("zero_grad", None))
-        return zero_grad(*args, **kwargs)
-
-    opt.step = types.MethodType(logged_step, opt)
-    opt.zero_grad = types.MethodType(logged_zero_grad, opt)
-    return opt
+    whose ``zero_grad()`` logs ``("zero_grad", None)`` to ``model.log``."""
+    return recording_sgd(
+        model.parameters(),
+        lr,
+        on_step=lambda opt: model.log.append(
+            ("step", StepCall(opt.param_groups[0]["lr"], flat_grad(model)))
+        ),
+        on_zero_grad=lambda opt: model.log.append(("zero_grad", None)),
+    )
 
 
 def _halving(step):
@@ -144,15 +132,9 @@ def _halving(step):
 
 def recording_scheduler(opt, model):
     """LambdaLR halving the rate at every step; ``step()`` logs ``("sched", None)``."""
-    sched = LambdaLR(opt, _halving)
-    step = sched.step
-
-    def logged_step(self, *args, **kwargs):
-        model.log.append(("sched", None))
-        return step(*args, **kwargs)
-
-    sched.step = types.MethodType(logged_step, sched)
-    return sched
+    return recording_lambda_lr(
+        opt, _halving, lambda sched: model.log.append(("sched", None))
+    )
 
 
 @dataclass(frozen=True)

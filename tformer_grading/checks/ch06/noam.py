@@ -7,7 +7,6 @@ scheduler whose ``step()`` sets the Noam rate for the next update and nothing el
 from __future__ import annotations
 
 import math
-import types
 
 import torch
 from torch import nn
@@ -29,6 +28,7 @@ from ..diagnosis import (
     run_or_fail,
     single_threaded,
 )
+from ..measure.recorders import recording_sgd
 from .references import fail_first_problem
 from .sections import S_LR
 
@@ -525,21 +525,13 @@ SCHEDULER_CONSTANT = Diagnosis(
 
 
 def _counting_sgd(params, lr):
-    """SGD whose step() calls are counted, whoever makes them (``opt.calls``).
+    """SGD whose step() calls are counted, whoever makes them (``opt.calls``)."""
 
-    The counter wraps the *instance's* step: a subclass would not do, since PyTorch
-    replaces an optimizer class's step with a profiling wrapper when the first instance
-    is made."""
-    opt = torch.optim.SGD(params, lr=lr)
+    def count(opt):
+        opt.calls += 1
+
+    opt = recording_sgd(params, lr, on_step=count)
     opt.calls = 0
-    inner = opt.step
-
-    def step(self, *args, **kwargs):
-        self.calls += 1
-        return inner(*args, **kwargs)
-
-    # A bound method, as LambdaLR's own wrapper expects.
-    opt.step = types.MethodType(step, opt)
     return opt
 
 

@@ -42,18 +42,6 @@ def _teacher_forced_loss(model, src, tgt, pad_id, eps):
     return loss_ref(model(src, tgt_in), labels, pad_id, eps)
 
 
-def _train_step_reference(model, src, tgt, opt, sched, max_norm, pad_id, eps):
-    """zero_grad, forward, loss, backward, clip, optimizer.step, scheduler.step."""
-    model.train()
-    opt.zero_grad()
-    loss = _teacher_forced_loss(model, src, tgt, pad_id, eps)
-    loss.backward()
-    norm = nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-    opt.step()
-    sched.step()
-    return loss.item(), float(norm)
-
-
 def _train_clip_before_backward(model, src, tgt, opt, sched, max_norm, pad_id, eps):
     model.train()
     opt.zero_grad()
@@ -420,7 +408,6 @@ _STEP_CASES = (  # the first clips to below most gradient elements
         updates=1,
     ),
 )
-_RATE, _DECAY = 0.5, 0.5  # recording_scheduler's base rate and halving
 
 
 def _traced(seen):

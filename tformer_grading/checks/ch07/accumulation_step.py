@@ -38,15 +38,16 @@ from ..diagnosis import (
     single_threaded,
     verify_integrity,
 )
+from ..measure.recorders import recording_lambda_lr
 from .sections import S_ACCUM
 from .step_probe import (
     PAD,
     Tape,
-    TapedSGD,
     fit,
     flat_state,
     grad_vector,
     shortcuts,
+    taped_sgd,
     toy_model,
 )
 
@@ -268,20 +269,6 @@ def _simulate_accum(fn):
 # ------------------------------------- recording what the learner's accumulation did
 
 
-class _TapedLambdaLR(LambdaLR):
-    """LambdaLR that writes every scheduler.step() the learner makes on ``tape``."""
-
-    def __init__(self, optimizer, lr_lambda, tape: Tape):
-        self.tape = None  # LambdaLR's own first step is not the learner's
-        super().__init__(optimizer, lr_lambda)
-        self.tape = tape
-
-    def step(self, *args, **kwargs):
-        if self.tape is not None:
-            self.tape.events.append("scheduler.step")
-        return super().step(*args, **kwargs)
-
-
 class _TapedZeroGrad:
     """Stands in for the probe model's zero_grad: writes "model.zero_grad" on ``tape``
     (an object, not a closure, so that a deepcopy of the model zeroes the copy)."""
@@ -368,8 +355,10 @@ def _run_accum_probe(title, accumulation_step) -> list:
     tape = Tape()
     model = toy_model(seed=7)
     model.zero_grad = _TapedZeroGrad(model, tape)  # zeroing is part of what is seen
-    optimizer = TapedSGD(model.parameters(), tape, lr=PROBE_LR)
-    scheduler = _TapedLambdaLR(optimizer, _warm_up, tape)
+    optimizer = taped_sgd(model.parameters(), tape, lr=PROBE_LR)
+    scheduler = recording_lambda_lr(
+        optimizer, _warm_up, lambda _: tape.events.append("scheduler.step")
+    )
     n = sum(PROBE_SIZES)
     data = make_token_data(2 * n, 10, vocab=12, pad_id=PAD, min_len=2, seed=7).to(
         get_device()

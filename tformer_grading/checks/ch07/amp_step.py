@@ -44,11 +44,11 @@ from .sections import S_AMP, S_SCALER
 from .step_probe import (
     PAD,
     Tape,
-    TapedSGD,
     fit,
     flat_state,
     grad_vector,
     shortcuts,
+    taped_sgd,
     toy_model,
 )
 
@@ -420,7 +420,7 @@ def _amp_probe_setup(overflow: bool, seed: int):
         param.register_post_accumulate_grad_hook(
             functools.partial(_write_grad, tape, index)
         )
-    optimizer = TapedSGD(model.parameters(), tape, lr=0.2)
+    optimizer = taped_sgd(model.parameters(), tape, lr=0.2)
     scaler = _TapedScaler(device.type, tape, init_scale=2.0**10)
     scaler.scale(torch.ones((), device=device))  # a first step creates the scale
     batches = [

@@ -19,4 +19,7 @@ back (``tests/checks/measure/``).
 ``formulas``
     the formula of the case's sizes that gives measured numbers on every case
     (``√Dh``, ``2·Dh``), and how a measured number is written.
+``recorders``
+    the calls a learner's step makes on the optimizer and scheduler a check hands it,
+    recorded on the instance (one answer to PyTorch's step-wrapping quirk).
 """
