@@ -374,6 +374,10 @@ def _source_kind(mask, src_ids: list) -> str:
         mask = mask.reshape(1)
     if mask.dim() > 4 or mask.size(-1) not in (1, s):
         return "shape"
+    # A last axis of 1 broadcasts over the keys only when nothing else varies: a mask
+    # of S values on another axis ([1, 1, S, 1]) marks queries, not keys.
+    if mask.size(-1) == 1 and s > 1 and mask.numel() > 1:
+        return "shape"
     keep = mask.reshape(-1, mask.size(-1)).expand(-1, s)
     real = torch.tensor([i != PAD_IDX for i in src_ids])
     if bool((keep == real).all()):

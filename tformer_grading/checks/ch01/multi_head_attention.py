@@ -1010,10 +1010,17 @@ _SCALE_NAMES = (
 
 def scale_name(runs: Sequence[Run], divisors: list) -> str:
     """What the measured divisors are, when one formula (or a constant) gives them
-    all."""
-    for name, formula in _SCALE_NAMES:
-        if all(abs(s / formula(*_sizes(r)) - 1) < 0.01 for r, s in zip(runs, divisors)):
-            return f"; that is {name}"
+    all; every formula that does, when the runs' sizes cannot tell them apart (at
+    D = 32, H = 4 both n_heads and d_head / 2 are 4)."""
+    names = [
+        name
+        for name, formula in _SCALE_NAMES
+        if all(abs(s / formula(*_sizes(r)) - 1) < 0.01 for r, s in zip(runs, divisors))
+    ]
+    if len(names) == 1:
+        return f"; that is {names[0]}"
+    if names:
+        return f"; that is {' or '.join(names)}, the same number at these sizes"
     if max(divisors) / min(divisors) < 1.01:
         return f"; that is a constant {divisors[0]:.4g}, whatever the head size"
     return ""
