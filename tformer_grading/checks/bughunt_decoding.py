@@ -138,6 +138,7 @@ class Call:
     trg_mask: Any = None  # _snapshot of the target mask argument (decoder)
     training: bool = False
     grad: bool = False
+    argmax: Any = None  # the argmax token at each position of the logits returned
 
 
 class Encoder(nn.Module):
@@ -182,7 +183,10 @@ class Decoder(nn.Module):
         if self_mask is None:
             self_mask = torch.ones(1, 1, 1, 1, dtype=torch.bool, device=x.device)
         memory_mask = _seed_mask(src_mask, "src_mask", x, self.move_masks)
-        return core.generator(core.decoder(x, enc_src, self_mask, memory_mask))
+        logits = core.generator(core.decoder(x, enc_src, self_mask, memory_mask))
+        if logits.dim() == 3 and logits.size(0) == 1:
+            self.log[-1].argmax = _ids(logits[0].argmax(-1))
+        return logits
 
 
 def _ids(tokens) -> Any:
@@ -463,6 +467,18 @@ LENGTH_WRONG = Diagnosis(
     "EOS_IDX. " + CONTRACT,
     S_DECODE,
 )
+SOS_DROPPED = Diagnosis(
+    "SOS_IDX left out of the returned tokens",
+    "trg starts with SOS_IDX and the loop appends to it: return trg whole, SOS_IDX "
+    "first. " + CONTRACT,
+    S_DECODE,
+)
+NOT_LAST_POSITION = Diagnosis(
+    "the next token is not the argmax of the last position",
+    "The decoder returns logits [1, T, V], one row per position of trg; the next "
+    "token is the argmax of the *last* row, output.argmax(2)[:, -1]. " + CONTRACT,
+    S_DECODE,
+)
 SOURCE_MASK_WRONG = Diagnosis(
     "source mask not built from src",
     "The source mask says which positions of src are real tokens: "
@@ -576,6 +592,15 @@ def _explain_target_tokens(
             f"In case {label} your loop returned {len(got)} tokens where {len(want)} "
             f"are expected, and the first {n} are the expected ones: {got}.",
         )
+    if len(want) > 1 and got == want[1:]:
+        SOS_DROPPED.fail(
+            title,
+            f"In case {label} your loop returned {got}: the expected {want} without "
+            f"its first token, SOS_IDX = {want[0]}.",
+        )
+    position = _chosen_position(log, got)
+    if position is not None:
+        NOT_LAST_POSITION.fail(title, f"In case {label}, {position}")
     fail(
         title,
         f"case {label}: your loop returned {got}, expected {want}. It "
@@ -583,6 +608,28 @@ def _explain_target_tokens(
         "looked right. " + CONTRACT,
         S_DECODE,
     )
+
+
+def _chosen_position(log: list, got: list) -> str | None:
+    """Which position of each step's logits the loop took its token from, when one
+    position other than the last explains every step and the last does not."""
+    steps = [
+        (len(c.tokens[0]), c.argmax)
+        for c in _decoder_calls(log)
+        if isinstance(c.tokens, list) and isinstance(c.argmax, list)
+    ]
+    steps = [(t, row) for t, row in steps if t < len(got) and len(row) == t]
+    if not steps or all(got[t] == row[-1] for t, row in steps):
+        return None
+    for j in range(min(len(row) for _, row in steps)):
+        if all(got[t] == row[j] for t, row in steps):
+            t, row = next((t, row) for t, row in steps if got[t] != row[-1])
+            return (
+                f"every token your loop appended is the argmax of position {j} of "
+                f"the step's logits: at the step that decoded {t} tokens you "
+                f"appended {got[t]}, where the last position's argmax is {row[-1]}."
+            )
+    return None
 
 
 @single_threaded
