@@ -136,8 +136,11 @@ def reading(module_name: str) -> list[tuple[str, int]]:
     """[(file, lines read)]: the exercise module whole, then the other files."""
     own = parse(module_name)
     seen: set = set()
-    for name in [*own.definitions, *own.imported]:
-        _follow(module_name, name, seen)
+    # Every use of the module's own definitions, its checks' included (_follow stops
+    # at a check_* only because another exercise's check is called, not read).
+    for definition in own.definitions.values():
+        for use in definition.uses:
+            _reach(module_name, use, seen)
     per_file: dict[Path, int] = {}
     for module, name in sorted(seen):
         parsed = parse(module)

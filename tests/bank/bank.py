@@ -97,16 +97,24 @@ def wrong(exercise: str, expect: str, *, listed: bool) -> Callable:
     return register
 
 
+def _failure(grader: Callable[[Any], None], answer: Any) -> str | None:
+    """The message ``grader`` rejects ``answer`` with, None when it accepts it; any
+    other exception (a check that crashed) goes to the caller."""
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):  # the checks' ✓ lines
+            grader(answer)
+    except CheckFailure as failure:
+        return str(failure)
+    return None
+
+
 def grade(entry: Entry, graders: dict[str, Callable[[Any], None]]) -> Verdict:
     """Run every check of the entry's exercise on its answer; classify the outcome."""
     try:
-        with contextlib.redirect_stdout(io.StringIO()):  # the checks' ✓ lines
-            graders[entry.exercise](entry.answer)
-    except CheckFailure as failure:
-        message = str(failure)
+        message = _failure(graders[entry.exercise], entry.answer)
     except Exception as exc:  # noqa: BLE001 - a check that crashes is what we look for
         return Verdict("crashed", f"{type(exc).__name__}: {exc}")
-    else:
+    if message is None:
         return Verdict("accepted")
     if UNEXPLAINED in message:
         return Verdict("generic", message)
@@ -122,12 +130,11 @@ def every_message(entry: Entry, graders: dict[str, Callable[[Any], None]]) -> li
     found = []
     for cell in graders[entry.exercise].each_cell():
         try:
-            with contextlib.redirect_stdout(io.StringIO()):
-                cell(entry.answer)
-        except CheckFailure as failure:
-            found.append(str(failure))
+            message = _failure(cell, entry.answer)
         except Exception:  # noqa: BLE001, S112 - a crash is test_bank's to report
             continue
+        if message is not None:
+            found.append(message)
     return found
 
 

@@ -80,9 +80,10 @@ def unreached(module) -> list[str]:
     ids=lambda m: m.__name__.split(".checks.", 1)[1],
 )
 def test_every_diagnosis_is_named_for_some_bank_answer(module):
-    assert unreached(module) == [], (
+    missing = unreached(module)
+    assert missing == [], (
         f"{module.__name__} can name mistakes that no wrong answer of the bank gets: "
-        f"{unreached(module)}. Add the answer that makes each (tests/bank/bank_"
+        f"{missing}. Add the answer that makes each (tests/bank/bank_"
         f"{_chapter(module)}.py), or delete a diagnosis no learner code can reach."
     )
 
