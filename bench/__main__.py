@@ -4,7 +4,7 @@ import json
 import sys
 from pathlib import Path
 
-from . import attention, classgrade, generation, selfgrade, training
+from . import attention, classgrade, feedback, generation, selfgrade, training
 
 BENCHMARKS = [
     attention.run,
@@ -12,6 +12,7 @@ BENCHMARKS = [
     generation.run,
     selfgrade.run,
     classgrade.run,
+    feedback.run,
 ]
 
 
@@ -23,6 +24,8 @@ def main() -> int:
         verdict = (
             "" if budget is None else ("ok" if r["ratio"] <= budget else "OVER BUDGET")
         )
+        if r.get("limit_ms") is not None and r["ours_ms"] > r["limit_ms"]:
+            verdict = "OVER BUDGET"  # an absolute limit the learner feels
         if verdict == "OVER BUDGET":
             missed.append(r["benchmark"])
         print(
