@@ -12,6 +12,12 @@ judge's verdict on each message (named, partial, misnamed, generic). Rerun:
 
     python tests/heldout/harness.py tests/heldout/trial_2026_12_06/answers_*.py out.json
 
+The trial of 2026-12-07 (trial_2026_12_07/), the same way with two new writers and a
+new judge: 183 wrong and 42 right answers; results.json holds every failing cell of
+each (grader of commit 7aaadcf), judgement.json the judge's verdict on the first.
+Figures before any fix: 182 wrong rejected, 169 named, 10 partial, 1 misnamed,
+2 generic, 1 let through; 42 right accepted; no check crashed.
+
 These answers are known now: the next trial needs new writers and new answers.
 """
 
