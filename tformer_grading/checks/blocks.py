@@ -20,6 +20,7 @@ the ``Pitfall`` they reproduce.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -32,21 +33,19 @@ from torch import Tensor, nn
 from tformer_ref.attention import MultiHeadAttention
 
 from ..guard.integrity import seal
+from . import flow
 from .cases import build_module
 from .delegation import fail_if_raised, reject_wrapped
 from .diagnosis import (
     Case,
     Diagnosis,
     Pitfall,
-    Raised,
     Section,
-    describe_difference,
     fail,
     fail_unexplained,
     passed,
     quiet,
     run,
-    same,
     single_thread,
 )
 
@@ -315,13 +314,9 @@ def build_block(
 # --------------------------------------------------------------------------- comparing
 
 
-def _matches_all(theirs, cases, fn, role, agree) -> bool:
-    """Whether ``fn(role, *case)`` agrees with the learner on every case; stops at the
-    first disagreement."""
-    for got, case in zip(theirs, cases):
-        if not agree(got, run(fn, (role, *case.make()))):
-            return False
-    return True
+def _in_role(role: Any) -> Callable[[Callable], Callable]:
+    """The ``adapt`` that calls ``fn(role, *args)``."""
+    return lambda fn: functools.partial(fn, role)
 
 
 def compare_with_roles(
@@ -343,7 +338,7 @@ def compare_with_roles(
     failure follows."""
     __tracebackhide__ = True
     with single_thread():
-        theirs = [run(learner, case.make()) for case in cases]
+        theirs = [done.result for done in flow.run_cases(learner, cases)]
         ours = [run(reference, (roles[0], *case.make())) for case in cases]
         for case, want in zip(cases, ours):
             if not isinstance(want, torch.Tensor):
@@ -351,36 +346,24 @@ def compare_with_roles(
                     f"reference failed on case {case.label}: {want!r}"
                 )
 
-        def right(got, want):
-            return describe_difference(got, want, atol, rtol) is None
+        def under(role):  # the reference's outputs under another assignment
+            return [d.result for d in flow.run_cases(_in_role(role)(reference), cases)]
 
-        if all(right(g, w) for g, w in zip(theirs, ours)) or any(
-            _matches_all(theirs, cases, reference, r, right) for r in roles[1:]
+        if flow.matches(theirs, ours, atol, rtol) or any(
+            flow.matches(theirs, under(r), atol, rtol) for r in roles[1:]
         ):
             if announce:
                 passed(title, f"matches the reference on {len(cases)} cases")
             return
-
-        def agree(got, want):
-            return same(got, want, atol, rtol)
-
         for pitfall in pitfalls:
-            if any(_matches_all(theirs, cases, pitfall.impl, r, agree) for r in roles):
+            if any(
+                flow.listed_pitfall([pitfall], cases, theirs, atol, rtol, _in_role(r))
+                for r in roles
+            ):
                 pitfall.fail(title)
         if explain is not None:
             explain()
     fail_unexplained(title, cases, theirs, ours, atol, rtol)
-
-
-def holds(title: str, probe: Callable[..., bool], *args) -> bool:
-    """Whether the learner's block has the property ``probe(*args)`` tests (run without
-    gradients, quietly); an error in the learner's block fails the check."""
-    __tracebackhide__ = True
-    with torch.no_grad(), quiet():
-        try:
-            return probe(*args)
-        except Exception as exc:  # noqa: BLE001 - the learner's code may raise anything
-            fail(title, f"your block raised {Raised(exc)!r}")
 
 
 # --------------------------------------------------------------------------- by hand

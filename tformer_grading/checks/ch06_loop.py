@@ -6,9 +6,10 @@ input, logits, and the gradient that reaches the logits in backward), every
 ``optimizer.step()`` (the learning rate and the gradients it applied) and
 ``zero_grad()``, and every ``scheduler.step()``, in order. A twin model with the
 same weights gives the reference gradient of each batch. The measurements here
-turn those records into numbers (the loss's normaliser and label smoothing, read
-off the gradient at the logits; the gradient at ``optimizer.step()`` as a mix of
-this batch's and what was left from the last one); ``ch06`` names the mistakes.
+turn those records into numbers (the gradient at ``optimizer.step()`` as a mix of
+this batch's and what was left from the last one; the loss's normaliser and label
+smoothing are read off the gradient at the logits by measure/losses.py); ``ch06``
+names the mistakes.
 
 Shape letters: B batch, St target length, V vocabulary, P all parameters
 flattened.
@@ -27,7 +28,9 @@ from tformer_ref.device import get_device
 
 from ..guard.integrity import seal
 from .diagnosis import run_or_fail
+from .measure.losses import cross_entropy_normaliser
 from .measure.recorders import recording_lambda_lr, recording_sgd
+from .measure.tape import grad_vector
 
 VOCAB = 13
 _CONFIG = {
@@ -74,6 +77,14 @@ class ForwardCall:
     logits: torch.Tensor
     grads: list = field(default_factory=list)
 
+    def is_cross_entropy_of(self, labels, where) -> bool:
+        """The gradient at the positions ``where`` [B, t] is a cross-entropy's with
+        ``labels`` [B, t] (the only case where the labels can be read off it)."""
+        _, _, res = cross_entropy_normaliser(
+            self.logits[where], self.grads[0][where], labels[where]
+        )
+        return float(res.max()) < 1e-3
+
 
 def build_models(seed: int):
     """(model, twin, its weights): the small model the step trains, a copy for the
@@ -88,16 +99,7 @@ def build_models(seed: int):
 
 def flat_grad(model) -> torch.Tensor:
     """[P] float64: every parameter's gradient (zeros where None), on the CPU."""
-    return torch.cat(
-        [
-            (p.grad if p.grad is not None else torch.zeros_like(p))
-            .detach()
-            .flatten()
-            .double()
-            .cpu()
-            for p in model.parameters()
-        ]
-    )
+    return grad_vector(model.parameters())
 
 
 def flat_params(model) -> torch.Tensor:
@@ -189,21 +191,19 @@ def loss_at(twin, state, src, tgt, pad_id, eps) -> float:
 # ------------------------------------------------------------------- measurements
 
 
-def loss_fit(logits, grad, labels):
-    """Read a cross-entropy's normaliser and label smoothing off its gradient.
-
-    For a real position with label l, d loss / d logits_v = (p_v - eps/V - (1 - eps)
-    [v = l]) / N, p = softmax(logits). Solve for (N, eps) by least squares at each
-    position. ``logits``, ``grad`` [n, V] float64 (the positions that got gradient),
-    ``labels`` [n]. Returns (N [n], eps [n], relative residual [n])."""
-    v = logits.size(-1)
-    p = logits.softmax(-1)
-    onehot = F.one_hot(labels, v).double()
-    a = torch.stack([grad, 1.0 / v - onehot], dim=-1)  # [n, V, 2]
-    rhs = (p - onehot)[..., None]  # [n, V, 1]
-    sol = torch.linalg.lstsq(a, rhs).solution  # [n, 2, 1]
-    resid = (a @ sol - rhs).norm(dim=(1, 2)) / rhs.norm(dim=(1, 2))
-    return sol[:, 0, 0], sol[:, 1, 0], resid
+def slice_name(tgt, tgt_in) -> str:
+    """Which slice of tgt ``tgt_in`` is, in the learner's terms."""
+    named = {
+        "tgt[:, 1:]": tgt[:, 1:],
+        "the whole tgt (not shifted)": tgt,
+        "tgt[:-1] (rows dropped: sequence-first slicing)": tgt[:-1],
+        "tgt[:, :-2]": tgt[:, :-2],
+        "tgt[:, 2:]": tgt[:, 2:],
+    }
+    for name, t in named.items():
+        if t.shape == tgt_in.shape and torch.equal(t, tgt_in):
+            return name
+    return f"a tensor of shape {list(tgt_in.shape)}"
 
 
 def mix_fit(got, this, left):
@@ -229,11 +229,6 @@ def per_tensor_scales(got, want, slices):
         worst = max(worst, float((g - s * w).norm()) / max(float(g.norm()), 1e-30))
         scales.append(s)
     return scales, worst
-
-
-def clipped(grad, max_norm):
-    """What clip_grad_norm_ leaves: grad · min(1, max_norm / (norm + 1e-6))."""
-    return grad * min(1.0, max_norm / (float(grad.norm()) + 1e-6))
 
 
 def close(a: float, b: float, rel: float = 2e-3, abs_: float = 1e-7) -> bool:
@@ -289,6 +284,36 @@ class Seen:
 
     def events(self, kind):
         return [payload for event, payload in self.log if event == kind]
+
+    def traced(self):
+        """The decode call that backward reached (the one the loss came from), or
+        None."""
+        return next((c for c in self.events("forward") if c.grads), None)
+
+    def order(self) -> list:
+        """The optimizer ("step") and scheduler ("sched") steps, in order."""
+        return [event for event, _ in self.log if event in ("step", "sched")]
+
+    def returned_number(self, i):
+        """``float`` of the learner's i-th returned value, or None when it has none."""
+        try:
+            return float(self.out[i])
+        except Exception:  # noqa: BLE001
+            return None  # not a pair, or not a number: later stages report it
+
+    def fit_loss(self):
+        """(N [B, t], eps [B, t], residual) of the cross-entropy the learner's loss
+        is, on the real positions (NaN elsewhere)."""
+        call, real = self.traced(), self.want.real
+        n, e, res = cross_entropy_normaliser(
+            call.logits[real], call.grads[0][real], self.want.labels[real]
+        )
+        full = torch.full(
+            real.shape, float("nan"), dtype=torch.float64, device=real.device
+        )
+        big_n, eps = full.clone(), full.clone()
+        big_n[real], eps[real] = n, e
+        return big_n, eps, float(res.max())
 
     def where(self) -> str:
         return f"In case {self.case.label}, update {self.update}"

@@ -425,19 +425,9 @@ def describe_difference(
     """None when ``got`` equals ``want`` within tolerance, else a sentence saying how it differs."""
     if isinstance(got, Raised):
         return f"your code raised {got!r}"
-    if not isinstance(got, torch.Tensor):
-        return (
-            f"expected a tensor of shape {list(want.shape)}, got {type(got).__name__}"
-        )
-    if type(got) not in (torch.Tensor, torch.nn.Parameter):
-        # A subclass can override __torch_function__ and make any comparison say "equal".
-        return f"expected a plain torch.Tensor, got the tensor subclass {type(got).__name__}"
-    if got.shape != want.shape:
-        return f"expected shape {list(want.shape)}, got {list(got.shape)}"
-    if got.dtype != want.dtype:
-        return f"expected dtype {want.dtype}, got {got.dtype}"
-    if got.device != want.device:
-        return f"expected a tensor on {want.device}, got one on {got.device}"
+    problem = flow.form_problem(got, want.shape, want.dtype, want.device)
+    if problem is not None:
+        return problem
     got_d, want_d = got.detach(), want.detach()
     nan_got = torch.isnan(got_d)
     if nan_got.any() and not torch.isnan(want_d).any():
@@ -447,12 +437,7 @@ def describe_difference(
         )
     if torch.allclose(got_d, want_d, atol=atol, rtol=rtol, equal_nan=True):
         return None
-    diff = (got_d.double() - want_d.double()).abs().nan_to_num(nan=float("inf"))
-    idx = tuple(int(i) for i in torch.unravel_index(diff.argmax(), diff.shape))
-    return (
-        f"values differ: largest difference {diff.max().item():.3g} at index {idx} "
-        f"(yours {got_d[idx].item():.6g}, expected {want_d[idx].item():.6g})"
-    )
+    return f"values differ: {flow.largest_difference(got_d, want_d)[1]}"
 
 
 def same(a: Any, b: Any, atol: float, rtol: float) -> bool:
@@ -485,7 +470,7 @@ def compare_to_reference(
     adapt: Callable[[Callable], Callable] = _identity,
 ) -> None:
     """Run ``learner`` and ``reference`` on every case; on a mismatch, name the pitfall that
-    explains it.
+    explains it. The whole flow of :mod:`.flow` for a function with a reference.
 
     ``adapt`` wraps learner, reference and every pitfall alike (say, to keep one output of a
     pair, or to call a module with weights the case supplies).
@@ -493,21 +478,14 @@ def compare_to_reference(
     __tracebackhide__ = True
     verify_integrity()
     learner, reference = adapt(learner), adapt(reference)
-    ours = [run(reference, case.make()) for case in cases]
-    for case, want in zip(cases, ours):
-        # A broken case is the course's bug, not the learner's.
-        if isinstance(want, Raised):
-            raise RuntimeError(  # noqa: TRY004 - the course's bug, not a type
-                f"reference failed on case {case.label}: {want!r}"
-            )
-    theirs = [run(learner, case.make()) for case in cases]
-    if all(describe_difference(g, w, atol, rtol) is None for g, w in zip(theirs, ours)):
+    ours = flow.reference_outputs(reference, cases)
+    theirs = [done.result for done in flow.run_cases(learner, cases)]
+    if flow.matches(theirs, ours, atol, rtol):
         passed(title, f"matches the reference on {len(cases)} cases")
         return
-    for pitfall in pitfalls:
-        variant = [run(adapt(pitfall.impl), case.make()) for case in cases]
-        if all(same(g, v, atol, rtol) for g, v in zip(theirs, variant)):
-            pitfall.fail(title)
+    pitfall = flow.listed_pitfall(pitfalls, cases, theirs, atol, rtol, adapt)
+    if pitfall is not None:
+        pitfall.fail(title)
     fail_unexplained(title, cases, theirs, ours, atol, rtol)
 
 
@@ -527,10 +505,9 @@ def fail_unexplained(
         if (msg := describe_difference(got, want, atol, rtol)) is not None
     ]
     case, msg = problems[0]
-    fail(
+    flow.fallback(
         title,
-        f"wrong on {len(problems)} of {len(cases)} cases. First: case {case.label}: "
-        f"{msg}. It {UNEXPLAINED}; compare your code with the lesson step by step.",
+        f"wrong on {len(problems)} of {len(cases)} cases. First: case {case.label}: {msg}",
     )
 
 
@@ -609,5 +586,9 @@ def probe_eval_determinism(
     if not torch.equal(a, b):
         diagnosis.fail(title, "Two calls in eval mode gave different outputs.")
 
+
+# The flow's steps build on this module's primitives, and compare_to_reference is made
+# of them: imported last, once every name they need here is defined.
+from . import flow
 
 seal(__name__)

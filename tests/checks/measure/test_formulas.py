@@ -13,7 +13,13 @@ import math
 
 import pytest
 
-from tformer_grading.checks.measure.formulas import name_of, number, numbers, powers
+from tformer_grading.checks.measure.formulas import (
+    name_of,
+    names_of,
+    number,
+    numbers,
+    powers,
+)
 
 TABLE = powers(("B", "H", "Sq", "Sk", "Dh"), products={"d_model": ("H", "Dh")})
 CASES = [
@@ -51,3 +57,10 @@ def test_a_hard_coded_constant_is_named_by_no_formula():
 
 def test_numbers_are_written_with_four_significant_digits():
     assert number(math.sqrt(8)) == "2.828" and numbers([64, 0.5]) == "64, 0.5"
+
+
+def test_every_formula_the_sizes_cannot_tell_apart_is_named():
+    one_case = [{"B": 2, "H": 4, "Sq": 4, "Sk": 5, "Dh": 16}]
+    assert {"√Dh", "2·B", "H", "Sq"} <= set(names_of([4.0], one_case, TABLE))
+    assert names_of([math.sqrt(s["Dh"]) for s in CASES], CASES, TABLE)[0] == "√Dh"
+    assert names_of([5.0, 5.0, 5.0], CASES, TABLE) == []

@@ -16,6 +16,7 @@ from torch.optim.lr_scheduler import LambdaLR
 
 from tformer_grading.checks.measure.recorders import (
     record_calls,
+    recording_grad_scaler,
     recording_lambda_lr,
     recording_sgd,
 )
@@ -83,3 +84,28 @@ def test_arguments_reach_the_recorder_and_the_method():
     assert all(
         p.grad is None or not p.grad.any() for p in opt.param_groups[0]["params"]
     )
+
+
+def test_a_grad_scaler_records_its_calls_and_what_runs_inside_its_step():
+    weight = _weight()
+    opt = torch.optim.SGD([weight], lr=0.1)
+    inside, seen = [], []
+    record_calls(opt, "step", lambda o: seen.append(("opt.step", bool(inside))))
+    scaler = recording_grad_scaler(
+        "cpu",
+        4.0,
+        lambda name, s, *a: (seen.append((name, bool(inside))), inside.append(name)),
+        lambda name, s: inside.pop(),
+    )
+    scaler.scale(weight.sum()).backward()
+    scaler.unscale_(opt)
+    scaler.step(opt)
+    scaler.update()
+    assert seen == [
+        ("scale", False),
+        ("unscale_", False),
+        ("step", False),
+        ("opt.step", True),
+        ("update", False),
+    ]
+    assert type(scaler) is torch.amp.GradScaler and not inside

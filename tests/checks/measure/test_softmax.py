@@ -18,10 +18,15 @@ from tformer_grading.checks.measure.softmax import (
     SEVERAL_AXES,
     SINGLE_AXES,
     axes_name,
+    clamp_bound,
+    divisor_search,
     double_centred,
+    key_shift_divisors,
     mixing,
     normalised_over,
+    pooled_divisor,
     row_scales,
+    softmax_source,
     varying_axes,
 )
 
@@ -100,3 +105,43 @@ def test_an_output_is_solved_back_for_the_weights_it_applied():
     w = torch.rand(2, 3, 5, 4, generator=g, dtype=torch.float64)
     assert torch.allclose(mixing(w @ v, v), w)
     assert mixing(torch.randn(2, 3, 5, 6, generator=g, dtype=torch.float64), v) is None
+
+
+def test_a_divisor_pooled_over_the_allowed_entries_is_read_back():
+    s = scores(8)
+    keep = torch.ones(SHAPE[2:], dtype=torch.bool).tril()
+    w = (s / 3).masked_fill(~keep, -math.inf).softmax(-1)
+    d, residual = pooled_divisor(w, s, keep.expand(SHAPE))
+    assert abs(d - 3) < 1e-9 and residual < 1e-9
+    # no row with two allowed keys: nothing to fit
+    assert pooled_divisor(w, s, torch.zeros(SHAPE, dtype=torch.bool)) is None
+
+
+def test_a_divisor_is_found_from_an_output_alone():
+    s, v = scores(9), scores(10).mT  # v [B, H, Sk=5, 4]
+
+    def outputs_at(divisors):
+        return (s / divisors.view(-1, 1, 1, 1, 1)).softmax(-1) @ v
+
+    d, err, factor = divisor_search(outputs_at, outputs_at(torch.tensor([11.0]))[0])
+    assert abs(d / 11 - 1) < 1e-5 and err < 1e-6 and factor == 1.0
+
+
+def test_a_per_key_shift_and_a_clamp_are_read_back():
+    s = scores(11)
+    shifted = (s / 4 + torch.randn(*SHAPE[:2], 1, SHAPE[3], dtype=s.dtype)).softmax(-1)
+    assert torch.allclose(
+        key_shift_divisors(shifted, s), torch.full((6,), 4.0, dtype=s.dtype)
+    )
+    assert key_shift_divisors(torch.rand(SHAPE, dtype=s.dtype), s) is None
+    big = s * 20
+    assert clamp_bound(big.clamp(max=7.5).softmax(-1), big) == 7.5
+
+
+def test_softmax_source_names_the_scores_a_softmax_was_made_of():
+    g = torch.Generator().manual_seed(3)
+    s, t = torch.randn(2, *SHAPE, generator=g, dtype=torch.float64)
+    name, c = softmax_source((t / 4).softmax(-1), [("s", s), ("t", t)])
+    assert name == "t" and torch.allclose(c, torch.full_like(c, 0.25))
+    assert softmax_source((s * s).softmax(-1), [("s", s), ("t", t)]) is None
+    assert softmax_source(s.softmax(-2), [("s", s)]) is None  # over the queries

@@ -21,8 +21,8 @@ import torch
 from tformer_ref.device import get_device
 
 from ...guard.integrity import seal
+from .. import flow
 from ..diagnosis import (
-    UNEXPLAINED,
     Case,
     Diagnosis,
     Pitfall,
@@ -32,7 +32,6 @@ from ..diagnosis import (
     fail,
     passed,
     run,
-    same,
     verify_integrity,
 )
 from .sections import S_SPLIT
@@ -75,10 +74,9 @@ def run_function(
 ) -> Run:
     ref_args = case.make()
     want = reference(*ref_args)
-    args = case.make()
-    before = snapshot(args)
-    got = run(fn, args)
-    return Run(case.label, args, got, want, ref_args, changed(args, before, names))
+    (done,) = flow.run_cases(fn, [case])
+    mutated = flow.changed_input(done, names)
+    return Run(case.label, done.args, done.result, want, ref_args, mutated)
 
 
 def is_right(r: Run, atol: float, rtol: float) -> bool:
@@ -94,9 +92,12 @@ def _name_listed(
 ) -> None:
     """Name a listed pitfall, but only one that reproduces every case."""
     __tracebackhide__ = True
-    for pitfall in pitfalls:
-        if all(same(r.got, run(pitfall.impl, r.ref_args), atol, rtol) for r in runs):
-            pitfall.fail(title)
+    got = [r.got for r in runs]
+    pitfall = flow.listed_pitfall(
+        pitfalls, runs, got, atol, rtol, run_on=lambda fn, r: run(fn, r.ref_args)
+    )
+    if pitfall is not None:
+        pitfall.fail(title)
 
 
 def raised_stage(title: str, runs: Sequence[Run]) -> None:
@@ -104,10 +105,11 @@ def raised_stage(title: str, runs: Sequence[Run]) -> None:
     __tracebackhide__ = True
     raised = [r for r in runs if isinstance(r.got, Raised)]
     if raised:
-        fail(
+        flow.fail_if_raised(
             title,
-            f"your code raised {raised[0].got!r} while the check ran case "
-            f"{raised[0].label} ({len(raised)} of {len(runs)} cases raised).",
+            raised[0].got,
+            f"while the check ran case {raised[0].label} ({len(raised)} of "
+            f"{len(runs)} cases raised)",
         )
 
 
@@ -159,6 +161,22 @@ def form_stage(title: str, runs: Sequence[Run], section: Section) -> None:
             )
 
 
+def fail_findings(title: str, findings: list) -> None:
+    """Fail with the measured ``findings``, [(Diagnosis, detail)]: one, as its
+    diagnosis; several, all of them, each with its name."""
+    __tracebackhide__ = True
+    if len(findings) == 1:
+        diagnosis, detail = findings[0]
+        diagnosis.fail(title, f"Measured: {detail}.")
+    text = "; ".join(f"'{d.name}': {detail}" for d, detail in findings)
+    fail(
+        title,
+        f"this looks like {len(findings)} mistakes at once: {text}. "
+        + " ".join(d.explanation for d, _ in findings),
+        findings[0][0].section,
+    )
+
+
 def _fallback(
     title: str, runs: Sequence[Run], atol: float, rtol: float, known: str = ""
 ) -> None:
@@ -168,12 +186,9 @@ def _fallback(
         (r, m) for r in runs if (m := describe_difference(r.got, r.want, atol, rtol))
     ]
     r, msg = wrong[0]
-    fail(
-        title,
-        f"wrong on {len(wrong)} of {len(runs)} cases. First: case {r.label}: "
-        f"{msg}. {known}It {UNEXPLAINED}; compare your code with the lesson "
-        "step by step.",
-    )
+    seen = f"wrong on {len(wrong)} of {len(runs)} cases. First: case {r.label}: "
+    # ``known`` is empty or ends in a space, and the fallback puts its own before "It".
+    flow.fallback(title, f"{seen}{msg}. {known}".removesuffix(" "), stop="")
 
 
 def staged(

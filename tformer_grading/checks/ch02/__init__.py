@@ -3,6 +3,8 @@ module per exercise.
 
 ``attention``
     ``check_attention`` and the hidden ``check_attention_by_hand``.
+``attention_large_scores``
+    ``check_attention``'s last stage: scores large enough to overflow exp.
 ``attention_entropy``
     ``check_attention_entropy``.
 ``sections``
@@ -12,7 +14,8 @@ Test cells call ``ch02.check_...``: the names below are what they reach.
 """
 
 from ...guard.integrity import seal
-from .attention import check_attention, check_attention_by_hand, part_of_pair
+from ..flow import part_of_pair
+from .attention import check_attention, check_attention_by_hand
 from .attention_entropy import check_attention_entropy
 from .sections import (
     CHAPTER,
@@ -25,7 +28,7 @@ from .sections import (
 )
 
 # The exercises' modules in the order the chapter sets them (the pitfall index's rows).
-MODULES = ("attention", "attention_entropy")
+MODULES = ("attention", "attention_large_scores", "attention_entropy")
 
 __all__ = [
     "CHAPTER",

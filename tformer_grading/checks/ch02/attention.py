@@ -6,6 +6,7 @@ stage (the call itself, shapes, the weights, the output) and reports the first s
 that departs from the reference, with the quantity that is off *measured* from the
 learner's own numbers (the divisor of the scores, the axis the weights sum to 1 over).
 A listed pitfall is named only when its variant reproduces every output of the learner.
+The last stage, scores large enough to overflow exp, is :mod:`.attention_large_scores`.
 """
 
 from __future__ import annotations
@@ -20,33 +21,49 @@ from ...guard.integrity import seal
 from ..cases import randn
 from ..delegation import check_not_delegated
 from ..diagnosis import (
-    UNEXPLAINED,
     Case,
     Diagnosis,
     Pitfall,
-    Raised,
     fail,
     passed,
     run,
-    same,
     single_threaded,
     verify_integrity,
 )
+from ..flow import (
+    FORM_WORDS,
+    changed_input,
+    check_deterministic,
+    fail_if_raised,
+    fallback,
+    form_problem,
+    largest_difference,
+    listed_pitfall,
+    matches,
+    one_finding,
+    run_cases,
+)
+from ..measure.fit import line, scale
 from ..measure.formulas import name_of, number, numbers, powers
-from ..measure.sizes import named
+from ..measure.positions import (
+    block_mixup,
+    same_numbers,
+    swapped_last_axes,
+    unexpected_zeros,
+)
 from ..measure.softmax import (
     FIT_RTOL,
     SEVERAL_AXES,
     SINGLE_AXES,
     SUM_ATOL,
     axes_name,
-    double_centred,
+    key_shift_divisors,
     mixing,
     normalised_over,
-    overflowed,
-    row_scales,
+    softmax_source,
     varying_axes,
 )
+from .attention_large_scores import judge_large_scores
 from .sections import S_DMODEL, S_SATURATION, S_STEPS, S_VARIANCE
 
 # The divisors a learner may have used: a power of one size (or of d_model = H·Dh)
@@ -56,49 +73,20 @@ DIVISOR_FORMULAS = powers(
 )
 
 
-def part_of_pair(fn, index: int):
-    """``fn`` returns the pair (out, weights); keep only ``result[index]``, so that the
-    weights (index 1) and the outputs (index 0) are compared in turn. Chapter 3 uses it
-    too."""
-
-    def pick(*args):
-        result = fn(*args)
-        if not isinstance(result, (tuple, list)) or len(result) != 2:
-            kind = type(result).__name__
-            raise TypeError(f"must return a pair (out, weights), got {kind}")
-        return result[index]
-
-    return pick
+# The reference is the package's scaled_dot_product_attention; each variant changes
+# one step of it: what divides the scores, or the axis of the softmax.
 
 
-# The reference is the package's scaled_dot_product_attention; each variant below
-# changes one step of it.
+def _variant(divisor, dim=-1):
+    def attention(q, k, v):
+        weights = (q @ k.transpose(-2, -1) / divisor(q)).softmax(dim=dim)
+        return weights @ v, weights
+
+    return attention
 
 
-def _attention_unscaled(q, k, v):
-    weights = (q @ k.transpose(-2, -1)).softmax(dim=-1)
-    return weights @ v, weights
-
-
-def _attention_over_sqrt_d_model(q, k, v):
-    d_model = q.size(1) * q.size(-1)
-    weights = (q @ k.transpose(-2, -1) / math.sqrt(d_model)).softmax(dim=-1)
-    return weights @ v, weights
-
-
-def _attention_over_d_k(q, k, v):
-    weights = (q @ k.transpose(-2, -1) / q.size(-1)).softmax(dim=-1)
-    return weights @ v, weights
-
-
-def _attention_softmax_over_queries(q, k, v):
-    weights = (q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))).softmax(dim=-2)
-    return weights @ v, weights
-
-
-def _attention_softmax_over_heads(q, k, v):
-    weights = (q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))).softmax(dim=1)
-    return weights @ v, weights
+def _sqrt_d_k(q):
+    return math.sqrt(q.size(-1))
 
 
 ATTENTION_PITFALLS = (
@@ -108,7 +96,7 @@ ATTENTION_PITFALLS = (
         "= d_k, so the logits grow like √d_k and softmax saturates to nearly one-hot "
         "rows: most rows get almost no gradient, a few near-ties far larger ones.",
         S_SATURATION,
-        _attention_unscaled,
+        _variant(lambda q: 1),
     ),
     Pitfall(
         "scaled by sqrt(d_model)",
@@ -116,7 +104,7 @@ ATTENTION_PITFALLS = (
         "length of the vectors being dotted. The logits come out √H times too "
         "small and attention is too flat.",
         S_DMODEL,
-        _attention_over_sqrt_d_model,
+        _variant(lambda q: math.sqrt(q.size(1) * q.size(-1))),
     ),
     Pitfall(
         "scaled by d_k instead of sqrt(d_k)",
@@ -124,21 +112,21 @@ ATTENTION_PITFALLS = (
         "that is what brings it back to 1; dividing by d_k shrinks the logits √d_k "
         "times too much.",
         S_VARIANCE,
-        _attention_over_d_k,
+        _variant(lambda q: q.size(-1)),
     ),
     Pitfall(
         "softmax over the wrong axis (queries)",
         "Your softmax normalises over the queries (dim=-2). Each query's weights "
         "over the keys must sum to 1: softmax over the last axis, dim=-1.",
         S_STEPS,
-        _attention_softmax_over_queries,
+        _variant(_sqrt_d_k, dim=-2),
     ),
     Pitfall(
         "softmax over the wrong axis (heads)",
         "Your softmax normalises over the heads (dim=1). Each query's weights over "
         "the keys must sum to 1: softmax over the last axis, dim=-1.",
         S_STEPS,
-        _attention_softmax_over_heads,
+        _variant(_sqrt_d_k, dim=1),
     ),
 )
 
@@ -160,20 +148,14 @@ def _attention_cases():
     cases = []
     for i, (b, h, sq, sk, dh, dtype) in zip((4, 0, 1, 2, 3), configs):
 
-        def make(b=b, h=h, sq=sq, sk=sk, dh=dh, dtype=dtype, i=i):
-            return (
-                randn(b, h, sq, dh, seed=10 * i, dtype=dtype),
-                randn(b, h, sk, dh, seed=10 * i + 1, dtype=dtype),
-                randn(b, h, sk, dh, seed=10 * i + 2, dtype=dtype),
+        def make(b=b, h=h, sizes=(sq, sk, sk), dh=dh, dtype=dtype, i=i):
+            return tuple(
+                randn(b, h, n, dh, seed=10 * i + j, dtype=dtype)
+                for j, n in enumerate(sizes)
             )
 
-        cases.append(
-            Case(
-                f"q [B={b}, H={h}, Sq={sq}, Dh={dh}], "
-                f"k and v [.., Sk={sk}, ..], {dtype}",
-                make,
-            )
-        )
+        label = f"q [B={b}, H={h}, Sq={sq}, Dh={dh}], k and v [.., Sk={sk}, ..]"
+        cases.append(Case(f"{label}, {dtype}", make))
     return cases
 
 
@@ -231,21 +213,6 @@ SCRAMBLED = Diagnosis(
     "right numbers in the wrong places",
     "A view/reshape/transpose moved entries between axes: view() reinterprets memory, "
     "it does not move axes (chapter 1).",
-    S_STEPS,
-)
-OVERFLOW = Diagnosis(
-    "softmax overflows on large scores",
-    "exp(x) is inf in float32 once x passes log(torch.finfo(torch.float32).max), and "
-    "inf / inf is NaN. Softmax does not change when one number is subtracted from a "
-    "whole row: subtract each row's maximum before exp (scores - scores.amax(dim=-1, "
-    "keepdim=True)), or call softmax, which gives the finite answer.",
-    S_STEPS,
-)
-CLAMPED = Diagnosis(
-    "scores clamped",
-    "A clamp keeps exp from overflowing, but it changes which key wins: every score "
-    "above the bound counts as the bound. Subtract each row's maximum instead (softmax "
-    "does not change when one number is subtracted from a whole row), or call softmax.",
     S_STEPS,
 )
 PRECISION = Diagnosis(
@@ -346,16 +313,6 @@ def _score_sources(q, k, v) -> list:
     return sources
 
 
-def _softmax_source(w, q, k, v):
-    """When w [B, H, Sq, Sk] is softmax over the keys of c·(some score matrix): (name,
-    per-row c [B, H, Sq]); else None."""
-    fits = [(name, *row_scales(w, s)) for name, s in _score_sources(q, k, v)]
-    name, c, residual = min(fits, key=lambda f: f[2])
-    if residual > FIT_RTOL or torch.isnan(c).all():
-        return None
-    return name, c
-
-
 def _structure_of_weights(w, ref, q, k, v):
     """What is structurally wrong with weights w [B, H, Sq, Sk] (ref: the right ones),
     as (Diagnosis, detail), or ("scale", c) when w is a softmax of c·q·kᵀ with one
@@ -379,49 +336,19 @@ def _layout_problem(w64, ref64):
             f"{bad.numel()} positions (first at "
             f"{tuple(bad.nonzero()[0].tolist())})."
         )
-    if w64.size(-1) == w64.size(-2) and torch.allclose(
-        w64, ref64.mT, atol=1e-5, rtol=1e-4
-    ):
+    if swapped_last_axes(w64, ref64):
         return TRANSPOSED, (
             "Your weights are the right ones transposed: "
             "weights[.., j, i] holds query i's weight on key j."
         )
-    if torch.allclose(
-        w64.flatten().sort().values, ref64.flatten().sort().values, atol=1e-5, rtol=1e-4
-    ):
+    if same_numbers(w64, ref64):
         return SCRAMBLED, (
             "Your weights hold exactly the right numbers, but in other positions."
         )
-    mixed = _block_mixup(w64, ref64)
+    mixed = block_mixup(w64, ref64)
     if mixed:
         return BLOCKS_MIXED, f"Your weights {mixed}."
     return None
-
-
-def _block_mixup(got64: torch.Tensor, ref64: torch.Tensor) -> str | None:
-    """When every [b, h] block of got [B, H, ...] is the right block of another (b, h):
-    which, said in words; None otherwise."""
-    b_size, h_size = got64.shape[:2]
-    first = None
-    for b in range(b_size):
-        for h in range(h_size):
-            match = [
-                (b2, h2)
-                for b2 in range(b_size)
-                for h2 in range(h_size)
-                if torch.allclose(got64[b, h], ref64[b2, h2], atol=1e-5, rtol=1e-4)
-            ]
-            if not match:
-                return None
-            if (b, h) not in match and first is None:
-                first = (b, h, *match[0])
-    if first is None:
-        return None
-    b, h, b2, h2 = first
-    return (
-        f"for batch entry {b}, head {h} are the right ones for batch entry {b2}, "
-        f"head {h2}: batch entries or heads got mixed up"
-    )
 
 
 def _normalisation_problem(w64, q, k, v):
@@ -446,7 +373,7 @@ def _normalisation_problem(w64, q, k, v):
 def _scores_problem(w64, q, k, v):
     """For weights [B, H, Sq, Sk] that are a softmax over the keys: of what scores, with
     what factor (("scale", c) when only the constant c is left to judge)."""
-    found = _softmax_source(w64, q, k, v)
+    found = softmax_source(w64, _score_sources(q, k, v))
     if found is None:
         return _key_shift(w64, q, k)
     name, c = found
@@ -473,22 +400,19 @@ def _masked(w64, c, q, k) -> str | None:
     """What was observed when w64 [B, H, Sq, Sk], a softmax of c·q·kᵀ (c per row
     [B, H, Sq]), is exactly 0 where that softmax is not small enough to underflow."""
     predicted = (c.nanmean() * (q.double() @ k.double().mT)).softmax(-1)
-    zeros = (w64 == 0) & (predicted > 1e-30)
-    if not zeros.any():
+    zeros = unexpected_zeros(w64, predicted)
+    if zeros is None:
         return None
-    where = tuple(zeros.nonzero()[0].tolist())
     return (
-        f"Your weights are exactly 0 at {int(zeros.sum())} positions (first at "
-        f"{where}) where a softmax of your own scores is not: a mask."
+        f"Your weights are exactly 0 at {zeros[0]} positions (first at "
+        f"{zeros[1]}) where a softmax of your own scores is not: a mask."
     )
 
 
 def _affine_of_softmax(w64, q, k):
     """(Diagnosis, detail) when w64 [B, H, Sq, Sk] = a·(the right weights) + b."""
     p = (q.double() @ k.double().mT / math.sqrt(q.size(-1))).softmax(-1)
-    x, y = p - p.mean(), w64 - w64.mean()
-    a = ((x * y).sum() / (x * x).sum()).item()
-    b = (w64.mean() - a * p.mean()).item()
+    a, b = line(w64, p)
     residual = (w64 - a * p - b).norm()
     # the shift must explain nearly all of the departure (rounding noise does not fit)
     if residual > 1e-2 * (w64 - p).norm() or abs(b) < 1e-6 or not 0.5 < a < 1.5:
@@ -502,13 +426,9 @@ def _affine_of_softmax(w64, q, k):
 def _key_shift(w64, q, k):
     """(Diagnosis, detail) when log w64 [B, H, Sq, Sk] = c·q·kᵀ + (a term per row) +
     (a term per key, the same for every query): the softmax saw a per-key shift."""
-    if (w64 <= 1e-30).any():
+    d = key_shift_divisors(w64, q.double() @ k.double().mT)
+    if d is None:
         return None
-    y, x = double_centred(w64.log()), double_centred(q.double() @ k.double().mT)
-    c = (x * y).sum((-2, -1), keepdim=True) / (x * x).sum((-2, -1), keepdim=True)
-    if (y - c * x).norm() > FIT_RTOL * y.norm():
-        return None
-    d = 1 / c.flatten()
     return KEY_SHIFT, (
         "Your log-weights are q·kᵀ divided by "
         f"{number(d.mean().item())} plus a term that depends on the key "
@@ -526,14 +446,14 @@ def _unnormalised(w64, q, k, v):
             "exp(your weights) sums to 1 over the keys: they are log-probabilities.",
         )
     s = q.double() @ k.double().mT
-    c = ((w64 * s).sum() / (s * s).sum()).item()
+    c = scale(w64, s)
     if (w64 - c * s).norm() <= FIT_RTOL * w64.norm() and c != 0:
         return NO_SOFTMAX, (
             f"Your weights are the scores q·kᵀ divided by "
             f"{number(1 / c)}, with no softmax."
         )
     sums = w64.sum(-1)
-    found = _softmax_source(w64, q, k, v)
+    found = softmax_source(w64, _score_sources(q, k, v))
     shape = (
         " They are proportional to exp(c·q·kᵀ) along each row, so the division "
         "by the row's sum is what is missing or wrong."
@@ -656,15 +576,10 @@ def _output_shortcut(out, w, ref_out, q, k, v):
     """An output out [B, H, Sq, Dh] that is weights @ v rescaled, permuted, plus an
     input, or a mix of the wrong rows; None otherwise."""
     out64, wv = out.detach().double(), w.detach().double() @ v.double()
-    c = ((out64 * wv).sum() / (wv * wv).sum()).item()
+    c = scale(out64, wv)
     if (out64 - c * wv).norm() <= FIT_RTOL * out64.norm():
         return OUTPUT_RESCALED, f"Your output is {number(c)} × weights @ v."
-    if torch.allclose(
-        out64.flatten().sort().values,
-        ref_out.double().flatten().sort().values,
-        atol=1e-5,
-        rtol=1e-4,
-    ):
+    if same_numbers(out64, ref_out.double()):
         return SCRAMBLED, (
             "Your output holds exactly the right numbers, but in other positions."
         )
@@ -677,7 +592,7 @@ def _output_shortcut(out, w, ref_out, q, k, v):
                 "residual connection belongs to the block "
                 "(chapter 4), not to attention."
             )
-    mixed = _block_mixup(out64, ref_out.double())
+    mixed = block_mixup(out64, ref_out.double())
     if mixed:
         return BLOCKS_MIXED, f"Your outputs {mixed}."
     for name, rows in (("k", k), ("q", q)):
@@ -689,37 +604,38 @@ def _output_shortcut(out, w, ref_out, q, k, v):
     return None
 
 
-# -------------------------------------------------------------- attention: the stages
+# -------------------------------------------------------------- attention: the checks
+
+#: The form step's words for attention's results: they take q's dtype and device.
+_FORM_WORDS = {
+    **FORM_WORDS,
+    "subclass": "expected a plain torch.Tensor, got the subclass {got}",
+    "shape": "expected shape {want} [B, H, ...], got {got}",
+    "dtype": "expected dtype {want} (the dtype of q), got {got}",
+    "device": "expected a tensor on {want} (where q is), not {got}",
+}
 
 
 def _call_all(title: str, fn, cases) -> list:
     """Run fn on every case: [(args, result)]. Fails on an exception, a result that is
     not a pair, or inputs changed in place."""
     __tracebackhide__ = True
-    calls = []
-    for case in cases:
-        args, kept = case.make(), case.make()
-        result = run(fn, args)
-        if isinstance(result, Raised):
-            fail(
-                title,
-                f"your code raised {result!r} while the check ran case {case.label}.",
-            )
+    for done in (runs := run_cases(fn, cases)):
+        label, result = done.case.label, done.result
+        fail_if_raised(title, result, f"while the check ran case {label}")
         if not isinstance(result, (tuple, list)) or len(result) != 2:
             fail(
                 title,
                 f"attention must return a pair (out, weights), got "
-                f"{type(result).__name__} on case {case.label}.",
+                f"{type(result).__name__} on case {label}.",
                 S_STEPS,
             )
-        for name, before, after in zip("qkv", kept, args):
-            if not torch.equal(before, after):
-                MUTATES_INPUT.fail(
-                    title,
-                    f"On case {case.label} your function changed its argument {name}.",
-                )
-        calls.append((kept, tuple(result)))
-    return calls
+        name = changed_input(done, "qkv")
+        if name is not None:
+            MUTATES_INPUT.fail(
+                title, f"On case {label} your function changed its argument {name}."
+            )
+    return [(done.case.make(), tuple(done.result)) for done in runs]
 
 
 def _check_types(title: str, calls, cases) -> None:
@@ -751,7 +667,7 @@ def _check_types(title: str, calls, cases) -> None:
                 f"{want_w}.",
             )
         for part, got, want in (("weights", w, want_w), ("output", out, want_out)):
-            problem = _type_problem(got, want, q)
+            problem = form_problem(got, want, q.dtype, q.device, _FORM_WORDS)
             if problem:
                 fail(
                     f"{title} ({part})",
@@ -760,81 +676,91 @@ def _check_types(title: str, calls, cases) -> None:
                 )
 
 
-def _type_problem(got: torch.Tensor, shape: list, like: torch.Tensor) -> str | None:
-    if type(got) not in (torch.Tensor, torch.nn.Parameter):
-        return f"expected a plain torch.Tensor, got the subclass {type(got).__name__}"
-    if list(got.shape) != shape:
-        return f"expected shape {shape} [B, H, ...], got {list(got.shape)}"
-    if got.dtype != like.dtype:
-        return f"expected dtype {like.dtype} (the dtype of q), got {got.dtype}"
-    if got.device != like.device:
-        return f"expected a tensor on {like.device} (where q is), not {got.device}"
-    return None
-
-
-def _check_deterministic(title: str, fn, case, first) -> None:
+@single_threaded
+def check_attention(attention_fn) -> None:
+    """``attention_fn(q [B, H, Sq, Dh], k [B, H, Sk, Dh], v [B, H, Sk, Dh])
+    -> (out [B, H, Sq, Dh], weights [B, H, Sq, Sk])``."""
     __tracebackhide__ = True
-    again = run(fn, case.make())
-    if isinstance(again, Raised):
-        fail(
-            title,
-            f"your code raised {again!r} when the check called it a second "
-            f"time on case {case.label} (the first call returned).",
-        )
-    if not _same_result(again, first):
-        RANDOM.fail(
-            title,
-            f"Two calls on the same inputs (case {case.label}) gave different results.",
-        )
+    verify_integrity()
+    cases = _attention_cases()
+    calls = _call_all("attention", attention_fn, cases)
+    _check_types("attention", calls, cases)
+    ref = [scaled_dot_product_attention(*a) for a, _ in calls]
+    outs, ws = [r[0] for _, r in calls], [r[1] for _, r in calls]
+    if not matches(ws, [r[1] for r in ref], 1e-5, 1e-4):
+        _fail_weights(attention_fn, calls, cases, ws, ref)
+    passed("attention (weights)", f"match the reference on {len(cases)} cases")
+    if not matches(outs, [r[0] for r in ref], 1e-5, 1e-4):
+        _fail_output(attention_fn, calls, cases, outs, ref)
+    passed("attention (output)", f"matches the reference on {len(cases)} cases")
+    judge_large_scores(attention_fn)
 
 
-def _same_result(a, b) -> bool:
-    """Two results of the learner's function are the same pair of tensors, bit for bit
-    (NaN equal to NaN)."""
-    if not isinstance(a, (tuple, list)) or len(a) != len(b):
-        return False
-    return all(
-        isinstance(x, torch.Tensor)
-        and x.shape == y.shape
-        and x.dtype == y.dtype
-        and torch.allclose(x, y, rtol=0, atol=0, equal_nan=True)
-        for x, y in zip(a, b)
+def _fail_weights(fn, calls, cases, ws, ref) -> None:
+    """The weights are wrong: name the pitfall that reproduces everything, else what is
+    measured, else where."""
+    __tracebackhide__ = True
+    title = "attention (weights)"
+    check_deterministic(title, fn, cases[0], calls[0][1], RANDOM)
+    refs = [r[1] for r in ref]
+    found = _explain_weights(ws, refs, [a for a, _ in calls], [c.label for c in cases])
+    detail = "" if found is None else found[1] + _pair_note(calls)
+    pitfall = listed_pitfall(
+        ATTENTION_PITFALLS, cases, [r for _, r in calls], 1e-5, 1e-4
     )
+    if pitfall is not None:
+        pitfall.fail(title, detail)
+    if found is None:
+        _fail_where("weights", cases, ws, refs, _weights_stage(ws))
+    found[0].fail(title, detail)
 
 
-def _name_if_pitfall(title: str, calls, cases, detail: str) -> None:
-    """Name the listed pitfall whose variant reproduces both outputs on every case."""
+def _pair_note(calls) -> str:
+    """A second problem worth knowing about: the output is not the returned weights
+    applied to v."""
+    for (_, _, v), (out, w) in calls:
+        wv = w.detach().double() @ v.double()
+        if not torch.allclose(out.detach().double(), wv, atol=1e-5, rtol=1e-4):
+            return (
+                " Besides, your output is not weights @ v with the weights you "
+                "return: compute both from one softmax."
+            )
+    return ""
+
+
+def _fail_output(fn, calls, cases, outs, ref) -> None:
+    """The weights are right, the output is not: what is measured, else where."""
     __tracebackhide__ = True
-    for pitfall in ATTENTION_PITFALLS:
-        if all(
-            all(same(g, p, 1e-5, 1e-4) for g, p in zip(got, run(pitfall.impl, args)))
-            for args, got in calls
-        ):
-            pitfall.fail(title, detail)
+    title = "attention (output)"
+    check_deterministic(title, fn, cases[0], calls[0][1], RANDOM)
+    wrong = [
+        (case, _explain_output(out, w, ref_out, q, k, v))
+        for case, ((q, k, v), (out, w)), (ref_out, _) in zip(cases, calls, ref)
+        if not torch.allclose(out.detach(), ref_out, atol=1e-5, rtol=1e-4)
+    ]
+    found = one_finding([f for _, f in wrong])
+    if found is not None:
+        found[0].fail(title, f"On case {wrong[0][0].label}: {found[1]}")
+    _fail_where("output", cases, outs, [r[0] for r in ref])
 
 
-def _fail_where(
-    title: str, part: str, cases, got: list, refs: list, stage: str = ""
-) -> None:
+def _fail_where(part: str, cases, got: list, refs: list, stage: str = "") -> None:
     """The fallback: which case, which stage, how far; names no mistake."""
     __tracebackhide__ = True
     for case, g, r in zip(cases, got, refs):
-        diff = (g.detach().double() - r.double()).abs().nan_to_num(nan=math.inf)
-        if diff.max() > 1e-5 + 1e-4 * r.abs().max():
-            idx = tuple(int(i) for i in torch.unravel_index(diff.argmax(), diff.shape))
-            fail(
+        size, where = largest_difference(g, r)
+        if size > (1e-5 + 1e-4 * r.abs().max()).item():
+            fallback(
                 f"attention ({part})",
                 f"the first stage that differs is the {part}{stage}: on case "
-                f"{case.label}, "
-                f"largest difference {diff.max().item():.3g} at index {idx} (yours "
-                f"{g[idx].item():.6g}, expected {r[idx].item():.6g}). It "
-                f"{UNEXPLAINED}; compare your code with the lesson step by step.",
+                f"{case.label}, {where}",
                 S_STEPS,
             )
-    fail(
+    fallback(
         f"attention ({part})",
-        f"your {part} differ from the reference. It {UNEXPLAINED}.",
+        f"your {part} differ from the reference",
         S_STEPS,
+        advice="",
     )
 
 
@@ -848,155 +774,15 @@ def _weights_stage(ws: list) -> str:
     return ""
 
 
-def _compare(got: list, refs: list) -> bool:
-    return all(
-        torch.allclose(g.detach(), r, atol=1e-5, rtol=1e-4, equal_nan=False)
-        for g, r in zip(got, refs)
-    )
-
-
-@single_threaded
-def check_attention(attention_fn) -> None:
-    """``attention_fn(q [B, H, Sq, Dh], k [B, H, Sk, Dh], v [B, H, Sk, Dh])
-    -> (out [B, H, Sq, Dh], weights [B, H, Sq, Sk])``."""
-    __tracebackhide__ = True
-    verify_integrity()
-    cases = _attention_cases()
-    calls = _call_all("attention", attention_fn, cases)
-    _check_types("attention", calls, cases)
-    args = [a for a, _ in calls]
-    ref = [scaled_dot_product_attention(*a) for a in args]
-    outs, ws = [r[0] for _, r in calls], [r[1] for _, r in calls]
-    if not _compare(ws, [r[1] for r in ref]):
-        _fail_weights(attention_fn, calls, cases, ws, ref)
-    passed("attention (weights)", f"match the reference on {len(cases)} cases")
-    if not _compare(outs, [r[0] for r in ref]):
-        _fail_output(attention_fn, calls, cases, outs, ref)
-    passed("attention (output)", f"matches the reference on {len(cases)} cases")
-    _check_large_scores(attention_fn)
-
-
-# Scores q·kᵀ/√Dh up to about ±150: exp overflows float32 above about 88.7.
-LARGE = 8.0
-
-
-def _check_large_scores(fn) -> None:
-    """The usual cases keep the scores small; here q and k are scaled by LARGE, so a
-    softmax written without its max shift, or one that clamps the scores, shows."""
-    __tracebackhide__ = True
-    title = "attention (large scores)"
-    sizes = named(B=2, H=3, Sq=4, Sk=5, Dh=8)
-    q, k, v = (randn(2, 3, n, 8, seed=90 + i) for i, n in enumerate((4, 5, 5)))
-    q, k = q * LARGE, k * LARGE
-    scores = q @ k.mT / math.sqrt(8)
-    label = f"q, k, v [{sizes}], torch.float32, q and k scaled by {LARGE:g}"
-    label += f" (the scores q·kᵀ/√Dh reach {scores.abs().max().item():.0f})"
-    result = run(fn, (q, k, v))
-    if isinstance(result, Raised):
-        fail(title, f"your code raised {result!r} on case {label}.", S_STEPS)
-    if not isinstance(result, (tuple, list)) or len(result) != 2:
-        fail(title, f"on case {label} attention returned no pair (out, weights).")
-    w, want = result[1], scaled_dot_product_attention(q, k, v)[1]
-    if overflowed(w, scores):
-        rows = int((~torch.isfinite(w.detach()).all(-1)).sum())
-        OVERFLOW.fail(
-            title,
-            f"On case {label} your weights are NaN or inf in {rows} of "
-            f"{w.shape[:-1].numel()} query rows: exactly the rows whose largest score "
-            "is above log(torch.finfo(torch.float32).max), where exp overflows.",
-        )
-    if not torch.allclose(w.detach(), want, atol=1e-5, rtol=1e-4, equal_nan=False):
-        bound = _clamp_bound(w.detach(), scores)
-        if bound is not None:
-            CLAMPED.fail(
-                title,
-                f"On case {label} your weights are the softmax of the scores clamped "
-                f"at {bound:g}: every score above {bound:g} counts as {bound:g}.",
-            )
-        diff = (w.detach().double() - want.double()).abs().nan_to_num(nan=math.inf)
-        fail(
-            title,
-            f"on case {label} your weights differ from the softmax of the scores by "
-            f"up to {diff.max().item():.3g}, though they matched on the usual cases, "
-            "whose scores stay small: something changes the scores only when they "
-            f"are large (a clamp?). It {UNEXPLAINED}.",
-            S_STEPS,
-        )
-    passed(title, f"match the reference with scores up to {scores.abs().max():.0f}")
-
-
-def _clamp_bound(w: torch.Tensor, scores: torch.Tensor) -> float | None:
-    """The c, on a grid of halves up to 200, for which w is the softmax of the scores
-    clamped at c (the low end of a two-sided clamp does not show: the weights of
-    scores far below a row's maximum are 0 either way); None when there is none."""
-    for c in torch.arange(0.5, 200.5, 0.5).tolist():
-        if torch.allclose(w, scores.clamp(max=c).softmax(-1), atol=1e-5, rtol=1e-4):
-            return c
-    return None
-
-
-def _fail_weights(fn, calls, cases, ws, ref) -> None:
-    """The weights are wrong: name the pitfall that reproduces everything, else what is
-    measured, else where."""
-    __tracebackhide__ = True
-    title = "attention (weights)"
-    _check_deterministic(title, fn, cases[0], calls[0][1])
-    refs = [r[1] for r in ref]
-    found = _explain_weights(ws, refs, [a for a, _ in calls], [c.label for c in cases])
-    if found is None:
-        _name_if_pitfall(title, calls, cases, "")
-        _fail_where(title, "weights", cases, ws, refs, _weights_stage(ws))
-    detail = found[1] + _pair_note(calls)
-    _name_if_pitfall(title, calls, cases, detail)
-    found[0].fail(title, detail)
-
-
-def _pair_note(calls) -> str:
-    """A second problem worth knowing about: the output is not the returned weights
-    applied to v."""
-    for (_, _, v), (out, w) in calls:
-        if not torch.allclose(
-            out.detach().double(),
-            w.detach().double() @ v.double(),
-            atol=1e-5,
-            rtol=1e-4,
-        ):
-            return (
-                " Besides, your output is not weights @ v with the weights you "
-                "return: compute both from one softmax."
-            )
-    return ""
-
-
-def _fail_output(fn, calls, cases, outs, ref) -> None:
-    """The weights are right, the output is not: what is measured, else where."""
-    __tracebackhide__ = True
-    title = "attention (output)"
-    _check_deterministic(title, fn, cases[0], calls[0][1])
-    found = [
-        (case, _explain_output(out, w, ref_out, q, k, v))
-        for case, ((q, k, v), (out, w)), (ref_out, _) in zip(cases, calls, ref)
-        if not torch.allclose(out.detach(), ref_out, atol=1e-5, rtol=1e-4)
-    ]
-    # named only when the same mistake explains every case that is wrong
-    if all(f is not None and f[0] is found[0][1][0] for _, f in found):
-        case, (diagnosis, detail) = found[0]
-        diagnosis.fail(title, f"On case {case.label}: {detail}")
-    _fail_where(title, "output", cases, outs, [r[0] for r in ref])
-
-
 def check_attention_by_hand(attention_fn) -> None:
     """Hidden test: the learner wrote the computation, not a call to PyTorch's or the
     reference's attention."""
     __tracebackhide__ = True
     q, k, v = (randn(2, 2, 3, 4, seed=s) for s in (1, 2, 3))
     result = run(attention_fn, (q.clone(), k.clone(), v.clone()))
-    if isinstance(result, Raised):
-        fail(
-            "attention",
-            f"your code raised {result!r} while the check ran q, k, v "
-            "[B=2, H=2, S=3, Dh=4].",
-        )
+    fail_if_raised(
+        "attention", result, "while the check ran q, k, v [B=2, H=2, S=3, Dh=4]"
+    )
     check_not_delegated(
         "attention",
         lambda: attention_fn(q, k, v),

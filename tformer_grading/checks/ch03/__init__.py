@@ -1,8 +1,10 @@
 """Checks for chapter 3, masks (book/ch03_masks): one module per exercise.
 
 ``causal_mask``, ``padding_mask``, ``masked_attention``
-    each exercise's checks (``masked_attention`` holds the half-precision and the
-    hidden "written by hand" checks too).
+    each exercise's checks (``masked_attention`` holds the hidden "written by hand"
+    check too).
+``masked_attention_half``
+    ``masked_attention`` in float16 and bfloat16, a test cell of its own.
 ``mask_probes``
     the learner's masked attention with their own masks, judged by behaviour.
 ``reading``
@@ -16,11 +18,8 @@ Test cells call ``ch03.check_...``: the names below are what they reach.
 from ...guard.integrity import seal
 from .causal_mask import check_causal_mask
 from .mask_probes import check_mask_probes
-from .masked_attention import (
-    check_masked_attention,
-    check_masked_attention_by_hand,
-    check_masked_attention_half_precision,
-)
+from .masked_attention import check_masked_attention, check_masked_attention_by_hand
+from .masked_attention_half import check_masked_attention_half_precision
 from .padding_mask import check_padding_mask
 from .sections import (
     CHAPTER,
@@ -38,6 +37,7 @@ MODULES = (
     "causal_mask",
     "padding_mask",
     "masked_attention",
+    "masked_attention_half",
     "mask_probes",
 )
 

@@ -17,7 +17,7 @@ from ..diagnosis import (
     run_or_fail,
     single_threaded,
 )
-from .masked_attention import pair_of_tensors
+from ..flow import pair_of_tensors
 from .reading import as_4d
 from .sections import S_PROBES
 

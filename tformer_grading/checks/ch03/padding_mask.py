@@ -7,14 +7,13 @@ from __future__ import annotations
 import torch
 
 from tformer_ref.device import get_device
-from tformer_ref.masks import padding_mask
 
 from ...guard.integrity import seal
 from ..diagnosis import (
     Case,
     Diagnosis,
     Pitfall,
-    compare_to_reference,
+    passed,
     run,
     single_threaded,
     verify_integrity,
@@ -338,15 +337,9 @@ def check_padding_mask(padding_mask_fn) -> None:
     tokens (wherever the padding sits), ``tokens`` left unmodified."""
     __tracebackhide__ = True
     _judge_padding("padding_mask", padding_mask_fn)
-    compare_to_reference(
-        "padding_mask",
-        _padding_cases(),
-        padding_mask_fn,
-        padding_mask,
-        PADDING_PITFALLS,
-        atol=0,
-        rtol=0,
-    )
+    # _judge_padding returns only when every case is the reference's mask exactly
+    # (shape, bool dtype, device, pattern): a comparison with it could only pass.
+    passed("padding_mask", f"matches the reference on {len(_padding_cases())} cases")
 
 
 seal(__name__)

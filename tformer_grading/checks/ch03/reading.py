@@ -12,15 +12,8 @@ import torch
 from tformer_ref.device import get_device
 
 from ...guard.integrity import seal
-from ..diagnosis import (
-    UNEXPLAINED,
-    Diagnosis,
-    Raised,
-    Section,
-    fail,
-    run,
-    same,
-)
+from ..diagnosis import Diagnosis, Raised, Section, fail
+from ..flow import fallback, listed_pitfall
 from .sections import S_COMBINE, S_CONVENTIONS
 
 
@@ -110,11 +103,7 @@ def reproduced_pitfall(theirs, cases, pitfalls, adapt=lambda fn: fn):
     itself is reported)."""
     if any(isinstance(got, Raised) for got in theirs):
         return None
-    for pitfall in pitfalls:
-        variant = [run(adapt(pitfall.impl), case.make()) for case in cases]
-        if all(same(g, v, 0, 0) for g, v in zip(theirs, variant)):
-            return pitfall
-    return None
+    return listed_pitfall(pitfalls, cases, theirs, 0, 0, adapt)
 
 
 def fail_stage(title: str, diagnosis, seen: str, section: Section) -> None:
@@ -126,9 +115,7 @@ def fail_stage(title: str, diagnosis, seen: str, section: Section) -> None:
         diagnosis.fail(title, seen + ("" if seen.endswith("?") else "."))
     if " raised " in seen or "must return" in seen or "returned a mask on" in seen:
         fail(title, seen, section)
-    fail(
-        title, f"{seen}. It {UNEXPLAINED}; compare your code with the lesson.", section
-    )
+    fallback(title, seen, section, advice="compare your code with the lesson")
 
 
 seal(__name__)

@@ -3,10 +3,12 @@
 ``feed_forward``
     ``check_feed_forward``.
 ``encoder_block``
-    ``check_encoder_block`` (Post-LN and Pre-LN), ``check_dropout_placement``,
-    ``check_block_behaviour`` and the hidden ``check_block_by_hand``.
+    ``check_encoder_block`` (Post-LN and Pre-LN) and the hidden ``check_block_by_hand``;
+    the same exercise's ``check_dropout_placement`` is in ``dropout_placement``, its
+    ``check_block_behaviour`` in ``block_behaviour``, and ``norms`` reads the block's
+    LayerNorms off its forward.
 ``tracing``
-    watching a forward run and reading what it computed, shared by the two exercises.
+    reading what a watched forward computed, shared by the two exercises.
 ``sections``
     the lesson's sections a failure links to.
 
@@ -15,14 +17,11 @@ checks reuse ``BATCHNORM``, ``DROPOUT_IN_EVAL`` and the sections).
 """
 
 from ...guard.integrity import seal
-from .encoder_block import (
-    BATCHNORM,
-    check_block_behaviour,
-    check_block_by_hand,
-    check_dropout_placement,
-    check_encoder_block,
-)
+from .block_behaviour import check_block_behaviour
+from .dropout_placement import check_dropout_placement
+from .encoder_block import check_block_by_hand, check_encoder_block
 from .feed_forward import check_feed_forward
+from .norms import BATCHNORM
 from .sections import (
     CHAPTER,
     S_DROPOUT,
@@ -37,7 +36,14 @@ from .sections import (
 from .tracing import DROPOUT_IN_EVAL
 
 # The exercises' modules in the order the chapter sets them (the pitfall index's rows).
-MODULES = ("tracing", "feed_forward", "encoder_block")
+MODULES = (
+    "tracing",
+    "feed_forward",
+    "norms",
+    "encoder_block",
+    "dropout_placement",
+    "block_behaviour",
+)
 
 __all__ = [
     "BATCHNORM",

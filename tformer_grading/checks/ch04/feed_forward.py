@@ -35,14 +35,14 @@ from ..diagnosis import (
     run,
     single_threaded,
 )
+from ..measure.fit import describe_sum
+from ..measure.fit import weighted_sum as fit_sum
 from ..measure.sizes import named
+from ..measure.trace import NORMS, FunctionCalls
 from .sections import S_FF
 from .tracing import (
     DROPOUT_IN_EVAL,
-    Recorder,
     describe_function,
-    describe_sum,
-    fit_sum,
     kept_scale,
     unrecognised_map,
     zeroed_share,
@@ -183,7 +183,8 @@ def _ff_trace(module, x, d_ff):
     """The feed-forward's linear calls while ``module(x)`` runs, and its output."""
     l1, l2 = _ff_layers(module, x, d_ff)
     events = []
-    with torch.no_grad(), quiet(), Recorder(events, (l1.weight, l2.weight)):
+    linears = {"linear1": l1.weight, "linear2": l2.weight}
+    with torch.no_grad(), quiet(), FunctionCalls(events, NORMS, linears):
         y = module(x)
     first = [e for e in events if e.kind == "linear1"]
     second = [e for e in events if e.kind == "linear2"]

@@ -1,14 +1,11 @@
-"""Watching a forward run and reading what it computed, shared by chapter 4's
-``feed_forward`` and ``encoder_block`` checks (book/ch04_blocks): a tensor fitted as a
-weighted sum of named ones, the elementwise function that maps one tensor to another,
-the recorder of the ``layer_norm``-like and feed-forward ``linear`` calls, and what
-dropout did (the share of activations zeroed, the scale of the kept ones, and
-``DROPOUT_IN_EVAL``, which both exercises name).
+"""Reading what a watched forward computed, shared by chapter 4's ``feed_forward`` and
+``encoder_block`` checks (book/ch04_blocks): the elementwise function that maps one
+tensor to another, and what dropout did (the share of activations zeroed, the scale of
+the kept ones, and ``DROPOUT_IN_EVAL``, which both exercises name). The calls are
+recorded with ``measure.trace``; the weighted sums are fitted with ``measure.fit``.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -18,27 +15,6 @@ from ..diagnosis import Diagnosis
 from .sections import S_DROPOUT
 
 # ------------------------------------------------------------ measuring a computation
-
-
-def fit_sum(target, named: dict):
-    """``target`` [...] as a weighted sum of the tensors in ``named`` (those of its
-    shape), by least squares: {name: coefficient} without the ~0 ones, or None when
-    no weighted sum fits (relative residual above 1e-6)."""
-    names = [n for n, t in named.items() if t is not None and t.shape == target.shape]
-    if not names:
-        return None
-    a = torch.stack([named[n].detach().reshape(-1).double().cpu() for n in names], 1)
-    b = target.detach().reshape(-1, 1).double().cpu()
-    coef = torch.linalg.lstsq(a, b, driver="gelsd").solution[:, 0]
-    if (a @ coef[:, None] - b).norm() > 1e-6 * b.norm().clamp_min(1e-12):
-        return None
-    return {n: round(c, 3) for n, c in zip(names, coef.tolist()) if abs(c) > 1e-3}
-
-
-def describe_sum(coefs: dict) -> str:
-    """{name: c} as 'c·name + ...' ('0' for the empty sum)."""
-    terms = [(name if c == 1 else f"{c:g}·{name}") for name, c in coefs.items()]
-    return " + ".join(terms).replace("+ -", "- ") or "0"
 
 
 def _slopes(t, u):
@@ -118,63 +94,6 @@ def unrecognised_map(t, u) -> str:
         f"a map that is not ReLU (hidden value {z:.4g} became {got:.4g}, ReLU "
         f"gives {max(z, 0.0):.4g})"
     )
-
-
-# ------------------------------------------------------------------ recording the calls
-
-
-class Recorder(torch.overrides.TorchFunctionMode):
-    """Records, in call order, the ``layer_norm``-like calls and the ``linear`` calls
-    whose weight is one of ``weights`` (the feed-forward's): [(kind, args, kwargs,
-    output)]."""
-
-    NORMS = ("layer_norm", "batch_norm", "group_norm", "instance_norm", "rms_norm")
-
-    def __init__(self, events: list, weights: tuple = ()):
-        super().__init__()
-        self.events, self.weights = events, weights
-
-    def __torch_function__(self, func, types=(), args=(), kwargs=None):
-        kwargs = kwargs or {}
-        out = func(*args, **kwargs)
-        name = getattr(func, "__name__", "")
-        if name in self.NORMS:
-            self.events.append(Event(name, _kept(args), kwargs, snapshot(out)))
-        elif name == "linear" and len(args) > 1:
-            which = [i for i, w in enumerate(self.weights) if args[1] is w]
-            if which:
-                self.events.append(
-                    Event(f"linear{which[0] + 1}", _kept(args), kwargs, snapshot(out))
-                )
-        return out
-
-
-def snapshot(t):
-    """A snapshot: later in-place ops (ReLU(inplace=True), +=) must not change what
-    was observed."""
-    return t.detach().clone() if isinstance(t, torch.Tensor) else t
-
-
-def _kept(args):
-    """The call's arguments with its input snapshotted (the weights kept as they are:
-    they are matched by identity)."""
-    return (snapshot(args[0]), *args[1:])
-
-
-@dataclass
-class Event:
-    """One observed call: ``kind`` ('attn', 'layer_norm', 'linear1', ...), its
-    arguments and its output."""
-
-    kind: str
-    args: tuple
-    kwargs: dict
-    out: object
-    info: dict = field(default_factory=dict)
-
-    @property
-    def inp(self):
-        return self.args[0]
 
 
 # -------------------------------------------------------------------- dropout, measured

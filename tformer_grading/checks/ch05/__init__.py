@@ -2,8 +2,9 @@
 per exercise.
 
 ``sinusoidal_encoding``, ``embed``, ``decoder_block``
-    each exercise's checks (``decoder_block`` holds the behaviour probes, the
-    train-mode dropout check and the hidden "written by hand" check too).
+    each exercise's checks (``decoder_block`` holds the hidden "written by hand"
+    check too; its train-mode dropout is measured in ``sublayer_dropout``, its
+    behaviour probed in ``decoder_behaviour``).
 ``grading``
     the grading flow (compare, a listed pitfall, the learner's exception, a
     measurement, the fallback), shared by the three exercises.
@@ -16,11 +17,8 @@ what they reach.
 
 from ...guard.integrity import seal
 from ..delegation import check_by_hand
-from .decoder_block import (
-    check_decoder_behaviour,
-    check_decoder_block,
-    check_decoder_by_hand,
-)
+from .decoder_behaviour import check_decoder_behaviour
+from .decoder_block import check_decoder_block, check_decoder_by_hand
 from .embed import check_embed
 from .sections import (
     CHAPTER,
@@ -36,7 +34,14 @@ from .sections import (
 from .sinusoidal_encoding import check_sinusoidal_encoding
 
 # The exercises' modules in the order the chapter sets them (the pitfall index's rows).
-MODULES = ("grading", "sinusoidal_encoding", "embed", "decoder_block")
+MODULES = (
+    "grading",
+    "sinusoidal_encoding",
+    "embed",
+    "decoder_block",
+    "sublayer_dropout",
+    "decoder_behaviour",
+)
 
 __all__ = [
     "CHAPTER",

@@ -2,20 +2,23 @@
 the reference, then name a listed pitfall that reproduces every case, then the learner's
 exception, then a measurement, then the where-not-why fallback. ``sinusoidal_encoding``
 and ``embed`` run the whole flow (``grade_function``); ``decoder_block`` uses its steps
-(``is_right``, ``fail_if_raised``, ``first_wrong``).
+(``is_right``, ``fail_if_raised``, ``first_wrong``) and tries each assignment of the
+learner's parts to their roles (``matches_some_role``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+import torch
+
 from ...guard.integrity import seal
+from .. import flow
 from ..diagnosis import (
     Case,
     Pitfall,
     Raised,
     describe_difference,
-    fail,
     fail_unexplained,
     passed,
     run,
@@ -24,11 +27,8 @@ from ..diagnosis import (
 )
 
 # compare -> a listed pitfall that reproduces every case -> the learner's exception ->
-# a measurement (``measure`` raises when it can say what is off) -> the fallback.
-
-
-def _identity(fn):
-    return fn
+# a measurement (``measure`` raises when it can say what is off) -> the fallback: the
+# steps of :mod:`..flow`, with the exercise's measurement between the last two.
 
 
 def is_right(got, want, atol, rtol) -> bool:
@@ -39,11 +39,7 @@ def fail_if_raised(title: str, cases: Sequence[Case], theirs: list) -> None:
     """The learner's exception, with their line and the case that triggered it."""
     __tracebackhide__ = True
     for case, got in zip(cases, theirs):
-        if isinstance(got, Raised):
-            fail(
-                title,
-                f"your code raised {got!r} while the check ran case {case.label}.",
-            )
+        flow.fail_if_raised(title, got, f"while the check ran case {case.label}")
 
 
 def grade_function(
@@ -55,27 +51,21 @@ def grade_function(
     measure: Callable,
     atol: float,
     rtol: float,
-    adapt: Callable = _identity,
+    adapt: Callable = flow.as_is,
 ) -> None:
     """Pass, or fail naming a listed pitfall, the learner's exception or what
     ``measure(title, cases, theirs, ours)`` found; else the where-not-why fallback."""
     __tracebackhide__ = True
     verify_integrity()
     learner, reference = adapt(learner), adapt(reference)
-    ours = [run(reference, case.make()) for case in cases]
-    for case, want in zip(cases, ours):
-        if isinstance(want, Raised):  # a broken case is the course's bug
-            raise RuntimeError(  # noqa: TRY004 - the course's bug, not a type
-                f"reference failed on case {case.label}: {want!r}"
-            )
-    theirs = [run(learner, case.make()) for case in cases]
-    if all(is_right(g, w, atol, rtol) for g, w in zip(theirs, ours)):
+    ours = flow.reference_outputs(reference, cases)
+    theirs = [done.result for done in flow.run_cases(learner, cases)]
+    if flow.matches(theirs, ours, atol, rtol):
         passed(title, f"matches the reference on {len(cases)} cases")
         return
-    for pitfall in pitfalls:
-        variant = [run(adapt(pitfall.impl), case.make()) for case in cases]
-        if all(same(g, v, atol, rtol) for g, v in zip(theirs, variant)):
-            pitfall.fail(title)
+    pitfall = flow.listed_pitfall(pitfalls, cases, theirs, atol, rtol, adapt)
+    if pitfall is not None:
+        pitfall.fail(title)
     fail_if_raised(title, cases, theirs)
     measure(title, cases, theirs, ours)
     fail_unexplained(title, cases, theirs, ours, atol, rtol)
@@ -87,6 +77,30 @@ def first_wrong(cases, theirs, ours, atol, rtol):
         (c, g, w)
         for c, g, w in zip(cases, theirs, ours)
         if not is_right(g, w, atol, rtol)
+    )
+
+
+def agrees(got, want) -> bool:
+    """``same`` without its description of the difference (this runs for every role of
+    every pitfall)."""
+    if isinstance(got, Raised) or isinstance(want, Raised):
+        return same(got, want, 1e-5, 1e-4)
+    return (
+        type(got) is torch.Tensor
+        and type(want) is torch.Tensor
+        and got.shape == want.shape
+        and got.dtype == want.dtype
+        and torch.allclose(got, want, atol=1e-5, rtol=1e-4)
+    )
+
+
+def matches_some_role(theirs, made, fn, roles, agree) -> bool:
+    """Whether ``fn(role, *inputs)`` agrees with the learner on every case for some
+    role. ``made``: each case's inputs, built once (the recomputations only read the
+    learner's parts)."""
+    return any(
+        all(agree(g, run(fn, (role, *inputs))) for g, inputs in zip(theirs, made))
+        for role in roles
     )
 
 

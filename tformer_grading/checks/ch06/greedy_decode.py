@@ -12,7 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from torch import nn
 
 from tformer_ref.device import get_device
 
@@ -28,44 +27,17 @@ from ..diagnosis import (
     run,
     single_threaded,
 )
+from ..measure.decode_loops import RecordingDecoder, appended, causal, extensions
 from .references import gen, small_model
 from .sections import S_DECODE
 
 
-def _keep_mask(tgt_mask, st):
-    """A learner's ``tgt_mask`` as a bool [st, st] mask (True = may attend)."""
-    if (
-        not isinstance(tgt_mask, torch.Tensor)
-        or tgt_mask.dtype != torch.bool
-        or tgt_mask.numel() != st * st
-    ):
-        got = (
-            f"{tgt_mask.dtype} {tuple(tgt_mask.shape)}"
-            if isinstance(tgt_mask, torch.Tensor)
-            else type(tgt_mask).__name__
-        )
-        raise TypeError(
-            f"tgt_mask must be a bool mask [{st}, {st}] or [1, 1, {st}, "
-            f"{st}] (True = may attend), got {got}"
-        )
-    return tgt_mask.reshape(st, st)
-
-
-def _causal(t, device):
-    """The [t, t] causal keep-mask (True = may attend), lower triangular."""
-    return torch.ones(t, t, dtype=torch.bool, device=device).tril()
-
-
-class DecodingModel(nn.Module):
-    """An encoder–decoder whose ``decode`` takes the target mask explicitly, as
-    nn.TransformerDecoder does.
-
-    ``encode(src [B, Ss]) -> (memory [B, Ss, D], src_mask [B, 1, 1, Ss])``;
-    ``decode(tgt_in [B, St], memory, src_mask, tgt_mask=None) -> logits [B, St, V]``
-    where ``tgt_mask`` is a bool [St, St] or [1, 1, St, St] mask, True = may attend. No
-    ``tgt_mask`` means no mask at all. It records how it is used, so a check can say
-    what a decoding loop did. ``ids`` = (bos, eos, pad): it never generates PAD or
-    BOS, and ``eos_bias`` makes EOS likelier."""
+class DecodingModel(RecordingDecoder):
+    """The cases' encoder–decoder, recording how the learner's loop uses it
+    (measure/decode_loops.py); its ``decode`` takes the target mask explicitly, as
+    nn.TransformerDecoder does: a bool [St, St] or [1, 1, St, St] mask, True = may
+    attend, and no ``tgt_mask`` means no mask at all. ``ids`` = (bos, eos, pad): it
+    never generates PAD or BOS, and ``eos_bias`` makes EOS likelier."""
 
     def __init__(
         self,
@@ -74,8 +46,7 @@ class DecodingModel(nn.Module):
         dropout: float = 0.3,
         ids: tuple = (1, 2, 0),
     ):
-        super().__init__()
-        self.inner = small_model(seed, dropout=dropout)
+        super().__init__(small_model(seed, dropout=dropout))
         self.bias = self.inner.out.bias.detach().clone()
         self.configure(eos_bias, ids)
 
@@ -89,64 +60,6 @@ class DecodingModel(nn.Module):
             self.inner.out.bias[[pad, bos]] = -1e4
         self.reset()
 
-    def reset(self):
-        self.encoded_rows, self.calls, self.memories = 0, [], []
-
-    def encode(self, src):
-        self.encoded_rows += src.size(0)
-        memory, src_mask = self.inner.encode(src)
-        self.memories.append(memory.detach())
-        return memory, src_mask
-
-    def _from_encoder(self, memory) -> bool:
-        """Every row of ``memory`` is a row of a memory encode returned."""
-        rows = [m[j] for m in self.memories for j in range(m.size(0))]
-        return (
-            isinstance(memory, torch.Tensor)
-            and memory.dim() == 3
-            and all(
-                any(r.shape == row.shape and torch.equal(r, row) for r in rows)
-                for row in memory.detach()
-            )
-        )
-
-    def decode(self, tgt_in, memory, src_mask, tgt_mask=None):
-        st = tgt_in.size(1)
-        if tgt_mask is None:
-            kind = "none"
-            keep = torch.ones(st, st, dtype=torch.bool, device=tgt_in.device)
-        else:
-            keep = _keep_mask(tgt_mask, st)
-            tril = _causal(st, keep.device)
-            kind = (
-                "causal"
-                if torch.equal(keep, tril)
-                else "triu"
-                if torch.equal(keep, tril.T)
-                else "none"
-                if keep.all()
-                else "other"
-            )
-        call = {
-            "training": self.training,
-            "grad": torch.is_grad_enabled(),
-            "mask": kind,
-            "length": st,
-            "dtype": tgt_in.dtype,
-            "memory": self._from_encoder(memory),
-            "prefix": tgt_in.detach().clone(),
-        }
-        self.calls.append(call)
-        logits = self.inner.decode(tgt_in, memory, src_mask, tgt_mask=keep)
-        call["logits"] = logits.detach().clone()
-        return logits
-
-    def forward(self, src, tgt_in):
-        memory, src_mask = self.encode(src)
-        st = tgt_in.size(1)
-        causal = _causal(st, src.device)
-        return self.decode(tgt_in, memory, src_mask, causal)
-
 
 def _greedy_reference(model, src, max_len, bos_id, eos_id, pad_id):
     """Greedy loop for :class:`DecodingModel`: eval, no grad, encode once, causal mask,
@@ -157,7 +70,7 @@ def _greedy_reference(model, src, max_len, bos_id, eos_id, pad_id):
         out = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)
         done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
         for _ in range(max_len):
-            mask = _causal(out.size(1), src.device)
+            mask = causal(out.size(1), src.device)
             logits = model.decode(out, memory, src_mask, mask)
             nxt = logits[:, -1].argmax(-1).masked_fill(done, pad_id)
             out = torch.cat([out, nxt[:, None]], 1)
@@ -173,7 +86,7 @@ def _greedy_stops_at_first_eos(model, src, max_len, bos_id, eos_id, pad_id):
         memory, src_mask = model.encode(src)
         out = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)
         for _ in range(max_len):
-            mask = _causal(out.size(1), src.device)
+            mask = causal(out.size(1), src.device)
             logits = model.decode(out, memory, src_mask, mask)
             nxt = logits[:, -1].argmax(-1)
             out = torch.cat([out, nxt[:, None]], 1)
@@ -198,7 +111,7 @@ def _greedy_first_position(model, src, max_len, bos_id, eos_id, pad_id):
         out = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)
         done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
         for _ in range(max_len):
-            mask = _causal(out.size(1), src.device)
+            mask = causal(out.size(1), src.device)
             logits = model.decode(out, memory, src_mask, mask)
             nxt = logits[:, 0].argmax(-1).masked_fill(done, pad_id)
             out = torch.cat([out, nxt[:, None]], 1)
@@ -609,16 +522,7 @@ def _without_bos(seen: _Decoding) -> str | None:
 
 
 def _appended(seen: _Decoding):
-    """(call, rows still decoding, the tokens appended to them) for each decode call
-    whose prefix the next call extends by one column."""
-    eos = seen.ids[1]
-    for a, b in zip(seen.calls, seen.calls[1:]):
-        pa, pb = a["prefix"], b["prefix"]
-        if pb.shape != (pa.size(0), pa.size(1) + 1) or not torch.equal(pb[:, :-1], pa):
-            continue
-        alive = ~(pa == eos).any(1)
-        if alive.any():
-            yield a, alive, pb[alive, -1]
+    return appended(seen.calls, eos=seen.ids[1])
 
 
 # What a loop may have appended instead of the last position's argmax, by name.
@@ -719,10 +623,8 @@ def _max_len_miscounted(seen: _Decoding) -> str | None:
 def _kept_decoding_finished_rows(seen: _Decoding) -> bool:
     """Some finished row was given the model's own next token, as if not finished."""
     eos = seen.ids[1]
-    for a, b in zip(seen.calls, seen.calls[1:]):
+    for a, b in extensions(seen.calls):
         pa, pb = a["prefix"], b["prefix"]
-        if pb.shape != (pa.size(0), pa.size(1) + 1) or not torch.equal(pb[:, :-1], pa):
-            continue
         done = (pa == eos).any(1)
         guess = a["logits"][:, -1].argmax(-1).to(pb.device)
         if (done & (pb[:, -1] == guess)).any():

@@ -15,7 +15,8 @@ import torch.nn.functional as F
 from tformer_ref.device import get_device
 
 from ...guard.integrity import seal
-from ..diagnosis import UNEXPLAINED, fail, run, same
+from ..diagnosis import run
+from ..flow import fallback, listed_pitfall
 
 
 def gen(seed: int) -> torch.Generator:
@@ -38,15 +39,6 @@ def shift_ref(tgt):
     return tgt[:, :-1], tgt[:, 1:]
 
 
-def _listed_pitfall(cases, theirs, pitfalls, adapt, atol, rtol):
-    """The listed pitfall whose variant reproduces every one of ``theirs``, or None."""
-    for pitfall in pitfalls:
-        variant = [run(adapt(pitfall.impl), case.make()) for case in cases]
-        if all(same(g, v, atol, rtol) for g, v in zip(theirs, variant)):
-            return pitfall
-    return None
-
-
 def fail_first_problem(
     title,
     problem,
@@ -65,12 +57,12 @@ def fail_first_problem(
     __tracebackhide__ = True
     diagnosis, seen = problem
     theirs = [run(learner, case.make()) for case in cases]
-    pitfall = _listed_pitfall(cases, theirs, pitfalls, adapt, *tolerance)
+    pitfall = listed_pitfall(pitfalls, cases, theirs, *tolerance, adapt)
     if pitfall is not None:
         pitfall.fail(title, pitfall_detail or seen)
     if diagnosis is not None:
         diagnosis.fail(title, seen)
-    fail(title, f"{seen} It {UNEXPLAINED}; compare your code with the lesson.", section)
+    fallback(title, seen, section, "compare your code with the lesson", stop="")
 
 
 def ce(logits, labels, **kw):

@@ -17,12 +17,11 @@ from ...guard.integrity import seal
 from ..ch06_loop import (
     StepCase,
     build_models,
-    clipped,
     close,
-    loss_fit,
     mix_fit,
     observe,
     per_tensor_scales,
+    slice_name,
 )
 from ..delegation import check_not_delegated
 from ..diagnosis import (
@@ -33,6 +32,14 @@ from ..diagnosis import (
     passed,
     single_threaded,
 )
+from ..measure.clipping import (
+    NORM_TYPES,
+    clamped_by_value,
+    clipped,
+    norm_named,
+    norms,
+)
+from ..measure.losses import gradient_labels, normaliser_kind, reached
 from .references import loss_counts_padding, loss_ref, shift_ref, small_model, tokens
 from .sections import S_CLIP, S_LOSS, S_LR, S_SHIFT
 
@@ -205,17 +212,6 @@ TRAIN_SHIFTED_WRONG_WAY = Pitfall(
     "shift_targets.",
     S_SHIFT,
     _train_shifted_the_wrong_way,
-)
-
-TRAIN_PITFALLS = (
-    CLIP_BEFORE_BACKWARD,
-    CLIP_BEFORE_ZERO_GRAD,
-    CLIP_AFTER_STEP,
-    GRADIENTS_NEVER_ZEROED,
-    SCHEDULER_NOT_STEPPED,
-    SCHEDULER_BEFORE_OPTIMIZER,
-    TRAIN_LOSS_COUNTS_PADDING,
-    TRAIN_SHIFTED_WRONG_WAY,
 )
 
 # What the step's text asks for, quoted by the failures that enforce it.
@@ -410,11 +406,6 @@ _STEP_CASES = (  # the first clips to below most gradient elements
 )
 
 
-def _traced(seen):
-    """The decode call that backward reached (the one the loss came from), or None."""
-    return next((c for c in seen.events("forward") if c.grads), None)
-
-
 def _step_not_called(seen):
     if not seen.events("forward"):
         return TRAIN_MODEL_NOT_CALLED, f"{seen.where()}, your step never ran the model."
@@ -422,7 +413,7 @@ def _step_not_called(seen):
 
 
 def _ran_in_eval_mode(seen):
-    if not _traced(seen).training:  # the forward the loss came from
+    if not seen.traced().training:  # the forward the loss came from
         return TRAIN_EVAL_MODE, (
             f"{seen.where()}, your model's forward ran in eval mode."
         )
@@ -430,7 +421,7 @@ def _ran_in_eval_mode(seen):
 
 
 def _no_gradient(seen):
-    if _traced(seen) is None:
+    if seen.traced() is None:
         return TRAIN_NO_GRADIENT, (
             f"{seen.where()}, backward never reached the logits "
             "of any of your model calls."
@@ -439,7 +430,7 @@ def _no_gradient(seen):
 
 
 def _backward_twice(seen):
-    n = len(_traced(seen).grads)
+    n = len(seen.traced().grads)
     if n > 1:
         return TRAIN_BACKWARD_TWICE, (
             f"{seen.where()}, backward reached your logits {n} times."
@@ -447,36 +438,16 @@ def _backward_twice(seen):
     return None
 
 
-def _slice_name(tgt, tgt_in):
-    """Which slice of tgt ``tgt_in`` is, in the learner's terms."""
-    named = {
-        "tgt[:, 1:]": tgt[:, 1:],
-        "the whole tgt (not shifted)": tgt,
-        "tgt[:-1] (rows dropped: sequence-first slicing)": tgt[:-1],
-        "tgt[:, :-2]": tgt[:, :-2],
-        "tgt[:, 2:]": tgt[:, 2:],
-    }
-    for name, t in named.items():
-        if t.shape == tgt_in.shape and torch.equal(t, tgt_in):
-            return name
-    return f"a tensor of shape {list(tgt_in.shape)}"
-
-
-def _measured_labels(call):
-    """[B, t] the label each position's gradient points at (its most negative entry)."""
-    return call.grads[0].argmin(-1)
-
-
 def _wrong_decoder_input(seen):
-    call, tgt = _traced(seen), seen.tgt
+    call, tgt = seen.traced(), seen.tgt
     if call.tgt_in.shape == tgt[:, :-1].shape and torch.equal(call.tgt_in, tgt[:, :-1]):
         return None
-    name = _slice_name(tgt, call.tgt_in)
-    hit, labels = _reached(call), _measured_labels(call)
+    name = slice_name(tgt, call.tgt_in)
+    hit, labels = reached(call.grads[0]), gradient_labels(call.grads[0])
     if (
         name == "tgt[:, 1:]"
         and torch.equal(labels[hit], tgt[:, :-1][hit])
-        and _is_cross_entropy_of(call, labels, hit)
+        and call.is_cross_entropy_of(labels, hit)
     ):
         return TRAIN_SHIFTED_WRONG_WAY, (
             f"{seen.where()}, the decoder read tgt[:, 1:] "
@@ -485,23 +456,15 @@ def _wrong_decoder_input(seen):
     return TRAIN_DECODER_INPUT, f"{seen.where()}, the decoder read {name}."
 
 
-def _reached(call):
-    """[B, t] bool: the positions whose logits got any gradient."""
-    return call.grads[0].abs().amax(-1) > 0
-
-
-def _is_cross_entropy_of(call, labels, where) -> bool:
-    """The gradient at the positions ``where`` [B, t] is a cross-entropy's with
-    ``labels`` [B, t] (the only case where the labels can be read off it)."""
-    _, _, res = loss_fit(call.logits[where], call.grads[0][where], labels[where])
-    return float(res.max()) < 1e-3
-
-
 def _wrong_labels(seen):
-    call = _traced(seen)
-    got, want, hit = _measured_labels(call), seen.want.labels, _reached(call)
+    call = seen.traced()
+    got, want, hit = (
+        gradient_labels(call.grads[0]),
+        seen.want.labels,
+        reached(call.grads[0]),
+    )
     bad = hit & seen.want.real & (got != want)
-    if not bad.any() or not _is_cross_entropy_of(call, got, bad):
+    if not bad.any() or not call.is_cross_entropy_of(got, bad):
         return None  # right, or not a cross-entropy: a later stage says so
     if torch.equal(got[hit], call.tgt_in[hit]):
         return TRAIN_LABELS_NOT_SHIFTED, (
@@ -516,7 +479,7 @@ def _wrong_labels(seen):
 
 
 def _padding_positions(seen):
-    hit, real = _reached(_traced(seen)), seen.want.real
+    hit, real = reached(seen.traced().grads[0]), seen.want.real
     pad = seen.case.pad_id
     if (hit & ~real).any():
         n, total = int((hit & ~real).sum()), int((~real).sum())
@@ -533,19 +496,8 @@ def _padding_positions(seen):
     return None
 
 
-def _fit_loss(seen):
-    """(N [B, t], eps [B, t], residual) of the cross-entropy the learner's loss is,
-    on the real positions (NaN elsewhere)."""
-    call, real = _traced(seen), seen.want.real
-    n, e, res = loss_fit(call.logits[real], call.grads[0][real], seen.want.labels[real])
-    full = torch.full(real.shape, float("nan"), dtype=torch.float64, device=real.device)
-    big_n, eps = full.clone(), full.clone()
-    big_n[real], eps[real] = n, e
-    return big_n, eps, float(res.max())
-
-
 def _not_cross_entropy(seen):
-    _, _, res = _fit_loss(seen)
+    _, _, res = seen.fit_loss()
     if res > 1e-3:
         return TRAIN_NOT_CROSS_ENTROPY, (
             f"{seen.where()}, the gradient at the logits "
@@ -556,7 +508,7 @@ def _not_cross_entropy(seen):
 
 
 def _wrong_smoothing(seen):
-    _, eps, _ = _fit_loss(seen)
+    _, eps, _ = seen.fit_loss()
     got, want = float(eps.nanmedian()), seen.case.eps
     if abs(got - want) > 2e-3:
         return TRAIN_SMOOTHING, (
@@ -567,25 +519,24 @@ def _wrong_smoothing(seen):
 
 
 def _wrong_normaliser(seen):
-    big_n, _, _ = _fit_loss(seen)
+    big_n, _, _ = seen.fit_loss()
     real = seen.want.real
-    count, got = int(real.sum()), big_n[real]
-    if torch.allclose(got, torch.full_like(got, float(count)), rtol=2e-3):
-        return None
+    count, got, kind = int(real.sum()), big_n[real], normaliser_kind(big_n, real)
     where, b = seen.where(), real.size(0)
-    if torch.allclose(got, torch.ones_like(got), rtol=2e-3):
+    if kind == "real tokens":
+        return None
+    if kind == "1":
         return TRAIN_LOSS_SUMMED, f"{where}, your loss divides by 1, not {count}."
-    if torch.allclose(got, torch.full_like(got, float(real.numel())), rtol=2e-3):
+    if kind == "all positions":
         return TRAIN_PADDING_IN_MEAN, (
             f"{where}, your loss divides by {real.numel()} "
             f"positions, not the {count} real tokens."
         )
-    per_row = (b * real.sum(1, keepdim=True)).double().expand_as(big_n)[real]
-    if torch.allclose(got, per_row, rtol=2e-3):
+    if kind == "per sequence":
         return TRAIN_PER_SEQUENCE, (
             f"{where}, each row's tokens are divided by {b} × that row's length."
         )
-    if torch.allclose(got, got.mean().expand_as(got), rtol=2e-3):
+    if kind == "constant":
         n = float(got.mean())
         return TRAIN_LOSS_SCALE, (
             f"{where}, your loss is the token sum divided by "
@@ -606,12 +557,8 @@ def _step_count(seen):
     return None
 
 
-def _order(seen):
-    return [event for event, _ in seen.log if event in ("step", "sched")]
-
-
 def _scheduler_calls(seen):
-    order = _order(seen)
+    order = seen.order()
     if order == ["step", "sched"]:
         return None
     if "sched" not in order:
@@ -644,12 +591,13 @@ def _clipping_of(seen, got):
         )
     if close(alpha, 1.0):
         return _why_unclipped(seen, where)
-    norm_type = _clipped_norm_type(got, m)
+    # The norm of the clipped gradient that equals max_norm: the norm_type it used.
+    norm_type = norm_named(got, lambda value: close(value, m, rel=1e-3))
     if norm_type is not None and norm_type != "L2":
         return TRAIN_CLIP_NORM_TYPE, (
-            f"{where}: its {norm_type} norm is {_norms(got)[norm_type]:.4g} = "
+            f"{where}: its {norm_type} norm is {norms(got)[norm_type]:.4g} = "
             f"max_norm={m:g}, its L2 norm {got.norm():.4g}: you clipped the "
-            f"{norm_type} norm (norm_type={_NORM_TYPES[norm_type]})."
+            f"{norm_type} norm (norm_type={NORM_TYPES[norm_type]})."
         )
     return TRAIN_CLIP_NORM, (
         f"{where}: you clipped to total norm {got.norm():.4g}; "
@@ -658,41 +606,8 @@ def _clipping_of(seen, got):
     )
 
 
-_NORM_TYPES = {"L1": "1", "L2": "2", "max (L-inf)": "inf"}
-
-
-def _norms(grad) -> dict:
-    """The flat gradient's norms, by the names of _NORM_TYPES."""
-    return {
-        "L1": float(grad.abs().sum()),
-        "L2": float(grad.norm()),
-        "max (L-inf)": float(grad.abs().max()),
-    }
-
-
-def _clipped_norm_type(grad, max_norm) -> str | None:
-    """Which norm of the clipped gradient (flat) equals max_norm: the norm_type
-    clip_grad_norm_ used; None when none does."""
-    return next(
-        (
-            name
-            for name, value in _norms(grad).items()
-            if close(value, max_norm, rel=1e-3)
-        ),
-        None,
-    )
-
-
-def _returned_number(seen, i):
-    """``float`` of the learner's i-th returned value, or None when it has none."""
-    try:
-        return float(seen.out[i])
-    except Exception:  # noqa: BLE001
-        return None  # not a pair, or not a number: later stages report it
-
-
 def _why_unclipped(seen, where):
-    m, norm = seen.case.max_norm, _returned_number(seen, 1)
+    m, norm = seen.case.max_norm, seen.returned_number(1)
     end = clipped(seen.want.grad, m)
     detail = f"{where}, above max_norm={m:g}: not clipped"
     if torch.allclose(seen.end, end, rtol=1e-3, atol=1e-9):
@@ -733,8 +648,8 @@ def _misshapen_gradient(seen, got):
             f"by its own factor (from {min(scales):.3g} to "
             f"{max(scales):.3g})."
         )
-    c = float(got.abs().max())
-    if torch.allclose(got, want.clamp(-c, c), rtol=1e-3, atol=1e-7):
+    c = clamped_by_value(got, want, rtol=1e-3, atol=1e-7)
+    if c is not None:
         return TRAIN_CLIP_BY_VALUE, (
             f"{where}, every gradient element was clamped to ±{c:.3g}."
         )
@@ -807,13 +722,8 @@ def _returned_norm(seen):
     )
     if close(got, clip, rel=1e-4, abs_=1e-6):
         return TRAIN_NORM_AFTER_CLIP, f"{detail}, after clipping {clip:.6g}."
-    other = next(
-        (
-            name
-            for name, value in _norms(seen.want.grad).items()
-            if name != "L2" and close(got, value, rel=1e-4, abs_=1e-6)
-        ),
-        None,
+    other = norm_named(
+        seen.want.grad, lambda v: close(got, v, rel=1e-4, abs_=1e-6), skip=("L2",)
     )
     if other is not None:
         return TRAIN_WRONG_NORM, f"{detail}: yours is its {other} norm."

@@ -9,8 +9,8 @@ module per exercise.
     ``check_make_loader``, a behaviour check: which samples each rank reads in each
     epoch.
 ``step_probe``
-    the toy model, the taped optimizer and the least-squares fit that measure a
-    training step, shared by the two step exercises.
+    the toy model and the least-squares fit that measure a training step, shared by
+    the two step exercises (the tape they write on: measure/tape.py).
 ``sections``
     the lesson's sections a failure links to.
 

@@ -39,17 +39,9 @@ from ..diagnosis import (
     verify_integrity,
 )
 from ..measure.recorders import recording_lambda_lr
+from ..measure.tape import Tape, TapedZeroGrad, grad_vector, taped_loss_fn, taped_sgd
 from .sections import S_ACCUM
-from .step_probe import (
-    PAD,
-    Tape,
-    fit,
-    flat_state,
-    grad_vector,
-    shortcuts,
-    taped_sgd,
-    toy_model,
-)
+from .step_probe import PAD, fit, flat_state, shortcuts, toy_model
 
 # ---------------------------------------------------------------- gradient accumulation
 
@@ -266,29 +258,6 @@ def _simulate_accum(fn):
     return simulate
 
 
-# ------------------------------------- recording what the learner's accumulation did
-
-
-class _TapedZeroGrad:
-    """Stands in for the probe model's zero_grad: writes "model.zero_grad" on ``tape``
-    (an object, not a closure, so that a deepcopy of the model zeroes the copy)."""
-
-    def __init__(self, module: torch.nn.Module, tape: Tape):
-        self.module, self.tape = module, tape
-
-    def __call__(self, set_to_none: bool = True):
-        self.tape.events.append("model.zero_grad")
-        torch.nn.Module.zero_grad(self.module, set_to_none)
-
-
-def _taped_loss_fn(tape: Tape, loss_fn):
-    def recorded(model, batch):
-        tape.events.append("loss_fn")
-        return loss_fn(model, batch)
-
-    return recorded
-
-
 # ----------------------------------------------- accumulation: the stages, measured
 
 # The probe: 2 calls of 3 micro-batches of different sizes and numbers of real tokens,
@@ -354,7 +323,7 @@ def _run_accum_probe(title, accumulation_step) -> list:
     __tracebackhide__ = True
     tape = Tape()
     model = toy_model(seed=7)
-    model.zero_grad = _TapedZeroGrad(model, tape)  # zeroing is part of what is seen
+    model.zero_grad = TapedZeroGrad(model, tape)  # zeroing is part of what is seen
     optimizer = taped_sgd(model.parameters(), tape, lr=PROBE_LR)
     scheduler = recording_lambda_lr(
         optimizer, _warm_up, lambda _: tape.events.append("scheduler.step")
@@ -371,7 +340,7 @@ def _run_accum_probe(title, accumulation_step) -> list:
         start, first_step = len(tape.events), len(tape.steps)
         out = run(
             accumulation_step,
-            (model, micro, optimizer, scheduler, _taped_loss_fn(tape, _loss_fn)),
+            (model, micro, optimizer, scheduler, taped_loss_fn(tape, _loss_fn)),
         )
         calls.append(
             _AccumCall(

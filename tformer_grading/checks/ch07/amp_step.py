@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
 
 import torch
 from torch.nn.utils import clip_grad_norm_
 
 from tformer_ref.device import get_device
-from tformer_ref.toy_lm import lm_loss_sum, make_token_data
+from tformer_ref.toy_lm import make_token_data
 
 from ...guard.integrity import seal
 from ..delegation import check_not_delegated
@@ -40,30 +39,23 @@ from ..diagnosis import (
     single_threaded,
     verify_integrity,
 )
+from ..measure.clipping import clamped_by_value, clip_coefficient, clipped_per_tensor
+from ..measure.tape import TapedLoss, calls_text
 from .sections import S_AMP, S_SCALER
 from .step_probe import (
     PAD,
-    Tape,
+    AmpCall,
+    amp_dtype,
+    autocast_loss,
     fit,
     flat_state,
-    grad_vector,
+    mean_loss,
+    run_amp_probe,
     shortcuts,
-    taped_sgd,
     toy_model,
 )
 
 # ------------------------------------------------------------- one mixed-precision step
-
-
-def _amp_dtype(device_type):
-    return torch.float16 if device_type == "cuda" else torch.bfloat16
-
-
-def autocast_loss(model, batch, loss_fn):
-    """The forward under autocast, in the course's dtype for the model's device."""
-    device_type = next(model.parameters()).device.type
-    with torch.amp.autocast(device_type, dtype=_amp_dtype(device_type)):
-        return loss_fn(model, batch)
 
 
 def amp_reference(model, batch, loss_fn, optimizer, scaler, max_norm):
@@ -262,33 +254,6 @@ WRONG_AUTOCAST_DTYPE = Diagnosis(
 )
 
 
-class _Recorder:
-    """The check's loss_fn: mean token loss, recording the autocast state of each call
-    ((enabled on the model's device, dtype, the device types where it was enabled)) and
-    the loss it returned. With ``overflow`` the first call returns an infinite loss (as
-    an fp16 overflow would)."""
-
-    def __init__(self, overflow: bool, tape: Tape | None = None):
-        self.overflow, self.calls, self.states, self.values = overflow, 0, [], []
-        self.tape = tape
-
-    def __call__(self, model, batch):
-        device_type = next(model.parameters()).device.type
-        enabled = torch.is_autocast_enabled(device_type)
-        dtype = torch.get_autocast_dtype(device_type) if enabled else None
-        elsewhere = tuple(d for d in ("cpu", "cuda") if torch.is_autocast_enabled(d))
-        self.states.append((enabled, dtype, elsewhere))
-        if self.tape is not None:
-            self.tape.events.append("loss_fn")
-        loss_sum, n = lm_loss_sum(model, batch, PAD)
-        loss = loss_sum / n
-        self.calls += 1
-        if self.overflow and self.calls == 1:
-            loss = loss * float("inf")
-        self.values.append(float(loss.detach()))
-        return loss
-
-
 def _amp_case(seed, overflow, max_norm):
     def make():
         device = get_device()
@@ -302,7 +267,14 @@ def _amp_case(seed, overflow, max_norm):
             )
             for s in range(2)
         ]
-        return model, batches, optimizer, scaler, max_norm, _Recorder(overflow)
+        return (
+            model,
+            batches,
+            optimizer,
+            scaler,
+            max_norm,
+            TapedLoss(mean_loss, overflow),
+        )
 
     return make
 
@@ -327,179 +299,14 @@ def _simulate_amp(fn):
 # ------------------------------------------------------- amp: the stages, measured
 
 
-class _TapedScaler(torch.amp.GradScaler):
-    """GradScaler that writes the learner's scale, unscale_, step and update calls on
-    ``tape`` (calls made inside scaler.step are marked "by scaler.step")."""
-
-    def __init__(self, device_type: str, tape: Tape, init_scale: float):
-        self.tape = None
-        super().__init__(device_type, init_scale=init_scale)
-        self.tape = tape
-
-    def _write(self, name: str) -> None:
-        if self.tape is not None:
-            by = " by scaler.step" if self.tape.in_scaler_step else ""
-            self.tape.events.append(name + by)
-
-    def scale(self, outputs):
-        self._write("scaler.scale")
-        return super().scale(outputs)
-
-    def unscale_(self, optimizer):
-        self._write("scaler.unscale_")
-        if self.tape is not None:
-            params = [p for group in optimizer.param_groups for p in group["params"]]
-            self.tape.at_unscale.append(grad_vector(params))
-        return super().unscale_(optimizer)
-
-    def step(self, optimizer, *args, **kwargs):
-        self._write("scaler.step")
-        if self.tape is None:
-            return super().step(optimizer, *args, **kwargs)
-        self.tape.in_scaler_step = True
-        try:
-            return super().step(optimizer, *args, **kwargs)
-        finally:
-            self.tape.in_scaler_step = False
-
-    def update(self, new_scale=None):
-        self._write("scaler.update")
-        return super().update(new_scale)
-
-
-def _write_grad(tape: Tape, index: int, param: torch.Tensor) -> None:
-    """A post-accumulate-grad hook: parameter ``index``'s gradient after a backward."""
-    tape.after_backward[index] = param.grad.detach().double().cpu().flatten().clone()
-    if index == 0:  # the embedding is the last to get its gradient: a backward ended
-        tape.events.append("backward")
-
-
-def _true_gradient(model, batch, scale: float) -> torch.Tensor:
-    """The gradient [P] of the mean token loss under the course's autocast, through a
-    backward scaled by ``scale`` and divided by it again (as GradScaler does), on a
-    copy of ``model``."""
-    twin = toy_model(torch.float32)
-    twin.load_state_dict(model.state_dict())
-    loss_sum, n = autocast_loss(twin, batch, lambda m, b: lm_loss_sum(m, b, PAD))
-    (loss_sum / n * scale).backward()
-    return grad_vector(twin.parameters()) / scale
-
-
-@dataclass
-class _AmpCall:
-    """One call of the learner's amp_step in the probe: its events; the scaler's scale
-    before and after; the true gradient [P] of the step's loss (unscaled, unclipped);
-    the gradient the parameters held on entry [P]; the gradient right after the
-    backward [P] (None when no backward reached the parameters); the gradients
-    scaler.unscale_ found [P]; the optimizer steps
-    (lr, gradient [P]); the parameters before and after [P]; what it returned and the
-    loss loss_fn returned; the gradient [P] the parameters held when it ended."""
-
-    index: int
-    events: list
-    scale: float
-    scale_after: float
-    true: torch.Tensor
-    leftover: torch.Tensor
-    after_backward: torch.Tensor | None
-    at_unscale: list
-    steps: list
-    before: torch.Tensor
-    after: torch.Tensor
-    returned: object
-    loss: float | None
-    max_norm: float
-    sizes: tuple
-    at_exit: torch.Tensor
-
-
-def _amp_probe_setup(overflow: bool, seed: int):
-    tape, device = Tape(), get_device()
-    model = toy_model(torch.float32, seed=seed)
-    for index, param in enumerate(model.parameters()):
-        param.register_post_accumulate_grad_hook(
-            functools.partial(_write_grad, tape, index)
-        )
-    optimizer = taped_sgd(model.parameters(), tape, lr=0.2)
-    scaler = _TapedScaler(device.type, tape, init_scale=2.0**10)
-    scaler.scale(torch.ones((), device=device))  # a first step creates the scale
-    batches = [
-        make_token_data(6, 10, vocab=12, pad_id=PAD, min_len=3, seed=seed + s).to(
-            device
-        )
-        for s in range(2)
-    ]
-    return tape, model, optimizer, scaler, batches, _Recorder(overflow, tape)
-
-
-def _run_amp_probe(title, amp_step, overflow: bool, max_norm: float = 0.05):
-    """Two calls of ``amp_step``: (a list of :class:`_AmpCall`, the loss_fn
-    recorder)."""
-    __tracebackhide__ = True
-    tape, model, optimizer, scaler, batches, loss_fn = _amp_probe_setup(overflow, 1)
-    sizes = tuple(p.numel() for p in model.parameters())
-    calls = []
-    for index, batch in enumerate(batches):
-        scale = scaler.get_scale()
-        true = _true_gradient(model, batch, scale)
-        leftover, before = grad_vector(model.parameters()), flat_state(model)
-        start, first_step, losses = len(tape.events), len(tape.steps), loss_fn.calls
-        tape.after_backward.clear()
-        tape.at_unscale.clear()
-        out = run(amp_step, (model, batch, loss_fn, optimizer, scaler, max_norm))
-        grads = tape.after_backward
-        after_backward = (
-            torch.cat(
-                [
-                    grads.get(i, torch.zeros(n, dtype=torch.float64))
-                    for i, n in enumerate(sizes)
-                ]
-            )
-            if grads
-            else _assigned_gradient(tape, leftover)
-        )
-        loss = loss_fn.values[-1] if loss_fn.calls > losses else None
-        calls.append(
-            _AmpCall(
-                index,
-                tape.since(start),
-                scale,
-                scaler.get_scale(),
-                true,
-                leftover,
-                after_backward,
-                list(tape.at_unscale),
-                tape.steps[first_step:],
-                before,
-                flat_state(model),
-                out,
-                loss,
-                max_norm,
-                sizes,
-                grad_vector(model.parameters()),
-            )
-        )
-        if isinstance(out, Raised):
-            break  # what the step did before it raised is still measured
-    return calls, loss_fn
-
-
-def _assigned_gradient(tape: Tape, leftover: torch.Tensor) -> torch.Tensor | None:
-    """Gradients written into .grad without a backward (torch.autograd.grad, then
-    p.grad = g) fire no hook: they are what unscale_ found, if it found new ones."""
-    if not tape.at_unscale or torch.equal(tape.at_unscale[0], leftover):
-        return None
-    return tape.at_unscale[0]
-
-
-def _report_raised(title, call: _AmpCall, overflow: bool) -> None:
+def _report_raised(title, call: AmpCall, overflow: bool) -> None:
     """The learner's step raised: say so, after the stages it got through."""
     __tracebackhide__ = True
     if call.after_backward is None and not overflow:
         NO_BACKWARD.fail(
             title,
             f"In step {call.index + 1} no parameter got a gradient before your code "
-            f"raised {call.returned!r}; your calls were {_calls_text(call.events)}.",
+            f"raised {call.returned!r}; your calls were {calls_text(call.events)}.",
         )
     if call.after_backward is not None and not overflow:
         _stage_backward(title, call)
@@ -520,18 +327,18 @@ def _report_raised(title, call: _AmpCall, overflow: bool) -> None:
         title,
         f"your code raised {call.returned!r} while the check ran {what} "
         f"(max_norm {call.max_norm:g}); your calls were "
-        f"{_calls_text(call.events)}.",
+        f"{calls_text(call.events)}.",
         S_SCALER,
     )
 
 
-def _stage_autocast(title, loss_fn: _Recorder) -> None:
+def _stage_autocast(title, loss_fn: TapedLoss) -> None:
     __tracebackhide__ = True
     if not loss_fn.states:
         fail(title, "your step never called loss_fn(model, batch).", S_AMP)
     enabled, dtype, elsewhere = loss_fn.states[0]
     device_type = get_device().type
-    want = _amp_dtype(device_type)
+    want = amp_dtype(device_type)
     if not enabled:
         other = (
             f" It ran under {elsewhere[0]} autocast, which does nothing for a "
@@ -569,7 +376,7 @@ BACKWARD_SCALE = Diagnosis(
 )
 
 
-def _stage_backward(title, call: _AmpCall) -> None:
+def _stage_backward(title, call: AmpCall) -> None:
     """Right after the backward the gradient must be scale × the loss's gradient."""
     __tracebackhide__ = True
     if call.after_backward is None:
@@ -624,7 +431,7 @@ AMP_STEP_COUNT = Diagnosis(
 )
 
 
-def _stage_step_count(title, call: _AmpCall) -> None:
+def _stage_step_count(title, call: AmpCall) -> None:
     __tracebackhide__ = True
     steps = len(call.steps)
     if steps != 1:
@@ -632,17 +439,8 @@ def _stage_step_count(title, call: _AmpCall) -> None:
             title,
             f"In step {call.index + 1} (no overflow) "
             f"optimizer.step() ran {steps} times; the calls "
-            f"were {_calls_text(call.events)}.",
+            f"were {calls_text(call.events)}.",
         )
-
-
-def _calls_text(events) -> str:
-    return " → ".join(e for e in events if e != "loss_fn") or "none"
-
-
-def _clip_coefficient(norm: float, max_norm: float) -> float:
-    """What clip_grad_norm_ multiplies the gradient by."""
-    return min(1.0, max_norm / (norm + 1e-6))
 
 
 STEP_GRADIENT = Diagnosis(
@@ -662,7 +460,7 @@ UNSCALED_TWICE = Diagnosis(
 )
 
 
-def _stage_step_gradient(title, call: _AmpCall, unclipped) -> None:
+def _stage_step_gradient(title, call: AmpCall, unclipped) -> None:
     """The gradient optimizer.step() used: r × the true gradient, r = the clip.
     ``unclipped()`` measures r again with nothing to clip (run only when needed)."""
     __tracebackhide__ = True
@@ -671,7 +469,7 @@ def _stage_step_gradient(title, call: _AmpCall, unclipped) -> None:
     if residual > 1e-3:
         _shape_of_clipping(title, call, g_step)
     r, s, m = weights[0] + 0.0, call.scale, call.max_norm  # + 0.0: no "-0"
-    want = _clip_coefficient(norm, m)
+    want = clip_coefficient(norm, m)
     if _rel_close(r, want):
         return
     seen = (
@@ -690,7 +488,7 @@ def _stage_step_gradient(title, call: _AmpCall, unclipped) -> None:
         (OPTIMIZER_STEP_SCALED if direct else STEP_GRADIENT).fail(
             title, seen + " The gradients were never unscaled."
         )
-    if _rel_close(r, want / s) or _rel_close(r, _clip_coefficient(s * norm, m)):
+    if _rel_close(r, want / s) or _rel_close(r, clip_coefficient(s * norm, m)):
         _scale_sized_gradient(title, call, seen, unclipped())
     STEP_GRADIENT.fail(title, seen)
 
@@ -705,7 +503,7 @@ CLIPPED_AFTER_STEP = Diagnosis(
 )
 
 
-def _changed_after_step(call: _AmpCall) -> list:
+def _changed_after_step(call: AmpCall) -> list:
     """What the learner did to the gradients after the optimizer step, as the tape
     and the gradients show it: unscale_ calls, and a gradient at exit that is neither
     the stepped one nor zeroed."""
@@ -729,7 +527,7 @@ def _changed_after_step(call: _AmpCall) -> list:
     return found
 
 
-def _stage_after_step(title, call: _AmpCall, seen: str) -> None:
+def _stage_after_step(title, call: AmpCall, seen: str) -> None:
     """The step's gradient is wrong and the learner unscaled or clipped after the
     step: that placement is the cause, whatever the size."""
     __tracebackhide__ = True
@@ -739,11 +537,11 @@ def _stage_after_step(title, call: _AmpCall, seen: str) -> None:
             title,
             f"{seen} After the optimizer step your code "
             f"made {' and '.join(found)}; your calls were "
-            f"{_calls_text(call.events)}.",
+            f"{calls_text(call.events)}.",
         )
 
 
-def _scale_sized_gradient(title, call: _AmpCall, seen: str, free: float) -> None:
+def _scale_sized_gradient(title, call: AmpCall, seen: str, free: float) -> None:
     """The step's gradient is 1/scale too small: clipped while still scaled, or divided
     by the scale twice. With nothing to clip (``free``: r then) the two differ."""
     __tracebackhide__ = True
@@ -764,7 +562,7 @@ def _ratio_without_clipping(title, amp_step) -> float:
     """r of the learner's first step when max_norm (1e6) clips nothing; NaN when it
     cannot be measured."""
     __tracebackhide__ = True
-    calls, _ = _run_amp_probe(title, amp_step, overflow=False, max_norm=1e6)
+    calls, _ = run_amp_probe(title, amp_step, overflow=False, max_norm=1e6)
     first = calls[0]
     if isinstance(first.returned, Raised) or not first.steps:
         return math.nan
@@ -780,7 +578,7 @@ GRADIENT_WIPED = Diagnosis(
 )
 
 
-def _clipped_before_unscale(call: _AmpCall) -> bool:
+def _clipped_before_unscale(call: AmpCall) -> bool:
     """The gradients unscale_ found were no longer the ones the backward left."""
     if not call.at_unscale or call.after_backward is None:
         return False
@@ -805,25 +603,19 @@ VALUE_CLIP = Diagnosis(
 )
 
 
-def _shape_of_clipping(title, call: _AmpCall, g_step: torch.Tensor) -> None:
+def _shape_of_clipping(title, call: AmpCall, g_step: torch.Tensor) -> None:
     """The step's gradient is not a multiple of the true one: measure how it was
     clipped."""
     __tracebackhide__ = True
     m = call.max_norm
-    pieces = zip(call.true.split(list(call.sizes)), g_step.split(list(call.sizes)))
-    if all(
-        torch.allclose(
-            got, g * _clip_coefficient(float(g.norm()), m), rtol=1e-3, atol=1e-9
-        )
-        for g, got in pieces
-    ):
+    if clipped_per_tensor(g_step, call.true, call.sizes, m, rtol=1e-3, atol=1e-9):
         PER_TENSOR_CLIP.fail(
             title,
             f"In step {call.index + 1} every parameter's own "
             f"gradient norm was clipped to {m:g}.",
         )
-    bound = float(g_step.abs().max())
-    if torch.allclose(g_step, call.true.clamp(-bound, bound), rtol=1e-3, atol=1e-9):
+    bound = clamped_by_value(g_step, call.true, rtol=1e-3, atol=1e-9)
+    if bound is not None:
         VALUE_CLIP.fail(
             title,
             f"In step {call.index + 1} every gradient element was "
@@ -837,12 +629,12 @@ def _shape_of_clipping(title, call: _AmpCall, g_step: torch.Tensor) -> None:
     )
 
 
-def _amp_unexplained(title, call: _AmpCall, what: str) -> None:
+def _amp_unexplained(title, call: AmpCall, what: str) -> None:
     __tracebackhide__ = True
     fail(
         title,
         f"in step {call.index + 1} (max_norm {call.max_norm:g}, scale "
-        f"{call.scale:g}) {what}; your calls were {_calls_text(call.events)}. "
+        f"{call.scale:g}) {what}; your calls were {calls_text(call.events)}. "
         f"It {UNEXPLAINED}; compare your code with the lesson step by step.",
         S_SCALER,
     )
@@ -856,12 +648,12 @@ UPDATE_COUNT = Diagnosis(
 )
 
 
-def _stage_update(title, call: _AmpCall) -> None:
+def _stage_update(title, call: AmpCall) -> None:
     __tracebackhide__ = True
     updates = call.events.count("scaler.update")
     seen = (
         f"In step {call.index + 1} scaler.update() ran {updates} times; your calls "
-        f"were {_calls_text(call.events)}."
+        f"were {calls_text(call.events)}."
     )
     if updates == 0:
         NO_UPDATE.fail(title, seen)
@@ -879,7 +671,7 @@ RETURNED_LOSS = Diagnosis(
 )
 
 
-def _stage_returned(title, call: _AmpCall) -> None:
+def _stage_returned(title, call: AmpCall) -> None:
     __tracebackhide__ = True
     got, want = call.returned, call.loss
     if want is None:
@@ -914,7 +706,7 @@ OVERFLOW_STEPPED = Diagnosis(
 )
 
 
-def _stage_overflow(title, call: _AmpCall) -> None:
+def _stage_overflow(title, call: AmpCall) -> None:
     """An overflowing step leaves the parameters alone and halves the scale."""
     __tracebackhide__ = True
     moved = int((call.after != call.before).sum())
@@ -922,7 +714,7 @@ def _stage_overflow(title, call: _AmpCall) -> None:
         nan = int((~torch.isfinite(call.after)).sum())
         seen = (
             f"The overflowing step changed {moved} parameter values ({nan} are no "
-            f"longer finite); your calls were {_calls_text(call.events)}."
+            f"longer finite); your calls were {calls_text(call.events)}."
         )
         direct = "optimizer.step" in call.events
         (OPTIMIZER_STEP if direct else OVERFLOW_STEPPED).fail(title, seen)
@@ -938,7 +730,7 @@ def _stage_overflow(title, call: _AmpCall) -> None:
 def _diagnose_amp(title, amp_step) -> None:
     """The stages in the order a step runs them; the first that departs fails."""
     __tracebackhide__ = True
-    calls, loss_fn = _run_amp_probe(title, amp_step, overflow=False)
+    calls, loss_fn = run_amp_probe(title, amp_step, overflow=False)
     unclipped = functools.partial(_ratio_without_clipping, title, amp_step)
     if not loss_fn.states and isinstance(calls[0].returned, Raised):
         _report_raised(title, calls[0], overflow=False)
@@ -951,7 +743,7 @@ def _diagnose_amp(title, amp_step) -> None:
         _stage_step_gradient(title, call, unclipped)
         _stage_update(title, call)
         _stage_returned(title, call)
-    overflow, _ = _run_amp_probe(title, amp_step, overflow=True)
+    overflow, _ = run_amp_probe(title, amp_step, overflow=True)
     if isinstance(overflow[0].returned, Raised):
         _report_raised(title, overflow[0], overflow=True)
     _stage_overflow(title, overflow[0])

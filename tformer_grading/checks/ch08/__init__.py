@@ -5,7 +5,8 @@
     (``generate_greedy``'s asks ``lm_step``'s whether the learner's step is right).
 ``harness``
     the tolerance, the notebook's random state, tokens as text and the tiny seeded
-    models and token ids, shared by the three exercises.
+    models and token ids, shared by the three exercises; the runner of a cached step,
+    shared by ``lm_step`` and ``generate_greedy``.
 ``sections``
     the lesson's sections a failure links to.
 

@@ -25,7 +25,6 @@ from tformer_ref.model import DecoderOnlyLM
 from ...guard.integrity import seal
 from ..delegation import check_not_delegated
 from ..diagnosis import (
-    UNEXPLAINED,
     CheckFailure,
     Diagnosis,
     Raised,
@@ -35,10 +34,15 @@ from ..diagnosis import (
     single_threaded,
     verify_integrity,
 )
+from ..flow import fallback
+from ..measure.decode_loops import recording_lm
 from ..measure.sizes import named
-from .harness import keeps_random_state, lm, token_ids, tokens_text
-from .lm_step import M2, lm_step_problems, run_case, step_cases
+from .harness import keeps_random_state, lm, run_case, token_ids, tokens_text
+from .lm_step import M2, lm_step_problems, step_cases
 from .sections import S_CACHE, S_CACHE_PITFALLS
+
+# What the fallback advises when no mistake of the loop could be named.
+LOOP_ADVICE = "compare your loop with the lesson step by step"
 
 GEN_CASES = (
     # (model label, model builder, prompt [B, S] seed, B, S, N). The first case's
@@ -100,45 +104,20 @@ class GenRun:
     attended: list
 
 
-def _record_cache(attended):
-    def hook(module, args, kwargs):
-        kv = kwargs.get("kv")
-        query = args[0] if args else kwargs.get("query")
-        cached = getattr(kv, "length", None) if kv is not None else None
-        attended.append(
-            (
-                cached if isinstance(cached, int) else None,
-                int(query.size(1)) if isinstance(query, torch.Tensor) else 0,
-            )
-        )
-
-    return hook
-
-
 def _run_generate(fn, case: GenCase, seed: int = 0) -> GenRun:
-    fed, logits, attended = [], [], []
     model = case.model
-    hooks = [
-        model.tok_embed.register_forward_hook(
-            lambda m, args, out: fed.append(args[0].detach().clone())
-        ),
-        model.lm_head.register_forward_hook(
-            lambda m, args, out: logits.append(out.detach().clone())
-        ),
-        model.blocks.layers[0].self_attn.register_forward_pre_hook(
-            _record_cache(attended), with_kwargs=True
-        ),
-    ]
     prompt = case.prompt.clone()
     devices = [prompt.device] if prompt.device.type == "cuda" else []
-    try:
-        with torch.no_grad(), torch.random.fork_rng(devices=devices):
-            torch.manual_seed(seed)
-            output = run(fn, (model, prompt, case.n))
-    finally:
-        for h in hooks:
-            h.remove()
-    return GenRun(output, fed, logits, not torch.equal(prompt, case.prompt), attended)
+    attention = model.blocks.layers[0].self_attn
+    with (
+        recording_lm(model.tok_embed, model.lm_head, attention) as seen,
+        torch.no_grad(),
+        torch.random.fork_rng(devices=devices),
+    ):
+        torch.manual_seed(seed)
+        output = run(fn, (model, prompt, case.n))
+    changed = not torch.equal(prompt, case.prompt)
+    return GenRun(output, seen.fed, seen.logits, changed, seen.attended)
 
 
 ROWS_COPIED = Diagnosis(
@@ -404,14 +383,13 @@ def _step_cache_problems(title, fn, seen, k, cached, want_cached) -> None:
     step = _learners_step(fn)
     if cached is None or cached == want_cached:
         if step is not None and cached is not None and _step_failure(step) is None:
-            fail(
+            fallback(
                 title,
                 f"{seen} The cache held the {want_cached} earlier tokens, "
                 "as it should, and your lm_step passes check_lm_step's cases: "
-                "what your loop runs for a step is not your lm_step as it is. "
-                f"It {UNEXPLAINED}; compare your loop with the lesson step by "
-                "step.",
+                "what your loop runs for a step is not your lm_step as it is",
                 S_CACHE,
+                LOOP_ADVICE,
             )
         return  # the step is what is wrong
     observed = (
@@ -431,11 +409,11 @@ def _step_cache_problems(title, fn, seen, k, cached, want_cached) -> None:
         CACHE_CARRIED.fail(title, observed)
     named = _step_failure(step) if step is not None else "it is not found"
     if named is None:
-        fail(
+        fallback(
             title,
-            f"{observed} Your lm_step passes check_lm_step's cases. It "
-            f"{UNEXPLAINED}; compare your loop with the lesson step by step.",
+            f"{observed} Your lm_step passes check_lm_step's cases",
             S_CACHE,
+            LOOP_ADVICE,
         )
     # The step grows the cache wrongly (twice, say): it is the step's fault.
 
@@ -614,13 +592,12 @@ def check_generate_greedy(generate_greedy) -> None:
     out = got.output
     _continuation_problems(title, case, out, want)
     j = _first_wrong_token(out, want)
-    fail(
+    fallback(
         title,
         f"wrong on case {case.label}: the first wrong token is at position {j} "
-        f"(yours {tokens_text(out[:, j])}, expected "
-        f"{tokens_text(want[:, j])}). It {UNEXPLAINED}; compare your loop "
-        "with the lesson step by step.",
+        f"(yours {tokens_text(out[:, j])}, expected {tokens_text(want[:, j])})",
         S_CACHE,
+        LOOP_ADVICE,
     )
 
 

@@ -2,20 +2,23 @@
 ``generate_greedy``) share: the tolerance outputs are compared at (``right``), a
 decorator that leaves the notebook's random state as it was, and token ids as text; and,
 for ``lm_step`` and ``generate_greedy``, the tiny seeded ``DecoderOnlyLM`` and the
-seeded token ids their cases are built from.
+seeded token ids their cases are built from, and the runner of a cached step
+(:func:`run_case`: a step's outputs on a ``KVCache`` and how each call grew it).
 """
 
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
 import torch
 
 from tformer_ref.device import get_device
+from tformer_ref.kv_cache import KVCache
 from tformer_ref.model import DecoderOnlyLM
 
 from ...guard.integrity import seal
-from ..diagnosis import describe_difference
+from ..diagnosis import Raised, describe_difference, quiet, run
 
 ATOL, RTOL = 1e-5, 1e-4
 
@@ -80,6 +83,86 @@ def lm(
 def token_ids(b: int, s: int, seed: int, vocab: int = 11) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
     return torch.randint(0, vocab, (b, s), generator=g).to(get_device())
+
+
+@dataclass(frozen=True)
+class StepCase:
+    """A model, the tokens the reference caches first (``past`` [B, P] or None), and the
+    chunks [B, S_k] handed to the step one after the other on that cache."""
+
+    label: str
+    model: DecoderOnlyLM
+    past: torch.Tensor | None
+    chunks: tuple
+
+    def fresh(self):
+        return self.past, tuple(c.clone() for c in self.chunks)
+
+
+def layer_lengths(cache) -> tuple:
+    return tuple(kv.length for kv in getattr(cache, "layers", ()))
+
+
+@dataclass
+class StepRun:
+    """Each call's output (or Raised), the cache's layer lengths before and after, and
+    whether a call left part of the model in train mode (put back in eval mode)."""
+
+    outputs: list
+    lengths: list  # [(before, after)] per call, tuples of layer lengths
+    trained: bool = False
+
+
+def run_steps(step, model, past, chunks) -> StepRun:
+    """``step(model, chunk, cache)`` on each chunk in turn, on a new KVCache that the
+    model's own forward filled with ``past`` (None: left empty)."""
+    cache = KVCache()
+    trained = False
+    with torch.no_grad(), quiet():
+        if past is not None:
+            model(past, cache=cache)
+        outputs, lengths = [], []
+        for chunk in chunks:
+            before = layer_lengths(cache)
+            out = run(step, (model, chunk, cache))
+            if any(m.training for m in model.modules()):
+                trained = True
+                model.eval()
+            outputs.append(out)
+            lengths.append((before, layer_lengths(cache)))
+            if isinstance(out, Raised):
+                break
+    return StepRun(outputs, lengths, trained)
+
+
+def run_case(step, case: StepCase, model=None) -> StepRun:
+    past, chunks = case.fresh()
+    return run_steps(step, model or case.model, past, chunks)
+
+
+def case_right(got: StepRun, want: StepRun) -> bool:
+    return len(got.outputs) == len(want.outputs) and all(
+        right(g, w) for g, w in zip(got.outputs, want.outputs)
+    )
+
+
+def same_run(a: StepRun, b: StepRun) -> bool:
+    """Every call of both gave a tensor, and the two agree call by call."""
+    return len(a.outputs) == len(b.outputs) and all(
+        isinstance(x, torch.Tensor)
+        and isinstance(y, torch.Tensor)
+        and x.shape == y.shape
+        and torch.allclose(x.detach(), y.detach(), atol=ATOL, rtol=RTOL)
+        for x, y in zip(a.outputs, b.outputs)
+    )
+
+
+def first_problem(got: StepRun, want: StepRun) -> tuple[int, str]:
+    for k, (g, w) in enumerate(zip(got.outputs, want.outputs)):
+        problem = describe_difference(g, w, ATOL, RTOL)
+        if problem:
+            return k, problem
+    return len(got.outputs), "fewer calls completed"
 
 
 seal(__name__)

@@ -16,11 +16,9 @@ from __future__ import annotations
 
 import copy
 import inspect
-from dataclasses import dataclass
 
 import torch
 
-from tformer_ref.kv_cache import KVCache
 from tformer_ref.masks import causal_mask
 from tformer_ref.model import DecoderOnlyLM
 from tformer_ref.positions import LearnedPositionalEmbedding
@@ -28,35 +26,33 @@ from tformer_ref.positions import LearnedPositionalEmbedding
 from ...guard.integrity import seal
 from ..delegation import check_not_delegated
 from ..diagnosis import (
-    UNEXPLAINED,
     Diagnosis,
     Pitfall,
     Raised,
     describe_difference,
     fail,
     passed,
-    quiet,
-    run,
     single_threaded,
     verify_integrity,
 )
+from ..flow import fallback, listed_pitfall
+from ..measure.influence import influence, output_changes, positions_text
 from ..measure.softmax import normalised_over
-from .harness import ATOL, RTOL, keeps_random_state, lm, right, token_ids, tokens_text
+from .harness import (
+    ATOL,
+    RTOL,
+    StepCase,
+    StepRun,
+    case_right,
+    first_problem,
+    keeps_random_state,
+    lm,
+    run_case,
+    run_steps,
+    same_run,
+    token_ids,
+)
 from .sections import S_CACHE, S_CACHE_PITFALLS, S_DROPOUT, S_EMBED, S_LM
-
-
-@dataclass(frozen=True)
-class StepCase:
-    """A model, the tokens the reference caches first (``past`` [B, P] or None), and the
-    chunks [B, S_k] handed to the step one after the other on that cache."""
-
-    label: str
-    model: DecoderOnlyLM
-    past: torch.Tensor | None
-    chunks: tuple
-
-    def fresh(self):
-        return self.past, tuple(c.clone() for c in self.chunks)
 
 
 def _model_1():
@@ -144,59 +140,6 @@ def step_cases() -> list[StepCase]:
 
 def _reference_step(model, tokens, cache):
     return model(tokens, cache=cache)
-
-
-def _layer_lengths(cache) -> tuple:
-    return tuple(kv.length for kv in getattr(cache, "layers", ()))
-
-
-@dataclass
-class StepRun:
-    """Each call's output (or Raised), the cache's layer lengths before and after, and
-    whether a call left part of the model in train mode (put back in eval mode)."""
-
-    outputs: list
-    lengths: list  # [(before, after)] per call, tuples of layer lengths
-    trained: bool = False
-
-
-def _run_steps(step, model, past, chunks) -> StepRun:
-    cache = KVCache()
-    trained = False
-    with torch.no_grad(), quiet():
-        if past is not None:
-            model(past, cache=cache)
-        outputs, lengths = [], []
-        for chunk in chunks:
-            before = _layer_lengths(cache)
-            out = run(step, (model, chunk, cache))
-            if any(m.training for m in model.modules()):
-                trained = True
-                model.eval()
-            outputs.append(out)
-            lengths.append((before, _layer_lengths(cache)))
-            if isinstance(out, Raised):
-                break
-    return StepRun(outputs, lengths, trained)
-
-
-def run_case(step, case: StepCase, model=None) -> StepRun:
-    past, chunks = case.fresh()
-    return _run_steps(step, model or case.model, past, chunks)
-
-
-def _case_right(got: StepRun, want: StepRun) -> bool:
-    return len(got.outputs) == len(want.outputs) and all(
-        right(g, w) for g, w in zip(got.outputs, want.outputs)
-    )
-
-
-def _first_problem(got: StepRun, want: StepRun) -> tuple[int, str]:
-    for k, (g, w) in enumerate(zip(got.outputs, want.outputs)):
-        problem = describe_difference(g, w, ATOL, RTOL)
-        if problem:
-            return k, problem
-    return len(got.outputs), "fewer calls completed"
 
 
 NOT_CAUSAL = Diagnosis(
@@ -482,28 +425,17 @@ def _growth_problems(title, cases, runs) -> None:
                 if extra:
                     said += f"; layer(s) {extra}, which the model does not have, did"
                 LAYER_LEFT_OUT.fail(title, seen + said + ".")
-            fail(
-                title,
-                f"the cache does not grow by the new tokens. {seen} It {UNEXPLAINED}.",
-                S_CACHE,
-            )
+            said = f"the cache does not grow by the new tokens. {seen}"
+            fallback(title, said, S_CACHE, advice="", stop="")
 
 
 def _future_visible(step, model) -> str | None:
     """On an empty cache, changing the last token must leave the earlier logits
     alone."""
-    tokens = token_ids(2, 5, 95)
-    changed = tokens.clone()
-    changed[:, -1] = (changed[:, -1] + 1) % 11
-    base = _run_steps(step, model, None, (tokens,)).outputs[0]
-    moved = _run_steps(step, model, None, (changed,)).outputs[0]
-    if not (
-        type(base) is type(moved) is torch.Tensor
-        and base.shape == moved.shape
-        and base.dim() == 3
-    ):
+    moved = output_changes(_logits_of(step, model, 0), token_ids(2, 5, 95), 11, [4])
+    if moved is None:
         return None
-    diff = (moved[:, :-1] - base[:, :-1]).abs().amax(dim=(0, 2))
+    diff = moved[0][:-1]
     hit = [i for i, d in enumerate(diff.tolist()) if d > 1e-5]
     if not hit:
         return None
@@ -517,24 +449,27 @@ def _empty_cache_problems(title, step, cases, runs, refs) -> None:
     """Wrong without any cached token: the model's own forward is not reproduced."""
     __tracebackhide__ = True
     empty = [i for i, c in enumerate(cases) if c.past is None and len(c.chunks) == 1]
-    wrong = [i for i in empty if not _case_right(runs[i], refs[i])]
+    wrong = [i for i in empty if not case_right(runs[i], refs[i])]
     if not wrong:
         return
     observed = _future_visible(step, cases[0].model)
     if observed:
         NOT_CAUSAL.fail(title, observed)
-    for pitfall in EMPTY_CACHE_PITFALLS:
-        if all(_same_run(runs[i], run_case(pitfall.impl, cases[i])) for i in empty):
-            pitfall.fail(title, "Its logits equal yours on every empty-cache case.")
+    on_empty = [cases[i] for i in empty], [runs[i] for i in empty]
+    pitfall = listed_pitfall(
+        EMPTY_CACHE_PITFALLS, *on_empty, 0, 0, run_on=run_case, alike=same_run
+    )
+    if pitfall is not None:
+        pitfall.fail(title, "Its logits equal yours on every empty-cache case.")
     _empty_position_problems(title, step, cases, runs, empty, wrong)
     i = wrong[0]
-    k, problem = _first_problem(runs[i], refs[i])  # noqa: RUF059
-    fail(
+    k, problem = first_problem(runs[i], refs[i])  # noqa: RUF059
+    fallback(
         title,
         f"wrong already on an empty cache (no cached token): case "
-        f"{cases[i].label}: {problem}. It {UNEXPLAINED}; compare your code "
-        "with the model's forward step by step.",
+        f"{cases[i].label}: {problem}",
         S_LM,
+        "compare your code with the model's forward step by step",
     )
 
 
@@ -554,18 +489,14 @@ def _dropout_problems(title, step, cases, runs, refs) -> None:
                 "the model (or a part of it) was in train mode.",
             )
     for case, got, want in zip(cases, runs, refs):
-        if not _has_dropout(case.model) or _case_right(got, want):
+        if not _has_dropout(case.model) or case_right(got, want):
             continue
         again = []
         for seed in (1, 2):
             torch.manual_seed(seed)
             again.append(run_case(step, case))
         outs = again[0].outputs + again[1].outputs
-        if (
-            outs
-            and all(type(o) is torch.Tensor for o in outs)
-            and not _same_run(*again)
-        ):
+        if outs and all(type(o) is torch.Tensor for o in outs) and not same_run(*again):
             off = max(
                 float((x - y).abs().max())
                 for x, y in zip(again[0].outputs, again[1].outputs)
@@ -605,7 +536,7 @@ def _start_used(step, case: StepCase) -> int | None:
     got = run_case(step, case)
     s = case.chunks[0].size(1)
     for start in range(1, case.model.max_len - s + 1):
-        if _same_run(got, run_case(_at_start(start), case)):
+        if same_run(got, run_case(_at_start(start), case)):
             return start
     return None
 
@@ -633,9 +564,9 @@ def _empty_position_problems(title, step, cases, runs, empty, wrong) -> None:
         POSITIONS_WRONG.fail(
             title,
             f"On case {case.label} your {s} token(s) sat at "
-            f"position(s) {_ranges(range(start, start + s))}"
+            f"position(s) {positions_text(range(start, start + s))}"
             f"{note}; on an empty cache they belong at "
-            f"{_ranges(range(s))}.",
+            f"{positions_text(range(s))}.",
         )
     for impl, what in (
         (
@@ -649,7 +580,7 @@ def _empty_position_problems(title, step, cases, runs, empty, wrong) -> None:
             "embeddings count twice",
         ),
     ):
-        if all(_same_run(runs[i], run_case(impl, cases[i])) for i in empty):
+        if all(same_run(runs[i], run_case(impl, cases[i])) for i in empty):
             POSITIONS_WRONG.fail(
                 title, f"On every empty-cache case your logits are those of {what}."
             )
@@ -659,7 +590,7 @@ def _empty_position_problems(title, step, cases, runs, empty, wrong) -> None:
 
     def agrees(table, ours):
         return all(
-            _case_right(
+            case_right(
                 run_case(step, cases[i], table[id(cases[i].model)]),
                 run_case(_reference_step, cases[i], ours[id(cases[i].model)]),
             )
@@ -682,16 +613,6 @@ def _empty_position_problems(title, step, cases, runs, empty, wrong) -> None:
             "those of the reference with that row doubled: "
             "the encodings are added twice.",
         )
-
-
-def _same_run(a: StepRun, b: StepRun) -> bool:
-    return len(a.outputs) == len(b.outputs) and all(
-        isinstance(x, torch.Tensor)
-        and isinstance(y, torch.Tensor)
-        and x.shape == y.shape
-        and torch.allclose(x.detach(), y.detach(), atol=ATOL, rtol=RTOL)
-        for x, y in zip(a.outputs, b.outputs)
-    )
 
 
 def _neutral(model: DecoderOnlyLM, scale: float = 1.0) -> DecoderOnlyLM:
@@ -723,13 +644,13 @@ def _offset_seen(step, case: StepCase) -> str:
     got = run_case(step, case).outputs[0]
     s, past = case.chunks[0].size(1), case.past.size(1)
     for start in range(0, case.model.max_len - s + 1):  # noqa: PIE808
-        if start != past and _same_run(
+        if start != past and same_run(
             StepRun([got], []), run_case(_at_start(start), case)
         ):
             return (
                 f" On case {case.label}, your {s} new token(s) sat at "
-                f"position(s) {_ranges(range(start, start + s))}; after {past} "
-                f"cached tokens they belong at {_ranges(range(past, past + s))}."
+                f"position(s) {positions_text(range(start, start + s))}; after {past} "
+                f"cached tokens they belong at {positions_text(range(past, past + s))}."
             )
     return ""
 
@@ -739,7 +660,7 @@ def _position_problems(title, step, cases, wrong) -> None:
     neutral = {id(cases[i].model): _neutral(cases[i].model) for i in wrong}
     for i in wrong:
         model = neutral[id(cases[i].model)]
-        if not _case_right(
+        if not case_right(
             run_case(step, cases[i], model),
             run_case(_reference_step, cases[i], model),
         ):
@@ -755,48 +676,27 @@ def _position_problems(title, step, cases, wrong) -> None:
     )
 
 
-def _influence(step, case: StepCase) -> list[set] | None:
-    """For each new query i, the positions whose token changes its logits."""
-    past, chunks = case.fresh()
-    chunk = chunks[0]
-    base = _run_steps(step, case.model, past, (chunk,)).outputs[0]
-    if type(base) is not torch.Tensor or base.dim() != 3:
-        return None
-    n_past, s = past.size(1), chunk.size(1)
-    seen = [set() for _ in range(s)]
-    for j in range(n_past + s):
-        p, c = past.clone(), chunk.clone()
-        if j < n_past:
-            p[:, j] = (p[:, j] + 1) % 11
-        else:
-            c[:, j - n_past] = (c[:, j - n_past] + 1) % 11
-        out = _run_steps(step, case.model, p, (c,)).outputs[0]
-        if type(out) is not torch.Tensor or out.shape != base.shape:
-            return None
-        diff = (out - base).abs().amax(dim=(0, 2))
-        for i in range(s):
-            if float(diff[i]) > 1e-5:
-                seen[i].add(j)
-    return seen
+def _logits_of(step, model, n_past):
+    """``tokens [B, P + S]`` -> the logits [B, S, V] of one step on the last S after
+    the first ``n_past`` cached (None unless a tensor [B, S, V])."""
 
+    def logits(tokens):
+        past = tokens[:, :n_past].clone() if n_past else None
+        out = run_steps(step, model, past, (tokens[:, n_past:].clone(),)).outputs[0]
+        return out if type(out) is torch.Tensor and out.dim() == 3 else None
 
-def _ranges(positions) -> str:
-    items = sorted(positions)
-    if not items:
-        return "none"
-    if items == list(range(items[0], items[-1] + 1)):
-        return f"{items[0]}..{items[-1]}" if len(items) > 1 else str(items[0])
-    return tokens_text(items)
+    return logits
 
 
 def _mask_problems(title, step, cases, wrong) -> None:
     __tracebackhide__ = True
     for i in (i for i in wrong if cases[i].past is not None):
         case = cases[i]
-        seen = _influence(step, case)
+        tokens = torch.cat([case.past, case.chunks[0]], dim=1)
+        n_past = case.past.size(1)
+        seen = influence(_logits_of(step, case.model, n_past), tokens, 11)
         if seen is None:
             continue
-        n_past = case.past.size(1)
         for q, keys in enumerate(seen):
             want = set(range(n_past + q + 1))
             if keys == want:
@@ -804,18 +704,14 @@ def _mask_problems(title, step, cases, wrong) -> None:
             observed = (
                 f"On case {case.label}, the new token {q} (position "
                 f"{n_past + q}) is influenced by the tokens at positions "
-                f"{_ranges(keys)}; it should see {_ranges(want)}."
+                f"{positions_text(keys)}; it should see {positions_text(want)}."
             )
             if any(k > n_past + q for k in keys):
                 NOT_CAUSAL.fail(title, observed)
             if keys < want:
                 MASK_ROWS.fail(title, observed)
-            fail(
-                title,
-                f"the new queries attend to the wrong tokens. {observed} It "
-                f"{UNEXPLAINED}.",
-                S_CACHE_PITFALLS,
-            )
+            said = f"the new queries attend to the wrong tokens. {observed}"
+            fallback(title, said, S_CACHE_PITFALLS, advice="", stop="")
 
 
 @single_threaded
@@ -843,7 +739,7 @@ def lm_step_problems(title, lm_step) -> int:
     cases = step_cases()
     refs = [run_case(_reference_step, c) for c in cases]
     runs = [run_case(lm_step, c) for c in cases]
-    if all(_case_right(g, w) for g, w in zip(runs, refs)):
+    if all(case_right(g, w) for g, w in zip(runs, refs)):
         _growth_problems(title, cases, runs)
         return len(cases)
     _growth_problems(title, cases, runs)
@@ -859,21 +755,21 @@ def lm_step_problems(title, lm_step) -> int:
     _dropout_problems(title, lm_step, cases, runs, refs)
     # A mistake the cases without dropout show is read off those alone.
     plain = [i for i, c in enumerate(cases) if not _has_dropout(c.model)]
-    if not all(_case_right(runs[i], refs[i]) for i in plain):
+    if not all(case_right(runs[i], refs[i]) for i in plain):
         cases, runs, refs = ([xs[i] for i in plain] for xs in (cases, runs, refs))
     _empty_cache_problems(title, lm_step, cases, runs, refs)
-    wrong = [i for i, (g, w) in enumerate(zip(runs, refs)) if not _case_right(g, w)]
+    wrong = [i for i, (g, w) in enumerate(zip(runs, refs)) if not case_right(g, w)]
     _position_problems(title, lm_step, cases, wrong)
     _mask_problems(title, lm_step, cases, wrong)
     i = wrong[0]
-    k, problem = _first_problem(runs[i], refs[i])
+    k, problem = first_problem(runs[i], refs[i])
     call = f"call {k + 1} of " if len(cases[i].chunks) > 1 else ""
-    fail(
+    fallback(
         title,
         "right on an empty cache, wrong once the cache holds tokens: "
-        f"{call}case {cases[i].label}: {problem}. It {UNEXPLAINED}; compare "
-        "your code with the model's forward step by step.",
+        f"{call}case {cases[i].label}: {problem}",
         S_CACHE_PITFALLS,
+        "compare your code with the model's forward step by step",
     )
 
 

@@ -23,7 +23,6 @@ from tformer_ref.device import get_device
 from ...guard.integrity import seal
 from ..delegation import check_not_delegated
 from ..diagnosis import (
-    UNEXPLAINED,
     Case,
     Diagnosis,
     Raised,
@@ -34,6 +33,7 @@ from ..diagnosis import (
     single_threaded,
     verify_integrity,
 )
+from ..flow import fallback
 from ..measure.sizes import named
 from .harness import ATOL, RTOL, keeps_random_state, right
 from .sections import S_TEMPERATURE, S_TOP_P
@@ -345,11 +345,12 @@ def _probs_empty(title, rows: list[_Row]) -> None:
         if dropping:
             DROPS_CROSSING.fail(title, _crossing_text(dropping[0]) + " " + observed)
         KEEPS_NONE.fail(title, observed)
-    fail(
+    fallback(
         title,
         f"on {first.where} your probabilities are {what}, where the reference "
-        f"keeps {_kept_text(first.ref_kept, first.full)}. It {UNEXPLAINED}.",
+        f"keeps {_kept_text(first.ref_kept, first.full)}",
         S_TOP_P,
+        advice="",
     )
 
 
@@ -460,11 +461,12 @@ def _support_problems(title, rows: list[_Row]) -> None:
         exact = [r for r in differ if _reaches_exactly(r)]
         if exact:
             KEEPS_ONE_TOO_MANY.fail(title, _one_more_text(exact[0]))
-        fail(
+        fallback(
             title,
             f"{_one_more_text(first)} The nucleus is the smallest set of most "
-            f"likely tokens whose probability reaches top_p. It {UNEXPLAINED}.",
+            "likely tokens whose probability reaches top_p",
             S_TOP_P,
+            advice="",
         )
     if all(r.kept.all() for r in differ):
         TOP_P_NOT_APPLIED.fail(title, observed)
@@ -482,12 +484,13 @@ def _support_problems(title, rows: list[_Row]) -> None:
             f"{observed} On every row where yours differs you keep the "
             f"ceil(top_p·V) most likely tokens ({k} here), whatever they hold.",
         )
-    fail(
+    fallback(
         title,
         f"the tokens you keep differ from the reference's. {observed} The "
-        f"nucleus is the smallest set of most likely tokens whose probability "
-        f"reaches top_p. It {UNEXPLAINED}.",
+        "nucleus is the smallest set of most likely tokens whose probability "
+        "reaches top_p",
         S_TOP_P,
+        advice="",
     )
 
 
@@ -550,11 +553,12 @@ def _temperature_problems(title, rows: list[_Row]) -> None:
                     f"{t} it is {_kept_text(r.ref_kept, r.full)}.",
                 )
             return  # the temperature is right: the kept set is what differs
-        fail(
+        fallback(
             title,
-            "only the cases at a temperature other than 1 are wrong. "
-            f"{observed} It {UNEXPLAINED}.",
+            f"only the cases at a temperature other than 1 are wrong. {observed}",
             S_TEMPERATURE,
+            advice="",
+            stop="",
         )
     sharper = [f for f, _ in fits if f.temperature < 1]
     if sharper and all(_entropy(f.got) > _entropy(f.want) + 1e-3 for f in sharper):
@@ -566,12 +570,13 @@ def _temperature_problems(title, rows: list[_Row]) -> None:
             f"{_entropy(f.want):.3f}: flatter, not sharper, and its log is "
             "not a straight line in the logits.",
         )
-    fail(
+    fallback(
         title,
         f"only the cases at a temperature other than 1 are wrong. On {r.where} "
         "the log of your probabilities is not a straight line in the logits "
-        f"(no temperature gives it). It {UNEXPLAINED}.",
+        "(no temperature gives it)",
         S_TEMPERATURE,
+        advice="",
     )
 
 
@@ -725,11 +730,10 @@ def _probs_problems(title, cases, theirs, ours) -> None:
         if (m := describe_difference(g, w, ATOL, RTOL))
     ]
     case, msg = problems[0]
-    fail(
+    fallback(
         title,
         f"wrong on {len(problems)} of {len(cases)} cases, with the right "
-        f"tokens kept and rows summing to 1. First: case {case.label}: {msg}. "
-        f"It {UNEXPLAINED}; compare your code with the lesson step by step.",
+        f"tokens kept and rows summing to 1. First: case {case.label}: {msg}",
         S_TEMPERATURE,
     )
 

@@ -84,4 +84,22 @@ def name_of(values: list, sizes: list, table: tuple, rel_tol: float = 2e-3):
     return None
 
 
+def names_of(values: list, sizes: list, table: tuple, rel_tol: float = 0.01) -> list:
+    """Every formula of ``table`` whose ratio to ``values`` is within ``rel_tol`` of 1
+    on every case, in table order: several when the cases' sizes cannot tell them
+    apart (at H = 4, Dh = 8, 2·H, ½·H² and Dh are all 8).
+
+    >>> table = powers(("H", "Dh"))
+    >>> names_of([8.0], [{"H": 4, "Dh": 8}], table)
+    ['2·H', '½·H²', 'Dh']
+    >>> names_of([8.0, 16.0], [{"H": 4, "Dh": 8}, {"H": 4, "Dh": 16}], table)
+    ['Dh']
+    """
+    return [
+        name
+        for name, formula in table
+        if all(abs(v / formula(s) - 1) < rel_tol for v, s in zip(values, sizes))
+    ]
+
+
 seal(__name__)

@@ -1,5 +1,6 @@
 """Recording the calls a learner's code makes on the objects a check hands it: the
-optimizer's ``step`` and ``zero_grad``, the scheduler's ``step``.
+optimizer's ``step`` and ``zero_grad``, the scheduler's ``step``, the GradScaler's
+``scale``, ``unscale_``, ``step`` and ``update``.
 
 One answer to one PyTorch quirk. ``Optimizer.__init__`` wraps the *class's* ``step``
 in a profiling hook when the class's first instance is made: a recording subclass has
@@ -21,9 +22,9 @@ from torch.optim.lr_scheduler import LambdaLR
 from ...guard.integrity import seal
 
 
-def record_calls(obj, name: str, before: Callable) -> object:
-    """Make ``obj.<name>(...)`` call ``before(obj, *args, **kwargs)`` first, on this
-    instance only; return ``obj``.
+def record_calls(obj, name: str, before: Callable, after=None) -> object:
+    """Make ``obj.<name>(...)`` call ``before(obj, *args, **kwargs)`` first, and
+    ``after(obj)`` once it returned or raised, on this instance only; return ``obj``.
 
     Examples::
 
@@ -46,7 +47,12 @@ def record_calls(obj, name: str, before: Callable) -> object:
 
     def recorded(self, *args, **kwargs):
         before(self, *args, **kwargs)
-        return inner(*args, **kwargs)
+        if after is None:
+            return inner(*args, **kwargs)
+        try:
+            return inner(*args, **kwargs)
+        finally:
+            after(self)
 
     setattr(obj, name, types.MethodType(recorded, obj))
     return obj
@@ -89,6 +95,41 @@ def recording_lambda_lr(optimizer, lr_lambda: Callable, on_step: Callable) -> La
     return record_calls(
         LambdaLR(optimizer, lr_lambda), "step", lambda s, *a, **k: on_step(s)
     )
+
+
+SCALER_CALLS = ("scale", "unscale_", "step", "update")
+
+
+def recording_grad_scaler(
+    device_type: str, init_scale: float, before: Callable, after: Callable
+) -> torch.amp.GradScaler:
+    """``torch.amp.GradScaler(device_type, init_scale=init_scale)`` whose
+    ``scale``, ``unscale_``, ``step`` and ``update`` call ``before(name, scaler,
+    *args)`` first and ``after(name, scaler)`` once done. Calls the scaler makes on
+    itself are recorded too: ``step`` unscales first when the learner did not.
+
+    Examples::
+
+        >>> weight = torch.ones(2, requires_grad=True)
+        >>> opt = torch.optim.SGD([weight], lr=0.5)
+        >>> calls = []
+        >>> scaler = recording_grad_scaler(
+        ...     "cpu", 8.0, lambda name, s, *a: calls.append(name),
+        ...     lambda name, s: None)
+        >>> scaler.scale(weight.sum()).backward()
+        >>> scaler.step(opt); scaler.update()  # a planted mistake: unscale_ skipped
+        >>> calls  # read back: step unscaled by itself, inside the step
+        ['scale', 'step', 'unscale_', 'update']
+    """
+    scaler = torch.amp.GradScaler(device_type, init_scale=init_scale)
+    for name in SCALER_CALLS:
+        record_calls(
+            scaler,
+            name,
+            lambda s, *a, name=name, **k: before(name, s, *a),
+            lambda s, name=name: after(name, s),
+        )
+    return scaler
 
 
 seal(__name__)

@@ -5,6 +5,13 @@ Softmax ignores a constant added to a row, so log w = c·s + (a constant per row
 line per row whose slope is the factor c, whatever code the learner wrote. The tensors
 are attention weights [B, H, Sq, Sk]; the axes are named by :data:`AXIS_NAMES`.
 
+The factor is read three ways, because what the check sees differs: :func:`row_scales`
+fits it row by row from returned weights (so a divisor that changes with the head or
+the query shows); :func:`pooled_divisor` fits one divisor over the entries a mask
+allows (masked rows may keep fewer than two weights); :func:`divisor_search` finds it
+when only an output computed from the weights is seen (a module that returns no
+weights), by searching the divisor that reproduces that output.
+
 Examples (a softmax over the queries, of scores divided by 8)::
 
     >>> s = torch.randn(2, 3, 4, 5, dtype=torch.float64)
@@ -91,6 +98,127 @@ def row_scales(w: torch.Tensor, source: torch.Tensor, dim: int = -1):
     fitted = torch.where(ok.unsqueeze(dim), c.nan_to_num().unsqueeze(dim) * x, zero)
     residual = (y - fitted).norm() / (y.norm() + 1e-12)
     return c, residual.item()
+
+
+def softmax_source(w: torch.Tensor, sources):
+    """(name, c) for the ``sources`` entry (name, scores) whose c·scores ``w`` is the
+    softmax of over the last axis (c per row, :func:`row_scales`; the best fit), or
+    None when none fits.
+
+    >>> s, t = torch.randn(2, 2, 1, 3, 4, dtype=torch.float64)
+    >>> name, c = softmax_source((t / 2).softmax(-1), [("s", s), ("t", t)])
+    >>> name, round(c.mean().item(), 6)                     # t, divided by 2
+    ('t', 0.5)
+    """
+    fits = [(name, *row_scales(w, scores)) for name, scores in sources]
+    name, c, residual = min(fits, key=lambda f: f[2])
+    if residual > FIT_RTOL or torch.isnan(c).all():
+        return None
+    return name, c
+
+
+def row_centred(x: torch.Tensor, where: torch.Tensor) -> torch.Tensor:
+    """``x`` minus its mean over the last axis, both taken only ``where`` True (0
+    elsewhere).
+
+    >>> row_centred(torch.tensor([[1.0, 3.0, 9.0]]), torch.tensor([[True, True, False]]))
+    tensor([[-1.,  1.,  0.]])
+    """
+    n = where.sum(-1, keepdim=True).clamp(min=1)
+    mean = (x * where).sum(-1, keepdim=True) / n
+    return (x - mean) * where
+
+
+def pooled_divisor(w: torch.Tensor, scores: torch.Tensor, where: torch.Tensor):
+    """(d, worst residual): weights ``w`` [..., Sk] at ``where`` (and nonzero) fitted
+    as softmax(scores / d) up to a constant per row, one d for all rows; None when
+    nothing can be fitted (no row with two usable weights).
+
+    >>> s = torch.randn(2, 3, 4, 5, dtype=torch.float64)
+    >>> keep = torch.ones(4, 5, dtype=torch.bool).tril()      # a causal mask
+    >>> w = (s / 8).masked_fill(~keep, -math.inf).softmax(-1)
+    >>> d, residual = pooled_divisor(w, s, keep.expand(s.shape))
+    >>> round(d, 6), residual < 1e-9
+    (8.0, True)
+    """
+    where = where & (w > 0)
+    log_w = w.clamp(min=1e-300).log()
+    dd, dl = row_centred(scores, where), row_centred(log_w, where)
+    denominator = (dd * dl).sum()
+    if (where.sum(-1) >= 2).sum() == 0 or denominator.abs() < 1e-12:
+        return None
+    d = ((dd * dd).sum() / denominator).item()
+    return d, (dl - dd / d).abs().max().item()
+
+
+def divisor_search(outputs_at, target: torch.Tensor, refit=None) -> tuple:
+    """(d, largest difference, factor): the divisor of the scores for which
+    ``outputs_at(divisors [G])`` [G, *target.shape] comes closest to ``target``, by a
+    log-spaced search from 2⁻⁸ to 2¹⁴ refined five times. ``refit(outputs)`` -> (factor
+    [G], outputs) adjusts each candidate first (a factor on the weights); factor is 1
+    without it.
+
+    >>> x = torch.randn(3, 4, dtype=torch.float64)
+    >>> def outputs_at(d):                     # an output made of softmax(x / d)
+    ...     return (x / d.view(-1, 1, 1)).softmax(-1) @ x.T
+    >>> d, err, _ = divisor_search(outputs_at, outputs_at(torch.tensor([5.0]))[0])
+    >>> round(d, 3), err < 1e-6
+    (5.0, True)
+    """
+    got = target.detach().double()
+    grid = torch.linspace(-8.0, 14.0, 89, dtype=torch.float64)  # log2, step 0.25
+    for _ in range(5):
+        outs = outputs_at(2.0**grid).double()
+        c = torch.ones(len(grid), dtype=torch.float64, device=outs.device)
+        if refit is not None:
+            c, outs = refit(outs)
+        err = (outs - got).abs().flatten(1).amax(1)
+        i = int(err.argmin())
+        best, best_err, step = grid[i], float(err[i]), float(grid[1] - grid[0])
+        factor = float(c[i])
+        grid = torch.linspace(
+            float(best) - step, float(best) + step, 21, dtype=torch.float64
+        )
+    return 2.0 ** float(best), best_err, factor
+
+
+def key_shift_divisors(w: torch.Tensor, scores: torch.Tensor):
+    """The divisors d [B·H] (one per [Sq, Sk] map) when log w [B, H, Sq, Sk] =
+    scores / d + (a term per row) + (a term per key, the same for every query); None
+    when w has a zero or no such d fits. A softmax that saw a per-key shift (a max
+    over the queries subtracted) reads so.
+
+    >>> s = torch.randn(1, 2, 3, 4, dtype=torch.float64)
+    >>> w = (s / 2 - s.amax(-2, keepdim=True)).softmax(-1)
+    >>> [round(d, 6) for d in key_shift_divisors(w, s).tolist()]
+    [2.0, 2.0]
+    >>> key_shift_divisors((s * s).softmax(-1), s) is None    # not linear in s
+    True
+    """
+    if (w <= 1e-30).any():
+        return None
+    y, x = double_centred(w.log()), double_centred(scores)
+    c = (x * y).sum((-2, -1), keepdim=True) / (x * x).sum((-2, -1), keepdim=True)
+    if (y - c * x).norm() > FIT_RTOL * y.norm():
+        return None
+    return 1 / c.flatten()
+
+
+def clamp_bound(w: torch.Tensor, scores: torch.Tensor) -> float | None:
+    """The c, on a grid of halves up to 200, for which w is the softmax of the scores
+    clamped at c (the low end of a two-sided clamp does not show: the weights of
+    scores far below a row's maximum are 0 either way); None when there is none.
+
+    >>> s = torch.tensor([[3.0, 1.0, 0.0]])
+    >>> clamp_bound(s.clamp(max=2.5).softmax(-1), s), clamp_bound(s.softmax(-1), s)
+    (2.5, 3.0)
+    >>> clamp_bound((2 * s).softmax(-1), s) is None         # no clamp: another scale
+    True
+    """
+    for c in torch.arange(0.5, 200.5, 0.5).tolist():
+        if torch.allclose(w, scores.clamp(max=c).softmax(-1), atol=1e-5, rtol=1e-4):
+            return c
+    return None
 
 
 def varying_axes(c: torch.Tensor) -> list:

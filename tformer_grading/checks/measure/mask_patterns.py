@@ -1,0 +1,157 @@
+"""Attention masks read back: which keys each query may see, and what that pattern is.
+
+A keep-mask (True = attend) reaches an attention in any shape that broadcasts to the
+scores [B, H, Sq, Sk]: :func:`keep_pattern` spells it out there, so two masks of
+different shapes that mean the same compare equal. The pattern is then named against
+what it should have been: :func:`causal_reading` against the causal lower triangle of
+a self-attention, :func:`padding_reading` against a padding mask the check handed
+over, and :func:`kept_keys` writes its first rows out when no name fits.
+
+A float mask is read as its non-zero entries (``mask.bool()``): an additive mask of 0
+and -inf reads as the inverse of the keep-mask it stands for, which it is, for an
+attention that takes True as "attend".
+
+Examples (a causal mask built with triu, and a padding mask passed inverted)::
+
+    >>> triu = torch.ones(4, 4, dtype=torch.bool).triu()  # a planted mistake
+    >>> causal_reading(keep_pattern(triu[None, None], 2, 3, 4, 4))
+    'triu'
+    >>> src = torch.tensor([[True, True, False]])[:, None, None, :]  # [B, 1, 1, Sk]
+    >>> want = keep_pattern(src, 1, 2, 4, 3)
+    >>> padding_reading(keep_pattern(~src, 1, 2, 4, 3), want)  # a planted mistake
+    'inverted'
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ...guard.integrity import seal
+
+
+def causal_keep(size: int, device=None) -> torch.Tensor:
+    """The causal keep-mask [S, S]: query i sees keys 0..i (``tril``).
+
+    Examples::
+
+        >>> causal_keep(3).int().tolist()
+        [[1, 0, 0], [1, 1, 0], [1, 1, 1]]
+    """
+    return torch.ones(size, size, dtype=torch.bool, device=device).tril()
+
+
+def keep_pattern(mask, b: int, h: int, sq: int, sk: int) -> torch.Tensor:
+    """The keep pattern [B, H, Sq, Sk] (bool, on the CPU) that ``mask`` means when
+    broadcast to the scores; None keeps everything. Raises as ``broadcast_to`` does
+    when the mask does not broadcast.
+
+    Examples::
+
+        >>> keep_pattern(None, 1, 1, 2, 2).all().item()
+        True
+        >>> src = torch.tensor([[1.0, 0.0]])[:, None, None, :]  # a float 0/1 mask
+        >>> keep_pattern(src, 1, 2, 3, 2).shape, keep_pattern(src, 1, 2, 3, 2)[0, 1, 2]
+        (torch.Size([1, 2, 3, 2]), tensor([ True, False]))
+    """
+    if mask is None:
+        return torch.ones(b, h, sq, sk, dtype=torch.bool)
+    return torch.broadcast_to(mask.bool().cpu(), (b, h, sq, sk))
+
+
+def uniform_pattern(pattern: torch.Tensor) -> torch.Tensor | None:
+    """The one [Sq, Sk] pattern that every batch row and head of ``pattern``
+    [..., Sq, Sk] sees, or None when they differ.
+
+    Examples::
+
+        >>> keep = causal_keep(3).expand(2, 4, 3, 3).clone()
+        >>> uniform_pattern(keep).int().tolist()
+        [[1, 0, 0], [1, 1, 0], [1, 1, 1]]
+        >>> keep[1, 2, 0, 2] = True  # a planted mistake: one head of one row sees more
+        >>> uniform_pattern(keep) is None
+        True
+    """
+    first = pattern.reshape(-1, *pattern.shape[-2:])[0]
+    return first if bool((pattern == first).all()) else None
+
+
+def causal_reading(pattern: torch.Tensor) -> str | None:
+    """What a self-attention's keep pattern [..., S, S] is, against the causal
+    ``tril``: 'causal'; the same pattern for every row and head that is 'triu' (each
+    query sees itself and the future), 'inverted' (the future only: the complement
+    of the keep-mask, True taken as "hide"), 'no diagonal' (``tril(-1)``: no query
+    sees itself) or 'all visible'; None for anything else.
+
+    Examples::
+
+        >>> causal_reading(causal_keep(4).expand(2, 3, 4, 4))
+        'causal'
+        >>> causal_reading(~causal_keep(4))  # a planted mistake: True meant "hide"
+        'inverted'
+        >>> everything = torch.ones(4, 4, dtype=torch.bool)
+        >>> causal_reading(causal_keep(4).tril(-1)), causal_reading(everything)
+        ('no diagonal', 'all visible')
+        >>> causal_reading(torch.eye(4, dtype=torch.bool)) is None
+        True
+    """
+    tril = causal_keep(pattern.size(-1), pattern.device)
+    if torch.equal(pattern, tril.expand_as(pattern)):
+        return "causal"
+    first = uniform_pattern(pattern)
+    if first is None:
+        return None
+    named = (("triu", tril.T), ("inverted", ~tril), ("no diagonal", tril.tril(-1)))
+    found = next((name for name, p in named if torch.equal(first, p)), None)
+    if found is None and first.all():
+        return "all visible"
+    return found
+
+
+def padding_reading(got: torch.Tensor, want: torch.Tensor) -> str | None:
+    """What the keep pattern ``got`` [B, H, Sq, Sk] is, against the padding pattern
+    ``want`` of the same shape: 'same'; 'inverted' (``~want``: the padding kept, the
+    real keys hidden); 'causal added' (``want`` and the causal triangle, as if the
+    keys were a target sequence); 'causal instead' (the triangle alone); None for
+    anything else.
+
+    Examples::
+
+        >>> src = torch.tensor([[True, True, True, False]])[:, None, None, :]
+        >>> want = keep_pattern(src, 1, 2, 3, 4)
+        >>> padding_reading(want.clone(), want)
+        'same'
+        >>> both = src & causal_keep(4)[:3]  # a planted mistake: the causal mask added
+        >>> padding_reading(keep_pattern(both, 1, 2, 3, 4), want)
+        'causal added'
+        >>> padding_reading(keep_pattern(None, 1, 2, 3, 4), want) is None
+        True
+    """
+    if torch.equal(got, want):
+        return "same"
+    if torch.equal(got, ~want):
+        return "inverted"
+    sq, sk = got.shape[-2:]
+    causal = torch.ones(sq, sk, dtype=torch.bool, device=got.device).tril()
+    if torch.equal(got, (want & causal).expand_as(got)):
+        return "causal added"
+    if torch.equal(got, causal.expand_as(got)):
+        return "causal instead"
+    return None
+
+
+def kept_keys(pattern: torch.Tensor, rows: int = 3) -> str:
+    """A keep pattern [Sq, Sk] written out for its first ``rows`` queries.
+
+    Examples::
+
+        >>> kept_keys(causal_keep(4).T)  # a planted mistake: triu
+        'query 0: keys [0, 1, 2, 3]; query 1: keys [1, 2, 3]; query 2: keys [2, 3]'
+    """
+    shown = [
+        f"query {i}: keys {row.nonzero().flatten().tolist()}"
+        for i, row in enumerate(pattern[:rows])
+    ]
+    return "; ".join(shown)
+
+
+seal(__name__)
