@@ -30,15 +30,12 @@ equal to 0 is masked, and ``None`` masks nothing).
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
-from torch.overrides import TorchFunctionMode
-from torch.utils._pytree import tree_flatten
 
 from tformer_ref.decoding import greedy_decode
 from tformer_ref.device import get_device
@@ -49,7 +46,6 @@ from .ch03 import S_CAUSAL, S_PADDING
 from .ch06 import DECODES_IN_TRAINING_MODE, S_DECODE
 from .delegation import check_not_delegated
 from .diagnosis import (
-    NOT_THE_LEARNERS,
     UNEXPLAINED,
     Diagnosis,
     Raised,
@@ -58,36 +54,31 @@ from .diagnosis import (
     run,
     single_threaded,
 )
+from .measure.devices import Placement
+from .measure.sizes import named
 
 #: The exercise these checks grade (the pitfall index links its rows there).
 ASSIGNMENT = "ch06_bughunt"
 
 SOS_IDX, EOS_IDX, PAD_IDX = 1, 2, 0
 VOCAB = 16  # ids 3 .. 15 are ordinary tokens
+D_MODEL, N_HEADS = 32, 4
+# None of them is a case's source length or max_length: a size error's numbers read
+# as one size each.
+MODEL_SIZES = named(H=N_HEADS, Dh=D_MODEL // N_HEADS, D=D_MODEL, V=VOCAB)
 
 
 # ---------------------------------------------------------------------------- the model
 
 
 def _core(seed: int = 0) -> Transformer:
-    """A small tformer_ref Transformer built under ``seed`` (the notebook's random state
-    left alone) that never outputs PAD or SOS. Its logits are scaled up so that every
-    greedy choice wins by a margin far above float rounding (a right loop written
-    differently, say one that drops the padding instead of masking it, picks the same
-    tokens)."""
+    """A small Transformer built under ``seed`` (the notebook's random state left
+    alone) that never outputs PAD or SOS. Its logits are scaled up: every greedy choice
+    wins by a margin far above float rounding, so right loops written differently (one
+    that drops the padding, say) pick the same tokens."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        core = Transformer(
-            VOCAB,
-            VOCAB,
-            d_model=32,
-            n_heads=4,
-            n_layers=2,
-            d_ff=64,
-            dropout=0.1,
-            max_len=64,
-            pad_id=PAD_IDX,
-        )
+        core = Transformer(VOCAB, VOCAB, D_MODEL, N_HEADS, 2, 64, max_len=64)
     with torch.no_grad():
         core.generator.weight.mul_(4.0)
         core.generator.bias.mul_(4.0)
@@ -95,22 +86,19 @@ def _core(seed: int = 0) -> Transformer:
     return core
 
 
-def _snapshot(mask) -> Any:
-    """What a mask argument was, kept for the diagnosis: None, a bool keep-mask on the
-    CPU (the seed's convention: entries equal to 0 are masked), or the type's name."""
-    if mask is None:
-        return None
-    if not isinstance(mask, torch.Tensor):
-        return type(mask).__name__
+def _kept(value, keep: Callable) -> Any:
+    """An argument as the record keeps it: ``keep`` of the tensor, detached and on the
+    CPU, or the type's name."""
+    if not isinstance(value, torch.Tensor):
+        return type(value).__name__
     # Not the learner's tensors: kept out of the record of where tensors live.
     with torch._C.DisableTorchFunction():
-        return (mask.detach() != 0).cpu()
+        return keep(value.detach().cpu())
 
 
 def _seed_mask(mask, name: str, like: torch.Tensor, move: bool):
-    """A mask in the seed's convention -> the course's bool keep-mask with 4 axes
-    (leading axes added, as broadcasting in the seed's masked_fill would). ``move``: put
-    it on ``like``'s device."""
+    """A mask in the seed's convention -> the course's bool keep-mask with 4 axes.
+    ``move``: put it on ``like``'s device."""
     if mask is None:
         return None
     if not isinstance(mask, torch.Tensor):
@@ -124,59 +112,61 @@ def _seed_mask(mask, name: str, like: torch.Tensor, move: bool):
             f"key_len], got shape {list(mask.shape)}"
         )
     keep = mask != 0
-    keep = keep.reshape((1,) * (4 - keep.dim()) + tuple(keep.shape))
+    keep = keep.reshape((1,) * (4 - keep.dim()) + tuple(keep.shape))  # as broadcast
     return keep.to(like.device) if move else keep
 
 
 @dataclass
 class Call:
-    """One call the loop made to ``model.encoder`` or ``model.decoder``."""
+    """One call the loop made to ``model.encoder`` or ``model.decoder``, as kept."""
 
     part: str  # "encoder" or "decoder"
-    tokens: list  # src or trg, as lists of ids
-    src_mask: Any  # _snapshot of the source mask argument
-    trg_mask: Any = None  # _snapshot of the target mask argument (decoder)
+    tokens: Any  # src or trg, as lists of ids
+    src_mask: Any  # a bool keep-mask on the CPU, None, or the type's name
+    trg_mask: Any = None  # the same, of the target mask (decoder)
     training: bool = False
-    grad: bool = False
     argmax: Any = None  # the argmax token at each position of the logits returned
 
 
-class Encoder(nn.Module):
-    """The seed's ``model.encoder(src [N, S], src_mask) -> enc_src [N, S, D]``."""
+class _Part(nn.Module):
+    """A part of the seed's model over the core's layers. It records each call before
+    running it: a call that raises is in the record too (a forward hook would miss it).
+    """
 
     def __init__(self, core: Transformer, log: list, move_masks: bool):
         super().__init__()
         self.core, self.log, self.move_masks = core, log, move_masks
 
+    def _record(self, tokens, src_mask, trg_mask=None) -> None:
+        # A mask as the seed's convention reads it: a bool keep-mask (0 is masked).
+        masks = [
+            None if m is None else _kept(m, lambda t: t != 0)
+            for m in (src_mask, trg_mask)
+        ]
+        tokens = _kept(tokens, torch.Tensor.tolist)
+        self.log.append(Call(self.part, tokens, *masks, self.training))
+
+
+class Encoder(_Part):
+    """The seed's ``model.encoder(src [N, S], src_mask) -> enc_src [N, S, D]``."""
+
+    part = "encoder"
+
     def forward(self, src, mask):
-        self.log.append(
-            Call(
-                "encoder",
-                _ids(src),
-                _snapshot(mask),
-                None,
-                self.training,
-                torch.is_grad_enabled(),
-            )
-        )
+        self._record(src, mask)
         core = self.core
         x = core.embed(src, core.src_embed, core.src_pos)
         return core.encoder(x, _seed_mask(mask, "src_mask", x, self.move_masks))
 
 
-class Decoder(nn.Module):
+class Decoder(_Part):
     """The seed's ``model.decoder(trg [N, T], enc_src [N, S, D], src_mask, trg_mask)
     -> logits [N, T, V]``. Like the seed's attention, no ``trg_mask`` masks nothing."""
 
-    def __init__(self, core: Transformer, log: list, move_masks: bool):
-        super().__init__()
-        self.core, self.log, self.move_masks = core, log, move_masks
+    part = "decoder"
 
     def forward(self, trg, enc_src, src_mask, trg_mask):
-        masks = _snapshot(src_mask), _snapshot(trg_mask)
-        self.log.append(
-            Call("decoder", _ids(trg), *masks, self.training, torch.is_grad_enabled())
-        )
+        self._record(trg, src_mask, trg_mask)
         core = self.core
         x = core.embed(trg, core.tgt_embed, core.tgt_pos)
         self_mask = _seed_mask(trg_mask, "trg_mask", x, self.move_masks)
@@ -185,38 +175,22 @@ class Decoder(nn.Module):
         memory_mask = _seed_mask(src_mask, "src_mask", x, self.move_masks)
         logits = core.generator(core.decoder(x, enc_src, self_mask, memory_mask))
         if logits.dim() == 3 and logits.size(0) == 1:
-            self.log[-1].argmax = _ids(logits[0].argmax(-1))
+            self.log[-1].argmax = _kept(logits[0].argmax(-1), torch.Tensor.tolist)
         return logits
 
 
-def _ids(tokens) -> Any:
-    if not isinstance(tokens, torch.Tensor):
-        return type(tokens).__name__
-    with torch._C.DisableTorchFunction():
-        return tokens.detach().cpu().tolist()
-
-
 class SeedStyleTransformer(nn.Module):
-    """A tformer_ref Transformer behind the seed's interface: ``model.encoder(src,
-    src_mask)`` and ``model.decoder(trg, enc_src, src_mask, trg_mask)`` -> logits [N, T,
-    V].
-
-    Masks use the seed's convention (an entry equal to 0 is masked; ``None`` masks
-    nothing) and broadcast to the scores [N, heads, query_len, key_len]. ``log`` records
-    every call. A check may build it with ``move_masks`` (masks moved to the model's
-    device) or ``mask_method`` (a ``model.decoder.create_trg_mask``); the notebook's
-    model has neither, like the seed's.
+    """A tformer_ref Transformer behind the seed's interface (masks in the seed's
+    convention, broadcast to the scores [N, heads, query_len, key_len]); ``log``
+    records every call. A check may build it with ``move_masks`` (masks moved to the
+    model's device) or ``mask_method`` (a ``model.decoder.create_trg_mask``); the
+    notebook's model has neither, like the seed's.
 
     Used in the exercise ch06_bughunt, on §6.7 'Greedy and beam decoding'
     (book/ch06_training).
     """
 
-    def __init__(
-        self,
-        core: Transformer,
-        move_masks: bool = False,
-        mask_method: Callable | None = None,
-    ):
+    def __init__(self, core: Transformer, move_masks=False, mask_method=None):
         super().__init__()
         self.log: list[Call] = []
         self.encoder = Encoder(core, self.log, move_masks)
@@ -230,6 +204,8 @@ class SeedStyleTransformer(nn.Module):
 
 
 # The model's forward code: tensors made below it are the course's, not the learner's.
+# Not every module's forward (Placement's default): a loop that calls model.core's
+# parts itself answers for the tensors they make without a device.
 _MODEL_CODES = frozenset({Encoder.forward.__code__, Decoder.forward.__code__})
 
 
@@ -239,22 +215,60 @@ def seed_style_model(device=None) -> SeedStyleTransformer:
     return SeedStyleTransformer(_core()).to(device or get_device())
 
 
+def _model(move_masks: bool, fn: Callable | None = None) -> SeedStyleTransformer:
+    """The model a check hands the loop; with ``fn``, its decoder has the method
+    ``create_trg_mask``: the notebook's free function, what a loop calling it meant."""
+    found = getattr(fn, "__globals__", {}).get("create_trg_mask")
+    method = found if callable(found) else None
+    return SeedStyleTransformer(_core(), move_masks, method).to(get_device())
+
+
 # ------------------------------------------------------------------ cases and reference
 
-# (label, source ids, max_length): ordinary tokens only, no padding.
+
+@dataclass(frozen=True)
+class Source:
+    """A case: the source's ids and ``max_length``; its length is none of the model's
+    sizes, nor max_length, so that each number of a size error reads as one size."""
+
+    ids: tuple[int, ...]
+    max_length: int
+
+    @property
+    def label(self) -> str:
+        ids = ("PAD" if i == PAD_IDX else str(i) for i in self.ids)
+        return f"src=[{', '.join(ids)}]"
+
+    def sizes(self, log: list) -> str:
+        """The case's sizes, with T, the length of trg, when the model's last call was
+        a decoder step."""
+        last = log[-1] if log else None
+        step = {}
+        if last is not None and last.part == "decoder":
+            step = {"T": len(last.tokens[0])} if isinstance(last.tokens, list) else {}
+        sizes = named(S=len(self.ids), **step, max_length=self.max_length)
+        return f"{sizes}; the model's {MODEL_SIZES}"
+
+
+# Ordinary tokens only, no padding.
 _PLAIN = (
-    ("src=[5, 9, 4, 11]", (5, 9, 4, 11), 10),
-    ("src=[7, 3, 12]", (7, 3, 12), 8),
-    ("src=[14, 6, 8, 10, 13, 4]", (14, 6, 8, 10, 13, 4), 12),
-    ("src=[9, 9, 15, 3, 6]", (9, 9, 15, 3, 6), 10),
+    Source((5, 9, 4, 11, 7), 10),
+    Source((7, 3, 12), 9),
+    Source((14, 6, 8, 10, 13, 4), 12),
+    Source((9, 9, 15, 3, 6), 10),
 )
 # The same kind of sources, ending with PAD_IDX.
 _PADDED = (
-    ("src=[5, 9, 4, 11, PAD, PAD]", (5, 9, 4, 11, 0, 0), 10),
-    ("src=[7, 3, 12, PAD]", (7, 3, 12, 0), 8),
-    ("src=[14, 6, 8, PAD, PAD, PAD]", (14, 6, 8, 0, 0, 0), 12),
-    ("src=[9, 9, 15, 3, 6, PAD, PAD]", (9, 9, 15, 3, 6, 0, 0), 10),
+    Source((5, 9, 4, 11, PAD_IDX, PAD_IDX), 10),
+    Source((7, 3, 12, PAD_IDX, PAD_IDX), 9),
+    Source((14, 6, 8, PAD_IDX, PAD_IDX, PAD_IDX), 12),
+    Source((9, 9, 15, 3, 6, PAD_IDX, PAD_IDX), 10),
 )
+
+
+def _source(ids) -> torch.Tensor:
+    return torch.tensor([list(ids)], dtype=torch.long, device=get_device())
+
 
 # What generate_text returns, as the exercise states it; failures enforcing it quote it.
 CONTRACT = (
@@ -265,28 +279,12 @@ CONTRACT = (
 )
 
 
-def _source(ids) -> torch.Tensor:
-    return torch.tensor([list(ids)], dtype=torch.long, device=get_device())
-
-
 def _reference(model: SeedStyleTransformer, src: torch.Tensor, max_length: int) -> list:
     """The reference's greedy search on the same weights, with the padding and causal
     masks: SOS, then at most ``max_length - 1`` tokens, stopping after EOS (the seed's
     count)."""
-    return greedy_decode(model.core, src, max_length - 1, SOS_IDX, EOS_IDX, PAD_IDX)[
-        0
-    ].tolist()
-
-
-def _mask_builder(fn: Callable) -> Callable | None:
-    """The notebook's free ``create_trg_mask``: what a loop calling the method meant."""
-    found = getattr(fn, "__globals__", {}).get("create_trg_mask")
-    return found if callable(found) else None
-
-
-def _model(move_masks: bool, fn: Callable | None = None) -> SeedStyleTransformer:
-    method = _mask_builder(fn) if fn is not None else None
-    return SeedStyleTransformer(_core(), move_masks, method).to(get_device())
+    out = greedy_decode(model.core, src, max_length - 1, SOS_IDX, EOS_IDX, PAD_IDX)
+    return out[0].tolist()
 
 
 def _decode(fn, model, src, max_length):
@@ -300,25 +298,29 @@ def _decode(fn, model, src, max_length):
 def _tokens(title: str, label: str, out) -> list:
     __tracebackhide__ = True
     if type(out) is not torch.Tensor or out.dim() != 2 or out.size(0) != 1:
-        got = (
-            f"shape {list(out.shape)}"
-            if isinstance(out, torch.Tensor)
-            else type(out).__name__
-        )
-        fail(
-            title,
-            f"case {label}: expected a LongTensor [1, T] of token ids, got "
-            f"{got}. " + CONTRACT,
-            S_DECODE,
-        )
-    if out.dtype not in (torch.long, torch.int32):
-        fail(
-            title,
-            f"case {label}: expected token ids (torch.long), got dtype "
-            f"{out.dtype}. " + CONTRACT,
-            S_DECODE,
-        )
-    return out[0].tolist()
+        tensor = isinstance(out, torch.Tensor)
+        got = f"shape {list(out.shape)}" if tensor else type(out).__name__
+        problem = f"expected a LongTensor [1, T] of token ids, got {got}"
+    elif out.dtype not in (torch.long, torch.int32):
+        problem = f"expected token ids (torch.long), got dtype {out.dtype}"
+    else:
+        return out[0].tolist()
+    fail(title, f"case {label}: {problem}. " + CONTRACT, S_DECODE)
+
+
+def _judge_tokens(title: str, generate_text, model, cases, wrong: Callable) -> None:
+    """Decode each case with the learner's loop and the reference; a raise is explained
+    from the record, tokens that differ by ``wrong(title, case, model, got, want)``."""
+    __tracebackhide__ = True
+    for case in cases:
+        src = _source(case.ids)
+        want = _reference(model, src, case.max_length)
+        out = _decode(generate_text, model, src, case.max_length)
+        if isinstance(out, Raised):
+            _explain_raise(title, case, model.log, out)
+        got = _tokens(title, case.label, out)
+        if got != want:
+            wrong(title, case, model, got, want)
 
 
 # ----------------------------------------------------------- what the masks looked like
@@ -338,32 +340,29 @@ def _pattern(keep: torch.Tensor, q: int, k: int) -> torch.Tensor | None:
     return first if bool((full == first).all()) else None
 
 
-def _rows(pattern: torch.Tensor) -> str:
-    return str(pattern.int().tolist())
-
-
-def _target_kind(call: Call) -> tuple[str, str]:
-    """(kind, shown) of a decoder call's target mask: kind in causal, none, upper,
-    inverted, shape, other."""
+def _target_reading(call: Call) -> tuple[Diagnosis | None, str]:
+    """The mistake a decoder call's target mask shows (None: causal; the wrong length
+    when it is no [t, t] pattern), and the mask as shown."""
     t = len(call.tokens[0]) if isinstance(call.tokens, list) else 0
     mask = call.trg_mask
-    if mask is None:
-        return "none", "None"
-    if isinstance(mask, str):
-        return "other", f"a {mask}"
+    if mask is None or isinstance(mask, str):
+        return (
+            (NO_TARGET_MASK, "None")
+            if mask is None
+            else (TARGET_MASK_PATTERN, f"a {mask}")
+        )
     pattern = _pattern(mask, t, t)
     if pattern is None:
-        return "shape", f"shape {list(mask.shape)}"
+        return TARGET_MASK_LENGTH, f"shape {list(mask.shape)}"
     tril = torch.ones(t, t, dtype=torch.bool).tril()
-    if torch.equal(pattern, tril):
-        return "causal", _rows(pattern)
-    if bool(pattern.all()):
-        return "none", _rows(pattern)
-    if torch.equal(pattern, tril.T):
-        return "upper", _rows(pattern)
-    if torch.equal(pattern, ~tril):
-        return "inverted", _rows(pattern)
-    return "other", _rows(pattern)
+    kinds = (
+        (None, tril),
+        (NO_TARGET_MASK, tril | True),
+        (INVERTED_TARGET_MASK, tril.T),
+    )
+    kinds += ((INVERTED_TARGET_MASK, ~tril),)
+    found = next((d for d, p in kinds if torch.equal(pattern, p)), TARGET_MASK_PATTERN)
+    return found, str(pattern.int().tolist())
 
 
 def _source_kind(mask, src_ids: list) -> str:
@@ -384,25 +383,14 @@ def _source_kind(mask, src_ids: list) -> str:
         return "shape"
     keep = mask.reshape(-1, mask.size(-1)).expand(-1, s)
     real = torch.tensor([i != PAD_IDX for i in src_ids])
-    if bool((keep == real).all()):
-        return "right"
-    if bool((keep == ~real).all()):
-        return "inverted"
-    if bool(keep.all()):
-        return "none"
-    return "other"
-
-
-def _sentence(text: str) -> str:
-    return text[:1].upper() + text[1:]
+    kinds = {"right": real, "inverted": ~real, "none": real | True}
+    return next((k for k, p in kinds.items() if bool((keep == p).all())), "other")
 
 
 def _shape(mask) -> str:
-    return (
-        "None"
-        if mask is None
-        else (f"a {mask}" if isinstance(mask, str) else f"shape {list(mask.shape)}")
-    )
+    if mask is None or isinstance(mask, str):
+        return "None" if mask is None else f"a {mask}"
+    return f"shape {list(mask.shape)}"
 
 
 # ------------------------------------------------------------------------ the diagnoses
@@ -498,16 +486,10 @@ def _decoder_calls(log: list) -> list:
 
 def _source_mask_problem(log: list) -> str | None:
     """What was wrong with the source masks a loop passed (None is judged elsewhere)."""
-    for call in log:
-        src_ids = next(
-            (
-                c.tokens[0]
-                for c in log
-                if c.part == "encoder" and isinstance(c.tokens, list)
-            ),
-            None,
-        )
-        if src_ids is None or call.src_mask is None:
+    encoded = (c.tokens for c in log if c.part == "encoder")
+    src_ids = next((t[0] for t in encoded if isinstance(t, list)), None)
+    for call in log if src_ids is not None else ():
+        if call.src_mask is None:
             continue
         kind = _source_kind(call.src_mask, src_ids)
         if kind in ("shape", "inverted", "other"):
@@ -521,31 +503,27 @@ def _source_mask_problem(log: list) -> str | None:
     return None
 
 
-def _target_length_problem(log: list) -> str | None:
-    for call in _decoder_calls(log):
-        kind, shown = _target_kind(call)
-        if kind == "shape":
-            t = len(call.tokens[0])
-            tokens = "token" if t == 1 else "tokens"
-            return (
-                f"At the step that decoded {t} {tokens}, your target mask had {shown}."
-            )
-    return None
-
-
-def _explain_raise(title: str, label: str, log: list, raised: Raised) -> None:
-    """The loop raised: name the mistake the record shows, else say what and where."""
+def _explain_raise(title: str, case: Source, log: list, raised: Raised) -> None:
+    """Name the mistake the record shows, else say what was raised where; in the case's
+    sizes, so that a size error's numbers are read in them."""
     __tracebackhide__ = True
-    exc = raised.exc
-    if isinstance(exc, AttributeError) and "create_trg_mask" in str(exc):
-        NO_MASK_METHOD.fail(title, f"In case {label} your loop raised {raised!r}.")
-    length = _target_length_problem(log)
-    if length is not None:
-        TARGET_MASK_LENGTH.fail(title, f"In case {label}: {length} Then {raised!r}.")
+    if isinstance(raised.exc, AttributeError) and "create_trg_mask" in str(raised.exc):
+        NO_MASK_METHOD.fail(title, f"In case {case.label} your loop raised {raised!r}.")
+    where = f"{case.label} ({case.sizes(log)})"
+    for call in _decoder_calls(log):
+        found, shown = _target_reading(call)
+        if found is TARGET_MASK_LENGTH:
+            t = len(call.tokens[0])
+            TARGET_MASK_LENGTH.fail(
+                title,
+                f"In case {where}: At the step that decoded {t} "
+                f"{'token' if t == 1 else 'tokens'}, your target mask had {shown}. "
+                f"Then {raised!r}.",
+            )
     source = _source_mask_problem(log)
     if source is not None:
-        SOURCE_MASK_WRONG.fail(title, f"In case {label}: {source} Then {raised!r}.")
-    fail(title, f"case {label}: your loop raised {raised!r}", S_DECODE)
+        SOURCE_MASK_WRONG.fail(title, f"In case {where}: {source} Then {raised!r}.")
+    fail(title, f"case {where}: your loop raised {raised!r}", S_DECODE)
 
 
 def _fail_on_target_mask(title: str, label: str, log: list) -> None:
@@ -555,32 +533,21 @@ def _fail_on_target_mask(title: str, label: str, log: list) -> None:
     calls = _decoder_calls(log)
     training = sum(c.training for c in calls)
     if training:
-        DECODES_IN_TRAINING_MODE.fail(
-            title,
-            f"In case {label}, {training} of your {len(calls)} decoder calls "
-            "ran in training mode.",
-        )
+        said = f"{training} of your {len(calls)} decoder calls ran in training mode."
+        DECODES_IN_TRAINING_MODE.fail(title, f"In case {label}, {said}")
     for call in calls:
         t = len(call.tokens[0]) if isinstance(call.tokens, list) else 0
-        if t < 2:
-            continue
-        kind, shown = _target_kind(call)
-        observed = (
-            f"In case {label}, at the step that decoded {t} tokens, your "
-            f"target mask was {shown}."
-        )
-        if kind == "none":
-            NO_TARGET_MASK.fail(title, observed)
-        if kind in ("upper", "inverted"):
-            INVERTED_TARGET_MASK.fail(title, observed)
-        if kind == "other":
-            TARGET_MASK_PATTERN.fail(title, observed)
+        found, shown = _target_reading(call) if t >= 2 else (None, "")
+        if found not in (None, TARGET_MASK_LENGTH):
+            said = f"at the step that decoded {t} tokens, your target mask was {shown}."
+            found.fail(title, f"In case {label}, {said}")
 
 
 def _explain_target_tokens(
-    title: str, label: str, log: list, got: list, want: list
+    title: str, case: Source, model: SeedStyleTransformer, got: list, want: list
 ) -> None:
     __tracebackhide__ = True
+    label, log = case.label, model.log
     _fail_on_target_mask(title, label, log)
     source = _source_mask_problem(log)
     if source is not None:
@@ -641,15 +608,7 @@ def check_target_mask(generate_text: Callable) -> None:
     __tracebackhide__ = True
     title = "generate_text: the target mask"
     model = _model(move_masks=True)
-    for label, ids, max_length in _PLAIN:
-        src = _source(ids)
-        want = _reference(model, src, max_length)
-        out = _decode(generate_text, model, src, max_length)
-        if isinstance(out, Raised):
-            _explain_raise(title, label, model.log, out)
-        got = _tokens(title, label, out)
-        if got != want:
-            _explain_target_tokens(title, label, model.log, got, want)
+    _judge_tokens(title, generate_text, model, _PLAIN, _explain_target_tokens)
     passed(
         title,
         f"{len(_PLAIN)} sources decode exactly as the reference's greedy "
@@ -660,191 +619,7 @@ def check_target_mask(generate_text: Callable) -> None:
 
 # ---------------------------------------------------------- check 2: where tensors live
 
-_MOVES = frozenset({"to", "cuda", "cpu"})
-# Ops that may mix devices on a GPU without error (copying, indexing with CPU indices).
-_MIXING_ALLOWED = frozenset(
-    {
-        "to",
-        "copy_",
-        "type_as",
-        "__getitem__",
-        "__setitem__",
-        "index_put_",
-        "new_ones",
-        "new_zeros",
-        "new_full",
-        "new_empty",
-        "new_tensor",
-    }
-)
-
-
-def _same_device(a: torch.device, b: torch.device) -> bool:
-    return a.type == b.type and (
-        a.index is None or b.index is None or a.index == b.index
-    )
-
-
-def _device_of(value) -> torch.device | None:
-    """The device a ``.to(...)`` argument names, or None (a dtype, a flag)."""
-    if isinstance(value, torch.Tensor):
-        return value.device
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, (torch.device, str, int)):
-        try:
-            return torch.device(value)
-        except (RuntimeError, TypeError):
-            return None
-    return None
-
-
-@dataclass(frozen=True)
-class Where:
-    """A line of the learner's code (the notebook's): its number, text and function, and
-    how the tensor made there got its device."""
-
-    line: int
-    text: str
-    function: str
-    how: str = "made without a device"
-
-    def __str__(self) -> str:
-        return f"in {self.function}: `{self.text}`"
-
-
-def _frame_where(frame, how: str = "made without a device") -> Where:
-    import linecache
-
-    text = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
-    return Where(frame.f_lineno, text, frame.f_code.co_name, how)
-
-
-def _learner_frame():
-    """The innermost frame of the learner's code (the notebook's), or None when the
-    tensor is being made inside the model (the course's own tensors). A course function
-    the learner calls directly, such as ``causal_mask(t)`` without a device, counts as
-    the learner's line."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        if frame.f_code in _MODEL_CODES:
-            return None
-        if not frame.f_code.co_filename.startswith(NOT_THE_LEARNERS):
-            return frame
-        frame = frame.f_back
-    return None
-
-
-@dataclass(frozen=True)
-class Meeting:
-    """The first op that mixed a tensor off the model's device with one on it."""
-
-    op: str
-    made: Where  # where the tensor off the device was made (or moved)
-    during: Where | None  # the line of the learner's loop running then
-
-
-class Placement(TorchFunctionMode):
-    """Records, for every tensor a loop touches, whether its device was chosen.
-
-    A tensor is *placed* when it is one of the model's, the source, made with
-    ``device=`` (the model's), moved with ``.to(...)``/``.cuda()`` to the model's
-    device, or computed from a placed tensor; it is *loose* when the learner's code made
-    it without a device (``torch.ones(3, 3)``), moved it elsewhere (``.cpu()``), or
-    computed it from loose tensors only. Tensors the course's code makes without a
-    device are not followed. The first op that mixes a loose tensor (not a 0-dim scalar)
-    with a placed one is kept in ``meeting``: on a GPU that op raises.
-    """
-
-    def __init__(self, model: nn.Module, src: torch.Tensor, loop_code):
-        super().__init__()
-        self.device = src.device
-        self.loop_code = loop_code
-        self.loose: dict[int, tuple[torch.Tensor, Where]] = {}
-        self.placed: dict[int, torch.Tensor] = {}
-        for t in [*model.parameters(), *model.buffers(), src]:
-            self.placed[id(t)] = t
-        self.meeting: Meeting | None = None
-
-    def _loop_line(self) -> Where | None:
-        frame = sys._getframe(1)
-        while frame is not None and frame.f_code is not self.loop_code:
-            frame = frame.f_back
-        return _frame_where(frame) if frame is not None else None
-
-    def _mark(self, out, origin) -> None:
-        """origin: True = placed, None = not followed, a Where = loose (made there)."""
-        for t in tree_flatten(out)[0]:
-            if not isinstance(t, torch.Tensor):
-                continue
-            self.placed.pop(id(t), None)
-            self.loose.pop(id(t), None)
-            if origin is True:
-                self.placed[id(t)] = t
-            elif origin is not None:
-                self.loose[id(t)] = (t, origin)
-
-    def _moved(self, device: torch.device, how: str = ""):
-        """Placed when ``device`` is the model's (and not named as "the CPU" whatever
-        the model's device: ``how`` says so), else loose, where the learner moved it."""
-        if not how and _same_device(device, self.device):
-            return True
-        frame = _learner_frame()
-        return None if frame is None else _frame_where(frame, how or f"put on {device}")
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        name = getattr(func, "__name__", str(func))
-        flat = tree_flatten((args, kwargs))[0]
-        inputs = [t for t in flat if isinstance(t, torch.Tensor)]
-        placed = any(id(t) in self.placed for t in inputs)
-        loose = [
-            self.loose[id(t)][1] for t in inputs if id(t) in self.loose and t.dim() > 0
-        ]
-        if self.meeting is None and placed and loose and name not in _MIXING_ALLOWED:
-            self.meeting = Meeting(name, loose[0], self._loop_line())
-        out = func(*args, **kwargs)
-        self._mark(out, self._origin(name, args, kwargs, inputs, placed))
-        return out
-
-    def _origin(self, name, args, kwargs, inputs, placed):
-        if name in _MOVES:
-            named = [*args[1:], kwargs.get("device")]
-            by_name = any(isinstance(a, str) and a.strip() == "cpu" for a in named)
-            if name == "cpu" or by_name:  # the CPU by name: wrong once on a GPU
-                how = f"put on the CPU by name ({name})"
-                return self._moved(torch.device("cpu"), how)
-            target = (
-                torch.device("cuda")
-                if name == "cuda"
-                else next((d for d in map(_device_of, named) if d is not None), None)
-            )
-            if target is not None:
-                return self._moved(target)
-        elif kwargs.get("device") is not None:
-            named = kwargs["device"]
-            by_name = isinstance(named, str) and named.strip() == "cpu"
-            how = f"made on the CPU by name ({name})" if by_name else ""
-            return self._moved(torch.device(named), how)
-        elif isinstance(kwargs.get("out"), torch.Tensor):
-            out = kwargs["out"]
-            if id(out) in self.placed:
-                return True
-            return self.loose.get(id(out), (out, None))[1]
-        if not inputs:  # made from nothing: a factory without a device
-            frame = _learner_frame()
-            return None if frame is None else _frame_where(frame)
-        if placed:
-            return True
-        return next((self.loose[id(t)][1] for t in inputs if id(t) in self.loose), None)
-
-
-def _describe_meeting(meeting: Meeting) -> str:
-    made = meeting.made
-    text = f"The tensor {made.how} {made} met the model's tensors (in {meeting.op})"
-    if meeting.during is not None and meeting.during.text != made.text:
-        text += f" during `{meeting.during.text}`"
-    return text + ", without having been moved to the model's device."
+# measure.devices.Placement follows each tensor from the line that made it.
 
 
 @single_threaded
@@ -857,20 +632,18 @@ def check_mask_device(generate_text: Callable) -> None:
     __tracebackhide__ = True
     title = "generate_text: the devices of the tensors it builds"
     model = _model(move_masks=False, fn=generate_text)
-    for label, ids, max_length in _PLAIN[:2]:
-        src = _source(ids)
-        placement = Placement(model, src, getattr(generate_text, "__code__", None))
-        model.log.clear()
-        model.train()
+    for case in _PLAIN[:2]:
+        src = _source(case.ids)
+        code = getattr(generate_text, "__code__", None)
+        placement = Placement(model, [src], code, _MODEL_CODES)
         with placement:
-            out = run(generate_text, (model, src, max_length, get_device()))
+            out = _decode(generate_text, model, src, case.max_length)
         if placement.meeting is not None:
-            seen = _describe_meeting(placement.meeting)
-            NO_DEVICE.fail(title, f"In case {label}: {seen}")
+            NO_DEVICE.fail(title, f"In case {case.label}: {placement.meeting}")
         if isinstance(out, Raised):
             fail(
                 title,
-                f"case {label}: your loop raised {out!r}; this check runs it "
+                f"case {case.label}: your loop raised {out!r}; this check runs it "
                 "to the end to see where each tensor it builds lives.",
                 S_DECODE,
             )
@@ -885,39 +658,34 @@ def check_mask_device(generate_text: Callable) -> None:
 
 
 def _explain_padding(
-    title: str, label: str, ids: list, log: list, got: list, want: list, unpadded: list
+    title: str, case: Source, model: SeedStyleTransformer, got: list, want: list
 ) -> None:
     __tracebackhide__ = True
+    label, ids, log = case.label, case.ids, list(model.log)
+    real = [i for i in ids if i != PAD_IDX]
+    unpadded = _reference(model, _source(real), case.max_length)
     source = _source_mask_problem(log)
     if source is not None:
         SOURCE_MASK_WRONG.fail(title, f"In case {label}: {source}")
-    encoders = [c for c in log if c.part == "encoder"]
-    decoders = _decoder_calls(log)
-    enc_none = any(_source_kind(c.src_mask, ids) == "none" for c in encoders)
-    dec_none = [c for c in decoders if _source_kind(c.src_mask, ids) == "none"]
-    if enc_none or dec_none:
-        parts = []
-        if enc_none:
-            shown = _shape(
-                next(
-                    c.src_mask
-                    for c in encoders
-                    if _source_kind(c.src_mask, ids) == "none"
-                )
-            )
-            parts.append(f"your model.encoder call got src_mask={shown}")
-        if dec_none:
-            shown = _shape(dec_none[0].src_mask)
-            parts.append(
-                f"{len(dec_none)} of your {len(decoders)} model.decoder calls "
-                f"got src_mask={shown}"
-            )
-        pads = sum(i == PAD_IDX for i in ids)
+    unmasked = [c for c in log if _source_kind(c.src_mask, ids) == "none"]
+    encoders = [c for c in unmasked if c.part == "encoder"]
+    decoders = [c for c in unmasked if c.part == "decoder"]
+    parts = [
+        f"your model.encoder call got src_mask={_shape(c.src_mask)}"
+        for c in encoders[:1]
+    ]
+    if decoders:
+        parts.append(
+            f"{len(decoders)} of your {len(_decoder_calls(log))} model.decoder calls "
+            f"got src_mask={_shape(decoders[0].src_mask)}"
+        )
+    if parts:
+        said = " and ".join(parts)
         SOURCE_PADDING_ATTENDED.fail(
             title,
-            f"In case {label} ({pads} PAD_IDX at the end) your loop returned "
-            f"{got}; with the padding masked it decodes to {want} (and without "
-            f"the padding, to {unpadded}). {_sentence(' and '.join(parts))}, so "
+            f"In case {label} ({len(ids) - len(real)} PAD_IDX at the end) your loop "
+            f"returned {got}; with the padding masked it decodes to {want} (and "
+            f"without the padding, to {unpadded}). {said[0].upper()}{said[1:]}, so "
             "attention reads the padding.",
         )
     _fail_on_target_mask(title, label, log)
@@ -937,19 +705,7 @@ def check_source_padding(generate_text: Callable) -> None:
     __tracebackhide__ = True
     title = "generate_text: padding in the source"
     model = _model(move_masks=True, fn=generate_text)
-    for label, ids, max_length in _PADDED:
-        src = _source(ids)
-        want = _reference(model, src, max_length)
-        out = _decode(generate_text, model, src, max_length)
-        if isinstance(out, Raised):
-            _explain_raise(title, label, model.log, out)
-        got = _tokens(title, label, out)
-        if got != want:
-            log = list(model.log)
-            unpadded = _reference(
-                model, _source([i for i in ids if i != PAD_IDX]), max_length
-            )
-            _explain_padding(title, label, ids, log, got, want, unpadded)
+    _judge_tokens(title, generate_text, model, _PADDED, _explain_padding)
     passed(
         title,
         f"{len(_PADDED)} sources ending with padding decode as the reference "
@@ -967,7 +723,7 @@ def check_generate_text_by_hand(generate_text: Callable) -> None:
     __tracebackhide__ = True
     title = "generate_text"
     model = _model(move_masks=True, fn=generate_text)
-    src = _source(list(_PLAIN[0][1]))
+    src = _source(_PLAIN[0].ids)
     out = _decode(generate_text, model, src, 8)
     if isinstance(out, Raised):
         fail(title, f"your loop raised {out!r}", S_DECODE)

@@ -59,3 +59,19 @@ def test_code_quoted_from_the_learner_names_no_size():
 
 def test_sizes_that_coincide_are_said_to():
     assert Sizes.read("B=2, H=2, S=5").name(2) == "B or H"
+
+
+def test_a_count_of_a_buffer_built_for_another_size_reads_its_constant():
+    # A causal mask cut from a [512, 512] buffer, one from [S, 1024], a [B, D] x 5.
+    given = Sizes.read("x [B=2, S=7, D=12]")
+    assert given.count(512 * 512) == ("512²", 512)
+    assert given.count(7 * 1024) == ("S·1024", 1024)
+    assert given.count(2 * 12 * 5, seen=[2, 5]) == ("B·D·5", 5)
+
+
+def test_a_count_the_sizes_read_has_no_constant():
+    given = Sizes.read("x [B=2, S=7, D=12]")
+    assert given.count(2 * 7 * 12) == ("B·S·D", None)
+    assert given.count(49) == ("S²", None)
+    assert given.count(101) == ("", None)  # prime: no size, no buffer reads it
+    assert Sizes.read("B=2, H=2").count(4) == ("B·H", None)

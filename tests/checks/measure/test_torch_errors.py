@@ -196,3 +196,21 @@ def test_a_wrong_output_shape_is_read_against_the_axes_the_check_named():
         "has shape [2, 3, 20]; expected [B, S, D] = [2, 4, 15]."
     )
     assert "yours is [B, H, S·Dh] where [B, S, D] is expected" in explain(message)
+
+
+def test_a_mask_cut_from_a_fixed_buffer_reads_the_buffers_size():
+    buffer = torch.ones(512, 512, dtype=torch.bool).tril()
+    try:
+        buffer[:1100, :1100].view(1, 1, 1100, 1100)
+    except RuntimeError as exc:
+        said = explain(f"causal_mask(1100) raised {Raised(exc)!r} for S=1100")
+    assert "[1, 1, S, S] of 262144 = 512² elements" in said
+    assert "512 is none of the sizes named here" in said
+
+
+def test_a_count_with_a_constant_of_the_error_reads_it():
+    said = explain(
+        "shape '[2, 5, 4, 8]' is invalid for input of size 480 on N=2, embed_size=48"
+    )
+    assert "of 480 = N·embed_size·5 elements" in said
+    assert "5 and 4 and 8 are none of the sizes" in said

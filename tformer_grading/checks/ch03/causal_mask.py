@@ -263,8 +263,11 @@ def _judge_long_causal(title: str, causal_mask_fn) -> None:
     if problem is None:
         return
     sizes = ", ".join(map(str, CAUSAL_SIZES))
+    # S named, so that a size error's numbers read in it (a buffer's own size shows).
+    seen = problem[1].rstrip(".")
     CAUSAL_LONG.fail(
-        title, f"Your mask is right for sizes {sizes}, but {problem[1].rstrip('.')}."
+        title,
+        f"Your mask is right for sizes {sizes}, but not for S={LONG_SIZE}: {seen}.",
     )
 
 

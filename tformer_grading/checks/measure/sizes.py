@@ -2,8 +2,9 @@
 
 A case's label names its sizes (``q [B=2, H=3, Sq=5, Dh=4], k and v [.., Sk=7, ..]``),
 all different, so a number in a learner's crash or wrong shape decodes to one of them,
-to a product of them (``H·Dh``), or to none of the sizes named. :mod:`.torch_errors`
-reads PyTorch's messages with it.
+to a product of them (``H·Dh``), or to none of the sizes named; a count of elements
+also to sizes times a constant that is none of them (``512²``: a buffer built for 512
+positions). :mod:`.torch_errors` reads PyTorch's messages with it.
 
 Examples::
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 import itertools
 import math
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ...guard.integrity import seal
@@ -80,6 +82,38 @@ class Sizes:
             if found:  # every size equal to it; products: the first two
                 return " or ".join(found if count == 1 else found[:2])
         return None
+
+    def count(self, number: int, seen: Iterable[int] = ()) -> tuple[str, int | None]:
+        """What a count of elements is, and the constant in it (None when there is
+        none): a product of sizes ("B·S·D"); else sizes times one constant that is none
+        of them, as in a tensor built for another size: one of ``seen`` (the error's
+        other numbers), a square ("512²"), or the largest size it is a multiple of
+        ("S·1024"). ("", None) when nothing reads it.
+
+        >>> sizes = Sizes.read("x [B=2, S=7, D=12]")
+        >>> sizes.count(168), sizes.count(512 * 512), sizes.count(7 * 1024)
+        (('B·S·D', None), ('512²', 512), ('S·1024', 1024))
+        >>> sizes.count(2 * 12 * 5, seen=[5]), sizes.count(7 * 7), sizes.count(101)
+        (('B·D·5', 5), ('S²', None), ('', None))
+        """
+        products = self.name(number, any_product=True)
+        if products:
+            return products, None
+        for constant in dict.fromkeys(n for n in seen if n >= 2 and not self.name(n)):
+            rest = number // constant
+            if rest * constant == number and self.name(rest, any_product=True):
+                return f"{self.name(rest, any_product=True)}·{constant}", constant
+        root = math.isqrt(number)
+        if root >= 2 and root * root == number:
+            what = self.name(root)
+            if what is None:
+                return f"{root}²", root
+            return (f"{what}²" if what.isidentifier() else f"({what})²"), None
+        for name, value in sorted(self.decodable, key=lambda nv: -nv[1]):
+            constant, left = divmod(number, value)
+            if not left and constant >= 2 and not self.name(constant, any_product=True):
+                return f"{name}·{constant}", constant
+        return "", None
 
     def number(self, number: int) -> str:
         """``number`` with what it is: "5 (Sq)", or "512" when it is no size."""

@@ -14,6 +14,12 @@ Examples::
     The numbers, in this case's sizes (B=2, S=5, H=3, Dh=4): the reshape asks for
     [2, 5, 512] = [B, S, 512] of 120 = B·S·H·Dh elements. 512 is none of the sizes
     named here, nor a product of them.
+    >>> print(explain(                   # a causal mask cut from a buffer of 512
+    ...     "causal_mask(1100) raised RuntimeError: shape '[1, 1, 1100, 1100]' is "
+    ...     "invalid for input of size 262144 for S=1100"))
+    The numbers, in this case's sizes (S=1100): the reshape asks for
+    [1, 1, 1100, 1100] = [1, 1, S, S] of 262144 = 512² elements. 512 is none of the
+    sizes named here, nor a product of them.
     >>> print(explain(
     ...     "The size of tensor a (5) must match the size of tensor b (7) at "
     ...     "non-singleton dimension 3 on case q [B=2, H=3, Sq=5, Dh=4], Sk=7"))
@@ -40,11 +46,11 @@ def _ints(text: str) -> list[int]:
 # numbers in it that should be sizes (those that are none are said once, after).
 def _reshape(sizes: Sizes, m: re.Match) -> tuple[str, list[int]]:
     asked, total = _ints(m[1]), int(m[2])
-    of = sizes.name(total, any_product=True)
+    of, constant = sizes.count(total, seen=asked)
     elements = f"{total} = {of}" if of else str(total)
     return (
         f"the reshape asks for [{m[1]}] = {sizes.shape(asked)} of {elements} elements",
-        [n for n in asked if n >= 0],
+        [n for n in asked if n >= 0] + ([constant] if constant else []),
     )
 
 
