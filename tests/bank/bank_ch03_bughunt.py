@@ -566,7 +566,7 @@ class FillMinusOne(nn.Module):  # a "small safe" fill of -1: masked keys keep we
         return self.fc_out((attention @ v).transpose(1, 2).reshape(N, Lq, E))
 
 
-@wrong("self_attention", r"masked keys keep some weight", listed=False)
+@wrong("self_attention", r"inverted.*ignores those it marks 1", listed=False)
 class MaskConventionInverted(nn.Module):  # nn.MultiheadAttention's True = masked, here
     def __init__(self, embed_size, heads):
         super().__init__()
@@ -1388,3 +1388,260 @@ class ScalePrecedence(nn.Module):  # (head_dim ** 1/2) is (head_dim ** 1) / 2, n
         attention = torch.softmax(energy, dim=3)
         out = torch.einsum("nhqk,nkhd->nqhd", attention, v).reshape(N, Lq, E)
         return self.fc_out(out)
+
+
+# ================================ right and wrong: the held-out trial of 2026-12-07
+
+
+@right("self_attention")
+class FixedWhereKeepsTheKeptKeys(nn.Module):  # where(mask.bool(), energy, fill)
+    def __init__(self, embed_size, heads):
+        super().__init__()
+        self.heads = heads
+        self.head_dim = embed_size // heads
+        self.values = nn.Linear(embed_size, embed_size, bias=False)
+        self.keys = nn.Linear(embed_size, embed_size, bias=False)
+        self.queries = nn.Linear(embed_size, embed_size, bias=False)
+        self.fc_out = nn.Linear(embed_size, embed_size)
+
+    def forward(self, values, keys, query, mask):
+        N, Lq, E = query.shape
+        q = self.queries(query).view(N, Lq, self.heads, self.head_dim).transpose(1, 2)
+        k = self.keys(keys).view(N, -1, self.heads, self.head_dim).transpose(1, 2)
+        v = self.values(values).view(N, -1, self.heads, self.head_dim).transpose(1, 2)
+        energy = q @ k.transpose(-2, -1) / math.sqrt(self.head_dim)
+        if mask is not None:
+            fill = torch.finfo(energy.dtype).min
+            energy = torch.where(mask.bool(), energy, fill)
+        attention = torch.softmax(energy, dim=-1)
+        return self.fc_out((attention @ v).transpose(1, 2).reshape(N, Lq, E))
+
+
+@right("self_attention")
+class FixedFillWhereMaskLogicalNot(nn.Module):  # fills where mask.logical_not()
+    def __init__(self, embed_size, heads):
+        super().__init__()
+        self.heads = heads
+        self.head_dim = embed_size // heads
+        self.values = nn.Linear(embed_size, embed_size, bias=False)
+        self.keys = nn.Linear(embed_size, embed_size, bias=False)
+        self.queries = nn.Linear(embed_size, embed_size, bias=False)
+        self.fc_out = nn.Linear(embed_size, embed_size)
+
+    def forward(self, values, keys, query, mask):
+        N, Lq, E = query.shape
+        q = self.queries(query).view(N, Lq, self.heads, self.head_dim).transpose(1, 2)
+        k = self.keys(keys).view(N, -1, self.heads, self.head_dim).transpose(1, 2)
+        v = self.values(values).view(N, -1, self.heads, self.head_dim).transpose(1, 2)
+        energy = q @ k.transpose(-2, -1) / math.sqrt(self.head_dim)
+        if mask is not None:
+            energy = energy.masked_fill(
+                mask.logical_not(), torch.finfo(energy.dtype).min
+            )
+        attention = torch.softmax(energy, dim=-1)
+        return self.fc_out((attention @ v).transpose(1, 2).reshape(N, Lq, E))
+
+
+@wrong(
+    "self_attention",
+    r"mask convention inverted.*ignores those it marks 1",
+    listed=False,
+)
+class MaskEqualsOneFilled(nn.Module):  # fills the kept keys, True read as masked
+    def __init__(self, embed_size, heads):
+        super().__init__()
+        self.heads = heads
+        self.head_dim = embed_size // heads
+        self.values = nn.Linear(embed_size, embed_size, bias=False)
+        self.keys = nn.Linear(embed_size, embed_size, bias=False)
+        self.queries = nn.Linear(embed_size, embed_size, bias=False)
+        self.fc_out = nn.Linear(embed_size, embed_size)
+
+    def forward(self, values, keys, query, mask):
+        N, Lq, E = query.shape
+        q = self.queries(query).view(N, Lq, self.heads, self.head_dim).transpose(1, 2)
+        k = self.keys(keys).view(N, -1, self.heads, self.head_dim).transpose(1, 2)
+        v = self.values(values).view(N, -1, self.heads, self.head_dim).transpose(1, 2)
+        energy = q @ k.transpose(-2, -1) / math.sqrt(self.head_dim)
+        if mask is not None:
+            energy = energy.masked_fill(mask == 1, torch.finfo(energy.dtype).min)
+        attention = torch.softmax(energy, dim=-1)
+        return self.fc_out((attention @ v).transpose(1, 2).reshape(N, Lq, E))
+
+
+@wrong(
+    "self_attention",
+    r"mask convention inverted.*ignores those it marks 1",
+    listed=False,
+)
+class MaskNotZeroFilled(nn.Module):  # mask != 0 filled: the kept keys hidden
+    def __init__(self, embed_size, heads):
+        super().__init__()
+        self.heads = heads
+        self.head_dim = embed_size // heads
+        self.values = nn.Linear(embed_size, embed_size, bias=False)
+        self.keys = nn.Linear(embed_size, embed_size, bias=False)
+        self.queries = nn.Linear(embed_size, embed_size, bias=False)
+        self.fc_out = nn.Linear(embed_size, embed_size)
+
+    def forward(self, values, keys, query, mask):
+        N, Lq, E = query.shape
+        q = self.queries(query).view(N, Lq, self.heads, self.head_dim).transpose(1, 2)
+        k = self.keys(keys).view(N, -1, self.heads, self.head_dim).transpose(1, 2)
+        v = self.values(values).view(N, -1, self.heads, self.head_dim).transpose(1, 2)
+        energy = q @ k.transpose(-2, -1) / math.sqrt(self.head_dim)
+        if mask is not None:
+            energy = energy.masked_fill(mask != 0, torch.finfo(energy.dtype).min)
+        attention = torch.softmax(energy, dim=-1)
+        return self.fc_out((attention @ v).transpose(1, 2).reshape(N, Lq, E))
+
+
+@wrong(
+    "self_attention",
+    r"mask convention inverted.*ignores those it marks 1",
+    listed=False,
+)
+class WhereBranchesSwapped(nn.Module):  # keeps the scores where mask is 0
+    def __init__(self, embed_size, heads):
+        super().__init__()
+        self.heads = heads
+        self.head_dim = embed_size // heads
+        self.values = nn.Linear(embed_size, embed_size, bias=False)
+        self.keys = nn.Linear(embed_size, embed_size, bias=False)
+        self.queries = nn.Linear(embed_size, embed_size, bias=False)
+        self.fc_out = nn.Linear(embed_size, embed_size)
+
+    def forward(self, values, keys, query, mask):
+        N, Lq, E = query.shape
+        q = self.queries(query).view(N, Lq, self.heads, self.head_dim).transpose(1, 2)
+        k = self.keys(keys).view(N, -1, self.heads, self.head_dim).transpose(1, 2)
+        v = self.values(values).view(N, -1, self.heads, self.head_dim).transpose(1, 2)
+        energy = q @ k.transpose(-2, -1) / math.sqrt(self.head_dim)
+        if mask is not None:
+            fill = torch.finfo(energy.dtype).min
+            energy = torch.where(mask == 0, energy, fill)
+        attention = torch.softmax(energy, dim=-1)
+        return self.fc_out((attention @ v).transpose(1, 2).reshape(N, Lq, E))
+
+
+@wrong(
+    "self_attention",
+    r"mask convention inverted.*ignores those it marks 1",
+    listed=False,
+)
+class MaskInvertedWithInfFill(nn.Module):  # no NaN: no mask row is all 1
+    def __init__(self, embed_size, heads):
+        super().__init__()
+        self.heads = heads
+        self.head_dim = embed_size // heads
+        self.values = nn.Linear(embed_size, embed_size, bias=False)
+        self.keys = nn.Linear(embed_size, embed_size, bias=False)
+        self.queries = nn.Linear(embed_size, embed_size, bias=False)
+        self.fc_out = nn.Linear(embed_size, embed_size)
+
+    def forward(self, values, keys, query, mask):
+        N, Lq, E = query.shape
+        q = self.queries(query).view(N, Lq, self.heads, self.head_dim).transpose(1, 2)
+        k = self.keys(keys).view(N, -1, self.heads, self.head_dim).transpose(1, 2)
+        v = self.values(values).view(N, -1, self.heads, self.head_dim).transpose(1, 2)
+        energy = q @ k.transpose(-2, -1) / math.sqrt(self.head_dim)
+        if mask is not None:
+            energy = energy.masked_fill(mask == 1, float("-inf"))
+        attention = torch.softmax(energy, dim=-1)
+        return self.fc_out((attention @ v).transpose(1, 2).reshape(N, Lq, E))
+
+
+@wrong(
+    "self_attention",
+    r"the heads' values are summed or mixed.*in 8 directions only",
+    listed=False,
+)
+class OutputEinsumSumsHeads(nn.Module):  # values' heads lettered g: summed away
+    def __init__(self, embed_size, heads):
+        super().__init__()
+        self.embed_size = embed_size
+        self.heads = heads
+        self.head_dim = embed_size // heads
+        self.values = nn.Linear(embed_size, embed_size, bias=False)
+        self.keys = nn.Linear(embed_size, embed_size, bias=False)
+        self.queries = nn.Linear(embed_size, embed_size, bias=False)
+        self.fc_out = nn.Linear(heads * self.head_dim, embed_size)
+
+    def forward(self, values, keys, query, mask):
+        N = query.shape[0]
+        value_len, key_len, query_len = values.shape[1], keys.shape[1], query.shape[1]
+        values = self.values(values).reshape(N, value_len, self.heads, self.head_dim)
+        keys = self.keys(keys).reshape(N, key_len, self.heads, self.head_dim)
+        query = self.queries(query).reshape(N, query_len, self.heads, self.head_dim)
+        energy = torch.einsum("nqhd,nkhd->nhqk", [query, keys])
+        energy = energy / math.sqrt(self.head_dim)
+        if mask is not None:
+            energy = energy.masked_fill(mask == 0, torch.finfo(energy.dtype).min)
+        attention = torch.softmax(energy, dim=3)
+        out = torch.einsum("nhqk,nkgd->nqhd", [attention, values])
+        out = out.reshape(N, query_len, self.heads * self.head_dim)
+        return self.fc_out(out)
+
+
+@wrong(
+    "self_attention",
+    r"the heads' values are summed or mixed.*in 8 directions only",
+    listed=False,
+)
+class HeadsFirstValuesOwnLetter(nn.Module):  # permuted, then 'bglv' for the values
+    def __init__(self, embed_size, heads):
+        super().__init__()
+        self.embed_size = embed_size
+        self.heads = heads
+        self.head_dim = embed_size // heads
+        self.values = nn.Linear(embed_size, embed_size, bias=False)
+        self.keys = nn.Linear(embed_size, embed_size, bias=False)
+        self.queries = nn.Linear(embed_size, embed_size, bias=False)
+        self.fc_out = nn.Linear(heads * self.head_dim, embed_size)
+
+    def forward(self, values, keys, query, mask):
+        N = query.shape[0]
+        value_len, key_len, query_len = values.shape[1], keys.shape[1], query.shape[1]
+        values = self.values(values).reshape(N, value_len, self.heads, self.head_dim)
+        keys = self.keys(keys).reshape(N, key_len, self.heads, self.head_dim)
+        query = self.queries(query).reshape(N, query_len, self.heads, self.head_dim)
+        values, keys, query = (t.permute(0, 2, 1, 3) for t in (values, keys, query))
+        energy = torch.einsum("bhqd, bhkd -> bhqk", [query, keys])
+        energy = energy / (self.head_dim ** (1 / 2))
+        if mask is not None:
+            energy = energy.masked_fill(mask == 0, torch.finfo(energy.dtype).min)
+        attention = torch.softmax(energy, dim=3)
+        out = torch.einsum("bhql, bglv -> bhqv", [attention, values])
+        out = out.permute(0, 2, 1, 3).reshape(N, query_len, self.heads * self.head_dim)
+        return self.fc_out(out)
+
+
+@wrong(
+    "self_attention",
+    r"the heads' values are summed or mixed.*in 8 directions only",
+    listed=False,
+)
+class HeadsFirstEinsumMerges(nn.Module):  # one einsum back to [N, Lq, H, D], g summed
+    def __init__(self, embed_size, heads):
+        super().__init__()
+        self.embed_size = embed_size
+        self.heads = heads
+        self.head_dim = embed_size // heads
+        self.values = nn.Linear(embed_size, embed_size, bias=False)
+        self.keys = nn.Linear(embed_size, embed_size, bias=False)
+        self.queries = nn.Linear(embed_size, embed_size, bias=False)
+        self.fc_out = nn.Linear(heads * self.head_dim, embed_size)
+
+    def forward(self, values, keys, query, mask):
+        N = query.shape[0]
+        value_len, key_len, query_len = values.shape[1], keys.shape[1], query.shape[1]
+        values = self.values(values).reshape(N, value_len, self.heads, self.head_dim)
+        keys = self.keys(keys).reshape(N, key_len, self.heads, self.head_dim)
+        query = self.queries(query).reshape(N, query_len, self.heads, self.head_dim)
+        values, keys, query = (t.transpose(1, 2) for t in (values, keys, query))
+        energy = torch.einsum("bhqd,bhkd->bhqk", query, keys) / math.sqrt(self.head_dim)
+        if mask is not None:
+            energy = energy.masked_fill(mask == 0, torch.finfo(energy.dtype).min)
+        attention = energy.softmax(dim=-1)
+        out = torch.einsum("bhqk,bgkd->bqhd", attention, values)
+        return self.fc_out(out.reshape(N, query_len, self.heads * self.head_dim))

@@ -10,6 +10,7 @@ cell; a comment says which bugs it fixes.
 
 import inspect
 import math
+import re
 from pathlib import Path
 
 import nbformat
@@ -609,6 +610,67 @@ class ScoresInFloat32ForTheMask(FixedInPlace):
         return self.fc_out(out.reshape(N, query_len, self.heads * self.head_dim))
 
 
+class _Variant(FixedInPlace):
+    # FixedInPlace with the mask line and the output einsum of each subclass.
+    out_einsum = "nhql,nlhd->nqhd"
+
+    def masked(self, energy, mask):
+        return energy.masked_fill(mask == 0, torch.finfo(energy.dtype).min)
+
+    def forward(self, values, keys, query, mask):
+        N, lq, lk = query.shape[0], query.shape[1], keys.shape[1]
+        values = self.values(values).reshape(N, lk, self.heads, self.head_dim)
+        keys = self.keys(keys).reshape(N, lk, self.heads, self.head_dim)
+        query = self.queries(query).reshape(N, lq, self.heads, self.head_dim)
+        energy = torch.einsum("nqhd,nkhd->nhqk", query, keys) / self.head_dim**0.5
+        if mask is not None:
+            energy = self.masked(energy, mask)
+        out = torch.einsum(self.out_einsum, energy.softmax(dim=3), values)
+        return self.fc_out(out.reshape(N, lq, self.heads * self.head_dim))
+
+
+class MaskEqualsOneFilled(_Variant):
+    # Held-out trial 2026-12-07: the fill fixed, the test flipped ("True = masked").
+    def masked(self, energy, mask):
+        return energy.masked_fill(mask == 1, torch.finfo(energy.dtype).min)
+
+
+class MaskBoolFilled(_Variant):
+    def masked(self, energy, mask):
+        return energy.masked_fill(mask.bool(), torch.finfo(energy.dtype).min)
+
+
+class MaskNotZeroFilled(_Variant):
+    def masked(self, energy, mask):
+        return energy.masked_fill(mask != 0, torch.finfo(energy.dtype).min)
+
+
+class WhereBranchesSwapped(_Variant):
+    def masked(self, energy, mask):
+        return torch.where(mask == 0, energy, torch.finfo(energy.dtype).min)
+
+
+class MaskEqualsOneInfFill(_Variant):
+    # No NaN: under the flipped test no row of the check's mask is fully masked.
+    def masked(self, energy, mask):
+        return energy.masked_fill(mask == 1, float("-inf"))
+
+
+class WhereKeepsTheKeptKeys(_Variant):
+    def masked(self, energy, mask):
+        return torch.where(mask.bool(), energy, torch.finfo(energy.dtype).min)
+
+
+class FillWhereNotMaskBool(_Variant):
+    def masked(self, energy, mask):
+        return energy.masked_fill(~mask.bool(), torch.finfo(energy.dtype).min)
+
+
+class OutputEinsumSumsHeads(_Variant):
+    # Held-out trial 2026-12-07: the values' head axis given its own letter, g.
+    out_einsum = "nhqk,nkgd->nqhd"
+
+
 # --------------- the tests
 
 CHECKS = {
@@ -636,6 +698,8 @@ RIGHT = [
     PerHeadModules,
     OutProjFirstWhere,
     NoBiasesFloat32Softmax,
+    WhereKeepsTheKeptKeys,
+    FillWhereNotMaskBool,
 ]
 
 
@@ -838,6 +902,81 @@ def test_the_scale_check_says_so_when_it_cannot_read_the_attention():
     # layouts the check loads weights into. It says so, rather than guessing a divisor.
     with pytest.raises(CheckFailure, match=r"cannot read.*matches none of the known"):
         bh.check_bug_scale(OnlyQueriesProjectedWhole)
+
+
+INVERTED = [
+    MaskEqualsOneFilled,
+    MaskBoolFilled,
+    MaskNotZeroFilled,
+    WhereBranchesSwapped,
+    MaskEqualsOneInfFill,
+]
+
+
+@pytest.mark.parametrize("cls", INVERTED, ids=lambda c: c.__name__)
+def test_an_inverted_mask_convention_is_named_from_what_was_measured(cls, capsys):
+    """Bug (held-out trial 2026-12-07): masked_fill(mask == 1, finfo.min) was told
+    "a small fill (0, -1, -10) leaves it part of the softmax", a cause its fill does
+    not have. Guard: the convention is measured first (the output follows the keys
+    the mask marks 0 and ignores the one it marks 1), and named only then."""
+    with pytest.raises(CheckFailure) as failure:
+        bh.check_bug_fill_value(cls)
+    message = str(failure.value)
+    assert re.search(
+        r"'mask convention inverted.*marks 0 \(0 to 2\) changed its output by "
+        r"[0-9.]+, and changing the one it marks 1 \(token 3\) by 0: your module "
+        r"attends to the keys the mask marks 0 and ignores those it marks 1",
+        message,
+    )
+    assert "small fill" not in message
+    for bug in (1, 2, 3):  # the other bugs' points stay
+        CHECKS[bug](cls)
+
+
+@pytest.mark.parametrize("sizes", [((48, 3),), ((12, 2),)], ids=str)
+def test_the_mask_convention_is_measured_at_other_sizes(sizes, capsys):
+    # heads = 2: the one key left under the flipped test also hides the query.
+    with pytest.raises(CheckFailure, match="mask convention inverted"):
+        bh.check_bug_fill_value(MaskEqualsOneFilled, sizes=sizes)
+    bh.check_bug_fill_value(FixedInPlace, sizes=sizes)
+
+
+@pytest.mark.parametrize("cls", [FillZero, FillMinusInf], ids=lambda c: c.__name__)
+def test_a_wrong_fill_with_the_right_convention_is_not_called_inverted(cls):
+    with pytest.raises(CheckFailure) as failure:
+        bh.check_bug_fill_value(cls)
+    assert "inverted" not in str(failure.value)
+
+
+def test_values_summed_over_the_heads_fail_bug_1_from_what_was_measured(capsys):
+    """Bug (held-out trial 2026-12-07): 'nhqk,nkgd->nqhd' sums the values' head axis
+    away; bug 1's check passed it and bug 3's said "fix what the other checks report
+    first (bug 1, bug 2)", which had passed. Guard: bug 1's check measures that a
+    change to one value token moves a query's output in embed_size directions, not
+    head_dim; bug 3's fallback says what it measured, not what to fix."""
+    with pytest.raises(CheckFailure) as failure:
+        bh.check_bug_einsum(OutputEinsumSumsHeads)
+    assert re.search(
+        r"'the heads' values are summed or mixed'.*moved query 0's output in 8 "
+        r"directions only, within head_dim = 8.*move it in 32",
+        str(failure.value),
+    )
+    with pytest.raises(CheckFailure) as failure:
+        bh.check_bug_scale(OutputEinsumSumsHeads)
+    message = str(failure.value)
+    assert "cannot read" in message and "summed or mixed" in message
+    assert "bug 1, bug 2" not in message and "fix what" not in message
+    bh.check_bug_shared_linear(OutputEinsumSumsHeads)
+    bh.check_bug_fill_value(OutputEinsumSumsHeads)
+    with pytest.raises(CheckFailure, match=r"in 16 directions only"):
+        bh.check_bug_einsum(OutputEinsumSumsHeads, sizes=((48, 3),))
+
+
+def test_the_scale_fallback_tells_no_one_to_fix_other_checks():
+    with pytest.raises(CheckFailure) as failure:
+        bh.check_bug_scale(OnlyQueriesProjectedWhole)
+    assert "bug 1, bug 2" not in str(failure.value)
+    assert "run this one again" not in str(failure.value)
 
 
 @pytest.mark.parametrize("sizes", [((48, 3),), ((64, 8),), ((12, 4),)], ids=str)

@@ -11,7 +11,8 @@ state of the other three:
    key/value token changes the other positions' outputs, cross-attention (Lq != Lk)
    works, the output rows follow the query order, the key order does not matter, and
    the weights over the keys sum to 1 (identical values give the same output for
-   every query).
+   every query), and each head averages its own head's values (a change to one value
+   token moves a query's output in embed_size directions, not head_dim).
 2. ``check_bug_shared_linear``: one ``Linear(head_dim, head_dim)`` shared by the heads,
    applied to each head's slice. A change confined to head h's slice of an input then
    reaches head h alone, so the output moves only inside the Dh-dimensional image of
@@ -26,13 +27,15 @@ state of the other three:
    seed's shared [Dh, Dh] projections all get one symmetric matrix, so their roles
    and orientation need no finding), loads known weights, and fits the number the
    scores are divided by, reading the attention either per token or as the seed's
-   einsum does.
+   einsum does; when neither fits, it says what it measured, not what to fix.
 4. ``check_bug_fill_value``: the module in float16 (on CPU too) with a padding mask,
    one fully masked sequence and one with all keys but one masked: no error (the
    seed's ``float("-1e20")`` overflows float16, and masked_fill refuses it), no NaN
-   (``-inf`` makes a fully masked row 0/0), and masked keys get no weight (with one
-   key left, the output no longer depends on the query). The masked axis is the
-   scores' last one under either einsum, so this holds whatever bug 1's state.
+   (``-inf`` makes a fully masked row 0/0), the mask read as a keep-mask (the output
+   follows the one key left and ignores the masked ones), and masked keys get no
+   weight (with one key left, the output no longer depends on the query). The
+   masked axis is the scores' last one under either einsum, so this holds whatever
+   bug 1's state.
 
 The sections cited are chapter 1's (einsum, per-head projections, scaling; through
 ``ch01``'s ``Section`` constants) and chapter 3's §3.5 on fill values.
@@ -49,17 +52,9 @@ from tformer_ref.device import get_device
 from ..guard.integrity import seal
 from .cases import build_module, randn
 from .ch01 import S_EINSUM, S_MERGE, S_PROJ, S_SCALE
-from .ch01.multi_head_attention import (
-    READINGS,
-    Reading,
-    align,
-    alignment_by_order,
-    close,
-    fit_divisor,
-    load,
-    scale_name,
-    seed_heads,
-)
+from .ch01.multi_head_attention import READINGS
+from .ch01.projections import align, alignment_by_order, load
+from .ch01.readings import Reading, close, fit_divisor, scale_name, seed_heads
 from .ch01.stages import Run
 from .ch03 import S_FILL
 from .diagnosis import (
@@ -73,6 +68,7 @@ from .diagnosis import (
     single_thread,
     verify_integrity,
 )
+from .measure.directions import changes_spread
 from .measure.sizes import named
 
 #: The exercise these checks grade (the pitfall index links its rows there).
@@ -95,9 +91,8 @@ def _validate_sizes(sizes) -> tuple:
         ints = isinstance(e, int) and isinstance(h, int)
         if not ints or h < 2 or e % h or e // h < 3:
             raise ValueError(
-                f"each (embed_size, heads) needs heads >= 2 dividing "
-                f"embed_size into heads of at least 3 features, got "
-                f"({e!r}, {h!r})"
+                f"each (embed_size, heads) needs heads >= 2 dividing embed_size into "
+                f"heads of at least 3 features, got ({e!r}, {h!r})"
             )
     return tuple(tuple(s) for s in sizes)
 
@@ -181,6 +176,14 @@ WEIGHTS_NOT_OVER_KEYS = Diagnosis(
     "over the keys (after relabelling the einsum, softmax must still run over the key "
     "axis of the scores, dim=-1 of [N, H, Lq, Lk]), or the weights multiply something "
     "other than the values (the keys, the queries).",
+    S_EINSUM,
+)
+HEADS_SHARE_VALUES = Diagnosis(
+    "the heads' values are summed or mixed",
+    "Each head's output must be a weighted average of its own head's values: in "
+    "'nhqk,nkhd->nqhd' the weights and the values share the head letter h. Given a "
+    "letter of their own ('nkgd'), the values' head axis is summed away: every head "
+    "averages the same sum of all heads' values.",
     S_EINSUM,
 )
 
@@ -291,56 +294,67 @@ def _einsum_orders(title: str, module, e: int, label: str) -> None:
     __tracebackhide__ = True
     q, k, v = randn(2, 4, e, seed=21), randn(2, 6, e, seed=22), randn(2, 6, e, seed=23)
     what = f"cross-attention with query [2, 4, {e}], keys and values [2, 6, {e}]"
-    base = _expect_shape(
-        title, _call(title, module, v, k, q), (2, 4, e), what, S_EINSUM
-    )
+
+    def attend(v, k, q):
+        __tracebackhide__ = True
+        got = _call(title, module, v, k, q)
+        return _expect_shape(title, got, (2, 4, e), what, S_EINSUM)
+
+    base = attend(v, k, q)
     tol = 1e-5 * (1 + float(base.abs().max()))
     qp, kp = torch.tensor([2, 0, 3, 1]), torch.tensor([4, 2, 5, 0, 3, 1])
-    shuffled = _expect_shape(
-        title, _call(title, module, v, k, q[:, qp]), (2, 4, e), what, S_EINSUM
-    )
-    gap = float((shuffled - base[:, qp]).abs().max())
+    gap = float((attend(v, k, q[:, qp]) - base[:, qp]).abs().max())
     if gap > tol:
         ROWS_OUT_OF_ORDER.fail(
             title,
-            f"Measured ({label}): with the queries in the "
-            f"order {qp.tolist()}, your output rows differ "
-            f"from the same rows reordered by up to "
-            f"{gap:.3g}.",
+            f"Measured ({label}): with the queries in the order {qp.tolist()}, your "
+            f"output rows differ from the same rows reordered by up to {gap:.3g}.",
         )
-    keyed = _expect_shape(
-        title, _call(title, module, v[:, kp], k[:, kp], q), (2, 4, e), what, S_EINSUM
-    )
-    gap = float((keyed - base).abs().max())
+    gap = float((attend(v[:, kp], k[:, kp], q) - base).abs().max())
     if gap > tol:
         KEY_ORDER_MATTERS.fail(
             title,
-            f"Measured ({label}): reordering the key/value "
-            f"tokens together as {kp.tolist()} changed the "
-            f"output by up to {gap:.3g}.",
+            f"Measured ({label}): reordering the key/value tokens together as "
+            f"{kp.tolist()} changed the output by up to {gap:.3g}.",
         )
     same_v = randn(2, 1, e, seed=24).expand(2, 6, e).contiguous()
-    one = _expect_shape(
-        title, _call(title, module, same_v, k, q), (2, 4, e), what, S_EINSUM
-    )
-    other = _expect_shape(
-        title,
-        _call(title, module, same_v, randn(2, 6, e, seed=25), q.flip(1)),
-        (2, 4, e),
-        what,
-        S_EINSUM,
-    )
-    spread = max(
-        float((one - one[:, :1]).abs().max()), float((other - one).abs().max())
-    )
-    if spread > tol:
+    one = attend(same_v, k, q)
+    other = attend(same_v, randn(2, 6, e, seed=25), q.flip(1))
+    gap = max(float((one - one[:, :1]).abs().max()), float((other - one).abs().max()))
+    if gap > tol:
         WEIGHTS_NOT_OVER_KEYS.fail(
             title,
-            f"Measured ({label}): with every value token "
-            f"the same vector, your output still varies "
-            f"by up to {spread:.3g} with the queries and "
-            f"keys.",
+            f"Measured ({label}): with every value token the same vector, your "
+            f"output still varies by up to {gap:.3g} with the queries and keys.",
         )
+
+
+def _heads_share_values(title: str, module, e: int, h: int) -> str:
+    """What was measured when the heads pass on only Dh numbers of a value token (its
+    change moves query 0's output in Dh directions, not e), else ''. ``module`` is
+    float64: float32's noise would blur the gap after the Dh-th direction."""
+    __tracebackhide__ = True
+    v, k, q = (randn(1, 4, e, seed=600 + i, dtype=torch.float64) for i in range(3))
+    dh, change = e // h, torch.zeros(e, 4, e, dtype=v.dtype, device=v.device)
+    change[:, 0] = randn(e, e, seed=603, dtype=v.dtype)
+
+    def query_0(vs):
+        got = _call(title, module, vs, k.repeat(e + 1, 1, 1), q.repeat(e + 1, 1, 1))
+        return (
+            got[:, 0] if not isinstance(got, Raised) and got.shape == vs.shape else None
+        )
+
+    found = changes_spread(query_0, v[0], change, dh)
+    if found is None or found[0] >= 1e-6:
+        return ""
+    return (
+        f"changing value token 0 alone (queries and keys fixed) in {e} random "
+        f"directions moved query 0's output in {found[1]} directions only, within "
+        f"head_dim = {dh} (the next singular value is {found[0]:.1e} of the "
+        f"largest), where {h} heads each averaging its own head's values move it in "
+        f"{e}: together the heads pass on only {dh} numbers of each value token, "
+        f"one head's width, so the values' head axis is summed or mixed"
+    )
 
 
 def check_bug_einsum(cls, sizes=SIZES) -> None:
@@ -352,18 +366,23 @@ def check_bug_einsum(cls, sizes=SIZES) -> None:
         for e, h in sizes:
             module = _build(cls, e, h, torch.float32)
             proof, other, mixes = _einsum_mixing(TITLE_EINSUM, module, e, h)
-            measured = f"Measured ({_sizes_label(e, h)}): " + "; ".join(proof + other)
+            label = _sizes_label(e, h)
+            measured = f"Measured ({label}): " + "; ".join(proof + other)
             if proof:  # the seed's bug, proven: tokens never exchange information
                 TOKENS_NEVER_MIX.fail(TITLE_EINSUM, measured + ".")
             if other:
                 _fail_einsum_shapes(measured, mixes=mixes)
-            _einsum_orders(TITLE_EINSUM, module, e, _sizes_label(e, h))
+            _einsum_orders(TITLE_EINSUM, module, e, label)
             _einsum_causal(TITLE_EINSUM, module, e, h)
+            module = _build(cls, e, h, torch.float64)
+            if mixed := _heads_share_values(TITLE_EINSUM, module, e, h):
+                HEADS_SHARE_VALUES.fail(TITLE_EINSUM, f"Measured ({label}): {mixed}.")
     passed(
         TITLE_EINSUM,
         "tokens mix, cross-attention works, rows follow the queries, "
         "key order does not matter, weights sum to 1 over the keys, "
-        "a causal mask [1, 1, L, L] lines up with the scores",
+        "a causal mask [1, 1, L, L] lines up with the scores, "
+        "each head averages its own head's values",
     )
 
 
@@ -383,45 +402,35 @@ SHARED_PROJECTION = Diagnosis(
 )
 
 _INPUT_ROLES = ("query", "keys", "values")
+_VKQ = ("values", "keys", "query")  # forward's order
 _COMPUTED = (("query", "queries"), ("keys", "keys"), ("values", "values"))
 
 
-def _perturbed(x: torch.Tensor, head: int, dh: int, n: int, seed: int) -> torch.Tensor:
-    """[n + 1, B, L, E]: x, then n copies changed in head ``head``'s slice only."""
+def _head_changes(x: torch.Tensor, head: int, dh: int, n: int, seed: int):
+    """[n, B, L, E]: n changes of x confined to head ``head``'s slice."""
     delta = torch.zeros(n, *x.shape, dtype=x.dtype, device=x.device)
     delta[..., head * dh : (head + 1) * dh] = 2.0 * randn(
         n, *x.shape[:-1], dh, seed=seed, dtype=x.dtype
     )
-    return torch.cat([x[None], x[None] + delta])
+    return delta
 
 
 def _confined_rank(title: str, module, xs: dict, role: str, head: int, dh: int):
     """(σ_{Dh+1} / σ_1, rank) of the output changes that changes confined to
     ``head``'s slice of input ``role`` cause, or None when they cause none."""
     __tracebackhide__ = True
-    n = 4
-    x = xs[role]
-    batch = _perturbed(x, head, dh, n, seed=300 + 10 * head + _INPUT_ROLES.index(role))
-    args = {
-        r: batch if r == role else xs[r].expand(n + 1, *xs[r].shape)
-        for r in _INPUT_ROLES
-    }
-    flat = {r: a.reshape(-1, *x.shape[1:]) for r, a in args.items()}
-    got = _call(title, module, flat["values"], flat["keys"], flat["query"])
-    shape = (flat["query"].size(0), x.size(1), x.size(2))
-    got = _expect_shape(
-        title,
-        got,
-        shape,
-        f"self-attention [{shape[0]}, {shape[1]}, {shape[2]}] (float64)",
-        S_PROJ,
-    )
-    got = got.reshape(n + 1, -1, x.size(-1))
-    moves = (got[1:] - got[:1]).reshape(-1, x.size(-1))
-    sv = torch.linalg.svdvals(moves)
-    if float(sv[0]) <= 1e-9 * (1 + float(got.abs().max())):
-        return None
-    return float(sv[dh] / sv[0]), int((sv > 1e-8 * sv[0]).sum())
+    n, x = 4, xs[role]
+    size = ((n + 1) * x.size(0), x.size(1), x.size(2))
+
+    def outputs(batch):
+        __tracebackhide__ = True
+        args = [batch if r == role else xs[r].expand(n + 1, *x.shape) for r in _VKQ]
+        got = _call(title, module, *(a.reshape(size) for a in args))
+        what = f"self-attention [{size[0]}, {size[1]}, {size[2]}] (float64)"
+        return _expect_shape(title, got, size, what, S_PROJ).reshape(n + 1, -1, size[2])
+
+    seed = 300 + 10 * head + _INPUT_ROLES.index(role)
+    return changes_spread(outputs, x, _head_changes(x, head, dh, n, seed), dh)
 
 
 def check_bug_shared_linear(cls, sizes=SIZES) -> None:
@@ -480,8 +489,9 @@ SCALE_NOT_MEASURED = Diagnosis(
     "attention that the scale check cannot read",
     "The scale is measured by loading known weights into your projections and "
     "fitting the divisor of attention read per token (the fixed einsum) or across "
-    "the heads of one token (the seed's). Your module's output matched neither, so "
-    "fix what the other checks report first (bug 1, bug 2), then run this one again.",
+    "the heads of one token (the seed's). No divisor made either reading reproduce "
+    "your output: your module differs from both in more than the divisor, so the "
+    "number its scores are divided by cannot be read from it.",
     S_SCALE,
 )
 
@@ -615,19 +625,18 @@ def check_bug_scale(cls, sizes=SIZES) -> None:
             shared = any(p.shape == (dh, dh) for p in module.parameters())
             divisor, _, r = _measure_divisor(module, e, h, shared)
             if divisor is None:
+                mixed = _heads_share_values(TITLE_SCALE, module, e, h)
                 SCALE_NOT_MEASURED.fail(
                     TITLE_SCALE,
-                    f"Measured ({_sizes_label(e, h)}): no divisor makes "
-                    f"any reading reproduce your output; it "
-                    f"{UNEXPLAINED}.",
+                    f"Measured ({_sizes_label(e, h)}): no divisor makes any reading "
+                    f"reproduce your output; {mixed or 'it ' + UNEXPLAINED}.",
                 )
             if abs(divisor / math.sqrt(dh) - 1) > 2e-3:
                 named = scale_name([r], [divisor])
                 SCORES_SCALED_WRONG.fail(
                     TITLE_SCALE,
-                    f"Measured ({_sizes_label(e, h)}): your scores are "
-                    f"divided by {divisor:.4g}{named}; expected "
-                    f"√head_dim = {math.sqrt(dh):.4g}.",
+                    f"Measured ({_sizes_label(e, h)}): your scores are divided by "
+                    f"{divisor:.4g}{named}; expected √head_dim = {math.sqrt(dh):.4g}.",
                 )
     passed(TITLE_SCALE, "scores divided by √head_dim")
 
@@ -664,6 +673,16 @@ MASKED_KEYS_WEIGHTED = Diagnosis(
     "A masked key must get weight exactly 0, so its score must become a number whose "
     "exp() is 0 next to the real scores: a small fill (0, -1, -10) leaves it part of "
     "the softmax. torch.finfo(energy.dtype).min works in every dtype.",
+    S_FILL,
+)
+MASK_INVERTED = Diagnosis(
+    "mask convention inverted: the masked keys are attended to",
+    "The course's masks are keep-masks, 1 (True) = attend and 0 (False) = masked, "
+    "as the seed's masked_fill(mask == 0, ...) reads them. Filling where the mask is "
+    "1 (mask == 1, mask != 0, mask.bool(), ~mask, torch.where(mask == 0, energy, "
+    "fill)) hides the kept keys and leaves the masked ones in the softmax (that is "
+    "nn.MultiheadAttention's key_padding_mask convention, True = masked). Fill "
+    "where the mask is 0: masked_fill(mask == 0, torch.finfo(energy.dtype).min).",
     S_FILL,
 )
 NAN_IN_HALF = Diagnosis(
@@ -706,10 +725,7 @@ def _check_fill(cls, e: int, h: int) -> None:
     length, half = h, torch.float16
     module = _build(cls, e, h, half)
     mask = _fill_mask(length)
-    x, q = (
-        randn(3, length, e, seed=41, dtype=half),
-        randn(3, length, e, seed=42, dtype=half),
-    )
+    x, q = (randn(3, length, e, seed=seed, dtype=half) for seed in (41, 42))
     label = (
         f"{_sizes_label(e, h)}, float16, mask [3, 1, 1, {length}] with one fully "
         f"masked sequence"
@@ -729,27 +745,48 @@ def _check_fill(cls, e: int, h: int) -> None:
     if not bool(torch.isfinite(got[1]).all()):
         FULLY_MASKED_NAN.fail(
             TITLE_FILL,
-            f"Measured ({label}): the fully masked "
-            f"sequence's output is "
+            f"Measured ({label}): the fully masked sequence's output is "
             f"{_bad_values(got[1])}.",
         )
+    _check_convention(module, x, q, mask, got, label)
     moved_q = q.clone()
     moved_q[2] = randn(length, e, seed=43, dtype=half)
-    again = _expect_shape(
-        TITLE_FILL,
-        _call(TITLE_FILL, module, x, x, moved_q, mask),
-        (3, length, e),
-        label,
-        S_FILL,
-    )
-    change = float((again[2].float() - got[2].float()).abs().max())
+    change = _seq2_moved(module, x, moved_q, mask, got, label)
     if change > 1e-3 * (1 + float(got[2].float().abs().max())):
         MASKED_KEYS_WEIGHTED.fail(
             TITLE_FILL,
-            f"Measured ({label}): with every key but the last masked, "
-            f"changing the queries still changed the output by "
-            f"{change:.3g} (one key left, the weights cannot depend on the "
-            f"query).",
+            f"Measured ({label}): with every key but the last masked, changing the "
+            f"queries still changed the output by {change:.3g} (one key left, the "
+            f"weights cannot depend on the query).",
+        )
+
+
+def _seq2_moved(module, kv, q, mask, got, label: str) -> float:
+    """How far sequence 2's output moved from ``got`` on these inputs."""
+    __tracebackhide__ = True
+    call = _call(TITLE_FILL, module, kv, kv, q, mask)
+    again = _expect_shape(TITLE_FILL, call, tuple(got.shape), label, S_FILL)
+    return float((again[2].float() - got[2].float()).abs().max())
+
+
+def _check_convention(module, x, q, mask, got, label: str) -> None:
+    """Sequence 2's mask keeps its last key only: its output must follow that token
+    alone. Measured the other way round, the convention is inverted."""
+    __tracebackhide__ = True
+    length, e = x.shape[1:]
+    moved = []
+    for tokens, seed in ((slice(0, -1), 44), (slice(-1, None), 45)):
+        changed = x.clone()
+        changed[2, tokens] = randn(length, e, seed=seed).to(x)[tokens]
+        moved.append(_seq2_moved(module, changed, q, mask, got, label))
+    if moved[0] > 1e-3 * (1 + float(got[2].float().abs().max())) >= moved[1]:
+        MASK_INVERTED.fail(
+            TITLE_FILL,
+            f"Measured ({label}): in sequence 2, whose mask keeps only the last key, "
+            f"changing the key/value tokens the mask marks 0 (0 to {length - 2}) "
+            f"changed its output by {moved[0]:.3g}, and changing the one it marks 1 "
+            f"(token {length - 1}) by {moved[1]:.3g}: your module attends to the keys "
+            f"the mask marks 0 and ignores those it marks 1.",
         )
 
 

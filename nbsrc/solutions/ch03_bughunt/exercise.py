@@ -181,7 +181,9 @@ class SelfAttention(nn.Module):
 # The check changes one key/value token and expects the other positions' outputs to change,
 # calls your module as cross-attention (keys longer than the queries), reorders the queries (the
 # output rows must follow) and the keys (the output must not change), and gives every key the same
-# value (then every query's output is that value's, whatever the scores). One call has a mask: a
+# value (then every query's output is that value's, whatever the scores). It changes one value
+# token in many directions: each head averages its *own* head's values, so the output must move
+# in all `embed_size` directions, not only in one head's `head_dim`. One call has a mask: a
 # causal keep-mask `[1, 1, L, L]` in self-attention, which must line up with the scores.
 
 # %% nbgrader="test:bug_einsum:3"
@@ -228,7 +230,9 @@ bughunt_attention.check_bug_scale(SelfAttention, sizes=((48, 3),))
 # `[3, 1, 1, L]`: one sequence padded after two tokens, one fully masked, one that keeps only its
 # last key. It must not raise, must give no NaN (the fully masked sequence included), and masked
 # keys must get no weight: with a single key left, changing the queries must not change the
-# output.
+# output. The mask keeps the keys it marks 1 and masks those it marks 0: in the sequence that
+# keeps only its last key, changing the masked keys must not move the output, changing the kept
+# one must.
 
 # %% nbgrader="test:bug_fill_value:2"
 bughunt_attention.check_bug_fill_value(SelfAttention)
