@@ -589,6 +589,18 @@ def entropy_clamp_1e2(w):  # clamps the weights, so small ones count as 0.01
     return -(w * torch.clamp(w, min=1e-2).log()).sum(-1)
 
 
+@right("attention_entropy")
+def entropy_tiny_eps(weights):
+    # an ε of 1e-12 dodges log(0) and biases a row by at most Sk·1e-12
+    return -(weights * torch.log(weights + 1e-12)).sum(dim=-1)
+
+
+@wrong("attention_entropy", r"ln\(w \+ ε\) with ε ≈ 1e-06", listed=False)
+def entropy_eps_1e6(weights):
+    # 1e-6 is tiny next to any weight that matters
+    return -(weights * torch.log(weights + 1e-6)).sum(dim=-1)
+
+
 @wrong("attention_entropy", r"\(w \+ ε\)·ln\(w \+ ε\) with ε ≈ 0\.0001", listed=False)
 def entropy_eps_in_both(w):  # shifts the weights themselves by ε
     w = w + 1e-4
@@ -687,7 +699,7 @@ def entropy_bits_and_nan(w):  # bits, and 0·log 0 = NaN as well
     return -(w * torch.log2(w)).sum(-1)
 
 
-@wrong("attention_entropy", r"divided by 5, 5, 3, 4, 5 .*which is Sq", listed=False)
+@wrong("attention_entropy", r"divided by 5, 5, 3, 4, 5, 2 .*which is Sq", listed=False)
 def entropy_divided_by_queries(w):  # shape[-2] taken for the number of keys
     return -torch.xlogy(w, w).sum(-1) / w.shape[-2]
 

@@ -98,8 +98,9 @@ ch02.check_attention_by_hand(attention)
 # - any number of leading axes, none included: `[Sq, Sk]`, `[B, Sq, Sk]` and `[B, H, Sq, Sk]` all
 #   work, and the result has the input's shape without its last axis (no `keepdim`);
 # - the dtype and device of `weights`, values within `1e-5 + 1e-4·|H|` of $-\sum_j w_j \ln w_j$: an
-#   $\varepsilon$ added inside the logarithm to dodge $\ln 0$ biases every row, so it must be tiny
-#   ($\le 10^{-12}$), or use `torch.xlogy` / `torch.special.entr`;
+#   $\varepsilon$ added inside the logarithm to dodge $\ln 0$ biases every row by about
+#   $S_k\,\varepsilon$, so it must be tiny ($\le 10^{-12}$; one case has rows of 4,096 keys, where
+#   $10^{-6}$ already shows), or use `torch.xlogy` / `torch.special.entr`;
 # - do not modify `weights` in place.
 
 
