@@ -575,8 +575,72 @@ def test_an_assembly_that_could_learn_anyway_fails_before_training(answer, findi
 
 
 def test_a_model_that_fails_every_probe_but_nothing_isolated_says_so():
-    text = failure(notebook(own_model=MODEL_DETACHED))
+    # A right model stopped after SHORT steps: it cannot learn, and nothing is wrong.
+    text = failure(notebook())
     assert UNEXPLAINED in text and "every piece of yours passes" in text
+
+
+def test_blocks_detached_from_the_logits_are_named_before_training():
+    """Bug: a model whose blocks ran and were detached from the logits trained for the
+    whole budget and failed with "matches none of the known pitfalls"; the gradient
+    every block gets is measured before training now."""
+    text = failure(notebook(own_model=MODEL_DETACHED))
+    assert "fails probes that every right model passes" in text
+    assert "EncoderBlock blocks (encoder.0, encoder.1) run and get a zero" in text
+
+
+# Held-out bank answers (tests/bank/bank_ch06_own_model.py) the probes missed or
+# misnamed before 2026-12-07, each measured now.
+ENCODER_CAUSAL = RIGHT["own_model"].replace(
+    "memory = block(memory, src_mask)",
+    "memory = block(memory, src_mask & causal_mask(src.size(1)))",
+)
+ONE_BLOCK_REUSED = RIGHT["own_model"].replace(
+    "self.encoder = nn.ModuleList(\n"
+    "            EncoderBlock(d_model, n_heads, d_ff, dropout=0.0) for _ in range(n_layers)"
+    "\n        )",
+    "block = EncoderBlock(d_model, n_heads, d_ff, dropout=0.0)\n"
+    "        self.encoder = nn.ModuleList([block] * n_layers)",
+)
+LOSS_SMOOTHED = RIGHT["own_model"].replace(
+    "ignore_index=PAD", "ignore_index=PAD, label_smoothing=0.1"
+)
+LOSS_PER_SENTENCE_SUMS = RIGHT["own_model"].replace(
+    """    return F.cross_entropy(
+        logits.reshape(-1, logits.size(-1)), labels.reshape(-1), ignore_index=PAD
+    )""",
+    """    per = F.cross_entropy(
+        logits.transpose(1, 2), labels, ignore_index=PAD, reduction="none"
+    )
+    return per.sum(dim=1).mean()""",
+)
+# Right, though it looks wrong: the whole target in, the last position's logits out.
+LOSS_WHOLE_TARGET_LAST_DROPPED = RIGHT["own_model"].replace(
+    "logits = model(src, tgt_in)", "logits = model(src, tgt)[:, :-1]"
+)
+
+
+@pytest.mark.parametrize(
+    "answer,finding",
+    [
+        (ENCODER_CAUSAL, "the encoder's self-attention is causal"),
+        (ONE_BLOCK_REUSED, "EncoderBlock encoder.0 is the same object as encoder.1"),
+        (LOSS_SMOOTHED, "smooths the labels (label_smoothing=0.1)"),
+        (LOSS_PER_SENTENCE_SUMS, "divides the summed cross-entropy by the batch size"),
+    ],
+    ids=["causal-encoder", "one-block-reused", "smoothed", "per-sentence-sums"],
+)
+def test_a_mistake_only_a_measurement_shows_is_named(answer, finding):
+    assert answer != RIGHT["own_model"]
+    text = failure(notebook(own_model=answer))
+    assert "fails probes that every right model passes" in text and finding in text
+
+
+def test_the_whole_target_with_the_last_logits_dropped_passes_the_loss_probe():
+    assert LOSS_WHOLE_TARGET_LAST_DROPPED != RIGHT["own_model"]
+    ns = notebook(own_model=LOSS_WHOLE_TARGET_LAST_DROPPED)
+    model = own_model.build_model("t", ns["OwnTransformer"], 59)
+    assert own_model._assembly_findings(model, ns["batch_loss"], 59) == []
 
 
 def test_a_model_that_cannot_be_built_fails_at_once():
@@ -593,7 +657,7 @@ def test_a_model_that_cannot_be_built_fails_at_once():
 def test_training_is_deterministic():
     from tformer_ref.model import xavier_init_
 
-    vocab, items, _, _ = own_model._data()
+    vocab, items, _, _ = own_model.date_data()
     ns = notebook()
     losses = []
     for _ in range(2):

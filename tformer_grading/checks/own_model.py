@@ -15,6 +15,10 @@ encoder–decoder. Two kinds of check:
   ignored, positions on both sides, the target shifted), and the failure names what
   they found.
 
+What is required is said here; :mod:`.own_model_training` runs it, the same for every
+learner: the recipe (sizes, data, schedule, training, greedy decoding), the model's
+interface, and ``batch_loss`` read back on a stand-in model.
+
 Shape letters: B batch, Ss source length, St target length, D = d_model, V vocabulary.
 """
 
@@ -25,21 +29,16 @@ import functools
 import io
 import math
 import re
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from tformer_ref.attention import MultiHeadAttention as _RefAttention
 from tformer_ref.attention import scaled_dot_product_attention as _ref_attention
 from tformer_ref.blocks import DecoderBlock as _RefDecoderBlock
-from tformer_ref.data import BOS, EOS, PAD, CharVocab, Collate, PairDataset, make_pairs
-from tformer_ref.decoding import strip
+from tformer_ref.data import PAD
 from tformer_ref.device import get_device
-from tformer_ref.model import xavier_init_
-from tformer_ref.training import sequence_loss
 
 from ..guard.integrity import seal
 from . import ch01, ch03, ch04, ch05, ch06
@@ -53,25 +52,35 @@ from .diagnosis import (
     passed,
     quiet,
     run,
+    same,
     single_thread,
     verify_integrity,
 )
+from .measure.probes import future_moves_past, padding_invisible
 from .measure.softmax import normalised_over
+from .own_model_training import (
+    N_TEST,
+    SECONDS_LIMIT,
+    SEED,
+    STEPS,
+    build_model,
+    calls_in_order,
+    date_data,
+    eval_logits,
+    exact_match,
+    own_modules,
+    probe_batch,
+    probe_loss,
+    require_forward,
+    train,
+)
 
 #: The exercise these checks grade (the pitfall index links its rows there).
 ASSIGNMENT = "ch06_own_model"
 
-# The training recipe, the same for every learner. Measured on CPU with the solution's
-# pieces under five initialisation seeds: THRESHOLD first passed between step 240 and
-# 420 of 600, 95-99 % exact match at step 420, 99-100 % at the end; about 25 ms of one
-# core per step, so the training takes about 15 s on an idle machine.
-D_MODEL, N_HEADS, D_FF, N_LAYERS = 32, 4, 64, 1
-N_TRAIN, N_TEST, BATCH = 4000, 200, 64
-STEPS, WARMUP, PEAK_LR = 600, 60, 0.01
+# The recipe (own_model_training: sizes, data, steps, schedule) is the same for every
+# learner; a right model passes the bar in 240-420 of its 600 steps.
 THRESHOLD = 0.90
-DECODE_STEPS = 18  # the longest target, "30 September 2049", is 17 characters + EOS
-SECONDS_LIMIT = 45.0  # training stops there (nbgrader stops a cell at 60 s)
-SEED = 0
 TITLE = "your Transformer learns"  # the model check's failures and success line
 NOT_YOURS = ("tformer_ref", "tformer_grading")
 
@@ -222,51 +231,9 @@ def _with_names(classes: Sequence[type], **names):
 # ------------------------------------------------------------ the four pieces
 
 
-def _raised(outputs) -> str | None:
-    for out in outputs:
-        if isinstance(out, Raised):
-            return f"forward(query, key, value, mask) raised {out!r}"
-    return None
-
-
-def _ignores_causal_mask(module, x) -> str | None:
-    changed = x.clone()
-    changed[:, -1] += 1.0
-    keep = _right_causal_mask(x.size(1))
-    with torch.no_grad():
-        a = run(module, (x, x, x, keep))
-        b = run(module, (changed, changed, changed, keep))
-    if _raised((a, b)):
-        return _raised((a, b))
-    if not torch.allclose(a[:, :-1], b[:, :-1], atol=1e-5):
-        return (
-            "with a causal mask, changing the last token changed the outputs of "
-            "the earlier ones: the mask is not applied"
-        )
-    return None
-
-
-def _ignores_padding_mask(module, x) -> str | None:
-    keep = torch.ones(x.size(0), 1, 1, x.size(1), dtype=torch.bool, device=x.device)
-    keep[..., -2:] = False
-    noisy = x.clone()
-    noisy[:, -2:] += 3.0
-    with torch.no_grad():
-        a = run(module, (x[:, :3], x, x, keep))
-        b = run(module, (x[:, :3], noisy, noisy, keep))
-    if _raised((a, b)):
-        return _raised((a, b))
-    if not torch.allclose(a, b, atol=1e-5):
-        return (
-            "with a padding mask, changing the masked keys and values changed the "
-            "output: the mask is not applied"
-        )
-    return None
-
-
 def _mha_mask_problem(cls) -> str | None:
-    """None when ``cls(16, 4, dropout=0.0)`` obeys a causal and a padding mask, else
-    what it did."""
+    """None when ``cls(16, 4, dropout=0.0)``, attending to itself, obeys a causal and a
+    padding mask (measure.probes' causality and padding invariance), else what it did."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(SEED)
         try:
@@ -275,7 +242,28 @@ def _mha_mask_problem(cls) -> str | None:
             return f"MultiHeadAttention(16, 4, dropout=0.0) raised {Raised(exc)!r}"
     module = module.to(get_device()).eval()
     x = randn(2, 5, 16, seed=SEED)
-    return _ignores_causal_mask(module, x) or _ignores_padding_mask(module, x)
+
+    def attend(t, keep):
+        return module(t, t, t, keep)
+
+    causal = functools.partial(attend, keep=_right_causal_mask(5))
+    with torch.no_grad():
+        moved = run(future_moves_past, (causal, x, 4))  # the last token changed
+        hidden = run(padding_invisible, (attend, x[:, :3], x[:, 3:] + 3.0))
+    for seen in (moved, hidden):
+        if isinstance(seen, Raised):
+            return f"forward(query, key, value, mask) raised {seen!r}"
+    if moved is not None:
+        return (
+            "with a causal mask, changing the last token changed the outputs of "
+            "the earlier ones: the mask is not applied"
+        )
+    if not hidden:
+        return (
+            "with a padding mask, the masked keys and values changed the output of "
+            "the real positions: the mask is not applied"
+        )
+    return None
 
 
 def _attention_checks(split_heads, merge_heads, masked_attention, mha_cls) -> None:
@@ -391,475 +379,237 @@ def check_own_positions(sinusoidal_encoding, embed) -> None:
     _check_piece(3, (sinusoidal_encoding, embed))
 
 
-# ------------------------------------------------------------ data, model, training
-
-
-def _data():
-    """(vocabulary, training items, held-out src [N, Ss], held-out tgt [N, St])."""
-    vocab = CharVocab.for_dates()
-    train_pairs, test_pairs = make_pairs(N_TRAIN, N_TEST, seed=SEED)
-    src, tgt = Collate()(PairDataset(test_pairs, vocab).items)
-    return vocab, PairDataset(train_pairs, vocab), src, tgt
-
-
-def _build(
-    title: str, model_cls, vocab_size: int, seed: int = SEED, layers: int = N_LAYERS
-) -> nn.Module:
-    """``model_cls(V, D, H, F, layers)`` under ``seed``, with the course's Xavier
-    initialisation (§4.6), on the course's device."""
-    __tracebackhide__ = True
-    name = getattr(model_cls, "__name__", "model")
-    call = f"{name}({vocab_size}, {D_MODEL}, {N_HEADS}, {D_FF}, {layers})"
-    with torch.random.fork_rng(devices=[]), quiet():
-        torch.manual_seed(seed)
-        try:
-            model = model_cls(vocab_size, D_MODEL, N_HEADS, D_FF, layers)
-            if not isinstance(model, nn.Module):
-                got = type(model).__name__
-                fail(title, f"{call} must build an nn.Module, got {got}", S_DECODER)
-            xavier_init_(model)
-        except CheckFailure:
-            raise
-        except Exception as exc:  # noqa: BLE001 - the learner's code may raise anything
-            fail(title, f"{call} raised {Raised(exc)!r}", S_DECODER)
-    if not any(p.requires_grad for p in model.parameters()):
-        fail(
-            title,
-            f"{call} has no trainable parameters: keep the blocks in an "
-            "nn.ModuleList and the layers as attributes of the module.",
-            S_DECODER,
-        )
-    return model.to(get_device())
-
-
-def _logits(model, src, tgt_in):
-    """model(src, tgt_in) in eval mode without gradients (a Raised on error)."""
-    model.eval()
-    with torch.no_grad():
-        return run(model, (src, tgt_in))
-
-
-def _check_forward(title: str, model, src, tgt_in, vocab_size: int) -> None:
-    """The interface: model(src [B, Ss], tgt_in [B, St]) -> float logits [B, St, V]."""
-    __tracebackhide__ = True
-    out = _logits(model, src, tgt_in)
-    call = f"model(src {list(src.shape)}, tgt_in {list(tgt_in.shape)})"
-    want = [src.size(0), tgt_in.size(1), vocab_size]
-    if isinstance(out, Raised):
-        fail(title, f"{call} raised {out!r}", S_DECODER)
-    if not isinstance(out, torch.Tensor) or list(out.shape) != want:
-        got = list(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
-        fail(
-            title,
-            f"{call} must return logits of shape {want} (B, St, V), got {got}",
-            S_DECODER,
-        )
-    if not out.is_floating_point():
-        fail(
-            title,
-            f"the logits must be a float tensor, got dtype {out.dtype}",
-            S_DECODER,
-        )
-
-
-def greedy(model, src: torch.Tensor, steps: int = DECODE_STEPS) -> torch.Tensor:
-    """src [B, Ss] -> [B, T]: BOS, then the argmax of ``model(src, prefix)[:, -1]`` at
-    each step (the learner's model has no separate encode and decode). A finished row
-    gets PAD."""
-    model.eval()
-    out = torch.full((src.size(0), 1), BOS, dtype=torch.long, device=src.device)
-    finished = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
-    with torch.no_grad():
-        for _ in range(steps):
-            nxt = model(src, out)[:, -1].argmax(dim=-1).masked_fill(finished, PAD)
-            out = torch.cat([out, nxt[:, None]], dim=1)
-            finished |= nxt == EOS
-            if finished.all():
-                break
-    return out
-
-
-def exact_match(model, src: torch.Tensor, tgt: torch.Tensor) -> float:
-    """Greedy exact-match accuracy of ``model`` on src [N, Ss], tgt [N, St]."""
-    pred = greedy(model, src.to(get_device())).cpu()
-    return sum(strip(p) == strip(t) for p, t in zip(pred, tgt)) / max(1, len(pred))
-
-
-def _schedule(step: int, steps: int) -> float:
-    """Linear warm-up to PEAK_LR over WARMUP steps, then linear decay to 0 at ``steps``
-    (a short run cannot wait for Noam's slow decay: §6.4)."""
-    warmup = min(WARMUP, steps // 2)
-    return min((step + 1) / warmup, max(0.0, (steps - step) / (steps - warmup)))
-
-
-def _backward(batch_loss, model, src, tgt):
-    """One loss and its backward: the loss as a float, or a sentence saying why the
-    learner's loss cannot be trained on."""
-    loss = batch_loss(model, src, tgt)
-    if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
-        is_tensor = isinstance(loss, torch.Tensor)
-        got = list(loss.shape) if is_tensor else type(loss).__name__
-        return f"batch_loss(model, src, tgt) must return a scalar tensor, got {got}"
-    if not loss.requires_grad:
-        return (
-            "batch_loss returned a loss without a gradient (detached from the model?)"
-        )
-    loss.backward()
-    return loss.item()
-
-
-def train(
-    model: nn.Module,
-    batch_loss: Callable,
-    items: PairDataset,
-    steps: int = STEPS,
-    evaluate: Callable[[nn.Module], float] | None = None,
-    eval_every: int = 50,
-) -> dict:
-    """The fixed recipe: Adam (0.9, 0.98), warm-up then linear decay, gradients clipped
-    at 1, batches of BATCH in a seeded order, ``steps`` updates of
-    ``batch_loss(model, src, tgt)``.
-
-    Returns a dict: ``steps`` done, the last ``loss``, ``seconds`` of training
-    (evaluations excluded), ``error`` (the learner's exception as a Raised, or a
-    sentence), ``curve`` [(step, accuracy)] when ``evaluate`` is given, and
-    ``out_of_time`` when training stopped at SECONDS_LIMIT.
-    """
-    device = get_device()
-    # foreach: one fused update for all the small tensors, not a loop over them.
-    optimizer = torch.optim.Adam(
-        model.parameters(), lr=PEAK_LR, betas=(0.9, 0.98), eps=1e-9, foreach=True
-    )
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, functools.partial(_schedule, steps=steps)
-    )
-    order = torch.Generator().manual_seed(SEED)
-    collate = Collate()
-    result = {
-        "steps": 0,
-        "loss": float("nan"),
-        "seconds": 0.0,
-        "error": None,
-        "curve": [],
-        "out_of_time": False,
-    }
-    start, evaluating = time.perf_counter(), 0.0
-    while result["steps"] < steps:
-        perm = torch.randperm(len(items), generator=order).tolist()
-        for i in range(0, len(perm) - BATCH + 1, BATCH):
-            src, tgt = collate([items[j] for j in perm[i : i + BATCH]])
-            model.train()
-            optimizer.zero_grad(set_to_none=True)
-            loss = run(_backward, (batch_loss, model, src.to(device), tgt.to(device)))
-            if isinstance(loss, (Raised, str)):
-                result["error"] = loss
-                return result
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=True)
-            optimizer.step()
-            scheduler.step()
-            result["steps"] += 1
-            result["loss"] = loss
-            result["seconds"] = time.perf_counter() - start - evaluating
-            if not math.isfinite(loss):
-                result["error"] = f"the loss became {loss} at step {result['steps']}"
-                return result
-            if result["seconds"] > SECONDS_LIMIT:  # a busy machine or a slow model
-                result["out_of_time"] = True
-                return result
-            if evaluate is not None and result["steps"] % eval_every == 0:
-                tick = time.perf_counter()
-                result["curve"].append((result["steps"], evaluate(model)))
-                evaluating += time.perf_counter() - tick
-            if result["steps"] >= steps:
-                break
-    return result
-
-
 # ------------------------------------------------------------ probes of the assembly
-# Each probe runs the untrained model (seeded, Xavier-initialised) and returns None or
-# (what it saw, the section to read).
-
-
-def _probe_batch(device) -> tuple[torch.Tensor, torch.Tensor]:
-    """A fixed src [2, 8] (row 0 padded) and tgt [2, 7] (BOS ... EOS, row 1 padded)."""
-    src = torch.tensor(
-        [[8, 9, 10, 11, 12, 13, EOS, PAD], [14, 9, 15, 16, 17, 18, 19, EOS]]
-    )
-    tgt = torch.tensor(
-        [[BOS, 20, 21, 22, 23, 24, EOS], [BOS, 25, 26, 27, EOS, PAD, PAD]]
-    )
-    return src.to(device), tgt.to(device)
+# Each probe runs the untrained model (seeded, Xavier-initialised) and returns False,
+# True (it saw its table row's mistake) or the sentence saying what it saw.
 
 
 def _same(a, b) -> bool:
-    return (
-        isinstance(a, torch.Tensor)
-        and isinstance(b, torch.Tensor)
-        and a.shape == b.shape
-        and torch.allclose(a, b, atol=1e-4, rtol=1e-4)
+    return isinstance(a, torch.Tensor) and same(a, b, 1e-4, 1e-4)
+
+
+def _sees_future(model, src, tgt) -> bool:
+    changed = tgt[:, :-1].clone()
+    changed[:, -1] = 30
+    a, b = eval_logits(model, src, tgt[:, :-1]), eval_logits(model, src, changed)
+    return isinstance(a, torch.Tensor) and not _same(a[:, :-1], b[:, :-1])
+
+
+def _source_padding_counts(model, src, tgt) -> bool:
+    padded = torch.cat([src, torch.full_like(src[:, :3], PAD)], dim=1)
+    return not _same(
+        eval_logits(model, src, tgt[:, :-1]), eval_logits(model, padded, tgt[:, :-1])
     )
 
 
-def _probe_causal(model, src, tgt):
-    tgt_in = tgt[:, :-1]
-    changed = tgt_in.clone()
-    changed[:, -1] = 30
-    a, b = _logits(model, src, tgt_in), _logits(model, src, changed)
-    if isinstance(a, torch.Tensor) and not _same(a[:, :-1], b[:, :-1]):
-        return (
-            (
-                "the decoder sees the future: changing the last input token of the "
-                "target changed the logits at earlier positions, so in training each "
-                "position can read the token it must predict, and greedy decoding, "
-                "which has no future to read, fails"
-            ),
-            S_CAUSAL,
-        )
-    return None
+def _source_unread(model, src, tgt) -> bool:
+    a = eval_logits(model, src, tgt[:, :-1])
+    return _same(a, eval_logits(model, src.flip(0), tgt[:, :-1]))
 
 
-def _probe_source_padding(model, src, tgt):
-    padded = torch.cat([src, torch.full_like(src[:, :3], PAD)], dim=1)
-    a, b = _logits(model, src, tgt[:, :-1]), _logits(model, padded, tgt[:, :-1])
-    if not _same(a, b):
-        return (
-            (
-                "padding the source changes the logits: the source padding mask does "
-                "not reach the encoder's self-attention or the decoder's "
-                "cross-attention"
-            ),
-            S_PADDING,
-        )
-    return None
-
-
-def _probe_source_read(model, src, tgt):
-    a, b = _logits(model, src, tgt[:, :-1]), _logits(model, src.flip(0), tgt[:, :-1])
-    if _same(a, b):
-        return (
-            (
-                "the logits do not depend on the source: the decoder's cross-attention "
-                "does not read the encoder's output"
-            ),
-            S_DECODER,
-        )
-    return None
-
-
-def _probe_source_order(model, src, tgt):
+def _source_order_unseen(model, src, tgt) -> bool:
     real = src[1:2]  # the row without padding
     reordered = torch.cat([real[:, :-1].flip(1), real[:, -1:]], dim=1)
-    a = _logits(model, real, tgt[1:2, :-1])
-    b = _logits(model, reordered, tgt[1:2, :-1])
-    if _same(a, b):
-        return (
-            (
-                "reversing the source characters leaves the logits unchanged: the "
-                "encoder sees no positions (are the positional encodings added to the "
-                "source embeddings?)"
-            ),
-            S_ORDER,
-        )
-    return None
+    a = eval_logits(model, real, tgt[1:2, :-1])
+    return _same(a, eval_logits(model, reordered, tgt[1:2, :-1]))
 
 
-def _probe_target_order(model, src, tgt):
-    repeated = torch.full((2, 5), 20, dtype=torch.long, device=src.device)
-    out = _logits(model, src, repeated)
-    if isinstance(out, torch.Tensor) and _same(out[:, :1].expand_as(out), out):
-        return (
-            (
-                "a target of one repeated token gives the same logits at every "
-                "position: the decoder sees no positions (are the positional encodings "
-                "added to the target embeddings?)"
-            ),
-            S_ORDER,
-        )
-    return None
+def _target_order_unseen(model, src, tgt) -> bool:
+    out = eval_logits(model, src, torch.full((2, 5), 20, device=src.device))
+    return isinstance(out, torch.Tensor) and _same(out[:, :1].expand_as(out), out)
 
 
-def _probe_registered(model, src, tgt):
+def _unregistered(model, src, tgt) -> bool:
     # The same class built under another seed and given this model's state_dict must
     # compute the same logits: weights outside the state_dict keep their own draw.
-    a = _logits(model, src, tgt[:, :-1])
+    a = eval_logits(model, src, tgt[:, :-1])
     if not isinstance(a, torch.Tensor):
-        return None
-    other = _build(TITLE, type(model), a.size(-1), seed=SEED + 1)
+        return False
+    other = build_model(TITLE, type(model), a.size(-1), seed=SEED + 1)
     with quiet():
         other.load_state_dict(model.state_dict())
-    if not _same(a, _logits(other, src, tgt[:, :-1])):
-        return (
-            (
-                "two models built under different seeds compute different logits after "
-                "load_state_dict gave them the same weights: some weights are outside "
-                "the state_dict (not registered), so the optimizer never trains them "
-                "(keep blocks in an nn.ModuleList, not a Python list)"
-            ),
-            S_DECODER,
-        )
-    return None
+    return not _same(a, eval_logits(other, src, tgt[:, :-1]))
 
 
-def _probe_logits(model, src, tgt):
-    # A softmax inside the model: cross_entropy then takes the log-softmax of
-    # probabilities, whose range [0, 1] leaves every class nearly equally likely.
-    out = _logits(model, src, tgt[:, :-1])
-    if not isinstance(out, torch.Tensor) or not out.is_floating_point():
-        return None
-    if normalised_over(out, ((-1,),)) == (-1,):
-        return (
-            (
-                "the model returns probabilities, not logits: at every position its "
-                "outputs are non-negative and sum to 1 over the vocabulary, and "
-                "cross_entropy takes the log-softmax of what it is given, so the "
-                "softmax is applied twice (return the last Linear's output)"
-            ),
-            S_LOSS,
-        )
-    return None
+def _probabilities(model, src, tgt) -> bool:
+    # cross_entropy then takes the log-softmax of numbers in [0, 1]: every class
+    # stays nearly equally likely.
+    out = eval_logits(model, src, tgt[:, :-1])
+    return _floats(out) and normalised_over(out, ((-1,),)) == (-1,)
 
 
-def _probe_every_block_counts(model, src, tgt):
-    # Built with two layers, each of the learner's own blocks must reach the logits:
-    # a block whose every parameter gets an exactly zero gradient, beside a twin of
-    # its class that gets one, is computed and then never used (a loop that feeds
-    # each block the embeddings instead of the previous block's output).
-    logits = _logits(model, src, tgt[:, :-1])
+def _floats(out) -> bool:
+    return isinstance(out, torch.Tensor) and out.is_floating_point()
+
+
+def _used(module) -> bool:
+    return any(p.grad is not None and bool(p.grad.any()) for p in module.parameters())
+
+
+def _idle_or_shared_block(model, src, tgt) -> str | None:
+    """Built with two layers, each of the learner's blocks must be an object of its own
+    and reach the logits: a block whose every parameter gets an exactly zero gradient
+    was computed for nothing."""
+    logits = eval_logits(model, src, tgt[:, :-1])
     if not isinstance(logits, torch.Tensor):
         return None
-    deep = _build(TITLE, type(model), logits.size(-1), layers=2).eval()
+    deep = build_model(TITLE, type(model), logits.size(-1), layers=2).eval()
+    found = sorted(own_modules(deep), key=lambda named: named[0].count("."))
+    called = set()
+    hooks = [
+        m.register_forward_hook(lambda m, i, o: called.add(id(m))) for _, m in found
+    ]
     out = run(deep, (src, tgt[:, :-1]))
+    for hook in hooks:
+        hook.remove()
     if not isinstance(out, torch.Tensor) or not out.requires_grad:
         return None
     out.float().sum().backward()
-    counts: dict[type, list[tuple[str, bool]]] = {}
-    for name, module in deep.named_modules():
-        params = list(module.parameters())
-        if not name or not params or type(module).__module__.startswith("torch."):
-            continue
-        used = any(p.grad is not None and p.grad.abs().sum() > 0 for p in params)
-        counts.setdefault(type(module), []).append((name, used))
-    for cls, seen in counts.items():
-        idle = [name for name, used in seen if not used]
-        if idle and len(idle) < len(seen):
+    for name, module in found:  # a block before its parts
+        kind = type(module).__name__
+        twins = [(n, m) for n, m in found if type(m) is type(module)]
+        shared = [n for n, m in twins if m is module and n != name]
+        if shared and shared[0].rsplit(".", 1)[0] == name.rsplit(".", 1)[0]:
             return (
-                (
-                    f"built with 2 layers, your {cls.__name__} {idle[0]} has no effect "
-                    "on the logits (every one of its parameters gets a zero gradient) "
-                    f"while another {cls.__name__} does: each block must read the "
-                    "previous block's output, not the embeddings"
-                ),
-                S_DECODER,
+                f"built with 2 layers, your {kind} {name} is the same object as "
+                f"{shared[0]}: the layers share one block's weights (build a new block "
+                "for each layer)"
+            )
+        if _used(module):
+            continue
+        if any(_used(m) for _, m in twins):
+            return (
+                f"built with 2 layers, your {kind} {name} has no effect on the logits "
+                f"(every one of its parameters gets a zero gradient) while another "
+                f"{kind} does: each block must read the previous block's output, not "
+                "the embeddings"
+            )
+        if id(module) in called:
+            names = ", ".join(n for n, _ in twins)
+            return (
+                f"built with 2 layers, your {kind} blocks ({names}) run and get a zero "
+                "gradient from the logits: their output never reaches them (does the "
+                "decoder read the encoder's output?)"
             )
     return None
 
 
-MODEL_PROBES = (
-    _probe_registered,
-    _probe_every_block_counts,
-    _probe_logits,
-    _probe_causal,
-    _probe_source_padding,
-    _probe_source_read,
-    _probe_source_order,
-    _probe_target_order,
-)
-
-
-class _Spy(nn.Module):
-    """A model that records the decoder input it is given and returns fixed logits."""
-
-    def __init__(self, vocab_size: int):
-        super().__init__()
-        self.vocab_size, self.seen = vocab_size, []
-        self.bias = nn.Parameter(torch.zeros(()))
-
-    def forward(self, src, tgt_in):
-        self.seen.append(tgt_in.detach().clone())
-        g = torch.Generator().manual_seed(SEED)
-        logits = torch.randn(*tgt_in.shape, self.vocab_size, generator=g)
-        return logits.to(tgt_in.device) + self.bias
-
-
-def _close(a: float, b: float) -> bool:
-    return abs(a - b) <= 1e-4 * max(1.0, abs(b))
-
-
-def _shift_problem(fed, tgt):
-    """What is wrong with the decoder input ``fed`` that batch_loss gave the model."""
-    if _same_ids(fed, tgt):
-        return (
-            (
-                "batch_loss gives the model the whole target, not the target without "
-                "its last token: the target is not shifted, so each position learns to "
-                "copy its own input token instead of predicting the next one"
-            ),
-            S_SHIFT,
-        )
-    if _same_ids(fed, tgt[:, 1:]):
-        return (
-            (
-                "batch_loss gives the model the labels (the target without its first "
-                "token) as its input: the decoder reads what it must predict"
-            ),
-            S_SHIFT,
-        )
-    if not _same_ids(fed, tgt[:, :-1]):
-        return (
-            (
-                f"batch_loss gives the model a decoder input of shape "
-                f"{list(fed.shape)} that is not the target without its last token "
-                f"({list(tgt[:, :-1].shape)})"
-            ),
-            S_SHIFT,
-        )
+def _positions_added_late(model, src, tgt) -> str | None:
+    # One repeated token: a block's first input can vary by position only through the
+    # positional encodings.
+    events = calls_in_order(
+        model,
+        torch.full((1, 6), 9, device=src.device),
+        torch.full((1, 5), 20, device=src.device),
+    )
+    for length, side in ((6, "source"), (5, "target")):
+        first = [
+            (c, x) for k, c, x in events if k == "in" and x.shape[:2] == (1, length)
+        ]
+        if first and _same(first[0][1], first[0][1][:, :1].expand_as(first[0][1])):
+            return (
+                f"for a {side} of one repeated token your first {first[0][0]} gets the "
+                "same vector at every position: the positional encodings are not "
+                f"added to the {side} embeddings before the blocks"
+            )
     return None
 
 
-def _loss_problem(got: float, logits, tgt):
-    """What is wrong with the loss ``got`` batch_loss computed from ``logits``."""
-    flat, vocab_size = logits.reshape(-1, logits.size(-1)), logits.size(-1)
-    if _close(got, sequence_loss(logits, tgt[:, 1:], PAD).item()):
-        return None
-    if _close(got, F.cross_entropy(flat, tgt[:, 1:].reshape(-1)).item()):
-        return (
-            (
-                "batch_loss counts the padding: the mean runs over the PAD labels too "
-                "(ignore_index=PAD leaves them out)"
-            ),
-            S_LOSS,
-        )
-    own_input = F.cross_entropy(flat, tgt[:, :-1].reshape(-1), ignore_index=PAD).item()
-    if _close(got, own_input):
-        return (
-            (
-                "batch_loss compares each position with its own input token, not with "
-                "the next one: the labels are not shifted"
-            ),
-            S_SHIFT,
-        )
-    want = sequence_loss(logits, tgt[:, 1:], PAD).item()
-    return (
+def _causal_encoder(model, src, tgt) -> bool:
+    # Changing the last character before EOS must change the encoder's output (the
+    # last output of source length) at the earlier positions too.
+    changed = src[1:2].clone()
+    changed[0, -2] = 30
+    memories = []
+    for source in (src[1:2], changed):
+        outs = [
+            x for k, _, x in calls_in_order(model, source, tgt[1:2, :-1]) if k == "out"
+        ]
+        outs = [x for x in outs if x.shape[:2] == source.shape]
+        memories.append(outs[-1] if outs else None)
+    a, b = memories
+    if a is None or b is None:
+        return False
+    return _same(a[:, :-2], b[:, :-2]) and not _same(a, b)
+
+
+MODEL_PROBES = (
+    (
+        _unregistered,
         (
-            f"batch_loss gives {got:.4f} where the mean cross-entropy over the real "
-            f"label tokens (of {vocab_size} classes) is {want:.4f}"
+            "two models built under different seeds compute different logits after "
+            "load_state_dict gave them the same weights: some weights are outside the "
+            "state_dict (not registered), so the optimizer never trains them (keep blocks "
+            "in an nn.ModuleList, not a Python list)"
+        ),
+        S_DECODER,
+    ),
+    (_idle_or_shared_block, None, S_DECODER),
+    (
+        _probabilities,
+        (
+            "the model returns probabilities, not logits: at every position its outputs "
+            "are non-negative and sum to 1 over the vocabulary, and cross_entropy takes "
+            "the log-softmax of what it is given, so the softmax is applied twice (return "
+            "the last Linear's output)"
         ),
         S_LOSS,
-    )
-
-
-def _probe_loss(batch_loss, vocab_size, src, tgt):
-    """Is batch_loss the teacher-forced loss over the real tokens? (None: yes.)"""
-    spy = _Spy(vocab_size).to(src.device)
-    loss = run(batch_loss, (spy, src, tgt))
-    if isinstance(loss, Raised) or not spy.seen:
-        return None  # training already reported it
-    shift = _shift_problem(spy.seen[-1], tgt)
-    if shift is not None:
-        return shift
-    if not (isinstance(loss, torch.Tensor) and loss.numel() == 1):
-        return None
-    return _loss_problem(float(loss.detach()), spy(src, tgt[:, :-1]).detach(), tgt)
+    ),
+    (
+        _sees_future,
+        (
+            "the decoder sees the future: changing the last input token of the target "
+            "changed the logits at earlier positions, so in training each position can "
+            "read the token it must predict, and greedy decoding, which has no future to "
+            "read, fails"
+        ),
+        S_CAUSAL,
+    ),
+    (
+        _source_padding_counts,
+        (
+            "padding the source changes the logits: the source padding mask does not "
+            "reach the encoder's self-attention or the decoder's cross-attention"
+        ),
+        S_PADDING,
+    ),
+    (
+        _source_unread,
+        (
+            "the logits do not depend on the source: the decoder's cross-attention does "
+            "not read the encoder's output"
+        ),
+        S_DECODER,
+    ),
+    (
+        _source_order_unseen,
+        (
+            "reversing the source characters leaves the logits unchanged: the encoder "
+            "sees no positions (are the positional encodings added to the source "
+            "embeddings?)"
+        ),
+        S_ORDER,
+    ),
+    (
+        _target_order_unseen,
+        (
+            "a target of one repeated token gives the same logits at every position: the "
+            "decoder sees no positions (are the positional encodings added to the target "
+            "embeddings?)"
+        ),
+        S_ORDER,
+    ),
+    (_positions_added_late, None, S_ORDER),
+    (
+        _causal_encoder,
+        (
+            "changing the last source character leaves the encoder's output at every "
+            "earlier position unchanged: the encoder's self-attention is causal (the "
+            "causal mask belongs to the decoder; the encoder gets the padding mask only)"
+        ),
+        S_CAUSAL,
+    ),
+)
 
 
 def _fail_with_findings(title: str, task: str, findings: list) -> None:
@@ -874,10 +624,6 @@ def _fail_with_findings(title: str, task: str, findings: list) -> None:
         texts[first] = said.sub("", texts[first], count=1)
     listed = "\n".join(texts)
     fail(title, f"{task}. What the probes found, most likely first:\n{listed}", lead)
-
-
-def _same_ids(a, b) -> bool:
-    return isinstance(a, torch.Tensor) and a.shape == b.shape and torch.equal(a, b)
 
 
 def _piece_findings(pieces: Sequence[tuple]) -> list[tuple[str, Section | None]]:
@@ -903,15 +649,16 @@ def _piece_findings(pieces: Sequence[tuple]) -> list[tuple[str, Section | None]]
 def _assembly_findings(
     model, batch_loss, vocab_size
 ) -> list[tuple[str, Section | None]]:
-    src, tgt = _probe_batch(get_device())
+    src, tgt = probe_batch(get_device())
     found = []
-    for probe in MODEL_PROBES:
+    for probe, text, section in MODEL_PROBES:
         seen = probe(model, src, tgt)
-        if seen is not None:
+        if seen:
+            seen = text if seen is True else seen
             found.append(
-                (f"- the assembled model: {seen[0]}.\n    Read {seen[1]}.", seen[1])
+                (f"- the assembled model: {seen}.\n    Read {section}.", section)
             )
-    seen = _probe_loss(batch_loss, vocab_size, src, tgt)
+    seen = probe_loss(model, batch_loss, vocab_size, src, tgt)
     if seen is not None:
         found.append((f"- the assembly: {seen[0]}.\n    Read {seen[1]}.", seen[1]))
     return found
@@ -955,11 +702,11 @@ def check_own_model_learns(
     verify_integrity()
     pieces = (attention, masks, blocks, positions)
     _validate_pieces(pieces)
-    vocab, items, test_src, test_tgt = _data()
+    vocab, items, test_src, test_tgt = date_data()
     with single_thread():
-        model = _build(title, model_cls, len(vocab))
-        src, tgt = _probe_batch(get_device())
-        _check_forward(title, model, src, tgt[:, :-1], len(vocab))
+        model = build_model(title, model_cls, len(vocab))
+        src, tgt = probe_batch(get_device())
+        require_forward(title, model, src, tgt[:, :-1], len(vocab))
         # Before training: a model can learn the dates with its source mask left out
         # or padding counted in its loss, so learning proves neither.
         assembly = _assembly_findings(model, batch_loss, len(vocab))
