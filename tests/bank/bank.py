@@ -108,12 +108,8 @@ def _failure(grader: Callable[[Any], None], answer: Any) -> str | None:
     return None
 
 
-def grade(entry: Entry, graders: dict[str, Callable[[Any], None]]) -> Verdict:
-    """Run every check of the entry's exercise on its answer; classify the outcome."""
-    try:
-        message = _failure(graders[entry.exercise], entry.answer)
-    except Exception as exc:  # noqa: BLE001 - a check that crashes is what we look for
-        return Verdict("crashed", f"{type(exc).__name__}: {exc}")
+def classify(entry: Entry, message: str | None) -> Verdict:
+    """The verdict of the first failure message (None: every check accepted)."""
     if message is None:
         return Verdict("accepted")
     if UNEXPLAINED in message:
@@ -123,19 +119,58 @@ def grade(entry: Entry, graders: dict[str, Callable[[Any], None]]) -> Verdict:
     return Verdict("misnamed", message)
 
 
-def every_message(entry: Entry, graders: dict[str, Callable[[Any], None]]) -> list[str]:
-    """The failure message of each test cell of the entry's exercise, each cell run on
-    its own: what a learner reads in a notebook, where every graded cell runs even after
-    one fails (``grade`` stops at the first, as the verdict is the first failure)."""
+def grade(entry: Entry, graders: dict[str, Callable[[Any], None]]) -> Verdict:
+    """Run every check of the entry's exercise on its answer; classify the outcome."""
+    try:
+        message = _failure(graders[entry.exercise], entry.answer)
+    except Exception as exc:  # noqa: BLE001 - a check that crashes is what we look for
+        return Verdict("crashed", f"{type(exc).__name__}: {exc}")
+    return classify(entry, message)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one test cell, run on its own, made of an answer: ``kind`` is passed,
+    failed (``message`` the learner reads) or crashed (the check raised)."""
+
+    kind: str
+    message: str = ""
+
+
+def cell_outcomes(
+    entry: Entry, graders: dict[str, Callable[[Any], None]]
+) -> list[Outcome]:
+    """Each test cell of the entry's exercise run on its own, in order: what a
+    learner reads in a notebook, where every graded cell runs even after one fails.
+    The cells share no namespace, so the first that does not pass gives ``grade``'s
+    verdict (``verdict_of``), and tests that need both run the cells once."""
     found = []
     for cell in graders[entry.exercise].each_cell():
         try:
             message = _failure(cell, entry.answer)
-        except Exception:  # noqa: BLE001, S112 - a crash is test_bank's to report
+        except Exception as exc:  # noqa: BLE001 - a check that crashes is reported
+            found.append(Outcome("crashed", f"{type(exc).__name__}: {exc}"))
             continue
-        if message is not None:
-            found.append(message)
+        found.append(
+            Outcome("passed") if message is None else Outcome("failed", message)
+        )
     return found
+
+
+def verdict_of(entry: Entry, outcomes: list[Outcome]) -> Verdict:
+    """``grade``'s verdict, read from the outcomes of the entry's cells."""
+    for outcome in outcomes:
+        if outcome.kind == "crashed":
+            return Verdict("crashed", outcome.message)
+        if outcome.kind == "failed":
+            return classify(entry, outcome.message)
+    return Verdict("accepted")
+
+
+def every_message(entry: Entry, graders: dict[str, Callable[[Any], None]]) -> list[str]:
+    """The failure message of each test cell of the entry's exercise, each cell run on
+    its own (``grade`` stops at the first failure, as the verdict is the first)."""
+    return [o.message for o in cell_outcomes(entry, graders) if o.kind == "failed"]
 
 
 def expected_kind(entry: Entry) -> str:

@@ -526,6 +526,76 @@ class MHAFourLinears(nn.Module):
 
 
 @right("multi_head_attention")
+class MHAWithAttentionDropout(nn.Module):
+    """Dropout on the weights, as in the paper: allowed, in training mode only."""
+
+    def __init__(self, d_model, n_heads, dropout=0.1):
+        super().__init__()
+        self.n_heads = n_heads
+        self.q_proj = nn.Linear(d_model, d_model)
+        self.k_proj = nn.Linear(d_model, d_model)
+        self.v_proj = nn.Linear(d_model, d_model)
+        self.out_proj = nn.Linear(d_model, d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, query, key, value, mask=None):
+        q = split_heads(self.q_proj(query), self.n_heads)
+        k = split_heads(self.k_proj(key), self.n_heads)
+        v = split_heads(self.v_proj(value), self.n_heads)
+        weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)), -1)
+        return self.out_proj(merge_heads(self.dropout(weights) @ v))
+
+
+@wrong(
+    "multi_head_attention",
+    r"raised AttributeError.*'drop'.* in training mode",
+    listed=False,
+)
+class MHADropoutRemovedFromInit(nn.Module):
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.n_heads = n_heads
+        self.q_proj = nn.Linear(d_model, d_model)
+        self.k_proj = nn.Linear(d_model, d_model)
+        self.v_proj = nn.Linear(d_model, d_model)
+        self.out_proj = nn.Linear(d_model, d_model)
+        # self.drop = nn.Dropout(0.1)  # no dropout in chapter 1
+
+    def forward(self, query, key, value, mask=None):
+        q = split_heads(self.q_proj(query), self.n_heads)
+        k = split_heads(self.k_proj(key), self.n_heads)
+        v = split_heads(self.v_proj(value), self.n_heads)
+        weights = (q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))).softmax(dim=-1)
+        if self.training:
+            weights = self.drop(weights)
+        return self.out_proj(merge_heads(weights @ v))
+
+
+@wrong(
+    "multi_head_attention",
+    r"'a different computation in training mode'.*the same on every call",
+    listed=False,
+)
+class MHAExpectedDropout(nn.Module):
+    def __init__(self, d_model, n_heads, p=0.1):
+        super().__init__()
+        self.n_heads, self.p = n_heads, p
+        self.q_proj = nn.Linear(d_model, d_model)
+        self.k_proj = nn.Linear(d_model, d_model)
+        self.v_proj = nn.Linear(d_model, d_model)
+        self.out_proj = nn.Linear(d_model, d_model)
+
+    def forward(self, query, key, value, mask=None):
+        q = split_heads(self.q_proj(query), self.n_heads)
+        k = split_heads(self.k_proj(key), self.n_heads)
+        v = split_heads(self.v_proj(value), self.n_heads)
+        weights = (q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))).softmax(dim=-1)
+        if self.training:
+            weights = weights * (1 - self.p)  # dropout on average, without the noise
+        return self.out_proj(merge_heads(weights @ v))
+
+
+@right("multi_head_attention")
 class MHAOutputFirstNoBias(nn.Module):
     """Registers the output projection first, other names, no biases anywhere."""
 

@@ -20,8 +20,7 @@ import types
 from pathlib import Path
 
 import pytest
-from bank import every_message, load
-from test_bank import ALL, CHAPTERS
+from test_bank import ALL, CHAPTERS, group, messages
 
 from tformer_grading import checks
 from tformer_grading.checks.diagnosis import Diagnosis, declared
@@ -35,20 +34,17 @@ def _chapter(module) -> str:
 
 
 # Check modules whose exercise has no bank yet, and why.
-NO_BANK_YET = {
-    "ch06_own_model": "each right answer trains a model (5 s on 2 cores): its bank "
-    "needs a budget of its own in the suite",
-}
+NO_BANK_YET: dict[str, str] = {}
 BANKED = [m for m in checks.exercise_modules() if _chapter(m) in CHAPTERS]
 
 
 @functools.cache
-def messages() -> str:
-    """Every message of every test cell for every wrong answer of every bank."""
-    wrong = [e for e in ALL if e.expect is not None]
-    return "\n".join(
-        m for e in wrong for m in every_message(e, load(e.chapter).GRADERS)
-    )
+def bank_text(chapter: str | None) -> str:
+    """Every message of every test cell for every wrong answer of ``chapter``'s bank
+    (None: of every bank). A chapter's messages are those ``test_bank`` computes for
+    its verdicts, on the same worker: read, not run again."""
+    wrong = [e for e in ALL if e.expect is not None and chapter in (None, e.chapter)]
+    return "\n".join(m for e in wrong for m in messages(e))
 
 
 # Diagnoses no bank answer can reach on the machine the suite runs on, each with the
@@ -64,19 +60,24 @@ REACHED_ELSEWHERE = {
 }
 
 
-def unreached(module) -> list[str]:
-    """The names of ``module``'s diagnoses that no message of the bank gives."""
-    names = dict.fromkeys(d.name for d in declared(module, Diagnosis))
-    return [
+def unreached(module, chapter: str | None = None, *, others: bool = True) -> list[str]:
+    """The names of ``module``'s diagnoses that no message of the bank gives: its
+    chapter's bank first; the others' (another exercise's cells may name it) only
+    for what that leaves, unless ``others`` is False."""
+    names = [
         n
-        for n in names
-        if f"the pitfall '{n}'" not in messages() and n not in REACHED_ELSEWHERE
+        for n in dict.fromkeys(d.name for d in declared(module, Diagnosis))
+        if n not in REACHED_ELSEWHERE
     ]
+    places = [chapter or _chapter(module)] + ([None] if others else [])
+    for where in places:
+        names = [n for n in names if f"the pitfall '{n}'" not in bank_text(where)]
+    return names
 
 
 @pytest.mark.parametrize(
     "module",
-    [pytest.param(m, marks=pytest.mark.xdist_group("bank-reach")) for m in BANKED],
+    [pytest.param(m, marks=group(_chapter(m))) for m in BANKED],
     ids=lambda m: m.__name__.split(".checks.", 1)[1],
 )
 def test_every_diagnosis_is_named_for_some_bank_answer(module):
@@ -88,14 +89,14 @@ def test_every_diagnosis_is_named_for_some_bank_answer(module):
     )
 
 
-@pytest.mark.xdist_group("bank-reach")
+@group("ch02")
 def test_the_guard_reports_a_diagnosis_no_answer_gets():
     from tformer_grading.checks.ch02 import attention
 
     planted = types.ModuleType("planted")
     planted.NEVER = Diagnosis("a mistake no check names", "", attention.S_STEPS)
     planted.ALSO = [attention.WRONG_SCALE]  # in a list, as checks keep their Pitfalls
-    assert unreached(planted) == ["a mistake no check names"]
+    assert unreached(planted, "ch02", others=False) == ["a mistake no check names"]
 
 
 def test_each_diagnosis_reached_elsewhere_has_its_test():
