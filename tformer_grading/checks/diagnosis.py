@@ -256,19 +256,53 @@ NOT_THE_LEARNERS = tuple(
 
 
 def learner_line(exc: BaseException) -> str:
-    """Where in the learner's code ``exc`` was raised: " at line N of your code: `text`", or
-    "" when no frame of the traceback is theirs (the error came from torch on bad input)."""
+    """Where in the learner's code ``exc`` was raised: " at line N of your code: `text`",
+    or "" when no frame of the traceback is theirs (the error came from torch on bad
+    input). When it was raised in a function of theirs that another of theirs called,
+    it names both and the shapes of the tensors the raising one was given
+    (:func:`_called_with`)."""
     frames = [
-        f
-        for f in traceback.extract_tb(exc.__traceback__)
-        if not os.path.abspath(f.filename).startswith(NOT_THE_LEARNERS)
+        (frame, lineno)
+        for frame, lineno in traceback.walk_tb(exc.__traceback__)
+        if not os.path.abspath(frame.f_code.co_filename).startswith(NOT_THE_LEARNERS)
     ]
     if not frames:
         return ""
-    frame = frames[-1]
-    text = (frame.line or linecache.getline(frame.filename, frame.lineno)).strip()
-    code = f": `{text}`" if text else ""
-    return f" at line {frame.lineno} of your code{code}"
+    return f" at line {_line(*frames[-1])}{_called_with(frames)}"
+
+
+def _line(frame, lineno: int) -> str:
+    text = linecache.getline(frame.f_code.co_filename, lineno).strip()
+    return f"{lineno} of your code" + (f": `{text}`" if text else "")
+
+
+_NOT_A_NAME = ("<module>", "<lambda>", "<listcomp>", "<genexpr>", "<dictcomp>")
+
+
+def _called_with(frames: list) -> str:
+    """ ", in your lm_step, called at line 6 of your code: `...`; lm_step's tensor
+    arguments when it raised: tokens [3]": what a crash inside one function of the
+    learner's, called from another, was given (the caller handed the wrong thing
+    more often than the callee is wrong). "" for a crash in the function the check
+    called itself."""
+    inner = frames[-1][0].f_code
+    caller = next(
+        ((f, n) for f, n in reversed(frames[:-1]) if f.f_code is not inner), None
+    )
+    if caller is None or inner.co_name in _NOT_A_NAME:
+        return ""
+    count = inner.co_argcount + inner.co_kwonlyargcount
+    given = [
+        f"{name} {list(value.shape)}"
+        for name in inner.co_varnames[:count]
+        if isinstance(value := frames[-1][0].f_locals.get(name), torch.Tensor)
+    ][:4]
+    tensors = (
+        f"; {inner.co_name}'s tensor arguments when it raised: {', '.join(given)}"
+        if given
+        else ""
+    )
+    return f", in your {inner.co_name}, called at line {_line(*caller)}{tensors}"
 
 
 class Raised:

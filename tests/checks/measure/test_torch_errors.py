@@ -18,7 +18,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tformer_grading.checks.diagnosis import CheckFailure, Raised, fail
+from tformer_grading.checks.diagnosis import CheckFailure, Raised, fail, run
 from tformer_grading.checks.measure import torch_errors
 from tformer_grading.checks.measure.sizes import named
 from tformer_grading.checks.measure.torch_errors import explain
@@ -214,3 +214,31 @@ def test_a_count_with_a_constant_of_the_error_reads_it():
     )
     assert "of 480 = N·embed_size·5 elements" in said
     assert "5 and 4 and 8 are none of the sizes" in said
+
+
+def _step(model, tokens):  # a learner's step: tokens [B, S]
+    return tokens[:, -1]
+
+
+def _loop(prompt):  # a learner's loop that drops the sequence axis (no keepdim)
+    token = prompt.argmax(dim=-1)
+    return _step(None, token)
+
+
+def test_a_crash_in_a_helper_names_it_its_caller_and_what_it_was_given():
+    """Bug (held-out trial 2026-12-07): a loop that handed its step tokens [B] got the
+    step's IndexError at "line 2 of your code", with nothing saying that the loop had
+    called the step, or with what. Guard: the raising function of the learner's, the
+    line of theirs that called it, and the shapes of its tensor arguments."""
+    said = repr(run(_loop, (torch.zeros(3, 5),)))  # as a check calls the learner's
+    assert "in your _step, called at line" in said
+    assert "`return _step(None, token)`" in said
+    # Shown, not read in the case's sizes: a length that grows as the loop runs is
+    # no size of the case, and may equal one by chance (8 = S + 3 = Dh).
+    assert "_step's tensor arguments when it raised: tokens [3]" in said
+
+
+def test_a_crash_in_the_function_called_names_no_caller():
+    said = repr(run(_step, (None, torch.zeros(3))))
+    assert "`return tokens[:, -1]`" in said
+    assert "called at" not in said and "arguments" not in said
