@@ -1,16 +1,12 @@
 """Checks for exercise ``decoder_block`` of chapter 5 (book/ch05_model):
-``DecoderBlock(d_model, n_heads, d_ff, dropout)``,
-``forward(x, memory, src_mask=None)``, a Post-LN decoder block built from
-``tformer_ref.attention.MultiHeadAttention``, ``nn.LayerNorm`` and a feed-forward:
-causal self-attention, cross-attention to ``memory``, feed-forward.
+``DecoderBlock(d_model, n_heads, d_ff, dropout)``, ``forward(x, memory, src_mask=None)``:
+causal self-attention, cross-attention to ``memory``, feed-forward, Post-LN.
 
-``check_decoder_block`` first compares with the reference and names a known wrong
-variant that reproduces the learner's outputs on every case (for some assignment of the
-learner's attentions and norms to their roles). Otherwise the block is traced with
-forward hooks, sublayer by sublayer, to the first stage that departs (its masks read
-back with ``measure.mask_patterns``). In train mode each sublayer's dropout is measured
-(``sublayer_dropout``); the behaviour probes are in ``decoder_behaviour``. The hidden
-"written by hand" check (``check_decoder_by_hand``) is here.
+``check_decoder_block`` names a known wrong variant that reproduces the learner's
+outputs on every case (for some assignment of their attentions and norms to roles);
+else it traces the block sublayer by sublayer to the first stage that departs, masks
+read back with ``measure.mask_patterns``. Dropout: ``sublayer_dropout``; behaviour
+probes: ``decoder_behaviour``; the hidden ``check_decoder_by_hand`` is here.
 """
 
 from __future__ import annotations
@@ -420,7 +416,7 @@ def _stage_self(t, first, cross, heads):
 
 
 def _self_mask_problem(mask, q, heads):
-    """The self-attention's mask against tril (``measure.mask_patterns.causal_reading``), in
+    """The self-attention's mask against tril (``mask_patterns.causal_reading``), in
     words; None when it is tril."""
     if mask is None:
         return NO_CAUSAL_MASK, "Your self-attention was called with mask=None."
@@ -544,7 +540,7 @@ def _stage_cross(t, first, call, h1, heads):
 
 
 def _cross_mask_problem(mask, src_mask, q, k, heads):
-    """The cross-attention's mask against src_mask (``measure.mask_patterns.padding_reading``),
+    """The cross-attention's mask against src_mask (``padding_reading``),
     in words; None when they agree."""
     if mask is None and src_mask is not None:
         return SOURCE_PADDING_SEEN, "Your cross-attention was called with mask=None."
