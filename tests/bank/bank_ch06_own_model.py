@@ -660,7 +660,8 @@ class EncoderSkipped:
 
 @wrong(
     "own_model",
-    r"size of tensor a \(6\) must match the size of tensor b \(8\)",
+    r"size of tensor a \(6\) must match the size of tensor b \(9\)"
+    r".*6 \(St\) against 9 \(Ss\)",
     listed=False,
 )
 class TargetPaddingMaskToCrossAttention:
@@ -682,7 +683,7 @@ class TargetPaddingMaskToCrossAttention:
 
 @wrong(
     "own_model",
-    r"must return logits of shape \[2, 6, \d+\].*got \[2, 8, \d+\]",
+    r"must return logits of shape \[2, 6, \d+\].*got \[2, 9, \d+\]",
     listed=False,
 )
 class ForwardArgumentsSwapped:

@@ -57,6 +57,7 @@ from .diagnosis import (
     verify_integrity,
 )
 from .measure.probes import future_moves_past, padding_invisible
+from .measure.sizes import named
 from .measure.softmax import normalised_over
 from .own_model_training import (
     N_TEST,
@@ -723,7 +724,9 @@ def check_own_model_learns(
         if isinstance(error, Raised):
             fail(
                 title,
-                f"training raised at step {result['steps'] + 1}: {error!r}",
+                f"training raised at step {result['steps'] + 1}, on a batch of tgt "
+                f"[{named(B=result['batch'][0], T=result['batch'][1])}] (labels "
+                f"L={result['batch'][1] - 1}, V={len(vocab)}): {error!r}",
                 S_SHIFT,
             )
         if isinstance(error, str) and error.startswith("batch_loss"):

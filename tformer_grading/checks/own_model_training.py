@@ -37,6 +37,7 @@ from .measure.losses import (
     normaliser_kind,
     reached,
 )
+from .measure.sizes import named
 from .measure.softmax import normalised_over
 
 #: The exercise whose checks (own_model's) run this module (its bank holds the answers).
@@ -94,9 +95,11 @@ def build_model(
 
 
 def probe_batch(device) -> tuple[torch.Tensor, torch.Tensor]:
-    """A fixed src [2, 8] (row 0 padded) and tgt [2, 7] (BOS ... EOS, row 1 padded)."""
+    """A fixed src [2, 9] (row 0 padded) and tgt [2, 7] (BOS ... EOS, row 1 padded):
+    with the model's sizes (D=32, H=4, Dh=8), every size different, so that each
+    number of a size error reads as one of them."""
     src = torch.tensor(
-        [[8, 9, 10, 11, 12, 13, EOS, PAD], [14, 9, 15, 16, 17, 18, 19, EOS]]
+        [[8, 9, 10, 11, 12, 13, EOS, PAD, PAD], [14, 9, 15, 16, 17, 18, 19, 20, EOS]]
     )
     tgt = torch.tensor(
         [[BOS, 20, 21, 22, 23, 24, EOS], [BOS, 25, 26, 27, EOS, PAD, PAD]]
@@ -152,7 +155,9 @@ def require_forward(title: str, model, src, tgt_in, vocab_size: int) -> None:
     """The interface: model(src [B, Ss], tgt_in [B, St]) -> float logits [B, St, V]."""
     __tracebackhide__ = True
     out = eval_logits(model, src, tgt_in)
-    call = f"model(src {list(src.shape)}, tgt_in {list(tgt_in.shape)})"
+    b, ss, st = *src.shape, tgt_in.size(1)
+    sizes = named(V=vocab_size, D=D_MODEL, H=N_HEADS, Dh=D_MODEL // N_HEADS)
+    call = f"model(src [{named(B=b, Ss=ss)}], tgt_in [.., St={st}]) ({sizes})"
     want = [src.size(0), tgt_in.size(1), vocab_size]
     if isinstance(out, Raised):
         fail(title, f"{call} raised {out!r}", S_DECODER)
@@ -261,7 +266,7 @@ def train(
             optimizer.zero_grad(set_to_none=True)
             loss = run(_backward, (batch_loss, model, src.to(device), tgt.to(device)))
             if isinstance(loss, (Raised, str)):
-                result["error"] = loss
+                result["error"], result["batch"] = loss, tuple(tgt.shape)
                 return result
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=True)
             optimizer.step()
