@@ -357,7 +357,9 @@ def compare_with_roles(
             return
         for pitfall in pitfalls:
             if any(
-                flow.listed_pitfall([pitfall], cases, theirs, atol, rtol, _in_role(r))
+                flow.listed_pitfall(
+                    [pitfall], cases, theirs, atol, rtol, _in_role(r), stop_early=True
+                )
                 for r in roles
             ):
                 pitfall.fail(title)

@@ -244,14 +244,18 @@ def listed_pitfall(
     adapt: Callable[[Callable], Callable] = as_is,
     run_on: Callable[[Callable, Any], Any] = lambda fn, case: run(fn, case.make()),
     alike: Callable[[Any, Any], bool] | None = None,
+    stop_early: bool = False,
 ) -> Pitfall | None:
     """The first of ``pitfalls`` whose variant (wrapped by ``adapt``, as the learner's
     code was) gives the learner's outputs ``theirs`` on every case, or None: a pitfall
     is named only when it reproduces everything. A check with runs of its own passes
-    how to run a variant on a case (``run_on``) and compare it (``alike(got, v)``)."""
+    how to run a variant on a case (``run_on``) and compare it (``alike(got, v)``);
+    ``stop_early`` leaves a variant at its first case that differs (where building a
+    case costs more than the random state the skipped runs would draw)."""
     same_as = alike or (lambda g, v: agree(g, v, atol, rtol))
     for pitfall in pitfalls:
-        variant = [run_on(adapt(pitfall.impl), case) for case in cases]
+        runs = (run_on(adapt(pitfall.impl), case) for case in cases)
+        variant = runs if stop_early else list(runs)
         if all(same_as(g, v) for g, v in zip(theirs, variant)):
             return pitfall
     return None

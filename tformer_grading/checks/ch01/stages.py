@@ -94,7 +94,13 @@ def _name_listed(
     __tracebackhide__ = True
     got = [r.got for r in runs]
     pitfall = flow.listed_pitfall(
-        pitfalls, runs, got, atol, rtol, run_on=lambda fn, r: run(fn, r.ref_args)
+        pitfalls,
+        runs,
+        got,
+        atol,
+        rtol,
+        run_on=lambda fn, r: run(fn, r.ref_args),
+        stop_early=True,
     )
     if pitfall is not None:
         pitfall.fail(title)

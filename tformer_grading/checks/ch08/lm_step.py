@@ -457,7 +457,13 @@ def _empty_cache_problems(title, step, cases, runs, refs) -> None:
         NOT_CAUSAL.fail(title, observed)
     on_empty = [cases[i] for i in empty], [runs[i] for i in empty]
     pitfall = listed_pitfall(
-        EMPTY_CACHE_PITFALLS, *on_empty, 0, 0, run_on=run_case, alike=same_run
+        EMPTY_CACHE_PITFALLS,
+        *on_empty,
+        0,
+        0,
+        run_on=run_case,
+        alike=same_run,
+        stop_early=True,
     )
     if pitfall is not None:
         pitfall.fail(title, "Its logits equal yours on every empty-cache case.")
