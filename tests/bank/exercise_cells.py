@@ -86,11 +86,15 @@ class Grader:
     cells: tuple[Cell, ...]
     others: tuple[tuple[str, Any], ...] = ()
 
-    def __call__(self, answer: Any) -> None:
+    def bound(self, answer: Any) -> dict[str, Any]:
+        """The notebook names ``answer`` stands for: itself under the one name, else
+        its attribute of each name."""
         if len(self.names) == 1:
-            bound = {self.names[0]: answer}
-        else:
-            bound = {name: getattr(answer, name) for name in self.names}
+            return {self.names[0]: answer}
+        return {name: getattr(answer, name) for name in self.names}
+
+    def __call__(self, answer: Any) -> None:
+        bound = self.bound(answer)
         for cell in self.cells:
             namespace = {**_setup(self.chapter), **dict(self.others), **bound}
             exec(cell.compiled, namespace)  # noqa: S102

@@ -48,10 +48,7 @@ MIN_WRONG, MIN_UNLISTED, MIN_RIGHT, MIN_NAMED = 25, 15, 8, 0.85
 
 def module_classes(entry: Entry) -> list[type]:
     """The nn.Module classes the entry answers its exercise with."""
-    names = load(entry.chapter).GRADERS[entry.exercise].names
-    answers = (
-        [getattr(entry.answer, n) for n in names] if len(names) > 1 else [entry.answer]
-    )
+    answers = load(entry.chapter).GRADERS[entry.exercise].bound(entry.answer).values()
     return [a for a in answers if isinstance(a, type) and issubclass(a, nn.Module)]
 
 
