@@ -87,8 +87,8 @@ test-gpu: bytecode
 bench: bytecode
 	$(BIN)/python -m bench
 
-# How the checks do on the measured bank (tests/bank/): per chapter and exercise, wrong answers
-# rejected, named, generic or misnamed, right answers accepted.
+# How the checks do on the measured bank (tests/exercises/**/bank_*.py): per exercise, wrong
+# answers rejected, named, generic or misnamed, right answers accepted.
 grading-report: env
 	$(BIN)/python tools/grading_report.py
 

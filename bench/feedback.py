@@ -1,8 +1,8 @@
 """How long a learner waits for a check cell's verdict on a wrong answer, against the
 same cells on right answers, measured in the same run.
 
-Every test cell of every banked exercise (tests/bank/), run on its own as a notebook
-runs it, once per bank answer:
+Every test cell of every banked exercise (tests/exercises/**/bank_*.py), run on its own
+as a notebook runs it, once per bank answer:
 
 * ours: the slowest cell on a wrong answer, where the checks measure, probe and
   explain (the learner's wait for the message);
@@ -25,7 +25,7 @@ import time
 from . import ROOT
 
 BANK = ROOT / "tests" / "bank"
-LEFT_OUT = {"ch06_own_model"}  # trains a model by design
+LEFT_OUT = {"own_model"}  # trains a model by design
 LIMIT_MS = 2000.0
 
 
@@ -41,12 +41,11 @@ def slowest_cells() -> dict[str, tuple[float, str]]:
     sys.path.insert(0, str(BANK))
     import bank
 
-    chapters = sorted(p.stem[len("bank_") :] for p in BANK.glob("bank_ch*.py"))
     slowest = {"wrong": (0.0, ""), "right": (0.0, "")}
-    for chapter in chapters:
+    for chapter in bank.chapters():
         if chapter in LEFT_OUT:
             continue
-        graders = bank.load(chapter).GRADERS
+        graders = bank.graders_of(chapter)
         entries = bank.entries(chapter)
         warmed = set()
         for entry in entries:

@@ -1,9 +1,12 @@
 """The measured bank: literal learner answers, each with the verdict the checks give.
 
-A chapter's bank is ``tests/bank/bank_chNN.py`` (a long chapter may split it:
-``bank_chNN_topic.py``, reported on its own row). It registers answers with the two
-decorators below and says, in ``GRADERS``, how an answer to each exercise is graded:
-by the exercise's own test cells, read from its source (``exercise_cells.graders``)::
+An exercise's bank is ``tests/exercises/<chapter>/<exercise>/bank_<exercise>.py``
+(``tests/exercises/<chapter>/bank_<chapter>.py`` for a chapter of one exercise: the bug
+hunts, the own model). It registers answers with the two decorators below and says, in
+``GRADERS``, how an answer to the exercise is graded: by the exercise's own test cells,
+read from its source (``exercise_cells.graders``)::
+
+    GRADERS = graders("ch02_attention", {"attention": "attention"})
 
     @wrong("attention", r"divided by 8(\\.0)?\\b.*expected .*sqrt", listed=False)
     def attention_divides_by_two_sqrt(q, k, v):   # an extra factor 2 "for stability"
@@ -13,25 +16,30 @@ by the exercise's own test cells, read from its source (``exercise_cells.graders
     def attention_with_baddbmm(q, k, v):
         ...
 
-``expect`` is a regular expression the failure message must match: the pitfall's name or
-the measured quantity that is off, never words every failure has. ``GENERIC`` says the
-checks are expected to reject the answer without naming its mistake (counted against the
-chapter's 85 %). ``listed`` says whether the mistake is exactly one of the check's own
-wrong variants; the bank needs mistakes the checks were not written from.
+An entry's chapter is the folder under ``tests/exercises`` its bank is in. ``expect`` is
+a regular expression the failure message must match: the pitfall's name or the measured
+quantity that is off, never words every failure has. ``GENERIC`` says the checks are
+expected to reject the answer without naming its mistake (counted against the chapter's
+85 %). ``listed`` says whether the mistake is exactly one of the check's own wrong
+variants; the bank needs mistakes the checks were not written from.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import importlib
 import io
 import re
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 from tformer_grading.checks.diagnosis import UNEXPLAINED, CheckFailure
 
 GENERIC = "<generic>"
+EXERCISES = Path(__file__).resolve().parents[1] / "exercises"
 
 
 @dataclass(frozen=True)
@@ -63,12 +71,13 @@ ENTRIES: list[Entry] = []
 
 
 def _chapter_of(fn: Callable) -> str:
-    match = re.search(r"bank_(ch\d\d\w*)$", fn.__module__)
-    if not match:
+    """The folder under tests/exercises that the bank defining ``fn`` is in."""
+    path = Path(sys.modules[fn.__module__].__file__).resolve()
+    if not (path.name.startswith("bank_") and path.is_relative_to(EXERCISES)):
         raise ValueError(
-            f"bank entries live in tests/bank/bank_chNN.py, not {fn.__module__}"
+            f"bank entries live in tests/exercises/<chapter>/**/bank_*.py, not {path}"
         )
-    return match.group(1)
+    return path.relative_to(EXERCISES).parts[0]
 
 
 def right(exercise: str) -> Callable:
@@ -179,12 +188,41 @@ def expected_kind(entry: Entry) -> str:
     return "generic" if entry.expect == GENERIC else "named"
 
 
-def load(chapter: str):
-    """Import ``bank_<chapter>`` (registering its entries) and return the module."""
-    name = f"bank_{chapter}"
-    if name not in sys.modules:
-        __import__(name)
-    return sys.modules[name]
+def chapters() -> list[str]:
+    """The folders of tests/exercises that hold a bank."""
+    return sorted({p.relative_to(EXERCISES).parts[0] for p in _banks()})
+
+
+def _banks(chapter: str = "") -> list[Path]:
+    return sorted((EXERCISES / chapter).rglob("bank_*.py"))
+
+
+def load(chapter: str) -> list:
+    """Import every bank of ``chapter`` (registering its entries); return the modules.
+    Each is imported by its own name, from its folder, as the unit tests import it."""
+    modules = []
+    for path in _banks(chapter):
+        # a bank may import its chapter's shared answers (answers_<chapter>.py)
+        for folder in (path.parent, EXERCISES / chapter):
+            if str(folder) not in sys.path:
+                sys.path.insert(0, str(folder))
+        module = importlib.import_module(path.stem)
+        if Path(module.__file__).resolve() != path.resolve():
+            raise ValueError(f"two banks named {path.name}: {module.__file__}, {path}")
+        modules.append(module)
+    return modules
+
+
+@functools.cache
+def graders_of(chapter: str) -> dict[str, Callable[[Any], None]]:
+    """exercise -> the Grader its bank declares, for every bank of ``chapter``."""
+    found: dict[str, Callable[[Any], None]] = {}
+    for module in load(chapter):
+        twice = set(found) & set(module.GRADERS)
+        if twice:
+            raise ValueError(f"{module.__file__}: {sorted(twice)} graded twice")
+        found.update(module.GRADERS)
+    return found
 
 
 def entries(chapter: str) -> list[Entry]:

@@ -2,7 +2,7 @@
 by running the exercise's own test cells (hidden tests included) with the answer in
 place of the learner's code, so the list of checks is written once, in the notebook.
 
-A chapter's bank says which notebook names each of its exercises answers::
+An exercise's bank says which notebook names the exercise answers::
 
     GRADERS = graders("ch02_attention", {"attention": "attention"})
     GRADERS = graders("ch06_training", {"noam": ("noam_lambda", "make_scheduler")})

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from pathlib import Path
 
 import pytest
 from bank import (
@@ -17,16 +16,16 @@ from bank import (
     Outcome,
     Verdict,
     cell_outcomes,
+    chapters,
     entries,
     expected_kind,
-    load,
+    graders_of,
     verdict_of,
 )
 from torch import nn
 from torch.nn.modules.module import register_module_forward_pre_hook
 
-BANKS = Path(__file__).parent.glob("bank_ch*.py")
-CHAPTERS = sorted(p.stem[len("bank_") :] for p in BANKS)
+CHAPTERS = chapters()
 
 
 def _load_all() -> tuple[list[Entry], dict[str, str]]:
@@ -48,7 +47,7 @@ MIN_WRONG, MIN_UNLISTED, MIN_RIGHT, MIN_NAMED = 25, 15, 8, 0.85
 
 def module_classes(entry: Entry) -> list[type]:
     """The nn.Module classes the entry answers its exercise with."""
-    answers = load(entry.chapter).GRADERS[entry.exercise].bound(entry.answer).values()
+    answers = graders_of(entry.chapter)[entry.exercise].bound(entry.answer).values()
     return [a for a in answers if isinstance(a, type) and issubclass(a, nn.Module)]
 
 
@@ -68,7 +67,7 @@ def _graded(entry: Entry) -> tuple[list[Outcome], dict[str, frozenset]]:
     with contextlib.ExitStack() as stack:
         if classes:
             stack.callback(register_module_forward_pre_hook(record).remove)
-        outcomes = cell_outcomes(entry, load(entry.chapter).GRADERS)
+        outcomes = cell_outcomes(entry, graders_of(entry.chapter))
     return outcomes, {c.__name__: frozenset(m) for c, m in modes.items()}
 
 
@@ -100,7 +99,7 @@ def test_answer_gets_its_verdict(entry: Entry):
 
 @pytest.mark.parametrize("chapter", CHAPTERS)
 def test_bank_imports(chapter: str):
-    assert chapter not in BROKEN, f"tests/bank/bank_{chapter}.py: {BROKEN.get(chapter)}"
+    assert chapter not in BROKEN, f"tests/exercises/{chapter}/: {BROKEN.get(chapter)}"
 
 
 @pytest.mark.parametrize(
@@ -108,7 +107,7 @@ def test_bank_imports(chapter: str):
 )
 def test_chapter_bank_meets_the_standard(chapter: str):
     bank = entries(chapter)
-    exercises = sorted({e.exercise for e in bank} | set(load(chapter).GRADERS))
+    exercises = sorted({e.exercise for e in bank} | set(graders_of(chapter)))
     for exercise in exercises:
         mine = [e for e in bank if e.exercise == exercise]
         wrong = [e for e in mine if e.expect is not None]
@@ -130,7 +129,7 @@ def test_chapter_bank_meets_the_standard(chapter: str):
 
 
 ONE_MODE = {
-    "ch03_bughunt": "the seed's SelfAttention fixed in place has no training-mode "
+    "bughunt_attention": "the seed's SelfAttention fixed in place has no training-mode "
     "path (no dropout), and each of its four checks judges one bug",
 }
 

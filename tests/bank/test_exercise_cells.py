@@ -11,20 +11,20 @@ from __future__ import annotations
 
 import pytest
 
-from bank import load
+from bank import graders_of
 from exercise_cells import cells
 from test_bank import CHAPTERS
 
 
-BANKED = sorted({g.chapter for bank in CHAPTERS for g in load(bank).GRADERS.values()})
+BANKED = sorted({g.chapter for c in CHAPTERS for g in graders_of(c).values()})
 
 
 @pytest.mark.parametrize("folder", BANKED)
 def test_every_test_cell_of_a_banked_exercise_is_graded_by_a_bank(folder):
     graded = {
         cell.name
-        for bank in CHAPTERS
-        for grader in load(bank).GRADERS.values()
+        for chapter in CHAPTERS
+        for grader in graders_of(chapter).values()
         if grader.chapter == folder
         for cell in grader.cells
     }

@@ -20,6 +20,7 @@ import types
 from pathlib import Path
 
 import pytest
+from bank import EXERCISES
 from test_bank import ALL, CHAPTERS, group, messages
 
 from tformer_grading import checks
@@ -27,10 +28,22 @@ from tformer_grading.checks.diagnosis import Diagnosis, declared
 
 
 def _chapter(module) -> str:
-    """The bank a check module's answers are in: ch06.noam -> ch06, ch06_loop ->
-    ch06_loop, a module named for its notebook (bughunt_attention) -> its ASSIGNMENT."""
+    """The folder of tests/exercises a check module's answers are in: ch06.noam ->
+    ch06, ch06_loop -> ch06, bughunt_attention -> bughunt_attention,
+    own_model_training -> own_model (its own name, or the chapter it begins with)."""
     name = module.__name__.split(".checks.", 1)[1].split(".")[0]
-    return name if name in CHAPTERS else getattr(module, "ASSIGNMENT", name)
+    return next((c for c in CHAPTERS if name == c or name.startswith(c + "_")), name)
+
+
+def _bank_of(module) -> str:
+    """Where the answers that reach ``module``'s diagnoses go: its exercise's bank
+    (ch06.noam -> tests/exercises/ch06/noam/bank_noam.py), else its chapter's folder."""
+    chapter = _chapter(module)
+    exercise = module.__name__.rsplit(".", 1)[1]
+    for bank in (f"{exercise}/bank_{exercise}.py", f"bank_{chapter}.py"):
+        if (EXERCISES / chapter / bank).exists():
+            return f"tests/exercises/{chapter}/{bank}"
+    return f"a bank_<exercise>.py under tests/exercises/{chapter}/"
 
 
 # Check modules whose exercise has no bank yet, and why.
@@ -51,11 +64,13 @@ def bank_text(chapter: str | None) -> str:
 # unit test that reaches it instead and why the bank cannot.
 REACHED_ELSEWHERE = {
     # A CPU-only machine has one device: a learner's .cpu() moves nothing there.
-    "tensors moved to another device": "tests/checks/test_checks_ch06.py::"
+    "tensors moved to another device": "tests/exercises/ch06/shift_targets/"
+    "test_checks_shift_targets.py::"
     "test_shift_names_slices_moved_to_another_device",
     # The notebook's own lm_step wrong under a right loop: a bank answer binds only
     # generate_greedy, whose lm_step is the bank module's (a right one).
-    "the step's logits are wrong": "tests/checks/test_checks_ch08.py::"
+    "the step's logits are wrong": "tests/exercises/ch08/generate_greedy/"
+    "test_checks_generate_greedy.py::"
     "test_generate_greedy_rejects_wrong_implementations",
 }
 
@@ -84,8 +99,8 @@ def test_every_diagnosis_is_named_for_some_bank_answer(module):
     missing = unreached(module)
     assert missing == [], (
         f"{module.__name__} can name mistakes that no wrong answer of the bank gets: "
-        f"{missing}. Add the answer that makes each (tests/bank/bank_"
-        f"{_chapter(module)}.py), or delete a diagnosis no learner code can reach."
+        f"{missing}. Add the answer that makes each ({_bank_of(module)}), or delete "
+        "a diagnosis no learner code can reach."
     )
 
 
@@ -109,5 +124,6 @@ def test_each_diagnosis_reached_elsewhere_has_its_test():
 def test_every_check_module_has_a_bank_or_a_reason():
     unbanked = {_chapter(m) for m in checks.exercise_modules()} - set(CHAPTERS)
     assert unbanked == set(NO_BANK_YET), (
-        f"check modules without a bank (tests/bank/bank_<name>.py): {unbanked}"
+        "check modules without a bank (tests/exercises/<chapter>/<exercise>/"
+        f"bank_<exercise>.py): {unbanked}"
     )

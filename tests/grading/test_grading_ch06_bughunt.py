@@ -143,7 +143,7 @@ def test_the_student_version_holds_the_seeds_loop_verbatim():
     # nbgrader's stub, after the seed's return: it never runs.
     import importlib.util
 
-    path = ROOT / "tests" / "checks" / "test_checks_bughunt_decoding.py"
+    path = ROOT / "tests/exercises/bughunt_decoding/test_checks_bughunt_decoding.py"
     spec = importlib.util.spec_from_file_location("quoted_seed", path)
     quoted = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(quoted)

@@ -5,8 +5,9 @@ as the case's sizes, and nothing is read where nothing can be.
 Bug this guards against: a crash forwarded with PyTorch's numbers alone ("shape
 '[2, 5, 3, 170]' is invalid for input of size 120"), which leaves the learner to work
 out which of their sizes each number is; and its opposite, a reading that names a size
-the number is not. The checks' own use is in the banks (tests/bank/bank_ch01.py
-`split_hard_coded_d_model`, bank_ch02.py `attention_dot_T`, ...).
+the number is not. The checks' own use is in the banks
+(tests/exercises/ch01/split_heads/bank_split_heads.py `split_hard_coded_d_model`,
+bank_attention.py `attention_dot_T`, ...).
 """
 
 from __future__ import annotations

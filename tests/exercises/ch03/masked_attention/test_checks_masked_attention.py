@@ -1,0 +1,254 @@
+"""masked_attention (chapter 3, book/ch03_masks): the unit tests of
+``ch03.check_masked_attention``, its half-precision cell
+(``check_masked_attention_half_precision``), its hidden "written by hand" test, and the
+mask probes (``check_mask_probes``: the learner's masked attention with their own
+masks, judged by behaviour), with wrong implementations (each rejected with its named
+diagnosis) and right ones written differently (each accepted).
+
+Beyond the bank (bank_masked_attention.py): a fill value that passes float32 and is
+named in half precision, an unfinished answer and SDPA refused by the hidden test, the
+probes' messages for wrong masks, and silence on stderr (nbgrader gives a test cell
+zero when it writes there).
+"""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tformer_grading.checks import CheckFailure, ch03
+from tformer_ref.masks import causal_mask, padding_mask
+
+# --------------------------------------------------------------------------- masked attention: right ones
+
+
+def masked_min_then_zero(
+    q, k, v, mask
+):  # the reference's semantics: zeros for fully masked rows
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+    weights = scores.softmax(-1).masked_fill(~mask.any(-1, keepdim=True), 0.0)
+    return weights @ v, weights
+
+
+def masked_min_uniform(q, k, v, mask):  # fully masked rows left uniform: accepted
+    scores = torch.einsum("bhqd,bhkd->bhqk", q, k) / q.shape[-1] ** 0.5
+    weights = torch.softmax(
+        scores.masked_fill(mask.logical_not(), torch.finfo(q.dtype).min), dim=-1
+    )
+    return torch.einsum("bhqk,bhkd->bhqd", weights, v), weights
+
+
+def masked_where_minus_1e4(q, k, v, mask):  # -1e4 fits float16 and exp(-1e4) is 0: fine
+    scores = q @ k.mT / math.sqrt(q.size(-1))
+    weights = torch.where(mask, scores, torch.tensor(-1e4, dtype=scores.dtype)).softmax(
+        -1
+    )
+    return weights @ v, weights
+
+
+def masked_inf_then_nan_to_num(q, k, v, mask):  # -inf, then NaN rows repaired: fine
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    weights = scores.masked_fill(~mask, float("-inf")).softmax(-1).nan_to_num(0.0)
+    return weights @ v, weights
+
+
+def masked_additive(q, k, v, mask):
+    bias = torch.zeros(mask.shape, dtype=q.dtype).masked_fill(
+        ~mask, torch.finfo(q.dtype).min
+    )
+    weights = (q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)) + bias).softmax(-1)
+    return weights @ v, weights
+
+
+RIGHT_MASKED = [
+    masked_min_then_zero,
+    masked_min_uniform,
+    masked_where_minus_1e4,
+    masked_inf_then_nan_to_num,
+    masked_additive,
+]
+
+
+@pytest.mark.parametrize("fn", RIGHT_MASKED)
+def test_masked_attention_accepts_right_implementations(fn, capsys):
+    ch03.check_masked_attention(fn)
+    ch03.check_masked_attention_half_precision(fn)
+    ch03.check_masked_attention_by_hand(fn)
+    ch03.check_mask_probes(fn, causal_mask, padding_mask)
+    out = capsys.readouterr().out
+    assert out.count("✓ masked_attention") == 5 and "✓ mask probes" in out
+
+
+# --------------------------------------------------------------------------- masked attention: wrong ones
+
+
+def _scores(q, k):
+    return q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+
+
+def masked_after_softmax(
+    q, k, v, mask
+):  # zeroes weights after normalising: rows no longer sum to 1
+    weights = _scores(q, k).softmax(-1) * mask
+    return weights @ v, weights
+
+
+def masked_inverted(q, k, v, mask):  # treats True as "ignore"
+    weights = torch.where(mask, torch.finfo(q.dtype).min, _scores(q, k)).softmax(-1)
+    return weights @ v, weights
+
+
+def masked_minus_inf(q, k, v, mask):  # fully masked rows become NaN
+    weights = _scores(q, k).masked_fill(mask == 0, float("-inf")).softmax(-1)
+    return weights @ v, weights
+
+
+def masked_minus_1e9(
+    q, k, v, mask
+):  # the seed: fine in float32, refused by float16's masked_fill
+    weights = _scores(q, k).masked_fill(mask == 0, -1e9).softmax(-1)
+    return weights @ v, weights
+
+
+def masked_minus_1e20(q, k, v, mask):  # the other seed
+    weights = F.softmax(_scores(q, k).masked_fill(mask == 0, float("-1e20")), dim=3)
+    return weights @ v, weights
+
+
+def masked_where_1e9(
+    q, k, v, mask
+):  # torch.where quietly turns -1e9 into -inf in float16: NaN there only
+    scores = _scores(q, k)
+    weights = torch.where(mask, scores, torch.tensor(-1e9, dtype=scores.dtype)).softmax(
+        -1
+    )
+    return weights @ v, weights
+
+
+def masked_fill_zero(q, k, v, mask):  # scores times the mask: masked ones 0, exp(0) = 1
+    weights = (_scores(q, k) * mask).softmax(-1)
+    return weights @ v, weights
+
+
+def masked_ignores_mask(q, k, v, mask):  # the mask argument is never used
+    weights = torch.einsum("bhqd,bhkd->bhqk", q, k).div(q.size(-1) ** 0.5).softmax(-1)
+    return torch.einsum("bhqk,bhkd->bhqd", weights, v), weights
+
+
+def masked_no_scaling(q, k, v, mask):  # chapter 2's bug, back again
+    scores = torch.matmul(q, k.mT)  # no / √d_k
+    weights = scores.masked_fill(mask.logical_not(), -1e4).softmax(dim=-1)
+    return torch.matmul(weights, v), weights
+
+
+def masked_calls_sdpa(q, k, v, mask):
+    return F.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask
+    ), masked_min_then_zero(q, k, v, mask)[1]
+
+
+@pytest.mark.parametrize(
+    "fn,diagnosis",
+    [
+        (masked_after_softmax, "mask applied after softmax"),
+        (masked_inverted, "mask inverted"),
+        (masked_minus_inf, "NaN on fully masked rows"),
+        (masked_fill_zero, "masked with 0 instead of a large negative number"),
+        (masked_ignores_mask, "mask ignored"),
+        (masked_no_scaling, "'no scaling'"),
+    ],
+)
+def test_masked_attention_rejects_wrong_implementations(fn, diagnosis):
+    with pytest.raises(CheckFailure, match=diagnosis):
+        ch03.check_masked_attention(fn)
+
+
+@pytest.mark.parametrize("fn", [masked_minus_1e9, masked_minus_1e20, masked_where_1e9])
+def test_overflowing_fill_passes_float32_and_fails_half_precision_by_name(fn, capsys):
+    ch03.check_masked_attention(fn)  # uniform fully masked rows are accepted in float32
+    with pytest.raises(
+        CheckFailure, match="fill value that overflows in half precision"
+    ):
+        ch03.check_masked_attention_half_precision(fn)
+
+
+@pytest.mark.parametrize(
+    "fn,diagnosis",
+    [
+        (masked_minus_inf, "NaN on fully masked rows"),
+        (masked_inverted, "mask inverted"),
+    ],
+)
+def test_half_precision_check_names_other_pitfalls_too(fn, diagnosis):
+    with pytest.raises(CheckFailure, match=diagnosis):
+        ch03.check_masked_attention_half_precision(fn)
+
+
+def test_masked_attention_by_hand_fails_an_unfinished_answer():
+    def unfinished(q, k, v, mask):  # the untouched student cell
+        raise NotImplementedError()
+
+    with pytest.raises(CheckFailure, match="raised NotImplementedError"):
+        ch03.check_masked_attention_by_hand(unfinished)
+
+
+def test_masked_attention_by_hand_rejects_sdpa():
+    with pytest.raises(CheckFailure, match="calls scaled_dot_product_attention"):
+        ch03.check_masked_attention_by_hand(masked_calls_sdpa)
+
+
+# --------------------------------------------------------------------------- probes
+
+CAUSAL, PAD = causal_mask, padding_mask
+
+
+@pytest.mark.parametrize(
+    "attn,causal,pad,diagnosis",
+    [
+        # triu: each query sees itself and the future
+        (
+            masked_min_then_zero,
+            lambda s: torch.ones(s, s, dtype=torch.bool).triu(),
+            PAD,
+            "'causality violated'. Changing tokens 3..5 changed the outputs of tokens 0..2",
+        ),
+        # True = ignore (nn.MultiheadAttention's convention) read as True = attend
+        (
+            masked_min_then_zero,
+            lambda s: ~torch.ones(s, s, dtype=torch.bool).tril(),
+            PAD,
+            "'causality violated'",
+        ),
+        (masked_inverted, CAUSAL, PAD, "'causality violated'"),
+        (masked_ignores_mask, CAUSAL, PAD, "'causality violated'"),
+        (masked_fill_zero, CAUSAL, PAD, "'causality violated'"),
+        # True on the padding: real tokens attend to the pads appended after them
+        (
+            masked_min_then_zero,
+            CAUSAL,
+            lambda t, p: (t == p)[:, None, None, :],
+            "'pad invariance violated'. Appending padding tokens",
+        ),
+        # [B, 1, S] with B == H == 2: runs, but each sequence is masked with the other one's
+        # padding, so it reads what sits at its own padded positions.
+        (
+            masked_min_then_zero,
+            CAUSAL,
+            lambda t, p: (t != p).unsqueeze(1),
+            "'attends to padding'. Changing the keys and values at padded positions",
+        ),
+    ],
+)
+def test_probes_reject(attn, causal, pad, diagnosis):
+    with pytest.raises(CheckFailure, match=diagnosis):
+        ch03.check_mask_probes(attn, causal, pad)
+
+
+def test_checks_write_nothing_to_stderr(capfd):
+    ch03.check_masked_attention(masked_min_then_zero)
+    for fn in (masked_minus_1e9, masked_minus_inf):
+        with pytest.raises(CheckFailure):
+            ch03.check_masked_attention_half_precision(fn)
+    assert capfd.readouterr().err == ""
