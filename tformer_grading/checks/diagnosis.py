@@ -40,6 +40,7 @@ from ..anchors import heading_anchor
 from ..guard.integrity import integrity_problems, seal
 from ..guard.receipts import sign
 from ..progress import NOT_ANSWERED
+from .measure.failing_call import failing_call
 from .measure.sizes import named
 from .measure.torch_errors import explain
 
@@ -306,10 +307,13 @@ def _called_with(frames: list) -> str:
 
 
 class Raised:
-    """The exception a call raised, kept as a value so variants can be compared on it too."""
+    """The exception a call raised, kept as a value so variants can be compared on it
+    too; ``call`` is what :func:`.measure.failing_call.failing_call` read of the
+    PyTorch call it came from ("" when nothing was read)."""
 
-    def __init__(self, exc: BaseException):
+    def __init__(self, exc: BaseException, call: str = ""):
         self.exc = exc
+        self.call = call
 
     def __repr__(self) -> str:
         message = str(self.exc)
@@ -318,7 +322,8 @@ class Raised:
         ):  # a flood of text is the learner's, not the reader's, problem
             message = message[:300] + " …"
         said = f": {message}" if message else ""
-        return f"{type(self.exc).__name__}{said}{learner_line(self.exc)}"
+        call = f" ({self.call})" if self.call else ""
+        return f"{type(self.exc).__name__}{said}{learner_line(self.exc)}{call}"
 
 
 def fail(title: str, message: str, section: Section | None = None) -> None:
@@ -411,7 +416,7 @@ def run(fn: Callable, args: tuple) -> Any:
         except Exception as exc:  # noqa: BLE001 - the learner's code may raise anything
             if unanswered(exc):
                 fail_unanswered(exc)
-            return Raised(exc)
+            return Raised(exc, failing_call(fn, args, exc))
 
 
 def unanswered(exc: BaseException) -> bool:

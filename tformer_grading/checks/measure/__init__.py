@@ -74,4 +74,8 @@ back (``tests/checks/measure/``).
 ``mask_misreadings``
     a keep-mask misread, read back from where the weights are not zero: True taken
     as "ignore", transposed, batch and heads swapped, one sequence's mask for all.
+``failing_call``
+    the PyTorch call a crash came from, read by running the learner's function again:
+    its operands' shapes, and how each was made (``.T`` of [B, H, Sk, Dh], ``[:B]`` of
+    a table).
 """

@@ -95,6 +95,20 @@ def _index(sizes: Sizes, m: re.Match) -> tuple[str, list[int]]:
     return said, [size]
 
 
+def _call(sizes: Sizes, m: re.Match) -> tuple[str, list[int]]:
+    """The call a crash came from (:mod:`.failing_call`), its shapes and indices in
+    the case's sizes: "matmul of [B, H, Sq, Dh] and [Dh, Sk, H, B]"."""
+
+    def name(shape: re.Match) -> str:
+        # A shape some of whose numbers are several sizes at once reads no better
+        # than its numbers (a case with B == H): it is left as it is.
+        named = sizes.shape(_ints(shape[1]))
+        return shape[0] if " or " in named else named
+
+    said = re.sub(r"\[(\d+(?:, \d+)*)\]", name, m["call"])
+    return ("" if said == m["call"] else f"the call that raised was {said}"), []
+
+
 _SIZES = r"\[(?P<{}>[\d, ]*)\]"
 
 # PyTorch's size errors (2.x wording): a pattern, and the reader of its numbers.
@@ -193,6 +207,7 @@ _SIZE_ERRORS = table(
         ),
         _against("einsum's letter {letter} is {a} in operand {op} but {b} before"),
     ),
+    (r"\(the call that raised: (?P<call>(?:[^()]|\([^()]*\))*)\)", _call),
     (  # the course's reference, on a mask or an input of the wrong shape
         r"broadcastable to \[B, H, Sq, Sk\] = " + _SIZES.format("want") + r"[^(]*"
         r"got shape \((?P<got>[\d, ]*)\)",
@@ -238,7 +253,7 @@ def explain(message: str) -> str:
         m = pattern.search(message)
         if m:
             text, numbers = read(sizes, m)
-            said.append(text)
+            said += [text] if text else []
             unknown += [n for n in numbers if n >= 2 and sizes.name(n) is None]
     plain = read_plain(message)
     out = []
