@@ -448,14 +448,15 @@ def _fit_reading(reading: Reading, runs: Sequence[Run]) -> tuple | None:
 def _scale_finding(
     runs: Sequence[Run], divisors: list, heads: Sequence[int] | None
 ) -> str | None:
-    """The divisors, unless they are √ of the head size the learner's heads have (a
-    module with the wrong number of ``heads`` per case is told about that, not about
-    its scale)."""
+    """The divisors, unless they are √ of the head size the learner's heads have or
+    √Dh (a module with the wrong number of ``heads`` per case is told about that, not
+    about a scale it took from d_model // n_heads or from its own heads)."""
     expected = [math.sqrt(d / h) for d, h in map(d_h, runs)]
     heads = heads or [h for _, h in map(d_h, runs)]
     own = [math.sqrt(d / n) for (d, _), n in zip(map(d_h, runs), heads)]
-    if all(abs(s / e - 1) < 2e-3 for s, e in zip(divisors, own)):
-        return None
+    for right in (own, expected):
+        if all(abs(s / e - 1) < 2e-3 for s, e in zip(divisors, right)):
+            return None
     shapes = ", ".join(
         f"{s:.4g} (D={d}, H={h})" for s, (d, h) in zip(divisors, map(d_h, runs))
     )

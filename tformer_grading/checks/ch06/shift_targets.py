@@ -238,6 +238,15 @@ def _describe_tokens(name, got, want, tgt) -> tuple[Diagnosis, str] | None:
     if got.dim() != 2 or got.size(0) != want.size(0) or got.size(1) < want.size(1):
         return None
     n, extra = want.size(1), got.size(1) - want.size(1)
+    longer = _slice_of(got, tgt) if extra else None
+    if longer is not None and longer[1] == "time":
+        # The columns around the right slice are tgt's own: nothing was added, the
+        # slice was not cut (torch.roll keeps every position, and wraps one round).
+        return SHIFT_WRONG_LENGTH, (
+            f"your {name} is {longer[0]}: it keeps {got.size(1)} of the St = "
+            f"{tgt.size(1)} positions, expected {n}, the right slice and the "
+            f"{extra} column(s) of tgt next to it."
+        )
     for k in range(extra + 1):
         if extra and torch.equal(got[:, k : k + n].to(want), want):
             return SHIFT_EXTRA_POSITIONS, (
