@@ -453,9 +453,10 @@ STEP_GRADIENT = Diagnosis(
 )
 UNSCALED_TWICE = Diagnosis(
     "gradients unscaled twice",
-    "The gradients were divided by the scale twice (an extra division, or unscale_ "
-    "after scaler.update()). GradScaler unscales once: scaler.unscale_(optimizer) "
-    "before clipping, and scaler.step does not unscale again.",
+    "The gradients were divided by the scale twice (an extra division, or "
+    "scaler.update() before scaler.step() or unscale_: update() forgets the "
+    "unscale_, so step() unscales again). GradScaler unscales once: "
+    "scaler.unscale_(optimizer) before clipping, scaler.step, then scaler.update().",
     S_SCALER,
 )
 
@@ -552,7 +553,8 @@ def _scale_sized_gradient(title, call: AmpCall, seen: str, free: float) -> None:
         "the true gradient."
     )
     if _rel_close(free, 1 / s):
-        UNSCALED_TWICE.fail(title, seen + without)
+        order = f" Your calls were {calls_text(call.events)}."
+        UNSCALED_TWICE.fail(title, seen + without + order)
     if _rel_close(free, 1.0) and _clipped_before_unscale(call):
         CLIPPED_SCALED.fail(title, seen)
     STEP_GRADIENT.fail(title, seen + without)

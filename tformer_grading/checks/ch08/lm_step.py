@@ -80,7 +80,8 @@ def _model_5():
     return lm(5, norm_first=True, positions="learned", std=0.5, dropout=0.1)
 
 
-# The step and generation models' sizes (see lm), named so that a crash's numbers read.
+# The models' sizes (see lm), named so that a crash's numbers read; B = 3 where it
+# can be: B = 2 = H reads as "B or H", and a mask [S, 2·S] as [S, B·S].
 LM_SIZES = "V=11, D=16, H=2, Dh=8"
 M1 = f"model 1 (Post-LN, sinusoidal positions; {LM_SIZES})"
 M2 = f"model 2 (Pre-LN, learned positions, final LayerNorm; {LM_SIZES})"
@@ -92,17 +93,17 @@ def step_cases() -> list[StepCase]:
     m1, m2, m3, m5 = _model_1(), _model_2(), _model_3(), _model_5()
     return [
         StepCase(
-            f"{M1}, empty cache, tokens [B=2, S=5]", m1, None, (token_ids(2, 5, 80),)
+            f"{M1}, empty cache, tokens [B=3, S=5]", m1, None, (token_ids(3, 5, 80),)
         ),
         StepCase(
-            f"{M2}, empty cache, tokens [B=2, S=4]", m2, None, (token_ids(2, 4, 81),)
+            f"{M2}, empty cache, tokens [B=3, S=4]", m2, None, (token_ids(3, 4, 81),)
         ),
         StepCase(
             f"{M1}, the cache holding T=6 tokens (filled by the reference), "
-            "tokens [B=2, S=1]",
+            "tokens [B=3, S=1]",
             m1,
-            token_ids(2, 6, 82),
-            (token_ids(2, 1, 83),),
+            token_ids(3, 6, 82),
+            (token_ids(3, 1, 83),),
         ),
         StepCase(
             f"{M2}, the cache holding T=4 tokens (filled by the reference), "
@@ -126,7 +127,7 @@ def step_cases() -> list[StepCase]:
             tuple(token_ids(1, s, 90 + i) for i, s in enumerate((4, 1, 1, 2, 1))),
         ),
         StepCase(
-            f"{M5}, empty cache, tokens [B=2, S=4]", m5, None, (token_ids(2, 4, 96),)
+            f"{M5}, empty cache, tokens [B=3, S=4]", m5, None, (token_ids(3, 4, 96),)
         ),
         StepCase(
             f"{M5}, the cache holding T=3 tokens (filled by the reference), "
@@ -430,8 +431,7 @@ def _growth_problems(title, cases, runs) -> None:
 
 
 def _future_visible(step, model) -> str | None:
-    """On an empty cache, changing the last token must leave the earlier logits
-    alone."""
+    """On an empty cache, changing the last token leaves earlier logits alone."""
     moved = output_changes(_logits_of(step, model, 0), token_ids(2, 5, 95), 11, [4])
     if moved is None:
         return None
