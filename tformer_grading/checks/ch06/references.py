@@ -1,10 +1,10 @@
 """What chapter 6's exercises share: seeded inputs (``gen``, ``tokens``, used by
 ``shift_targets``, ``sequence_loss``, ``train_step`` and ``greedy_decode``), the
-reference shift and loss the training step is built from (``shift_ref``, ``ce``,
-``loss_ref``, and ``loss_counts_padding``, a wrong loss that ``sequence_loss`` and
-``train_step`` both name), the small model ``train_step`` and ``greedy_decode`` run
-(``small_model``), and how ``shift_targets``, ``sequence_loss`` and ``noam_lambda`` fail
-on the first problem found (``fail_first_problem``).
+reference shift and loss (``shift_ref``, ``ce``, ``loss_ref``), the wrong loss
+``loss_counts_padding`` that ``sequence_loss`` names, the small model ``train_step``
+and ``greedy_decode`` run (``small_model``), and how ``shift_targets``,
+``sequence_loss`` and ``noam_lambda`` fail on the first problem found
+(``fail_first_problem``).
 """
 
 from __future__ import annotations

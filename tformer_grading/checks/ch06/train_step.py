@@ -8,7 +8,6 @@ from __future__ import annotations
 import numbers
 
 import torch
-from torch import nn
 from torch.optim.lr_scheduler import LambdaLR
 
 from ...guard.integrity import seal
@@ -27,7 +26,6 @@ from ..delegation import check_not_delegated
 from ..diagnosis import (
     UNEXPLAINED,
     Diagnosis,
-    Pitfall,
     fail,
     passed,
     single_threaded,
@@ -40,178 +38,66 @@ from ..measure.clipping import (
     norms,
 )
 from ..measure.losses import gradient_labels, normaliser_kind, reached
-from .references import loss_counts_padding, loss_ref, shift_ref, small_model, tokens
+from .references import small_model, tokens
 from .sections import S_CLIP, S_LOSS, S_LR, S_SHIFT
 
-
-def _teacher_forced_loss(model, src, tgt, pad_id, eps):
-    tgt_in, labels = shift_ref(tgt)
-    return loss_ref(model(src, tgt_in), labels, pad_id, eps)
-
-
-def _train_clip_before_backward(model, src, tgt, opt, sched, max_norm, pad_id, eps):
-    model.train()
-    opt.zero_grad()
-    loss = _teacher_forced_loss(model, src, tgt, pad_id, eps)
-    norm = nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-    loss.backward()
-    opt.step()
-    sched.step()
-    return loss.item(), float(norm)
-
-
-CLIP_BEFORE_BACKWARD = Pitfall(
+CLIP_BEFORE_BACKWARD = Diagnosis(
     "clipping before backward",
     "You clip before loss.backward(): there are no gradients yet (or only last "
     "batch's, about to be zeroed), so nothing is clipped and the norm you report is 0. "
     "Order: zero_grad, forward, loss, backward, clip_grad_norm_, optimizer.step, "
     "scheduler.step.",
     S_CLIP,
-    _train_clip_before_backward,
 )
 
 
-def _train_clip_before_zero_grad(model, src, tgt, opt, sched, max_norm, pad_id, eps):
-    model.train()
-    norm = nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-    opt.zero_grad()
-    loss = _teacher_forced_loss(model, src, tgt, pad_id, eps)
-    loss.backward()
-    opt.step()
-    sched.step()
-    return loss.item(), float(norm)
-
-
-CLIP_BEFORE_ZERO_GRAD = Pitfall(
-    "clipping before backward",
-    "You clip before zero_grad and backward, i.e. last batch's gradients: this batch's "
-    "update is never clipped. Clip right after loss.backward() and before "
-    "optimizer.step().",
-    S_CLIP,
-    _train_clip_before_zero_grad,
-)
-
-
-def _train_clip_after_step(model, src, tgt, opt, sched, max_norm, pad_id, eps):
-    model.train()
-    opt.zero_grad()
-    loss = _teacher_forced_loss(model, src, tgt, pad_id, eps)
-    loss.backward()
-    opt.step()
-    norm = nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-    sched.step()
-    return loss.item(), float(norm)
-
-
-CLIP_AFTER_STEP = Pitfall(
+CLIP_AFTER_STEP = Diagnosis(
     "clipping after the step",
     "You clip after optimizer.step(): the weights have already moved by the unclipped "
     "gradient, so clipping changes nothing. Clip between loss.backward() and "
     "optimizer.step().",
     S_CLIP,
-    _train_clip_after_step,
 )
 
 
-def _train_without_zero_grad(model, src, tgt, opt, sched, max_norm, pad_id, eps):
-    model.train()
-    loss = _teacher_forced_loss(model, src, tgt, pad_id, eps)
-    loss.backward()
-    norm = nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-    opt.step()
-    sched.step()
-    return loss.item(), float(norm)
-
-
-GRADIENTS_NEVER_ZEROED = Pitfall(
+GRADIENTS_NEVER_ZEROED = Diagnosis(
     "gradients never zeroed",
     "Your gradients accumulate across steps: call optimizer.zero_grad() at the start "
     "of each step.",
     S_CLIP,
-    _train_without_zero_grad,
 )
 
 
-def _train_without_scheduler(model, src, tgt, opt, sched, max_norm, pad_id, eps):
-    model.train()
-    opt.zero_grad()
-    loss = _teacher_forced_loss(model, src, tgt, pad_id, eps)
-    loss.backward()
-    norm = nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-    opt.step()
-    return loss.item(), float(norm)
-
-
-SCHEDULER_NOT_STEPPED = Pitfall(
+SCHEDULER_NOT_STEPPED = Diagnosis(
     "scheduler not stepped",
     "The learning rate never changes: call scheduler.step() once per update, after "
     "optimizer.step().",
     S_LR,
-    _train_without_scheduler,
 )
 
 
-def _train_scheduler_before_optimizer(
-    model, src, tgt, opt, sched, max_norm, pad_id, eps
-):
-    model.train()
-    opt.zero_grad()
-    loss = _teacher_forced_loss(model, src, tgt, pad_id, eps)
-    loss.backward()
-    norm = nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-    sched.step()
-    opt.step()
-    return loss.item(), float(norm)
-
-
-SCHEDULER_BEFORE_OPTIMIZER = Pitfall(
+SCHEDULER_BEFORE_OPTIMIZER = Diagnosis(
     "scheduler stepped before the optimizer",
     "You call scheduler.step() before optimizer.step(), so the first update already "
     "uses the second rate (and PyTorch warns). Step the optimizer first, then the "
     "scheduler.",
     S_LR,
-    _train_scheduler_before_optimizer,
 )
 
 
-def _train_loss_counts_padding(model, src, tgt, opt, sched, max_norm, pad_id, eps):
-    model.train()
-    opt.zero_grad()
-    tgt_in, labels = shift_ref(tgt)
-    loss = loss_counts_padding(model(src, tgt_in), labels, pad_id, eps)
-    loss.backward()
-    norm = nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-    opt.step()
-    sched.step()
-    return loss.item(), float(norm)
-
-
-TRAIN_LOSS_COUNTS_PADDING = Pitfall(
+TRAIN_LOSS_COUNTS_PADDING = Diagnosis(
     "padding counted in the loss",
     "Your training step's loss includes padding positions: use your sequence_loss with "
     "pad_id.",
     S_LOSS,
-    _train_loss_counts_padding,
 )
 
 
-def _train_shifted_the_wrong_way(model, src, tgt, opt, sched, max_norm, pad_id, eps):
-    model.train()
-    opt.zero_grad()
-    loss = loss_ref(model(src, tgt[:, 1:]), tgt[:, :-1], pad_id, eps)
-    loss.backward()
-    norm = nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-    opt.step()
-    sched.step()
-    return loss.item(), float(norm)
-
-
-TRAIN_SHIFTED_WRONG_WAY = Pitfall(
+TRAIN_SHIFTED_WRONG_WAY = Diagnosis(
     "targets shifted the wrong way",
     "Your training step feeds tgt[:, 1:] and predicts tgt[:, :-1]: use your "
     "shift_targets.",
     S_SHIFT,
-    _train_shifted_the_wrong_way,
 )
 
 # What the step's text asks for, quoted by the failures that enforce it.
