@@ -9,6 +9,11 @@ reference package are not counted: they are not the grading, and neither is anot
 exercise's ``check_*`` that one calls (own_model runs the chapters' checks): what it
 accepts is that exercise's specification.
 
+A second count reads the shared machinery (``checks.SHARED_MODULES``: the measuring
+toolkit, the flow, the diagnosis API, the cases) as one reads a library: by the
+signature and docstring of each definition the exercise reaches, not its body, nor
+what the body calls in turn.
+
 Usage: python tools/lines_to_read.py [--markdown]
 """
 
@@ -25,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import tformer_grading.checks as checks  # noqa: E402
+from tformer_grading import checks
 
 PACKAGE = "tformer_grading.checks"
 
@@ -34,6 +39,7 @@ PACKAGE = "tformer_grading.checks"
 class Definition:
     lines: int
     uses: frozenset  # names read inside it: "x", or "module.x" for an attribute
+    interface: int  # its signature and docstring (a class: its methods' too)
 
 
 @dataclass(frozen=True)
@@ -59,6 +65,24 @@ def _uses(node: ast.AST) -> frozenset:
         elif isinstance(sub, ast.Attribute) and isinstance(sub.value, ast.Name):
             found.add(f"{sub.value.id}.{sub.attr}")
     return frozenset(found)
+
+
+def _interface(node: ast.stmt) -> int:
+    """The lines a caller reads of a definition: decorators, signature and docstring
+    (a class: also each method's, and its fields); a constant, whole."""
+    first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return node.end_lineno - first + 1
+    body = node.body
+    documented = (
+        isinstance(body[0], ast.Expr)
+        and isinstance(body[0].value, ast.Constant)
+        and isinstance(body[0].value.value, str)
+    )
+    head = (body[0].end_lineno if documented else body[0].lineno - 1) - first + 1
+    if isinstance(node, ast.ClassDef):
+        head += sum(_interface(n) for n in body[documented:] if _bound(n))
+    return head
 
 
 def _bound(node: ast.stmt) -> list[str]:
@@ -97,12 +121,21 @@ def parse(name: str) -> Module | None:
             [node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))]
         )
         for bound in _bound(node):
-            definitions[bound] = Definition(node.end_lineno - first + 1, _uses(node))
+            definitions[bound] = Definition(
+                node.end_lineno - first + 1, _uses(node), _interface(node)
+            )
     return Module(path, len(text.splitlines()), definitions, imported)
 
 
-def _follow(module: str, name: str, seen: set) -> None:
-    """Add (module, name) and everything its definition reaches to ``seen``."""
+def _shared(module: str) -> bool:
+    """A module of the shared machinery (the toolkit, the flow, the diagnosis API)."""
+    return module[len(PACKAGE) + 1 :].split(".")[0] in checks.SHARED_MODULES
+
+
+def _follow(module: str, name: str, seen: set, interface: bool) -> None:
+    """Add (module, name) and everything its definition reaches to ``seen``; with
+    ``interface``, a shared module's definition is read by its interface, and what
+    its body uses is not followed."""
     parsed = parse(module)
     if parsed is None or (module, name) in seen:
         return
@@ -110,37 +143,41 @@ def _follow(module: str, name: str, seen: set) -> None:
     if name in parsed.imported:  # a re-export: the definition is elsewhere
         source, inner = parsed.imported[name]
         if inner is not None:
-            _follow(source, inner, seen)
+            _follow(source, inner, seen, interface)
         return
     definition = parsed.definitions.get(name)
+    if interface and _shared(module):
+        return
     # Another exercise's check is called, not read: what it accepts is its own spec.
     if definition is not None and not name.startswith("check_"):
         for use in definition.uses:
-            _reach(module, use, seen)
+            _reach(module, use, seen, interface)
 
 
-def _reach(module: str, use: str, seen: set) -> None:
+def _reach(module: str, use: str, seen: set, interface: bool) -> None:
     parsed = parse(module)
     head, _, attr = use.partition(".")
     if head in parsed.imported:
         source, inner = parsed.imported[head]
         if inner is None and attr:  # `ch01.check_x` on an imported module
-            _follow(source, attr, seen)
+            _follow(source, attr, seen, interface)
         elif inner is not None:
-            _follow(source, inner, seen)
+            _follow(source, inner, seen, interface)
     elif head in parsed.definitions:
-        _follow(module, head, seen)
+        _follow(module, head, seen, interface)
 
 
-def reading(module_name: str) -> list[tuple[str, int]]:
-    """[(file, lines read)]: the exercise module whole, then the other files."""
+def reading(module_name: str, interface: bool = False) -> list[tuple[str, int]]:
+    """[(file, lines read)]: the exercise module whole, then the other files. With
+    ``interface``, the shared machinery is read as a toolkit is: by the signature
+    and docstring of each definition the exercise reaches, not its body."""
     own = parse(module_name)
     seen: set = set()
     # Every use of the module's own definitions, its checks' included (_follow stops
     # at a check_* only because another exercise's check is called, not read).
     for definition in own.definitions.values():
         for use in definition.uses:
-            _reach(module_name, use, seen)
+            _reach(module_name, use, seen, interface)
     per_file: dict[Path, int] = {}
     for module, name in sorted(seen):
         parsed = parse(module)
@@ -148,7 +185,10 @@ def reading(module_name: str) -> list[tuple[str, int]]:
             continue
         definition = parsed.definitions.get(name)
         if definition is not None and not name.startswith("check_"):
-            per_file[parsed.path] = per_file.get(parsed.path, 0) + definition.lines
+            read = definition.lines
+            if interface and _shared(module):
+                read = definition.interface
+            per_file[parsed.path] = per_file.get(parsed.path, 0) + read
     base = Path(checks.__file__).parent
     return [
         (str(own.path.relative_to(base)), own.lines),
@@ -161,18 +201,26 @@ def main() -> None:
     parser.add_argument("--markdown", action="store_true", help="a table for a note")
     markdown = parser.parse_args().markdown
     if markdown:
-        print("| exercise module | own lines | files | lines to read | elsewhere |")
-        print("|---|---:|---:|---:|---|")
+        print(
+            "| exercise module | own lines | files | lines to read "
+            "| toolkit by interface | elsewhere |"
+        )
+        print("|---|---:|---:|---:|---:|---|")
     for module in checks.exercise_modules():
         name = module.__name__[len(PACKAGE) + 1 :]
         files = reading(module.__name__)
         total = sum(n for _, n in files)
+        by_interface = sum(n for _, n in reading(module.__name__, interface=True))
         others = ", ".join(f"{f} {n}" for f, n in files[1:])
         if markdown:
-            print(f"| {name} | {files[0][1]} | {len(files)} | {total:,} | {others} |")
+            print(
+                f"| {name} | {files[0][1]} | {len(files)} | {total:,} "
+                f"| {by_interface:,} | {others} |"
+            )
         else:
             print(
-                f"{name:26} {files[0][1]:5} own {len(files):3} files {total:6,} lines"
+                f"{name:26} {files[0][1]:5} own {len(files):3} files {total:6,} "
+                f"lines, {by_interface:6,} with the toolkit read by interface"
             )
             print(f"    {others}")
 

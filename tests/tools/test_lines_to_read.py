@@ -57,3 +57,45 @@ def test_every_exercise_module_has_a_row():
     for name in names:
         rows = lines_to_read.reading(name)
         assert rows[0][1] > 0 and all(n > 0 for _, n in rows)
+
+
+def test_read_by_interface_the_toolkit_counts_signatures_and_docstrings():
+    # ch02.attention reaches measure/softmax.py's functions; by interface each is
+    # its signature and docstring, and what their bodies call is not followed.
+    name = "tformer_grading.checks.ch02.attention"
+    whole, by_interface = (
+        dict(lines_to_read.reading(name)),
+        dict(lines_to_read.reading(name, interface=True)),
+    )
+    assert 0 < by_interface["measure/softmax.py"] < whole["measure/softmax.py"]
+    # The exercise's own module, and another exercise's module it reads, stay whole.
+    assert by_interface["ch02/attention.py"] == whole["ch02/attention.py"]
+    assert (
+        by_interface["ch02/attention_large_scores.py"]
+        == (whole["ch02/attention_large_scores.py"])
+    )
+
+
+def test_an_interface_is_the_signature_and_the_docstring():
+    import ast
+
+    source = '''
+@decorated
+def documented(a,
+               b):
+    """One line,
+    then two."""
+    return a + b
+
+
+class Kept:
+    """A class."""
+
+    size: int = 3
+
+    def method(self):
+        return 1
+'''
+    tree = ast.parse(source)
+    assert lines_to_read._interface(tree.body[0]) == 5  # decorator, 2 + 2 lines
+    assert lines_to_read._interface(tree.body[1]) == 2 + 1 + 1  # doc, field, def
