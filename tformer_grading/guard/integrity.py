@@ -28,7 +28,7 @@ PACKAGES = ("tformer_ref", "tformer_grading")
 # The modules of tformer_grading.checks that are shared machinery, not one exercise's
 # checks (re-exported as tformer_grading.checks.SHARED_MODULES).
 SHARED_CHECK_MODULES = frozenset(
-    {"blocks", "cases", "delegation", "diagnosis", "flow", "measure"}
+    {"blocks", "cases", "delegation", "diagnosis", "flow", "measure", "pieces"}
 )
 _MISSING = object()
 _SEALS: dict[str, _Seal] = {}

@@ -15,6 +15,7 @@ Test cells call ``ch02.check_...``: the names below are what they reach.
 
 from ...guard.integrity import seal
 from ..flow import part_of_pair
+from ..pieces import wrap_checks
 from .attention import check_attention, check_attention_by_hand
 from .attention_entropy import check_attention_entropy
 from .sections import (
@@ -44,4 +45,5 @@ __all__ = [
     "part_of_pair",
 ]
 
+wrap_checks(globals())  # one diagnosis per submission (pieces.py)
 seal(__name__)

@@ -16,6 +16,7 @@ Test cells call ``ch03.check_...``: the names below are what they reach.
 """
 
 from ...guard.integrity import seal
+from ..pieces import wrap_checks
 from .causal_mask import check_causal_mask
 from .mask_probes import check_mask_probes
 from .masked_attention import check_masked_attention, check_masked_attention_by_hand
@@ -57,4 +58,5 @@ __all__ = [
     "check_padding_mask",
 ]
 
+wrap_checks(globals())  # one diagnosis per submission (pieces.py)
 seal(__name__)

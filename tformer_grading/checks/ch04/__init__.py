@@ -17,6 +17,7 @@ checks reuse ``BATCHNORM``, ``DROPOUT_IN_EVAL`` and the sections).
 """
 
 from ...guard.integrity import seal
+from ..pieces import wrap_checks
 from .block_behaviour import check_block_behaviour
 from .dropout_placement import check_dropout_placement
 from .encoder_block import check_block_by_hand, check_encoder_block
@@ -64,4 +65,5 @@ __all__ = [
     "check_feed_forward",
 ]
 
+wrap_checks(globals())  # one diagnosis per submission (pieces.py)
 seal(__name__)

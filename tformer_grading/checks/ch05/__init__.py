@@ -17,6 +17,7 @@ what they reach.
 
 from ...guard.integrity import seal
 from ..delegation import check_by_hand
+from ..pieces import wrap_checks
 from .decoder_behaviour import check_decoder_behaviour
 from .decoder_block import check_decoder_block, check_decoder_by_hand
 from .embed import check_embed
@@ -61,4 +62,5 @@ __all__ = [
     "check_sinusoidal_encoding",
 ]
 
+wrap_checks(globals())  # one diagnosis per submission (pieces.py)
 seal(__name__)

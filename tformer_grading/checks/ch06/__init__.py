@@ -22,6 +22,7 @@ from ...guard.integrity import seal
 
 # Unused here: the exercise's test cells call it as ch06.check_by_hand.
 from ..delegation import check_by_hand
+from ..pieces import wrap_checks
 from .greedy_decode import (
     DECODE_PROBES,
     DECODES_IN_TRAINING_MODE,
@@ -75,4 +76,5 @@ __all__ = [
     "check_train_step_by_hand",
 ]
 
+wrap_checks(globals())  # one diagnosis per submission (pieces.py)
 seal(__name__)

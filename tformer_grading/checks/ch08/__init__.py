@@ -14,6 +14,7 @@ Test cells call ``ch08.check_...``: the names below are what they reach.
 """
 
 from ...guard.integrity import seal
+from ..pieces import wrap_checks
 from .generate_greedy import (
     check_generate_greedy,
     check_generate_greedy_by_hand,
@@ -65,4 +66,5 @@ __all__ = [
     "step_cases",
 ]
 
+wrap_checks(globals())  # one diagnosis per submission (pieces.py)
 seal(__name__)
