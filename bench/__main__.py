@@ -1,4 +1,5 @@
-"""Run every benchmark, print a table, write bench/results/latest.json. Exit 1 if a budget is missed."""
+"""Run every benchmark, print a table, write bench/results/latest.json. Exit 1 if a
+budget is missed."""
 
 import json
 import sys
@@ -29,8 +30,8 @@ def main() -> int:
         if verdict == "OVER BUDGET":
             missed.append(r["benchmark"])
         print(
-            f"{r['benchmark']}: ours {r['ours_ms']:.2f} ms, peer {r['peer_ms']:.2f} ms, "
-            f"ratio {r['ratio']:.3f}"
+            f"{r['benchmark']}: ours {r['ours_ms']:.2f} ms, peer {r['peer_ms']:.2f} "
+            f"ms, ratio {r['ratio']:.3f}"
             + (f" (budget {budget}: {verdict})" if budget else "")
         )
     out = Path(__file__).parent / "results"

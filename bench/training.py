@@ -1,15 +1,16 @@
-"""Training the capstone model: tformer_ref's Transformer against nn.Transformer, and padding strategies.
+"""Training the capstone model: tformer_ref's Transformer against nn.Transformer, and
+padding strategies.
 
-1. Time to 99 % held-out exact match on the date task, the seed's 8-head 2-layer model, both models
-   trained by the same step (tformer_ref.training.train_step) from the same seed on the same batches,
-   in lockstep so that machine load hits both alike.
-   Budget (DESIGN.md §6): no slower than nn.Transformer (ratio <= 1.0; run-to-run noise is about
-   ±10 %, so the verdict allows 1.1). The per-step time ratio, measured interleaved, is reported too:
-   it is the less noisy half of the same comparison.
-2. One epoch with dynamic padding and length bucketing against padding every batch to a fixed length
-   (pad-to-max): the dataset's longest sequence, and the model's max_len (what a tokenizer's
-   padding="max_length" does). Same model, same examples. Reported as ours/peer (< 1 is a speed-up),
-   no budget.
+1. Time to 99 % held-out exact match on the date task, the seed's 8-head 2-layer model,
+   both models trained by the same step (tformer_ref.training.train_step) from the same
+   seed on the same batches, in lockstep so that machine load hits both alike.
+   Budget (DESIGN.md §6): no slower than nn.Transformer (ratio <= 1.0; run-to-run noise
+   is about ±10 %, so the verdict allows 1.1). The per-step time ratio, measured
+   interleaved, is reported too: it is the less noisy half of the same comparison.
+2. One epoch with dynamic padding and length bucketing against padding every batch to a
+   fixed length (pad-to-max): the dataset's longest sequence, and the model's max_len
+   (what a tokenizer's padding="max_length" does). Same model, same examples. Reported
+   as ours/peer (< 1 is a speed-up), no budget.
 
 Clock: training steps only (evaluation excluded), wall time. Threads: 1.
 """
@@ -36,9 +37,9 @@ from torch.optim.lr_scheduler import LambdaLR
 
 from tformer_ref.training import noam_lambda, train_step
 
-# The capstone's first recipe (d_ff 256, length buckets, 1000 steps). The capstone page has
-# since moved to d_ff 128, shuffled batches and 440 steps (its own page says why); the
-# benchmark keeps this recipe so that its ratios stay comparable from run to run.
+# The capstone's first recipe (d_ff 256, length buckets, 1000 steps). The capstone page
+# has since moved to d_ff 128, shuffled batches and 440 steps (its own page says why);
+# the benchmark keeps this recipe so that its ratios stay comparable from run to run.
 CONFIG = dict(d_model=64, n_heads=8, n_layers=2, d_ff=256, dropout=0.0, max_len=32)
 N_TRAIN, N_TEST, BATCH, WARMUP, COOLDOWN, STEPS, SEED = (
     20000,
@@ -77,12 +78,14 @@ def _setup(cls, vocab_size):
 def time_to_accuracy(
     target: float = 0.99, eval_every: int = 100
 ) -> dict[str, tuple[float | None, int]]:
-    """Train tformer_ref's Transformer ("ours") and nn.Transformer ("peer") in lockstep, batch by batch.
+    """Train tformer_ref's Transformer ("ours") and nn.Transformer ("peer") in
+    lockstep, batch by batch.
 
-    Both take the same train_step on the same batch in turn, each with its own clock, so that
-    machine load hits them alike (training one after the other, a change of load between the runs
-    easily moves the ratio by 30 %). Held-out greedy exact match every ``eval_every`` steps (not
-    timed). Returns name -> (seconds of training until the first evaluation >= target, or None; that step).
+    Both take the same train_step on the same batch in turn, each with its own clock,
+    so that machine load hits them alike (training one after the other, a change of
+    load between the runs easily moves the ratio by 30 %). Held-out greedy exact match
+    every ``eval_every`` steps (not timed). Returns name -> (seconds of training until
+    the first evaluation >= target, or None; that step).
     """
     vocab, train, test = _data()
     loader = DataLoader(
@@ -118,7 +121,8 @@ def time_to_accuracy(
 
 
 def step_times(rounds: int = 5, iters: int = 5) -> dict[str, float]:
-    """Median seconds per training step of both models on the same batch, interleaved round by round."""
+    """Median seconds per training step of both models on the same batch, interleaved
+    round by round."""
     vocab, train, _ = _data()
     src, tgt = Collate()([train[i] for i in range(BATCH)])
     models = {
@@ -140,8 +144,9 @@ def step_times(rounds: int = 5, iters: int = 5) -> dict[str, float]:
 
 
 def epoch_time(pad_to: str | None, n: int = 4000) -> float:
-    """Seconds for one epoch over ``n`` examples: random batches padded to the dataset's longest sequence
-    (``pad_to="longest"``) or to the model's max_len (``"max_len"``), or bucketed dynamic padding (None)."""
+    """Seconds for one epoch over ``n`` examples: random batches padded to the
+    dataset's longest sequence (``pad_to="longest"``) or to the model's max_len
+    (``"max_len"``), or bucketed dynamic padding (None)."""
     vocab, train, _ = _data()
     items = [train[i] for i in range(n)]
     if pad_to is not None:
@@ -186,7 +191,10 @@ def _run() -> list[dict]:
     steps = step_times()
     results.append(
         {
-            "benchmark": "training step, 8-head 2-layer d=64 (tformer_ref Transformer vs nn.Transformer)",
+            "benchmark": (
+                "training step, 8-head 2-layer d=64 "
+                "(tformer_ref Transformer vs nn.Transformer)"
+            ),
             "ours_ms": steps["ours"] * 1e3,
             "peer_ms": steps["peer"] * 1e3,
             "ratio": steps["ours"] / steps["peer"],
@@ -201,7 +209,10 @@ def _run() -> list[dict]:
         )
     results.append(
         {
-            "benchmark": "time to 99% exact match, date task (tformer_ref Transformer vs nn.Transformer)",
+            "benchmark": (
+                "time to 99% exact match, date task "
+                "(tformer_ref Transformer vs nn.Transformer)"
+            ),
             "ours_ms": ours_s * 1e3,
             "peer_ms": peer_s * 1e3,
             "ratio": ours_s / peer_s,
@@ -210,7 +221,8 @@ def _run() -> list[dict]:
             "peer_steps": peer_steps,
         }
     )
-    # Interleave the two padding strategies twice and keep the better of each (less noise).
+    # Interleave the two padding strategies twice and keep the better of each (less
+    # noise).
     runs = [
         (epoch_time(None), epoch_time("longest"), epoch_time("max_len"))
         for _ in range(2)
@@ -222,7 +234,9 @@ def _run() -> list[dict]:
     ):
         results.append(
             {
-                "benchmark": f"one epoch, dynamic padding + bucketing vs padding to {name}",
+                "benchmark": (
+                    f"one epoch, dynamic padding + bucketing vs padding to {name}"
+                ),
                 "ours_ms": dyn * 1e3,
                 "peer_ms": fixed * 1e3,
                 "ratio": dyn / fixed,

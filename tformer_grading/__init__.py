@@ -1,12 +1,13 @@
-"""tformer_grading: what grades a learner's exercise, beside the reference it grades against.
+"""tformer_grading: what grades a learner's exercise, beside the reference it grades
+against.
 
 - ``checks/``: what exercise test cells call (a package per chapter, one module per
   exercise) and the check author's API (``checks.diagnosis``).
 - ``guard/``: the guards around grading (integrity seals, signed receipts, the
   guarded nbgrader execution and receipt verification).
 - ``sandbox/``: the bubblewrap sandbox each graded notebook's kernel runs in.
-- ``preflight``: reads a submitted notebook before any kernel starts (refuses what cannot
-  be graded, puts back the assignment's nbgrader metadata).
+- ``preflight``: reads a submitted notebook before any kernel starts (refuses what
+  cannot be graded, puts back the assignment's nbgrader metadata).
 - ``cli`` (``python -m tformer_grading``): learner self-grading (``selfgrade``,
   ``autograde_one``) and class grading (``classgrade``; the hand-ins it finds in any
   layout, ``submissions``; its workers ``classworker``; its tables and plot

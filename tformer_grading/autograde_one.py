@@ -1,11 +1,12 @@
 """Release and autograde one submission in one nbgrader process.
 
 Run in a course folder as ``python -m tformer_grading.autograde_one CHAPTER STUDENT
-TIMEOUT SANDBOX`` (TIMEOUT 0: the configured one; SANDBOX: required, auto or off). Starting Python, nbgrader and PyTorch is most of the time a learner
-waits for a self-grade, so generate_assignment (which records the source's cells
-and points) and autograde share one process. Each graded cell prints a progress line as it
-finishes (:mod:`tformer_grading.progress`), and the scores are printed last, read from
-the gradebook here, where nbgrader's database layer is already imported.
+TIMEOUT SANDBOX`` (TIMEOUT 0: the configured one; SANDBOX: required, auto or off).
+Starting Python, nbgrader and PyTorch is most of the time a learner waits for a
+self-grade, so generate_assignment (which records the source's cells and points) and
+autograde share one process. Each graded cell prints a progress line as it finishes
+(:mod:`tformer_grading.progress`), and the scores are printed last, read from the
+gradebook here, where nbgrader's database layer is already imported.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from pathlib import Path
 def autograde_one(
     chapter: str, student: str, timeout: int = 0, sandbox: str = "auto"
 ) -> str | None:
-    """Generate ``chapter`` and autograde ``student``'s submission in the current folder.
+    """Generate ``chapter`` and autograde ``student``'s submission in the current
+    folder.
 
     Returns None on success, else nbgrader's log and error.
     """
@@ -46,7 +48,8 @@ def autograde_one(
 
 
 def _stamp_new_gradebook(db_url: str) -> None:
-    """Record nbgrader's database revision in a new sqlite gradebook before nbgrader opens it.
+    """Record nbgrader's database revision in a new sqlite gradebook before nbgrader
+    opens it.
 
     A gradebook nbgrader creates itself asks for that revision by starting the `alembic`
     command in a new interpreter: five of the ten seconds a self-grade used to spend
@@ -70,7 +73,8 @@ def _stamp_new_gradebook(db_url: str) -> None:
 
 
 def _report_progress(config) -> None:
-    """Grade with the executor that prints a line per graded cell (the learner watches)."""
+    """Grade with the executor that prints a line per graded cell (the learner
+    watches)."""
     from .progress import GUARDED, PROGRESS
 
     steps = list(config.Autograde.get("autograde_preprocessors", []))

@@ -18,14 +18,15 @@ MARK = "tformer-progress\t"
 SCORES = "tformer-scores\t"
 GUARDED = "tformer_grading.guard.execute.GuardedExecute"
 PROGRESS = "tformer_grading.guard.progress.ProgressExecute"
-#: The title of a check's failure for an exercise still raising its placeholder (here, not
-#: in the checks, so the self-grade command reads it without importing torch).
+#: The title of a check's failure for an exercise still raising its placeholder (here,
+#: not in the checks, so the self-grade command reads it without importing torch).
 NOT_ANSWERED = "Not answered yet"
 
 
 @dataclass(frozen=True)
 class CellDone:
-    """A graded cell nbgrader has run: whether it errored, and whether it was unanswered."""
+    """A graded cell nbgrader has run: whether it errored, and whether it was
+    unanswered."""
 
     grade_id: str
     failed: bool

@@ -1,8 +1,9 @@
 """Sphinx extension: small fixes to the book's HTML.
 
-1. The link to the learner kit on every page. ``html.announcement`` in ``_config.yml`` holds it
-   as ``href="course-kit.zip"`` (the zip tools/kit.py writes at the root of the build); the
-   announcement is the same text on every page, so each page gets the path from where it is.
+1. The link to the learner kit on every page. ``html.announcement`` in ``_config.yml``
+   holds it as ``href="course-kit.zip"`` (the zip tools/kit.py writes at the root of
+   the build); the announcement is the same text on every page, so each page gets the
+   path from where it is.
 2. The repository's address, ``repository: url:`` in ``_config.yml``, in two MyST
    substitutions, ``{{ course_source }}`` (the landing page) and
    ``{{ course_repository }}`` (the instructors page): sentences with the address as a
@@ -10,8 +11,10 @@
    how the course is had, with no address (and ``use_repository_button: false``: no
    header button pointing nowhere).
 3. Each script tag once: Jupyter Book 1.0 adds some inline scripts twice (sphinx-thebe's
-   ``const THEBE_JS_URL = ...``), and the second ``const`` is a JavaScript error on every page.
-4. A theme mode ("auto": the reader's system setting), without which the theme logs an error.
+   ``const THEBE_JS_URL = ...``), and the second ``const`` is a JavaScript error on
+   every page.
+4. A theme mode ("auto": the reader's system setting), without which the theme logs an
+   error.
 """
 
 from __future__ import annotations
@@ -64,7 +67,8 @@ def _dedupe_scripts(app, pagename, templatename, context, doctree):
         return
     unique = []
     for script in scripts:
-        # The same script can come once with filename None and once with "" (inline scripts).
+        # The same script can come once with filename None and once with "" (inline
+        # scripts).
         key = (
             str(getattr(script, "filename", script) or ""),
             repr(sorted(getattr(script, "attributes", {}).items())),
@@ -76,8 +80,8 @@ def _dedupe_scripts(app, pagename, templatename, context, doctree):
 
 
 def _theme_mode(app, pagename, templatename, context, doctree):
-    # pydata-sphinx-theme logs a console error on a reader's first visit when no mode is set, and
-    # sphinx-book-theme does not accept the theme option that sets it.
+    # pydata-sphinx-theme logs a console error on a reader's first visit when no mode
+    # is set, and sphinx-book-theme does not accept the theme option that sets it.
     if not context.get("default_mode"):
         context["default_mode"] = "auto"
 

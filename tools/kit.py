@@ -1,16 +1,18 @@
-"""The learner kit: everything a learner runs, in one zip, linked from every page of the book.
+"""The learner kit: everything a learner runs, in one zip, linked from every page of
+the book.
 
 ``make book`` runs ``python tools/kit.py`` after the build, which writes
-``_build/html/course-kit.zip``: the two packages (``tformer_ref``, which the lessons import, and
-``tformer_grading``, which the exercises' check cells and the self-grade command import), the
-lessons and the student exercises from ``book/``, their figures, a learner's
-requirements (``requirements/learner.txt``, as ``requirements.txt``), ``pyproject.toml``
-(so the requirements' ``-e .`` installs the packages),
+``_build/html/course-kit.zip``: the two packages (``tformer_ref``, which the lessons
+import, and ``tformer_grading``, which the exercises' check cells and the self-grade
+command import), the lessons and the student exercises from ``book/``, their figures, a
+learner's requirements (``requirements/learner.txt``, as ``requirements.txt``),
+``pyproject.toml`` (so the requirements' ``-e .`` installs the packages),
 ``nbgrader_config.py`` (the self-grade command finds the course folder by it),
 ``tools/learner_lab.py`` and a README with the set-up commands.
 
-Never ``solutions/``: the kit is public, the answers and hidden tests are not. The kit refuses
-to build if any file it would ship holds nbgrader's solution or hidden-test markers.
+Never ``solutions/``: the kit is public, the answers and hidden tests are not. The kit
+refuses to build if any file it would ship holds nbgrader's solution or hidden-test
+markers.
 """
 
 from __future__ import annotations
@@ -31,14 +33,16 @@ PACKAGES = ["tformer_ref", "tformer_grading"]
 FILES = ["AGENTS.md", "pyproject.toml", "nbgrader_config.py", "tools/learner_lab.py"]
 RENAMED = {"requirements/learner.txt": "requirements.txt"}
 BOOK_GLOBS = ["*/*.ipynb", "figures/*", "seeds/*.txt"]
-# Written by nbgrader's ClearSolutions / ClearHiddenTests around what the student version drops.
+# Written by nbgrader's ClearSolutions / ClearHiddenTests around what the student
+# version drops.
 FORBIDDEN = ["### BEGIN SOLUTION", "### BEGIN HIDDEN TESTS"]
 # A fixed timestamp: the same sources give the same zip, byte for byte.
 STAMP = (2026, 1, 1, 0, 0, 0)
 
 README = """# Transformers from scratch, pitfall by pitfall: the course kit
 
-The lessons (`book/<chapter>/lesson.ipynb`), the exercises (`book/<chapter>/exercise.ipynb`)
+The lessons (`book/<chapter>/lesson.ipynb`), the exercises \
+(`book/<chapter>/exercise.ipynb`)
 and the two packages they import. You need Python 3.10 or newer and 2 to 5 GB of disk
 space (most of it PyTorch: see "Without an NVIDIA GPU" below).
 
@@ -87,7 +91,8 @@ it. The lessons read as in the book: figures, maths and folded answers render in
 JupyterLab, and the numbers in the text are the book's run. A notebook downloaded from
 a page of the book (its download button, `.ipynb`) runs here too.
 
-Grade yourself at any time (the visible checks; your instructor's grade adds hidden ones):
+Grade yourself at any time (the visible checks; your instructor's grade adds \
+hidden ones):
 
 ```bash
 python -m tformer_grading book/ch01_shapes/exercise.ipynb

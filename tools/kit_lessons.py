@@ -143,7 +143,8 @@ class KitNotebooks:
             return data
         nb = nbformat.reads(data.decode("utf-8"), as_version=4)
         page = _Page(rel, data.decode("utf-8"))
-        # An error names a cell by its index in the book's notebook, hidden cells counted.
+        # An error names a cell by its index in the book's notebook, hidden cells
+        # counted.
         indexed = [(i, c) for i, c in enumerate(nb.cells) if not _book_only(c)]
         changed = len(indexed) < len(nb.cells)
         nb.cells = [cell for _, cell in indexed]

@@ -1,19 +1,21 @@
 """JupyterLab as a learner needs it: no news pop-up, no nbgrader instructor tools.
 
-Run once after installing the requirements (``make env`` and the course kit's set-up do)::
+Run once after installing the requirements (``make env`` and the course kit's
+set-up do)::
 
-    python tools/learner_lab.py               # learner: news off, instructor tools hidden
+    python tools/learner_lab.py  # learner: news off, instructor tools hidden
     python tools/learner_lab.py --instructor  # instructor: nbgrader's tools back
 
 Both settings go to JupyterLab's application settings folder of this environment
-(``<venv>/share/jupyter/lab/settings``), so they hold for every JupyterLab started from it and
-touch nothing in the learner's own ``~/.jupyter``:
+(``<venv>/share/jupyter/lab/settings``), so they hold for every JupyterLab started from
+it and touch nothing in the learner's own ``~/.jupyter``:
 
-- ``overrides.json``: the defaults of settings. The news question ("get notified about official
-  Jupyter news?") covers the first notebook a learner opens and would fetch from the network.
-- ``page_config.json``: ``disabledExtensions``. nbgrader's JupyterLab extension brings the
-  instructor's tools (Create Assignment, Formgrader, the Nbgrader menu, Validate): a learner
-  only needs the Assignments list, which stays.
+- ``overrides.json``: the defaults of settings. The news question ("get notified about
+  official Jupyter news?") covers the first notebook a learner opens and would fetch
+  from the network.
+- ``page_config.json``: ``disabledExtensions``. nbgrader's JupyterLab extension brings
+  the instructor's tools (Create Assignment, Formgrader, the Nbgrader menu, Validate):
+  a learner only needs the Assignments list, which stays.
 """
 
 from __future__ import annotations
@@ -58,7 +60,8 @@ def set_news(settings_dir: Path, fetch_news: bool) -> None:
 
 
 def set_instructor_tools(settings_dir: Path, shown: bool) -> None:
-    """Add or remove nbgrader's instructor plugins in page_config.json's disabledExtensions."""
+    """Add or remove nbgrader's instructor plugins in page_config.json's
+    disabledExtensions."""
     path = settings_dir / "page_config.json"
     config = _read(path)
     disabled = config.get("disabledExtensions", [])

@@ -10,7 +10,8 @@ fails when they drift from their sources.
 nbgrader cells are marked with a short tag in the cell header, expanded here
 into nbgrader's full metadata (schema 3)::
 
-    # %% nbgrader="solution:split_heads"      an answer cell (### BEGIN/END SOLUTION inside)
+    # %% nbgrader="solution:split_heads"      an answer cell
+                                              (### BEGIN/END SOLUTION inside)
     # %% nbgrader="test:test_split_heads:2"   a locked, graded test cell worth 2 points
     # %% nbgrader="locked:setup"              a locked cell learners should not change
 
@@ -76,7 +77,8 @@ def build(source: Path) -> nbformat.NotebookNode:
     nb.metadata = {"kernelspec": KERNELSPEC, "language_info": {"name": "python"}}
     for cell in nb.cells:
         tag = cell.metadata.get("nbgrader")
-        # mystnb: figure caption and alt text of the cell's image output (CONTRIBUTING.md, "Figures").
+        # mystnb: figure caption and alt text of the cell's image output
+        # (CONTRIBUTING.md, "Figures").
         meta = {k: v for k, v in cell.metadata.items() if k in ("tags", "mystnb")}
         if isinstance(tag, str):
             meta["nbgrader"] = nbgrader_metadata(tag)

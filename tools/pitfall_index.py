@@ -1,11 +1,13 @@
 """Sphinx extension: the ``{pitfall-index}`` directive, a chapter's table of every
-diagnosis the checks can name, and the ``{section}`` and ``{check}`` roles of the hand-written pitfall tables (resolved by
-``tools/pitfall_refs.py``: a reference to a section or check that does not exist is an error).
+diagnosis the checks can name, and the ``{section}`` and ``{check}`` roles of the
+hand-written pitfall tables (resolved by ``tools/pitfall_refs.py``: a reference to a
+section or check that does not exist is an error).
 
 It reads the ``Diagnosis`` objects (``Pitfall`` among them) of every check module
-(``pitfall_refs.index_rows``). Each row is one mistake of one chapter: the lesson section
-that explains it, the name the checks give it and the graded checks that can name it.
-``tests/book/test_pitfall_tables.py`` checks that the page has a table for every chapter.
+(``pitfall_refs.index_rows``). Each row is one mistake of one chapter: the lesson
+section that explains it, the name the checks give it and the graded checks that can
+name it. ``tests/book/test_pitfall_tables.py`` checks that the page has a table for
+every chapter.
 """
 
 from __future__ import annotations
@@ -36,10 +38,10 @@ def _cell(text: str) -> str:
 
 
 def index_table(chapter: str) -> list[str]:
-    """The MyST table of ``chapter``'s mistakes: one row per mistake, its section written
-    once above the mistakes it explains, the graded checks that can name it in the row.
-    Sections and checks are ``{section}`` and ``{checks}`` references, so a diagnosis
-    that points at a section or check that does not exist fails the build."""
+    """The MyST table of ``chapter``'s mistakes: one row per mistake, its section
+    written once above the mistakes it explains, the graded checks that can name it in
+    the row. Sections and checks are ``{section}`` and ``{checks}`` references, so a
+    diagnosis that points at a section or check that does not exist fails the build."""
     rows = pitfall_refs.index_rows().get(chapter)
     if not rows:
         raise pitfall_refs.UnresolvedReference(f"no check names a mistake of {chapter}")
@@ -82,7 +84,8 @@ class PitfallIndex(SphinxDirective):
 
 
 def _always_outdated(app, env, added, changed, removed):
-    # The table comes from Python modules, not from the page: rebuild it on every build (it is cheap).
+    # The table comes from Python modules, not from the page: rebuild it on every build
+    # (it is cheap).
     return sorted(getattr(env, "tformer_pitfall_docs", set()) - set(removed))
 
 
@@ -129,7 +132,8 @@ class SectionRole(_ReferenceRole):
 
 
 class CheckRole(_ReferenceRole):
-    """``{check}`check_fn``` or ``{check}`check_fn: diagnosis```: the exercise and check."""
+    """``{check}`check_fn``` or ``{check}`check_fn: diagnosis```: the exercise and
+    check."""
 
     def nodes(self):
         check = pitfall_refs.resolve_check(self.text)

@@ -1,14 +1,15 @@
-"""What the pitfall tables' "explained in" and "caught by" cells point at, found in the course.
+"""What the pitfall tables' "explained in" and "caught by" cells point at, found in the
+course.
 
-``book/pitfalls.md`` writes those cells as references, never as prose, so the page cannot
-claim a section or a check that does not exist:
+``book/pitfalls.md`` writes those cells as references, never as prose, so the page
+cannot claim a section or a check that does not exist:
 
 - ``{section}`3.5``` names a numbered heading of a lesson page (``nbsrc/book/*/*.py``);
   it becomes a link reading "§3.5 Fill values, half precision and NaN".
 - ``{check}`check_bug_scale``` names a check function, and
   ``{check}`check_multi_head_attention: no scaling``` one of the diagnoses its module
-  names. The function must be called by an exercise's graded cells; the link goes to that
-  exercise. ``{checks}`check_a, check_b``` lists several, each exercise once.
+  names. The function must be called by an exercise's graded cells; the link goes to
+  that exercise. ``{checks}`check_a, check_b``` lists several, each exercise once.
 
 A pitfall no exercise grades says "not graded" in its "caught by" cell. Both the Sphinx
 roles (``tools/pitfall_index.py``) and ``tests/book/test_pitfall_tables.py`` resolve the
@@ -170,9 +171,9 @@ def resolve_check(text: str) -> CheckRef:
 #
 # Which checks can name a diagnosis is read from the checks' code: a check names a
 # diagnosis when the diagnosis is reachable from the check's function through the names
-# its module's code loads (its helpers, classes and tables of pitfalls). Helpers of other
-# modules are not followed: the own-model exercise re-runs every chapter's checks, and
-# listing it in every row would say nothing.
+# its module's code loads (its helpers, classes and tables of pitfalls). Helpers of
+# other modules are not followed: the own-model exercise re-runs every chapter's
+# checks, and listing it in every row would say nothing.
 
 
 def _loaded_globals(code, namespace):

@@ -1,31 +1,37 @@
-"""Execute the book's notebooks in parallel into myst-nb's execution cache, before the build.
+"""Execute the book's notebooks in parallel into myst-nb's execution cache, before the
+build.
 
-``jupyter-book build`` (``execute_notebooks: cache``) executes every notebook that is not in the
-cache one after the other, in its own process. This tool runs first, in ``make book``: it finds the
-notebooks the build would execute (every ``.ipynb`` listed in ``_toc.yml`` that the
-``execute.exclude_patterns`` do not exclude), and executes those that are not cached yet, ``--jobs``
-at a time, into the same jupyter-cache (``_build/.jupyter_cache``), the way myst-nb does it
-(``myst_nb/core/execute/cache.py``): the notebook read with ``nbformat.reads(..., as_version=4)``,
-jupyter-cache's ``single_nb_execution`` in the notebook's own folder, with the book's timeout and
-``allow_errors``, its kernel (the notebook's kernelspec) and this process's environment (so run it
-with the same environment as the build: ``make book`` does), then ``add_nb_to_project`` and
-``cache_notebook_bundle`` keyed by jupyter-cache's hash of the notebook. The build that follows
-finds every notebook cached ("Using cached notebook") and executes nothing; its own rules
-(``nb_execution_raise_on_error``, warnings as errors) still apply to whatever it does execute.
+``jupyter-book build`` (``execute_notebooks: cache``) executes every notebook that is
+not in the cache one after the other, in its own process. This tool runs first, in
+``make book``: it finds the notebooks the build would execute (every ``.ipynb`` listed
+in ``_toc.yml`` that the ``execute.exclude_patterns`` do not exclude), and executes
+those that are not cached yet, ``--jobs`` at a time, into the same jupyter-cache
+(``_build/.jupyter_cache``), the way myst-nb does it
+(``myst_nb/core/execute/cache.py``): the notebook read with
+``nbformat.reads(..., as_version=4)``, jupyter-cache's ``single_nb_execution`` in the
+notebook's own folder, with the book's timeout and ``allow_errors``, its kernel (the
+notebook's kernelspec) and this process's environment (so run it with the same
+environment as the build: ``make book`` does), then ``add_nb_to_project`` and
+``cache_notebook_bundle`` keyed by jupyter-cache's hash of the notebook. The build that
+follows finds every notebook cached ("Using cached notebook") and executes nothing; its
+own rules (``nb_execution_raise_on_error``, warnings as errors) still apply to whatever
+it does execute.
 
-A notebook that fails is not cached: its error is printed (the failing cell and its traceback, as
-the build shows it) and the tool exits with status 1, after the other notebooks have finished (and
-were cached). Anything this tool does not handle the way myst-nb would (a ``cache`` path or
-execution settings given per notebook, ``run_in_temp``, kernel aliases) is left to the build: the
-notebook is skipped here and the build executes it, as before.
+A notebook that fails is not cached: its error is printed (the failing cell and its
+traceback, as the build shows it) and the tool exits with status 1, after the other
+notebooks have finished (and were cached). Anything this tool does not handle the way
+myst-nb would (a ``cache`` path or execution settings given per notebook,
+``run_in_temp``, kernel aliases) is left to the build: the notebook is skipped here and
+the build executes it, as before.
 
-Order: longest first (the time the cache last recorded for the same file, else a notebook that is
-not a ``lesson.ipynb`` -- the pages for longer experiments -- before the lessons), so that the
-longest notebook does not start last.
+Order: longest first (the time the cache last recorded for the same file, else a
+notebook that is not a ``lesson.ipynb`` -- the pages for longer experiments -- before
+the lessons), so that the longest notebook does not start last.
 
 Usage: python tools/preexecute.py [--jobs N] [--threads N] [--dry-run]
   --jobs N     notebooks at once (default: the CPUs this process may use)
-  --threads N  set OMP_NUM_THREADS/MKL_NUM_THREADS=N for the kernels (default: leave unset)
+  --threads N  set OMP_NUM_THREADS/MKL_NUM_THREADS=N for the kernels
+               (default: leave unset)
 Exit status: 0 when every notebook the build will execute is cached, 1 when one failed.
 """
 
@@ -79,7 +85,8 @@ def book_settings(root: Path) -> dict:
 
 
 def toc_files(root: Path) -> list[str]:
-    """Every ``file:`` of _toc.yml (and its root), in the order of the table of contents."""
+    """Every ``file:`` of _toc.yml (and its root), in the order of the table of
+    contents."""
     toc = yaml.safe_load((root / "_toc.yml").read_text(encoding="utf-8"))
     found: list[str] = []
 
@@ -100,8 +107,8 @@ def toc_files(root: Path) -> list[str]:
 
 
 def book_notebooks(root: Path, settings: dict) -> list[Path]:
-    """The .ipynb files of the table of contents that the build executes (myst-nb's exclusion
-    test: ``PurePosixPath(path).match(pattern)`` on the document's path)."""
+    """The .ipynb files of the table of contents that the build executes (myst-nb's
+    exclusion test: ``PurePosixPath(path).match(pattern)`` on the document's path)."""
     notebooks = []
     for entry in toc_files(root):
         path = root / entry
@@ -122,7 +129,8 @@ def read_notebook(path: Path) -> nbformat.NotebookNode:
 
 
 def apply_aliases(nb: nbformat.NotebookNode, aliases: dict | None) -> None:
-    """myst-nb's ``nb_kernel_rgx_aliases``: the kernel name is replaced before hashing."""
+    """myst-nb's ``nb_kernel_rgx_aliases``: the kernel name is replaced before
+    hashing."""
     name = nb.metadata.get("kernelspec", {}).get("name")
     for rgx, alias in (aliases or {}).items():
         if name is not None and re.fullmatch(rgx, name):
@@ -133,7 +141,8 @@ def apply_aliases(nb: nbformat.NotebookNode, aliases: dict | None) -> None:
 def execute_one(
     path: str, timeout: int, allow_errors: bool, aliases, threads: int | None
 ) -> dict:
-    """Worker (its own process): execute one notebook in its folder; return it as text."""
+    """Worker (its own process): execute one notebook in its folder; return it as
+    text."""
     from jupyter_cache.executors.utils import single_nb_execution
 
     if threads is not None:
@@ -178,8 +187,9 @@ def execute_one(
 
 
 def estimate(cache, path: Path) -> float:
-    """Seconds this notebook is expected to take: the cache's last record for the same file, else
-    a guess (pages that are not lessons hold the longer experiments, see CONTRIBUTING.md)."""
+    """Seconds this notebook is expected to take: the cache's last record for the same
+    file, else a guess (pages that are not lessons hold the longer experiments, see
+    CONTRIBUTING.md)."""
     seconds = [
         r.data.get("execution_seconds")
         for r in cache.list_cache_records()
@@ -202,7 +212,8 @@ def main(argv=None) -> int:
     settings = book_settings(root)
     if settings["mode"] != "cache":
         print(
-            f"preexecute: execute_notebooks is {settings['mode']!r}, not 'cache': nothing to do"
+            f"preexecute: execute_notebooks is {settings['mode']!r}, not 'cache': "
+            "nothing to do"
         )
         return 0
     if settings["in_temp"]:
@@ -211,7 +222,8 @@ def main(argv=None) -> int:
     from jupyter_cache import get_cache
     from jupyter_cache.base import CacheBundleIn
 
-    # myst_nb.sphinx_ext: the build's cache is <build folder>/.jupyter_cache, unless configured.
+    # myst_nb.sphinx_ext: the build's cache is <build folder>/.jupyter_cache, unless
+    # configured.
     cache_path = (
         Path(settings["cache"])
         if settings["cache"]
@@ -227,7 +239,8 @@ def main(argv=None) -> int:
         nb = read_notebook(path)
         if any(k.startswith("execution") for k in (nb.metadata.get("mystnb") or {})):
             print(
-                f"preexecute: {path.relative_to(root)} sets its own execution options: left to the build"
+                f"preexecute: {path.relative_to(root)} sets its own execution options: "
+                "left to the build"
             )
             continue
         apply_aliases(nb, settings["aliases"])
@@ -297,8 +310,8 @@ def main(argv=None) -> int:
             )
     wall = time.perf_counter() - started
     print(
-        f"preexecute: {len(pending) - len(failed)} of {len(pending)} executed and cached "
-        f"in {wall:.1f} s wall-clock",
+        f"preexecute: {len(pending) - len(failed)} of {len(pending)} executed and "
+        f"cached in {wall:.1f} s wall-clock",
         flush=True,
     )
     if failed:

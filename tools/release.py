@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def generate(chapter: str, workdir: Path) -> Path:
-    """Run nbgrader generate_assignment for ``chapter`` in ``workdir``; return the student notebook."""
+    """Run nbgrader generate_assignment for ``chapter`` in ``workdir``; return the
+    student notebook."""
     shutil.copy(ROOT / "nbgrader_config.py", workdir)
     src = workdir / "solutions" / chapter
     src.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,5 @@
-"""Exit with a clear message unless PyTorch sees a CUDA GPU. `make test-gpu` runs this first.
+"""Exit with a clear message unless PyTorch sees a CUDA GPU. `make test-gpu` runs this
+first.
 
 Without it the GPU suite on a CPU machine would only skip tests and look green.
 Usage: python tools/require_gpu.py
@@ -12,9 +13,10 @@ import torch
 def main() -> int:
     if not torch.cuda.is_available():
         print(
-            f"make test-gpu: FAILED, no CUDA GPU: torch.cuda.is_available() is False (torch {torch.__version__}, "
-            f"built for CUDA {torch.version.cuda or 'none'}). The GPU suite needs a machine with an NVIDIA GPU and "
-            "a CUDA build of torch; `make test` is the CPU suite.",
+            "make test-gpu: FAILED, no CUDA GPU: torch.cuda.is_available() is False "
+            f"(torch {torch.__version__}, built for CUDA "
+            f"{torch.version.cuda or 'none'}). The GPU suite needs a machine with an "
+            "NVIDIA GPU and a CUDA build of torch; `make test` is the CPU suite.",
             file=sys.stderr,
         )
         return 3

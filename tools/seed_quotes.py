@@ -1,4 +1,5 @@
-"""Sphinx extension: quotations of the two seed write-ups, marked so a test can check them.
+"""Sphinx extension: quotations of the two seed write-ups, marked so a test can check
+them.
 
 The course critiques two beginners' write-ups, vendored in ``book/seeds/`` (``000.txt``,
 ``004.txt``). Whatever the book quotes from them is marked, and
@@ -72,7 +73,8 @@ def _seeds_page_ref(text: str) -> nodes.Node:
 
 
 class _SeedRole(SphinxRole):
-    """A role whose text reads ``NNN:text``; a malformed one is reported where it stands."""
+    """A role whose text reads ``NNN:text``; a malformed one is reported where it
+    stands."""
 
     def run(self):
         try:

@@ -5,8 +5,8 @@ edge in the book (145 of 236 blocks scrolled sideways, the reader review found).
 Cause: nothing formatted the code or measured its lines. Guard: ruff's formatter
 (configured in pyproject.toml, `make format`) must leave every file unchanged, and what
 a formatter cannot split (comments, docstrings, long strings) is measured here: every
-line of the lessons' and exercises' code cells and of tformer_ref is at most 88
-characters.
+line of the lessons' and exercises' code cells and of the Python files of tformer_ref,
+tformer_grading, tools and bench is at most 88 characters.
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ def _long_lines(path: Path, lines: list[str]) -> list[str]:
     ]
 
 
-def test_lesson_exercise_and_package_code_fits_88_columns():
+def test_lesson_exercise_package_tool_and_bench_code_fits_88_columns():
     found = []
     sources = sorted((ROOT / "nbsrc").rglob("*.py"))
     assert len(sources) >= 15, f"only {len(sources)} jupytext sources under nbsrc/"
@@ -87,6 +87,7 @@ def test_lesson_exercise_and_package_code_fits_88_columns():
         for cell in jupytext.read(path).cells:
             if cell.cell_type == "code":
                 found += _long_lines(path, cell.source.splitlines())
-    for path in sorted((ROOT / "tformer_ref").rglob("*.py")):
-        found += _long_lines(path, path.read_text().splitlines())
+    for folder in ("tformer_ref", "tformer_grading", "tools", "bench"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            found += _long_lines(path, path.read_text(encoding="utf-8").splitlines())
     assert not found, "\n".join(found)

@@ -4,13 +4,13 @@ A learner's block is built by the check, then its parts are found by type:
 the attention sublayers are ``tformer_ref.attention.MultiHeadAttention``
 modules (the exercises give that class), the norms are ``nn.LayerNorm``
 modules (a norm written by hand is recognised by its outputs and replaced by the
-``nn.LayerNorm`` it stands for, :func:`adopt_hand_written_norms`), and the feed-forward is the pair of ``nn.Linear`` layers outside the
-attention with weights [F, D] and [D, F]. The check then recomputes the block
-*from the learner's own parts*, wired the right way, and compares. Which norm
-serves which sublayer (and, in the decoder, which attention is which) is not a
-matter of names or registration order: every assignment, a *role*, is tried,
-and the block is right when one of them reproduces it. A wrong wiring is named
-by recomputing the known wrong wirings the same way.
+``nn.LayerNorm`` it stands for, :func:`adopt_hand_written_norms`), and the feed-forward
+is the pair of ``nn.Linear`` layers outside the attention with weights [F, D] and
+[D, F]. The check then recomputes the block *from the learner's own parts*, wired the
+right way, and compares. Which norm serves which sublayer (and, in the decoder, which
+attention is which) is not a matter of names or registration order: every assignment, a
+*role*, is tried, and the block is right when one of them reproduces it. A wrong wiring
+is named by recomputing the known wrong wirings the same way.
 
 A *wiring* wraps one sublayer: ``wiring(x, sublayer, norm, drop) -> new x``,
 ``drop`` being the dropout on the sublayer's output. The right ones are

@@ -1,4 +1,5 @@
-"""Inputs for checks: seeded tensors and learner modules built the same way everywhere."""
+"""Inputs for checks: seeded tensors and learner modules built the same way
+everywhere."""
 
 from __future__ import annotations
 
@@ -18,8 +19,8 @@ def randn(
     dtype: torch.dtype = torch.float32,
     device: torch.device | str | None = None,
 ) -> torch.Tensor:
-    """A normal tensor from its own generator (the learner's random state is left alone), on
-    ``device`` (default: the course's device)."""
+    """A normal tensor from its own generator (the learner's random state is left
+    alone), on ``device`` (default: the course's device)."""
     g = torch.Generator().manual_seed(seed)
     return torch.randn(*shape, generator=g, dtype=dtype).to(device or get_device())
 
@@ -36,9 +37,9 @@ def build_module(
     dtype: torch.dtype = torch.float32,
     seed: int | None = None,
 ) -> torch.nn.Module:
-    """``cls(*args)`` on the course's device in ``dtype``; a learner's error becomes a failure
-    that says which call raised. With ``seed``, built under that seed without disturbing the
-    notebook's random state."""
+    """``cls(*args)`` on the course's device in ``dtype``; a learner's error becomes a
+    failure that says which call raised. With ``seed``, built under that seed without
+    disturbing the notebook's random state."""
     __tracebackhide__ = True
     if not isinstance(cls, type):
         fail(
@@ -62,7 +63,8 @@ def build_module(
     if not isinstance(module, torch.nn.Module):
         fail(
             title,
-            f"{cls.__name__} must be an nn.Module subclass, got {type(module).__name__}",
+            f"{cls.__name__} must be an nn.Module subclass, got "
+            f"{type(module).__name__}",
         )
     return module.to(device=get_device(), dtype=dtype)
 

@@ -27,8 +27,9 @@ from .diagnosis import Raised, fail, passed, single_thread, verify_integrity
 from .diagnosis import run as call_quietly
 
 REFERENCE_DIR = os.path.dirname(os.path.abspath(tformer_ref.__file__)) + os.sep
-# Reference code a learner may call freely inside an exercise (it teaches nothing the exercise
-# asks for). Immutable on purpose: the integrity seal compares module globals by identity.
+# Reference code a learner may call freely inside an exercise (it teaches nothing the
+# exercise asks for). Immutable on purpose: the integrity seal compares module globals
+# by identity.
 ALLOWED_FILES = frozenset({os.path.join(REFERENCE_DIR, "device.py")})
 
 
@@ -38,8 +39,9 @@ def is_reference(path: str) -> bool:
 
 @dataclass
 class Calls:
-    """What a run called: PyTorch function names, reference functions (``tformer_ref.<name>``),
-    the code objects entered, and whether the recorder was switched off."""
+    """What a run called: PyTorch function names, reference functions
+    (``tformer_ref.<name>``), the code objects entered, and whether the recorder was
+    switched off."""
 
     torch: set = field(default_factory=set)
     reference: set = field(default_factory=set)
@@ -62,8 +64,8 @@ def record_calls():
             return
         calls.code.add(frame.f_code)
         caller = frame.f_back.f_code.co_filename if frame.f_back else ""
-        # Only entries into the package from outside it: its own internal calls are not the
-        # learner's.
+        # Only entries into the package from outside it: its own internal calls are not
+        # the learner's.
         if is_reference(frame.f_code.co_filename) and not is_reference(caller):
             calls.reference.add(f"tformer_ref.{frame.f_code.co_name}")
 
@@ -83,9 +85,9 @@ def reject_wrapped(
     kinds: tuple = (torch.nn.MultiheadAttention,),
     modules: Sequence[str] = ("tformer_ref",),
 ) -> None:
-    """Fail when ``module`` contains a submodule of one of ``kinds``, or one whose class is
-    defined in one of ``modules`` (a package or module name): the exercise is to write it, not
-    to wrap PyTorch's own or the reference's."""
+    """Fail when ``module`` contains a submodule of one of ``kinds``, or one whose
+    class is defined in one of ``modules`` (a package or module name): the exercise is
+    to write it, not to wrap PyTorch's own or the reference's."""
     __tracebackhide__ = True
     for name, sub in module.named_modules():
         home = type(sub).__module__
@@ -95,8 +97,8 @@ def reject_wrapped(
             fail(
                 title,
                 f"your module contains {home}.{type(sub).__name__} (at "
-                f"'{name or 'self'}'): the exercise is to write it yourself, not to wrap "
-                "the reference or PyTorch's own.",
+                f"'{name or 'self'}'): the exercise is to write it yourself, not to "
+                "wrap the reference or PyTorch's own.",
             )
 
 
@@ -108,9 +110,9 @@ def check_not_delegated(
     forbidden_code: Mapping[types.CodeType, str] | None = None,
 ) -> None:
     """Fail when ``run()`` calls any of ``forbidden`` (PyTorch function names,
-    ``"tformer_ref.<name>"``, or ``"tformer_ref"`` for any reference code) or enters one of
-    ``forbidden_code`` (code object -> what to call it), or when ``module`` contains a reference
-    or built-in attention module."""
+    ``"tformer_ref.<name>"``, or ``"tformer_ref"`` for any reference code) or enters
+    one of ``forbidden_code`` (code object -> what to call it), or when ``module``
+    contains a reference or built-in attention module."""
     __tracebackhide__ = True
     verify_integrity()
     if module is not None:
@@ -167,8 +169,8 @@ def fail_if_raised(title: str, result: Any) -> None:
 def check_by_hand(
     title: str, fn: Callable, args: tuple, forbidden: Sequence[str] = ("tformer_ref",)
 ) -> None:
-    """Hidden test: ``fn(*args)`` runs without calling ``forbidden`` (default: any reference
-    code)."""
+    """Hidden test: ``fn(*args)`` runs without calling ``forbidden`` (default: any
+    reference code)."""
     __tracebackhide__ = True
     with single_thread():
         check_not_delegated(title, lambda: fn(*args), forbidden=forbidden)

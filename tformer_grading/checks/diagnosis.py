@@ -59,8 +59,8 @@ class CheckFailure(AssertionError):
         self.title, self.section = title, section
 
     def _render_traceback_(self) -> list[str]:
-        """The diagnosis as IPython shows a failed cell: a bold red title, the message and
-        the lesson section, no frames. The link to the section is shown above it."""
+        """The diagnosis as IPython shows a failed cell: a bold red title, the message
+        and the lesson section, no frames. The link to the section is shown above it."""
         if not getattr(self, "_link_shown", False):
             # IPython renders an error twice (to show it, then to store it in history):
             # the link belongs above the first rendering only.
@@ -69,14 +69,15 @@ class CheckFailure(AssertionError):
         return diagnosis_lines(self)
 
 
-#: ANSI bold red and reset: how a failure's title stands out in JupyterLab and in nbgrader's
-#: feedback (both turn ANSI colours into HTML).
+#: ANSI bold red and reset: how a failure's title stands out in JupyterLab and in
+#: nbgrader's feedback (both turn ANSI colours into HTML).
 _RED, _RESET = "\x1b[1;31m", "\x1b[0m"
 _READ = "\n    Read "
 
 
 def diagnosis_lines(failure: CheckFailure) -> list[str]:
-    """The lines a learner reads for ``failure``: title, message, where to read about it."""
+    """The lines a learner reads for ``failure``: title, message, where to read about
+    it."""
     text = str(failure)
     body = text.split(_READ)[0]
     title = failure.title or "Check failed"
@@ -112,16 +113,17 @@ def _wrapped(line: str) -> list[str]:
 
 
 def section_href(section: Section) -> str:
-    """The section's address relative to an exercise notebook (book/<chapter>/), with the
-    anchor JupyterLab (jupyterlab-myst) and the book give the heading
+    """The section's address relative to an exercise notebook (book/<chapter>/), with
+    the anchor JupyterLab (jupyterlab-myst) and the book give the heading
     "## <number> <title>" (tformer_grading/anchors.py)."""
     anchor = heading_anchor(f"{section.number} {section.title}")
     return f"../../{section.notebook}#{anchor}"
 
 
 def _show_section_link(section: Section | None) -> None:
-    """In a Jupyter kernel, display a link to ``section``: JupyterLab opens the lesson at that
-    heading on click (an error's text links only web addresses). Nothing elsewhere."""
+    """In a Jupyter kernel, display a link to ``section``: JupyterLab opens the lesson
+    at that heading on click (an error's text links only web addresses). Nothing
+    elsewhere."""
     shell = _ipython_shell()
     if section is None or shell is None or not hasattr(shell, "kernel"):
         return
@@ -167,7 +169,8 @@ class Section:
 
     @property
     def notebook(self) -> str:
-        """The page's notebook, from the course's root: ``book/<chapter>/<page>.ipynb``."""
+        """The page's notebook, from the course's root:
+        ``book/<chapter>/<page>.ipynb``."""
         return f"book/{self.chapter}/{self.page}.ipynb"
 
     def __str__(self) -> str:
@@ -187,7 +190,8 @@ class Diagnosis:
     section: Section
 
     def fail(self, title: str, detail: str = "") -> None:
-        """Raise the failure that names this mistake; ``detail`` is what was observed."""
+        """Raise the failure that names this mistake; ``detail`` is what was
+        observed."""
         __tracebackhide__ = True
         observed = f"{detail} " if detail else ""
         fail(
@@ -235,15 +239,15 @@ def sections_named(module) -> set:
 
 @dataclass(frozen=True)
 class Case:
-    """One input to try. ``make`` builds fresh arguments each call (learners may modify inputs
-    in place)."""
+    """One input to try. ``make`` builds fresh arguments each call (learners may modify
+    inputs in place)."""
 
     label: str
     make: Callable[[], tuple]
 
 
-# Code that is not the learner's (torch, the course's packages, the standard library): frames
-# there are skipped when saying where in the learner's code an error came from.
+# Code that is not the learner's (torch, the course's packages, the standard library):
+# frames there are skipped when saying where in the learner's code an error came from.
 _COURSE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 NOT_THE_LEARNERS = tuple(
     os.path.join(folder, "")
@@ -257,11 +261,11 @@ NOT_THE_LEARNERS = tuple(
 
 
 def learner_line(exc: BaseException) -> str:
-    """Where in the learner's code ``exc`` was raised: " at line N of your code: `text`",
-    or "" when no frame of the traceback is theirs (the error came from torch on bad
-    input). When it was raised in a function of theirs that another of theirs called,
-    it names both and the shapes of the tensors the raising one was given
-    (:func:`_called_with`)."""
+    """Where in the learner's code ``exc`` was raised:
+    " at line N of your code: `text`", or "" when no frame of the traceback is theirs
+    (the error came from torch on bad input). When it was raised in a function of
+    theirs that another of theirs called, it names both and the shapes of the tensors
+    the raising one was given (:func:`_called_with`)."""
     frames = [
         (frame, lineno)
         for frame, lineno in traceback.walk_tb(exc.__traceback__)
@@ -349,29 +353,30 @@ def verify_integrity() -> None:
         if len(problems) > 4:
             shown += f"; and {len(problems) - 4} more"
         raise CheckFailure(
-            f"grading integrity: the course's check code was changed while your notebook ran "
-            f"({shown}). No check can be trusted after that, so every check from here on fails. "
-            "Remove the code that patches tformer_ref, tformer_grading, torch or IPython, restart "
-            "the kernel and run all cells again."
+            "grading integrity: the course's check code was changed while your "
+            f"notebook ran ({shown}). No check can be trusted after that, so every "
+            "check from here on fails. Remove the code that patches tformer_ref, "
+            "tformer_grading, torch or IPython, restart the kernel and run all cells "
+            "again."
         )
 
 
 def passed(title: str, detail: str) -> None:
-    """Print the success line of a check (signed while grading), after verifying nothing was
-    patched."""
+    """Print the success line of a check (signed while grading), after verifying
+    nothing was patched."""
     __tracebackhide__ = True
     verify_integrity()
     print(sign(f"✓ {title}: {detail}"))
 
 
-# --------------------------------------------------------------------------- running learner code
+# ----------------------------------------------------------------- running learner code
 
 
 @contextlib.contextmanager
 def single_thread():
-    """Tiny tensors gain nothing from intra-op threads, and on a busy machine the threads'
-    spin-waits make every small op ten times slower: run the many small comparisons on one
-    thread."""
+    """Tiny tensors gain nothing from intra-op threads, and on a busy machine the
+    threads' spin-waits make every small op ten times slower: run the many small
+    comparisons on one thread."""
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -394,8 +399,9 @@ def single_threaded(check: Callable) -> Callable:
 
 @contextlib.contextmanager
 def quiet():
-    """Run learner code without letting it reach stderr: nbgrader zeroes a test cell that writes
-    there, even when the answer is right. Warnings are ignored and stderr writes discarded."""
+    """Run learner code without letting it reach stderr: nbgrader zeroes a test cell
+    that writes there, even when the answer is right. Warnings are ignored and stderr
+    writes discarded."""
     with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
         warnings.simplefilter("ignore")
         try:
@@ -421,8 +427,9 @@ def run(fn: Callable, args: tuple) -> Any:
 
 def unanswered(exc: BaseException) -> bool:
     """``exc`` is the placeholder an exercise is released with (a bare
-    ``raise NotImplementedError()`` line), not an error of the learner's code or of torch
-    (which raises NotImplementedError, with a message, for an op a backend lacks)."""
+    ``raise NotImplementedError()`` line), not an error of the learner's code or of
+    torch (which raises NotImplementedError, with a message, for an op a backend
+    lacks)."""
     if type(exc) is not NotImplementedError or str(exc):
         return False
     frames = traceback.extract_tb(exc.__traceback__)
@@ -434,8 +441,9 @@ def unanswered(exc: BaseException) -> bool:
 
 
 def fail_unanswered(exc: BaseException) -> None:
-    """Fail saying the exercise is still the placeholder: counting its cases as wrong would
-    send the learner looking for a mistake they have not had the chance to make."""
+    """Fail saying the exercise is still the placeholder: counting its cases as wrong
+    would send the learner looking for a mistake they have not had the chance to
+    make."""
     __tracebackhide__ = True
     fail(
         NOT_ANSWERED,
@@ -446,8 +454,8 @@ def fail_unanswered(exc: BaseException) -> None:
 
 
 def run_or_fail(title: str, fn: Callable, args: tuple, call: str) -> Any:
-    """``fn(*args)`` quietly; when the learner's code raises, the check fails saying which
-    ``call`` raised what."""
+    """``fn(*args)`` quietly; when the learner's code raises, the check fails saying
+    which ``call`` raised what."""
     __tracebackhide__ = True
     result = run(fn, args)
     if isinstance(result, Raised):
@@ -455,13 +463,14 @@ def run_or_fail(title: str, fn: Callable, args: tuple, call: str) -> Any:
     return result
 
 
-# --------------------------------------------------------------------------- comparing outputs
+# -------------------------------------------------------------------- comparing outputs
 
 
 def describe_difference(
     got: Any, want: torch.Tensor, atol: float, rtol: float
 ) -> str | None:
-    """None when ``got`` equals ``want`` within tolerance, else a sentence saying how it differs."""
+    """None when ``got`` equals ``want`` within tolerance, else a sentence saying how
+    it differs."""
     if isinstance(got, Raised):
         return f"your code raised {got!r}"
     problem = flow.form_problem(got, want.shape, want.dtype, want.device)
@@ -508,11 +517,11 @@ def compare_to_reference(
     rtol: float = 1e-4,
     adapt: Callable[[Callable], Callable] = _identity,
 ) -> None:
-    """Run ``learner`` and ``reference`` on every case; on a mismatch, name the pitfall that
-    explains it. The whole flow of :mod:`.flow` for a function with a reference.
+    """Run ``learner`` and ``reference`` on every case; on a mismatch, name the pitfall
+    that explains it. The whole flow of :mod:`.flow` for a function with a reference.
 
-    ``adapt`` wraps learner, reference and every pitfall alike (say, to keep one output of a
-    pair, or to call a module with weights the case supplies).
+    ``adapt`` wraps learner, reference and every pitfall alike (say, to keep one output
+    of a pair, or to call a module with weights the case supplies).
     """
     __tracebackhide__ = True
     verify_integrity()
@@ -536,7 +545,8 @@ def fail_unexplained(
     atol: float,
     rtol: float,
 ) -> None:
-    """The failure when no known pitfall explains the learner's outputs: where, not why."""
+    """The failure when no known pitfall explains the learner's outputs: where, not
+    why."""
     __tracebackhide__ = True
     problems = [
         (case, msg)
@@ -546,14 +556,15 @@ def fail_unexplained(
     case, msg = problems[0]
     flow.fallback(
         title,
-        f"wrong on {len(problems)} of {len(cases)} cases. First: case {case.label}: {msg}",
+        f"wrong on {len(problems)} of {len(cases)} cases. First: case {case.label}: "
+        f"{msg}",
     )
 
 
-# --------------------------------------------------------------------------- behaviour probes
+# --------------------------------------------------------------------- behaviour probes
 # Properties any correct implementation has, whatever its code. Each probe is handed the
-# Diagnosis to name when the property fails (the chapter module defines it, so the book's
-# pitfall index lists it), and adds what it observed.
+# Diagnosis to name when the property fails (the chapter module defines it, so the
+# book's pitfall index lists it), and adds what it observed.
 
 
 def _probed(title: str, fn: Callable, *inputs: torch.Tensor) -> list[torch.Tensor]:

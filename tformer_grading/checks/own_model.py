@@ -235,7 +235,8 @@ def _with_names(classes: Sequence[type], **names):
 
 def _mha_mask_problem(cls) -> str | None:
     """None when ``cls(16, 4, dropout=0.0)``, attending to itself, obeys a causal and a
-    padding mask (measure.probes' causality and padding invariance), else what it did."""
+    padding mask (measure.probes' causality and padding invariance), else what it
+    did."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(SEED)
         try:
@@ -541,8 +542,8 @@ MODEL_PROBES = (
         (
             "two models built under different seeds compute different logits after "
             "load_state_dict gave them the same weights: some weights are outside the "
-            "state_dict (not registered), so the optimizer never trains them (keep blocks "
-            "in an nn.ModuleList, not a Python list)"
+            "state_dict (not registered), so the optimizer never trains them (keep "
+            "blocks in an nn.ModuleList, not a Python list)"
         ),
         S_DECODER,
     ),
@@ -550,10 +551,10 @@ MODEL_PROBES = (
     (
         _probabilities,
         (
-            "the model returns probabilities, not logits: at every position its outputs "
-            "are non-negative and sum to 1 over the vocabulary, and cross_entropy takes "
-            "the log-softmax of what it is given, so the softmax is applied twice (return "
-            "the last Linear's output)"
+            "the model returns probabilities, not logits: at every position its "
+            "outputs are non-negative and sum to 1 over the vocabulary, and "
+            "cross_entropy takes the log-softmax of what it is given, so the softmax "
+            "is applied twice (return the last Linear's output)"
         ),
         S_LOSS,
     ),
@@ -562,8 +563,8 @@ MODEL_PROBES = (
         (
             "the decoder sees the future: changing the last input token of the target "
             "changed the logits at earlier positions, so in training each position can "
-            "read the token it must predict, and greedy decoding, which has no future to "
-            "read, fails"
+            "read the token it must predict, and greedy decoding, which has no future "
+            "to read, fails"
         ),
         S_CAUSAL,
     ),
@@ -578,8 +579,8 @@ MODEL_PROBES = (
     (
         _source_unread,
         (
-            "the logits do not depend on the source: the decoder's cross-attention does "
-            "not read the encoder's output"
+            "the logits do not depend on the source: the decoder's cross-attention "
+            "does not read the encoder's output"
         ),
         S_DECODER,
     ),
@@ -595,9 +596,9 @@ MODEL_PROBES = (
     (
         _target_order_unseen,
         (
-            "a target of one repeated token gives the same logits at every position: the "
-            "decoder sees no positions (are the positional encodings added to the target "
-            "embeddings?)"
+            "a target of one repeated token gives the same logits at every position: "
+            "the decoder sees no positions (are the positional encodings added to the "
+            "target embeddings?)"
         ),
         S_ORDER,
     ),
@@ -607,7 +608,8 @@ MODEL_PROBES = (
         (
             "changing the last source character leaves the encoder's output at every "
             "earlier position unchanged: the encoder's self-attention is causal (the "
-            "causal mask belongs to the decoder; the encoder gets the padding mask only)"
+            "causal mask belongs to the decoder; the encoder gets the padding mask "
+            "only)"
         ),
         S_CAUSAL,
     ),

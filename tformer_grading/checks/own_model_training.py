@@ -324,16 +324,16 @@ SHIFT_PROBLEMS = (
     (
         lambda tgt: tgt,
         (
-            "batch_loss gives the model the whole target, not the target without its last "
-            "token: the target is not shifted, so each position learns to copy its own "
-            "input token instead of predicting the next one"
+            "batch_loss gives the model the whole target, not the target without its "
+            "last token: the target is not shifted, so each position learns to copy "
+            "its own input token instead of predicting the next one"
         ),
     ),
     (
         lambda tgt: tgt[:, 1:],
         (
-            "batch_loss gives the model the labels (the target without its first token) "
-            "as its input: the decoder reads what it must predict"
+            "batch_loss gives the model the labels (the target without its first "
+            "token) as its input: the decoder reads what it must predict"
         ),
     ),
 )
@@ -345,9 +345,9 @@ NORMALISED = {
     "averaging it (the step size then grows with the batch)",
     "batch": "batch_loss divides the summed cross-entropy by the batch size ({b}), not "
     "by the number of real label tokens ({n})",
-    "per sequence": "batch_loss averages each sentence's mean cross-entropy: the tokens "
-    "of a short sentence weigh more than those of a long one (the mean runs over the "
-    "real label tokens of the whole batch)",
+    "per sequence": "batch_loss averages each sentence's mean cross-entropy: the "
+    "tokens of a short sentence weigh more than those of a long one (the mean runs "
+    "over the real label tokens of the whole batch)",
 }
 
 
@@ -362,8 +362,8 @@ def _loss_problem(got: float, logits, grad, tgt) -> tuple | None:
     right, n = (per * real).sum() / real.sum(), int(real.sum())
     wrong = (
         (
-            f"batch_loss gives {got:.4f} where the mean cross-entropy over the real label "
-            f"tokens (of {logits.size(-1)} classes) is {right.item():.4f}"
+            f"batch_loss gives {got:.4f} where the mean cross-entropy over the real "
+            f"label tokens (of {logits.size(-1)} classes) is {right.item():.4f}"
         ),
         S_LOSS,
     )
@@ -391,8 +391,8 @@ def _loss_problem(got: float, logits, grad, tgt) -> tuple | None:
     if torch.equal(scored[hit], tgt[:, :-1][hit]):
         return (
             (
-                "batch_loss compares each position with its own input token, not with the "
-                "next one: the labels are not shifted"
+                "batch_loss compares each position with its own input token, not with "
+                "the next one: the labels are not shifted"
             ),
             S_SHIFT,
         )
@@ -406,8 +406,8 @@ def _loss_problem(got: float, logits, grad, tgt) -> tuple | None:
             return (
                 (
                     f"batch_loss smooths the labels (label_smoothing={share:g}): the "
-                    "exercise asks for the plain mean cross-entropy over the real label "
-                    "tokens"
+                    "exercise asks for the plain mean cross-entropy over the real "
+                    "label tokens"
                 ),
                 S_LOSS,
             )
@@ -427,8 +427,8 @@ def _loss_problem(got: float, logits, grad, tgt) -> tuple | None:
             return (
                 (
                     f"batch_loss leaves out the labels {token} "
-                    f"({SPECIAL_NAMES.get(token, 'a character')}) and counts the padding: "
-                    f"its ignore_index is {token}, not PAD = {PAD}"
+                    f"({SPECIAL_NAMES.get(token, 'a character')}) and counts the "
+                    f"padding: its ignore_index is {token}, not PAD = {PAD}"
                 ),
                 S_LOSS,
             )
@@ -463,8 +463,8 @@ def probe_loss(model, batch_loss, vocab_size, src, tgt):
     if not _same_ids(fed, tgt[:, :-1]):
         return (
             (
-                f"batch_loss gives the model a decoder input of shape {list(fed.shape)} "
-                f"that is not the target without its last token "
+                "batch_loss gives the model a decoder input of shape "
+                f"{list(fed.shape)} that is not the target without its last token "
                 f"({list(tgt[:, :-1].shape)})"
             ),
             S_SHIFT,

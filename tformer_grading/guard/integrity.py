@@ -32,7 +32,8 @@ SHARED_CHECK_MODULES = frozenset(
 )
 _MISSING = object()
 _SEALS: dict[str, _Seal] = {}
-# Functions a verdict depends on, captured when this module is imported (before learner code runs).
+# Functions a verdict depends on, captured when this module is imported (before learner
+# code runs).
 _WATCHED = {
     "torch.allclose": (lambda: torch.allclose, torch.allclose),
     "torch.equal": (lambda: torch.equal, torch.equal),
@@ -126,7 +127,8 @@ def _differs_from_file(module, name: str, path: str, codes: dict) -> bool:
         )  # e.g. a torch.jit function: not comparable, not flagged
     if fn.__code__.co_filename == path:
         return fn.__code__ != codes.get(name)
-    # Code from elsewhere: a notebook's function, or a library decorator without functools.wraps.
+    # Code from elsewhere: a notebook's function, or a library decorator without
+    # functools.wraps.
     return (
         fn.__module__
         in ("__main__", None, module.__name__)  # swapped code claims this module
@@ -135,8 +137,8 @@ def _differs_from_file(module, name: str, path: str, codes: dict) -> bool:
 
 
 def _disk_problems(module: types.ModuleType) -> list[str]:
-    """Functions of ``module`` whose code differs from its source file (patched before or while
-    importing)."""
+    """Functions of ``module`` whose code differs from its source file (patched before
+    or while importing)."""
     path = getattr(module, "__file__", None)
     if not path or not path.endswith(".py"):
         return []
@@ -153,7 +155,8 @@ def _disk_problems(module: types.ModuleType) -> list[str]:
 
 
 class _Seal:
-    """A module's globals, functions and methods as first seen, for identity comparison."""
+    """A module's globals, functions and methods as first seen, for identity
+    comparison."""
 
     def __init__(self, module: types.ModuleType):
         self.module, self.name = module, module.__name__
@@ -197,19 +200,21 @@ class _Seal:
 
 
 def seal(name: str) -> None:
-    """Record module ``name`` as it is now; :func:`integrity_problems` then reports any change.
+    """Record module ``name`` as it is now; :func:`integrity_problems` then reports any
+    change.
 
-    Check modules call ``seal(__name__)`` as their last line, so they are recorded before any
-    learner code runs. Modules that do not are sealed when first seen, and still compared with
-    their source file.
+    Check modules call ``seal(__name__)`` as their last line, so they are recorded
+    before any learner code runs. Modules that do not are sealed when first seen, and
+    still compared with their source file.
     """
     if name not in _SEALS and sys.modules.get(name) is not None:
         _SEALS[name] = _Seal(sys.modules[name])
 
 
 def _ipython_problems() -> list[str]:
-    """IPython hooks changed since this module was imported (the setup cell), and transformers
-    that are not IPython's own (a transformer can rewrite the test cells before they run)."""
+    """IPython hooks changed since this module was imported (the setup cell), and
+    transformers that are not IPython's own (a transformer can rewrite the test cells
+    before they run)."""
     now = _shell_state()
     if now is None or _SHELL_AT_IMPORT is None:
         return []
@@ -222,7 +227,8 @@ def _ipython_problems() -> list[str]:
     for fn in (fn for name in _TRANSFORMERS for fn in now[name]):
         if not getattr(fn, "__module__", "").startswith(("IPython.", "ipykernel.")):
             out.append(
-                f"an IPython transformer from {getattr(fn, '__module__', '?')} was registered"
+                f"an IPython transformer from {getattr(fn, '__module__', '?')} was "
+                "registered"
             )
     return out
 
@@ -240,8 +246,8 @@ def _looks_like_checks(value) -> bool:
 
 
 def _main_problems() -> list[str]:
-    """A global of the notebook named like a chapter's check module (``ch01``) must be that
-    module."""
+    """A global of the notebook named like a chapter's check module (``ch01``) must be
+    that module."""
     namespaces = [vars(sys.modules.get("__main__", types.ModuleType("__main__")))]
     shell = _shell()
     if shell is not None:
@@ -274,7 +280,8 @@ def _ours(name: str) -> bool:
 
 
 def integrity_problems() -> list[str]:
-    """Everything changed in the check machinery since it was first seen; empty when intact."""
+    """Everything changed in the check machinery since it was first seen; empty when
+    intact."""
     for name, module in list(sys.modules.items()):
         if (
             _ours(name)

@@ -27,8 +27,8 @@ class ProgressExecute(GuardedExecute):
             cell, cell_index, execution_count, store_history
         )
         meta = cell.get("metadata", {}).get("nbgrader", {})
-        # An answer cell that runs the placeholder at top level leaves the check after it
-        # failing on a missing name: that check's cell is the one not answered yet.
+        # An answer cell that runs the placeholder at top level leaves the check after
+        # it failing on a missing name: that check's cell is the one not answered yet.
         self._placeholder_ran = getattr(self, "_placeholder_ran", False) or (
             not meta.get("grade") and unanswered(cell)
         )

@@ -26,7 +26,8 @@ _CHECK_CALL = re.compile(r"\bcheck_\w+\s*\(")
 
 
 def receipt_mac(key: str, number: int, line: str) -> str:
-    """The 16 hex digits that sign success line ``line``, the ``number``-th of the kernel."""
+    """The 16 hex digits that sign success line ``line``, the ``number``-th of the
+    kernel."""
     message = f"{number}|{line}".encode()
     return hmac.new(key.encode(), message, hashlib.sha256).hexdigest()[:16]
 
@@ -56,7 +57,8 @@ sign, install_key = _make_signer()
 
 
 def expected_receipts(source: str) -> int:
-    """How many check calls a test cell's source makes (comments ignored): each must print a receipt."""
+    """How many check calls a test cell's source makes (comments ignored): each must
+    print a receipt."""
     code = "\n".join(line.split("#", 1)[0] for line in source.splitlines())
     return len(_CHECK_CALL.findall(code))
 
@@ -71,7 +73,8 @@ def valid_receipts(text: str, key: str) -> list[int]:
 
 
 def receipt_lines(text: str) -> str:
-    """Every receipt line of ``text``, one per line (kept when an output cap cuts the rest)."""
+    """Every receipt line of ``text``, one per line (kept when an output cap cuts the
+    rest)."""
     if "[grader receipt" not in text:
         return ""
     return "".join(m.group(0) + "\n" for m in _RECEIPT.finditer(text))

@@ -25,7 +25,8 @@ def _stdout(cell) -> str:
 
 
 class VerifyReceipts(NbGraderPreprocessor):
-    """Each check call of a graded test cell must have printed a validly signed success line."""
+    """Each check call of a graded test cell must have printed a validly signed success
+    line."""
 
     def preprocess(self, nb, resources):
         key = resources.get(RESOURCE_KEY)
@@ -52,9 +53,10 @@ class VerifyReceipts(NbGraderPreprocessor):
                 cell.outputs.append(
                     error_output(
                         "GradingIntegrityError",
-                        f"this test cell makes {want} check call(s) but only {len(numbers)} reported "
-                        "a verified success: its checks were replaced, skipped or silenced by the "
-                        "notebook's code. It scores 0.",
+                        f"this test cell makes {want} check call(s) but only "
+                        f"{len(numbers)} reported a verified success: its checks "
+                        "were replaced, skipped or silenced by the notebook's code. "
+                        "It scores 0.",
                     )
                 )
         return nb, resources

@@ -223,7 +223,7 @@ def _masked_case(i, spec, dtype):
 
 
 def masked_cases(dtypes=_FULL_DTYPES):
-    """The exercise's four cases, case i in ``dtypes[i]`` (masked_attention_half's too)."""
+    """The exercise's 4 cases, case i in ``dtypes[i]`` (masked_attention_half's too)."""
     return [
         _masked_case(i, spec, dtype)
         for i, (spec, dtype) in enumerate(zip(_MASKED_SPECS, dtypes))

@@ -1,6 +1,6 @@
-"""Checks for exercise ``decoder_block`` of chapter 5 (book/ch05_model):
-``DecoderBlock(d_model, n_heads, d_ff, dropout)``, ``forward(x, memory, src_mask=None)``:
-causal self-attention, cross-attention to ``memory``, feed-forward, Post-LN.
+"""Checks for exercise ``decoder_block`` of chapter 5 (book/ch05_model), Post-LN:
+``DecoderBlock(d_model, n_heads, d_ff, dropout)``, ``forward(x, memory,
+src_mask=None)``: causal self-attention, cross-attention to ``memory``, feed-forward.
 
 ``check_decoder_block`` names a known wrong variant that reproduces the learner's
 outputs on every case (for some assignment of their attentions and norms to roles);

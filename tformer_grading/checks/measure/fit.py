@@ -102,10 +102,10 @@ def line(y: torch.Tensor, x: torch.Tensor) -> tuple:
 
 
 def scales_about(candidates: torch.Tensor, target: torch.Tensor, origin: torch.Tensor):
-    """Per candidate of ``candidates`` [G, *shape], the c for which origin + c·(candidate
-    - origin) is closest to ``target`` [*shape] (``origin`` broadcasts to it): (c [G],
-    those rescaled candidates [G, *shape]). A bias that a scale does not touch (an
-    output projection's) is the origin.
+    """Per candidate of ``candidates`` [G, *shape], the c for which
+    origin + c·(candidate - origin) is closest to ``target`` [*shape] (``origin``
+    broadcasts to it): (c [G], those rescaled candidates [G, *shape]). A bias that a
+    scale does not touch (an output projection's) is the origin.
 
     >>> bias = torch.tensor([1.0, 1.0])
     >>> c, fitted = scales_about(torch.tensor([[2.0, 3.0], [1.0, 2.0]]),

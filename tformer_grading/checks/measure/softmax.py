@@ -121,7 +121,8 @@ def row_centred(x: torch.Tensor, where: torch.Tensor) -> torch.Tensor:
     """``x`` minus its mean over the last axis, both taken only ``where`` True (0
     elsewhere).
 
-    >>> row_centred(torch.tensor([[1.0, 3.0, 9.0]]), torch.tensor([[True, True, False]]))
+    >>> x, where = torch.tensor([[1.0, 3.0, 9.0]]), torch.tensor([[True, True, False]])
+    >>> row_centred(x, where)
     tensor([[-1.,  1.,  0.]])
     """
     n = where.sum(-1, keepdim=True).clamp(min=1)

@@ -119,7 +119,8 @@ def taped_scaler(device_type: str, tape: Tape, init_scale: float):
     Examples::
 
         >>> weight, tape = torch.ones(2, requires_grad=True), Tape()
-        >>> opt, scaler = torch.optim.SGD([weight], lr=0.1), taped_scaler("cpu", tape, 4.0)
+        >>> opt = torch.optim.SGD([weight], lr=0.1)
+        >>> scaler = taped_scaler("cpu", tape, 4.0)
         >>> scaler.scale(weight.sum()).backward()
         >>> scaler.step(opt); scaler.update()  # unscale_ left to scaler.step
         >>> tape.events[1:], tape.at_unscale[0].tolist()
