@@ -23,6 +23,16 @@ def _seed():
     yield
 
 
+@pytest.fixture(autouse=True)
+def _fresh_notebook():
+    # Each test is a notebook of its own: no piece of an earlier test failed in it
+    # (tformer_grading/checks/pieces.py names earlier failed pieces).
+    from tformer_grading.checks import pieces
+
+    pieces.forget()
+    yield
+
+
 # --------------------------------------------------------------------------- GPU tests
 # `make test` (the CPU suite) does not select tests marked `gpu`. `make test-gpu` sets
 # TFORMER_REQUIRE_GPU=1: gpu tests are selected, and a machine without CUDA is a hard

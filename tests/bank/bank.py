@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from tformer_grading.checks import pieces
 from tformer_grading.checks.diagnosis import UNEXPLAINED, CheckFailure
 
 GENERIC = "<generic>"
@@ -130,6 +131,7 @@ def classify(entry: Entry, message: str | None) -> Verdict:
 
 def grade(entry: Entry, graders: dict[str, Callable[[Any], None]]) -> Verdict:
     """Run every check of the entry's exercise on its answer; classify the outcome."""
+    pieces.forget()  # each answer is a notebook of its own
     try:
         message = _failure(graders[entry.exercise], entry.answer)
     except Exception as exc:  # noqa: BLE001 - a check that crashes is what we look for
@@ -153,6 +155,7 @@ def cell_outcomes(
     learner reads in a notebook, where every graded cell runs even after one fails.
     The cells share no namespace, so the first that does not pass gives ``grade``'s
     verdict (``verdict_of``), and tests that need both run the cells once."""
+    pieces.forget()  # each answer is a notebook of its own
     found = []
     for cell in graders[entry.exercise].each_cell():
         try:

@@ -21,15 +21,6 @@ from tformer_grading.checks import ch01, pieces
 from tformer_grading.checks.diagnosis import CheckFailure
 
 
-@pytest.fixture(autouse=True)
-def _fresh_notebook():
-    # Every test is a notebook of its own: no piece failed before it. (Emptied in
-    # place: replacing the record is what the integrity guard reports.)
-    pieces.forget()
-    yield
-    pieces.forget()
-
-
 def split_heads(x, n_heads):
     b, s, d = x.shape
     return x.reshape(b, n_heads, s, d // n_heads)  # the transpose forgotten

@@ -413,7 +413,9 @@ def quiet():
 
 
 def run(fn: Callable, args: tuple) -> Any:
-    """Call ``fn(*args)`` quietly; an exception becomes a :class:`Raised` value."""
+    """Call ``fn(*args)`` quietly; an exception becomes a :class:`Raised` value, with
+    the PyTorch call it came from where it can be read
+    (:func:`.measure.failing_call.failing_call`)."""
     with quiet():
         try:
             return fn(*args)

@@ -15,6 +15,7 @@ Example (a split that forgets the transpose, then an attention that calls it)::
 
     >>> import torch
     >>> from tformer_grading.checks import ch01
+    >>> forget()  # a fresh notebook
     >>> def split_heads(x, n_heads):
     ...     b, s, d = x.shape
     ...     return x.reshape(b, n_heads, s, d // n_heads)  # no transpose
@@ -24,7 +25,6 @@ Example (a split that forgets the transpose, then an attention that calls it)::
     ...     pass
     >>> failed_pieces()
     ['split_heads']
-    >>> forget()  # a fresh notebook
 """
 
 from __future__ import annotations

@@ -1,14 +1,18 @@
 """The PyTorch call a crash came from: its operands' shapes, and how each was made.
 
 PyTorch's size errors give two numbers ("3 must match 5 at dimension 1"); they do not
-say which call met them, nor that an operand was ``k.T``. :func:`failing_call` runs
-the learner's function again under a ``TorchFunctionMode`` that records every PyTorch
-call: the one that raised the same error, the shapes it was given, and for each
-operand made by a call that moves axes or cuts them (``.T``, ``transpose``,
-``permute``, indexing, ``view`` ...), that call and the shape it was applied to. It
-says what happened, in numbers; :mod:`.torch_errors` names the numbers in the case's
-sizes. The random state is restored after the second run, so the check's later
-draws are the ones it would have made.
+say which call met them, nor that an operand was ``k.T``. :class:`Calls` is a
+``TorchFunctionMode`` that keeps every call that raised, and for each tensor made by a
+call that moves or cuts axes (``.T``, ``transpose``, ``permute``, indexing, ``view``
+...) or changes the dtype, that call and the shape it was applied to.
+:meth:`Calls.describe` says, in numbers, what the call behind an error was given;
+:mod:`.torch_errors` names the numbers in the case's sizes.
+
+:func:`failing_call` runs the learner's function again under it, after it raised,
+only when that run can change nothing the check goes on to measure: its arguments are
+tensors (cloned), modules without hooks (copied) and plain values, and the random
+state is restored. A step given an optimizer or a cache is not run again (it would
+step or grow them twice); recording every first run instead doubled grading time.
 
 Example: ``.T`` on a 4-D key tensor reverses all four axes::
 
@@ -40,7 +44,9 @@ A float32 operand among float64 ones: their dtypes, and the call that changed it
 from __future__ import annotations
 
 import contextlib
+import copy
 import warnings
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -51,32 +57,24 @@ from ...guard.integrity import seal
 
 # Calls that move or cut axes: an operand they made is described by the call.
 _LAYOUT = frozenset(
-    {
-        "T",
-        "mT",
-        "transpose",
-        "swapaxes",
-        "swapdims",
-        "permute",
-        "movedim",
-        "__getitem__",
-        "view",
-        "reshape",
-        "expand",
-        "unsqueeze",
-        "squeeze",
-        "flatten",
-        "unflatten",
-    }
+    ("T", "mT", "transpose", "swapaxes", "swapdims", "permute", "movedim")
+    + ("__getitem__", "view", "reshape", "expand", "unsqueeze", "squeeze")
+    + ("flatten", "unflatten")
 )
 _ORDINAL = ("first", "second", "third", "fourth")
 
 
+_NAMES: dict = {}  # func -> its name: resolve_name is slow, and runs per call
+
+
 def _name(func: Callable) -> str:
     """ "matmul" for torch.Tensor.matmul, "T" for the property Tensor.T."""
-    parts = resolve_name(func) or getattr(func, "__name__", "") or ""
-    parts = parts.split(".")
-    return parts[-2] if parts[-1] in ("__get__", "__set__") else parts[-1]
+    name = _NAMES.get(func)
+    if name is None:
+        parts = (resolve_name(func) or getattr(func, "__name__", "") or "").split(".")
+        name = parts[-2] if parts[-1] in ("__get__", "__set__") else parts[-1]
+        _NAMES[func] = name
+    return name
 
 
 def _tensors(args: tuple) -> list[torch.Tensor]:
@@ -120,32 +118,61 @@ def _call(name: str, rest: tuple, kwargs: dict) -> str:
     return f"{name}({', '.join(shown)})"
 
 
-def _made(name: str, args: tuple, kwargs: dict, out: torch.Tensor) -> str | None:
-    """How a call made ``out``, when it moved or cut axes or changed the dtype:
-    "`.T` of [2, 3, 5, 8], which reverses all 4 axes", "`float()` of [3] float64".
-    Code is in backquotes: a case's sizes are never read from it (:mod:`.sizes`)."""
-    source = args[0] if args and isinstance(args[0], torch.Tensor) else None
-    if source is None:
-        return None
-    if out.dtype != source.dtype:
-        said = f"`{_call(name, args[1:], kwargs)}` of {list(source.shape)}"
-        return f"{said} {str(source.dtype).removeprefix('torch.')}"
-    if name not in _LAYOUT:
-        return None
-    said = f"`{_call(name, args[1:], kwargs)}` of {list(source.shape)}"
-    if name == "T" and source.dim() > 2:
-        said += f", which reverses all {source.dim()} axes"
+class _Tensor:
+    """A tensor among a call's other arguments, kept without the tensor."""
+
+    def __repr__(self) -> str:
+        return "a tensor"
+
+
+def _light(value: Any) -> Any:
+    """``value`` with every tensor in it replaced (nothing kept alive by a record)."""
+    if isinstance(value, torch.Tensor):
+        return _Tensor()
+    if isinstance(value, (tuple, list)):
+        return type(value)(_light(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _light(v) for k, v in value.items()}
+    return value
+
+
+def _made(name: str, source: tuple, rest: tuple, kwargs: dict, dtype) -> str:
+    """How a call made a tensor of ``dtype`` from one of shape and dtype ``source``,
+    when it moved or cut axes or changed the dtype: "`.T` of [2, 3, 5, 8], which
+    reverses all 4 axes", "`float()` of [3] float64". Code is in backquotes: a case's
+    sizes are never read from it (:mod:`.sizes`)."""
+    shape, source_dtype = source
+    said = f"`{_call(name, rest, kwargs)}` of {list(shape)}"
+    if dtype != source_dtype:
+        return f"{said} {str(source_dtype).removeprefix('torch.')}"
+    if name == "T" and len(shape) > 2:
+        said += f", which reverses all {len(shape)} axes"
     return said
 
 
-class _Recorder(TorchFunctionMode):
-    """How each tensor a PyTorch call returned was made (:func:`_made`), and the
-    calls that raised."""
+class Calls(TorchFunctionMode):
+    """Records, while active, how each tensor a PyTorch call returned was made
+    (:func:`_made`) and every call that raised.
+
+    >>> x = torch.ones(2, 4, 8)
+    >>> with Calls() as calls:
+    ...     try:
+    ...         x + torch.zeros(50, 8)[: x.size(0)]  # a table cut by the batch size
+    ...     except RuntimeError as exc:
+    ...         print(calls.describe(exc))
+    the call that raised: add of [2, 4, 8] and [2, 8]; the second made by `[:2]` of
+    [50, 8]
+    >>> calls.describe(RuntimeError("raised by no call it saw"))
+    ''
+    """
 
     def __init__(self):
         super().__init__()
-        self.made: dict[int, str] = {}
-        self.kept: list[torch.Tensor] = []  # alive, so no id is reused
+        # id(tensor) -> (a weak reference to it, what made it): weak, so a long run
+        # (a training loop) keeps no tensor alive, and a reused id is seen as such.
+        # ``cast``: the call that gave it its dtype, however many calls ago.
+        self.made: dict[int, tuple] = {}
+        self.cast: dict[int, tuple] = {}
         self.raised: list[tuple[str, list[torch.Tensor], BaseException]] = []
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
@@ -155,12 +182,73 @@ class _Recorder(TorchFunctionMode):
         except Exception as exc:
             self.raised.append((_name(func), _tensors(args), exc))
             raise
-        if isinstance(out, torch.Tensor):
-            made = _made(_name(func), args, kwargs, out)
-            if made:
-                self.made[id(out)] = made
-                self.kept.append(out)
+        # Only what a description may need is kept, and written out only then.
+        if isinstance(out, torch.Tensor) and args and isinstance(args[0], torch.Tensor):
+            name, source = _name(func), args[0]
+            record = (name, (tuple(source.shape), source.dtype), _light(args[1:]))
+            record += (_light(kwargs), out.dtype)
+            if name in _LAYOUT or out.dtype != source.dtype:
+                self.made[id(out)] = (weakref.ref(out), record)
+            if out.dtype != source.dtype:
+                self.cast[id(out)] = (weakref.ref(out), record)
+            elif self._of(self.cast, source):
+                self.cast[id(out)] = (weakref.ref(out), self._of(self.cast, source))
         return out
+
+    @staticmethod
+    def _of(table: dict, tensor: torch.Tensor) -> tuple | None:
+        found = table.get(id(tensor))  # a record of this very tensor, or None
+        return found[1] if found is not None and found[0]() is tensor else None
+
+    def describe(self, error: BaseException) -> str:
+        """What the PyTorch call that raised ``error`` was given: "the call that
+        raised: matmul of [2, 3, 4, 8] and [8, 5, 3, 2]; the second made by `.T` of
+        [2, 3, 5, 8] ...". "" when no call seen raised it (an error of Python's, or
+        one the learner's code raised in place of torch's)."""
+        found = [r for r in self.raised if r[2] is error]
+        if not found or not found[-1][1]:
+            return ""
+        name, operands, _ = found[-1]
+        dtypes = len({t.dtype for t in operands}) > 1  # shown only when they differ
+        shapes = " and ".join(
+            str(list(t.shape)) + (f" {str(t.dtype)[6:]}" if dtypes else "")
+            for t in operands
+        )
+        said = f"the call that raised: {name} of {shapes}"
+        for place, operand in zip(_ORDINAL, operands):
+            who = f"the {place}" if len(operands) > 1 else "it was"
+            made, cast = self._of(self.made, operand), self._of(self.cast, operand)
+            if made:
+                said += f"; {who} made by {_made(*made)}"
+            if dtypes and cast and cast != made:  # cast some calls before
+                said += f"; the {place}'s {str(operand.dtype)[6:]} comes from "
+                said += _made(*cast)
+        return said
+
+
+_PLAIN = (int, float, bool, str, type(None), torch.dtype, torch.device)
+
+
+def _again(value: Any) -> Any:
+    """A fresh copy of an argument for the second run; ``_Tensor`` (no second run)
+    for anything a run could change and a copy could not protect."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone().requires_grad_(value.requires_grad)
+    if isinstance(value, torch.nn.Module) and not _hooked(value):
+        try:
+            return copy.deepcopy(value)
+        except Exception:  # noqa: BLE001 - a module a copy cannot protect
+            return _Tensor()
+    if isinstance(value, (tuple, list)):
+        items = [_again(v) for v in value]
+        return _Tensor() if any(isinstance(v, _Tensor) for v in items) else items
+    return value if isinstance(value, _PLAIN) else _Tensor()
+
+
+def _hooked(module: torch.nn.Module) -> bool:
+    """A hook on it may be a check's recorder: a copy would still call it."""
+    kinds = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks")
+    return any(getattr(m, k, None) for m in module.modules() for k in kinds)
 
 
 @contextlib.contextmanager
@@ -177,51 +265,36 @@ def _same_random_state():
 
 
 def failing_call(fn: Callable, args: tuple, error: BaseException) -> str:
-    """What the PyTorch call that raised ``error`` in ``fn(*args)`` was given: "the
-    call that raised: matmul of [2, 3, 4, 8] and [8, 5, 3, 2]; the second made by
-    `.T` of [2, 3, 5, 8] ...". "" when a second run raises nothing, something else, or
-    not in a PyTorch call (the first run may have changed what the second sees).
+    """What the PyTorch call that raised ``error`` in ``fn(*args)`` was given, read by
+    running ``fn`` again under :class:`Calls` (see the module's docstring for when it
+    is not run again). "" when it is not, or when the second run raises nothing or
+    something else.
 
-    >>> def add_table(x):
-    ...     table = torch.zeros(50, 8)
-    ...     return x + table[: x.size(0)]
-    >>> x = torch.ones(2, 4, 8)
+    >>> def step(model, optimizer, x):          # an optimizer: not run again
+    ...     optimizer.step()
+    ...     return model(x.T)
+    >>> model, x = torch.nn.Linear(4, 3), torch.ones(2, 4)
+    >>> optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     >>> try:
-    ...     add_table(x)
+    ...     step(model, optimizer, x)
     ... except RuntimeError as exc:
-    ...     print(failing_call(add_table, (x,), exc))
-    the call that raised: add of [2, 4, 8] and [2, 8]; the second made by `[:2]` of
-    [50, 8]
-    >>> failing_call(lambda x: x + 1, (x,), RuntimeError("not from this call"))
+    ...     failing_call(step, (model, optimizer, x), exc)
     ''
     """
-    recorder, again = _Recorder(), None
+    again = _again(tuple(args))
+    if isinstance(again, _Tensor):
+        return ""
+    calls, second = Calls(), None
     with _same_random_state(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            with recorder:
-                fn(*args)
+            with calls:
+                fn(*again)
         except Exception as exc:  # noqa: BLE001 - the learner's code may raise anything
-            again = exc
-    if type(again) is not type(error) or str(again) != str(error):
+            second = exc
+    if type(second) is not type(error) or str(second) != str(error):
         return ""
-    # The call whose error reached the learner's caller (one their code caught and
-    # replaced is not it).
-    found = [r for r in recorder.raised if r[2] is again]
-    if not found or not found[-1][1]:
-        return ""
-    name, operands, _ = found[-1]
-    dtypes = len({t.dtype for t in operands}) > 1  # shown only when they differ
-    shapes = " and ".join(
-        str(list(t.shape)) + (f" {str(t.dtype)[6:]}" if dtypes else "")
-        for t in operands
-    )
-    said = f"the call that raised: {name} of {shapes}"
-    for place, operand in zip(_ORDINAL, operands):
-        if id(operand) in recorder.made:
-            who = f"the {place}" if len(operands) > 1 else "it was"
-            said += f"; {who} made by {recorder.made[id(operand)]}"
-    return said
+    return calls.describe(second)
 
 
 seal(__name__)

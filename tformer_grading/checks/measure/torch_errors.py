@@ -207,7 +207,6 @@ _SIZE_ERRORS = table(
         ),
         _against("einsum's letter {letter} is {a} in operand {op} but {b} before"),
     ),
-    (r"\(the call that raised: (?P<call>(?:[^()]|\([^()]*\))*)\)", _call),
     (  # the course's reference, on a mask or an input of the wrong shape
         r"broadcastable to \[B, H, Sq, Sk\] = " + _SIZES.format("want") + r"[^(]*"
         r"got shape \((?P<got>[\d, ]*)\)",
@@ -235,6 +234,10 @@ _SHAPE_REPORTS = table(
 )
 
 
+# The call a crash came from (:mod:`.failing_call`): read in sizes, not a size error.
+_CALLS = table((r"\(the call that raised: (?P<call>(?:[^()]|\([^()]*\))*)\)", _call))
+
+
 def holds_size_error(message: str) -> bool:
     """``message`` holds a PyTorch size error :func:`explain` knows, read or not.
 
@@ -249,7 +252,8 @@ def explain(message: str) -> str:
     "" when it holds no size error this module can read."""
     sizes = Sizes.read(message)
     said, unknown = [], []
-    for pattern, read in _SIZE_ERRORS + _SHAPE_REPORTS if sizes.decodable else ():
+    readers = _SIZE_ERRORS + _SHAPE_REPORTS + _CALLS
+    for pattern, read in readers if sizes.decodable else ():
         m = pattern.search(message)
         if m:
             text, numbers = read(sizes, m)

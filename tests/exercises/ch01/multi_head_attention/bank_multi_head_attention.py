@@ -1096,3 +1096,52 @@ class MHADropoutScaledAtEval(nn.Module):  # the 2014 dropout paper: × (1 - p) a
         else:
             w = w * (1 - self.p)
         return self.wo(merge_heads(w @ v))
+
+
+@wrong(
+    "multi_head_attention",
+    r"^(?!.*divided by the wrong number).*'wrong number of heads'",
+    listed=False,
+)
+class MHAHeadSizeAsCount(nn.Module):
+    # Splits into d_head "heads" (the arguments of split_heads mixed up) but keeps
+    # the scale of the real head size: only the head count is wrong.
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.d_head = d_model // n_heads
+        self.q_proj = nn.Linear(d_model, d_model)
+        self.k_proj = nn.Linear(d_model, d_model)
+        self.v_proj = nn.Linear(d_model, d_model)
+        self.out_proj = nn.Linear(d_model, d_model)
+
+    def forward(self, query, key, value, mask=None):
+        q = split_heads(self.q_proj(query), self.d_head)
+        k = split_heads(self.k_proj(key), self.d_head)
+        v = split_heads(self.v_proj(value), self.d_head)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_head)
+        return self.out_proj(merge_heads(scores.softmax(-1) @ v))
+
+
+@wrong(
+    "multi_head_attention",
+    r"matmul of \[[^]]*\] float32 and \[[^]]*\] float64; the first's float32 "
+    r"comes from `float\(\)` of",
+    listed=False,
+)
+class MHAWeightsInFloat32(nn.Module):
+    # "softmax in float32 for stability", and the weights stay float32
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.n_heads = n_heads
+        self.q_proj = nn.Linear(d_model, d_model)
+        self.k_proj = nn.Linear(d_model, d_model)
+        self.v_proj = nn.Linear(d_model, d_model)
+        self.out_proj = nn.Linear(d_model, d_model)
+
+    def forward(self, query, key, value, mask=None):
+        q = split_heads(self.q_proj(query), self.n_heads)
+        k = split_heads(self.k_proj(key), self.n_heads)
+        v = split_heads(self.v_proj(value), self.n_heads)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+        weights = torch.softmax(scores.float(), dim=-1)
+        return self.out_proj(merge_heads(weights @ v))

@@ -335,7 +335,12 @@ def attention_only_output(q, k, v):  # the weights forgotten in the return
     return w @ v
 
 
-@wrong("attention", r"3 \(H\) against 5 \(Sk\)", listed=False)
+@wrong(
+    "attention",
+    r"3 \(H\) against 5 \(Sk\).*matmul of \[B, H, Sq, Dh\] and \[Dh, Sk, H, B\]; "
+    r"the second made by `\.T` of \[B, H, Sk, Dh\], which reverses all 4 axes",
+    listed=False,
+)
 def attention_dot_T(q, k, v):  # k.T, as the paper writes Q·Kᵀ
     w = torch.softmax(q @ k.T / math.sqrt(q.size(-1)), dim=-1)
     return w @ v, w
@@ -463,3 +468,30 @@ def attention_returns_unscaled_weights(q, k, v):  # scaled for the output only
     weights = scores.softmax(-1)
     out = (scores / math.sqrt(q.size(-1))).softmax(-1) @ v
     return out, weights
+
+
+# The crash's call read back (measure/failing_call.py): which call met which shapes,
+# and how an operand was made.
+@wrong(
+    "attention",
+    r"matmul of \[B, H, Sq, Dh\] and \[B, Sk, H, Dh\]; the second made by "
+    r"`transpose\(1, 2\)` of \[B, H, Sk, Dh\]",
+    listed=False,
+)
+def attention_transposes_heads_and_keys(q, k, v):
+    # "transpose the key" -- but dims 1 and 2 are heads and keys
+    scores = torch.matmul(q, k.transpose(1, 2)) / math.sqrt(q.shape[-1])
+    weights = F.softmax(scores, dim=-1)
+    return torch.matmul(weights, v), weights
+
+
+@wrong(
+    "attention",
+    r"matmul of \[B, H, Sq, Dh\] and \[Dh, B, Sk, H\]; the second made by "
+    r"`permute\(3, 0, 2, 1\)` of \[B, H, Sk, Dh\]",
+    listed=False,
+)
+def attention_permute_wrong_order(q, k, v):
+    kt = k.permute(3, 0, 2, 1)  # meant to move Dh before Sk
+    weights = (q @ kt / q.size(-1) ** 0.5).softmax(-1)
+    return weights @ v, weights

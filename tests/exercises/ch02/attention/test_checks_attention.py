@@ -170,9 +170,11 @@ def test_attention_reports_the_learners_line_when_it_raises():
     with pytest.raises(
         CheckFailure,
         match=r"your code raised RuntimeError: .* at line \d+ of "
-        r"your code: `return w @ v, w` while the check "
+        r"your code: `return w @ v, w` \(the call that raised: matmul of "
+        r"\[2, 3, 4, 4\] and \[2, 3, 5, 8\]\) while the check "
         r"ran case q \[B=2, H=3, Sq=4.*for the first two axes of a batched "
-        r"product's second operand \[B·H, Sq\] was expected and \[B·H, Sk\] came",
+        r"product's second operand \[B·H, Sq\] was expected and \[B·H, Sk\] came; "
+        r"the call that raised was matmul of \[B, H, Sq, Sq\] and \[B, H, Sk, Dh\]",
     ):
         ch02.check_attention(attention_raises_on_cross_attention)
 

@@ -238,3 +238,13 @@ def embed_sqrt_twice(tokens, table, pe):  # sqrt of an already-square-rooted sca
 def embed_row_at_length(tokens, table, pe):  # pe[S] for pe[:S]: one row, the wrong one
     s = tokens.size(1)
     return table(tokens) * math.sqrt(table.embedding_dim) + pe[s]
+
+
+@wrong(
+    "embed",
+    r"add of \[B, S, D\] and \[B, D\]; the second made by `\[:\d+\]` of \[P, D\]",
+    listed=False,
+)
+def embed_positions_cut_by_len_of_batch(tokens, table, pe):
+    n = len(tokens)  # len() of a [B, S] tensor is B, not the sequence length
+    return table(tokens) * math.sqrt(pe.size(-1)) + pe[:n]

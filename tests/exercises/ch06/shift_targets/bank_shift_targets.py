@@ -319,3 +319,15 @@ def shift_casts_long(tgt):  # .long() on both halves "for cross_entropy"
 )
 def shift_labels_to_int64(tgt):  # only the labels made int64, "as nll_loss wants"
     return tgt.narrow(1, 0, tgt.size(1) - 1), tgt[:, 1:].to(torch.int64)
+
+
+@wrong(
+    "shift_targets",
+    r"'decoder input and labels cut to the wrong length'.*your decoder input is "
+    r"tgt\[:, :\]: it keeps 7 of the St = 7 positions, expected 6",
+    listed=False,
+)
+def shift_by_rolling(tgt):
+    # torch.roll moves every token one place left; nothing is cut, and the first
+    # token wraps round to the end of the labels
+    return tgt.clone(), torch.roll(tgt, shifts=-1, dims=1)

@@ -758,3 +758,23 @@ def amp_unscale_step_then_clip(model, batch, loss_fn, optimizer, scaler, max_nor
     scaler.update()
     torch.nn.utils.clip_grad_norm_(list(model.parameters()), max_norm)
     return loss.detach()
+
+
+@wrong(
+    "amp_step",
+    r"'gradients unscaled twice'.*Your calls were .*scaler\.update → scaler\.step",
+    listed=False,
+)
+def amp_update_then_step(model, batch, loss_fn, optimizer, scaler, max_norm):
+    # "update the scale, then step with it": update() forgets the unscale_, so
+    # step() unscales the clipped gradients a second time
+    kind = next(model.parameters()).device.type
+    optimizer.zero_grad()
+    with torch.autocast(kind, dtype=_half_for(kind)):
+        loss = loss_fn(model, batch)
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    scaler.update()
+    scaler.step(optimizer)
+    return loss.detach()

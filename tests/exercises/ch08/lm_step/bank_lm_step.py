@@ -541,3 +541,20 @@ def step_last_layer_skipped(model, tokens, cache):
     for i in range(len(model.blocks.layers) - 1):
         x = model.blocks.layers[i](x, mask, cache.layer(i))
     return model.lm_head(model.blocks.norm(x))
+
+
+@wrong(
+    "lm_step",
+    r"'causal mask of the wrong shape'.*the mask is \[1, 1, S, 10\] where attention's "
+    r"weights are \[B, H, S, S\]\. 10 is none of the sizes",
+    listed=False,
+)
+def step_mask_per_layer(model, tokens, cache):
+    # builds each layer's mask inside the loop, from the cache as it is then: the
+    # first layer has already grown it by S when the second one reads it
+    x = model.tok_embed(tokens) * math.sqrt(model.d_model)
+    x = model.dropout(model.pos(x, start=cache.length))
+    for i, layer in enumerate(model.blocks.layers):
+        mask = causal_mask(tokens.size(1), tokens.device, past=cache.length)
+        x = layer(x, mask, cache.layer(i))
+    return model.lm_head(model.blocks.norm(x))

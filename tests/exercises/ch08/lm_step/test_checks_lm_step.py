@@ -338,7 +338,7 @@ def test_lm_step_accepts_right_implementations(fn, capsys):
         (step_block_twice, "the cache is grown twice"),
         (step_not_scaled, r"embeddings not scaled by sqrt\(d_model\)"),
         (step_no_final_norm, "final LayerNorm skipped"),
-        (step_last_position_only, r"got \[2, 11\] \(only the last position"),
+        (step_last_position_only, r"got \[3, 11\] \(only the last position"),
         (
             step_functional_dropout,
             r"dropout active at inference \(F.dropout without "
@@ -379,7 +379,7 @@ def test_lm_step_measures_the_positions():
     [
         (
             step_positions_from_one,
-            r"tokens \[B=2, S=5\] your 5 token\(s\) sat at "
+            r"tokens \[B=3, S=5\] your 5 token\(s\) sat at "
             r"position\(s\) 1..5 \(a start of 1 instead of "
             r"cache.length = 0\); on an empty cache they belong at "
             r"0..4",
