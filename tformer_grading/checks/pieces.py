@@ -6,7 +6,7 @@ A notebook's exercises build on each other: ``MultiHeadAttention`` calls the lea
 fails its own check, the attention's check fails too, and diagnosing the attention
 again sends the learner to the wrong cell. :func:`one_diagnosis` wraps each check a
 test cell calls: it remembers the code of every piece whose check failed, and when a
-later check fails *and ran that code* (recorded with ``sys.setprofile`` while the
+later check fails *and ran that code* (recorded with ``sys.settrace`` while the
 check runs, only while some piece has failed), its message starts by naming the
 piece. Running the code is the observation; a piece the later check never ran is not
 named. A piece whose check passes again is forgotten.
@@ -86,11 +86,16 @@ def forget() -> None:
 
 
 def _watching(codes: frozenset, seen: set) -> Callable:
-    def profile(frame, event, arg):
-        if event == "call" and frame.f_code in codes:
+    # A global trace function runs on each Python call only (a profile function
+    # also on every C call: the own model's check took 11 % longer). It traces no
+    # lines (returns None), and stops once every piece watched has run.
+    def trace(frame, event, arg):
+        if frame.f_code in codes:
             seen.add(frame.f_code)
+            if seen >= codes:
+                sys.settrace(None)
 
-    return profile
+    return trace
 
 
 def _named(failure: CheckFailure, pieces: list[str]) -> CheckFailure:
@@ -131,10 +136,10 @@ def one_diagnosis(check: Callable) -> Callable:
         }
         codes = frozenset().union(*(c for _, c in earlier.values()))
         seen: set = set()
-        old = sys.getprofile()
+        old = sys.gettrace()
         _DEPTH[0] += 1
         if codes:
-            sys.setprofile(_watching(codes, seen))
+            sys.settrace(_watching(codes, seen))
         try:
             result = check(*args, **kwargs)
         except CheckFailure as failure:
@@ -146,7 +151,7 @@ def one_diagnosis(check: Callable) -> Callable:
             raise
         finally:
             if codes:
-                sys.setprofile(old)
+                sys.settrace(old)
             _DEPTH[0] -= 1
         _FAILED.pop(key, None)
         return result
