@@ -313,11 +313,18 @@ def _called_with(frames: list) -> str:
 class Raised:
     """The exception a call raised, kept as a value so variants can be compared on it
     too; ``call`` is what :func:`.measure.failing_call.failing_call` read of the
-    PyTorch call it came from ("" when nothing was read)."""
+    PyTorch call it came from ("" when nothing was read), read when first asked for:
+    a check that runs many cases shows one crash of them."""
 
-    def __init__(self, exc: BaseException, call: str = ""):
+    def __init__(self, exc: BaseException, call: str | Callable[[], str] = ""):
         self.exc = exc
-        self.call = call
+        self._call = call
+
+    @property
+    def call(self) -> str:
+        if callable(self._call):
+            self._call = self._call()
+        return self._call
 
     def __repr__(self) -> str:
         message = str(self.exc)
@@ -424,7 +431,7 @@ def run(fn: Callable, args: tuple) -> Any:
         except Exception as exc:  # noqa: BLE001 - the learner's code may raise anything
             if unanswered(exc):
                 fail_unanswered(exc)
-            return Raised(exc, failing_call(fn, args, exc))
+            return Raised(exc, functools.partial(failing_call, fn, args, exc))
 
 
 def unanswered(exc: BaseException) -> bool:

@@ -20,10 +20,8 @@ Example: ``.T`` on a 4-D key tensor reverses all four axes::
     >>> def attention(q, k):
     ...     return q @ k.T
     >>> q, k = torch.ones(2, 3, 4, 8), torch.ones(2, 3, 5, 8)
-    >>> try:
-    ...     attention(q, k)
-    ... except RuntimeError as exc:
-    ...     print(failing_call(attention, (q, k), exc))
+    >>> from tformer_grading.checks.diagnosis import run  # as a check runs it
+    >>> print(run(attention, (q, k)).call)
     the call that raised: matmul of [2, 3, 4, 8] and [8, 5, 3, 2]; the second made by
     `.T` of [2, 3, 5, 8], which reverses all 4 axes
 
