@@ -45,7 +45,7 @@ from ..flow import (
     part_of_pair,
 )
 from ..measure.fills import fill_probe, implied_fill, read_fill
-from ..measure.mask_misreadings import misreading
+from ..measure.mask_readings import misreading
 from ..measure.positions import axis_permutations
 from ..measure.sizes import named
 from ..measure.softmax import AXIS_NAMES, pooled_divisor

@@ -5,7 +5,7 @@ src_mask=None)``: causal self-attention, cross-attention to ``memory``, feed-for
 ``check_decoder_block`` names a known wrong variant that reproduces the learner's
 outputs on every case (for some assignment of their attentions and norms to roles);
 else it traces the block sublayer by sublayer to the first stage that departs, masks
-read back with ``measure.mask_patterns``. Dropout: ``sublayer_dropout``; behaviour
+read back with ``measure.mask_readings``. Dropout: ``sublayer_dropout``; behaviour
 probes: ``decoder_behaviour``; the hidden ``check_decoder_by_hand`` is here.
 """
 
@@ -47,7 +47,7 @@ from ..diagnosis import (
     verify_integrity,
 )
 from ..measure.fit import two_terms
-from ..measure.mask_patterns import (
+from ..measure.mask_readings import (
     causal_reading,
     keep_pattern,
     kept_keys,
@@ -416,7 +416,7 @@ def _stage_self(t, first, cross, heads):
 
 
 def _self_mask_problem(mask, q, heads):
-    """The self-attention's mask against tril (``mask_patterns.causal_reading``), in
+    """The self-attention's mask against tril (``mask_readings.causal_reading``), in
     words; None when it is tril."""
     if mask is None:
         return NO_CAUSAL_MASK, "Your self-attention was called with mask=None."

@@ -51,10 +51,12 @@ back (``tests/checks/measure/``).
 ``influence``
     which input positions change which outputs, read by changing one token at a time
     (a mask's rows read back), and positions written as "0..6" or "[0, 6]".
-``mask_patterns``
+``mask_readings``
     attention masks read back: the keep pattern [B, H, Sq, Sk] a mask of any shape
     means, named against the causal triangle (triu, inverted, no diagonal, all
-    visible) or a padding mask (inverted, causal added), its rows written out.
+    visible) or a padding mask (inverted, causal added), its rows written out; and a
+    mask misread, from where the weights are not zero (True taken as "ignore",
+    transposed, batch and heads swapped, one sequence's mask for all).
 ``devices``
     where tensors live: the line of the learner's code that made a tensor without the
     model's device (or moved it off), and the op where it met the model's tensors (a
@@ -71,11 +73,8 @@ back (``tests/checks/measure/``).
     the fill value of a masked softmax read back: a probe of score levels down to
     -1e38 (a finite fill, -inf, or the levels it lies between), and the scores the
     masked keys' weights imply (one constant, or the true scores shifted).
-``mask_misreadings``
-    a keep-mask misread, read back from where the weights are not zero: True taken
-    as "ignore", transposed, batch and heads swapped, one sequence's mask for all.
 ``failing_call``
-    the PyTorch call a crash came from, read by running the learner's function again:
-    its operands' shapes, and how each was made (``.T`` of [B, H, Sk, Dh], ``[:B]`` of
-    a table).
+    the PyTorch call a crash came from, read by running the learner's function again
+    where that changes nothing: its operands' shapes, and how each was made (``.T``
+    of [B, H, Sk, Dh], ``[:B]`` of a table, a ``float()`` some calls before).
 """
