@@ -14,6 +14,9 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from bank_attention import attention_sqrt_d_model
+from bank_attention import attention_stable_exp_by_hand as attention_exp_by_hand
+from bank_attention import attention_weights_at_k as attention_no_transpose_of_v
 from units_ch02 import attention_matmul, attention_no_scaling
 
 from tformer_grading.checks import CheckFailure, ch02
@@ -25,14 +28,6 @@ def attention_einsum_prescaled(q, k, v):
     q = q * q.shape[-1] ** -0.5  # scaling q first is the same maths
     weights = torch.einsum("bhqd,bhkd->bhqk", q, k).softmax(-1)
     return torch.einsum("bhqk,bhkd->bhqd", weights, v), weights
-
-
-def attention_exp_by_hand(q, k, v):
-    scores = torch.matmul(q, k.mT) / q.size(-1) ** 0.5
-    scores = scores - scores.amax(dim=-1, keepdim=True)  # stable softmax written out
-    e = scores.exp()
-    weights = e / e.sum(dim=-1, keepdim=True)
-    return torch.matmul(weights, v), weights
 
 
 def attention_bmm(q, k, v):
@@ -65,15 +60,6 @@ def test_attention_accepts_right_implementations(fn, capsys):
 # --------------------------------------------------------------------------- attention: wrong ones
 
 
-def attention_sqrt_d_model(
-    q, k, v
-):  # the seed's embed_size**0.5, with d_model = H * Dh
-    n_heads, d_head = q.shape[1], q.shape[-1]
-    scores = torch.einsum("bhqd,bhkd->bhqk", q, k) / math.sqrt(n_heads * d_head)
-    w = scores.softmax(-1)
-    return torch.einsum("bhqk,bhkd->bhqd", w, v), w
-
-
 def attention_divided_by_dk(q, k, v):  # forgot the square root
     w = F.softmax(torch.matmul(q, k.transpose(2, 3)) / q.shape[3], dim=3)
     return w @ v, w
@@ -98,11 +84,6 @@ def attention_returns_only_output(q, k, v):
 def attention_weights_first(q, k, v):  # the pair in the wrong order
     out, w = attention_matmul(q, k, v)
     return w, out
-
-
-def attention_no_transpose_of_v(q, k, v):  # weights @ k instead of weights @ v
-    w = (q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))).softmax(-1)
-    return w @ k, w
 
 
 def attention_calls_sdpa(q, k, v):

@@ -16,20 +16,23 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from bank_masked_attention import (
+    _scores,
+    masked_after_softmax,
+    masked_fill_zero,
+    masked_ignores_mask,
+    masked_inf_then_nan_to_num,
+    masked_inverted,
+    masked_min_then_zero,
+    masked_minus_1e9,
+    masked_minus_inf,
+    masked_no_scaling,
+)
 
 from tformer_grading.checks import CheckFailure, ch03
 from tformer_ref.masks import causal_mask, padding_mask
 
 # --------------------------------------------------------------------------- masked attention: right ones
-
-
-def masked_min_then_zero(
-    q, k, v, mask
-):  # the reference's semantics: zeros for fully masked rows
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
-    scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
-    weights = scores.softmax(-1).masked_fill(~mask.any(-1, keepdim=True), 0.0)
-    return weights @ v, weights
 
 
 def masked_min_uniform(q, k, v, mask):  # fully masked rows left uniform: accepted
@@ -45,12 +48,6 @@ def masked_where_minus_1e4(q, k, v, mask):  # -1e4 fits float16 and exp(-1e4) is
     weights = torch.where(mask, scores, torch.tensor(-1e4, dtype=scores.dtype)).softmax(
         -1
     )
-    return weights @ v, weights
-
-
-def masked_inf_then_nan_to_num(q, k, v, mask):  # -inf, then NaN rows repaired: fine
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
-    weights = scores.masked_fill(~mask, float("-inf")).softmax(-1).nan_to_num(0.0)
     return weights @ v, weights
 
 
@@ -84,34 +81,6 @@ def test_masked_attention_accepts_right_implementations(fn, capsys):
 # --------------------------------------------------------------------------- masked attention: wrong ones
 
 
-def _scores(q, k):
-    return q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
-
-
-def masked_after_softmax(
-    q, k, v, mask
-):  # zeroes weights after normalising: rows no longer sum to 1
-    weights = _scores(q, k).softmax(-1) * mask
-    return weights @ v, weights
-
-
-def masked_inverted(q, k, v, mask):  # treats True as "ignore"
-    weights = torch.where(mask, torch.finfo(q.dtype).min, _scores(q, k)).softmax(-1)
-    return weights @ v, weights
-
-
-def masked_minus_inf(q, k, v, mask):  # fully masked rows become NaN
-    weights = _scores(q, k).masked_fill(mask == 0, float("-inf")).softmax(-1)
-    return weights @ v, weights
-
-
-def masked_minus_1e9(
-    q, k, v, mask
-):  # the seed: fine in float32, refused by float16's masked_fill
-    weights = _scores(q, k).masked_fill(mask == 0, -1e9).softmax(-1)
-    return weights @ v, weights
-
-
 def masked_minus_1e20(q, k, v, mask):  # the other seed
     weights = F.softmax(_scores(q, k).masked_fill(mask == 0, float("-1e20")), dim=3)
     return weights @ v, weights
@@ -125,22 +94,6 @@ def masked_where_1e9(
         -1
     )
     return weights @ v, weights
-
-
-def masked_fill_zero(q, k, v, mask):  # scores times the mask: masked ones 0, exp(0) = 1
-    weights = (_scores(q, k) * mask).softmax(-1)
-    return weights @ v, weights
-
-
-def masked_ignores_mask(q, k, v, mask):  # the mask argument is never used
-    weights = torch.einsum("bhqd,bhkd->bhqk", q, k).div(q.size(-1) ** 0.5).softmax(-1)
-    return torch.einsum("bhqk,bhkd->bhqd", weights, v), weights
-
-
-def masked_no_scaling(q, k, v, mask):  # chapter 2's bug, back again
-    scores = torch.matmul(q, k.mT)  # no / √d_k
-    weights = scores.masked_fill(mask.logical_not(), -1e4).softmax(dim=-1)
-    return torch.matmul(weights, v), weights
 
 
 def masked_calls_sdpa(q, k, v, mask):

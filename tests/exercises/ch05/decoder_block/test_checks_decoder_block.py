@@ -11,6 +11,7 @@ first stage that departs from the reference.
 import pytest
 import torch
 import torch.nn.functional as F
+from bank_decoder_block import DecoderBlockModuleLists as DecModuleLists
 from torch import nn
 from units_ch05 import Dec
 
@@ -101,34 +102,6 @@ class DecWrapsTorch(nn.Module):  # PyTorch's layer does the work
         return self.layer(
             x, memory, tgt_mask=~torch.ones(s, s, dtype=torch.bool).tril()
         )
-
-
-class DecModuleLists(nn.Module):
-    """Right: both attentions in one ModuleList (cross-attention first) and the norms in
-    another, no biases in the self-attention nor in the feed-forward's first layer, one
-    nn.Dropout, the causal mask as the complement of the strict upper triangle."""
-
-    def __init__(self, d_model, n_heads, d_ff, dropout=0.1):
-        super().__init__()
-        self.attns = nn.ModuleList(
-            [
-                MultiHeadAttention(d_model, n_heads, dropout),
-                MultiHeadAttention(d_model, n_heads, bias=False),
-            ]
-        )
-        self.lns = nn.ModuleList(nn.LayerNorm(d_model) for _ in range(3))
-        self.up = nn.Linear(d_model, d_ff, bias=False)
-        self.down = nn.Linear(d_ff, d_model)
-        self.dropout = nn.Dropout(dropout)
-
-    def forward(self, x, memory, src_mask=None):
-        cross, masked = self.attns
-        s = x.size(1)
-        ones = torch.ones(s, s, dtype=torch.bool, device=x.device)
-        future = torch.triu(ones, diagonal=1)
-        x = self.lns[0](x + self.dropout(masked(x, x, x, mask=~future[None, None])))
-        x = self.lns[1](x + self.dropout(cross(x, memory, memory, mask=src_mask)))
-        return self.lns[2](x + self.dropout(self.down(F.relu(self.up(x)))))
 
 
 class DecBatchNorm(Dec):  # BatchNorm over each feature instead of LayerNorm

@@ -6,20 +6,19 @@ Beyond the bank (bank_embed.py): the fit that reads an embedding's scale, its po
 rows and whether the positions are scaled too.
 """
 
-import math
-
 import pytest
-import torch
 import torch.nn.functional as F
+from bank_embed import embed_arange_lookup as embed_right_arange
+from bank_embed import embed_divided, embed_times_d, embed_unscaled
+from bank_embed import embed_forgot_positions as embed_no_positions
+from bank_embed import embed_pe_by_token as embed_by_token_id
+from bank_embed import embed_plain as embed_right
+from bank_embed import embed_sum_scaled as embed_positions_scaled
 
 from tformer_grading.checks import CheckFailure, ch05
 from tformer_grading.checks.ch05.embed import embed_probe, fit_embed
 
 # --------------------------------------------------------------------------- embed
-
-
-def embed_right(tokens, table, pe):
-    return table(tokens) * math.sqrt(table.embedding_dim) + pe[: tokens.size(1)]
 
 
 def embed_right_functional(
@@ -31,44 +30,12 @@ def embed_right_functional(
     )
 
 
-def embed_right_arange(tokens, table, pe):  # positions looked up with arange
-    positions = torch.arange(tokens.size(1), device=tokens.device).expand_as(tokens)
-    return table(tokens).mul(math.sqrt(pe.size(1))).add(pe[positions])
-
-
 @pytest.mark.parametrize(
     "fn", [embed_right, embed_right_functional, embed_right_arange]
 )
 def test_embed_accepts_right_implementations(fn, capsys):
     ch05.check_embed(fn)
     assert "✓ embed" in capsys.readouterr().out
-
-
-def embed_unscaled(tokens, table, pe):  # the √d_model scale forgotten
-    seq_len = tokens.shape[1]
-    return table(tokens) + pe[:seq_len]
-
-
-def embed_times_d(tokens, table, pe):  # scaled by d_model instead of its square root
-    return table(tokens) * pe.shape[-1] + pe[: tokens.shape[-1]]
-
-
-def embed_divided(tokens, table, pe):  # divided by √d_model instead of multiplied
-    return table(tokens) / math.sqrt(table.weight.size(1)) + pe[: tokens.size(1)]
-
-
-def embed_positions_scaled(tokens, table, pe):  # the sum scaled, positions included
-    x = table(tokens) + pe[: tokens.size(1)].unsqueeze(0)
-    return x * math.sqrt(x.size(-1))
-
-
-def embed_by_token_id(tokens, table, pe):  # pe rows picked by token id, not by position
-    scale = table.embedding_dim**0.5
-    return F.embedding(tokens, table.weight) * scale + F.embedding(tokens, pe)
-
-
-def embed_no_positions(tokens, table, pe):  # the positional encoding never added
-    return table(tokens) * math.sqrt(table.embedding_dim)
 
 
 @pytest.mark.parametrize(

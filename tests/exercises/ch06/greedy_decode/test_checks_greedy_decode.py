@@ -14,31 +14,14 @@ import re
 
 import pytest
 import torch
+from bank_greedy_decode import greedy_as_in_the_text as greedy_as_in_the_lesson
+from bank_greedy_decode import greedy_column_list as greedy_while_loop
 from units_ch06 import greedy_with_autograd
 
 from tformer_grading.checks import CheckFailure, ch06
 from tformer_ref.masks import causal_mask
 
 # ------------------------------------------------------------------------ greedy_decode
-
-
-def greedy_as_in_the_lesson(model, src, max_len, bos_id, eos_id, pad_id):
-    """Right: eval, no grad, encode once, causal mask, last position, pad finished rows,
-    stop when all have ended."""
-    model.eval()
-    with torch.no_grad():
-        memory, src_mask = model.encode(src)
-        out = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)
-        finished = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
-        for _ in range(max_len):
-            mask = causal_mask(out.size(1), src.device)
-            logits = model.decode(out, memory, src_mask, mask)
-            nxt = logits[:, -1].argmax(dim=-1).masked_fill(finished, pad_id)
-            out = torch.cat([out, nxt[:, None]], dim=1)
-            finished |= nxt == eos_id
-            if finished.all():
-                break
-    return out
 
 
 def greedy_per_row(model, src, max_len, bos_id, eos_id, pad_id):
@@ -60,26 +43,6 @@ def greedy_per_row(model, src, max_len, bos_id, eos_id, pad_id):
             rows.append(ys[1:])
     width = max(len(r) for r in rows)
     return torch.tensor([r + [pad_id] * (width - len(r)) for r in rows])
-
-
-@torch.no_grad()
-def greedy_while_loop(model, src, max_len, bos_id, eos_id, pad_id):
-    """Right, written differently: a while loop over a list of columns, torch.where for
-    the padding."""
-    model.eval()
-    memory, src_mask = model.encode(src)
-    columns = [torch.full((src.shape[0],), bos_id, dtype=torch.long)]
-    alive = torch.ones(src.shape[0], dtype=torch.bool)
-    while alive.any() and len(columns) <= max_len:
-        ys = torch.stack(columns, dim=1)
-        t = ys.shape[1]
-        keep = torch.ones(t, t, dtype=torch.bool).tril()
-        scores = model.decode(ys, memory, src_mask, keep)[:, t - 1, :]
-        padding = torch.full_like(alive, pad_id, dtype=torch.long)
-        token = torch.where(alive, scores.argmax(-1), padding)
-        columns.append(token)
-        alive &= token != eos_id
-    return torch.stack(columns, dim=1)
 
 
 @pytest.mark.parametrize("fn", [greedy_as_in_the_lesson, greedy_while_loop])

@@ -10,21 +10,14 @@ variant is.
 import pytest
 import torch
 import torch.nn.functional as F
+from bank_sequence_loss import loss_by_hand as loss_masked_by_hand
+from bank_sequence_loss import loss_masked_mean_over_all as loss_divides_by_everything
+from bank_sequence_loss import loss_per_token
 
 from tformer_grading.checks import CheckFailure, ch06
 from tformer_ref import training
 
 # ------------------------------------------------------------------------ sequence_loss
-
-
-def loss_masked_by_hand(logits, labels, pad_id, eps):
-    """Smoothed cross-entropy written out: (1-eps)·NLL + eps·mean over the vocabulary of
-    -log p."""
-    logp = logits.log_softmax(-1)
-    nll = -logp.gather(-1, labels.unsqueeze(-1)).squeeze(-1)
-    per_token = (1 - eps) * nll - eps * logp.mean(-1)
-    keep = labels != pad_id
-    return per_token[keep].sum() / keep.sum()
 
 
 def loss_transposed(logits, labels, pad_id, eps):
@@ -53,14 +46,6 @@ def loss_counts_padding(logits, labels, pad_id, eps):  # no ignore_index
 def loss_plain_cross_entropy(logits, labels, pad_id, eps):
     # Neither ignore_index nor label_smoothing.
     return F.cross_entropy(logits.flatten(0, 1), labels.flatten())
-
-
-def loss_divides_by_everything(logits, labels, pad_id, eps):
-    # The pads are zeroed in the sum but still counted in the mean.
-    per = F.cross_entropy(
-        logits.flatten(0, 1), labels.flatten(), reduction="none", label_smoothing=eps
-    )
-    return (per * (labels.flatten() != pad_id)).mean()
 
 
 def loss_hard_coded_pad(logits, labels, pad_id, eps):  # the seed's "x != 0"
@@ -92,16 +77,6 @@ def loss_as_float(logits, labels, pad_id, eps):  # nothing left to call backward
         logits.flatten(0, 1), labels.flatten(), ignore_index=pad_id, label_smoothing=eps
     )
     return loss.item()
-
-
-def loss_per_token(logits, labels, pad_id, eps):  # one loss per position
-    return F.cross_entropy(
-        logits.transpose(1, 2),
-        labels,
-        ignore_index=pad_id,
-        label_smoothing=eps,
-        reduction="none",
-    )
 
 
 def loss_wrong_axis(logits, labels, pad_id, eps):

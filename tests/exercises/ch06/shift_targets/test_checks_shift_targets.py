@@ -11,6 +11,8 @@ variant is.
 """
 
 import pytest
+from bank_shift_targets import shift_by_two
+from bank_shift_targets import shift_seed as shift_seed_style
 
 from tformer_grading.checks import CheckFailure, ch06
 from tformer_ref import training
@@ -32,10 +34,6 @@ def test_shift_accepts_right_implementations(fn, capsys):
     assert "✓ shift_targets" in capsys.readouterr().out
 
 
-def shift_seed_style(tgt):  # the seed's slices: on batch-first data axis 0 is the batch
-    return tgt[:-1, :], tgt[1:, :]
-
-
 def shift_narrow_first_axis(tgt):  # the same axis mix-up, written with narrow
     n = len(tgt) - 1
     return tgt.narrow(0, 0, n), tgt.narrow(0, 1, n)
@@ -53,10 +51,6 @@ def shift_labels_forgotten(tgt):  # the labels are the decoder input itself
 
 def shift_nothing(tgt):  # the whole target goes in and comes out
     return tgt.clone(), tgt.clone()
-
-
-def shift_by_two(tgt):  # two steps instead of one: no known pitfall
-    return tgt[:, :-2], tgt[:, 2:]
 
 
 def shift_returns_input_only(tgt):  # forgot to return the labels

@@ -15,36 +15,19 @@ import sys
 
 import pytest
 import torch
+from bank_accumulation_step import accum_backward_sums as accum_summed
+from bank_accumulation_step import accum_counts_padding, accum_mean_of_means
+from bank_accumulation_step import (
+    accum_divide_grads_at_the_end as accum_right_divide_grads_after,
+)
+from bank_accumulation_step import accum_no_zero_grad as accum_never_zeroed
+from bank_accumulation_step import accum_one_backward as accum_right_one_backward
 from units_ch07 import PAD, _n_targets, accum_right, accum_seed_style
 
 from tformer_grading.checks import CheckFailure, ch07
 from tformer_grading.checks.ch07 import accumulation_step
 
 # -------------------------------------------------------------------- accumulation_step
-
-
-def accum_right_divide_grads_after(model, micro_batches, optimizer, scheduler, loss_fn):
-    """Sums first, divides the accumulated gradients by the token count at the end."""
-    n_total = 0
-    for batch in micro_batches:
-        loss_sum, n = loss_fn(model, batch)
-        loss_sum.backward()
-        n_total += n
-    for p in model.parameters():
-        p.grad /= n_total
-    optimizer.step()
-    optimizer.zero_grad()  # zeroing after the step is as good as before
-    scheduler.step()
-
-
-def accum_right_one_backward(model, micro_batches, optimizer, scheduler, loss_fn):
-    """All forwards first (more memory, same gradient), then one backward."""
-    optimizer.zero_grad(set_to_none=False)
-    results = [loss_fn(model, b) for b in micro_batches]
-    total = sum(n for _, n in results)
-    (sum(s for s, _ in results) / total).backward()
-    optimizer.step()
-    scheduler.step()
 
 
 def accum_right_weighted_means(model, micro_batches, optimizer, scheduler, loss_fn):
@@ -87,24 +70,6 @@ def accum_not_divided(model, micro_batches, optimizer, scheduler, loss_fn):
     optimizer.zero_grad()
 
 
-def accum_summed(model, micro_batches, optimizer, scheduler, loss_fn):
-    # Bug: backward on the summed token loss, never divided at all.
-    optimizer.zero_grad()
-    for batch in micro_batches:
-        loss_fn(model, batch)[0].backward()
-    optimizer.step()
-    scheduler.step()
-
-
-def accum_mean_of_means(model, micro_batches, optimizer, scheduler, loss_fn):
-    # Bug: the mean of the micro-batch means is not the mean over all tokens.
-    optimizer.zero_grad()
-    means = torch.stack([s / n for s, n in (loss_fn(model, b) for b in micro_batches)])
-    means.mean().backward()
-    optimizer.step()
-    scheduler.step()
-
-
 def accum_zero_each(model, micro_batches, optimizer, scheduler, loss_fn):
     # Bug: model.zero_grad() in the loop wipes the earlier micro-batches' gradients.
     n_total = sum(_n_targets(b) for b in micro_batches)
@@ -137,30 +102,12 @@ def accum_optimizer_each(model, micro_batches, optimizer, scheduler, loss_fn):
     scheduler.step()
 
 
-def accum_never_zeroed(model, micro_batches, optimizer, scheduler, loss_fn):
-    # Bug: no zero_grad anywhere, so each step adds the previous steps' gradients.
-    sums, counts = zip(*(loss_fn(model, b) for b in micro_batches))
-    (sum(sums) / sum(counts)).backward()
-    optimizer.step()
-    scheduler.step()
-
-
 def accum_first_batch_tokens(model, micro_batches, optimizer, scheduler, loss_fn):
     # Bug: divides by the first micro-batch's tokens times k (the check measures it).
     optimizer.zero_grad()
     n_first = _n_targets(micro_batches[0])
     for batch in micro_batches:
         (loss_fn(model, batch)[0] / n_first / len(micro_batches)).backward()
-    optimizer.step()
-    scheduler.step()
-
-
-def accum_counts_padding(model, micro_batches, optimizer, scheduler, loss_fn):
-    # Bug: divides by every target position, padding included (the check measures it).
-    optimizer.zero_grad()
-    positions = sum(b[:, 1:].numel() for b in micro_batches)
-    for batch in micro_batches:
-        (loss_fn(model, batch)[0] / positions).backward()
     optimizer.step()
     scheduler.step()
 

@@ -12,6 +12,8 @@ variant is.
 
 import pytest
 import torch
+from bank_amp_step import amp_fp32_forward as amp_no_autocast
+from bank_amp_step import amp_zero_at_the_end as amp_right_zero_at_the_end
 from units_ch07 import (
     _dtype_for,
     amp_clip_scaled_by_hand,
@@ -44,22 +46,6 @@ def amp_right_manual_clip(model, batch, loss_fn, optimizer, scaler, max_norm):
     scaler.step(optimizer)
     scaler.update()
     return loss.item()
-
-
-def amp_right_zero_at_the_end(model, batch, loss_fn, optimizer, scaler, max_norm):
-    """Zeroes after the update, not before; clips the optimizer's parameter list."""
-    kind = next(model.parameters()).device.type
-    half = {"cuda": torch.float16}.get(kind, torch.bfloat16)
-    with torch.autocast(kind, dtype=half):
-        loss = loss_fn(model, batch)
-    scaler.scale(loss).backward()
-    scaler.unscale_(optimizer)
-    params = [p for group in optimizer.param_groups for p in group["params"]]
-    torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=False)
-    scaler.step(optimizer)
-    scaler.update()
-    optimizer.zero_grad(set_to_none=True)
-    return loss.detach()
 
 
 def amp_clip_then_let_step_unscale(model, batch, loss_fn, optimizer, scaler, max_norm):
@@ -136,18 +122,6 @@ def amp_forgets_zero_grad(model, batch, loss_fn, optimizer, scaler, max_norm):
     kind = next(model.parameters()).device.type
     with torch.autocast(kind, dtype=_dtype_for(kind)):
         loss = loss_fn(model, batch)
-    scaler.scale(loss).backward()
-    scaler.unscale_(optimizer)
-    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-    scaler.step(optimizer)
-    scaler.update()
-    return loss
-
-
-def amp_no_autocast(model, batch, loss_fn, optimizer, scaler, max_norm):
-    # Bug: the forward runs in float32; everything after it is right.
-    optimizer.zero_grad()
-    loss = loss_fn(model, batch)
     scaler.scale(loss).backward()
     scaler.unscale_(optimizer)
     torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)

@@ -10,66 +10,22 @@ variant is.
 import math
 
 import pytest
-import torch
+from bank_make_loader import loader_contiguous_chunks as loader_right_contiguous_chunks
+from bank_make_loader import loader_distributed_sampler as loader_right
+from bank_make_loader import loader_forgets_set_epoch as loader_no_set_epoch
+from bank_make_loader import loader_global_batch
+from bank_make_loader import loader_replicas_doubled as loader_world_counted_twice
+from bank_make_loader import loader_sampler_drop_last as loader_right_drop_last
+from bank_make_loader import loader_seed_from_rank as loader_seed_per_rank
+from bank_make_loader import loader_shared_permutation_strided as loader_right_by_hand
+from bank_make_loader import loader_shuffle_false as loader_no_shuffle
+from bank_make_loader import loader_unseeded_randperm as loader_unseeded
 from torch.utils.data import DataLoader, DistributedSampler, Subset
 from units_ch07 import loader_no_sampler
 
 from tformer_grading.checks import CheckFailure, ch07
 
 # -------------------------------------------------------------------------- make_loader
-
-
-def loader_right(dataset, rank, world_size, epoch, batch_size):
-    sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank)
-    sampler.set_epoch(epoch)
-    return DataLoader(dataset, batch_size=batch_size, sampler=sampler)
-
-
-def loader_right_by_hand(dataset, rank, world_size, epoch, batch_size):
-    """A shared permutation seeded by the epoch, every world_size-th element for this
-    rank."""
-    g = torch.Generator().manual_seed(1234 + epoch)
-    order = torch.randperm(len(dataset), generator=g)[rank::world_size].tolist()
-    return DataLoader(Subset(dataset, order), batch_size=batch_size)
-
-
-def loader_right_drop_last(dataset, rank, world_size, epoch, batch_size):
-    sampler = DistributedSampler(
-        dataset, num_replicas=world_size, rank=rank, seed=7, drop_last=True
-    )
-    sampler.set_epoch(epoch)
-    return DataLoader(dataset, batch_size=batch_size, sampler=sampler, num_workers=0)
-
-
-def loader_right_contiguous_chunks(dataset, rank, world_size, epoch, batch_size):
-    """A shared permutation per epoch cut into world_size contiguous chunks; a list as
-    sampler."""
-    g = torch.Generator()
-    g.manual_seed(epoch)
-    chunk = torch.randperm(len(dataset), generator=g).tensor_split(world_size)[rank]
-    return DataLoader(dataset, sampler=chunk.tolist(), batch_size=batch_size)
-
-
-def loader_no_set_epoch(dataset, rank, world_size, epoch, batch_size):
-    # Bug: the same shuffle every epoch.
-    sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank)
-    return DataLoader(dataset, batch_size=batch_size, sampler=sampler)
-
-
-def loader_no_shuffle(dataset, rank, world_size, epoch, batch_size):
-    # Bug: the sorted order every epoch.
-    sampler = DistributedSampler(
-        dataset, num_replicas=world_size, rank=rank, shuffle=False
-    )
-    sampler.set_epoch(epoch)
-    return DataLoader(dataset, batch_size=batch_size, sampler=sampler)
-
-
-def loader_seed_per_rank(dataset, rank, world_size, epoch, batch_size):
-    # Bug: each rank shuffles with its own seed, so the shares overlap.
-    sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, seed=rank)
-    sampler.set_epoch(epoch)
-    return DataLoader(dataset, batch_size=batch_size, sampler=sampler)
 
 
 def loader_contiguous_slices(dataset, rank, world_size, epoch, batch_size):
@@ -79,30 +35,10 @@ def loader_contiguous_slices(dataset, rank, world_size, epoch, batch_size):
     return DataLoader(Subset(dataset, mine), batch_size=batch_size)
 
 
-def loader_unseeded(dataset, rank, world_size, epoch, batch_size):
-    # Bug: each call a fresh random order, so the ranks disagree on the split.
-    order = torch.randperm(len(dataset))[rank::world_size].tolist()
-    return DataLoader(Subset(dataset, order), batch_size=batch_size)
-
-
 def loader_shuffle_and_sampler(dataset, rank, world_size, epoch, batch_size):
     # Bug: shuffle=True beside a sampler, which the DataLoader refuses.
     sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank)
     return DataLoader(dataset, batch_size=batch_size, sampler=sampler, shuffle=True)
-
-
-def loader_world_counted_twice(dataset, rank, world_size, epoch, batch_size):
-    # Bug: twice as many replicas as processes, so half of each epoch is never read.
-    sampler = DistributedSampler(dataset, num_replicas=2 * world_size, rank=rank)
-    sampler.set_epoch(epoch)
-    return DataLoader(dataset, batch_size=batch_size, sampler=sampler)
-
-
-def loader_global_batch(dataset, rank, world_size, epoch, batch_size):
-    # Bug: multiplies batch_size by the world size (the global batch), per process.
-    sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank)
-    sampler.set_epoch(epoch)
-    return DataLoader(dataset, batch_size=batch_size * world_size, sampler=sampler)
 
 
 @pytest.mark.parametrize(
