@@ -202,7 +202,7 @@ def _einsum_mixing(title: str, module, e: int, h: int) -> tuple:
     mixes = ran
     if not ran:
         other.append(
-            f"self-attention on [N, L, embed_size] = [2, 5, {e}] raised "
+            f"self-attention on [N=2, L=5, embed_size={e}] raised "
             f"{base if isinstance(base, Raised) else after!r}"
         )
     elif base.shape == after.shape == (2, 5, e):

@@ -33,6 +33,8 @@ from .measure.recorders import recording_lambda_lr, recording_sgd
 from .measure.tape import grad_vector
 
 VOCAB = 13
+# The batches' sizes (:func:`batches`), as a crash message names them.
+SIZES = "src [B=4, Ss=5], tgt [B=4, St=7]: T=6 positions trained, V=13"
 _CONFIG = {
     "d_model": 16,
     "n_heads": 8,
@@ -320,7 +322,8 @@ class Seen:
 
 
 def batches(case: StepCase, update: int, pad_id: int):
-    """(src [4, 6], tgt [4, 7]) of update ``update``, rows padded to varying lengths."""
+    """(src [4, 5], tgt [4, 7]) of update ``update``, rows padded to varying lengths
+    (every size different, St - 1 = 6 too: a crash's numbers read, :data:`SIZES`)."""
     g = torch.Generator().manual_seed(1000 * case.seed + update)
 
     def rows(b, s):
@@ -331,7 +334,7 @@ def batches(case: StepCase, update: int, pad_id: int):
             out[i, 0], out[i, n - 1] = 1, 2
         return out.to(get_device())
 
-    return rows(4, 6), rows(4, 7)
+    return rows(4, 5), rows(4, 7)
 
 
 def observe(
@@ -355,7 +358,10 @@ def observe(
         lr = opt.param_groups[0]["lr"]
         args = (model, src, tgt, opt, sched, case.max_norm, case.pad_id, case.eps)
         out = run_or_fail(
-            title, step_fn, args, f"case {case.label}, update {k}: your train_step"
+            title,
+            step_fn,
+            args,
+            f"case {case.label} ({SIZES}), update {k}: your train_step",
         )
         after = {k: v.detach().clone() for k, v in model.state_dict().items()}
         seen.append(

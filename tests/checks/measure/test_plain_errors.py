@@ -91,3 +91,47 @@ def test_an_unpacked_shape_is_read_from_the_learners_line():
     assert read_plain(message) == [
         "`b, s, d = x.shape` unpacks 3 sizes from a shape with 2 axes"
     ]
+
+
+def _raised(fn) -> str:
+    try:
+        fn()
+    except Exception as exc:  # noqa: BLE001 - PyTorch's own words are what is read
+        return f"{type(exc).__name__}: {exc}"
+    raise AssertionError("expected an error")
+
+
+def test_a_sampler_given_with_shuffle_is_read():
+    # Held-out trial 2026-12-07b, b_loader_shuffle_and_sampler: forwarded bare.
+    data = torch.utils.data.TensorDataset(torch.arange(8))
+    sampler = DistributedSampler(data, num_replicas=2, rank=0)
+    message = _raised(
+        lambda: torch.utils.data.DataLoader(data, sampler=sampler, shuffle=True)
+    )
+    assert read_plain(message) == [
+        "a DataLoader shuffles itself (shuffle=True) or follows a sampler, not both: "
+        "a DistributedSampler shuffles, so the loader takes no shuffle"
+    ]
+
+
+def test_a_function_lambdalr_calls_with_the_step_alone_is_read():
+    # Held-out trial 2026-12-07b, b_noam_lambda_not_bound: forwarded bare.
+    def noam(step, d_model, warmup):
+        return 1.0
+
+    optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)
+    message = _raised(lambda: torch.optim.lr_scheduler.LambdaLR(optimizer, noam))
+    (said,) = read_plain(message)
+    assert said.startswith(
+        "the function noam was called without 'd_model' and 'warmup': whatever "
+        "called it passed fewer arguments than it takes"
+    )
+
+
+def test_cuda_asked_for_on_a_machine_without_one_is_read():
+    # Held-out trial 2026-12-07b, b_bug_mask_cuda: the words PyTorch uses on a
+    # build without CUDA (a GPU machine never raises them).
+    message = "AssertionError: Torch not compiled with CUDA enabled at line 14"
+    assert read_plain(message)[0].startswith(
+        "the code asked for a CUDA device on a machine that has none"
+    )

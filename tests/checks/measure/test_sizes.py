@@ -75,3 +75,12 @@ def test_a_count_the_sizes_read_has_no_constant():
     assert given.count(49) == ("S²", None)
     assert given.count(101) == ("", None)  # prime: no size, no buffer reads it
     assert Sizes.read("B=2, H=2").count(4) == ("B·H", None)
+
+
+def test_a_number_that_is_a_size_doubled_or_two_sizes_added_is_said_so():
+    # Held-out trial 2026-12-07b: a mask over T + S keys and one over 2·S were each
+    # said to be "none of the sizes", true but no help.
+    cached = Sizes.read("V=11, D=16, H=2, Dh=8, T=4, B=3, S=5")
+    assert cached.relation(9) == "T + S"
+    assert Sizes.read("V=11, D=16, H=2, Dh=8, B=3, S=5").relation(10) == "2·S"
+    assert cached.relation(101) is None

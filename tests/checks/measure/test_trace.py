@@ -13,8 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tformer_ref.attention import MultiHeadAttention
 from tformer_grading.checks.measure.trace import NORMS, Trace, trace
+from tformer_ref.attention import MultiHeadAttention
 
 
 class Block(nn.Module):

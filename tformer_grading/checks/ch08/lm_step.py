@@ -466,7 +466,7 @@ def _empty_cache_problems(title, step, cases, runs, refs) -> None:
         stop_early=True,
     )
     if pitfall is not None:
-        pitfall.fail(title, "Its logits equal yours on every empty-cache case.")
+        pitfall.fail(title, "That mistake gives your logits on every empty-cache case.")
     _empty_position_problems(title, step, cases, runs, empty, wrong)
     i = wrong[0]
     k, problem = first_problem(runs[i], refs[i])  # noqa: RUF059

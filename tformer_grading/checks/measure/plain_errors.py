@@ -16,6 +16,9 @@ Examples::
     ["DistributedSampler was given rank=2 and num_replicas=0 (this case's world_size
       and rank): the two arrived in each other's places; pass them by name,
       num_replicas=world_size, rank=rank"]
+    >>> read_plain("TypeError: rate() missing 1 required positional argument: "
+    ...            "'warmup' at line 3 of your code")  # doctest: +ELLIPSIS
+    ["the function rate was called without 'warmup': whatever called it ..."]
     >>> read_plain("a weight of 0.3")
     []
 """
@@ -148,6 +151,31 @@ _PLAIN = table(
             r"(?:.*?\brank=(\d+), world_size=(\d+))?"
         ),
         _sampler,
+    ),
+    (
+        r"Torch not compiled with CUDA enabled|Found no NVIDIA driver",
+        _said(
+            "the code asked for a CUDA device on a machine that has none (a .cuda() "
+            "or device='cuda' written in): put new tensors on the device of the ones "
+            "it was given, .to(x.device)"
+        ),
+    ),
+    (
+        r"sampler option is mutually exclusive with shuffle",
+        _said(
+            "a DataLoader shuffles itself (shuffle=True) or follows a sampler, not "
+            "both: a DistributedSampler shuffles, so the loader takes no shuffle"
+        ),
+    ),
+    (
+        r"(\w+)\(\) missing (\d+) required positional arguments?: (.+?)(?: at line|$)",
+        lambda m: (
+            f"the function {m[1]} was called without {m[3]}: whatever called it "
+            "passed fewer "
+            "arguments than it takes (PyTorch calls a function you hand it with its "
+            "own arguments only: LambdaLR calls lr_lambda(step); bind the others, "
+            f"lambda step: {m[1]}(step, ...))"
+        ),
     ),
     (
         r"0D or 1D target tensor expected, multi-target not supported",

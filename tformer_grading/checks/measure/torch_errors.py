@@ -54,17 +54,28 @@ def _reshape(sizes: Sizes, m: re.Match) -> tuple[str, list[int]]:
     )
 
 
-def _against(text: str):
-    """A reader of two sizes that should agree (groups ``a``, ``b``, and others)."""
+def _against(text: str, counts: bool = False):
+    """A reader of two sizes that should agree (groups ``a``, ``b``, and others);
+    with ``counts``, two counts of rows, each any product of the sizes (a flattened
+    [B, T] is B·T rows, whatever the sizes' order in the case's label)."""
 
     def read(sizes: Sizes, m: re.Match) -> tuple[str, list[int]]:
         a, b = int(m["a"]), int(m["b"])
         said = text.format(
-            **{**m.groupdict(), "a": sizes.number(a), "b": sizes.number(b)}
+            **{
+                **m.groupdict(),
+                "a": _number(sizes, a, counts),
+                "b": _number(sizes, b, counts),
+            }
         )
-        return said, [a, b]
+        return said, [n for n in (a, b) if not (counts and sizes.count(n)[0])]
 
     return read
+
+
+def _number(sizes: Sizes, n: int, counts: bool) -> str:
+    what = sizes.name(n, any_product=True) if counts else None
+    return f"{n} ({what})" if what else sizes.number(n)
 
 
 def _shapes(text: str):
@@ -179,7 +190,7 @@ _SIZE_ERRORS = table(
             r"Expected input batch_size \((?P<a>\d+)\) to match target batch_size "
             r"\((?P<b>\d+)\)"
         ),
-        _against("cross_entropy was given {a} rows of logits and {b} targets"),
+        _against("cross_entropy was given {a} rows of logits and {b} targets", True),
     ),
     (
         (
@@ -266,8 +277,14 @@ def explain(message: str) -> str:
     if unknown:
         listed = " and ".join(str(n) for n in dict.fromkeys(unknown))
         verb = "is" if len(set(unknown)) == 1 else "are"
+        related = [
+            f"{n} = {sizes.relation(n)}"
+            for n in dict.fromkeys(unknown)
+            if sizes.relation(n)
+        ]
         out.append(
-            f"{listed} {verb} none of the sizes named here, nor a product of them."
+            f"{listed} {verb} none of the sizes named here, nor a product of them"
+            + (f"; {', '.join(related)}." if related else ".")
         )
     out += [f"{text[0].upper()}{text[1:]}." for text in plain]
     return " ".join(out)

@@ -707,3 +707,18 @@ class NoamForgotReturn:  # computes the rate into a variable, never returns it
         return LambdaLR(
             optimizer, lambda s: NoamForgotReturn.noam_lambda(s, d_model, warmup)
         )
+
+
+@wrong(
+    "noam",
+    r"[Tt]he function noam_lambda was called without 'd_model' and 'warmup'",
+    listed=False,
+)
+class NoamLambdaHandedOverUnbound:
+    # hands the function itself to LambdaLR, as the docs' examples do with lambdas
+    def noam_lambda(step, d_model, warmup):
+        n = step + 1
+        return d_model**-0.5 * min(n**-0.5, n * warmup**-1.5)
+
+    def make_scheduler(optimizer, d_model, warmup):
+        return LambdaLR(optimizer, lr_lambda=NoamLambdaHandedOverUnbound.noam_lambda)

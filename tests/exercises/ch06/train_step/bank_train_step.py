@@ -876,3 +876,26 @@ def step_rolls_the_batch(model, src, tgt, opt, sched, max_norm, pad_id, eps):
     opt.step()
     sched.step()
     return loss.item(), norm.item()
+
+
+@wrong(
+    "train_step",
+    r"cross_entropy was given 28 \(B·St\) rows of logits and 24 \(B·T\) targets",
+    listed=False,
+)
+def step_decoder_reads_all_of_tgt(model, src, tgt, opt, sched, max_norm, pad_id, eps):
+    # shifts the labels but gives the decoder the whole target
+    model.train()
+    opt.zero_grad()
+    logits = model(src, tgt)
+    loss = F.cross_entropy(
+        logits.flatten(0, 1),
+        tgt[:, 1:].flatten(),
+        ignore_index=pad_id,
+        label_smoothing=eps,
+    )
+    loss.backward()
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    opt.step()
+    sched.step()
+    return loss.item(), float(norm)

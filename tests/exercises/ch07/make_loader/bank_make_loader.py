@@ -281,7 +281,7 @@ def loader_positional_arguments_swapped(dataset, rank, world_size, epoch, batch_
 @wrong(
     "make_loader",
     r"raised ValueError: sampler option is mutually exclusive with "
-    r"shuffle",
+    r"shuffle.*follows a sampler, not both",
     listed=False,
 )
 def loader_sampler_and_shuffle(dataset, rank, world_size, epoch, batch_size):
