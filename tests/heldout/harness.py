@@ -18,6 +18,14 @@ each (grader of commit 7aaadcf), judgement.json the judge's verdict on the first
 Figures before any fix: 182 wrong rejected, 169 named, 10 partial, 1 misnamed,
 2 generic, 1 let through; 42 right accepted; no check crashed.
 
+The trial of 2026-12-07b (trial_2026_12_07b/): two new writers (no check, bank, unit
+test or earlier trial read) wrote 196 wrong and 47 right answers over every exercise;
+results.json is every failing cell of each on the grader of commit abfc9fd,
+judgement.json a new judge's verdict on the first. Figures before any fix: 196 wrong
+rejected, 185 named (94.4 %), 7 partial, 4 generic, 0 misnamed, 0 let through;
+47 right accepted; no check crashed. judgement_after.json: the same judge's reading
+of the 14 first messages the fixes of commit 69b289e changed.
+
 These answers are known now: the next trial needs new writers and new answers.
 """
 

@@ -82,5 +82,5 @@ def test_a_number_that_is_a_size_doubled_or_two_sizes_added_is_said_so():
     # said to be "none of the sizes", true but no help.
     cached = Sizes.read("V=11, D=16, H=2, Dh=8, T=4, B=3, S=5")
     assert cached.relation(9) == "T + S"
-    assert Sizes.read("V=11, D=16, H=2, Dh=8, B=3, S=5").relation(10) == "2·S"
+    assert Sizes.read("V=11, D=16, H=2, Dh=8, B=3, S=5").relation(10) == "twice S"
     assert cached.relation(101) is None

@@ -118,16 +118,16 @@ class Sizes:
     def relation(self, number: int) -> str | None:
         """A number that is no size nor product of sizes may still be two sizes added
         or a size doubled (a length counted twice, a cache read after it grew): "T + S",
-        "2·S", two readings joined by "or"; None when it is neither.
+        "twice S", two readings joined by "or"; None when it is neither.
 
         >>> sizes = Sizes.read("T=4, B=2, S=3, D=16")
         >>> sizes.relation(7), sizes.relation(101)
         ('T + S', None)
         >>> Sizes.read("B=3, S=5").relation(10)      # a mask [S, 2·S]
-        '2·S'
+        'twice S'
         """
         named = self.decodable
-        found = [f"2·{n}" for n, v in named if 2 * v == number]
+        found = [f"twice {n}" for n, v in named if 2 * v == number]
         found = (
             found
             or [  # a size doubled first: a sum is likelier by chance

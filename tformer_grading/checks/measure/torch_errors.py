@@ -278,7 +278,7 @@ def explain(message: str) -> str:
         listed = " and ".join(str(n) for n in dict.fromkeys(unknown))
         verb = "is" if len(set(unknown)) == 1 else "are"
         related = [
-            f"{n} = {sizes.relation(n)}"
+            f"{n} is {sizes.relation(n)}"
             for n in dict.fromkeys(unknown)
             if sizes.relation(n)
         ]

@@ -560,7 +560,7 @@ def step_mask_per_layer(model, tokens, cache):
     return model.lm_head(model.blocks.norm(x))
 
 
-@wrong("lm_step", r"'causal mask of the wrong shape'.*7 = T \+ S", listed=False)
+@wrong("lm_step", r"'causal mask of the wrong shape'.*7 is T \+ S", listed=False)
 def step_mask_of_the_new_tokens_only(model, tokens, cache):
     # a triangle over the S new tokens, as without a cache
     s = tokens.size(1)
