@@ -102,10 +102,26 @@ def test_replaced_check_function_is_detected(restore):
         ch01.check_split_heads(split_right)
 
 
+def _do_nothing_code(fn):
+    """A code object that does nothing and fits ``fn``'s closure, as a learner's swap
+    must: the checks a test cell calls are closures (checks/pieces.py wraps them)."""
+    free = fn.__code__.co_freevars
+    if not free:
+        return (lambda *args, **kwargs: None).__code__
+    names = ", ".join(free)
+    namespace: dict = {}
+    exec(  # noqa: S102 - builds the attacker's code object
+        f"def outer({names}):\n    def fake(*a, **k):\n        {names}\n"
+        "        return None\n    return fake",
+        namespace,
+    )
+    return namespace["outer"](*([None] * len(free))).__code__
+
+
 def test_code_swapped_in_place_is_detected(restore):
     original = ch01.check_by_hand.__code__
     try:
-        ch01.check_by_hand.__code__ = (lambda title, fn, args: None).__code__
+        ch01.check_by_hand.__code__ = _do_nothing_code(ch01.check_by_hand)
         with pytest.raises(CheckFailure, match="check_by_hand was modified in place"):
             ch01.check_split_heads(split_right)
     finally:
