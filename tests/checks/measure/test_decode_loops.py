@@ -129,3 +129,10 @@ def test_a_loop_without_the_cache_is_seen():
     _, out, seen = _recorded(pass_cache=False)
     assert seen.attended == [(0, 3), (None, 4), (None, 5)]
     assert seen.fed[-1].tolist() == out.tolist()
+
+
+def test_a_causal_mask_read_as_hide_is_named_inverted():
+    # Held-out trial 2026-12-07b, b_greedy_inverted_mask: "neither tril nor triu".
+    keep = torch.ones(4, 4, dtype=torch.bool).triu(1)  # the future only
+    assert mask_kind(keep) == "inverted"
+    assert mask_kind(torch.ones(4, 4, dtype=torch.bool).tril(-1)) == "no diagonal"

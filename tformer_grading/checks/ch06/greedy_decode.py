@@ -477,11 +477,19 @@ def _first_masked_step(seen: _Decoding, kinds) -> dict | None:
     return next((c for c in seen.calls if c["length"] > 1 and c["mask"] in kinds), None)
 
 
+_NOT_CAUSAL = {  # a target mask read (decode_loops.mask_kind), as a learner reads it
+    "none": "None (or all True)",
+    "inverted": "tril inverted: each position saw only later ones (True read as hide)",
+    "no diagonal": "tril(-1): no position saw itself",
+    "other": "neither tril nor triu",
+}
+
+
 def _decoded_without_causal_mask(seen: _Decoding) -> str | None:
-    call = _first_masked_step(seen, ("none", "other"))
+    call = _first_masked_step(seen, tuple(_NOT_CAUSAL))
     if call is None:
         return None
-    mask = "None (or all True)" if call["mask"] == "none" else "neither tril nor triu"
+    mask = _NOT_CAUSAL[call["mask"]]
     return (
         f"At the step that decoded {call['length']} tokens, your target mask was "
         f"{mask}."

@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from ...guard.integrity import seal
+from .mask_readings import causal_reading
 
 
 def keep_mask(tgt_mask, st: int) -> torch.Tensor:
@@ -49,19 +50,18 @@ def causal(t: int, device) -> torch.Tensor:
 
 
 def mask_kind(keep: torch.Tensor) -> str:
-    """A keep-mask [St, St] by name: "causal", "triu", "none" (all True) or "other".
+    """A keep-mask [St, St] by name, as :func:`.mask_readings.causal_reading` reads
+    it: "causal", "triu", "inverted", "no diagonal", "none" (all True) or "other".
 
     Examples::
 
         >>> mask_kind(causal(3, "cpu")), mask_kind(causal(3, "cpu").T)  # planted triu
         ('causal', 'triu')
+        >>> mask_kind(~causal(3, "cpu"))                  # planted: True meant "hide"
+        'inverted'
     """
-    tril = causal(keep.size(0), keep.device)
-    if torch.equal(keep, tril):
-        return "causal"
-    if torch.equal(keep, tril.T):
-        return "triu"
-    return "none" if keep.all() else "other"
+    read = causal_reading(keep)
+    return {"all visible": "none", None: "other"}.get(read, read)
 
 
 class RecordingDecoder(nn.Module):

@@ -349,7 +349,9 @@ def greedy_triu(model, src, max_len, bos_id, eos_id, pad_id):
 
 
 @wrong(
-    "greedy_decode", r"'greedy decoding without the causal mask'.*neither", listed=False
+    "greedy_decode",
+    r"'greedy decoding without the causal mask'.*tril inverted",
+    listed=False,
 )
 def greedy_inverted_mask(model, src, max_len, bos_id, eos_id, pad_id):
     # nn.Transformer's convention (True = blocked) handed to a True = keep model
@@ -870,3 +872,27 @@ def greedy_torch_argmax_whole(model, src, max_len, bos_id, eos_id, pad_id):
             if bool(ended.all()):
                 break
     return ys
+
+
+@wrong(
+    "greedy_decode",
+    r"'greedy decoding without the causal mask'.*your target mask was tril inverted",
+    listed=False,
+)
+def greedy_mask_of_the_future(model, src, max_len, bos_id, eos_id, pad_id):
+    # "mask the future": marks the later positions True, as a mask of what to hide
+    model.eval()
+    with torch.no_grad():
+        memory, src_mask = model.encode(src)
+        out = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)
+        done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
+        for _ in range(max_len):
+            t = out.size(1)
+            future = torch.ones(t, t, dtype=torch.bool, device=src.device).triu(1)
+            logits = model.decode(out, memory, src_mask, future)
+            nxt = logits[:, -1].argmax(-1).masked_fill(done, pad_id)
+            out = torch.cat([out, nxt.unsqueeze(1)], dim=1)
+            done = done | (nxt == eos_id)
+            if done.all():
+                break
+    return out
