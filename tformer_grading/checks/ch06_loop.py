@@ -33,8 +33,12 @@ from .measure.recorders import recording_lambda_lr, recording_sgd
 from .measure.tape import grad_vector
 
 VOCAB = 13
-# The batches' sizes (:func:`batches`), as a crash message names them.
-SIZES = "src [B=4, Ss=5], tgt [B=4, St=7]: T=6 positions trained, V=13"
+# The batches' sizes (:func:`batches`), and as a crash message names them.
+_B, _SS, _ST = 4, 5, 7
+SIZES = (
+    f"src [B={_B}, Ss={_SS}], tgt [B={_B}, St={_ST}]: T={_ST - 1} positions "
+    f"trained, V={VOCAB}"
+)
 _CONFIG = {
     "d_model": 16,
     "n_heads": 8,
@@ -334,7 +338,7 @@ def batches(case: StepCase, update: int, pad_id: int):
             out[i, 0], out[i, n - 1] = 1, 2
         return out.to(get_device())
 
-    return rows(4, 5), rows(4, 7)
+    return rows(_B, _SS), rows(_B, _ST)
 
 
 def observe(

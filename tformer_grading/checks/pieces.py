@@ -71,7 +71,7 @@ def _piece(args: tuple) -> tuple[str, frozenset]:
     """The name and code of what a check was given: every function or class among its
     arguments (a check of ``noam`` gets two functions)."""
     given = [a for a in args if isinstance(a, types.FunctionType) or inspect.isclass(a)]
-    codes = frozenset().union(*(_codes(a) for a in given)) if given else frozenset()
+    codes = frozenset().union(*(_codes(a) for a in given))
     return " and ".join(a.__name__ for a in given), codes
 
 

@@ -11,8 +11,9 @@ call that moves or cuts axes (``.T``, ``transpose``, ``permute``, indexing, ``vi
 :func:`failing_call` runs the learner's function again under it, after it raised,
 only when that run can change nothing the check goes on to measure: its arguments are
 tensors (cloned), modules without hooks (copied) and plain values, and the random
-state is restored. A step given an optimizer or a cache is not run again (it would
-step or grow them twice); recording every first run instead doubled grading time.
+state is restored (``torch.random.fork_rng``). A step given an optimizer or a cache is
+not run again (it would step or grow them twice); recording every first run instead
+doubled grading time.
 
 Example: ``.T`` on a 4-D key tensor reverses all four axes::
 
@@ -41,7 +42,6 @@ A float32 operand among float64 ones: their dtypes, and the call that changed it
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import warnings
 import weakref
@@ -93,15 +93,11 @@ def _index(item: Any) -> str:
             "" if p is None else str(p) for p in (item.start, item.stop, item.step)
         ]
         return ":".join(parts[:2] if item.step is None else parts)
-    if item is Ellipsis:
-        return "..."
-    return "a tensor" if isinstance(item, torch.Tensor) else repr(item)
+    return "..." if item is Ellipsis else repr(item)  # a tensor: _Tensor, by _light
 
 
 def _shown(value: Any) -> str:
-    if isinstance(value, torch.Size):
-        return str(list(value))
-    return "a tensor" if isinstance(value, torch.Tensor) else repr(value)
+    return str(list(value)) if isinstance(value, torch.Size) else repr(value)
 
 
 def _call(name: str, rest: tuple, kwargs: dict) -> str:
@@ -183,14 +179,14 @@ class Calls(TorchFunctionMode):
         # Only what a description may need is kept, and written out only then.
         if isinstance(out, torch.Tensor) and args and isinstance(args[0], torch.Tensor):
             name, source = _name(func), args[0]
-            record = (name, (tuple(source.shape), source.dtype), _light(args[1:]))
-            record += (_light(kwargs), out.dtype)
-            if name in _LAYOUT or out.dtype != source.dtype:
+            cast = out.dtype != source.dtype
+            if name in _LAYOUT or cast:
+                record = (name, (tuple(source.shape), source.dtype), _light(args[1:]))
+                record += (_light(kwargs), out.dtype)
                 self.made[id(out)] = (weakref.ref(out), record)
-            if out.dtype != source.dtype:
-                self.cast[id(out)] = (weakref.ref(out), record)
-            elif self._of(self.cast, source):
-                self.cast[id(out)] = (weakref.ref(out), self._of(self.cast, source))
+            inherited = None if cast else self._of(self.cast, source)
+            if cast or inherited:
+                self.cast[id(out)] = (weakref.ref(out), record if cast else inherited)
         return out
 
     @staticmethod
@@ -249,19 +245,6 @@ def _hooked(module: torch.nn.Module) -> bool:
     return any(getattr(m, k, None) for m in module.modules() for k in kinds)
 
 
-@contextlib.contextmanager
-def _same_random_state():
-    cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
-    cpu = torch.get_rng_state()
-    gpus = torch.cuda.get_rng_state_all() if cuda else None
-    try:
-        yield
-    finally:
-        torch.set_rng_state(cpu)
-        if gpus is not None:
-            torch.cuda.set_rng_state_all(gpus)
-
-
 def failing_call(fn: Callable, args: tuple, error: BaseException) -> str:
     """What the PyTorch call that raised ``error`` in ``fn(*args)`` was given, read by
     running ``fn`` again under :class:`Calls` (see the module's docstring for when it
@@ -283,7 +266,9 @@ def failing_call(fn: Callable, args: tuple, error: BaseException) -> str:
     if isinstance(again, _Tensor):
         return ""
     calls, second = Calls(), None
-    with _same_random_state(), warnings.catch_warnings():
+    cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+    devices = range(torch.cuda.device_count()) if cuda else []
+    with torch.random.fork_rng(devices=devices), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
             with calls:

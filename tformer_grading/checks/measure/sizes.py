@@ -139,9 +139,10 @@ class Sizes:
         )
         return " or ".join(found[:2]) or None
 
-    def number(self, number: int) -> str:
-        """``number`` with what it is: "5 (Sq)", or "512" when it is no size."""
-        what = self.name(number)
+    def number(self, number: int, any_product: bool = False) -> str:
+        """``number`` with what it is: "5 (Sq)", or "512" when it is no size
+        (``any_product``: as :meth:`name`, for a count of rows or elements)."""
+        what = self.name(number, any_product)
         return f"{number} ({what})" if what else str(number)
 
     def shape(self, numbers: list[int]) -> str:

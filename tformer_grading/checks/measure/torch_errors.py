@@ -61,21 +61,13 @@ def _against(text: str, counts: bool = False):
 
     def read(sizes: Sizes, m: re.Match) -> tuple[str, list[int]]:
         a, b = int(m["a"]), int(m["b"])
-        said = text.format(
-            **{
-                **m.groupdict(),
-                "a": _number(sizes, a, counts),
-                "b": _number(sizes, b, counts),
-            }
-        )
-        return said, [n for n in (a, b) if not (counts and sizes.count(n)[0])]
+        named = {"a": sizes.number(a, counts), "b": sizes.number(b, counts)}
+        said = text.format(**{**m.groupdict(), **named})
+        # A count read as a product of sizes is no unknown number.
+        read_as = [n for n in (a, b) if counts and sizes.name(n, any_product=True)]
+        return said, [n for n in (a, b) if n not in read_as]
 
     return read
-
-
-def _number(sizes: Sizes, n: int, counts: bool) -> str:
-    what = sizes.name(n, any_product=True) if counts else None
-    return f"{n} ({what})" if what else sizes.number(n)
 
 
 def _shapes(text: str):
