@@ -1,4 +1,5 @@
-"""Every mistake a check can name is named for some wrong answer of the bank.
+"""Every mistake a check can name is named for some wrong answer of the bank, and every
+wrong variant of a check reproduces some wrong answer of the bank.
 
 Bug: diagnoses and wrong variants that no test and no bank answer ever reached (the
 review of 2026-12-05 counted 26 variants, about 220 lines; 29 diagnoses of the banked
@@ -9,6 +10,13 @@ compared the two. Guard: for each check module of a chapter with a bank, every
 message of some wrong answer, each test cell of the answer's exercise run on its own:
 a notebook runs every graded cell, so a later cell's diagnosis reaches a learner even
 when an earlier cell failed first.
+
+A named diagnosis does not prove its variant ran: on 2026-12-07, 16 variants were named
+by the stage that measures their mistake before the comparison that runs the variant
+ever could (ch07's accumulation and AMP steps, three others): about 190 lines that no
+answer reproduced. Guard: every ``Pitfall`` whose variant a banked module defines is
+in ``flow.REPRODUCED`` once its chapter's bank is graded (the checks record a variant
+that gave a learner's outputs on every case there).
 
 A check module without a bank is listed in ``NO_BANK_YET`` with its reason.
 """
@@ -24,7 +32,8 @@ from bank import EXERCISES
 from test_bank import ALL, CHAPTERS, group, messages
 
 from tformer_grading import checks
-from tformer_grading.checks.diagnosis import Diagnosis, declared
+from tformer_grading.checks import flow
+from tformer_grading.checks.diagnosis import Diagnosis, Pitfall, declared
 
 
 def _chapter(module) -> str:
@@ -112,6 +121,55 @@ def test_the_guard_reports_a_diagnosis_no_answer_gets():
     planted.NEVER = Diagnosis("a mistake no check names", "", attention.S_STEPS)
     planted.ALSO = [attention.WRONG_SCALE]  # in a list, as checks keep their Pitfalls
     assert unreached(planted, "ch02", others=False) == ["a mistake no check names"]
+
+
+def _home(pitfall: Pitfall) -> str | None:
+    """The module that defines ``pitfall``'s variant (a partial's function's)."""
+    impl = pitfall.impl
+    while isinstance(impl, functools.partial):
+        impl = impl.func
+    return getattr(impl, "__module__", None)
+
+
+def unreproduced(modules) -> list[str]:
+    """ "<module>: <name>" for each Pitfall whose variant one of ``modules`` defines and
+    no learner's outputs graded in this process were reproduced by."""
+    found = {
+        p: m.__name__
+        for m in modules
+        for p in declared(m, Pitfall)
+        if p.impl is not None and _home(p) == m.__name__
+    }
+    return [f"{m}: {p.name}" for p, m in found.items() if p not in flow.REPRODUCED]
+
+
+@pytest.mark.parametrize("chapter", [pytest.param(c, marks=group(c)) for c in CHAPTERS])
+def test_every_variant_reproduces_some_bank_answer(chapter):
+    bank_text(chapter)  # the chapter's wrong answers, graded in this process
+    missing = unreproduced(m for m in BANKED if _chapter(m) == chapter)
+    assert missing == [], (
+        f"wrong variants no answer of the {chapter} bank reproduces: {missing}. Add "
+        "the answer each stands for, or, where a stage names the mistake from what "
+        "it measured first, make it a Diagnosis and delete the variant."
+    )
+
+
+@group("ch02")
+def test_the_guard_reports_a_variant_no_answer_reproduces():
+    from tformer_grading.checks.ch02 import attention
+
+    planted = types.ModuleType("planted")
+
+    def attention_times_two(q, k, v):
+        return 2 * (q @ k.transpose(-2, -1))
+
+    attention_times_two.__module__ = "planted"  # as if the planted module defined it
+    planted.TWICE = Pitfall(
+        "scores doubled", "", attention.S_STEPS, attention_times_two
+    )
+    assert unreproduced([planted]) == ["planted: scores doubled"]
+    flow.reproduced(planted.TWICE)
+    assert unreproduced([planted]) == []
 
 
 def test_each_diagnosis_reached_elsewhere_has_its_test():

@@ -235,6 +235,19 @@ def as_is(fn: Callable) -> Callable:
     return fn
 
 
+#: Every pitfall whose variant reproduced a learner's outputs in this process: read by
+#: the test that each variant is reproduced by some wrong answer of the bank (a variant
+#: nothing reproduces is dead code, or a mistake no answer tests).
+REPRODUCED: set[Pitfall] = set()
+
+
+def reproduced(pitfall: Pitfall) -> Pitfall:
+    """``pitfall``, recorded in :data:`REPRODUCED`: what a check calls when the
+    pitfall's variant gave the learner's outputs on every case."""
+    REPRODUCED.add(pitfall)
+    return pitfall
+
+
 def listed_pitfall(
     pitfalls: Sequence[Pitfall],
     cases: Sequence,
@@ -257,7 +270,7 @@ def listed_pitfall(
         runs = (run_on(adapt(pitfall.impl), case) for case in cases)
         variant = runs if stop_early else list(runs)
         if all(same_as(g, v) for g, v in zip(theirs, variant)):
-            return pitfall
+            return reproduced(pitfall)
     return None
 
 

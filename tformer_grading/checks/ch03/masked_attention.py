@@ -131,14 +131,13 @@ MASKED_PITFALLS = (
     ),
 )
 
-HALF_PITFALL = Pitfall(
+HALF_PITFALL = Diagnosis(
     "fill value that overflows in half precision",
     "Your fill value does not fit in float16, whose range ends at ±65504: -1e9 or "
     "-1e20 becomes -inf (masked_fill refuses it with 'value cannot be converted to "
     "type Half without overflow'), and -inf makes fully masked rows NaN. Use the "
     "dtype's own limit, torch.finfo(scores.dtype).min.",
     S_FILL,
-    _variant(-1e9),
 )
 
 

@@ -749,7 +749,7 @@ def _grade_decoder(title, cls):
     agree = agrees
     for pitfall in DECODER_PITFALLS:
         if matches_some_role(theirs, made, pitfall.impl, DECODER_ROLES, agree):
-            pitfall.fail(title)
+            flow.reproduced(pitfall).fail(title)
     fail_if_raised(title, cases, theirs)
     case, _, _ = first_wrong(cases, theirs, ours, 1e-5, 1e-4)
     _fail_if_random(title, case)

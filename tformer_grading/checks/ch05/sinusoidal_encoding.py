@@ -97,13 +97,12 @@ def _from_position_one(n, d):
     return _sinusoid_table(n + 1, d)[1:]
 
 
-GROWING_FREQUENCIES = Pitfall(
+GROWING_FREQUENCIES = Diagnosis(
     "wrong frequencies (positions multiplied by 10000^(2i/D))",
     "Your frequencies grow with i instead of shrinking: divide the position by "
     "10000^(2i/D) (div_term = exp(-2i·ln(10000)/D), note the minus "
     "sign).",
     S_SINUSOID,
-    _growing_frequencies,
 )
 
 SINUSOID_PITFALLS = (
@@ -125,7 +124,6 @@ SINUSOID_PITFALLS = (
         S_SINUSOID,
         _exponent_i_over_d,
     ),
-    GROWING_FREQUENCIES,
     Pitfall(
         "wrong frequencies (one exponent per column)",
         "You gave every column j its own frequency 1/10000^(j/D). A sine and its "

@@ -27,6 +27,7 @@ from ..diagnosis import (
     run,
     single_threaded,
 )
+from ..flow import reproduced
 from ..measure.decode_loops import RecordingDecoder, appended, causal, extensions
 from .references import gen, small_model
 from .sections import S_DECODE
@@ -104,29 +105,11 @@ STOPS_AT_FIRST_EOS = Pitfall(
 )
 
 
-def _greedy_first_position(model, src, max_len, bos_id, eos_id, pad_id):
-    model.eval()
-    with torch.no_grad():
-        memory, src_mask = model.encode(src)
-        out = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)
-        done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
-        for _ in range(max_len):
-            mask = causal(out.size(1), src.device)
-            logits = model.decode(out, memory, src_mask, mask)
-            nxt = logits[:, 0].argmax(-1).masked_fill(done, pad_id)
-            out = torch.cat([out, nxt[:, None]], 1)
-            done |= nxt == eos_id
-            if done.all():
-                break
-    return out
-
-
-ARGMAX_OF_FIRST_POSITION = Pitfall(
+ARGMAX_OF_FIRST_POSITION = Diagnosis(
     "argmax of the first position",
     "You take the argmax of the *first* position's logits at every step. The next "
     "token is predicted by the last position: logits[:, -1].",
     S_DECODE,
-    _greedy_first_position,
 )
 
 # What greedy_decode returns, as the exercise states it; failures enforcing it quote it.
@@ -687,8 +670,9 @@ def _rows_match(seen: _Decoding, variant) -> bool:
 
 
 def _stopped_at_first_eos(seen: _Decoding) -> str | None:
-    """Reproduced by the variant (judged on every case: it is a Pitfall)."""
+    """Reproduced by the variant (judged on every case: one of EVERY_CASE)."""
     if _rows_match(seen, STOPS_AT_FIRST_EOS.impl):
+        reproduced(STOPS_AT_FIRST_EOS)
         return (
             f"In case {seen.label}, every row stops at the step where the first "
             "EOS appears."
@@ -719,11 +703,18 @@ DECODE_PROBES = (
 )
 
 
+# Named only when they explain every case: a right loop can look like either on one
+# case (the first position is the last one while only BOS is in; a batch whose rows end
+# together stops at the first EOS).
+EVERY_CASE = (ARGMAX_OF_FIRST_POSITION, STOPS_AT_FIRST_EOS)
+
+
 def _judge(title, probe, diagnosis, seen: list) -> None:
-    """Fail when ``probe`` sees its mistake: a Diagnosis in any case, a Pitfall (a wrong
-    variant) only when it explains every case and some case's tokens are wrong."""
+    """Fail when ``probe`` sees its mistake: in any case, or for those of
+    :data:`EVERY_CASE` only when it explains every case and some case's tokens are
+    wrong."""
     __tracebackhide__ = True
-    if isinstance(diagnosis, Pitfall):
+    if diagnosis in EVERY_CASE:
         wrong = [_decoded_tokens(s.rows) != _decoded_tokens(s.want) for s in seen]
         if any(wrong):
             observed = [probe(one) for one in seen]
