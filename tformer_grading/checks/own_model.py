@@ -398,10 +398,33 @@ def _sees_future(model, src, tgt) -> bool:
     return isinstance(a, torch.Tensor) and not _same(a[:, :-1], b[:, :-1])
 
 
-def _source_padding_counts(model, src, tgt) -> bool:
+def _source_padding_counts(model, src, tgt) -> str | None:
+    """Padding the source must leave the logits as they were; when it does not, the
+    encoder's output at the real positions says where the padding was read."""
     padded = torch.cat([src, torch.full_like(src[:, :3], PAD)], dim=1)
-    return not _same(
+    if _same(
         eval_logits(model, src, tgt[:, :-1]), eval_logits(model, padded, tgt[:, :-1])
+    ):
+        return None
+    lead = "padding the source changes the logits: "
+    plain, longer = (
+        _encoder_output(model, src, tgt),
+        _encoder_output(model, padded, tgt),
+    )
+    if plain is None or longer is None:
+        return lead + (
+            "the source padding mask does not reach the encoder's self-attention or "
+            "the decoder's cross-attention"
+        )
+    unmasked = "the source padding mask does not reach it, or does not hide the padding"
+    if _same(plain, longer[:, : src.size(1)]):
+        return lead + (
+            "the decoder's cross-attention reads the padded positions (the encoder's "
+            f"output at the real positions stayed the same): {unmasked}"
+        )
+    return lead + (
+        "the encoder's self-attention reads the padded positions (its output at the "
+        f"real positions changed): {unmasked}"
     )
 
 
@@ -518,19 +541,20 @@ def _positions_added_late(model, src, tgt) -> str | None:
     return None
 
 
+def _encoder_output(model, src, tgt) -> torch.Tensor | None:
+    """The encoder's output for ``src``: the last output of one of the learner's
+    modules with the source's batch and length (None when there is none)."""
+    outs = [x for k, _, x in calls_in_order(model, src, tgt[:, :-1]) if k == "out"]
+    outs = [x for x in outs if x.shape[:2] == src.shape]
+    return outs[-1] if outs else None
+
+
 def _causal_encoder(model, src, tgt) -> bool:
-    # Changing the last character before EOS must change the encoder's output (the
-    # last output of source length) at the earlier positions too.
+    # Changing the last character before EOS must change the encoder's output at the
+    # earlier positions too.
     changed = src[1:2].clone()
     changed[0, -2] = 30
-    memories = []
-    for source in (src[1:2], changed):
-        outs = [
-            x for k, _, x in calls_in_order(model, source, tgt[1:2, :-1]) if k == "out"
-        ]
-        outs = [x for x in outs if x.shape[:2] == source.shape]
-        memories.append(outs[-1] if outs else None)
-    a, b = memories
+    a, b = (_encoder_output(model, s, tgt[1:2]) for s in (src[1:2], changed))
     if a is None or b is None:
         return False
     return _same(a[:, :-2], b[:, :-2]) and not _same(a, b)
@@ -568,14 +592,7 @@ MODEL_PROBES = (
         ),
         S_CAUSAL,
     ),
-    (
-        _source_padding_counts,
-        (
-            "padding the source changes the logits: the source padding mask does not "
-            "reach the encoder's self-attention or the decoder's cross-attention"
-        ),
-        S_PADDING,
-    ),
+    (_source_padding_counts, None, S_PADDING),
     (
         _source_unread,
         (

@@ -332,7 +332,7 @@ class EnumeratedBlocksKeywordMasks:
 
 @wrong(
     "own_model",
-    r"padding the source changes the logits.*does not reach the encoder",
+    r"padding the source changes the logits: the encoder's self-attention reads",
     listed=True,
 )
 class EncoderWithoutSourceMask:
@@ -350,7 +350,11 @@ class EncoderWithoutSourceMask:
     batch_loss = Solution.batch_loss
 
 
-@wrong("own_model", r"padding the source changes the logits", listed=True)
+@wrong(
+    "own_model",
+    r"padding the source .*: the decoder's cross-attention reads the padded",
+    listed=True,
+)
 class CrossAttentionWithoutSourceMask:
     class OwnTransformer(Solution.OwnTransformer):
         def forward(self, src, tgt_in):
@@ -560,7 +564,11 @@ class NoOutputLayer:
     batch_loss = Solution.batch_loss
 
 
-@wrong("own_model", r"padding the source changes the logits", listed=False)
+@wrong(
+    "own_model",
+    r"padding the source .*: the encoder's self-attention reads the padded",
+    listed=False,
+)
 class SequentialEncoderDropsTheMask:
     # nn.Sequential calls each block with one argument: the mask never reaches it.
     class OwnTransformer(Solution.OwnTransformer):
@@ -851,5 +859,31 @@ class PositionsAddedAfterTheBlocks:
             for block in self.decoder:
                 x = block(x, memory, src_mask)
             return self.generator(x + self.pe[: tgt_in.size(1)])
+
+    batch_loss = Solution.batch_loss
+
+
+@wrong(
+    "own_model",
+    r"padding the source .*: the decoder's cross-attention reads the padded",
+    listed=False,
+)
+class DecodeWithoutTheSourceMask:
+    # encode() masks the padding; decode(tgt_in, memory) never gets the mask to pass on
+    class OwnTransformer(Solution.OwnTransformer):
+        def encode(self, src):
+            x = embed(src, self.src_embed, self.pe)
+            for block in self.encoder:
+                x = block(x, padding_mask(src, PAD))
+            return x
+
+        def decode(self, tgt_in, memory):
+            y = embed(tgt_in, self.tgt_embed, self.pe)
+            for block in self.decoder:
+                y = block(y, memory, None)
+            return self.generator(y)
+
+        def forward(self, src, tgt_in):
+            return self.decode(tgt_in, self.encode(src))
 
     batch_loss = Solution.batch_loss

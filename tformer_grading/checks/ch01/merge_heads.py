@@ -47,6 +47,12 @@ def merge_dh_major(x):
     return x.permute(0, 2, 3, 1).reshape(b, s, h * dh)
 
 
+def merge_shape_unpacked_as_output(x):
+    # the output's order, read off an input laid out [B, H, S, Dh]
+    b, s, h, dh = x.shape
+    return x.transpose(1, 2).contiguous().view(b, s, h * dh)
+
+
 def _merge_view_after_transpose(x):
     b, h, s, dh = x.shape
     return x.transpose(1, 2).view(b, s, h * dh)
@@ -72,6 +78,14 @@ MERGE_DH_MAJOR = Pitfall(
 MERGE_PITFALLS = (
     MERGE_NO_TRANSPOSE,
     MERGE_DH_MAJOR,
+    Pitfall(
+        "shape unpacked in the wrong order",
+        "You unpacked x.shape as (B, S, H, Dh), but x is [B, H, S, Dh]: your S holds H "
+        "and your H holds S, so the result is [B, H, S·Dh] (right only when H = S). "
+        "Unpack in the input's order: b, h, s, dh = x.shape.",
+        S_MERGE,
+        merge_shape_unpacked_as_output,
+    ),
     Pitfall(
         "view on a non-contiguous tensor",
         "After transpose the tensor is no longer contiguous in memory and .view() "

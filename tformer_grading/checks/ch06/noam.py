@@ -334,6 +334,14 @@ def _noam_warmup(title, noam_fn, configs) -> tuple | None:
             )
         slope, icept, off = _line_fit(steps, rates)
         if off > 1e-4:
+            decay = [d**-0.5 * (s + 1) ** -0.5 for s in steps]
+            if all(math.isclose(r, x, rel_tol=1e-6) for r, x in zip(rates, decay)):
+                return NOAM_WARMUP_SHAPE, (
+                    f"With d_model={d}, warmup={w}, at steps 0..4 your rate is "
+                    "d_model^-0.5 · n^-0.5, the decay term: the warm-up term "
+                    "n · warmup^-1.5 is never the smaller one (is it missing, or is "
+                    "its exponent's sign flipped, warmup ** 1.5?)."
+                )
             rise = _slope(title, noam_fn, 2, 4, d, w)
             return NOAM_WARMUP_SHAPE, (
                 f"With d_model={d}, warmup={w}, over steps 0..4 your rate is not a "

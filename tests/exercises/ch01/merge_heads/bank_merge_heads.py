@@ -137,10 +137,17 @@ def merge_mt_reshape(x):  # .mT swaps the last two axes, not H and S
     return x.mT.reshape(b, s, h * dh)
 
 
-@wrong("merge_heads", r"'wrong merged shape'.*\[2, 3, 20\]", listed=False)
+@wrong("merge_heads", r"'shape unpacked in the wrong order'", listed=True)
 def merge_unpacks_in_split_order(x):  # reads the shape as [B, S, H, Dh]
     b, s, h, dh = x.shape
     return x.transpose(1, 2).reshape(b, s, h * dh)
+
+
+@wrong("merge_heads", r"'shape unpacked in the wrong order'", listed=True)
+def merge_sizes_named_for_the_output(x):  # batch, seq, heads, d_head = x.size()
+    batch, seq_len, n_heads, d_head = x.size()
+    x = x.permute(0, 2, 1, 3).contiguous()
+    return x.view(batch, seq_len, n_heads * d_head)
 
 
 @wrong("merge_heads", r"'input changed in place'.*`x`", listed=False)

@@ -722,3 +722,29 @@ class NoamLambdaHandedOverUnbound:
 
     def make_scheduler(optimizer, d_model, warmup):
         return LambdaLR(optimizer, lr_lambda=NoamLambdaHandedOverUnbound.noam_lambda)
+
+
+@wrong("noam", r"'warm-up not linear'.*the decay term", listed=False)
+class NoamWarmupExponentPositive:  # warmup ** 1.5: the warm-up term never wins the min
+    def noam_lambda(step, d_model, warmup):
+        step_num = step + 1
+        arg1 = step_num**-0.5
+        arg2 = step_num * (warmup**1.5)
+        return (d_model**-0.5) * min(arg1, arg2)
+
+    def make_scheduler(optimizer, d_model, warmup):
+        return LambdaLR(
+            optimizer,
+            lambda s: NoamWarmupExponentPositive.noam_lambda(s, d_model, warmup),
+        )
+
+
+@wrong("noam", r"'warm-up not linear'.*the decay term", listed=False)
+class NoamWithoutWarmup:  # "the inverse square root schedule" with the warm-up left out
+    def noam_lambda(step, d_model, warmup):
+        return 1 / math.sqrt(d_model * (step + 1))
+
+    def make_scheduler(optimizer, d_model, warmup):
+        return LambdaLR(
+            optimizer, lambda s: NoamWithoutWarmup.noam_lambda(s, d_model, warmup)
+        )
