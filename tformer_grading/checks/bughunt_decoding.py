@@ -55,6 +55,7 @@ from .diagnosis import (
     single_threaded,
 )
 from .measure.devices import Placement
+from .measure.mask_readings import causal_reading, shared_pattern
 from .measure.sizes import named
 from .pieces import wrap_checks
 
@@ -327,20 +328,6 @@ def _judge_tokens(title: str, generate_text, model, cases, wrong: Callable) -> N
 # ----------------------------------------------------------- what the masks looked like
 
 
-def _pattern(keep: torch.Tensor, q: int, k: int) -> torch.Tensor | None:
-    """A recorded keep-mask as the one [q, k] pattern every batch row and head sees, or
-    None when it does not broadcast to [1, H, q, k] or differs between heads."""
-    if keep.dim() > 4:
-        return None
-    keep = keep.reshape((1,) * (4 - keep.dim()) + tuple(keep.shape))
-    try:
-        full = keep.expand(keep.size(0), keep.size(1), q, k)
-    except RuntimeError:
-        return None
-    first = full[0, 0]
-    return first if bool((full == first).all()) else None
-
-
 def _target_reading(call: Call) -> tuple[Diagnosis | None, str]:
     """The mistake a decoder call's target mask shows (None: causal; the wrong length
     when it is no [t, t] pattern), and the mask as shown."""
@@ -352,17 +339,10 @@ def _target_reading(call: Call) -> tuple[Diagnosis | None, str]:
             if mask is None
             else (TARGET_MASK_PATTERN, f"a {mask}")
         )
-    pattern = _pattern(mask, t, t)
+    pattern = shared_pattern(mask, t, t)
     if pattern is None:
         return TARGET_MASK_LENGTH, f"shape {list(mask.shape)}"
-    tril = torch.ones(t, t, dtype=torch.bool).tril()
-    kinds = (
-        (None, tril),
-        (NO_TARGET_MASK, tril | True),
-        (INVERTED_TARGET_MASK, tril.T),
-    )
-    kinds += ((INVERTED_TARGET_MASK, ~tril),)
-    found = next((d for d, p in kinds if torch.equal(pattern, p)), TARGET_MASK_PATTERN)
+    found = _TARGET_READINGS.get(causal_reading(pattern), TARGET_MASK_PATTERN)
     return found, str(pattern.int().tolist())
 
 
@@ -432,6 +412,14 @@ TARGET_MASK_PATTERN = Diagnosis(
     "no others.",
     S_CAUSAL,
 )
+# What a target mask read as one [t, t] pattern (mask_readings.causal_reading) shows;
+# any other reading (no diagonal among them) is a pattern that is not causal.
+_TARGET_READINGS = {
+    "causal": None,
+    "all visible": NO_TARGET_MASK,
+    "triu": INVERTED_TARGET_MASK,
+    "inverted": INVERTED_TARGET_MASK,
+}
 NO_DEVICE = Diagnosis(
     "tensor built without a device",
     "A tensor made by torch.ones, zeros, tensor, arange ... without device= lives on "

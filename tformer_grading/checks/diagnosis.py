@@ -41,7 +41,6 @@ from ..guard.integrity import integrity_problems, seal
 from ..guard.receipts import sign
 from ..progress import NOT_ANSWERED
 from .measure.failing_call import failing_call
-from .measure.sizes import named
 from .measure.torch_errors import explain
 
 
@@ -568,82 +567,6 @@ def fail_unexplained(
         f"wrong on {len(problems)} of {len(cases)} cases. First: case {case.label}: "
         f"{msg}",
     )
-
-
-# --------------------------------------------------------------------- behaviour probes
-# Properties any correct implementation has, whatever its code. Each probe is handed the
-# Diagnosis to name when the property fails (the chapter module defines it, so the
-# book's pitfall index lists it), and adds what it observed.
-
-
-def _probed(title: str, fn: Callable, *inputs: torch.Tensor) -> list[torch.Tensor]:
-    """``fn`` on each of ``inputs`` (each x [B, S, D]), detached; a call that raises or
-    returns no tensor fails the check saying which input it was given."""
-    __tracebackhide__ = True
-    outs = []
-    for x in inputs:
-        b, s, d = x.shape
-        call = f"your code, run on x [{named(B=b, S=s, D=d)}],"
-        with torch.no_grad():
-            out = run_or_fail(title, fn, (x.clone(),), call)
-        if not isinstance(out, torch.Tensor):
-            fail(title, f"{call} returned {type(out).__name__}; expected a tensor.")
-        outs.append(out.detach())
-    return outs
-
-
-def probe_token_mixing(
-    title: str,
-    fn: Callable[[torch.Tensor], torch.Tensor],
-    x: torch.Tensor,
-    diagnosis: Diagnosis,
-) -> None:
-    """Changing token j must change the output at some other position i: attention mixes
-    tokens."""
-    __tracebackhide__ = True
-    changed = x.clone()
-    j = x.size(1) - 1
-    changed[:, j] = changed[:, j] + 1.0
-    base, out = _probed(title, fn, x, changed)
-    others = [i for i in range(x.size(1)) if i != j]
-    if torch.allclose(out[:, others], base[:, others], atol=1e-6):
-        diagnosis.fail(
-            title,
-            f"Changing token {j} changed no other position's output, so "
-            "tokens never exchange information.",
-        )
-
-
-def probe_batch_independence(
-    title: str,
-    fn: Callable[[torch.Tensor], torch.Tensor],
-    x: torch.Tensor,
-    diagnosis: Diagnosis,
-) -> None:
-    """Changing batch entries 1.. must leave batch entry 0's output unchanged."""
-    __tracebackhide__ = True
-    if x.size(0) < 2:
-        raise ValueError("probe_batch_independence needs a batch of at least 2")
-    changed = x.clone()
-    changed[1:] = changed[1:] + 1.0
-    base, out = _probed(title, fn, x, changed)
-    if not torch.allclose(out[0], base[0], atol=1e-6):
-        diagnosis.fail(
-            title,
-            "Changing the other sequences of the batch changed the output for "
-            "sequence 0: batch entries are leaking into each other.",
-        )
-
-
-def probe_eval_determinism(
-    title: str, module: torch.nn.Module, inputs: tuple, diagnosis: Diagnosis
-) -> None:
-    """In eval mode two identical calls must give identical outputs (dropout off)."""
-    __tracebackhide__ = True
-    module.eval()
-    a, b = _probed(title, lambda x: module(x, *inputs[1:]), inputs[0], inputs[0])
-    if not torch.equal(a, b):
-        diagnosis.fail(title, "Two calls in eval mode gave different outputs.")
 
 
 # The flow's steps build on this module's primitives, and compare_to_reference is made

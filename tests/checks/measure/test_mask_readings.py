@@ -24,6 +24,7 @@ from tformer_grading.checks.measure.mask_readings import (
     misread_patterns,
     misreading,
     padding_reading,
+    shared_pattern,
     uniform_pattern,
 )
 
@@ -189,3 +190,19 @@ def test_a_transposed_reading_needs_square_scores():
     words = [what for what, _, _ in misread_patterns(mask, keep)]
     assert not any("transposed" in w for w in words)
     assert any("sequence 0's mask" in w for w in words)
+
+
+def test_a_mask_is_read_whatever_its_own_batch_and_heads_axes():
+    """The decoding bug hunt reads a recorded target mask without knowing B and H (its
+    twin of this reading, ``_pattern``, was removed)."""
+    for mask in (
+        causal_keep(S),
+        causal_keep(S)[None, None],
+        causal_keep(S).repeat(3, 1, 1),
+    ):
+        assert torch.equal(shared_pattern(mask, S, S), causal_keep(S))
+    varies = causal_keep(S).repeat(2, 1, 1)
+    varies[1] = ~varies[1]  # a planted mistake: one row of the batch inverted
+    assert shared_pattern(varies, S, S) is None
+    assert shared_pattern(causal_keep(S - 1), S, S) is None  # another length
+    assert shared_pattern(torch.ones(1, 1, 1, S, S, dtype=torch.bool), S, S) is None

@@ -16,9 +16,11 @@ from tformer_grading.checks.measure.probes import (
     batch_independent,
     future_moves_past,
     others_unseen,
+    padding_change,
     padding_invisible,
     run_probes,
     share_changed,
+    tokens_mix,
     training_changes,
     when_false,
 )
@@ -72,6 +74,19 @@ def test_batch_statistics_are_caught_and_rowwise_maps_pass():
     assert not batch_independent(lambda t: t - t.mean(0), x)
 
 
+def test_a_batch_of_one_is_compared_only_when_asked():
+    x = _x(3, 4, 5)
+    squeezed = lambda t: t.squeeze(0) * 2  # a batch of one loses its axis
+    assert batch_independent(squeezed, x, alone=False)
+    assert not batch_independent(squeezed, x)
+
+
+def test_tokens_that_never_mix_are_caught():
+    x = _x(2, 4, 3)
+    assert tokens_mix(lambda t: t.cumsum(1).flip(1), x)
+    assert not tokens_mix(lambda t: t * 2, x)
+
+
 def test_reading_another_sequences_token_is_caught():
     x = _x(3, 4, 5)
     assert others_unseen(lambda t: t - t.mean((0, 1)), x)  # statistics only
@@ -93,6 +108,23 @@ def test_masked_padding_must_change_nothing():
     x, pad = _x(2, 4, 3), _x(2, 3, 3) * 10
     assert padding_invisible(masked_mean, x, pad)
     assert not padding_invisible(lambda t, m: t + t.mean(1, keepdim=True), x, pad)
+
+
+def test_padding_of_a_memory_moves_the_whole_output_by_the_change_measured():
+    queries = _x(2, 5, 3)
+
+    def cross(memory, mask):  # each query attends to the memory's real positions
+        scores = (queries @ memory.transpose(1, 2)).masked_fill(~mask[:, 0], -1e9)
+        return scores.softmax(-1) @ memory
+
+    memory, pad = _x(2, 3, 3), torch.full((2, 2, 3), 100.0)
+    assert padding_change(cross, memory, pad, aligned=False) == 0.0
+
+    def ignores_mask(memory, mask):  # a planted mistake: the mask never applied
+        return cross(memory, torch.ones_like(mask))
+
+    unmasked = padding_change(ignores_mask, memory, pad, aligned=False)
+    assert unmasked > 1.0
 
 
 class _Scaled(torch.nn.Linear):

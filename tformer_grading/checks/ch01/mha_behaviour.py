@@ -6,18 +6,23 @@ comparison's stages name the first two too (``multi_head_attention``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 from ...guard.integrity import seal
 from ..cases import build_module, randn
-from ..diagnosis import (
-    Diagnosis,
-    passed,
-    probe_batch_independence,
-    probe_eval_determinism,
-    probe_token_mixing,
+from ..diagnosis import Diagnosis, fail, passed, run_or_fail
+from ..measure.probes import (
+    Probe,
+    batch_independent,
+    run_probes,
+    share_changed,
+    tokens_mix,
+    training_changes,
+    when_false,
 )
-from ..measure.probes import Probe, run_probes, training_changes
+from ..measure.sizes import named
 from .sections import S_EINSUM, S_PROJ, S_SPLIT
 
 TOKENS_NEVER_MIX = Diagnosis(
@@ -47,6 +52,67 @@ CHANGES_IN_TRAINING = Diagnosis(
 )
 
 
+def _same_twice(call, x):
+    return share_changed(lambda: call(x.clone())) == 0.0
+
+
+def _tokens_exchange(call, x):
+    if tokens_mix(call, x, atol=1e-6):
+        return None
+    return (
+        f"Changing token {x.size(1) - 1} changed no other position's output, so "
+        "tokens never exchange information."
+    )
+
+
+def _batch_apart(call, x):
+    # Not a batch of one: a squeezed batch axis is the comparison's to name, not a
+    # leak between entries.
+    return batch_independent(call, x, atol=1e-6, alone=False)
+
+
+# Each probe is ``observe(call, x)``, ``call`` the attention of x to itself (eval mode).
+MIXING_PROBES = (
+    Probe(_tokens_exchange, TOKENS_NEVER_MIX),
+    Probe(
+        when_false(
+            _batch_apart,
+            "Changing the other sequences of the batch changed the output for "
+            "sequence 0: batch entries are leaking into each other.",
+        ),
+        BATCH_ENTRIES_LEAK,
+    ),
+)
+# Determinism first: the other probes compare two calls.
+BEHAVIOUR_PROBES = (
+    Probe(
+        when_false(_same_twice, "Two calls in eval mode gave different outputs."),
+        DROPOUT_IN_EVAL,
+    ),
+    *MIXING_PROBES,
+)
+
+
+def probe_self_attention(
+    title: str, module: torch.nn.Module, x: torch.Tensor, probes: Sequence[Probe]
+) -> None:
+    """Run ``probes`` on ``t -> module(t, t, t)`` and ``x`` [B, S, D]. A first call
+    on ``x`` must return a tensor: there the learner's exception is read with the
+    PyTorch call it came from, before any probe compares two outputs."""
+    __tracebackhide__ = True
+    b, s, d = x.shape
+    who = f"your code, run on x [{named(B=b, S=s, D=d)}],"
+
+    def self_attend(t):
+        with torch.no_grad():
+            return module(t, t, t)
+
+    out = run_or_fail(title, self_attend, (x.clone(),), who)
+    if not isinstance(out, torch.Tensor):
+        fail(title, f"{who} returned {type(out).__name__}; expected a tensor.")
+    run_probes(title, probes, self_attend, x, who=who)
+
+
 def check_multi_head_attention_behaviour(cls) -> None:
     """Probes any correct attention passes: tokens mix, batch entries stay apart, eval
     mode is deterministic, training mode computes the same but for dropout."""
@@ -55,15 +121,7 @@ def check_multi_head_attention_behaviour(cls) -> None:
         "MultiHeadAttention", cls, (16, 4), torch.float32, seed=0
     ).eval()
     x = randn(4, 6, 16, seed=7)
-
-    def self_attend(t):
-        with torch.no_grad():
-            return module(t, t, t)
-
-    # Determinism first: the other probes compare two calls.
-    probe_eval_determinism("MultiHeadAttention", module, (x, x, x), DROPOUT_IN_EVAL)
-    probe_token_mixing("MultiHeadAttention", self_attend, x, TOKENS_NEVER_MIX)
-    probe_batch_independence("MultiHeadAttention", self_attend, x, BATCH_ENTRIES_LEAK)
+    probe_self_attention("MultiHeadAttention", module, x, BEHAVIOUR_PROBES)
     run_probes(
         "MultiHeadAttention",
         [Probe(training_changes, CHANGES_IN_TRAINING)],

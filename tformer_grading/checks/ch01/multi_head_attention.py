@@ -30,8 +30,6 @@ from ..diagnosis import (
     Raised,
     describe_difference,
     fail,
-    probe_batch_independence,
-    probe_token_mixing,
     run,
     single_thread,
 )
@@ -42,7 +40,13 @@ from .merge_heads import (
     merge_dh_major,
     merge_no_transpose,
 )
-from .mha_behaviour import BATCH_ENTRIES_LEAK, DROPOUT_IN_EVAL, TOKENS_NEVER_MIX
+from .mha_behaviour import (
+    BATCH_ENTRIES_LEAK,
+    DROPOUT_IN_EVAL,
+    MIXING_PROBES,
+    TOKENS_NEVER_MIX,
+    probe_self_attention,
+)
 from .projections import align, alignment_by_order, load, shared_head_check
 from .readings import (
     Reading,
@@ -629,17 +633,15 @@ def _mha_form_stage(title: str, runs: Sequence[Run]) -> None:
     form_stage(title, runs, S_PROJ)
 
 
+# The mistakes MIXING_PROBES names, declared by this module too: the book's pitfall
+# index lists a module's diagnoses in the order it binds them.
+PROBED = (TOKENS_NEVER_MIX, BATCH_ENTRIES_LEAK)
+
+
 def _mha_probe_stage(title: str, runs: Sequence[Run]) -> None:
     """Behaviour any attention has, on the first case's module."""
     __tracebackhide__ = True
-    module, x = runs[0].extra[0], runs[0].args[0]
-
-    def self_attend(t):
-        with torch.no_grad():
-            return module(t, t, t)
-
-    probe_token_mixing(title, self_attend, x, TOKENS_NEVER_MIX)
-    probe_batch_independence(title, self_attend, x, BATCH_ENTRIES_LEAK)
+    probe_self_attention(title, runs[0].extra[0], runs[0].args[0], MIXING_PROBES)
 
 
 INPUT_GRADIENT_CUT = Diagnosis(

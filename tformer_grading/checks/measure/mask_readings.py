@@ -4,7 +4,8 @@ A keep-mask (True = attend) reaches an attention in any shape that broadcasts to
 scores [B, H, Sq, Sk]: :func:`keep_pattern` spells it out there, so two masks of
 different shapes that mean the same compare equal. The pattern is then named against
 what it should have been: :func:`causal_reading` against the causal lower triangle of
-a self-attention, :func:`padding_reading` against a padding mask the check handed
+a self-attention (a mask of the learner's own batch and heads axes read by
+:func:`shared_pattern`), :func:`padding_reading` against a padding mask the check handed
 over, and :func:`kept_keys` writes its first rows out when no name fits.
 
 A float mask is read as its non-zero entries (``mask.bool()``): an additive mask of 0
@@ -88,6 +89,31 @@ def uniform_pattern(pattern: torch.Tensor) -> torch.Tensor | None:
     """
     first = pattern.reshape(-1, *pattern.shape[-2:])[0]
     return first if bool((pattern == first).all()) else None
+
+
+def shared_pattern(mask, sq: int, sk: int) -> torch.Tensor | None:
+    """The one [Sq, Sk] keep pattern (:func:`keep_pattern`) that ``mask`` of up to 4
+    axes means for each of its own batch rows and heads, whatever the attention's B
+    and H; None when it has more axes, does not broadcast to [.., Sq, Sk] or differs
+    between rows or heads.
+
+    Examples::
+
+        >>> future = ~causal_keep(3)  # an additive causal mask: -inf on the future
+        >>> additive = torch.zeros(2, 3, 3).masked_fill(future, float("-inf"))
+        >>> causal_reading(shared_pattern(additive, 3, 3))  # its non-zero entries
+        'inverted'
+        >>> shared_pattern(causal_keep(2), 3, 3) is None  # built for another length
+        True
+    """
+    if mask.dim() > 4:
+        return None
+    mask = mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape))
+    try:
+        pattern = keep_pattern(mask, mask.size(0), mask.size(1), sq, sk)
+    except RuntimeError:
+        return None
+    return uniform_pattern(pattern)
 
 
 def causal_reading(pattern: torch.Tensor) -> str | None:

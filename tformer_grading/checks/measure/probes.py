@@ -10,9 +10,9 @@ in which earlier probes rule out the others' causes is part of the table.
 The properties (each a function of ``call``, the learner's module on one input):
 eval determinism (:func:`share_changed`), batch independence
 (:func:`batch_independent`), token mixing across sequences (:func:`others_unseen`),
-causality (:func:`future_moves_past`), padding invariance (:func:`padding_invisible`),
-training mode computing what eval mode does, apart from randomness
-(:func:`training_changes`).
+token mixing within one (:func:`tokens_mix`), causality (:func:`future_moves_past`),
+padding invariance (:func:`padding_invisible`, :func:`padding_change`), training mode
+computing what eval mode does, apart from randomness (:func:`training_changes`).
 """
 
 from __future__ import annotations
@@ -113,9 +113,10 @@ def share_changed(call: Callable) -> float:
     return (a != b).double().mean().item()
 
 
-def batch_independent(call: Callable, x, atol=1e-5) -> bool:
+def batch_independent(call: Callable, x, atol=1e-5, alone=True) -> bool:
     """Whether sequence 0's output of ``call(x [B, ...])`` ignores the other
-    sequences (scaled by 3 and shifted by 1), and a batch of one gives it too.
+    sequences (scaled by 3 and shifted by 1), and (``alone``) a batch of one gives it
+    too.
 
     Examples::
 
@@ -127,10 +128,29 @@ def batch_independent(call: Callable, x, atol=1e-5) -> bool:
     """
     changed = x.clone()
     changed[1:] = changed[1:] * 3.0 + 1.0
-    base, other, one = call(x.clone()), call(changed), call(x[:1].clone())
+    base, other = call(x.clone()), call(changed)
+    one = call(x[:1].clone()) if alone else base
     return torch.allclose(other[0], base[0], atol=atol) and torch.allclose(
         one[0], base[0], atol=atol
     )
+
+
+def tokens_mix(call: Callable, x, atol=1e-5) -> bool:
+    """Whether changing the last position of ``x`` [B, S, ...] (shifted by 1) changes
+    the output at some other position: the positions exchange information.
+
+    Examples::
+
+        >>> x = torch.randn(2, 4, 3)
+        >>> tokens_mix(lambda t: t + t.mean(1, keepdim=True), x)
+        True
+        >>> tokens_mix(lambda t: t * 2, x)  # a planted mistake: each token alone
+        False
+    """
+    changed = x.clone()
+    changed[:, -1] = changed[:, -1] + 1.0
+    base, out = call(x.clone()), call(changed)
+    return not torch.allclose(out[:, :-1], base[:, :-1], atol=atol)
 
 
 def others_unseen(call: Callable, x, atol=1e-5) -> bool:
@@ -174,10 +194,37 @@ def future_moves_past(call: Callable, x, start: int):
     return moved, changed.max().item()
 
 
+def padding_change(call: Callable, x, pad, atol=1e-5, aligned=True) -> float:
+    """How far appending the masked positions ``pad`` [B, P, D] to ``x`` [B, S, D]
+    moves the outputs: 0.0 when not beyond ``atol``, else the largest change.
+    ``call(x, keep-mask [B, 1, 1, S])``, True = a real position; ``aligned``: the
+    output has a row per position of ``x`` (the real rows are compared), else it is
+    compared whole (``x`` is a memory the output reads).
+
+    Examples::
+
+        >>> memory, queries = torch.randn(2, 4, 3), torch.randn(2, 5, 3)
+        >>> def cross(m, mask):  # a planted mistake: the mask is never applied
+        ...     return (queries @ m.transpose(1, 2)).softmax(-1) @ m
+        >>> padding_change(cross, memory, torch.ones(2, 2, 3), aligned=False) > 0
+        True
+    """
+    b, s, _ = x.shape
+    p = pad.size(1)
+    padded = torch.cat([x, pad], dim=1)
+    mask = torch.tensor([[True] * s + [False] * p], device=x.device)[:, None, None, :]
+    short = call(x, torch.ones(b, 1, 1, s, dtype=torch.bool, device=x.device))
+    long = call(padded, mask.expand(b, 1, 1, s + p))
+    if aligned:
+        long = long[:, :s]
+    if torch.allclose(long, short, atol=atol):
+        return 0.0
+    return (long - short).abs().max().item()
+
+
 def padding_invisible(call: Callable, x, pad, atol=1e-5) -> bool:
     """Whether appending the masked positions ``pad`` [B, P, D] to ``x`` [B, S, D]
-    leaves the real positions' outputs unchanged: ``call(x, keep-mask [B, 1, 1, S])``,
-    True = a real position.
+    leaves the real positions' outputs unchanged (:func:`padding_change`).
 
     Examples::
 
@@ -189,13 +236,7 @@ def padding_invisible(call: Callable, x, pad, atol=1e-5) -> bool:
         ...                   torch.randn(2, 3, 3))
         True
     """
-    b, s, _ = x.shape
-    p = pad.size(1)
-    padded = torch.cat([x, pad], dim=1)
-    mask = torch.tensor([[True] * s + [False] * p], device=x.device)[:, None, None, :]
-    short = call(x, torch.ones(b, 1, 1, s, dtype=torch.bool, device=x.device))
-    long = call(padded, mask.expand(b, 1, 1, s + p))
-    return torch.allclose(long[:, :s], short, atol=atol)
+    return padding_change(call, x, pad, atol) == 0.0
 
 
 def training_changes(module: torch.nn.Module, call: Callable) -> str | None:
