@@ -35,7 +35,7 @@ def exercise_modules() -> list:
     ``MODULES``.
 
     >>> [m.__name__.rsplit("checks.", 1)[1] for m in exercise_modules()][:4]
-    ['bughunt_attention', 'bughunt_decoding', 'ch01.stages', 'ch01.split_heads']
+    ['bughunt_attention', 'bughunt_attention_calls', 'bughunt_decoding', 'ch01.stages']
     """
     import importlib
     import pkgutil

@@ -50,8 +50,15 @@ import torch
 from tformer_ref.device import get_device
 
 from ..guard.integrity import seal
-from .cases import build_module, randn
-from .ch01 import S_EINSUM, S_MERGE, S_PROJ, S_SCALE
+from .bughunt_attention_calls import (
+    build,
+    call,
+    expect_shape,
+    sizes_label,
+    validate_sizes,
+)
+from .cases import randn
+from .ch01 import S_EINSUM, S_MERGE, S_PROJ, S_SCALE, S_SPLIT
 from .ch01.multi_head_attention import READINGS
 from .ch01.projections import align, alignment_by_order, load
 from .ch01.readings import Reading, close, fit_divisor, scale_name, seed_heads
@@ -64,7 +71,6 @@ from .diagnosis import (
     Raised,
     fail,
     passed,
-    run,
     single_thread,
     verify_integrity,
 )
@@ -78,69 +84,6 @@ ASSIGNMENT = "ch03_bughunt"
 #: (embed_size, heads) of the visible checks; the hidden tests use other sizes.
 SIZES = ((32, 4),)
 
-
-def _validate_sizes(sizes) -> tuple:
-    if (
-        not isinstance(sizes, (tuple, list))
-        or not sizes
-        or not all(isinstance(s, (tuple, list)) and len(s) == 2 for s in sizes)
-    ):
-        raise TypeError(
-            f"sizes must be a sequence of (embed_size, heads) pairs, got {sizes!r}"
-        )
-    for e, h in sizes:
-        ints = isinstance(e, int) and isinstance(h, int)
-        if not ints or h < 2 or e % h or e // h < 3:
-            raise ValueError(
-                f"each (embed_size, heads) needs heads >= 2 dividing embed_size into "
-                f"heads of at least 3 features, got ({e!r}, {h!r})"
-            )
-    return tuple(tuple(s) for s in sizes)
-
-
-def _build(cls, embed_size: int, heads: int, dtype: torch.dtype):
-    __tracebackhide__ = True
-    return build_module("SelfAttention", cls, (embed_size, heads), dtype, seed=0).eval()
-
-
-def _forward(module, values, keys, query, mask):
-    with torch.no_grad():
-        return module(values, keys, query, mask)
-
-
-def _call(title: str, module, values, keys, query, mask=None, what: str = ""):
-    """The learner's forward, quietly: a tensor, or a Raised. A result that is not a
-    plain tensor fails the check (it cannot be measured)."""
-    __tracebackhide__ = True
-    got = run(_forward, (module, values, keys, query, mask))
-    if not isinstance(got, Raised) and type(got) is not torch.Tensor:
-        fail(
-            title,
-            f"forward(values, keys, query, mask) must return one torch.Tensor "
-            f"[N, query_len, embed_size]{what}; got {type(got).__name__}.",
-        )
-    return got
-
-
-def _expect_shape(title: str, got, shape: tuple, what: str, section) -> torch.Tensor:
-    __tracebackhide__ = True
-    if isinstance(got, Raised):
-        fail(title, f"your forward raised {got!r} on {what}.", section)
-    if tuple(got.shape) != shape:
-        fail(
-            title,
-            f"on {what} your forward returned shape {list(got.shape)}; "
-            f"expected {list(shape)} = [N, query_len, embed_size].",
-            section,
-        )
-    return got
-
-
-def _sizes_label(embed_size: int, heads: int) -> str:
-    return f"embed_size={embed_size}, heads={heads}, head_dim={embed_size // heads}"
-
-
-# ------------------------------------------------------------------- bug 1: the einsum
 
 TITLE_EINSUM = "bug 1 (einsum)"
 
@@ -160,6 +103,16 @@ ROWS_OUT_OF_ORDER = Diagnosis(
     "[N, Lq, embed_size]; reshaping [N, H, Lq, Dh] directly glues different queries "
     "into one row.",
     S_MERGE,
+)
+TOKENS_CUT_INTO_HEADS = Diagnosis(
+    "tokens mixed before the weighted sum",
+    "Reordering the queries must reorder the output rows, and reordering the keys and "
+    "values together must change nothing; both failing means tokens were mixed "
+    "before the weighted sum, most often by the split into heads: a reshape of [N, L, "
+    "embed_size] straight to [N, heads, L, head_dim] cuts the sequence into chunks, "
+    "not each token's features. Reshape to [N, L, heads, head_dim], then transpose(1, "
+    "2).",
+    S_SPLIT,
 )
 KEY_ORDER_MATTERS = Diagnosis(
     "the output depends on the order of the keys",
@@ -194,10 +147,10 @@ def _einsum_mixing(title: str, module, e: int, h: int) -> tuple:
     __tracebackhide__ = True
     proof, other = [], []
     q, kv = randn(2, 5, e, seed=11), randn(2, 5, e, seed=12)
-    base = _call(title, module, kv, kv, q)
+    base = call(title, module, kv, kv, q)
     changed = kv.clone()
     changed[:, 0] = randn(2, e, seed=13)
-    after = _call(title, module, changed, changed, q)
+    after = call(title, module, changed, changed, q)
     ran = not (isinstance(base, Raised) or isinstance(after, Raised))
     mixes = ran
     if not ran:
@@ -211,7 +164,7 @@ def _einsum_mixing(title: str, module, e: int, h: int) -> tuple:
         # Token 0 of sequence 0 alone: the seed's bug keeps each sequence to itself.
         alone = kv.clone()
         alone[0, 0] = changed[0, 0]
-        crossed = _call(title, module, alone, alone, q)
+        crossed = call(title, module, alone, alone, q)
         across = (
             float((crossed - base)[1].abs().max())
             if not isinstance(crossed, Raised) and crossed.shape == base.shape
@@ -231,7 +184,7 @@ def _einsum_mixing(title: str, module, e: int, h: int) -> tuple:
                 f"positions 1 to 4 by at most {moved:.1e}, so tokens never "
                 f"mix"
             )
-    cross = _call(
+    cross = call(
         title,
         module,
         randn(2, 7, e, seed=14),
@@ -275,7 +228,7 @@ def _einsum_causal(title: str, module, e: int, h: int) -> None:
     what = f"self-attention ({sizes}) with a causal keep-mask [1, 1, L, L]"
     mask = torch.ones(length, length, device=get_device()).tril()[None, None]
     x = randn(2, length, e, seed=26)
-    got = _call(title, module, x, x, x, mask)
+    got = call(title, module, x, x, x, mask)
     if isinstance(got, Raised):
         fail(
             title,
@@ -285,7 +238,7 @@ def _einsum_causal(title: str, module, e: int, h: int) -> None:
             "('nqhd,nkhd->nhqk').",
             S_EINSUM,
         )
-    _expect_shape(title, got, (2, length, e), what, S_EINSUM)
+    expect_shape(title, got, (2, length, e), what, S_EINSUM)
 
 
 def _einsum_orders(title: str, module, e: int, label: str) -> None:
@@ -296,25 +249,28 @@ def _einsum_orders(title: str, module, e: int, label: str) -> None:
 
     def attend(v, k, q):
         __tracebackhide__ = True
-        got = _call(title, module, v, k, q)
-        return _expect_shape(title, got, (2, 4, e), what, S_EINSUM)
+        got = call(title, module, v, k, q)
+        return expect_shape(title, got, (2, 4, e), what, S_EINSUM)
 
     base = attend(v, k, q)
     tol = 1e-5 * (1 + float(base.abs().max()))
     qp, kp = torch.tensor([2, 0, 3, 1]), torch.tensor([4, 2, 5, 0, 3, 1])
     gap = float((attend(v, k, q[:, qp]) - base[:, qp]).abs().max())
-    if gap > tol:
-        ROWS_OUT_OF_ORDER.fail(
+    keys = float((attend(v[:, kp], k[:, kp], q) - base).abs().max())
+    reordered = f"reordering the key/value tokens together as {kp.tolist()} changed"
+    if gap > tol:  # a merge only moves rows of a result no key order changes
+        mixed = (
+            f"; {reordered} it by up to {keys:.3g}: tokens mix before the weighted sum"
+        )
+        (TOKENS_CUT_INTO_HEADS if keys > tol else ROWS_OUT_OF_ORDER).fail(
             title,
             f"Measured ({label}): with the queries in the order {qp.tolist()}, your "
-            f"output rows differ from the same rows reordered by up to {gap:.3g}.",
+            f"output rows differ from the same rows reordered by up to {gap:.3g}"
+            f"{mixed if keys > tol else ''}.",
         )
-    gap = float((attend(v[:, kp], k[:, kp], q) - base).abs().max())
-    if gap > tol:
+    if keys > tol:
         KEY_ORDER_MATTERS.fail(
-            title,
-            f"Measured ({label}): reordering the key/value tokens together as "
-            f"{kp.tolist()} changed the output by up to {gap:.3g}.",
+            title, f"Measured ({label}): {reordered} the output by up to {keys:.3g}."
         )
     same_v = randn(2, 1, e, seed=24).expand(2, 6, e).contiguous()
     one = attend(same_v, k, q)
@@ -338,7 +294,7 @@ def _heads_share_values(title: str, module, e: int, h: int) -> str:
     change[:, 0] = randn(e, e, seed=603, dtype=v.dtype)
 
     def query_0(vs):
-        got = _call(title, module, vs, k.repeat(e + 1, 1, 1), q.repeat(e + 1, 1, 1))
+        got = call(title, module, vs, k.repeat(e + 1, 1, 1), q.repeat(e + 1, 1, 1))
         return (
             got[:, 0] if not isinstance(got, Raised) and got.shape == vs.shape else None
         )
@@ -360,12 +316,12 @@ def check_bug_einsum(cls, sizes=SIZES) -> None:
     """Bug 1: attention runs over tokens (mask=None, float32)."""
     __tracebackhide__ = True
     verify_integrity()
-    sizes = _validate_sizes(sizes)
+    sizes = validate_sizes(sizes)
     with single_thread():
         for e, h in sizes:
-            module = _build(cls, e, h, torch.float32)
+            module = build(cls, e, h, torch.float32)
             proof, other, mixes = _einsum_mixing(TITLE_EINSUM, module, e, h)
-            label = _sizes_label(e, h)
+            label = sizes_label(e, h)
             measured = f"Measured ({label}): " + "; ".join(proof + other)
             if proof:  # the seed's bug, proven: tokens never exchange information
                 TOKENS_NEVER_MIX.fail(TITLE_EINSUM, measured + ".")
@@ -373,7 +329,7 @@ def check_bug_einsum(cls, sizes=SIZES) -> None:
                 _fail_einsum_shapes(measured, mixes=mixes)
             _einsum_orders(TITLE_EINSUM, module, e, label)
             _einsum_causal(TITLE_EINSUM, module, e, h)
-            module = _build(cls, e, h, torch.float64)
+            module = build(cls, e, h, torch.float64)
             if mixed := _heads_share_values(TITLE_EINSUM, module, e, h):
                 HEADS_SHARE_VALUES.fail(TITLE_EINSUM, f"Measured ({label}): {mixed}.")
     passed(
@@ -424,9 +380,9 @@ def _confined_rank(title: str, module, xs: dict, role: str, head: int, dh: int):
     def outputs(batch):
         __tracebackhide__ = True
         args = [batch if r == role else xs[r].expand(n + 1, *x.shape) for r in _VKQ]
-        got = _call(title, module, *(a.reshape(size) for a in args))
+        got = call(title, module, *(a.reshape(size) for a in args))
         what = f"self-attention [{size[0]}, {size[1]}, {size[2]}] (float64)"
-        return _expect_shape(title, got, size, what, S_PROJ).reshape(n + 1, -1, size[2])
+        return expect_shape(title, got, size, what, S_PROJ).reshape(n + 1, -1, size[2])
 
     seed = 300 + 10 * head + _INPUT_ROLES.index(role)
     return changes_spread(outputs, x, _head_changes(x, head, dh, n, seed), dh)
@@ -436,11 +392,11 @@ def check_bug_shared_linear(cls, sizes=SIZES) -> None:
     """Bug 2: each head's queries (keys, values) depend on the whole embedding."""
     __tracebackhide__ = True
     verify_integrity()
-    sizes = _validate_sizes(sizes)
+    sizes = validate_sizes(sizes)
     with single_thread():
         for e, h in sizes:
             dh = e // h
-            module = _build(cls, e, h, torch.float64)
+            module = build(cls, e, h, torch.float64)
             xs = {
                 r: 1.5 * randn(3, 5, e, seed=200 + i, dtype=torch.float64)
                 for i, r in enumerate(_INPUT_ROLES)
@@ -457,7 +413,7 @@ def check_bug_shared_linear(cls, sizes=SIZES) -> None:
                     i = confined[0]
                     SHARED_PROJECTION.fail(
                         TITLE_SHARED,
-                        f"Measured ({_sizes_label(e, h)}): changing only head {i}'s "
+                        f"Measured ({sizes_label(e, h)}): changing only head {i}'s "
                         f"slice of `{role}` (features {i * dh}:{(i + 1) * dh}) moved "
                         f"your output in {ranks[i][1]} directions at most, i.e. "
                         f"within one head's {dh}-dimensional share of the output "
@@ -587,19 +543,19 @@ def _measure_divisor(module, e: int, h: int, shared: bool) -> tuple:
     xq, xk, xv = (randn(2, 5, e, seed=540 + i, dtype=torch.float64) for i in range(3))
     what = f"self-attention [2, 5, {e}] (float64)"
     # First as built: what it returns is judged before any weight is looked for.
-    _expect_shape(
-        TITLE_SCALE, _call(TITLE_SCALE, module, xv, xk, xq), (2, 5, e), what, S_SCALE
+    expect_shape(
+        TITLE_SCALE, call(TITLE_SCALE, module, xv, xk, xq), (2, 5, e), what, S_SCALE
     )
     w = _load_shared(module, e, h) if shared else _load_found(module, e)
-    got = _expect_shape(
+    got = expect_shape(
         TITLE_SCALE,
-        _call(TITLE_SCALE, module, xv, xk, xq),
+        call(TITLE_SCALE, module, xv, xk, xq),
         (2, 5, e),
         f"{what} with the check's weights",
         S_SCALE,
     )
     r = Run(
-        f"{_sizes_label(e, h)}",
+        f"{sizes_label(e, h)}",
         (xq, xk, xv),
         got,
         got,
@@ -616,25 +572,25 @@ def check_bug_scale(cls, sizes=SIZES) -> None:
     """Bug 3: the scores are divided by √head_dim (measured, mask=None, float64)."""
     __tracebackhide__ = True
     verify_integrity()
-    sizes = _validate_sizes(sizes)
+    sizes = validate_sizes(sizes)
     with single_thread():
         for e, h in sizes:
             dh = e // h
-            module = _build(cls, e, h, torch.float64)
+            module = build(cls, e, h, torch.float64)
             shared = any(p.shape == (dh, dh) for p in module.parameters())
             divisor, _, r = _measure_divisor(module, e, h, shared)
             if divisor is None:
                 mixed = _heads_share_values(TITLE_SCALE, module, e, h)
                 SCALE_NOT_MEASURED.fail(
                     TITLE_SCALE,
-                    f"Measured ({_sizes_label(e, h)}): no divisor makes any reading "
+                    f"Measured ({sizes_label(e, h)}): no divisor makes any reading "
                     f"reproduce your output; {mixed or 'it ' + UNEXPLAINED}.",
                 )
             if abs(divisor / math.sqrt(dh) - 1) > 2e-3:
                 named = scale_name([r], [divisor])
                 SCORES_SCALED_WRONG.fail(
                     TITLE_SCALE,
-                    f"Measured ({_sizes_label(e, h)}): your scores are divided by "
+                    f"Measured ({sizes_label(e, h)}): your scores are divided by "
                     f"{divisor:.4g}{named}; expected √head_dim = {math.sqrt(dh):.4g}.",
                 )
     passed(TITLE_SCALE, "scores divided by √head_dim")
@@ -706,7 +662,7 @@ def check_bug_fill_value(cls, sizes=SIZES) -> None:
     """Bug 4: masking works in float16 (no error, no NaN, masked keys get no weight)."""
     __tracebackhide__ = True
     verify_integrity()
-    sizes = _validate_sizes(sizes)
+    sizes = validate_sizes(sizes)
     with single_thread():
         for e, h in sizes:
             _check_fill(cls, e, h)
@@ -722,20 +678,20 @@ def _check_fill(cls, e: int, h: int) -> None:
     # L = H: a [N, 1, 1, L] mask then also broadcasts against the seed's [N, L, H, H]
     # scores, so bug 1's state does not decide whether the mask line runs.
     length, half = h, torch.float16
-    module = _build(cls, e, h, half)
+    module = build(cls, e, h, half)
     mask = _fill_mask(length)
     x, q = (randn(3, length, e, seed=seed, dtype=half) for seed in (41, 42))
     label = (
-        f"{_sizes_label(e, h)}, float16, mask [3, 1, 1, {length}] with one fully "
+        f"{sizes_label(e, h)}, float16, mask [3, 1, 1, {length}] with one fully "
         f"masked sequence"
     )
-    got = _call(TITLE_FILL, module, x, x, q, mask)
+    got = call(TITLE_FILL, module, x, x, q, mask)
     if isinstance(got, Raised):
         overflow = "overflow" in str(got.exc) or "-1e20" in repr(got)
         (FILL_OVERFLOWS if overflow else HALF_FAILS).fail(
             TITLE_FILL, f"Measured ({label}): your forward raised {got!r}."
         )
-    got = _expect_shape(TITLE_FILL, got, (3, length, e), label, S_FILL)
+    got = expect_shape(TITLE_FILL, got, (3, length, e), label, S_FILL)
     if not bool(torch.isfinite(got[[0, 2]]).all()):
         NAN_IN_HALF.fail(
             TITLE_FILL,
@@ -763,8 +719,8 @@ def _check_fill(cls, e: int, h: int) -> None:
 def _seq2_moved(module, kv, q, mask, got, label: str) -> float:
     """How far sequence 2's output moved from ``got`` on these inputs."""
     __tracebackhide__ = True
-    call = _call(TITLE_FILL, module, kv, kv, q, mask)
-    again = _expect_shape(TITLE_FILL, call, tuple(got.shape), label, S_FILL)
+    ran = call(TITLE_FILL, module, kv, kv, q, mask)
+    again = expect_shape(TITLE_FILL, ran, tuple(got.shape), label, S_FILL)
     return float((again[2].float() - got[2].float()).abs().max())
 
 

@@ -914,6 +914,58 @@ class MergedWithoutTransposeBack(
         return self.fc_out((attention @ v).reshape(N, Lq, E))
 
 
+@wrong("self_attention", r"'tokens mixed before the weighted sum'", listed=False)
+class SplitStraightToHeadsFirst(nn.Module):  # [N, L, E] reshaped to [N, H, L, Dh]
+    def __init__(self, embed_size, heads):
+        super().__init__()
+        self.heads = heads
+        self.head_dim = embed_size // heads
+        self.values = nn.Linear(embed_size, embed_size, bias=False)
+        self.keys = nn.Linear(embed_size, embed_size, bias=False)
+        self.queries = nn.Linear(embed_size, embed_size, bias=False)
+        self.fc_out = nn.Linear(embed_size, embed_size)
+
+    def forward(self, values, keys, query, mask):
+        N = query.shape[0]
+        value_len, key_len, query_len = values.shape[1], keys.shape[1], query.shape[1]
+        values = self.values(values).reshape(N, self.heads, value_len, self.head_dim)
+        keys = self.keys(keys).reshape(N, self.heads, key_len, self.head_dim)
+        query = self.queries(query).reshape(N, self.heads, query_len, self.head_dim)
+        energy = torch.einsum("nhqd,nhkd->nhqk", [query, keys])
+        energy = energy / math.sqrt(self.head_dim)
+        if mask is not None:
+            energy = energy.masked_fill(mask == 0, torch.finfo(energy.dtype).min)
+        attention = torch.softmax(energy, dim=3)
+        out = torch.einsum("nhql,nhld->nqhd", [attention, values])
+        return self.fc_out(out.reshape(N, query_len, self.heads * self.head_dim))
+
+
+@wrong("self_attention", r"'tokens mixed before the weighted sum'", listed=False)
+class SplitWithViewNoTranspose(nn.Module):  # .view(N, H, -1, Dh) on [N, L, E]
+    def __init__(self, embed_size, heads):
+        super().__init__()
+        self.heads = heads
+        self.head_dim = embed_size // heads
+        self.values = nn.Linear(embed_size, embed_size, bias=False)
+        self.keys = nn.Linear(embed_size, embed_size, bias=False)
+        self.queries = nn.Linear(embed_size, embed_size, bias=False)
+        self.fc_out = nn.Linear(embed_size, embed_size)
+
+    def heads_of(self, x):
+        return x.view(x.shape[0], self.heads, -1, self.head_dim)
+
+    def forward(self, values, keys, query, mask):
+        N, Lq, E = query.shape
+        q = self.heads_of(self.queries(query))
+        k = self.heads_of(self.keys(keys))
+        v = self.heads_of(self.values(values))
+        energy = q @ k.transpose(-2, -1) / math.sqrt(self.head_dim)
+        if mask is not None:
+            energy = energy.masked_fill(mask == 0, float("-inf"))
+        attention = torch.softmax(energy, dim=-1)
+        return self.fc_out((attention @ v).transpose(1, 2).reshape(N, Lq, E))
+
+
 @wrong("self_attention", r"view size is not compatible", listed=False)
 class ViewAfterTransposeNoContiguous(nn.Module):  # .view on the transposed output
     def __init__(self, embed_size, heads):

@@ -1,0 +1,101 @@
+"""How the attention bug hunt's checks (:mod:`.bughunt_attention`) build and call the
+learner's SelfAttention: the sizes they accept, the module built under a fixed seed in
+eval mode, ``forward(values, keys, query, mask)`` run quietly, and the shape its
+result must have.
+
+Shape letters: N batch, L length, embed_size the model width.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..guard.integrity import seal
+from .cases import build_module
+from .diagnosis import Raised, fail, run
+
+
+def validate_sizes(sizes) -> tuple:
+    """The ``sizes`` argument of a check as a tuple of (embed_size, heads) pairs.
+
+    >>> validate_sizes([(12, 3)])
+    ((12, 3),)
+    >>> validate_sizes([(12, 5)])
+    Traceback (most recent call last):
+    ...
+    ValueError: each (embed_size, heads) needs heads >= 2 dividing embed_size into \
+heads of at least 3 features, got (12, 5)
+    """
+    pairs = isinstance(sizes, (tuple, list)) and len(sizes) > 0
+    if not (pairs and all(isinstance(s, (tuple, list)) and len(s) == 2 for s in sizes)):
+        raise TypeError(
+            f"sizes must be a sequence of (embed_size, heads) pairs, got {sizes!r}"
+        )
+    for e, h in sizes:
+        if (
+            not (isinstance(e, int) and isinstance(h, int))
+            or h < 2
+            or e % h
+            or e < 3 * h
+        ):
+            raise ValueError(
+                "each (embed_size, heads) needs heads >= 2 dividing embed_size into "
+                f"heads of at least 3 features, got ({e!r}, {h!r})"
+            )
+    return tuple(tuple(s) for s in sizes)
+
+
+def build(cls, embed_size: int, heads: int, dtype: torch.dtype):
+    """``cls(embed_size, heads)`` under seed 0, in ``dtype``, in eval mode (the bug
+    hunt's model has no dropout, but a learner's fix might add one)."""
+    __tracebackhide__ = True
+    return build_module("SelfAttention", cls, (embed_size, heads), dtype, seed=0).eval()
+
+
+def forward(module, values, keys, query, mask):
+    """The learner's call order, without autograd: ``module(values, keys, query,
+    mask)``."""
+    with torch.no_grad():
+        return module(values, keys, query, mask)
+
+
+def call(title: str, module, values, keys, query, mask=None, what: str = ""):
+    """The learner's forward, quietly: a tensor, or a Raised. A result that is not a
+    plain tensor fails the check (it cannot be measured)."""
+    __tracebackhide__ = True
+    got = run(forward, (module, values, keys, query, mask))
+    if not isinstance(got, Raised) and type(got) is not torch.Tensor:
+        fail(
+            title,
+            f"forward(values, keys, query, mask) must return one torch.Tensor "
+            f"[N, query_len, embed_size]{what}; got {type(got).__name__}.",
+        )
+    return got
+
+
+def expect_shape(title: str, got, shape: tuple, what: str, section) -> torch.Tensor:
+    """``got`` when it is a tensor of ``shape``; otherwise the check fails, saying
+    what raised or which shape came."""
+    __tracebackhide__ = True
+    if isinstance(got, Raised):
+        fail(title, f"your forward raised {got!r} on {what}.", section)
+    if tuple(got.shape) != shape:
+        fail(
+            title,
+            f"on {what} your forward returned shape {list(got.shape)}; "
+            f"expected {list(shape)} = [N, query_len, embed_size].",
+            section,
+        )
+    return got
+
+
+def sizes_label(embed_size: int, heads: int) -> str:
+    """How a message names a case's sizes.
+
+    >>> sizes_label(12, 3)
+    'embed_size=12, heads=3, head_dim=4'
+    """
+    return f"embed_size={embed_size}, heads={heads}, head_dim={embed_size // heads}"
+
+
+seal(__name__)
