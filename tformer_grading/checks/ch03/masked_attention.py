@@ -339,6 +339,14 @@ def _structure_stage(case: Case, args, result):
     return None
 
 
+# float32 mixed into float64 gives float64: float32 out of float64 in was made.
+_CAST_DOWN = (
+    " No promotion gives float32 from float64: your code makes a float32 tensor "
+    "(.float(), dtype=torch.float32, or torch.zeros/empty without dtype=) and returns "
+    "it without casting back to q.dtype."
+)
+
+
 def _shape_stage(case: Case, q, k, result):
     out, weights = result
     want_w = [q.size(0), q.size(1), q.size(2), k.size(2)]
@@ -355,11 +363,11 @@ def _shape_stage(case: Case, q, k, result):
                 f"{list(got.shape)}, expected {want}."
             )
     for name, got in (("weights", weights), ("output", out)):
+        down = got.dtype == torch.float32 and q.dtype == torch.float64
         if got.dtype != q.dtype or got.device != q.device:
             return WRONG_RESULT, (
-                f"On case {case.label}: your {name} are {got.dtype} "
-                f"on {got.device} for {q.dtype} inputs on "
-                f"{q.device}."
+                f"On case {case.label}: your {name} are {got.dtype} on {got.device} "
+                f"for {q.dtype} inputs on {q.device}." + (_CAST_DOWN if down else "")
             )
     return None
 
@@ -425,13 +433,10 @@ def _zeroed_rows_stage(seen: _Seen):
         return None
     full = seen.keep.all(-1)
     kinds = [
-        what
-        for what, rows in (
-            ("every key visible", zeroed & full),
-            ("only some keys visible", zeroed & ~full),
-        )
-        if rows.any()
+        ("every key visible", zeroed & full),
+        ("only some keys visible", zeroed & ~full),
     ]
+    kinds = [what for what, rows in kinds if rows.any()]
     first = tuple(zeroed.nonzero()[0].tolist())
     return ROWS_ZEROED, (
         f"On case {seen.label}: rows of queries with {' and with '.join(kinds)} have "

@@ -9,6 +9,7 @@ seeded token ids their cases are built from, and the runner of a cached step
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass
 
 import torch
@@ -138,6 +139,47 @@ def run_steps(step, model, past, chunks) -> StepRun:
 def run_case(step, case: StepCase, model=None) -> StepRun:
     past, chunks = case.fresh()
     return run_steps(step, model or case.model, past, chunks)
+
+
+_MASK_SHAPE = re.compile(r"mask must be .*?, got shape \((?:\d+, )*(\d+)\)")
+
+
+def grown_before_mask(lengths: tuple, s: int, exc: BaseException) -> str:
+    """What the cache's layer lengths (before, after) a call that raised a mask of the
+    wrong shape prove: that it raised in a block after the first (each block appends
+    its ``s`` new keys before its attention runs, so the layers that grew are those
+    that ran), with a mask of the grown cache.length + s keys (cache.length is layer
+    0's): cache.length read after a block grew the cache. "" when they do not prove it
+    (a mask wrong from block 0 raises there).
+
+    >>> error = ValueError("mask must be [1, 1, 5, 5], got shape (1, 1, 5, 10)")
+    >>> print(grown_before_mask(((0, 0, 0), (5, 5, 0)), 5, error))
+     It raised in block 1, after block 0 had appended the S=5 new keys (cache.length
+     went from 0 to 5): your mask's 10 keys are the grown cache.length + S, so it was
+     built from cache.length read after a block grew the cache.
+    >>> grown_before_mask(((), (5, 0, 0)), 5, error)  # wrong in block 0 already
+    ''
+    """
+    before, after = lengths
+    before = (
+        *before,
+        *[0] * (len(after) - len(before)),
+    )  # an empty cache has no layers
+    grown = [b == a + s for a, b in zip(before, after)]
+    ran = grown.index(False) if False in grown else len(grown)
+    m = _MASK_SHAPE.search(str(exc))
+    if s < 1 or ran < 2 or any(grown[ran:]) or m is None:
+        return ""
+    keys = int(m.group(1))
+    if keys != after[0] + s:
+        return ""
+    blocks = "block 0" if ran == 2 else f"blocks 0..{ran - 2}"
+    return (
+        f" It raised in block {ran - 1}, after {blocks} had appended the S={s} new "
+        f"keys (cache.length went from {before[0]} to {after[0]}): your mask's {keys} "
+        "keys are the grown cache.length + S, so it was built from cache.length read "
+        "after a block grew the cache."
+    )
 
 
 def case_right(got: StepRun, want: StepRun) -> bool:

@@ -45,6 +45,7 @@ from .harness import (
     StepRun,
     case_right,
     first_problem,
+    grown_before_mask,
     keeps_random_state,
     lm,
     run_case,
@@ -333,14 +334,15 @@ def _raised_problems(title, cases, runs) -> None:
     for case, got in zip(cases, runs):
         for k, out in enumerate(got.outputs):
             if isinstance(out, Raised):
-                where = (
-                    f"call {k + 1} of case {case.label}"
-                    if len(case.chunks) > 1
-                    else f"case {case.label}"
-                )
+                where = f"case {case.label}"
+                where = f"call {k + 1} of {where}" if len(case.chunks) > 1 else where
                 text = str(out.exc).lower()
                 if "mask" in text and "shape" in text:
-                    MASK_SHAPE.fail(title, f"On {where} your lm_step raised {out!r}.")
+                    s = case.chunks[k].size(1)
+                    seen = grown_before_mask(got.lengths[k], s, out.exc)
+                    MASK_SHAPE.fail(
+                        title, f"On {where} your lm_step raised {out!r}.{seen}"
+                    )
                 fail(title, f"your lm_step raised {out!r} on {where}.", S_CACHE)
 
 
@@ -354,16 +356,12 @@ def _form_problems(title, cases, runs, refs) -> None:
             ):
                 continue
             b, s, v = w.shape
-            hint = ""
-            if isinstance(g, torch.Tensor) and list(g.shape) == [b, v]:
+            hint, shape = "", list(g.shape) if isinstance(g, torch.Tensor) else None
+            if shape == [b, v]:
                 hint = (
                     " (only the last position: return the logits of all S new tokens)"
                 )
-            elif isinstance(g, torch.Tensor) and list(g.shape) == [
-                b,
-                s,
-                case.model.d_model,
-            ]:
+            elif shape == [b, s, case.model.d_model]:
                 hint = " (the hidden states: model.lm_head turns them into logits)"
             fail(
                 title,

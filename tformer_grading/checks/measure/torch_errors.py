@@ -276,7 +276,7 @@ def explain(message: str) -> str:
         ]
         out.append(
             f"{listed} {verb} none of the sizes named here, nor a product of them"
-            + (f"; {', '.join(related)}." if related else ".")
+            + (f", though {' and '.join(related)}." if related else ".")
         )
     out += [f"{text[0].upper()}{text[1:]}." for text in plain]
     return " ".join(out)

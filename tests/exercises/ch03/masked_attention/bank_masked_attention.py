@@ -521,3 +521,32 @@ def masked_zero_rows_with_any_hidden(q, k, v, mask):  # "a row with padding is u
     has_hidden = (~mask).any(dim=-1, keepdim=True)
     weights = torch.where(has_hidden, torch.zeros_like(weights), weights)
     return torch.einsum("bhqk,bhkd->bhqd", weights, v), weights
+
+
+@wrong(
+    "masked_attention",
+    r"wrong shape or dtype.*No promotion gives float32",
+    listed=False,
+)
+def masked_in_float32_for_safety(q, k, v, mask):
+    # "softmax in float32 is safer": every input cast up, nothing cast back
+    q32, k32, v32 = q.float(), k.float(), v.float()
+    scores = q32 @ k32.transpose(-2, -1) / math.sqrt(q.size(-1))
+    scores = scores.masked_fill(~mask, torch.finfo(torch.float32).min)
+    weights = torch.softmax(scores, dim=-1)
+    weights = weights * mask.any(dim=-1, keepdim=True)
+    return weights @ v32, weights
+
+
+@wrong(
+    "masked_attention",
+    r"wrong shape or dtype.*No promotion gives float32",
+    listed=False,
+)
+def masked_weights_buffer_without_dtype(q, k, v, mask):
+    # fills a fresh buffer row by row: torch.zeros without dtype= is float32
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    scores = scores.masked_fill(~mask, torch.finfo(q.dtype).min)
+    weights = torch.zeros(scores.shape, device=q.device)
+    weights[...] = torch.softmax(scores, dim=-1) * mask.any(-1, keepdim=True)
+    return weights @ v.float(), weights

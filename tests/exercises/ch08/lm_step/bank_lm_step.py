@@ -570,3 +570,33 @@ def step_mask_of_the_new_tokens_only(model, tokens, cache):
     for i, block in enumerate(model.blocks.layers):
         x = block(x, mask[None, None], cache.layer(i))
     return model.lm_head(model.blocks.norm(x))
+
+
+@wrong("lm_step", r"raised in block 1, after block 0 had appended", listed=False)
+def step_mask_rebuilt_for_each_layer(model, tokens, cache):
+    # Each layer gets "its own" mask, from cache.length as that layer's loop turn sees
+    # it: block 0 has already appended the new keys by then.
+    x = model.tok_embed(tokens) * math.sqrt(model.d_model)
+    x = model.dropout(model.pos(x, start=cache.length))
+    for i in range(len(model.blocks.layers)):
+        past = cache.length
+        mask = causal_mask(tokens.size(1), tokens.device, past=past)
+        x = model.blocks.layers[i](x, mask, cache.layer(i))
+    return model.lm_head(model.blocks.norm(x))
+
+
+@wrong(
+    "lm_step",
+    r"causal mask of the wrong shape'\. On [^.]*raised (?:(?!raised in block).)*$",
+    listed=False,
+)
+def step_mask_counts_new_tokens_twice(model, tokens, cache):
+    # past = the length after this step, as if the cache had grown already: the mask
+    # is wrong in block 0, before any block ran (no "read after a block grew it").
+    S = tokens.size(1)
+    x = model.tok_embed(tokens) * math.sqrt(model.d_model)
+    x = model.dropout(model.pos(x, start=cache.length))
+    mask = causal_mask(S, tokens.device, past=cache.length + S)
+    for i, block in enumerate(model.blocks.layers):
+        x = block(x, mask, cache.layer(i))
+    return model.lm_head(model.blocks.norm(x))
