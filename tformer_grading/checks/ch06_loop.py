@@ -18,6 +18,7 @@ flattened.
 from __future__ import annotations
 
 import copy
+import functools
 from dataclasses import dataclass, field
 
 import torch
@@ -28,6 +29,7 @@ from tformer_ref.device import get_device
 
 from ..guard.integrity import seal
 from .diagnosis import run_or_fail
+from .measure.closeness import near
 from .measure.losses import cross_entropy_normaliser
 from .measure.recorders import recording_lambda_lr, recording_sgd
 from .measure.tape import grad_vector
@@ -237,8 +239,8 @@ def per_tensor_scales(got, want, slices):
     return scales, worst
 
 
-def close(a: float, b: float, rel: float = 2e-3, abs_: float = 1e-7) -> bool:
-    return abs(a - b) <= abs_ + rel * abs(b)
+#: A number read back from a float32 step against its expected value.
+close = functools.partial(near, rel=2e-3, abs_=1e-7)
 
 
 # ------------------------------------------------------------------- observing a step

@@ -31,6 +31,7 @@ from ..guard.integrity import seal
 from .ch05 import S_DECODER
 from .ch06 import S_LOSS, S_SHIFT
 from .diagnosis import CheckFailure, Raised, fail, quiet, run
+from .measure.closeness import near
 from .measure.losses import (
     cross_entropy_normaliser,
     gradient_labels,
@@ -316,8 +317,8 @@ class _Spy(nn.Module):
         return (raw.log_softmax(-1) if self.log_probs else raw) + self.bias
 
 
-def _close(a: float, b: float) -> bool:
-    return abs(a - b) <= 1e-4 * max(1.0, abs(b))
+#: A loss the learner's batch_loss returns, against one recomputed from its logits.
+_close = functools.partial(near, rel=1e-4, abs_=1e-4)
 
 
 SHIFT_PROBLEMS = (

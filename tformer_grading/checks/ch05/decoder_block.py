@@ -43,9 +43,11 @@ from ..diagnosis import (
     fail_unexplained,
     passed,
     run,
+    same,
     single_threaded,
     verify_integrity,
 )
+from ..measure.closeness import tensors_near
 from ..measure.fit import two_terms
 from ..measure.mask_readings import (
     causal_reading,
@@ -56,7 +58,7 @@ from ..measure.mask_readings import (
 from ..measure.probes import share_changed
 from ..measure.sizes import named
 from ..measure.trace import Trace
-from .grading import agrees, fail_if_raised, first_wrong, is_right, matches_some_role
+from .grading import fail_if_raised, first_wrong, is_right, matches_some_role
 from .sections import (
     S_DECODER,
 )
@@ -379,20 +381,11 @@ class DecoderTrace(Trace):
     out: torch.Tensor
 
 
-def _close(a, b) -> bool:
-    return (
-        isinstance(a, torch.Tensor)
-        and isinstance(b, torch.Tensor)
-        and a.shape == b.shape
-        and torch.allclose(a.double(), b.double(), atol=1e-5, rtol=1e-4)
-    )
-
-
 def _stage_self(t, first, cross, heads):
     """Stage 1: the first attention call is the masked self-attention on x."""
     q, k, v, mask = first.args
-    if _close(k, t.memory) or _close(q, t.memory):
-        if _close(cross.args[1], t.memory):
+    if tensors_near(k, t.memory) or tensors_near(q, t.memory):
+        if tensors_near(cross.args[1], t.memory):
             return SELF_INPUTS_WRONG, (
                 "Both of your attention calls read the encoder's output (memory): the "
                 "first one, the self-attention, must read x only."
@@ -401,14 +394,14 @@ def _stage_self(t, first, cross, heads):
             "Your first attention call reads the encoder's output (memory): the "
             "cross-attention runs before the self-attention."
         )
-    if not _close(q, t.x):
-        if any(_close(q, c.out) for c in t.earlier(first, "norm")):
+    if not tensors_near(q, t.x):
+        if any(tensors_near(q, c.out) for c in t.earlier(first, "norm")):
             return PRE_LN_STAGE, (
                 "Your self-attention reads LayerNorm(x), not the block's input x "
                 "(Pre-LN placement)."
             )
         return None, "the self-attention's query is not the block's input x"
-    if not (_close(k, q) and _close(v, q)):
+    if not (tensors_near(k, q) and tensors_near(v, q)):
         return SELF_INPUTS_WRONG, (
             "Your self-attention's keys or values are not its queries (x)."
         )
@@ -461,14 +454,14 @@ def _stage_wrapped(t, call, norm, stream, name, used):
             "sublayer's."
         )
     read, y = norm.inp, call.out
-    if _close(read, stream + y):
+    if tensors_near(read, stream + y):
         return None
-    if stream is not t.x and _close(read, t.x + y):
+    if stream is not t.x and tensors_near(read, t.x + y):
         return RESIDUAL_WRONG, (
             f"The LayerNorm after the {name} reads x_in + {name}(...), with x_in the "
             f"block's input, not the {name}'s own input."
         )
-    if _close(read, stream + torch.relu(y)):
+    if tensors_near(read, stream + torch.relu(y)):
         wrong = FF_WRONG if call.kind == "ff2" else RESIDUAL_WRONG
         return wrong, (
             f"The LayerNorm after the {name} reads x + ReLU({name}(x)): a ReLU after "
@@ -507,28 +500,28 @@ def _stage_cross(t, first, call, h1, heads):
             "Both attention calls use the same MultiHeadAttention module."
         )
     q, k, v, mask = call.args
-    if _close(q, t.memory):
+    if tensors_near(q, t.memory):
         return CROSS_INPUTS_WRONG, (
             "Your cross-attention takes its queries from memory: query is the decoder "
             "stream, key and value are memory."
         )
-    if not _close(k, t.memory) and (_close(k, h1) or _close(k, t.x)):
+    if not tensors_near(k, t.memory) and (tensors_near(k, h1) or tensors_near(k, t.x)):
         return CROSS_FROM_DECODER, (
             "Your cross-attention's keys are the decoder's states, not memory."
         )
-    if not (_close(k, t.memory) and _close(v, t.memory)):
+    if not (tensors_near(k, t.memory) and tensors_near(v, t.memory)):
         return CROSS_INPUTS_WRONG, (
             "Your cross-attention's keys or values are not the encoder's output "
             "(memory)."
         )
-    if _close(q, t.x) and not _close(q, h1):
+    if tensors_near(q, t.x) and not tensors_near(q, h1):
         return CROSS_INPUTS_WRONG, (
             "Your cross-attention's queries are the block's input x, not the "
             "self-attention sublayer's output (x was not updated between the "
             "sublayers)."
         )
-    if not _close(q, h1):
-        if any(_close(q, c.out) for c in t.earlier(call, "norm")):
+    if not tensors_near(q, h1):
+        if any(tensors_near(q, c.out) for c in t.earlier(call, "norm")):
             return PRE_LN_STAGE, (
                 "Your cross-attention reads a LayerNorm of its input (Pre-LN "
                 "placement)."
@@ -577,18 +570,20 @@ def _stage_ff(t, ff1, ff2, h2):
         return ORDER_WRONG, (
             "The feed-forward's layers do not run after the cross-attention sublayer."
         )
-    if not _close(ff1.inp, h2):
-        if any(_close(ff1.inp, c.out) for c in t.earlier(ff1, "norm")[2:]):
+    if not tensors_near(ff1.inp, h2):
+        if any(tensors_near(ff1.inp, c.out) for c in t.earlier(ff1, "norm")[2:]):
             return PRE_LN_STAGE, (
                 "Your feed-forward reads a LayerNorm of its input (Pre-LN placement)."
             )
-        reads = "the block's input x" if _close(ff1.inp, t.x) else "something else"
+        reads = (
+            "the block's input x" if tensors_near(ff1.inp, t.x) else "something else"
+        )
         return FF_WRONG, (
             f"Your feed-forward reads {reads}, not the cross-attention sublayer's "
             "output."
         )
     hidden, given = ff1.out, ff2.inp
-    if _close(given, torch.relu(hidden)):
+    if tensors_near(given, torch.relu(hidden)):
         return None
     for name, act in (
         ("no activation", hidden),
@@ -599,7 +594,7 @@ def _stage_ff(t, ff1, ff2, h2):
         ("SiLU", F.silu(hidden)),
         ("ELU", F.elu(hidden)),
     ):
-        if _close(given, act):
+        if tensors_near(given, act):
             return FF_WRONG, (
                 f"Between the feed-forward's layers you apply {name}; the exercise "
                 "asks for ReLU."
@@ -608,7 +603,7 @@ def _stage_ff(t, ff1, ff2, h2):
 
 
 def _stage_output(t, last_norm, h2):
-    if _close(t.out, last_norm.out):
+    if tensors_near(t.out, last_norm.out):
         return None
     coef = two_terms(t.out, last_norm.out, h2)
     if coef is not None:
@@ -715,7 +710,7 @@ def _without_src_mask(title, cls):
             "exercise's signature is forward(x, memory, src_mask=None).",
             S_DECODER,
         )
-    if not _close(got, want):
+    if not tensors_near(got, want):
         fail(
             title,
             "forward(x, memory) and forward(x, memory, None) differ: src_mask "
@@ -746,7 +741,7 @@ def _grade_decoder(title, cls):
     right = lambda g, w: is_right(g, w, 1e-5, 1e-4)
     if matches_some_role(theirs, made, decoder_block, DECODER_ROLES, right):
         return
-    agree = agrees
+    agree = lambda g, w: same(g, w, 1e-5, 1e-4)
     for pitfall in DECODER_PITFALLS:
         if matches_some_role(theirs, made, pitfall.impl, DECODER_ROLES, agree):
             flow.reproduced(pitfall).fail(title)

@@ -10,19 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-import torch
-
 from ...guard.integrity import seal
 from .. import flow
 from ..diagnosis import (
     Case,
     Pitfall,
-    Raised,
     describe_difference,
     fail_unexplained,
     passed,
     run,
-    same,
     verify_integrity,
 )
 
@@ -77,20 +73,6 @@ def first_wrong(cases, theirs, ours, atol, rtol):
         (c, g, w)
         for c, g, w in zip(cases, theirs, ours)
         if not is_right(g, w, atol, rtol)
-    )
-
-
-def agrees(got, want) -> bool:
-    """``same`` without its description of the difference (this runs for every role of
-    every pitfall)."""
-    if isinstance(got, Raised) or isinstance(want, Raised):
-        return same(got, want, 1e-5, 1e-4)
-    return (
-        type(got) is torch.Tensor
-        and type(want) is torch.Tensor
-        and got.shape == want.shape
-        and got.dtype == want.dtype
-        and torch.allclose(got, want, atol=1e-5, rtol=1e-4)
     )
 
 

@@ -6,6 +6,7 @@ scheduler whose ``step()`` sets the Noam rate for the next update and nothing el
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -28,6 +29,7 @@ from ..diagnosis import (
     single_threaded,
 )
 from ..flow import fallback
+from ..measure.closeness import all_near
 from ..measure.recorders import recording_sgd
 from .references import fail_first_problem
 from .sections import S_LR
@@ -580,10 +582,8 @@ def _rates_while_training(title, make_scheduler, d, w, n) -> list[float]:
     return rates
 
 
-def _close(got, want) -> bool:
-    return len(got) == len(want) and all(
-        math.isclose(a, b, rel_tol=1e-6) for a, b in zip(got, want)
-    )
+#: Rates the scheduler computes in float64, against the reference's.
+_close = functools.partial(all_near, rel=1e-6)
 
 
 def _rate_set_only_in_step(rates, want) -> bool:

@@ -16,6 +16,7 @@ the bank (2026-12-07), and were deleted.
 from __future__ import annotations
 
 import copy
+import functools
 import math
 from dataclasses import dataclass
 
@@ -38,6 +39,7 @@ from ..diagnosis import (
     single_threaded,
     verify_integrity,
 )
+from ..measure.closeness import near
 from ..measure.recorders import recording_lambda_lr
 from ..measure.tape import Tape, TapedZeroGrad, grad_vector, taped_loss_fn, taped_sgd
 from .sections import S_ACCUM
@@ -340,8 +342,8 @@ def _per_batch_divisors(info: _MicroInfo) -> tuple:
     )
 
 
-def _close(a: float, b: float, rel: float = 1e-6) -> bool:
-    return abs(a - b) <= rel * max(abs(a), abs(b), 1e-300)
+#: A divisor or rate read back from a float64 step, against a candidate's.
+_close = functools.partial(near, rel=1e-6)
 
 
 WRONG_DIVISOR = Diagnosis(
@@ -432,7 +434,7 @@ def _stage_weights(title, call: _AccumCall, others: tuple = ()) -> None:
     if len(weights) > info.k and abs(weights[-1]) > 1e-6:
         return  # the previous step's gradient is still there: the zeroing stage says so
     w = weights[: info.k]
-    if all(_close(x * n, 1.0, 1e-6) for x in w):
+    if all(_close(x * n, 1.0) for x in w):
         return
     divisors = [1 / x if abs(x * n) > 1e-9 else math.inf for x in w]
     seen = (
@@ -497,7 +499,7 @@ GRADIENT_RESCALED = Diagnosis(
 def _round_number(x: float, rel: float = 1e-5) -> bool:
     """``x`` is a number with at most 2 significant digits (1.0, 0.5, 0.25, 5, ...):
     what a max_norm usually is."""
-    return x > 0 and _close(x, float(f"{x:.1e}"), rel)
+    return x > 0 and _close(x, float(f"{x:.1e}"), rel=rel)
 
 
 def _step_norms(call: _AccumCall) -> tuple:
@@ -517,7 +519,7 @@ def _clipped_to(norms: list) -> bool:
     return (
         len(norms) > 1
         and all(g < w * (1 - 1e-6) for g, w in norms)
-        and all(_close(g, got[0], 1e-5) for g in got)
+        and all(_close(g, got[0], rel=1e-5) for g in got)
     )
 
 
@@ -567,7 +569,7 @@ def _stage_zeroing(title, call: _AccumCall) -> None:
         f"The gradient of call {call.index + 1}'s optimizer.step() still held "
         f"{kept:.4g} × the gradient left from call {call.index}."
     )
-    if _close(kept, 1.0, 1e-5):
+    if _close(kept, 1.0, rel=1e-5):
         NEVER_ZEROED.fail(title, seen)
     LEFTOVER_GRADIENT.fail(title, seen)
 

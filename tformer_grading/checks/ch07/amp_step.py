@@ -40,6 +40,7 @@ from ..diagnosis import (
     verify_integrity,
 )
 from ..measure.clipping import clamped_by_value, clip_coefficient, clipped_per_tensor
+from ..measure.closeness import near
 from ..measure.tape import TapedLoss, calls_text
 from .sections import S_AMP, S_SCALER
 from .step_probe import (
@@ -248,8 +249,8 @@ def _stage_autocast(title, loss_fn: TapedLoss) -> None:
         )
 
 
-def _rel_close(a: float, b: float, rel: float = 1e-3) -> bool:
-    return abs(a - b) <= rel * max(abs(a), abs(b), 1e-30)
+#: A ratio read back from a float32 step, against a candidate's.
+_rel_close = functools.partial(near, rel=1e-3)
 
 
 NO_BACKWARD = Diagnosis(
@@ -576,11 +577,11 @@ def _stage_returned(title, call: AmpCall) -> None:
             f"Step {call.index + 1} returned "
             f"{type(got).__name__}, not the loss {want:.6g}.",
         )
-    if value == want or _rel_close(value, want, 1e-5):
+    if value == want or _rel_close(value, want, rel=1e-5):
         return
     extra = (
         f", {value / want:.6g} × the loss: the scaled loss"
-        if _rel_close(value / want, call.scale, 1e-5)
+        if _rel_close(value / want, call.scale, rel=1e-5)
         else ""
     )
     RETURNED_LOSS.fail(

@@ -12,6 +12,7 @@ shifted down (the same distribution) come out right (an exp that overflows).
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -34,6 +35,7 @@ from ..diagnosis import (
     verify_integrity,
 )
 from ..flow import fallback
+from ..measure.closeness import near
 from ..measure.sizes import named
 from .harness import ATOL, RTOL, keeps_random_state, right
 from .sections import S_TEMPERATURE, S_TOP_P
@@ -512,8 +514,8 @@ def _entropy(probs) -> float:
     return float(-(p * p.log()).sum())
 
 
-def _close(a: float, b: float, rel: float = 2e-3) -> bool:
-    return abs(a - b) <= rel * abs(b)
+#: A slope fitted to float32 log-probabilities, against a candidate's.
+_close = functools.partial(near, rel=2e-3)
 
 
 def _temperature_problems(title, rows: list[_Row]) -> None:

@@ -4,6 +4,10 @@ A check of any exercise measures the learner's numbers with these; none of them 
 an exercise. Every module has doctested examples in which a planted mistake is read
 back (``tests/checks/measure/``).
 
+``closeness``
+    whether two measured things are the same: numbers as :func:`math.isclose` with a
+    tolerance each caller names, tensors of one shape, dtype and device within the
+    checks' default tolerances.
 ``sizes``
     coded dimensions: a case's named sizes (``B=2, H=3, Sq=5``) and what a number is in
     them (``Sq``, ``H·Dh``, or none); a count of elements read as sizes times a

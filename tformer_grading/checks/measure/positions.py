@@ -24,10 +24,7 @@ import itertools
 import torch
 
 from ...guard.integrity import seal
-
-
-def _close(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return torch.allclose(a, b, atol=1e-5, rtol=1e-4)
+from .closeness import tensors_near
 
 
 def same_numbers(got: torch.Tensor, want: torch.Tensor) -> bool:
@@ -37,7 +34,7 @@ def same_numbers(got: torch.Tensor, want: torch.Tensor) -> bool:
     >>> same_numbers(want.view(3, 2), want), same_numbers(want + 1, want)
     (True, False)
     """
-    return _close(got.flatten().sort().values, want.flatten().sort().values)
+    return tensors_near(got.flatten().sort().values, want.flatten().sort().values)
 
 
 def swapped_last_axes(got: torch.Tensor, want: torch.Tensor) -> bool:
@@ -51,7 +48,7 @@ def swapped_last_axes(got: torch.Tensor, want: torch.Tensor) -> bool:
     return (
         got.size(-1) == got.size(-2)
         and got.shape == want.shape
-        and _close(got, want.mT)
+        and tensors_near(got, want.mT)
     )
 
 
@@ -74,7 +71,7 @@ def block_mixup(got: torch.Tensor, want: torch.Tensor) -> str | None:
                 (b2, h2)
                 for b2 in range(b_size)
                 for h2 in range(h_size)
-                if _close(got[b, h], want[b2, h2])
+                if tensors_near(got[b, h], want[b2, h2])
             ]
             if not match:
                 return None
