@@ -243,3 +243,38 @@ def test_a_crash_in_the_function_called_names_no_caller():
     said = repr(run(_step, (None, torch.zeros(3))))
     assert "`return tokens[:, -1]`" in said
     assert "called at" not in said and "arguments" not in said
+
+
+def test_a_number_two_sizes_may_explain_is_said_to_be_no_size_first():
+    # Bug: "10 is none of the sizes named here, nor a product of them, though 10 is
+    # twice S" read to a learner as two claims that contradict each other; and a bare
+    # "32 is twice D" for a hard-coded 32 (D = 16) claims what is only arithmetic.
+    said = explain(
+        "mask must be a bool mask broadcastable to [B, H, Sq, Sk] = [3, 3, 5, 5], got "
+        "shape (1, 1, 5, 10) on case V=11, D=12, H=3, Dh=4, tokens [B=3, S=5]"
+    )
+    assert said.endswith(
+        "10 is none of the sizes named here, nor a product of them; it may be twice S."
+    )
+
+
+def test_several_unread_numbers_are_no_size_and_each_relation_is_a_may_be():
+    said = explain(
+        "shape '[3, 10, 512]' is invalid for input of size 240 on case x [B=3, S=5, "
+        "D=16]"
+    )
+    assert said.endswith(
+        "10 and 512 are none of the sizes named here, nor a product of them; "
+        "10 may be twice S."
+    )
+
+
+def test_axes_the_error_names_decide_between_two_equal_sizes():
+    # Bug: with B == H == 2 the weights read "[H or B, H or B, S, 7]", though the
+    # reference's error names the axes [B, H, Sq, Sk].
+    said = explain(
+        "mask must be a bool mask broadcastable to [B, H, Sq, Sk] = [2, 2, 3, 7], got "
+        "shape (1, 1, 3, 3) on case T=4, tokens [B=2, S=3], H=2, Dh=8"
+    )
+    assert "attention's weights are [B, H, S, 7]" in said
+    assert said.endswith("it may be T + S.")

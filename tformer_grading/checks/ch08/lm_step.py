@@ -215,8 +215,8 @@ MASK_SHAPE = Diagnosis(
     "causal mask of the wrong shape",
     "With a cache the S new queries attend to cache.length + S keys, so the mask is "
     "[1, 1, S, cache.length + S]: causal_mask(S, device, past=cache.length), with "
-    "cache.length read once, before the blocks grow the cache. A mask for the full "
-    "length is [T, T], one for the new tokens alone [S, S]: neither fits.",
+    "cache.length read once, before the blocks grow the cache. A square mask, over "
+    "the new tokens alone or over every token so far, does not fit.",
     S_CACHE_PITFALLS,
 )
 MASK_ROWS = Diagnosis(

@@ -145,9 +145,19 @@ class Sizes:
         what = self.name(number, any_product)
         return f"{number} ({what})" if what else str(number)
 
-    def shape(self, numbers: list[int]) -> str:
-        """A shape written with the sizes' names: [2, 5, 512] -> "[B, S, 512]"."""
-        return "[" + ", ".join(self.name(n) or str(n) for n in numbers) + "]"
+    def shape(self, numbers: list[int], layout: list[str] = ()) -> str:
+        """A shape written with the sizes' names: [2, 5, 512] -> "[B, S, 512]". Where a
+        number is several sizes ("H or B"), the axis's name in ``layout`` decides,
+        when it is one of them.
+
+        >>> Sizes.read("B=2, H=2, S=3").shape([2, 2, 3, 7], ["B", "H", "Sq", "Sk"])
+        '[B, H, S, 7]'
+        """
+        named = [self.name(n) or str(n) for n in numbers]
+        for i, axis in enumerate(layout[: len(named)]):
+            if axis in named[i].split(" or "):
+                named[i] = axis
+        return "[" + ", ".join(named) + "]"
 
 
 def named(**sizes: int) -> str:

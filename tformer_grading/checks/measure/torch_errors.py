@@ -75,7 +75,11 @@ def _shapes(text: str):
 
     def read(sizes: Sizes, m: re.Match) -> tuple[str, list[int]]:
         shapes = {k: _ints(v) for k, v in m.groupdict().items() if k in ("want", "got")}
-        named = {k: sizes.shape(v) for k, v in shapes.items()}
+        # the error may name the axes it expects: B where B == H reads "H or B"
+        layout = (m.groupdict().get("layout") or "").split(", ")
+        named = {
+            k: sizes.shape(v, layout if k == "want" else []) for k, v in shapes.items()
+        }
         if m.groupdict().get("names"):  # the check named the expected axes itself
             named["want"] = f"[{m['names']}]"
             shapes.pop("want")
@@ -211,7 +215,9 @@ _SIZE_ERRORS = table(
         _against("einsum's letter {letter} is {a} in operand {op} but {b} before"),
     ),
     (  # the course's reference, on a mask or an input of the wrong shape
-        r"broadcastable to \[B, H, Sq, Sk\] = " + _SIZES.format("want") + r"[^(]*"
+        r"broadcastable to \[(?P<layout>B, H, Sq, Sk)\] = "
+        + _SIZES.format("want")
+        + r"[^(]*"
         r"got shape \((?P<got>[\d, ]*)\)",
         _shapes("the mask is {got} where attention's weights are {want}"),
     ),
@@ -266,17 +272,20 @@ def explain(message: str) -> str:
     out = []
     if said:
         out.append(f"The numbers, in this case's sizes ({sizes}): {'; '.join(said)}.")
-    if unknown:
-        listed = " and ".join(str(n) for n in dict.fromkeys(unknown))
-        verb = "is" if len(set(unknown)) == 1 else "are"
-        related = [
-            f"{n} is {sizes.relation(n)}"
-            for n in dict.fromkeys(unknown)
-            if sizes.relation(n)
+    # A sum or a double of two sizes may be chance (a hard-coded 32 where D = 16): it
+    # is said as what it may be, after the fact that no size is the number.
+    related = {n: sizes.relation(n) for n in dict.fromkeys(unknown)}
+    if related:
+        listed = " and ".join(str(n) for n in related)
+        verb = "is" if len(related) == 1 else "are"
+        maybe = [
+            f"{'it' if len(related) == 1 else n} may be {r}"
+            for n, r in related.items()
+            if r
         ]
         out.append(
             f"{listed} {verb} none of the sizes named here, nor a product of them"
-            + (f", though {' and '.join(related)}." if related else ".")
+            + (f"; {' and '.join(maybe)}." if maybe else ".")
         )
     out += [f"{text[0].upper()}{text[1:]}." for text in plain]
     return " ".join(out)
