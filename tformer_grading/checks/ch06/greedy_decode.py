@@ -158,6 +158,15 @@ NO_CAUSAL_MASK = Diagnosis(
     "model was trained to produce.",
     S_DECODE,
 )
+MASK_NOT_CAUSAL = Diagnosis(
+    "target mask not the causal one",
+    "Each step must decode with the mask the model was trained with: causal_mask, "
+    "tril of ones, True = may attend, each position seeing itself and the ones "
+    "before it. A mask that hides what tril shows changes what every position "
+    "attends to, in the first layer already, so the last position's output is not "
+    "what the model was trained to produce.",
+    S_DECODE,
+)
 UPPER_TRIANGULAR_MASK = Diagnosis(
     "upper triangular target mask",
     "Your target mask is upper triangular (triu): each position may attend only to the "
@@ -460,23 +469,26 @@ def _first_masked_step(seen: _Decoding, kinds) -> dict | None:
     return next((c for c in seen.calls if c["length"] > 1 and c["mask"] in kinds), None)
 
 
-_NOT_CAUSAL = {  # a target mask read (decode_loops.mask_kind), as a learner reads it
-    "none": "None (or all True)",
+# A target mask read (decode_loops.mask_kind), as a learner reads it: none at all,
+_NO_MASK = {"none": "None (or all True)", "other": "neither tril nor triu"}
+# or one that hides some of what tril shows.
+_MISREAD_MASK = {
     "inverted": "tril inverted: each position saw only later ones (True read as hide)",
     "no diagonal": "tril(-1): no position saw itself",
-    "other": "neither tril nor triu",
 }
 
 
-def _decoded_without_causal_mask(seen: _Decoding) -> str | None:
-    call = _first_masked_step(seen, tuple(_NOT_CAUSAL))
-    if call is None:
-        return None
-    mask = _NOT_CAUSAL[call["mask"]]
-    return (
-        f"At the step that decoded {call['length']} tokens, your target mask was "
-        f"{mask}."
-    )
+def _decoded_with(kinds: dict):
+    def reading(seen: _Decoding) -> str | None:
+        call = _first_masked_step(seen, tuple(kinds))
+        if call is None:
+            return None
+        return (
+            f"At the step that decoded {call['length']} tokens, your target mask was "
+            f"{kinds[call['mask']]}."
+        )
+
+    return reading
 
 
 def _decoded_with_triu_mask(seen: _Decoding) -> str | None:
@@ -687,7 +699,8 @@ DECODE_PROBES = (
     (_memory_not_from_encoder, MEMORY_NOT_USED),
     (_started_elsewhere, WRONG_START),
     (_only_newest_token, LAST_TOKEN_ONLY),
-    (_decoded_without_causal_mask, NO_CAUSAL_MASK),
+    (_decoded_with(_NO_MASK), NO_CAUSAL_MASK),
+    (_decoded_with(_MISREAD_MASK), MASK_NOT_CAUSAL),
     (_decoded_with_triu_mask, UPPER_TRIANGULAR_MASK),
     (_decoded_in_training_mode, DECODES_IN_TRAINING_MODE),
     (_decoded_with_gradients, DECODES_WITH_GRADIENTS),

@@ -327,6 +327,30 @@ def greedy_no_mask(model, src, max_len, bos_id, eos_id, pad_id):
     return out
 
 
+@wrong(
+    "greedy_decode",
+    r"'target mask not the causal one'.*tril\(-1\): no position saw itself",
+    listed=False,
+)
+def greedy_mask_without_diagonal(model, src, max_len, bos_id, eos_id, pad_id):
+    # "a token must not attend to itself": the diagonal taken out of the mask
+    model.eval()
+    with torch.no_grad():
+        memory, src_mask = model.encode(src)
+        out = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)
+        done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
+        for _ in range(max_len):
+            t = out.size(1)
+            mask = torch.tril(torch.ones(t, t, device=src.device), diagonal=-1).bool()
+            logits = model.decode(out, memory, src_mask, mask)
+            nxt = logits[:, -1].argmax(-1).masked_fill(done, pad_id)
+            out = torch.cat([out, nxt[:, None]], dim=1)
+            done |= nxt == eos_id
+            if done.all():
+                break
+    return out
+
+
 @wrong("greedy_decode", r"'upper triangular target mask'", listed=False)
 def greedy_triu(model, src, max_len, bos_id, eos_id, pad_id):
     # triu where tril was meant
@@ -350,7 +374,7 @@ def greedy_triu(model, src, max_len, bos_id, eos_id, pad_id):
 
 @wrong(
     "greedy_decode",
-    r"'greedy decoding without the causal mask'.*tril inverted",
+    r"'target mask not the causal one'.*tril inverted",
     listed=False,
 )
 def greedy_inverted_mask(model, src, max_len, bos_id, eos_id, pad_id):
@@ -876,7 +900,7 @@ def greedy_torch_argmax_whole(model, src, max_len, bos_id, eos_id, pad_id):
 
 @wrong(
     "greedy_decode",
-    r"'greedy decoding without the causal mask'.*your target mask was tril inverted",
+    r"'target mask not the causal one'.*your target mask was tril inverted",
     listed=False,
 )
 def greedy_mask_of_the_future(model, src, max_len, bos_id, eos_id, pad_id):

@@ -246,7 +246,7 @@ def greedy_returns_lists(model, src, max_len, bos_id, eos_id, pad_id):
 
 WRONG_GREEDY = [
     (greedy_without_mask, "greedy decoding without the causal mask"),
-    (greedy_inverted_mask, "greedy decoding without the causal mask"),
+    (greedy_inverted_mask, "target mask not the causal one"),
     (greedy_triu_mask, "upper triangular"),
     (greedy_float_mask, "your code raised TypeError"),
     (greedy_runs_to_max_len, "greedy decoding does not stop at EOS"),
