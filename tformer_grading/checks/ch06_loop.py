@@ -28,7 +28,7 @@ from tformer_ref.baselines import TorchTransformer
 from tformer_ref.device import get_device
 
 from ..guard.integrity import seal
-from .diagnosis import run_or_fail
+from .diagnosis import Raised, fail, run
 from .measure.closeness import near
 from .measure.losses import cross_entropy_normaliser
 from .measure.recorders import recording_lambda_lr, recording_sgd
@@ -202,6 +202,7 @@ def loss_at(twin, state, src, tgt, pad_id, eps) -> float:
 def slice_name(tgt, tgt_in) -> str:
     """Which slice of tgt ``tgt_in`` is, in the learner's terms."""
     named = {
+        "tgt[:, :-1]": tgt[:, :-1],
         "tgt[:, 1:]": tgt[:, 1:],
         "the whole tgt (not shifted)": tgt,
         "tgt[:-1] (rows dropped: sequence-first slicing)": tgt[:-1],
@@ -343,6 +344,20 @@ def batches(case: StepCase, update: int, pad_id: int):
     return rows(_B, _SS), rows(_B, _ST)
 
 
+def _decoder_read(log: list, tgt: torch.Tensor) -> str:
+    """What the model's decoder read before a step raised, when its shape was not
+    tgt[:, :-1]'s: logits of that many positions then meet St - 1 labels. (Values
+    alone are not compared: a step that raised may have changed tgt in place.)"""
+    calls = [call for event, call in log if event == "forward"]
+    if not calls or calls[-1].tgt_in.shape == tgt[:, :-1].shape:
+        return ""
+    return (
+        f". Before it raised, your model's decoder read "
+        f"{slice_name(tgt, calls[-1].tgt_in)}, where the decoder input is tgt[:, :-1] "
+        "(all but the last token)"
+    )
+
+
 def observe(
     title, step_fn, case: StepCase, model: RecordingTransformer, twin, start: dict
 ) -> list[Seen]:
@@ -363,12 +378,13 @@ def observe(
         left, before = flat_grad(model), flat_params(model)
         lr = opt.param_groups[0]["lr"]
         args = (model, src, tgt, opt, sched, case.max_norm, case.pad_id, case.eps)
-        out = run_or_fail(
-            title,
-            step_fn,
-            args,
-            f"case {case.label} ({SIZES}), update {k}: your train_step",
-        )
+        out = run(step_fn, args)
+        if isinstance(out, Raised):
+            fail(
+                title,
+                f"case {case.label} ({SIZES}), update {k}: your train_step raised "
+                f"{out!r}{_decoder_read(model.log, tgt)}",
+            )
         after = {k: v.detach().clone() for k, v in model.state_dict().items()}
         seen.append(
             Seen(

@@ -880,7 +880,9 @@ def step_rolls_the_batch(model, src, tgt, opt, sched, max_norm, pad_id, eps):
 
 @wrong(
     "train_step",
-    r"cross_entropy was given 28 \(B·St\) rows of logits and 24 \(B·T\) targets",
+    r"your model's decoder read the whole tgt \(not shifted\), where the decoder "
+    r"input is tgt\[:, :-1\].*cross_entropy was given 28 \(B·St\) rows of logits "
+    r"and 24 \(B·T\) targets",
     listed=False,
 )
 def step_decoder_reads_all_of_tgt(model, src, tgt, opt, sched, max_norm, pad_id, eps):
@@ -899,3 +901,22 @@ def step_decoder_reads_all_of_tgt(model, src, tgt, opt, sched, max_norm, pad_id,
     opt.step()
     sched.step()
     return loss.item(), float(norm)
+
+
+@wrong(
+    "train_step",
+    r"sequence_loss's tensor arguments when it raised: logits \[4, 7, 13\].*"
+    r"your model's decoder read the whole tgt \(not shifted\)",
+    listed=False,
+)
+def step_shifts_only_the_labels(model, src, tgt, opt, sched, max_norm, pad_id, eps):
+    # "the model sees the target, the loss compares with the next token"
+    model.train()
+    opt.zero_grad()
+    _, labels = shift_targets(tgt)
+    loss = sequence_loss(model(src, tgt), labels, pad_id, eps)
+    loss.backward()
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    opt.step()
+    sched.step()
+    return loss.item(), norm.item()

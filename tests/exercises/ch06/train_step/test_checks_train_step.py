@@ -194,3 +194,31 @@ def test_train_step_by_hand():
     ch06.check_train_step_by_hand(step_as_in_the_lesson)
     with pytest.raises(CheckFailure, match="calls tformer_ref.train_step"):
         ch06.check_train_step_by_hand(training.train_step)
+
+
+def step_loss_writes_into_the_labels(
+    model, src, tgt, opt, sched, max_norm, pad_id, eps
+):
+    """Wrong: the labels, a view of tgt, get -100 written into them in place, so the
+    decoder input tgt[:, :-1] (another view of it) changes before backward needs it."""
+    model.train()
+    opt.zero_grad()
+    tgt_in, labels = tgt[:, :-1], tgt[:, 1:]
+    logits = model(src, tgt_in)
+    labels[labels == pad_id] = -100
+    loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), label_smoothing=eps)
+    loss.backward()
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    opt.step()
+    sched.step()
+    return loss.item(), norm.item()
+
+
+def test_a_crash_names_the_decoder_input_only_when_its_shape_is_wrong():
+    # Bug: a step that raised after changing tgt in place was told its decoder read
+    # "a tensor of shape [4, 6]": its input had the right shape, the values compared
+    # were the ones the step had overwritten.
+    with pytest.raises(CheckFailure) as raised:
+        ch06.check_train_step(step_loss_writes_into_the_labels)
+    assert "raised" in str(raised.value)
+    assert "decoder read" not in str(raised.value)
