@@ -278,3 +278,14 @@ def test_axes_the_error_names_decide_between_two_equal_sizes():
     )
     assert "attention's weights are [B, H, S, 7]" in said
     assert said.endswith("it may be T + S.")
+
+
+def test_a_number_sizes_multiply_to_is_not_said_to_be_no_product():
+    # Bug: "10 is none of the sizes named here, nor a product of them" where H = 2,
+    # S = 5: 10 is no axis a reshape merges (H and S are not next to each other in the
+    # label), but it is H·S.
+    said = explain(
+        "mask must be a bool mask broadcastable to [B, H, Sq, Sk] = [3, 2, 5, 5], got "
+        "shape (1, 1, 5, 10) on case V=11, D=16, H=2, Dh=8, tokens [B=3, S=5]"
+    )
+    assert said.endswith("10 is none of the sizes named here; it may be twice S.")

@@ -283,8 +283,12 @@ def explain(message: str) -> str:
             for n, r in related.items()
             if r
         ]
+        # "a product" only when no sizes, adjacent or not, multiply to it (10 = H·S
+        # is no axis a reshape merges, but it is a product)
+        none_multiply = all(sizes.name(n, any_product=True) is None for n in related)
         out.append(
-            f"{listed} {verb} none of the sizes named here, nor a product of them"
+            f"{listed} {verb} none of the sizes named here"
+            + (", nor a product of them" if none_multiply else "")
             + (f"; {' and '.join(maybe)}." if maybe else ".")
         )
     out += [f"{text[0].upper()}{text[1:]}." for text in plain]
