@@ -27,7 +27,9 @@ rejected, 185 named (94.4 %), 7 partial, 4 generic, 0 misnamed, 0 let through;
 of the 14 first messages the fixes of commit 69b289e changed. judgement_after_2.json:
 a new judge (who read no check) on the 19 first messages that differed from
 results.json on commit 2d1961c's checks: 18 named, 1 partial (b_step_full_tgt_to_model).
-With the latest verdict of each answer: 195 of 196 named, 1 partial. These are the
+judgement_after_3.json: a third judge on the 4 first messages changed after that:
+4 named (one sentence flagged, "nor a product of them" where 10 = H·S, mended in
+f534922). With the latest verdict of each answer: 196 of 196 named. These are the
 answers the fixes were made from: the held-out figure is the one before any fix.
 
 These answers are known now: the next trial needs new writers and new answers.
