@@ -49,6 +49,9 @@ from .diagnosis import (
     single_thread,
 )
 
+# pytest hides this module's frames in a failure's traceback: a learner sees theirs.
+__tracebackhide__ = True
+
 # -------------------------------------------------------------------- the right wirings
 
 
@@ -99,7 +102,6 @@ class Parts:
 
 def reject_batchnorm(title: str, module: nn.Module, batchnorm: Diagnosis) -> None:
     """Fail naming ``batchnorm`` when the block holds a BatchNorm module."""
-    __tracebackhide__ = True
     for name, sub in module.named_modules():
         if isinstance(sub, nn.modules.batchnorm._BatchNorm):
             batchnorm.fail(title, f"Your block has {type(sub).__name__} at '{name}'.")
@@ -109,7 +111,6 @@ def attention_sublayers(
     title: str, module: nn.Module, n_attn: int, section: Section
 ) -> list:
     """[(name, module)] of the learner's ``n_attn`` MultiHeadAttention sublayers."""
-    __tracebackhide__ = True
     found = [
         (n, m) for n, m in module.named_modules() if isinstance(m, MultiHeadAttention)
     ]
@@ -136,7 +137,6 @@ def attention_sublayers(
 def _layer_norms(
     title: str, module: nn.Module, n_norms: int, section: Section
 ) -> tuple:
-    __tracebackhide__ = True
     norms = tuple(m for m in module.modules() if isinstance(m, nn.LayerNorm))
     if len(norms) != n_norms:
         fail(
@@ -153,7 +153,6 @@ def feed_forward_linears(
 ) -> tuple:
     """The feed-forward's (first, second) Linear, found by shape outside the attentions;
     ``d_ff=None``: read it from the first one."""
-    __tracebackhide__ = True
     inside = tuple(n + "." for n, _ in attns)
     linears = [
         (n, m)
@@ -194,7 +193,6 @@ def find_parts(
     """Find the learner's parts by type and shape, or fail saying what is missing:
     BatchNorm is named as ``batchnorm``, a wrong count of norms points to its section.
     ``d_ff=None``: read it from the feed-forward's first Linear."""
-    __tracebackhide__ = True
     reject_batchnorm(title, module, batchnorm)
     attns = attention_sublayers(title, module, n_attn, attn_section)
     norms = _layer_norms(title, module, n_norms, batchnorm.section)
@@ -307,7 +305,6 @@ def build_block(
 ) -> nn.Module:
     """:func:`~tformer_grading.checks.cases.build_module` for a block: its norms written
     by hand are seen as the ``nn.LayerNorm`` they stand for."""
-    __tracebackhide__ = True
     return adopt_hand_written_norms(build_module(title, cls, args, dtype, seed))
 
 
@@ -336,7 +333,6 @@ def compare_with_roles(
     parts. ``explain()``, when given, runs when no pitfall reproduces the learner's
     outputs: it may fail naming what it measured; when it returns, the generic
     failure follows."""
-    __tracebackhide__ = True
     with single_thread():
         theirs = [done.result for done in flow.run_cases(learner, cases)]
         ours = [run(reference, (roles[0], *case.make())) for case in cases]
@@ -384,7 +380,6 @@ def check_block_not_delegated(title: str, module: nn.Module, *inputs) -> None:
     """Hidden test: the block is the learner's wiring, not PyTorch's layer or the
     reference's block (the reference's MultiHeadAttention inside it is allowed), and it
     runs on ``inputs`` (a block that raises shows no wiring at all)."""
-    __tracebackhide__ = True
     reject_wrapped(title, module, FORBIDDEN_BLOCKS, FORBIDDEN_MODULES)
     fail_if_raised(title, run(module, inputs))
     passed(title, "wired by hand, no built-in or reference block inside")

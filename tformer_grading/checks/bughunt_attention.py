@@ -78,6 +78,9 @@ from .measure.directions import changes_spread
 from .measure.sizes import named
 from .pieces import wrap_checks
 
+# pytest hides this module's frames in a failure's traceback: a learner sees theirs.
+__tracebackhide__ = True
+
 #: The exercise these checks grade (the pitfall index links its rows there).
 ASSIGNMENT = "ch03_bughunt"
 
@@ -144,7 +147,6 @@ def _einsum_mixing(title: str, module, e: int, h: int) -> tuple:
     """What the mixing and cross-attention probes saw wrong: (sentences that prove the
     seed's bug 1, tokens that never mix; other sentences; whether self-attention ran
     and its tokens were measured to mix within each sequence)."""
-    __tracebackhide__ = True
     proof, other = [], []
     q, kv = randn(2, 5, e, seed=11), randn(2, 5, e, seed=12)
     base = call(title, module, kv, kv, q)
@@ -205,7 +207,6 @@ def _einsum_mixing(title: str, module, e: int, h: int) -> tuple:
 def _fail_einsum_shapes(measured: str, mixes: bool) -> None:
     """Self- or cross-attention raised or returned a wrong shape, and nothing shows that
     tokens never mix: say what was measured, not that bug 1 is still there."""
-    __tracebackhide__ = True
     fixed = (
         " In self-attention tokens do mix, so the seed's bug 1 is fixed; what fails is "
         "cross-attention, where the keys are longer than the queries: every reshape, "
@@ -222,7 +223,6 @@ def _einsum_causal(title: str, module, e: int, h: int) -> None:
     broadcasts against the scores from the right, so it runs only when the scores'
     last two axes are the queries and the keys. (Whether it keeps the queries off the
     later keys depends on the fill value too: bug 4's check measures that.)"""
-    __tracebackhide__ = True
     length = 5
     sizes = named(N=2, L=length, heads=h, head_dim=e // h, embed_size=e)
     what = f"self-attention ({sizes}) with a causal keep-mask [1, 1, L, L]"
@@ -243,12 +243,10 @@ def _einsum_causal(title: str, module, e: int, h: int) -> None:
 
 def _einsum_orders(title: str, module, e: int, label: str) -> None:
     """Query-order equivariance, key-order invariance, weights summing to 1."""
-    __tracebackhide__ = True
     q, k, v = randn(2, 4, e, seed=21), randn(2, 6, e, seed=22), randn(2, 6, e, seed=23)
     what = f"cross-attention with query [2, 4, {e}], keys and values [2, 6, {e}]"
 
     def attend(v, k, q):
-        __tracebackhide__ = True
         got = call(title, module, v, k, q)
         return expect_shape(title, got, (2, 4, e), what, S_EINSUM)
 
@@ -288,7 +286,6 @@ def _heads_share_values(title: str, module, e: int, h: int) -> str:
     """What was measured when the heads pass on only Dh numbers of a value token (its
     change moves query 0's output in Dh directions, not e), else ''. ``module`` is
     float64: float32's noise would blur the gap after the Dh-th direction."""
-    __tracebackhide__ = True
     v, k, q = (randn(1, 4, e, seed=600 + i, dtype=torch.float64) for i in range(3))
     dh, change = e // h, torch.zeros(e, 4, e, dtype=v.dtype, device=v.device)
     change[:, 0] = randn(e, e, seed=603, dtype=v.dtype)
@@ -314,7 +311,6 @@ def _heads_share_values(title: str, module, e: int, h: int) -> str:
 
 def check_bug_einsum(cls, sizes=SIZES) -> None:
     """Bug 1: attention runs over tokens (mask=None, float32)."""
-    __tracebackhide__ = True
     verify_integrity()
     sizes = validate_sizes(sizes)
     with single_thread():
@@ -373,12 +369,10 @@ def _head_changes(x: torch.Tensor, head: int, dh: int, n: int, seed: int):
 def _confined_rank(title: str, module, xs: dict, role: str, head: int, dh: int):
     """(σ_{Dh+1} / σ_1, rank) of the output changes that changes confined to
     ``head``'s slice of input ``role`` cause, or None when they cause none."""
-    __tracebackhide__ = True
     n, x = 4, xs[role]
     size = ((n + 1) * x.size(0), x.size(1), x.size(2))
 
     def outputs(batch):
-        __tracebackhide__ = True
         args = [batch if r == role else xs[r].expand(n + 1, *x.shape) for r in _VKQ]
         got = call(title, module, *(a.reshape(size) for a in args))
         what = f"self-attention [{size[0]}, {size[1]}, {size[2]}] (float64)"
@@ -390,7 +384,6 @@ def _confined_rank(title: str, module, xs: dict, role: str, head: int, dh: int):
 
 def check_bug_shared_linear(cls, sizes=SIZES) -> None:
     """Bug 2: each head's queries (keys, values) depend on the whole embedding."""
-    __tracebackhide__ = True
     verify_integrity()
     sizes = validate_sizes(sizes)
     with single_thread():
@@ -500,7 +493,6 @@ def _load_shared(module, e: int, h: int) -> dict:
 def _load_found(module, e: int) -> dict:
     """Per-head projections from the whole embedding, found by what each weight is
     applied to (ch01's alignment), given ch01-style weights."""
-    __tracebackhide__ = True
     wrapped = _AsQKV(module)
     try:
         alignment = align(TITLE_SCALE, wrapped, e)
@@ -539,7 +531,6 @@ class _AsQKV(torch.nn.Module):
 def _measure_divisor(module, e: int, h: int, shared: bool) -> tuple:
     """(divisor, reading, run): the divisor and reading that reproduce the learner's
     output (None, None when none does), and the run measured."""
-    __tracebackhide__ = True
     xq, xk, xv = (randn(2, 5, e, seed=540 + i, dtype=torch.float64) for i in range(3))
     what = f"self-attention [2, 5, {e}] (float64)"
     # First as built: what it returns is judged before any weight is looked for.
@@ -570,7 +561,6 @@ def _measure_divisor(module, e: int, h: int, shared: bool) -> tuple:
 
 def check_bug_scale(cls, sizes=SIZES) -> None:
     """Bug 3: the scores are divided by √head_dim (measured, mask=None, float64)."""
-    __tracebackhide__ = True
     verify_integrity()
     sizes = validate_sizes(sizes)
     with single_thread():
@@ -660,7 +650,6 @@ def _fill_mask(length: int) -> torch.Tensor:
 
 def check_bug_fill_value(cls, sizes=SIZES) -> None:
     """Bug 4: masking works in float16 (no error, no NaN, masked keys get no weight)."""
-    __tracebackhide__ = True
     verify_integrity()
     sizes = validate_sizes(sizes)
     with single_thread():
@@ -674,7 +663,6 @@ def check_bug_fill_value(cls, sizes=SIZES) -> None:
 
 
 def _check_fill(cls, e: int, h: int) -> None:
-    __tracebackhide__ = True
     # L = H: a [N, 1, 1, L] mask then also broadcasts against the seed's [N, L, H, H]
     # scores, so bug 1's state does not decide whether the mask line runs.
     length, half = h, torch.float16
@@ -718,7 +706,6 @@ def _check_fill(cls, e: int, h: int) -> None:
 
 def _seq2_moved(module, kv, q, mask, got, label: str) -> float:
     """How far sequence 2's output moved from ``got`` on these inputs."""
-    __tracebackhide__ = True
     ran = call(TITLE_FILL, module, kv, kv, q, mask)
     again = expect_shape(TITLE_FILL, ran, tuple(got.shape), label, S_FILL)
     return float((again[2].float() - got[2].float()).abs().max())
@@ -727,7 +714,6 @@ def _seq2_moved(module, kv, q, mask, got, label: str) -> float:
 def _check_convention(module, x, q, mask, got, label: str) -> None:
     """Sequence 2's mask keeps its last key only: its output must follow that token
     alone. Measured the other way round, the convention is inverted."""
-    __tracebackhide__ = True
     length, e = x.shape[1:]
     moved = []
     for tokens, seed in ((slice(0, -1), 44), (slice(-1, None), 45)):

@@ -14,6 +14,9 @@ from ..guard.integrity import seal
 from .cases import build_module
 from .diagnosis import Raised, fail, run
 
+# pytest hides this module's frames in a failure's traceback: a learner sees theirs.
+__tracebackhide__ = True
+
 
 def validate_sizes(sizes) -> tuple:
     """The ``sizes`` argument of a check as a tuple of (embed_size, heads) pairs.
@@ -48,7 +51,6 @@ heads of at least 3 features, got (12, 5)
 def build(cls, embed_size: int, heads: int, dtype: torch.dtype):
     """``cls(embed_size, heads)`` under seed 0, in ``dtype``, in eval mode (the bug
     hunt's model has no dropout, but a learner's fix might add one)."""
-    __tracebackhide__ = True
     return build_module("SelfAttention", cls, (embed_size, heads), dtype, seed=0).eval()
 
 
@@ -62,7 +64,6 @@ def forward(module, values, keys, query, mask):
 def call(title: str, module, values, keys, query, mask=None, what: str = ""):
     """The learner's forward, quietly: a tensor, or a Raised. A result that is not a
     plain tensor fails the check (it cannot be measured)."""
-    __tracebackhide__ = True
     got = run(forward, (module, values, keys, query, mask))
     if not isinstance(got, Raised) and type(got) is not torch.Tensor:
         fail(
@@ -76,7 +77,6 @@ def call(title: str, module, values, keys, query, mask=None, what: str = ""):
 def expect_shape(title: str, got, shape: tuple, what: str, section) -> torch.Tensor:
     """``got`` when it is a tensor of ``shape``; otherwise the check fails, saying
     what raised or which shape came."""
-    __tracebackhide__ = True
     if isinstance(got, Raised):
         fail(title, f"your forward raised {got!r} on {what}.", section)
     if tuple(got.shape) != shape:

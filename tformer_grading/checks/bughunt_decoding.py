@@ -59,6 +59,9 @@ from .measure.mask_readings import causal_reading, shared_pattern
 from .measure.sizes import named
 from .pieces import wrap_checks
 
+# pytest hides this module's frames in a failure's traceback: a learner sees theirs.
+__tracebackhide__ = True
+
 #: The exercise these checks grade (the pitfall index links its rows there).
 ASSIGNMENT = "ch06_bughunt"
 
@@ -298,7 +301,6 @@ def _decode(fn, model, src, max_length):
 
 
 def _tokens(title: str, label: str, out) -> list:
-    __tracebackhide__ = True
     if type(out) is not torch.Tensor or out.dim() != 2 or out.size(0) != 1:
         tensor = isinstance(out, torch.Tensor)
         got = f"shape {list(out.shape)}" if tensor else type(out).__name__
@@ -313,7 +315,6 @@ def _tokens(title: str, label: str, out) -> list:
 def _judge_tokens(title: str, generate_text, model, cases, wrong: Callable) -> None:
     """Decode each case with the learner's loop and the reference; a raise is explained
     from the record, tokens that differ by ``wrong(title, case, model, got, want)``."""
-    __tracebackhide__ = True
     for case in cases:
         src = _source(case.ids)
         want = _reference(model, src, case.max_length)
@@ -495,7 +496,6 @@ def _source_mask_problem(log: list) -> str | None:
 def _explain_raise(title: str, case: Source, log: list, raised: Raised) -> None:
     """Name the mistake the record shows, else say what was raised where; in the case's
     sizes, so that a size error's numbers are read in them."""
-    __tracebackhide__ = True
     if isinstance(raised.exc, AttributeError) and "create_trg_mask" in str(raised.exc):
         NO_MASK_METHOD.fail(title, f"In case {case.label} your loop raised {raised!r}.")
     where = f"{case.label} ({case.sizes(log)})"
@@ -518,7 +518,6 @@ def _explain_raise(title: str, case: Source, log: list, raised: Raised) -> None:
 def _fail_on_target_mask(title: str, label: str, log: list) -> None:
     """Fail naming the mistake when the record shows training mode or a target mask that
     is not causal; return otherwise."""
-    __tracebackhide__ = True
     calls = _decoder_calls(log)
     training = sum(c.training for c in calls)
     if training:
@@ -535,7 +534,6 @@ def _fail_on_target_mask(title: str, label: str, log: list) -> None:
 def _explain_target_tokens(
     title: str, case: Source, model: SeedStyleTransformer, got: list, want: list
 ) -> None:
-    __tracebackhide__ = True
     label, log = case.label, model.log
     _fail_on_target_mask(title, label, log)
     source = _source_mask_problem(log)
@@ -594,7 +592,6 @@ def check_target_mask(generate_text: Callable) -> None:
     sources without padding, on a model without a ``create_trg_mask`` method (masks
     moved to its device): the tokens must be the reference's greedy search, which uses
     the causal mask."""
-    __tracebackhide__ = True
     title = "generate_text: the target mask"
     model = _model(move_masks=True)
     _judge_tokens(title, generate_text, model, _PLAIN, _explain_target_tokens)
@@ -618,7 +615,6 @@ def check_mask_device(generate_text: Callable) -> None:
     the CPU too, from where each tensor was made. The model's decoder has the
     ``create_trg_mask`` method (the notebook's free function) and masks are not moved
     for the loop."""
-    __tracebackhide__ = True
     title = "generate_text: the devices of the tensors it builds"
     model = _model(move_masks=False, fn=generate_text)
     for case in _PLAIN[:2]:
@@ -649,7 +645,6 @@ def check_mask_device(generate_text: Callable) -> None:
 def _explain_padding(
     title: str, case: Source, model: SeedStyleTransformer, got: list, want: list
 ) -> None:
-    __tracebackhide__ = True
     label, ids, log = case.label, case.ids, list(model.log)
     real = [i for i in ids if i != PAD_IDX]
     unpadded = _reference(model, _source(real), case.max_length)
@@ -691,7 +686,6 @@ def check_source_padding(generate_text: Callable) -> None:
     """Bug 3. Sources that end with PAD_IDX must decode as the reference does with the
     padding masked (the model's decoder has the ``create_trg_mask`` method; masks are
     moved to its device)."""
-    __tracebackhide__ = True
     title = "generate_text: padding in the source"
     model = _model(move_masks=True, fn=generate_text)
     _judge_tokens(title, generate_text, model, _PADDED, _explain_padding)
@@ -709,7 +703,6 @@ def check_source_padding(generate_text: Callable) -> None:
 def check_generate_text_by_hand(generate_text: Callable) -> None:
     """Hidden test: the learner's loop, not the reference's greedy_decode or
     beam_search."""
-    __tracebackhide__ = True
     title = "generate_text"
     model = _model(move_masks=True, fn=generate_text)
     src = _source(_PLAIN[0].ids)

@@ -12,6 +12,9 @@ from tformer_ref.device import get_device
 from ..guard.integrity import seal
 from .diagnosis import Raised, fail, fail_unanswered, unanswered
 
+# pytest hides this module's frames in a failure's traceback: a learner sees theirs.
+__tracebackhide__ = True
+
 
 def randn(
     *shape: int,
@@ -40,7 +43,6 @@ def build_module(
     """``cls(*args)`` on the course's device in ``dtype``; a learner's error becomes a
     failure that says which call raised. With ``seed``, built under that seed without
     disturbing the notebook's random state."""
-    __tracebackhide__ = True
     if not isinstance(cls, type):
         fail(
             title,

@@ -34,6 +34,9 @@ from .measure.losses import cross_entropy_normaliser
 from .measure.recorders import recording_lambda_lr, recording_sgd
 from .measure.tape import grad_vector
 
+# pytest hides this module's frames in a failure's traceback: a learner sees theirs.
+__tracebackhide__ = True
+
 VOCAB = 13
 # The batches' sizes (:func:`batches`), and as a crash message names them.
 _B, _SS, _ST = 4, 5, 7
@@ -364,7 +367,6 @@ def observe(
     """Run the learner's step ``case.updates`` times on ``model`` reset to the weights
     ``start``; each update begins with the model left in eval mode (as after an
     evaluation) and is recorded. ``twin`` computes the reference's view."""
-    __tracebackhide__ = True
     model.load_state_dict(start)
     model.zero_grad(set_to_none=True)
     opt = recording_optimizer(model, lr=0.5)

@@ -26,6 +26,9 @@ from ..guard.integrity import seal
 from .diagnosis import Raised, fail, passed, single_thread, verify_integrity
 from .diagnosis import run as call_quietly
 
+# pytest hides this module's frames in a failure's traceback: a learner sees theirs.
+__tracebackhide__ = True
+
 REFERENCE_DIR = os.path.dirname(os.path.abspath(tformer_ref.__file__)) + os.sep
 # Reference code a learner may call freely inside an exercise (it teaches nothing the
 # exercise asks for). Immutable on purpose: the integrity seal compares module globals
@@ -88,7 +91,6 @@ def reject_wrapped(
     """Fail when ``module`` contains a submodule of one of ``kinds``, or one whose
     class is defined in one of ``modules`` (a package or module name): the exercise is
     to write it, not to wrap PyTorch's own or the reference's."""
-    __tracebackhide__ = True
     for name, sub in module.named_modules():
         home = type(sub).__module__
         if isinstance(sub, kinds) or any(
@@ -113,7 +115,6 @@ def check_not_delegated(
     ``"tformer_ref.<name>"``, or ``"tformer_ref"`` for any reference code) or enters
     one of ``forbidden_code`` (code object -> what to call it), or when ``module``
     contains a reference or built-in attention module."""
-    __tracebackhide__ = True
     verify_integrity()
     if module is not None:
         reject_wrapped(title, module)
@@ -155,7 +156,6 @@ def first_raised(result: Any) -> Raised | None:
 
 def fail_if_raised(title: str, result: Any) -> None:
     """A hidden test sees how code computes only when it runs: fail when it raised."""
-    __tracebackhide__ = True
     raised = first_raised(result)
     if raised is not None:
         fail(
@@ -171,7 +171,6 @@ def check_by_hand(
 ) -> None:
     """Hidden test: ``fn(*args)`` runs without calling ``forbidden`` (default: any
     reference code)."""
-    __tracebackhide__ = True
     with single_thread():
         check_not_delegated(title, lambda: fn(*args), forbidden=forbidden)
 

@@ -44,6 +44,9 @@ from .measure.closeness import tensors_near
 from .measure.failing_call import failing_call
 from .measure.torch_errors import explain
 
+# pytest hides this module's frames in a failure's traceback: a learner sees theirs.
+__tracebackhide__ = True
+
 
 class CheckFailure(AssertionError):
     """A check found a mistake. The message says which, and where to read about it.
@@ -192,7 +195,6 @@ class Diagnosis:
     def fail(self, title: str, detail: str = "") -> None:
         """Raise the failure that names this mistake; ``detail`` is what was
         observed."""
-        __tracebackhide__ = True
         observed = f"{detail} " if detail else ""
         fail(
             title,
@@ -353,7 +355,6 @@ def fail(title: str, message: str, section: Section | None = None) -> None:
 def verify_integrity() -> None:
     """Raise :class:`CheckFailure` when the check machinery was patched (no check can be
     trusted then)."""
-    __tracebackhide__ = True
     problems = integrity_problems()
     if problems:
         shown = "; ".join(problems[:4])
@@ -371,7 +372,6 @@ def verify_integrity() -> None:
 def passed(title: str, detail: str) -> None:
     """Print the success line of a check (signed while grading), after verifying
     nothing was patched."""
-    __tracebackhide__ = True
     verify_integrity()
     print(sign(f"✓ {title}: {detail}"))
 
@@ -397,7 +397,6 @@ def single_threaded(check: Callable) -> Callable:
 
     @functools.wraps(check)
     def run_check(*args, **kwargs):
-        __tracebackhide__ = True
         with single_thread():
             return check(*args, **kwargs)
 
@@ -453,7 +452,6 @@ def fail_unanswered(exc: BaseException) -> None:
     """Fail saying the exercise is still the placeholder: counting its cases as wrong
     would send the learner looking for a mistake they have not had the chance to
     make."""
-    __tracebackhide__ = True
     fail(
         NOT_ANSWERED,
         f"your code raised NotImplementedError{learner_line(exc)}, the placeholder the "
@@ -465,7 +463,6 @@ def fail_unanswered(exc: BaseException) -> None:
 def run_or_fail(title: str, fn: Callable, args: tuple, call: str) -> Any:
     """``fn(*args)`` quietly; when the learner's code raises, the check fails saying
     which ``call`` raised what."""
-    __tracebackhide__ = True
     result = run(fn, args)
     if isinstance(result, Raised):
         fail(title, f"{call} raised {result!r}")
@@ -530,7 +527,6 @@ def compare_to_reference(
     ``adapt`` wraps learner, reference and every pitfall alike (say, to keep one output
     of a pair, or to call a module with weights the case supplies).
     """
-    __tracebackhide__ = True
     verify_integrity()
     learner, reference = adapt(learner), adapt(reference)
     ours = flow.reference_outputs(reference, cases)
@@ -554,7 +550,6 @@ def fail_unexplained(
 ) -> None:
     """The failure when no known pitfall explains the learner's outputs: where, not
     why."""
-    __tracebackhide__ = True
     problems = [
         (case, msg)
         for case, got, want in zip(cases, theirs, ours)

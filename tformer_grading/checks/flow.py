@@ -47,6 +47,9 @@ from .diagnosis import (
     same,
 )
 
+# pytest hides this module's frames in a failure's traceback: a learner sees theirs.
+__tracebackhide__ = True
+
 # --------------------------------------------------------------------------- running
 
 
@@ -82,7 +85,6 @@ def reference_outputs(reference: Callable, cases: Sequence[Case]) -> list:
 def fail_if_raised(title: str, result: Any, where: str, section: Any = None) -> None:
     """The learner's exception as a failure: what it raised, at which line of their
     code (:class:`Raised`), and ``where`` the check was ("on case ...")."""
-    __tracebackhide__ = True
     if isinstance(result, Raised):
         fail(title, f"your code raised {result!r} {where}.", section)
 
@@ -179,7 +181,6 @@ def check_deterministic(
 ) -> None:
     """Call ``fn`` again on ``case`` (whose first call gave ``first``): a different
     result names ``diagnosis`` (the exercise's "depends on chance")."""
-    __tracebackhide__ = True
     again = run(fn, case.make())
     fail_if_raised(
         title,
@@ -305,7 +306,6 @@ def fallback(
 ) -> None:
     """The failure when no mistake could be named: what was ``seen`` (where, not why;
     ``stop`` ends it), the words the report counts as unexplained, and ``advice``."""
-    __tracebackhide__ = True
     said = f"; {advice}" if advice else ""
     fail(title, f"{seen}{stop} It {UNEXPLAINED}{said}.", section)
 

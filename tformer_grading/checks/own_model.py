@@ -77,6 +77,9 @@ from .own_model_training import (
 )
 from .pieces import wrap_checks
 
+# pytest hides this module's frames in a failure's traceback: a learner sees theirs.
+__tracebackhide__ = True
+
 #: The exercise these checks grade (the pitfall index links its rows there).
 ASSIGNMENT = "ch06_own_model"
 
@@ -180,7 +183,6 @@ def borrowed_from(obj) -> str | None:
 
 
 def _fail_if_borrowed(title: str, named: dict) -> None:
-    __tracebackhide__ = True
     found = [
         f"{name} is {where}"
         for name, obj in named.items()
@@ -270,7 +272,6 @@ def _mha_mask_problem(cls) -> str | None:
 
 
 def _attention_checks(split_heads, merge_heads, masked_attention, mha_cls) -> None:
-    __tracebackhide__ = True
     ch01.check_split_heads(split_heads)
     ch01.check_by_hand("split_heads", split_heads, (randn(2, 3, 8, seed=1), 2))
     ch01.check_merge_heads(merge_heads)
@@ -290,14 +291,12 @@ def _attention_checks(split_heads, merge_heads, masked_attention, mha_cls) -> No
 
 
 def _mask_checks(causal_mask, padding_mask) -> None:
-    __tracebackhide__ = True
     ch03.check_causal_mask(causal_mask)
     ch03.check_padding_mask(padding_mask)
     ch03.check_mask_probes(_ref_attention, causal_mask, padding_mask)
 
 
 def _block_checks(feed_forward, encoder_block, decoder_block) -> None:
-    __tracebackhide__ = True
     learner = (feed_forward, encoder_block, decoder_block)
     with _with_names(
         learner, MultiHeadAttention=_RefAttention, causal_mask=_right_causal_mask
@@ -313,7 +312,6 @@ def _block_checks(feed_forward, encoder_block, decoder_block) -> None:
 
 
 def _position_checks(sinusoidal_encoding, embed) -> None:
-    __tracebackhide__ = True
     ch05.check_sinusoidal_encoding(sinusoidal_encoding)
     ch05.check_by_hand("sinusoidal_encoding", sinusoidal_encoding, (12, 8))
     ch05.check_embed(embed)
@@ -339,7 +337,6 @@ PIECES = (
 
 
 def _check_piece(index: int, objects: tuple) -> None:
-    __tracebackhide__ = True
     verify_integrity()
     title, names, checks, chapters = PIECES[index]
     _fail_if_borrowed(title, dict(zip(names, objects)))
@@ -356,14 +353,12 @@ def check_own_attention(split_heads, merge_heads, masked_attention, mha_cls) -> 
     with a ``dropout`` argument and using its ``mask``), exercise 3's
     ``masked_attention``: the learner's own, passing their chapters' checks, the module
     obeying its mask."""
-    __tracebackhide__ = True
     _check_piece(0, (split_heads, merge_heads, masked_attention, mha_cls))
 
 
 def check_own_masks(causal_mask, padding_mask) -> None:
     """Exercise 3's ``causal_mask`` and ``padding_mask``: the learner's own, passing
     chapter 3's checks (its probes run with the reference's attention)."""
-    __tracebackhide__ = True
     _check_piece(1, (causal_mask, padding_mask))
 
 
@@ -371,14 +366,12 @@ def check_own_blocks(feed_forward, encoder_block, decoder_block) -> None:
     """Exercise 4's ``FeedForward`` and ``EncoderBlock`` (Post-LN), exercise 5's
     ``DecoderBlock``: the learner's own, passing their chapters' checks, run with the
     reference's attention and causal mask in place of the learner's."""
-    __tracebackhide__ = True
     _check_piece(2, (feed_forward, encoder_block, decoder_block))
 
 
 def check_own_positions(sinusoidal_encoding, embed) -> None:
     """Exercise 5's ``sinusoidal_encoding`` and ``embed``: the learner's own, passing
     chapter 5's checks."""
-    __tracebackhide__ = True
     _check_piece(3, (sinusoidal_encoding, embed))
 
 
@@ -636,7 +629,6 @@ MODEL_PROBES = (
 def _fail_with_findings(title: str, task: str, findings: list) -> None:
     """Fail listing every finding; the most likely one's section is the failure's own,
     so JupyterLab shows its link (its "Read" line moves to the end, said once)."""
-    __tracebackhide__ = True
     lead = next((section for _, section in findings if section is not None), None)
     texts = [text for text, _ in findings]
     if lead is not None:
@@ -718,7 +710,6 @@ def check_own_model_learns(
     ``positions`` = (sinusoidal_encoding, embed). ``steps``: tests shorten it to reach
     a wrong model's diagnosis sooner; a right model needs all of STEPS.
     """
-    __tracebackhide__ = True
     title = TITLE
     verify_integrity()
     pieces = (attention, masks, blocks, positions)

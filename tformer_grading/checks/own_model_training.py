@@ -41,6 +41,9 @@ from .measure.losses import (
 from .measure.sizes import named
 from .measure.softmax import normalised_over
 
+# pytest hides this module's frames in a failure's traceback: a learner sees theirs.
+__tracebackhide__ = True
+
 #: The exercise whose checks (own_model's) run this module (its bank holds the answers).
 ASSIGNMENT = "ch06_own_model"
 
@@ -70,7 +73,6 @@ def build_model(
     """``model_cls(V, D, H, F, layers)`` under ``seed``, with the course's Xavier
     initialisation (§4.6), on the course's device; a model that cannot be built or
     has nothing to train fails ``title``."""
-    __tracebackhide__ = True
     name = getattr(model_cls, "__name__", "model")
     call = f"{name}({vocab_size}, {D_MODEL}, {N_HEADS}, {D_FF}, {layers})"
     with torch.random.fork_rng(devices=[]), quiet():
@@ -154,7 +156,6 @@ def calls_in_order(model, src, tgt_in) -> list[tuple[str, str, torch.Tensor]]:
 
 def require_forward(title: str, model, src, tgt_in, vocab_size: int) -> None:
     """The interface: model(src [B, Ss], tgt_in [B, St]) -> float logits [B, St, V]."""
-    __tracebackhide__ = True
     out = eval_logits(model, src, tgt_in)
     b, ss, st = *src.shape, tgt_in.size(1)
     sizes = named(V=vocab_size, D=D_MODEL, H=N_HEADS, Dh=D_MODEL // N_HEADS)

@@ -39,6 +39,9 @@ from typing import Any
 from ..guard.integrity import seal
 from .diagnosis import CheckFailure
 
+# pytest hides this module's frames in a failure's traceback: a learner sees theirs.
+__tracebackhide__ = True
+
 # check -> (the piece's name, the code objects of the learner's piece it failed on).
 _FAILED: dict[str, tuple[str, frozenset]] = {}
 _DEPTH = [0]  # a check that another check calls is the caller's business
@@ -126,7 +129,6 @@ def one_diagnosis(check: Callable) -> Callable:
 
     @functools.wraps(check)
     def run(*args, **kwargs):
-        __tracebackhide__ = True
         if _DEPTH[0]:
             return check(*args, **kwargs)
         key = f"{check.__module__}.{check.__qualname__}"

@@ -31,6 +31,9 @@ from .stages import (
     values_stage,
 )
 
+# pytest hides this module's frames in a failure's traceback: a learner sees theirs.
+__tracebackhide__ = True
+
 
 def _split_back(g: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """The gradient a merge hands back to x [B, H, S, Dh]: the upstream split."""
@@ -116,7 +119,6 @@ MERGE_WRONG_PLACES = Diagnosis(
 
 
 def _merge_shape_stage(title: str, r: Run) -> None:
-    __tracebackhide__ = True
     if not isinstance(r.got, torch.Tensor) or r.got.shape == r.want.shape:
         return
     b, h, s, dh = r.args[0].shape
@@ -137,7 +139,6 @@ def _merge_shape_stage(title: str, r: Run) -> None:
 def _merge_sources_stage(title: str, r: Run) -> None:
     """Name the first thing the code case shows out of place: batch, token,
     feature."""
-    __tracebackhide__ = True
     b, h, s, dh = r.args[0].shape
     src = sources(r.got, r.ref_args[0])
     if src is None:
@@ -162,7 +163,6 @@ def _merge_sources_stage(title: str, r: Run) -> None:
 
 def _merge_layout_stage(title: str, runs: Sequence[Run]) -> None:
     """As _split_layout_stage, for merge_heads."""
-    __tracebackhide__ = True
     r = runs[-1]
     if type(r.got) is torch.Tensor and not is_right(r, 0, 0):  # subclasses: form
         _merge_shape_stage(title, r)
@@ -211,7 +211,6 @@ def _merge_cases():
 
 def check_merge_heads(merge_heads_fn) -> None:
     """``merge_heads_fn(x [B, H, S, Dh]) -> [B, S, D]``, the inverse of split_heads."""
-    __tracebackhide__ = True
     with single_thread():
         runs = [
             run_function(c, merge_heads_fn, merge_heads, ("x",)) for c in _merge_cases()

@@ -25,6 +25,9 @@ from ..measure.probes import (
 from ..measure.sizes import named
 from .sections import S_EINSUM, S_PROJ, S_SPLIT
 
+# pytest hides this module's frames in a failure's traceback: a learner sees theirs.
+__tracebackhide__ = True
+
 TOKENS_NEVER_MIX = Diagnosis(
     "tokens never mix",
     "The scores must contract over the feature axis and range over key *positions*: "
@@ -99,7 +102,6 @@ def probe_self_attention(
     """Run ``probes`` on ``t -> module(t, t, t)`` and ``x`` [B, S, D]. A first call
     on ``x`` must return a tensor: there the learner's exception is read with the
     PyTorch call it came from, before any probe compares two outputs."""
-    __tracebackhide__ = True
     b, s, d = x.shape
     who = f"your code, run on x [{named(B=b, S=s, D=d)}],"
 
@@ -116,7 +118,6 @@ def probe_self_attention(
 def check_multi_head_attention_behaviour(cls) -> None:
     """Probes any correct attention passes: tokens mix, batch entries stay apart, eval
     mode is deterministic, training mode computes the same but for dropout."""
-    __tracebackhide__ = True
     module = build_module(
         "MultiHeadAttention", cls, (16, 4), torch.float32, seed=0
     ).eval()

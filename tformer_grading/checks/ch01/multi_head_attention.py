@@ -73,6 +73,9 @@ from .stages import (
     staged,
 )
 
+# pytest hides this module's frames in a failure's traceback: a learner sees theirs.
+__tracebackhide__ = True
+
 # ---------------------------------------------------------------- multi-head attention
 # Functional multi-head attention from the weights a case hands in,
 # w = {"q": (weight, bias), "k": ..., "v": ..., "o": ...}: the same numbers are loaded
@@ -241,7 +244,6 @@ def _mha_cases():
 
 
 def _build(cls, d_model, n_heads, dtype):
-    __tracebackhide__ = True
     module = build_module("MultiHeadAttention", cls, (d_model, n_heads), dtype, seed=0)
     return module.eval()
 
@@ -254,7 +256,6 @@ def _forward(module, xq, xk, xv):
 def _mha_run(cls, case: Case) -> Run:
     """Build the learner's module, find its projections, load the case's weights,
     run it."""
-    __tracebackhide__ = True
     w, h, xq, xk, xv = case.make()
     d = xq.size(-1)
     module = _build(cls, d, h, torch.float64)
@@ -490,7 +491,6 @@ def _weight_sums(runs: Sequence[Run], factors: list) -> str | None:
 
 def _linear_readings(title: str, runs: Sequence[Run]) -> None:
     """A reading with a closed-form fit: no softmax, output linear in the scores."""
-    __tracebackhide__ = True
     linear = [_fit_weight_sum(r, no_softmax(r.ref_args)) for r in runs]
     if all(close(r, err) for r, (_, err) in zip(runs, linear)):
         divs = ", ".join(f"{1 / c:.4g}" for c, _ in linear)
@@ -502,7 +502,6 @@ def _linear_readings(title: str, runs: Sequence[Run]) -> None:
 
 
 def _mha_measure_stage(title: str, runs: Sequence[Run]) -> None:
-    __tracebackhide__ = True
     _linear_readings(title, runs)
     for reading in READINGS:
         fitted = _fit_reading(reading, runs)
@@ -557,7 +556,6 @@ def _heads_pattern(runs: Sequence[Run], heads: list) -> tuple:
 def _head_count_readings(title: str, runs: Sequence[Run]) -> None:
     """The attention computed with H' != n_heads heads on some case, H' measured per
     case (the reference with H' heads reproduces every case)."""
-    __tracebackhide__ = True
     fitted = [_fit_heads(r) for r in runs]
     if any(f is None for f in fitted):
         return
@@ -588,7 +586,6 @@ def _head_count_readings(title: str, runs: Sequence[Run]) -> None:
 
 def _adds_input_stage(title: str, runs: Sequence[Run]) -> None:
     """The output is the reference's plus one of the inputs."""
-    __tracebackhide__ = True
     for name, i in (("query", 0), ("key", 1), ("value", 2)):
         if all(
             r.args[i].shape == r.want.shape
@@ -603,7 +600,6 @@ def _adds_input_stage(title: str, runs: Sequence[Run]) -> None:
 
 
 def _determinism_stage(title: str, runs: Sequence[Run]) -> None:
-    __tracebackhide__ = True
     for r in runs:
         again = r.extra[1]
         if (
@@ -620,7 +616,6 @@ def _determinism_stage(title: str, runs: Sequence[Run]) -> None:
 
 
 def _mha_form_stage(title: str, runs: Sequence[Run]) -> None:
-    __tracebackhide__ = True
     for r in runs:
         (b, sq, d), sk = r.args[0].shape, r.args[1].size(1)
         if isinstance(r.got, torch.Tensor) and sq != sk and r.got.shape == (b, sk, d):
@@ -640,7 +635,6 @@ PROBED = (TOKENS_NEVER_MIX, BATCH_ENTRIES_LEAK)
 
 def _mha_probe_stage(title: str, runs: Sequence[Run]) -> None:
     """Behaviour any attention has, on the first case's module."""
-    __tracebackhide__ = True
     probe_self_attention(title, runs[0].extra[0], runs[0].args[0], MIXING_PROBES)
 
 
@@ -676,7 +670,6 @@ def _reference_gradients(ref_args: tuple, upstream: torch.Tensor) -> tuple:
 def _mha_gradient_stage(title: str, runs: Sequence[Run]) -> None:
     """Right outputs: the gradient must still reach query, key and value as the
     reference's does (measured on the cross-attention case, key != value)."""
-    __tracebackhide__ = True
     r = next(r for r in runs if r.args[1].size(1) != r.args[0].size(1))
     upstream = randn(*r.want.shape, seed=77, dtype=r.want.dtype)
     got = run(_input_gradients, (r.extra[0], r.args, upstream))
@@ -720,7 +713,6 @@ def check_multi_head_attention(cls) -> None:
     mask=None)`` maps query [B, Sq, D], key and value [B, Sk, D] to [B, Sq, D]. Its
     projections are found by what they are applied to (any names, order, fused
     layout, orientation; biases where it has them) and given the cases' weights."""
-    __tracebackhide__ = True
     with single_thread():
         runs = [_mha_run(cls, case) for case in _mha_cases()]
         known = (
@@ -742,7 +734,6 @@ def check_multi_head_attention(cls) -> None:
 def check_multi_head_attention_by_hand(cls) -> None:
     """Hidden test: the forward pass is the learner's own, not PyTorch's or the
     reference's attention."""
-    __tracebackhide__ = True
     module = _build(cls, 16, 4, torch.float32)
     x = randn(2, 5, 16, seed=8)
     check_not_delegated(

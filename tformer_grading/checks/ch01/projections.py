@@ -36,6 +36,9 @@ from ..measure.roles import joint_roles, same_gradient, span_basis
 from ..measure.roles import roles as read_roles
 from .sections import S_PROJ
 
+# pytest hides this module's frames in a failure's traceback: a learner sees theirs.
+__tracebackhide__ = True
+
 INPUT_NOT_PROJECTED = Diagnosis(
     "an input is never projected",
     "forward(query, key, value) projects each of its three inputs with its own "
@@ -117,7 +120,6 @@ def shared_head_check(module, d_model: int, n_heads: int, diagnosis) -> None:
     """Fail with ``diagnosis`` when the module has a [Dh, Dh] weight (one Linear
     shared by the heads): it has no [D, D] projections to load the cases' weights
     into, so its outputs cannot be compared."""
-    __tracebackhide__ = True
     d_head = d_model // n_heads
     named = list(module.named_parameters())
     if d_head != d_model and any(p.shape == (d_head, d_head) for _, p in named):
@@ -250,7 +252,6 @@ def _listing(found, pieces) -> str:
 def _check_roles(title: str, found, pieces, mixed, d: int) -> None:
     """Fail, in the learner's terms, when the projections are not one D×D map per
     input and one output map."""
-    __tracebackhide__ = True
     listing = _listing(found, pieces)
     if mixed:
         PROJECTION_SHARED.fail(title, f"{mixed[0]}. {listing}")
@@ -274,7 +275,6 @@ def _check_roles(title: str, found, pieces, mixed, d: int) -> None:
 
 def _check_output_role(title: str, found, pieces, listing: str) -> None:
     """Fail unless exactly one [D, D] weight is applied last, to the merged heads."""
-    __tracebackhide__ = True
     outs = [p for p in pieces if p.role == "o"]
     placed = {p.name for p in pieces}
     unread = [
@@ -338,7 +338,6 @@ def _bias_pieces(p, g, roles, features, targets) -> list:
 def align(title: str, module, d: int) -> Alignment | str:
     """Find the learner's projections by what they are applied to (see above); or say
     why the module gives no gradient to read."""
-    __tracebackhide__ = True
     probe = _probe_gradients(module, d)
     if isinstance(probe, str):
         return probe
@@ -362,7 +361,6 @@ def align(title: str, module, d: int) -> Alignment | str:
 
 def _weights_qkvo(matrices, d_model: int, listing: str, why: str) -> list:
     """The four projection weights: four [D, D], or one [3D, D] and one [D, D]."""
-    __tracebackhide__ = True
     shapes = [tuple(p.shape) for p in matrices]
     if shapes == [(d_model, d_model)] * 4:
         return list(matrices)
@@ -383,7 +381,6 @@ def _weights_qkvo(matrices, d_model: int, listing: str, why: str) -> list:
 def _biases_qkvo(vectors, d_model: int, listing: str) -> list:
     """The four projection biases, matched like the weights (four None when there are
     none)."""
-    __tracebackhide__ = True
     if not vectors:
         return [None] * 4
     sizes = [p.numel() for p in vectors]
@@ -401,7 +398,6 @@ def _biases_qkvo(vectors, d_model: int, listing: str) -> list:
 def alignment_by_order(module, d_model: int, why: str) -> Alignment:
     """Without a gradient to read: the parameters in the order the module registers
     them, four Linear(D, D) or one Linear(D, 3D) then one Linear(D, D)."""
-    __tracebackhide__ = True
     named = list(module.named_parameters())
     listing = ", ".join(f"{n} {list(p.shape)}" for n, p in named) or "none"
     matrices = [p for _, p in named if p.dim() == 2]

@@ -32,6 +32,9 @@ from .stages import (
     values_stage,
 )
 
+# pytest hides this module's frames in a failure's traceback: a learner sees theirs.
+__tracebackhide__ = True
+
 
 def _split_no_transpose(x, h):
     b, s, d = x.shape
@@ -99,7 +102,6 @@ WRONG_FEATURES = Diagnosis(
 
 
 def _split_shape_stage(title: str, r: Run) -> None:
-    __tracebackhide__ = True
     (b, s, d), h = r.args[0].shape, r.args[1]
     if not isinstance(r.got, torch.Tensor) or r.got.shape == r.want.shape:
         return
@@ -123,7 +125,6 @@ def _split_shape_stage(title: str, r: Run) -> None:
 def _head_count_stage(title: str, r: Run, where: str) -> None:
     """[B, n, S, m] with n * m = D, each row a run of consecutive features: the split
     made n heads of m features, not n_heads heads of D // n_heads."""
-    __tracebackhide__ = True
     (b, s, d), h = r.args[0].shape, r.args[1]
     got = r.got
     if (
@@ -145,7 +146,6 @@ def _head_count_stage(title: str, r: Run, where: str) -> None:
 def _split_sources_stage(title: str, r: Run) -> None:
     """Name the first thing the code case shows out of place: batch, token,
     feature."""
-    __tracebackhide__ = True
     x, h = r.args
     (b, s, _), dh = x.shape, x.size(-1) // h
     src = sources(r.got, r.ref_args[0])
@@ -172,7 +172,6 @@ def _split_sources_stage(title: str, r: Run) -> None:
 def _split_layout_stage(title: str, runs: Sequence[Run]) -> None:
     """Where the code case's values went (the last case; measured before any other
     case's exception, which it usually explains), then exceptions, then the form."""
-    __tracebackhide__ = True
     r = runs[-1]
     if type(r.got) is torch.Tensor and not is_right(r, 0, 0):  # subclasses: form
         _split_shape_stage(title, r)
@@ -209,7 +208,6 @@ def _split_cases():
 
 def check_split_heads(split_heads_fn) -> None:
     """``split_heads_fn(x [B, S, D], n_heads) -> [B, H, S, Dh]``."""
-    __tracebackhide__ = True
     with single_thread():
         runs = [
             run_function(c, split_heads_fn, split_heads, ("x", "n_heads"))

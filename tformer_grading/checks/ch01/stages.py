@@ -36,6 +36,9 @@ from ..diagnosis import (
 )
 from .sections import S_SPLIT
 
+# pytest hides this module's frames in a failure's traceback: a learner sees theirs.
+__tracebackhide__ = True
+
 # ----------------------------------------------------------------------- staged checks
 # One comparison for the three exercises: run every case, name a listed pitfall only
 # when it reproduces every case, then run the measuring stages, then say where it
@@ -91,7 +94,6 @@ def _name_listed(
     rtol: float,
 ) -> None:
     """Name a listed pitfall, but only one that reproduces every case."""
-    __tracebackhide__ = True
     got = [r.got for r in runs]
     pitfall = flow.listed_pitfall(
         pitfalls,
@@ -108,7 +110,6 @@ def _name_listed(
 
 def raised_stage(title: str, runs: Sequence[Run]) -> None:
     """The learner's exception, with their line and the case that triggered it."""
-    __tracebackhide__ = True
     raised = [r for r in runs if isinstance(r.got, Raised)]
     if raised:
         flow.fail_if_raised(
@@ -129,7 +130,6 @@ INPUT_CHANGED = Diagnosis(
 
 
 def _mutation_stage(title: str, runs: Sequence[Run]) -> None:
-    __tracebackhide__ = True
     for r in runs:
         if r.mutated is not None:
             INPUT_CHANGED.fail(
@@ -149,7 +149,6 @@ WRONG_FORM = Diagnosis(
 
 def form_stage(title: str, runs: Sequence[Run], section: Section) -> None:
     """Type, shape, dtype and device, before any values are compared."""
-    __tracebackhide__ = True
     for r in runs:
         got, want = r.got, r.want
         if (
@@ -170,7 +169,6 @@ def form_stage(title: str, runs: Sequence[Run], section: Section) -> None:
 def fail_findings(title: str, findings: list) -> None:
     """Fail with the measured ``findings``, [(Diagnosis, detail)]: one, as its
     diagnosis; several, all of them, each with its name."""
-    __tracebackhide__ = True
     if len(findings) == 1:
         diagnosis, detail = findings[0]
         diagnosis.fail(title, f"Measured: {detail}.")
@@ -187,7 +185,6 @@ def _fallback(
     title: str, runs: Sequence[Run], atol: float, rtol: float, known: str = ""
 ) -> None:
     """Where, not why: the first case that differs, and what is known to be right."""
-    __tracebackhide__ = True
     wrong = [
         (r, m) for r in runs if (m := describe_difference(r.got, r.want, atol, rtol))
     ]
@@ -209,7 +206,6 @@ def staged(
 ) -> None:
     """Pass, or fail with the first stage that explains the difference.
     ``when_right(title, runs)`` checks what right values cannot show (the gradient)."""
-    __tracebackhide__ = True
     verify_integrity()
     if all(is_right(r, atol, rtol) for r in runs):
         if when_right is not None:
@@ -279,7 +275,6 @@ VALUES_CHANGED = Diagnosis(
 
 def values_stage(title: str, r: Run) -> None:
     """The output is not a rearrangement of the input: say by how much it differs."""
-    __tracebackhide__ = True
     got, want = r.got.detach().double(), r.want.detach().double()
     scale = (got * want).sum() / (want * want).sum()
     if torch.allclose(got, scale * want, atol=1e-6, rtol=1e-6):
@@ -328,7 +323,6 @@ def gradient_stage(
 ) -> None:
     """On every case, x's gradient must be the upstream gradient G [shape of the
     output] moved back by ``inverse(G, x)``."""
-    __tracebackhide__ = True
     for r in runs:
         x, rest = r.ref_args[0], tuple(r.ref_args[1:])
         upstream = codes(*r.want.shape).to(r.want.dtype)
@@ -382,7 +376,6 @@ def batch_and_token_stage(
 ) -> None:
     """Every output element must come from its own batch entry, then its own token:
     ``batch`` and ``token`` are (where each element came from, where it should have)."""
-    __tracebackhide__ = True
     for (found, expected), diagnosis, what in (
         (batch, BATCH_MIXED, "batch entry"),
         (token, tokens_mixed, "token"),

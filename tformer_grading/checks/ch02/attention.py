@@ -66,6 +66,9 @@ from ..measure.softmax import (
 from .attention_large_scores import judge_large_scores
 from .sections import S_DMODEL, S_SATURATION, S_STEPS, S_VARIANCE
 
+# pytest hides this module's frames in a failure's traceback: a learner sees theirs.
+__tracebackhide__ = True
+
 # The divisors a learner may have used: a power of one size (or of d_model = H·Dh)
 # times 1, 2 or ½.
 DIVISOR_FORMULAS = powers(
@@ -619,7 +622,6 @@ _FORM_WORDS = {
 def _call_all(title: str, fn, cases) -> list:
     """Run fn on every case: [(args, result)]. Fails on an exception, a result that is
     not a pair, or inputs changed in place."""
-    __tracebackhide__ = True
     for done in (runs := run_cases(fn, cases)):
         label, result = done.case.label, done.result
         fail_if_raised(title, result, f"while the check ran case {label}")
@@ -641,7 +643,6 @@ def _call_all(title: str, fn, cases) -> list:
 def _check_types(title: str, calls, cases) -> None:
     """Fail when an element of a pair is not a plain tensor of the right shape, dtype
     and device."""
-    __tracebackhide__ = True
     for case, ((q, k, v), (out, w)) in zip(cases, calls):
         b, h, sq, dh = q.shape
         want_out, want_w = [b, h, sq, dh], [b, h, sq, k.size(2)]
@@ -680,7 +681,6 @@ def _check_types(title: str, calls, cases) -> None:
 def check_attention(attention_fn) -> None:
     """``attention_fn(q [B, H, Sq, Dh], k [B, H, Sk, Dh], v [B, H, Sk, Dh])
     -> (out [B, H, Sq, Dh], weights [B, H, Sq, Sk])``."""
-    __tracebackhide__ = True
     verify_integrity()
     cases = _attention_cases()
     calls = _call_all("attention", attention_fn, cases)
@@ -699,7 +699,6 @@ def check_attention(attention_fn) -> None:
 def _fail_weights(fn, calls, cases, ws, ref) -> None:
     """The weights are wrong: name the pitfall that reproduces everything, else what is
     measured, else where."""
-    __tracebackhide__ = True
     title = "attention (weights)"
     check_deterministic(title, fn, cases[0], calls[0][1], RANDOM)
     refs = [r[1] for r in ref]
@@ -730,7 +729,6 @@ def _pair_note(calls) -> str:
 
 def _fail_output(fn, calls, cases, outs, ref) -> None:
     """The weights are right, the output is not: what is measured, else where."""
-    __tracebackhide__ = True
     title = "attention (output)"
     check_deterministic(title, fn, cases[0], calls[0][1], RANDOM)
     wrong = [
@@ -746,7 +744,6 @@ def _fail_output(fn, calls, cases, outs, ref) -> None:
 
 def _fail_where(part: str, cases, got: list, refs: list, stage: str = "") -> None:
     """The fallback: which case, which stage, how far; names no mistake."""
-    __tracebackhide__ = True
     for case, g, r in zip(cases, got, refs):
         size, where = largest_difference(g, r)
         if size > (1e-5 + 1e-4 * r.abs().max()).item():
@@ -777,7 +774,6 @@ def _weights_stage(ws: list) -> str:
 def check_attention_by_hand(attention_fn) -> None:
     """Hidden test: the learner wrote the computation, not a call to PyTorch's or the
     reference's attention."""
-    __tracebackhide__ = True
     q, k, v = (randn(2, 2, 3, 4, seed=s) for s in (1, 2, 3))
     result = run(attention_fn, (q.clone(), k.clone(), v.clone()))
     fail_if_raised(

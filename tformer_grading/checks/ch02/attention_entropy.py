@@ -38,6 +38,9 @@ from ..measure.formulas import number, numbers
 from .attention import MUTATES_INPUT
 from .sections import S_ENTROPY
 
+# pytest hides this module's frames in a failure's traceback: a learner sees theirs.
+__tracebackhide__ = True
+
 
 def _entropy(weights):
     return torch.special.entr(weights).sum(dim=-1)
@@ -171,7 +174,6 @@ def _entropy_cases():
 def _call_entropy(title: str, fn, cases) -> list:
     """[(weights, result)] per case; fails on an exception, a non-tensor, or weights
     changed in place."""
-    __tracebackhide__ = True
     for done in (runs := run_cases(fn, cases)):
         case, got = done.case, done.result
         fail_if_raised(title, got, f"while the check ran case {case.label}")
@@ -209,7 +211,6 @@ def _reduced_shape(shape, dims, keepdim) -> list:
 
 
 def _check_entropy_dtypes(title: str, calls, cases) -> None:
-    __tracebackhide__ = True
     for case, (w, g) in zip(cases, calls):
         if g.dtype != w.dtype or g.device != w.device:
             fail(
@@ -222,7 +223,6 @@ def _check_entropy_dtypes(title: str, calls, cases) -> None:
 
 def _check_entropy_shapes(title: str, calls, cases) -> None:
     """Fail when the entropy's shape, dtype or device is not the weights' [..., Sq]."""
-    __tracebackhide__ = True
     if all(list(g.shape) == list(w.shape[:-1]) for w, g in calls):
         _check_entropy_dtypes(title, calls, cases)
         return
@@ -247,7 +247,6 @@ def _check_entropy_shapes(title: str, calls, cases) -> None:
 
 def _fail_shape_of_one_case(title: str, case, w, g) -> None:
     """The entropy g has the wrong shape on this case of weights w: say how."""
-    __tracebackhide__ = True
     if list(g.shape) == [n for n in w.shape[:-1] if n != 1]:
         ENTROPY_AXES.fail(
             title,
@@ -491,7 +490,6 @@ def _eps_finding(calls, refs):
 def check_attention_entropy(entropy_fn) -> None:
     """``entropy_fn(weights [..., Sq, Sk]) -> [..., Sq]``: −Σ w·ln w over the keys, in
     nats, 0·ln 0 = 0."""
-    __tracebackhide__ = True
     verify_integrity()
     title, cases = "attention_entropy", _entropy_cases()
     calls = _call_entropy(title, entropy_fn, cases)
@@ -508,7 +506,6 @@ def check_attention_entropy(entropy_fn) -> None:
 
 
 def _explain_entropy(title: str, calls, refs, cases) -> None:
-    __tracebackhide__ = True
     found = _nan_finding(calls, refs)
     if found is None and all(torch.isfinite(g).all() for _, g in calls):
         ratios = _ratios(calls, refs)

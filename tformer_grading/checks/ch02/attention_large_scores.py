@@ -20,6 +20,9 @@ from ..measure.sizes import named
 from ..measure.softmax import clamp_bound, overflowed
 from .sections import S_STEPS
 
+# pytest hides this module's frames in a failure's traceback: a learner sees theirs.
+__tracebackhide__ = True
+
 OVERFLOW = Diagnosis(
     "softmax overflows on large scores",
     "exp(x) is inf in float32 once x passes log(torch.finfo(torch.float32).max), and "
@@ -44,7 +47,6 @@ LARGE = 8.0
 def judge_large_scores(fn) -> None:
     """The usual cases keep the scores small; here q and k are scaled by LARGE, so a
     softmax written without its max shift, or one that clamps the scores, shows."""
-    __tracebackhide__ = True
     title = "attention (large scores)"
     sizes = named(B=2, H=3, Sq=4, Sk=5, Dh=8)
     q, k, v = (randn(2, 3, n, 8, seed=90 + i) for i, n in enumerate((4, 5, 5)))

@@ -34,6 +34,9 @@ from .reading import (
 )
 from .sections import S_CAUSAL, S_CONVENTIONS
 
+# pytest hides this module's frames in a failure's traceback: a learner sees theirs.
+__tracebackhide__ = True
+
 
 def _ones(size):
     return torch.ones(size, size, device=get_device())
@@ -234,7 +237,6 @@ LONG_SIZE = 1100
 def _judge_causal(title: str, causal_mask_fn) -> None:
     """Fail naming the first stage that departs, on the largest wrong size (it shows
     the most); return when every size is right."""
-    __tracebackhide__ = True
     verify_integrity()
     cases = [Case(f"size={s}", lambda s=s: (s,)) for s in CAUSAL_SIZES]
     raw = [run(causal_mask_fn, (s,)) for s in CAUSAL_SIZES]
@@ -258,7 +260,6 @@ def _judge_causal(title: str, causal_mask_fn) -> None:
 def _judge_long_causal(title: str, causal_mask_fn) -> None:
     """Fail, saying what was measured, when the mask is right for the usual sizes but
     not for LONG_SIZE (a mask cut from a buffer of fixed size)."""
-    __tracebackhide__ = True
     problem = _causal_problem(LONG_SIZE, run(causal_mask_fn, (LONG_SIZE,)))
     if problem is None:
         return
@@ -275,7 +276,6 @@ def _judge_long_causal(title: str, causal_mask_fn) -> None:
 def check_causal_mask(causal_mask_fn) -> None:
     """``causal_mask_fn(size) -> bool [1, 1, S, S]`` (or [S, S], [1, S, S]) on the
     course's device, True = may attend."""
-    __tracebackhide__ = True
     _judge_causal("causal_mask", causal_mask_fn)
     cases = [Case(f"size={s}", lambda s=s: (s,)) for s in CAUSAL_SIZES]
     compare_to_reference(

@@ -21,6 +21,9 @@ from ..flow import pair_of_tensors
 from .reading import as_4d
 from .sections import S_PROBES
 
+# pytest hides this module's frames in a failure's traceback: a learner sees theirs.
+__tracebackhide__ = True
+
 
 class _LearnerMasks:
     """The learner's masked_attention, causal_mask and padding_mask, called as the
@@ -32,7 +35,6 @@ class _LearnerMasks:
 
     def attend(self, q, k, v, mask):
         """The output (not the weights) of the learner's masked_attention."""
-        __tracebackhide__ = True
         result = run_or_fail(
             self.title,
             self.attention_fn,
@@ -53,13 +55,11 @@ class _LearnerMasks:
         return result[0].detach()
 
     def causal_mask(self, size):
-        __tracebackhide__ = True
         return run_or_fail(
             self.title, as_4d(self.causal_mask_fn), (size,), f"causal_mask({size})"
         )
 
     def padding_masks(self, *token_batches):
-        __tracebackhide__ = True
         return [
             run_or_fail(self.title, self.padding_mask_fn, (tokens, 0), "padding_mask")
             for tokens in token_batches
@@ -163,7 +163,6 @@ def check_mask_probes(masked_attention_fn, causal_mask_fn, padding_mask_fn) -> N
     """Behaviour any right answer has, run with the learner's own three functions:
     changing future tokens leaves the past unchanged, and appending padding changes no
     real token's output."""
-    __tracebackhide__ = True
     title = "mask probes"
     learner = _LearnerMasks(title, masked_attention_fn, causal_mask_fn, padding_mask_fn)
     for probe, diagnosis in MASK_PROBES:

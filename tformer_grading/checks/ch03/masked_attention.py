@@ -54,6 +54,9 @@ from .padding_mask import INPUT_MODIFIED
 from .reading import fail_stage, ints_text
 from .sections import S_CONVENTIONS, S_FILL, S_PADDING
 
+# pytest hides this module's frames in a failure's traceback: a learner sees theirs.
+__tracebackhide__ = True
+
 
 def _variant(fill, *, where_true=False, scaled=True):
     """The reference with one step changed (a listed pitfall): the masked scores (where
@@ -697,7 +700,6 @@ def judge_masked(title, cases, fn, pitfalls, atol, rtol) -> None:
     """Fail naming the first stage that departs (a listed pitfall only when it
     reproduces both outputs on every case); pass the weights, then the output, when
     every case is right."""
-    __tracebackhide__ = True
     verify_integrity()
     matched = [_case_matches(fn, case, atol, rtol) for case in cases]
     problems = [
@@ -760,7 +762,6 @@ def check_masked_attention(masked_attention_fn) -> None:
     True = may attend, out = weights @ v in q's dtype, inputs left unmodified. A query
     with no key to attend to must give finite values: zero weights (as the reference)
     or a row summing to 1 (a finite fill gives a uniform one) are both accepted."""
-    __tracebackhide__ = True
     title, cases = "masked_attention", masked_cases()
     judge_masked(title, cases, masked_attention_fn, MASKED_PITFALLS, 1e-5, 1e-4)
 
@@ -776,7 +777,6 @@ def fill_estimate(fn):
 @single_threaded
 def check_masked_attention_by_hand(masked_attention_fn) -> None:
     """Hidden test: no call to PyTorch's or the reference's attention."""
-    __tracebackhide__ = True
     q, k, v = (randn(2, 2, 3, 4, seed=s) for s in (1, 2, 3))
     mask = causal_reference(3)
     # An answer that raises fails here, saying where, rather than inside the recorder.

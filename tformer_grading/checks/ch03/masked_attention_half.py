@@ -24,6 +24,9 @@ from .masked_attention import (
 )
 from .sections import S_FILL
 
+# pytest hides this module's frames in a failure's traceback: a learner sees theirs.
+__tracebackhide__ = True
+
 # One dtype per case of masked_cases: bfloat16 has float32's range, float16 ends at
 # ±65504.
 _HALF_DTYPES = (torch.float16, torch.bfloat16, torch.float16, torch.float16)
@@ -89,7 +92,6 @@ def _half_precision_problem(fn, case):
 def check_masked_attention_half_precision(masked_attention_fn) -> None:
     """The same function in float16 and bfloat16: the fill value must not overflow,
     fully masked rows stay finite."""
-    __tracebackhide__ = True
     title = "masked_attention in half precision"
     cases = masked_cases(_HALF_DTYPES)
     for case in cases:

@@ -32,6 +32,9 @@ from .reading import (
 )
 from .sections import S_CONVENTIONS, S_PADDING
 
+# pytest hides this module's frames in a failure's traceback: a learner sees theirs.
+__tracebackhide__ = True
+
 PADDING_PITFALLS = (
     Pitfall(
         "mask broadcast over the wrong axis",
@@ -303,7 +306,6 @@ def _padding_problem(case: Case, fn):
 def _judge_padding(title: str, padding_mask_fn) -> None:
     """Fail naming the first stage that departs (a listed pitfall only when it
     reproduces every case); return when every case is right."""
-    __tracebackhide__ = True
     verify_integrity()
     cases = _padding_cases()
     problems = [p for case in cases if (p := _padding_problem(case, padding_mask_fn))]
@@ -335,7 +337,6 @@ def _constant_everywhere(results) -> bool:
 def check_padding_mask(padding_mask_fn) -> None:
     """``padding_mask_fn(tokens [B, S] int, pad_id) -> bool [B, 1, 1, S]``, True on real
     tokens (wherever the padding sits), ``tokens`` left unmodified."""
-    __tracebackhide__ = True
     _judge_padding("padding_mask", padding_mask_fn)
     # _judge_padding returns only when every case is the reference's mask exactly
     # (shape, bool dtype, device, pattern): a comparison with it could only pass.

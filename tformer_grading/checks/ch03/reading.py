@@ -16,6 +16,9 @@ from ..diagnosis import Diagnosis, Raised, Section, fail
 from ..flow import fallback, listed_pitfall
 from .sections import S_COMBINE, S_CONVENTIONS
 
+# pytest hides this module's frames in a failure's traceback: a learner sees theirs.
+__tracebackhide__ = True
+
 
 def ints_text(values) -> str:
     return "[" + ", ".join(str(int(v)) for v in values) + "]"
@@ -109,7 +112,6 @@ def reproduced_pitfall(theirs, cases, pitfalls, adapt=lambda fn: fn):
 def fail_stage(title: str, diagnosis, seen: str, section: Section) -> None:
     """Name ``diagnosis`` with what was seen; without one, say what was seen and that
     it is unexplained (a raise or a wrong kind of result is reported as it is)."""
-    __tracebackhide__ = True
     seen = seen.rstrip(".")
     if diagnosis is not None:
         diagnosis.fail(title, seen + ("" if seen.endswith("?") else "."))

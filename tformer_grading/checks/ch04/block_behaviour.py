@@ -28,6 +28,9 @@ from .norms import BATCHNORM
 from .sections import S_DROPOUT, S_NORM
 from .tracing import DROPOUT_IN_EVAL
 
+# pytest hides this module's frames in a failure's traceback: a learner sees theirs.
+__tracebackhide__ = True
+
 # Properties any right block has, probed on one block at dropout 0.
 
 PADDING_VISIBLE = Diagnosis(
@@ -152,7 +155,6 @@ def check_block_behaviour(cls) -> None:
     """Properties any right block has: each sequence normalised on its own (no
     BatchNorm), padding invariance, batch of one, the same output in train and eval mode
     at dropout 0, determinism in eval."""
-    __tracebackhide__ = True
     title = "EncoderBlock behaviour"
     torch.manual_seed(0)
     module = build_block(title, cls, (16, 4, 32, 0.0, False))

@@ -54,6 +54,9 @@ from .encoder_block import (
 from .sections import S_DROPOUT, S_RESIDUAL
 from .tracing import kept_scale, zeroed_share
 
+# pytest hides this module's frames in a failure's traceback: a learner sees theirs.
+__tracebackhide__ = True
+
 # Probed in train mode at dropout 1: every dropped path is then exactly zero.
 
 
@@ -264,7 +267,6 @@ class Finding:
     title: str
 
     def fail(self):
-        __tracebackhide__ = True
         DROPOUT_MEASURED.fail(self.title, self.detail)
 
 
@@ -289,7 +291,6 @@ def _measure_dropout(title, cls, norm_first, p=P_PROBE):
     """At dropout p = 0.3 in train mode, the first observed tensor whose zeroed
     fraction (or kept scale) is off, as a Finding; None when all are as expected or
     the block cannot be observed."""
-    __tracebackhide__ = True
     name = "Pre-LN" if norm_first else "Post-LN"
     case = block_cases(cls, norm_first, p, True, DROPOUT_PROBE_CONFIG, title)[0]
     module, x, mask, parts = case.make()
@@ -382,7 +383,6 @@ def _check_ff_rate(title, cls):
     """The block gives its FeedForward its rate: measured when the learner's
     FeedForward, built on its own with that rate, drops its hidden layer at all (the
     feed-forward exercise allows one without dropout)."""
-    __tracebackhide__ = True
     p, d, f = P_PROBE, 16, 32
     block = build_block(title, cls, (d, 4, f, p, False), seed=0)
     ff1, ff2 = feed_forward_linears(
@@ -421,7 +421,6 @@ def _check_ff_rate(title, cls):
 
 def _check_attention_rate(title, cls):
     """The attention is built with the block's rate, at both probe rates."""
-    __tracebackhide__ = True
     for p in (P_PROBE, P_SECOND):
         rate = _attention_rate(title, cls, p)
         if rate is not None and abs(rate - p) > 1e-9:
@@ -443,7 +442,6 @@ def check_dropout_placement(cls, layouts=("Post-LN", "Pre-LN")) -> None:
     1`` (every dropped path is then exactly zero: Post-LN gives norm2(norm1(x)),
     Pre-LN x), where a known wrong placement consistent with the measurement is
     named."""
-    __tracebackhide__ = True
     title = "EncoderBlock dropout"
     probe_parts(cls, title)
     rounds = [r for r in DROPOUT_ROUNDS if r[0] in layouts]

@@ -76,6 +76,9 @@ from .tracing import (
     unrecognised_map,
 )
 
+# pytest hides this module's frames in a failure's traceback: a learner sees theirs.
+__tracebackhide__ = True
+
 # ------------------------------------------------------------------------- EncoderBlock
 
 MISSING_NORM = Diagnosis(
@@ -132,7 +135,6 @@ NOT_SELF_ATTENTION = Diagnosis(
 
 def _check_ff_width(title, module, d_model, d_ff):
     """A block whose feed-forward has another hidden width than d_ff."""
-    __tracebackhide__ = True
     inside = tuple(
         n + "." for n, m in module.named_modules() if isinstance(m, MultiHeadAttention)
     )
@@ -171,7 +173,6 @@ def discover(title, module, x, mask, d_ff, norm_first=None) -> Parts:
     """The learner's parts: the attention and the feed-forward's Linear layers by type
     and shape, the norms by watching one eval-mode forward (module or F.layer_norm).
     With ``norm_first``, a wrong number of norms is explained by the stages."""
-    __tracebackhide__ = True
     reject_batchnorm(title, module, BATCHNORM)
     attns = attention_sublayers(title, module, 1, S_RESIDUAL)
     _check_ff_width(title, module, x.size(-1), d_ff)
@@ -380,7 +381,6 @@ def call_block(module, x, mask, parts):
 
 def reject_input_mutation(title, cls, norm_first, dropout=0.1):
     """The block must leave the caller's x unchanged (no ``x += ...`` on it)."""
-    __tracebackhide__ = True
     case = block_cases(
         cls, norm_first, dropout, configs=BLOCK_CONFIGS[:1], title=title
     )[0]
@@ -465,7 +465,6 @@ class Stream(Trace):
 def _stage(title, what, target, named, expected, diagnosis, label):
     """Fail when ``target`` is not the weighted sum ``expected`` of the ``named``
     tensors, saying what weighted sum it is (or that it is none, as a fallback)."""
-    __tracebackhide__ = True
     coefs = fit_sum(target, named)
     if coefs is not None and same_sum(coefs, expected):
         return
@@ -484,7 +483,6 @@ def _stage(title, what, target, named, expected, diagnosis, label):
 
 
 def _stage_mask(title, event, mask, label):
-    __tracebackhide__ = True
     got = event.args[3]
     if mask is None:
         return
@@ -516,7 +514,6 @@ def _stage_mask(title, event, mask, label):
 
 
 def _stage_attention(title, st, event, expected, mask, label):
-    __tracebackhide__ = True
     named = st.before(event)
     for i, what in enumerate(("the attention's query", "its key", "its value")):
         diag = WRONG_INPUT if i == 0 else NOT_SELF_ATTENTION
@@ -525,7 +522,6 @@ def _stage_attention(title, st, event, expected, mask, label):
 
 
 def _stage_activation(title, st, label):
-    __tracebackhide__ = True
     first, second = st.first("linear1"), st.first("linear2")
     if first is None or second is None:
         return
@@ -541,7 +537,6 @@ def _stage_activation(title, st, label):
 
 
 def _stage_norm_eps(title, st, label):
-    __tracebackhide__ = True
     for e in st.norms():
         finding = eps_changes_output(e)
         if finding:
@@ -550,7 +545,6 @@ def _stage_norm_eps(title, st, label):
 
 def _stage_order(title, st, label):
     """The attention sublayer runs before the feed-forward."""
-    __tracebackhide__ = True
     attn, lin1 = st.first("attn"), st.first("linear1")
     if lin1 is not None and st.index(lin1) < st.index(attn):
         SUBLAYER_ORDER.fail(
@@ -561,7 +555,6 @@ def _stage_order(title, st, label):
 
 def _missing_norm(title, sublayer, where, label):
     """No norm call where the wiring has the ``sublayer``'s norm."""
-    __tracebackhide__ = True
     wiring = "Post-LN" if where.startswith("after") else "Pre-LN"
     MISSING_NORM.fail(
         title,
@@ -572,7 +565,6 @@ def _missing_norm(title, sublayer, where, label):
 
 def _stages_post_ln(title, st, mask, label):
     """Post-LN: attention(x), LN1(x + a), FF(LN1), LN2(LN1 + f), output LN2."""
-    __tracebackhide__ = True
     attn = st.first("attn")
     _stage_attention(title, st, attn, {X: 1}, mask, label)
     after = [e for e in st.norms() if st.index(e) > st.index(attn)]
@@ -625,7 +617,6 @@ def _stages_post_ln(title, st, mask, label):
 
 def _stages_pre_ln(title, st, mask, label):
     """Pre-LN: LN1(x), attention(LN1), LN2(x + a), FF(LN2), output x + a + f."""
-    __tracebackhide__ = True
     attn = st.first("attn")
     before = [e for e in st.norms() if st.index(e) < st.index(attn)]
     if not before:
@@ -678,7 +669,6 @@ def _stages_pre_ln(title, st, mask, label):
 
 
 def _raise_on_learner_error(title, cases):
-    __tracebackhide__ = True
     for case in cases:
         got = run(call_block, case.make())
         if isinstance(got, Raised):
@@ -691,7 +681,6 @@ def _raise_on_learner_error(title, cases):
 def _explain_block(title, cls, norm_first):
     """Called when no known wiring reproduces the learner's block: report a learner
     error on any case, else the first stage of the float64 case that departs."""
-    __tracebackhide__ = True
     _raise_on_learner_error(title, block_cases(cls, norm_first, title=title))
     case = block_cases(cls, norm_first, configs=ANALYSIS_CONFIG, title=title)[0]
     module, x, mask, parts = case.make()
@@ -720,7 +709,6 @@ def _explain_block(title, cls, norm_first):
 def _explain_stream(title, st, mask, norm_first, label):
     """Fail at the first stage of the observed forward ``st`` that departs from the
     wiring; return when none can be isolated."""
-    __tracebackhide__ = True
     if st.first("attn") is None or not isinstance(st.y, torch.Tensor):
         return
     if st.y.shape != st.x.shape:
@@ -748,7 +736,6 @@ def deterministic_in_eval(module, *inputs):
 
 
 def probe_parts(cls, title="EncoderBlock"):
-    __tracebackhide__ = True
     block_cases(cls, False, configs=BLOCK_CONFIGS[:1], title=title)[0].make()
 
 
@@ -757,7 +744,6 @@ def check_encoder_block(cls, norm_first: bool = False) -> None:
     """``cls(d_model, n_heads, d_ff, dropout, norm_first)``, ``forward(x [B, S, D],
     mask=None) -> [B, S, D]``, compared in eval mode with the Post-LN
     (``norm_first=False``) or Pre-LN wiring of its own parts."""
-    __tracebackhide__ = True
     title = f"EncoderBlock ({'Pre-LN' if norm_first else 'Post-LN'})"
     probe_parts(cls, title)
     reject_input_mutation(title, cls, norm_first)
@@ -777,7 +763,6 @@ def check_encoder_block(cls, norm_first: bool = False) -> None:
 def check_block_by_hand(cls) -> None:
     """Hidden test: the learner wired the block, not PyTorch's
     TransformerEncoderLayer or the reference's."""
-    __tracebackhide__ = True
     torch.manual_seed(0)
     module = build_block("EncoderBlock", cls, (16, 4, 32, 0.1, False))
     check_block_not_delegated("EncoderBlock", module, randn(2, 5, 16, seed=0))

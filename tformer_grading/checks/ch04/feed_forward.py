@@ -48,6 +48,9 @@ from .tracing import (
     zeroed_share,
 )
 
+# pytest hides this module's frames in a failure's traceback: a learner sees theirs.
+__tracebackhide__ = True
+
 # -------------------------------------------------------------------------- FeedForward
 
 FF_WIDTH = Diagnosis(
@@ -79,7 +82,6 @@ FF_STAGE = Diagnosis(
 
 
 def _ff_linears(title, module, d_model, d_ff):
-    __tracebackhide__ = True
     linears = [(n, m) for n, m in module.named_modules() if isinstance(m, nn.Linear)]
     shapes = [tuple(m.weight.shape) for _, m in linears]
     if sorted(shapes) != sorted([(d_ff, d_model), (d_model, d_ff)]):
@@ -197,7 +199,6 @@ def _ff_trace(module, x, d_ff):
 
 def _hidden_dropped(title, z, u, label):
     """Dropout still on in eval mode: some of relu(z) zeroed, the rest rescaled."""
-    __tracebackhide__ = True
     dropped = zeroed_share(z, u) or 0.0
     if dropped > 0.02 and kept_scale(u, F.relu(z)) is not None:
         DROPOUT_IN_EVAL.fail(
@@ -210,7 +211,6 @@ def _hidden_dropped(title, z, u, label):
 
 def _ff_stage_input(title, first, x, label):
     """The first Linear reads x itself."""
-    __tracebackhide__ = True
     if torch.allclose(first.inp, x):
         return
     coefs = fit_sum(first.inp, {"x": x})
@@ -226,7 +226,6 @@ def _ff_stage_input(title, first, x, label):
 
 def _ff_stage_activation(title, first, second, label):
     """ReLU between the two Linear layers (``first.out`` -> ``second.inp``)."""
-    __tracebackhide__ = True
     act = describe_function(first.out, second.inp)
     if act == "ReLU":
         return
@@ -242,7 +241,6 @@ def _ff_stage_activation(title, first, second, label):
 
 def _ff_stage_output(title, second, x, y, label):
     """The module returns the second Linear's output, nothing added or applied."""
-    __tracebackhide__ = True
     if not isinstance(y, torch.Tensor) or torch.allclose(y, second.out):
         return
     what = describe_function(second.out, y)
@@ -270,7 +268,6 @@ def _ff_stages(title, module, x, d_ff, label):
     """Name the first stage of FFN(x) the learner's module departs from: x left
     alone, the first Linear's input, the activation between the layers, the
     output."""
-    __tracebackhide__ = True
     before = x.clone()
     first, second, y = _ff_trace(module, x, d_ff)
     if not torch.equal(before, x):
@@ -289,7 +286,6 @@ def _ff_stages(title, module, x, d_ff, label):
 def _ff_explain(title, cls):
     """Raise naming what the learner's FeedForward computes differently, if a stage
     can be isolated on the float64 case; every other case is checked too for errors."""
-    __tracebackhide__ = True
     cases = _ff_cases(cls)
     for case in cases:
         module, x, d_ff = case.make()
@@ -350,7 +346,6 @@ FF_DROPOUT = Diagnosis(
 def _ff_train_trace(title, cls, p):
     """The first and second Linear calls and the output of ``cls(D, d_ff, p)`` in
     train mode on x [8, 16, 8] float64: (label, x, first, second, y)."""
-    __tracebackhide__ = True
     d, f, lead, dtype = FF_DROPOUT_CONFIG
     label = f"D={d}, d_ff={f}, x {list(lead) + [d]}, {dtype}, dropout={p}, train mode"
     module = build_module(title, cls, (d, f, p), dtype, seed=45).train()
@@ -377,7 +372,6 @@ def _fraction_zeroed(t, before) -> float:
 def _ff_train_ends(title, label, x, first, second, y, p):
     """In train mode too, the first Linear reads x and the output is the second
     Linear's: a dropout on either end is measured and named."""
-    __tracebackhide__ = True
     ends = (
         (first.inp, x, "the first Linear's input (x)"),
         (y, second.out, "your FeedForward's output (the second Linear's)"),
@@ -423,7 +417,6 @@ def _ff_rates_fit(rates):
 
 def _check_ff_signature(title, cls):
     """``FeedForward(d_model, d_ff, dropout)``: the block passes its rate on."""
-    __tracebackhide__ = True
     try:
         inspect.signature(cls).bind(8, 32, 0.1)
     except TypeError:
@@ -443,7 +436,6 @@ def _check_ff_offset(title, cases) -> None:
     """Fail when FeedForward(0) is exactly 0 whatever its parameters: the module has no
     constant term, which the formula's biases b1 and b2 give it. Every parameter is set
     to random values first, so a learner's zero-initialised biases do not count."""
-    __tracebackhide__ = True
     module, x, _ = cases[0].make()
     g = torch.Generator().manual_seed(7)
     with torch.no_grad():
@@ -462,7 +454,6 @@ def _check_ff_offset(title, cases) -> None:
 def _check_ff_dropout(title, cls):
     """Train mode at dropout 0.2 and 0.5: dropout only on the hidden layer, at the
     rate given (or none), kept values scaled by 1/(1-p)."""
-    __tracebackhide__ = True
     _check_ff_signature(title, cls)
     rates = []
     for p in FF_DROPOUT_PS:
@@ -491,7 +482,6 @@ def check_feed_forward(cls) -> None:
     [..., D] (Linear, ReLU, Linear), compared in eval mode; then measured in train
     mode at dropout 0.2 and 0.5 (dropout only on the hidden layer, at the rate
     given, or none)."""
-    __tracebackhide__ = True
     cases = _ff_cases(cls)
     module, _, _ = cases[0].make()  # fails early, and clearly, without the two layers
     _ff_linears("FeedForward", module, 8, 32)

@@ -16,6 +16,9 @@ from ..diagnosis import Diagnosis, fail, quiet
 from ..measure.trace import NORMS
 from .sections import S_NORM
 
+# pytest hides this module's frames in a failure's traceback: a learner sees theirs.
+__tracebackhide__ = True
+
 #: The exercise's sentence on the norms, quoted when a block breaks it.
 NORM_RULE = (
     "two nn.LayerNorm(d_model) (or F.layer_norm with your own weight and bias "
@@ -109,7 +112,6 @@ def _batch_dependent(module, x, mask):
 
 def _reject_other_norms(title, calls):
     """BatchNorm, GroupNorm, RMSNorm ... calls instead of layer_norm."""
-    __tracebackhide__ = True
     others = sorted({e.kind for e in calls if e.kind != "layer_norm"})
     if "batch_norm" in others:
         BATCHNORM.fail(title, "Your block calls batch_norm.")
@@ -139,7 +141,6 @@ def eps_changes_output(event) -> str:
 
 def _check_eps(title, event):
     """Its eps changes nothing measurable (:func:`eps_changes_output`)."""
-    __tracebackhide__ = True
     finding = eps_changes_output(event)
     if finding:
         NORM_EPS.fail(title, finding)
@@ -148,7 +149,6 @@ def _check_eps(title, event):
 def _check_norm_calls(title, calls, d_model, module):
     """Each layer_norm call normalises the D features with a gain and a bias that are
     parameters of the block."""
-    __tracebackhide__ = True
     params = {id(p) for p in module.parameters()}
     for e in calls:
         shape, weight, bias, _ = norm_args(e)
@@ -174,7 +174,6 @@ def _check_norm_calls(title, calls, d_model, module):
 
 def _no_layer_norm(title, module, x, mask):
     """A block without a layer_norm call: BatchNorm by hand, or a hand-written norm."""
-    __tracebackhide__ = True
     if _batch_dependent(module, x, mask):
         BATCHNORM.fail(
             title,
@@ -196,7 +195,6 @@ def learner_norms(title, module, events, x, mask, explain=None):
     """The learner's distinct norms, in the order their first call ran, or fail saying
     which requirement on the norms the block breaks (``explain()`` first, when the
     count is off)."""
-    __tracebackhide__ = True
     calls = [e for e in events if e.kind in NORMS]
     _reject_other_norms(title, calls)
     _check_norm_calls(title, calls, x.size(-1), module)

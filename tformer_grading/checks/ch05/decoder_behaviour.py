@@ -23,6 +23,9 @@ from .decoder_block import (
     probe_block,
 )
 
+# pytest hides this module's frames in a failure's traceback: a learner sees theirs.
+__tracebackhide__ = True
+
 # Probes on one block in eval mode: ``probe(module, x, memory, src_mask)`` returns what
 # it observed when the property fails, else None.
 
@@ -84,7 +87,6 @@ def check_decoder_behaviour(cls) -> None:
     """Probes any right decoder block passes: the future never changes the past, the
     output reads the memory, masked source positions are invisible, eval mode is
     deterministic."""
-    __tracebackhide__ = True
     title = "DecoderBlock behaviour"
     module = probe_block(cls)
     x, memory = randn(2, 6, 16, seed=31), randn(2, 5, 16, seed=32)

@@ -64,6 +64,9 @@ from .sections import (
 )
 from .sublayer_dropout import check_sublayer_dropout, decoder_parts, trace_block
 
+# pytest hides this module's frames in a failure's traceback: a learner sees theirs.
+__tracebackhide__ = True
+
 # A decoder variant is ``fn(role, module, x, memory, src_mask)``. ``role`` = (attention
 # order, norm order) says which of the learner's attentions is the self-attention and
 # which norm serves which sublayer.
@@ -265,7 +268,6 @@ def _call_decoder(module, x, memory, src_mask):
 
 
 def probe_block(cls):
-    __tracebackhide__ = True
     torch.manual_seed(0)
     module = build_block("DecoderBlock", cls, (16, 4, 40, 0.1)).eval()
     decoder_parts(module, 16, 40)
@@ -276,7 +278,6 @@ def probe_block(cls):
 def _require_affine_norms(module):
     """The exercise's nn.LayerNorm(d_model) has a weight and a bias (the check sets
     them, so that it can tell the norms apart)."""
-    __tracebackhide__ = True
     for name, norm in module.named_modules():
         affine = getattr(norm, "weight", None) is not None and norm.bias is not None
         if isinstance(norm, nn.LayerNorm) and not affine:
@@ -642,7 +643,6 @@ def _walk(t, heads):
 
 def _trace_case(title, case):
     """Fail at the first stage of the learner's block that departs on ``case``."""
-    __tracebackhide__ = True
     module, x, memory, src_mask = case.make()
     parts = decoder_parts(module, x.size(-1))
     out, calls = trace_block(module, parts, x.clone(), memory.clone(), src_mask)
@@ -687,7 +687,6 @@ def _trace_case(title, case):
 def _without_src_mask(title, cls):
     """forward(x, memory) must work (src_mask defaults to None) and leave its inputs
     as they were."""
-    __tracebackhide__ = True
     module = probe_block(cls)
     x, memory = randn(2, 4, 16, seed=41), randn(2, 3, 16, seed=42)
     before = (x.clone(), memory.clone())
@@ -721,7 +720,6 @@ def _without_src_mask(title, cls):
 
 def _fail_if_random(title, case):
     """In eval mode two calls must agree: dropout off."""
-    __tracebackhide__ = True
     module, x, memory, src_mask = case.make()
     with torch.no_grad():
         observed = run(deterministic, (module, x, memory, src_mask))
@@ -730,7 +728,6 @@ def _fail_if_random(title, case):
 
 
 def _grade_decoder(title, cls):
-    __tracebackhide__ = True
     cases = _decoder_cases(cls)
     theirs = [run(_call_decoder, case.make()) for case in cases]
     made = [
@@ -757,7 +754,6 @@ def check_decoder_block(cls) -> None:
     """``cls(d_model, n_heads, d_ff, dropout)``, ``forward(x [B, St, D],
     memory [B, Ss, D], src_mask=None) -> [B, St, D]``: Post-LN, causal self-attention,
     cross-attention to ``memory``, feed-forward."""
-    __tracebackhide__ = True
     title = "DecoderBlock"
     verify_integrity()
     probe_block(cls)
@@ -785,7 +781,6 @@ def deterministic(module, x, memory, src_mask):
 def check_decoder_by_hand(cls) -> None:
     """Hidden test: the learner wired the block, not PyTorch's
     TransformerDecoderLayer or the reference's."""
-    __tracebackhide__ = True
     torch.manual_seed(0)
     module = build_block("DecoderBlock", cls, (16, 4, 40, 0.1))
     x, memory = randn(2, 5, 16, seed=0), randn(2, 7, 16, seed=1)

@@ -36,6 +36,9 @@ from .sections import (
     S_SINUSOID,
 )
 
+# pytest hides this module's frames in a failure's traceback: a learner sees theirs.
+__tracebackhide__ = True
+
 
 def _embed_cases():
     configs = [
@@ -359,7 +362,6 @@ def _fit_probes(fn):
 
 def _measure_embed(fn):
     def measure(title, cases, theirs, ours):
-        __tracebackhide__ = True
         case, got, _ = first_wrong(cases, theirs, ours, 1e-5, 1e-5)
         tokens, table, _ = case.make()
         form = _embed_form_problem(got, tokens, table)
@@ -392,7 +394,6 @@ def _measure_embed(fn):
 def check_embed(fn) -> None:
     """``fn(tokens [B, S] long, table nn.Embedding(V, D), pe [max_len, D])
     -> [B, S, D]``: ``table(tokens) · √D + pe[:S]``."""
-    __tracebackhide__ = True
     _side_effects("embed", fn)
     grade_function(
         "embed",
@@ -409,7 +410,6 @@ def check_embed(fn) -> None:
 def _side_effects(title, fn) -> None:
     """The inputs untouched and the output the same twice, whatever the values: a
     right first output hides a table scaled in place."""
-    __tracebackhide__ = True
     make = embed_probe(0)
     for stage in (_mutation_problem, _dropout_problem):
         found = stage(fn, make)

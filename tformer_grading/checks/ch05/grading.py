@@ -22,6 +22,9 @@ from ..diagnosis import (
     verify_integrity,
 )
 
+# pytest hides this module's frames in a failure's traceback: a learner sees theirs.
+__tracebackhide__ = True
+
 # compare -> a listed pitfall that reproduces every case -> the learner's exception ->
 # a measurement (``measure`` raises when it can say what is off) -> the fallback: the
 # steps of :mod:`..flow`, with the exercise's measurement between the last two.
@@ -33,7 +36,6 @@ def is_right(got, want, atol, rtol) -> bool:
 
 def fail_if_raised(title: str, cases: Sequence[Case], theirs: list) -> None:
     """The learner's exception, with their line and the case that triggered it."""
-    __tracebackhide__ = True
     for case, got in zip(cases, theirs):
         flow.fail_if_raised(title, got, f"while the check ran case {case.label}")
 
@@ -51,7 +53,6 @@ def grade_function(
 ) -> None:
     """Pass, or fail naming a listed pitfall, the learner's exception or what
     ``measure(title, cases, theirs, ours)`` found; else the where-not-why fallback."""
-    __tracebackhide__ = True
     verify_integrity()
     learner, reference = adapt(learner), adapt(reference)
     ours = flow.reference_outputs(reference, cases)

@@ -30,6 +30,9 @@ from .sections import (
     S_SINUSOID,
 )
 
+# pytest hides this module's frames in a failure's traceback: a learner sees theirs.
+__tracebackhide__ = True
+
 
 def _numbers(values, digits: int = 4) -> str:
     return "[" + ", ".join(f"{float(v):.{digits}g}" for v in values) + "]"
@@ -539,7 +542,6 @@ SINUSOID_FITTED = Diagnosis(
 
 def _measure_table(title, got, n, d, where) -> None:
     """Fail saying what the table ``got`` for (n, d) gets wrong, when it can."""
-    __tracebackhide__ = True
     form = _form_problem(got, n, d)
     if form:
         fail(title, f"on case {where}: {form}.", S_SINUSOID)
@@ -661,7 +663,6 @@ PROBE_TABLE = (64, 16)  # long enough to fit every pair's frequency and phase
 
 def _measure_sinusoid(fn):
     def measure(title, cases, theirs, ours):
-        __tracebackhide__ = True
         if _frequencies_grow(fn):  # aliased past π: no fit can read these frequencies
             GROWING_FREQUENCIES.fail(title)
         n, d = PROBE_TABLE
@@ -685,7 +686,6 @@ def _measure_sinusoid(fn):
 def check_sinusoidal_encoding(fn) -> None:
     """``fn(n_positions, d_model) -> [n_positions, d_model]``, the table of Vaswani et
     al. §3.5 (float32 or float64, any device)."""
-    __tracebackhide__ = True
     cases = [
         Case(f"n_positions={n}, d_model={d}", lambda n=n, d=d: (n, d))
         for n, d in [(10, 8), (50, 16), (7, 6), (100, 32), (1, 4)]

@@ -17,6 +17,9 @@ from ..diagnosis import Diagnosis, Raised, fail, quiet, run
 from ..measure.trace import trace
 from .sections import S_DECODER
 
+# pytest hides this module's frames in a failure's traceback: a learner sees theirs.
+__tracebackhide__ = True
+
 
 def decoder_parts(module, d_model, d_ff=None) -> Parts:
     return find_parts("DecoderBlock", module, d_model, d_ff, 2, 3, BATCHNORM, S_DECODER)
@@ -58,7 +61,6 @@ SUBLAYER_DROPOUT = Diagnosis(
 def _train_trace(title, cls, p):
     """(label, x, the calls) of one train-mode call of ``cls(D, H, d_ff, p)`` in
     float64 on x [B, St, D], memory [B, Ss, D], no source mask."""
-    __tracebackhide__ = True
     d, h, f, b, st, ss = DROPOUT_CONFIG
     label = (
         f"D={d}, H={h}, d_ff={f}, x [{b}, {st}, {d}], memory [{b}, {ss}, {d}], "
@@ -130,7 +132,6 @@ def _rate_problem(name, zeroed, scale, p) -> str | None:
 def check_sublayer_dropout(title, cls):
     """At dropout 0.3 and 0.5 in train mode each sublayer's output loses about that
     fraction on its way into the residual sum, the kept values scaled by 1/(1-p)."""
-    __tracebackhide__ = True
     for p in DROPOUT_PS:
         label, x, calls = _train_trace(title, cls, p)
         for name, zeroed, scale in _branch_rates(x, calls):

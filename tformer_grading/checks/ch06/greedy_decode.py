@@ -32,6 +32,9 @@ from ..measure.decode_loops import RecordingDecoder, appended, causal, extension
 from .references import gen, small_model
 from .sections import S_DECODE
 
+# pytest hides this module's frames in a failure's traceback: a learner sees theirs.
+__tracebackhide__ = True
+
 
 class DecodingModel(RecordingDecoder):
     """The cases' encoder–decoder, recording how the learner's loop uses it
@@ -343,7 +346,6 @@ def _out_of_range_ids(calls, vocab) -> str | None:
 
 def _raised_in_decode(title, label, model, raised) -> None:
     """The learner's loop raised: name what the model saw first, else say where."""
-    __tracebackhide__ = True
     calls = model.calls
     bad = next((c for c in calls if c["dtype"] != torch.long), None)
     if bad is not None:
@@ -361,7 +363,6 @@ def _raised_in_decode(title, label, model, raised) -> None:
 
 
 def _returned_ids(title, label, out, batch) -> torch.Tensor:
-    __tracebackhide__ = True
     if not isinstance(out, torch.Tensor) or out.dim() != 2 or out.size(0) != batch:
         got = (
             f"shape {list(out.shape)}"
@@ -391,7 +392,6 @@ def _decode_case(
 ) -> _Decoding:
     """Run the reference, then the learner, on ``model`` set up for this case and left
     in training mode."""
-    __tracebackhide__ = True
     bos, eos, pad = ids  # noqa: RUF059
     model.configure(eos_bias, ids)
     src = _decode_src(batch, seed)
@@ -726,7 +726,6 @@ def _judge(title, probe, diagnosis, seen: list) -> None:
     """Fail when ``probe`` sees its mistake: in any case, or for those of
     :data:`EVERY_CASE` only when it explains every case and some case's tokens are
     wrong."""
-    __tracebackhide__ = True
     if diagnosis in EVERY_CASE:
         wrong = [_decoded_tokens(s.rows) != _decoded_tokens(s.want) for s in seen]
         if any(wrong):
@@ -740,7 +739,6 @@ def _judge(title, probe, diagnosis, seen: list) -> None:
 
 
 def _fail_first_wrong_row(title, seen: _Decoding) -> None:
-    __tracebackhide__ = True
     got, want = _decoded_tokens(seen.rows), _decoded_tokens(seen.want)
     i = next(i for i, (g, w) in enumerate(zip(got, want)) if g != w)
     fail(
@@ -758,7 +756,6 @@ def check_greedy_decode(greedy_fn) -> None:
     first, at most max_len new tokens, PAD after EOS), for a model like
     :class:`DecodingModel`. All cases run first; then each probe, in the order a loop
     runs, is judged on all of them."""
-    __tracebackhide__ = True
     title = "greedy_decode"
     model = DecodingModel().to(get_device())
     seen = [_decode_case(title, greedy_fn, model, *case) for case in _DECODE_CASES]
@@ -777,7 +774,6 @@ def check_greedy_decode(greedy_fn) -> None:
 @single_threaded
 def check_greedy_by_hand(greedy_fn) -> None:
     """Hidden test: the learner's loop, not the reference's greedy_decode."""
-    __tracebackhide__ = True
     model, src = _decode_inputs(0.5, 2, 0)
     # The model itself is reference code the learner is meant to call: profile only the
     # learner's loop.

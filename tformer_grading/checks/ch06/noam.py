@@ -34,6 +34,9 @@ from ..measure.recorders import recording_sgd
 from .references import fail_first_problem
 from .sections import S_LR
 
+# pytest hides this module's frames in a failure's traceback: a learner sees theirs.
+__tracebackhide__ = True
+
 
 def _paper(n, d, w):
     return d**-0.5 * min(n**-0.5, n * w**-1.5)
@@ -212,7 +215,6 @@ def _rate_at_step_zero_breaks(noam_fn) -> str | None:
 
 def _noam_rate(title, noam_fn, step, d, w) -> float:
     """``float(noam_fn(step, d, w))``; fails saying what the learner's code did."""
-    __tracebackhide__ = True
     out = run_or_fail(title, noam_fn, (step, d, w), f"noam_lambda({step}, {d}, {w})")
     value = run(float, (out,))
     if isinstance(value, Raised) or isinstance(out, (str, bytes)):
@@ -447,7 +449,6 @@ def _noam_problem(title, noam_fn) -> tuple:
 def check_noam_lambda(noam_fn) -> None:
     """``noam_fn(step, d_model, warmup) -> float``: the LambdaLR multiplier for step 0,
     1, ... (base lr 1.0)."""
-    __tracebackhide__ = True
     title, cases = "noam_lambda", _noam_cases()
     broken = _rate_at_step_zero_breaks(noam_fn)
     if broken is not None:
@@ -546,7 +547,6 @@ def _counting_sgd(params, lr):
 
 
 def _build_scheduler(title, make_scheduler, opt, d, w):
-    __tracebackhide__ = True
     sched = run_or_fail(
         title, make_scheduler, (opt, d, w), f"make_scheduler(optimizer, {d}, {w})"
     )
@@ -563,7 +563,6 @@ def _build_scheduler(title, make_scheduler, opt, d, w):
 def _rates_while_training(title, make_scheduler, d, w, n) -> list[float]:
     """The learning rates of n + 1 updates, each optimizer.step() (the loop's) followed
     by one scheduler.step(); fails as soon as scheduler.step() moves the weights."""
-    __tracebackhide__ = True
     weight = nn.Parameter(torch.ones(3, device=get_device()))
     opt = _counting_sgd([weight], lr=1.0)
     sched = _build_scheduler(title, make_scheduler, opt, d, w)
@@ -684,7 +683,6 @@ def check_noam_scheduler(make_scheduler) -> None:
     """``make_scheduler(optimizer, d_model, warmup)`` returns a scheduler whose
     ``step()`` sets the Noam rate for the next update and does nothing else. The
     optimizer is created with lr=1.0."""
-    __tracebackhide__ = True
     title, d, w, n = "make_scheduler", 64, 5, 12
     rates = _rates_while_training(title, make_scheduler, d, w, n)
     # One rate more than the updates, to recognise rates that run ahead.

@@ -18,6 +18,9 @@ from ...guard.integrity import seal
 from ..diagnosis import run
 from ..flow import fallback, listed_pitfall
 
+# pytest hides this module's frames in a failure's traceback: a learner sees theirs.
+__tracebackhide__ = True
+
 
 def gen(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
@@ -54,7 +57,6 @@ def fail_first_problem(
     the listed pitfall that reproduces ``learner`` (already adapted) on every case
     within ``tolerance`` (atol, rtol), else the measured diagnosis, else say where,
     not why."""
-    __tracebackhide__ = True
     diagnosis, seen = problem
     theirs = [run(learner, case.make()) for case in cases]
     pitfall = listed_pitfall(pitfalls, cases, theirs, *tolerance, adapt)

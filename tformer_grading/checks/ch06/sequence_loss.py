@@ -39,6 +39,9 @@ from .references import (
 )
 from .sections import S_LOSS
 
+# pytest hides this module's frames in a failure's traceback: a learner sees theirs.
+__tracebackhide__ = True
+
 
 def _loss_mean_over_all(logits, labels, pad_id, eps):
     total = _loss_sum(logits, labels, pad_id, eps)
@@ -276,7 +279,6 @@ LOSS_MODIFIES_INPUTS = Diagnosis(
 def _unchanged_arguments(title, given, originals, label) -> None:
     """Fail when the learner's call changed any of ``given`` (logits [B, St, V],
     labels [B, St]) from ``originals``."""
-    __tracebackhide__ = True
     for name, now, was in zip(("logits", "labels"), given, originals):
         now = now.detach()
         if now.shape != was.shape or not torch.equal(now, was.to(now)):
@@ -296,7 +298,6 @@ def _unchanged_arguments(title, given, originals, label) -> None:
 def _loss_value(title, loss_fn, logits, labels, pad, eps, label):
     """Run the learner's loss on a graph-connected copy of ``logits`` (so in-place
     writes are the learner's business) and check it is a scalar tensor with a graph."""
-    __tracebackhide__ = True
     leaf = logits.detach().clone().requires_grad_(True)
     given = (leaf.clone(), labels.clone())
     out = run_or_fail(title, loss_fn, (*given, pad, eps), f"case {label}: your code")
@@ -331,7 +332,6 @@ def _loss_value(title, loss_fn, logits, labels, pad, eps, label):
 
 def _gradient_seen(title, loss_fn, logits, labels, pad, eps, label) -> _LossSeen:
     """The learner's loss and its gradient with respect to ``logits``."""
-    __tracebackhide__ = True
     leaf, out = _loss_value(title, loss_fn, logits, labels, pad, eps, label)
     grad = run(lambda: torch.autograd.grad(out, leaf, allow_unused=True)[0], ())
     if isinstance(grad, Raised):
@@ -346,13 +346,11 @@ def _gradient_seen(title, loss_fn, logits, labels, pad, eps, label) -> _LossSeen
 
 
 def _loss_seen(title, loss_fn, case) -> _LossSeen:
-    __tracebackhide__ = True
     return _gradient_seen(title, loss_fn, *case.make(), case.label)
 
 
 def _loss_seen_at(title, loss_fn, logits, seen) -> _LossSeen:
     """The same case as ``seen`` with other logits."""
-    __tracebackhide__ = True
     return _gradient_seen(
         title, loss_fn, logits, seen.labels, seen.pad, seen.eps, seen.label
     )
@@ -398,7 +396,6 @@ def _not_a_cross_entropy(title, loss_fn, seen, weight, residual) -> tuple | None
 def _mixes_positions(title, loss_fn, seen) -> str | None:
     """Change the logits of position (0, 0) only: in a per-position loss, the gradient
     at every other position stays the same."""
-    __tracebackhide__ = True
     changed = seen.logits.clone()
     changed[0, 0] += torch.linspace(
         -2.0, 2.0, changed.size(-1), dtype=changed.dtype, device=changed.device
@@ -418,7 +415,6 @@ def _mixes_positions(title, loss_fn, seen) -> str | None:
 def _probe_normalisation(title, loss_fn, seen) -> tuple:
     """Shift every position's logits by its own constant, then make them saturate:
     a cross-entropy is unchanged by the first and grows without bound in the second."""
-    __tracebackhide__ = True
     shift = torch.linspace(
         -3.0,
         5.0,
@@ -624,7 +620,6 @@ def _loss_problem(title, loss_fn, seen) -> tuple | None:
 def _of_probabilities(title, loss_fn, seen, weight) -> tuple | None:
     """A loss of probabilities has a cross-entropy's gradient weighted by p(label):
     when the real tokens' weights follow no pattern, probe for it."""
-    __tracebackhide__ = True
     problem = _loss_weighting(seen, weight)
     if problem is None or problem[0] is not LOSS_UNEVEN:
         return None
@@ -655,7 +650,6 @@ def _by_smoothing(loss_fn, cases, problem) -> tuple:
 def check_sequence_loss(loss_fn) -> None:
     """``loss_fn(logits [B, St, V], labels [B, St], pad_id, label_smoothing) -> scalar
     tensor``: the mean smoothed cross-entropy over the labels that are not pad_id."""
-    __tracebackhide__ = True
     title, cases = "sequence_loss", _loss_cases()
     for case in cases:
         problem = _loss_problem(title, loss_fn, _loss_seen(title, loss_fn, case))

@@ -19,6 +19,9 @@ from ..diagnosis import (
 from .references import fail_first_problem, shift_ref, tokens
 from .sections import S_SHIFT
 
+# pytest hides this module's frames in a failure's traceback: a learner sees theirs.
+__tracebackhide__ = True
+
 SHIFT_PITFALLS = [
     Pitfall(
         "sequence-first slicing on batch-first data",
@@ -154,7 +157,6 @@ def _shift_cases():
 
 def _pair(title, out, label):
     """The learner's ``out`` as a (decoder input, labels) pair of tensors, or fail."""
-    __tracebackhide__ = True
     if not (
         isinstance(out, (tuple, list))
         and len(out) == 2
@@ -366,7 +368,6 @@ def _stacked(fn):
 def check_shift_targets(shift_fn) -> None:
     """``shift_fn(tgt [B, St]) -> (tgt_in [B, St-1], labels [B, St-1])``, on
     batch-first tensors; ``tgt`` is left unchanged."""
-    __tracebackhide__ = True
     title, cases = "shift_targets", _shift_cases()
     for case in cases:
         (tgt,) = case.make()

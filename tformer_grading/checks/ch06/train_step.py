@@ -41,6 +41,9 @@ from ..measure.losses import gradient_labels, normaliser_kind, reached
 from .references import small_model, tokens
 from .sections import S_CLIP, S_LOSS, S_LR, S_SHIFT
 
+# pytest hides this module's frames in a failure's traceback: a learner sees theirs.
+__tracebackhide__ = True
+
 CLIP_BEFORE_BACKWARD = Diagnosis(
     "clipping before backward",
     "You clip before loss.backward(): there are no gradients yet (or only last "
@@ -646,7 +649,6 @@ def check_train_step(step_fn) -> None:
     label_smoothing) -> (loss, grad_norm)`` as floats, the norm being the gradients'
     total norm before clipping. Every update of every case is recorded first; then
     each stage, in the order a step runs, is judged on all of them."""
-    __tracebackhide__ = True
     title = "train_step"
     model, twin, start = build_models(0)
     seen = [
@@ -670,7 +672,6 @@ def check_train_step(step_fn) -> None:
 def check_train_step_by_hand(step_fn) -> None:
     """Hidden test: the learner's step, not the reference's train_step (calling the
     model is fine)."""
-    __tracebackhide__ = True
     model = small_model(0)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     sched = LambdaLR(opt, lambda s: 1.0)

@@ -45,6 +45,9 @@ from ..measure.tape import Tape, TapedZeroGrad, grad_vector, taped_loss_fn, tape
 from .sections import S_ACCUM
 from .step_probe import PAD, fit, flat_state, shortcuts, toy_model
 
+# pytest hides this module's frames in a failure's traceback: a learner sees theirs.
+__tracebackhide__ = True
+
 # ---------------------------------------------------------------- gradient accumulation
 
 
@@ -238,7 +241,6 @@ class _AccumCall:
 def _run_accum_probe(title, accumulation_step) -> list:
     """Two calls of ``accumulation_step`` on the probe: (a list of :class:`_AccumCall`,
     what the last one raised or None)."""
-    __tracebackhide__ = True
     tape = Tape()
     model = toy_model(seed=7)
     model.zero_grad = TapedZeroGrad(model, tape)  # zeroing is part of what is seen
@@ -271,7 +273,6 @@ def _run_accum_probe(title, accumulation_step) -> list:
 
 
 def _report_accum_raised(title, raised: Raised, index: int) -> None:
-    __tracebackhide__ = True
     fail(
         title,
         f"your code raised {raised!r} while the check ran call {index + 1} "
@@ -289,7 +290,6 @@ STEP_COUNT = Diagnosis(
 
 
 def _stage_optimizer_steps(title, call: _AccumCall) -> None:
-    __tracebackhide__ = True
     steps = call.events.count("optimizer.step")
     if steps == 1:
         return
@@ -382,7 +382,6 @@ def _divisors_text(divisors) -> str:
 
 
 def _name_uniform(title, divisor: float, info: _MicroInfo, seen: str) -> None:
-    __tracebackhide__ = True
     n = sum(info.targets)
     if _close(divisor, 1.0):
         SUM_NOT_DIVIDED.fail(title, seen)
@@ -403,7 +402,6 @@ def _name_uniform(title, divisor: float, info: _MicroInfo, seen: str) -> None:
 
 
 def _name_per_batch(title, divisors, info: _MicroInfo, seen: str) -> None:
-    __tracebackhide__ = True
     if all(_close(d, t) for d, t in zip(divisors, info.targets)):
         MEAN_NOT_DIVIDED.fail(title, seen)
     if all(_close(d, t * info.k) for d, t in zip(divisors, info.targets)):
@@ -425,7 +423,6 @@ def _stage_weights(title, call: _AccumCall, others: tuple = ()) -> None:
     """The gradient optimizer.step() used, as a weighted sum of the micro-batches'
     summed-loss gradients: the weights are 1 / the divisor each micro-batch got.
     ``others``: the probe's other calls (a clip gives each the same norm)."""
-    __tracebackhide__ = True
     info, n = call.info, sum(call.info.targets)
     columns = list(call.sums) + ([call.leftover] if call.leftover.any() else [])
     weights, residual = fit(call.steps[-1][1], columns)
@@ -474,7 +471,6 @@ def _zeroed_between_micro_batches(events: list, k: int) -> bool:
 def _name_lost(title, call: _AccumCall, lost: list, divisors, seen: str) -> None:
     """Some micro-batches' gradients are missing from the step: name the cause only
     when the recorded calls show it."""
-    __tracebackhide__ = True
     info, n = call.info, sum(call.info.targets)
     if lost == list(range(1, info.k)) and _close(divisors[-1], n):
         if _zeroed_between_micro_batches(call.events, info.k):
@@ -527,7 +523,6 @@ def _stage_rescaled(title, call: _AccumCall, seen: str, others: tuple) -> None:
     """A uniform factor that shrinks the whole gradient to a round norm below the
     right gradient's, or to the same norm in every call: a clip (clip_grad_norm_),
     not a loss divisor."""
-    __tracebackhide__ = True
     got, want = _step_norms(call)
     norms = [(got, want)] + [_step_norms(c) for c in others]
     if not ((got < want * (1 - 1e-6) and _round_number(got)) or _clipped_to(norms)):
@@ -542,7 +537,6 @@ def _stage_rescaled(title, call: _AccumCall, seen: str, others: tuple) -> None:
 
 
 def _weights_unexplained(title, call: _AccumCall, residual: float) -> None:
-    __tracebackhide__ = True
     fail(
         title,
         f"in call {call.index + 1} (micro-batches of sizes "
@@ -558,7 +552,6 @@ def _weights_unexplained(title, call: _AccumCall, residual: float) -> None:
 
 def _stage_zeroing(title, call: _AccumCall) -> None:
     """The second call: did the step's gradient still hold the first call's?"""
-    __tracebackhide__ = True
     if not call.leftover.any():
         return
     weights, _ = fit(call.steps[-1][1], list(call.sums) + [call.leftover])
@@ -597,7 +590,6 @@ SCHEDULER_FIRST = Diagnosis(
 
 
 def _stage_scheduler(title, call: _AccumCall) -> None:
-    __tracebackhide__ = True
     steps = call.events.count("scheduler.step")
     if steps != 1:
         seen = (
@@ -629,14 +621,12 @@ LR_CHANGED = Diagnosis(
 
 
 def _diagnose_first_call(title, call: _AccumCall, others: tuple = ()) -> None:
-    __tracebackhide__ = True
     _stage_optimizer_steps(title, call)
     _stage_weights(title, call, others)
 
 
 def _diagnose_accumulation(title, accumulation_step) -> None:
     """The stages in the order the step runs them; the first that departs fails."""
-    __tracebackhide__ = True
     calls, raised = _run_accum_probe(title, accumulation_step)
     if raised is not None:
         if len(calls) > 1:  # the first call is measured first: it may say why
@@ -656,7 +646,6 @@ def check_accumulation_step(accumulation_step, hidden: bool = False) -> None:
     optimizer step from the list ``micro_batches`` (token tensors [b_i, S]) equal to one
     step on their concatenation, where
     ``loss_fn(model, batch) -> (loss_sum, n_tokens)``."""
-    __tracebackhide__ = True
     title = "accumulation_step"
     verify_integrity()
     _diagnose_accumulation(title, accumulation_step)
@@ -675,7 +664,6 @@ def check_accumulation_step(accumulation_step, hidden: bool = False) -> None:
 @single_threaded
 def check_accumulation_by_hand(accumulation_step) -> None:
     """Hidden test: ``accumulation_step`` does not call the course's training code."""
-    __tracebackhide__ = True
     model, plan, optimizer, scheduler = _accum_cases()[1].make()
     args = (model, plan[0], optimizer, scheduler, _loss_fn)
     check_not_delegated(

@@ -56,6 +56,9 @@ from .step_probe import (
     toy_model,
 )
 
+# pytest hides this module's frames in a failure's traceback: a learner sees theirs.
+__tracebackhide__ = True
+
 # ------------------------------------------------------------- one mixed-precision step
 
 
@@ -192,7 +195,6 @@ def _simulate_amp(fn):
 
 def _report_raised(title, call: AmpCall, overflow: bool) -> None:
     """The learner's step raised: say so, after the stages it got through."""
-    __tracebackhide__ = True
     if call.after_backward is None and not overflow:
         NO_BACKWARD.fail(
             title,
@@ -224,7 +226,6 @@ def _report_raised(title, call: AmpCall, overflow: bool) -> None:
 
 
 def _stage_autocast(title, loss_fn: TapedLoss) -> None:
-    __tracebackhide__ = True
     if not loss_fn.states:
         fail(title, "your step never called loss_fn(model, batch).", S_AMP)
     enabled, dtype, elsewhere = loss_fn.states[0]
@@ -269,7 +270,6 @@ BACKWARD_SCALE = Diagnosis(
 
 def _stage_backward(title, call: AmpCall) -> None:
     """Right after the backward the gradient must be scale × the loss's gradient."""
-    __tracebackhide__ = True
     if call.after_backward is None:
         NO_BACKWARD.fail(
             title, f"In step {call.index + 1} no parameter got a gradient."
@@ -323,7 +323,6 @@ AMP_STEP_COUNT = Diagnosis(
 
 
 def _stage_step_count(title, call: AmpCall) -> None:
-    __tracebackhide__ = True
     steps = len(call.steps)
     if steps != 1:
         AMP_STEP_COUNT.fail(
@@ -355,7 +354,6 @@ UNSCALED_TWICE = Diagnosis(
 def _stage_step_gradient(title, call: AmpCall, unclipped) -> None:
     """The gradient optimizer.step() used: r × the true gradient, r = the clip.
     ``unclipped()`` measures r again with nothing to clip (run only when needed)."""
-    __tracebackhide__ = True
     g_step, norm = call.steps[-1][1], float(call.true.norm())
     weights, residual = fit(g_step, [call.true])
     if residual > 1e-3:
@@ -422,7 +420,6 @@ def _changed_after_step(call: AmpCall) -> list:
 def _stage_after_step(title, call: AmpCall, seen: str) -> None:
     """The step's gradient is wrong and the learner unscaled or clipped after the
     step: that placement is the cause, whatever the size."""
-    __tracebackhide__ = True
     found = _changed_after_step(call)
     if found:
         CLIPPED_AFTER_STEP.fail(
@@ -436,7 +433,6 @@ def _stage_after_step(title, call: AmpCall, seen: str) -> None:
 def _scale_sized_gradient(title, call: AmpCall, seen: str, free: float) -> None:
     """The step's gradient is 1/scale too small: clipped while still scaled, or divided
     by the scale twice. With nothing to clip (``free``: r then) the two differ."""
-    __tracebackhide__ = True
     s = call.scale
     seen += f" That is max_norm / scale = {call.max_norm / s:.4g}."
     without = (
@@ -454,7 +450,6 @@ def _scale_sized_gradient(title, call: AmpCall, seen: str, free: float) -> None:
 def _ratio_without_clipping(title, amp_step) -> float:
     """r of the learner's first step when max_norm (1e6) clips nothing; NaN when it
     cannot be measured."""
-    __tracebackhide__ = True
     calls, _ = run_amp_probe(title, amp_step, overflow=False, max_norm=1e6)
     first = calls[0]
     if isinstance(first.returned, Raised) or not first.steps:
@@ -499,7 +494,6 @@ VALUE_CLIP = Diagnosis(
 def _shape_of_clipping(title, call: AmpCall, g_step: torch.Tensor) -> None:
     """The step's gradient is not a multiple of the true one: measure how it was
     clipped."""
-    __tracebackhide__ = True
     m = call.max_norm
     if clipped_per_tensor(g_step, call.true, call.sizes, m, rtol=1e-3, atol=1e-9):
         PER_TENSOR_CLIP.fail(
@@ -523,7 +517,6 @@ def _shape_of_clipping(title, call: AmpCall, g_step: torch.Tensor) -> None:
 
 
 def _amp_unexplained(title, call: AmpCall, what: str) -> None:
-    __tracebackhide__ = True
     fail(
         title,
         f"in step {call.index + 1} (max_norm {call.max_norm:g}, scale "
@@ -542,7 +535,6 @@ UPDATE_COUNT = Diagnosis(
 
 
 def _stage_update(title, call: AmpCall) -> None:
-    __tracebackhide__ = True
     updates = call.events.count("scaler.update")
     seen = (
         f"In step {call.index + 1} scaler.update() ran {updates} times; your calls "
@@ -565,7 +557,6 @@ RETURNED_LOSS = Diagnosis(
 
 
 def _stage_returned(title, call: AmpCall) -> None:
-    __tracebackhide__ = True
     got, want = call.returned, call.loss
     if want is None:
         return  # loss_fn not called in this step: the final comparison reports it
@@ -601,7 +592,6 @@ OVERFLOW_STEPPED = Diagnosis(
 
 def _stage_overflow(title, call: AmpCall) -> None:
     """An overflowing step leaves the parameters alone and halves the scale."""
-    __tracebackhide__ = True
     moved = int((call.after != call.before).sum())
     if moved:
         nan = int((~torch.isfinite(call.after)).sum())
@@ -622,7 +612,6 @@ def _stage_overflow(title, call: AmpCall) -> None:
 
 def _diagnose_amp(title, amp_step) -> None:
     """The stages in the order a step runs them; the first that departs fails."""
-    __tracebackhide__ = True
     calls, loss_fn = run_amp_probe(title, amp_step, overflow=False)
     unclipped = functools.partial(_ratio_without_clipping, title, amp_step)
     if not loss_fn.states and isinstance(calls[0].returned, Raised):
@@ -648,7 +637,6 @@ def _diagnose_amp(title, amp_step) -> None:
 def check_amp_step(amp_step) -> None:
     """``amp_step(model, batch, loss_fn, optimizer, scaler, max_norm)``: one
     mixed-precision training step, returning the (unscaled) loss."""
-    __tracebackhide__ = True
     title = "amp_step"
     verify_integrity()
     _diagnose_amp(title, amp_step)
@@ -667,7 +655,6 @@ def check_amp_step(amp_step) -> None:
 @single_threaded
 def check_amp_by_hand(amp_step) -> None:
     """Hidden test: ``amp_step`` does not call the course's training code."""
-    __tracebackhide__ = True
     model, batches, optimizer, scaler, max_norm, loss_fn = _amp_case(1, False, 0.05)()
     args = (model, batches[0], loss_fn, optimizer, scaler, max_norm)
     check_not_delegated(

@@ -24,6 +24,9 @@ from ..diagnosis import (
 )
 from .sections import S_SAMPLER
 
+# pytest hides this module's frames in a failure's traceback: a learner sees theirs.
+__tracebackhide__ = True
+
 # ----------------------------------------------------- DistributedSampler and set_epoch
 
 EPOCHS = 3
@@ -54,7 +57,6 @@ BATCH_TOO_BIG = Diagnosis(
 def _read(title, make_loader, n, rank, world, epoch, batch_size):
     """(the sample indices, in order, of what ``make_loader`` gives ``rank``, the size
     of each of its batches, the class name of its sampler)."""
-    __tracebackhide__ = True
     call = (
         f"make_loader(dataset, rank={rank}, world_size={world}, epoch={epoch}, "
         f"batch_size={batch_size})"
@@ -109,7 +111,6 @@ class _Reads:
 
 
 def _read_all(title, make_loader, world, n, batch_size) -> _Reads:
-    __tracebackhide__ = True
     reads = {
         (rank, epoch): _read(title, make_loader, n, rank, world, epoch, batch_size)
         for epoch in range(EPOCHS)
@@ -379,7 +380,6 @@ def check_make_loader(
     between them (no sample read twice, none missed: no drop_last on the DataLoader),
     in batches of batch_size per rank, in a shuffled order that changes from epoch to
     epoch (and so does the split) and is the same whenever asked again."""
-    __tracebackhide__ = True
     title = "make_loader"
     verify_integrity()
     for world in world_sizes:

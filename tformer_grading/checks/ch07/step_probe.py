@@ -27,6 +27,9 @@ from ..measure.tape import (
     taped_sgd,
 )
 
+# pytest hides this module's frames in a failure's traceback: a learner sees theirs.
+__tracebackhide__ = True
+
 PAD = 0
 
 
@@ -132,7 +135,6 @@ def _amp_probe_setup(overflow: bool, seed: int):
 def run_amp_probe(title, amp_step, overflow: bool, max_norm: float = 0.05):
     """Two calls of ``amp_step``: (a list of :class:`AmpCall`, the loss_fn
     recorder)."""
-    __tracebackhide__ = True
     tape, model, optimizer, scaler, batches, loss_fn = _amp_probe_setup(overflow, 1)
     sizes = tuple(p.numel() for p in model.parameters())
     calls = []

@@ -41,6 +41,9 @@ from .harness import keeps_random_state, lm, run_case, token_ids, tokens_text
 from .lm_step import M2, lm_step_problems, step_cases
 from .sections import S_CACHE, S_CACHE_PITFALLS
 
+# pytest hides this module's frames in a failure's traceback: a learner sees theirs.
+__tracebackhide__ = True
+
 # What the fallback advises when no mistake of the loop could be named.
 LOOP_ADVICE = "compare your loop with the lesson step by step"
 
@@ -210,7 +213,6 @@ WRONG_CHOICE = Diagnosis(
 
 def _prefix_again(title, case, got, seen: str) -> None:
     """A step after the prompt fed more than the one new token."""
-    __tracebackhide__ = True
     if not got.fed or not torch.equal(got.fed[0], case.prompt):
         return
     for k, chunk in enumerate(got.fed[1:], start=1):
@@ -224,7 +226,6 @@ def _prefix_again(title, case, got, seen: str) -> None:
 
 
 def _gen_raised(title, cases, runs) -> None:
-    __tracebackhide__ = True
     for k, (case, got) in enumerate(zip(cases, runs)):
         if not isinstance(got.output, Raised):
             continue
@@ -250,7 +251,6 @@ def _gen_raised(title, cases, runs) -> None:
 
 
 def _gen_form(title, case, got, want) -> None:
-    __tracebackhide__ = True
     out = got.output
     b, total = want.shape
     s = case.prompt.size(1)
@@ -299,7 +299,6 @@ def _gen_form(title, case, got, want) -> None:
 
 def _dropped_or_repeated(title, case, got, want) -> None:
     """Length S + N ± 1: name the token dropped or repeated."""
-    __tracebackhide__ = True
     out = got.output
     s, n = case.prompt.size(1), case.n
     length = out.size(1)
@@ -379,7 +378,6 @@ def _grows_cache(step) -> bool:
 def _step_cache_problems(title, fn, seen, k, cached, want_cached) -> None:
     """Step k's logits are wrong: was its cache the one the loop should have grown?
     ``cached``: what the first block's cache layer held when step k began."""
-    __tracebackhide__ = True
     step = _learners_step(fn)
     if cached is None or cached == want_cached:
         if step is not None and cached is not None and _step_failure(step) is None:
@@ -421,7 +419,6 @@ def _step_cache_problems(title, fn, seen, k, cached, want_cached) -> None:
 def _carried_seen(title, cases, runs) -> None:
     """A call whose very first step found tokens in the cache: they came from an
     earlier call."""
-    __tracebackhide__ = True
     for k, (case, got) in enumerate(zip(cases, runs)):
         if got.attended and got.attended[0][0]:
             CACHE_CARRIED.fail(
@@ -434,7 +431,6 @@ def _carried_seen(title, cases, runs) -> None:
 
 def _trace_problems(title, fn, case, got, want) -> None:
     """Same length, wrong tokens: read what the loop fed and got back."""
-    __tracebackhide__ = True
     out, fed = got.output, got.fed
     s = case.prompt.size(1)
     diverge = _first_wrong_token(out, want)
@@ -510,7 +506,6 @@ def _trace_problems(title, fn, case, got, want) -> None:
 
 def _carried(title, fn, case) -> None:
     """The same call twice, under the same seed, must give the same tokens."""
-    __tracebackhide__ = True
     a, b = _run_generate(fn, case, seed=1), _run_generate(fn, case, seed=1)
     if (
         isinstance(a.output, torch.Tensor)
@@ -538,7 +533,6 @@ def check_generate_greedy(generate_greedy) -> None:
     """``generate_greedy(model, prompt [B, S], max_new_tokens) -> [B, S + N]``: greedy
     decoding with a fresh KV cache; equal, token for token, to uncached greedy
     decoding, on several prompts one after the other."""
-    __tracebackhide__ = True
     title = "generate_greedy"
     verify_integrity()
     cases = gen_cases()
@@ -604,7 +598,6 @@ def check_generate_greedy(generate_greedy) -> None:
 def _continuation_problems(title, case, out, want) -> None:
     """New tokens that are another prompt's greedy continuation: row 0's copied to
     every row, or the prompt's own without its first token."""
-    __tracebackhide__ = True
     s = case.prompt.size(1)
     new, right = out[:, s:], want[:, s:]
     if (
@@ -644,7 +637,6 @@ def _shortcuts() -> dict:
 @keeps_random_state
 def check_generate_greedy_by_hand(generate_greedy) -> None:
     """Hidden test: the learner wrote the loop, not a call of the course's generate."""
-    __tracebackhide__ = True
     case = gen_cases()[0]
     check_not_delegated(
         "generate_greedy",

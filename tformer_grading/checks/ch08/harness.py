@@ -21,6 +21,9 @@ from tformer_ref.model import DecoderOnlyLM
 from ...guard.integrity import seal
 from ..diagnosis import Raised, describe_difference, quiet, run
 
+# pytest hides this module's frames in a failure's traceback: a learner sees theirs.
+__tracebackhide__ = True
+
 ATOL, RTOL = 1e-5, 1e-4
 
 
@@ -30,7 +33,6 @@ def keeps_random_state(check):
 
     @functools.wraps(check)
     def run_check(*args, **kwargs):
-        __tracebackhide__ = True
         device = get_device()
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
             return check(*args, **kwargs)

@@ -55,6 +55,9 @@ from .harness import (
 )
 from .sections import S_CACHE, S_CACHE_PITFALLS, S_DROPOUT, S_EMBED, S_LM
 
+# pytest hides this module's frames in a failure's traceback: a learner sees theirs.
+__tracebackhide__ = True
+
 
 def _model_1():
     return lm(1, norm_first=False, positions="sinusoidal")
@@ -330,7 +333,6 @@ EMPTY_CACHE_PITFALLS = (
 
 
 def _raised_problems(title, cases, runs) -> None:
-    __tracebackhide__ = True
     for case, got in zip(cases, runs):
         for k, out in enumerate(got.outputs):
             if isinstance(out, Raised):
@@ -347,7 +349,6 @@ def _raised_problems(title, cases, runs) -> None:
 
 
 def _form_problems(title, cases, runs, refs) -> None:
-    __tracebackhide__ = True
     for case, got, want in zip(cases, runs, refs):
         for g, w in zip(got.outputs, want.outputs):
             problem = describe_difference(g, w, ATOL, RTOL)
@@ -373,7 +374,6 @@ def _form_problems(title, cases, runs, refs) -> None:
 
 def _growth_problems(title, cases, runs) -> None:
     """After each call every layer must hold S more tokens than before."""
-    __tracebackhide__ = True
     for case, got in zip(cases, runs):
         n_layers = len(case.model.blocks.layers)
         for k, ((before, after), chunk, out) in enumerate(
@@ -445,7 +445,6 @@ def _future_visible(step, model) -> str | None:
 
 def _empty_cache_problems(title, step, cases, runs, refs) -> None:
     """Wrong without any cached token: the model's own forward is not reproduced."""
-    __tracebackhide__ = True
     empty = [i for i, c in enumerate(cases) if c.past is None and len(c.chunks) == 1]
     wrong = [i for i in empty if not case_right(runs[i], refs[i])]
     if not wrong:
@@ -484,7 +483,6 @@ def _has_dropout(model) -> bool:
 def _dropout_problems(title, step, cases, runs, refs) -> None:
     """The learner's step left the model in train mode, or gives different logits for
     the same call on a model with dropout (in eval mode, where it must do nothing)."""
-    __tracebackhide__ = True
     for case, got in zip(cases, runs):
         if got.trained:
             DROPOUT_ACTIVE.fail(
@@ -549,7 +547,6 @@ def _empty_position_problems(title, step, cases, runs, empty, wrong) -> None:
     """Wrong on an empty cache because of the positions: the tokens placed from the
     wrong start, the encodings added twice, or (on a copy whose positional table is
     the same at every position) right where the positions cannot matter."""
-    __tracebackhide__ = True
     starts = []
     for i in wrong:
         start = _start_used(step, cases[i])
@@ -660,7 +657,6 @@ def _offset_seen(step, case: StepCase) -> str:
 
 
 def _position_problems(title, step, cases, wrong) -> None:
-    __tracebackhide__ = True
     neutral = {id(cases[i].model): _neutral(cases[i].model) for i in wrong}
     for i in wrong:
         model = neutral[id(cases[i].model)]
@@ -693,7 +689,6 @@ def _logits_of(step, model, n_past):
 
 
 def _mask_problems(title, step, cases, wrong) -> None:
-    __tracebackhide__ = True
     for i in (i for i in wrong if cases[i].past is not None):
         case = cases[i]
         tokens = torch.cat([case.past, case.chunks[0]], dim=1)
@@ -724,7 +719,6 @@ def check_lm_step(lm_step) -> None:
     """``lm_step(model, tokens [B, S], cache) -> logits [B, S, V]``: the next S tokens
     after the ``cache.length`` cached ones; grows the cache by S. Equal to
     ``model(tokens, cache=cache)`` on an empty cache and after earlier steps."""
-    __tracebackhide__ = True
     title = "lm_step"
     verify_integrity()
     n_cases = lm_step_problems(title, lm_step)
@@ -739,7 +733,6 @@ def check_lm_step(lm_step) -> None:
 def lm_step_problems(title, lm_step) -> int:
     """Raise the lm_step failure, or return the number of cases when it is right
     (printing nothing: check_generate_greedy asks it too)."""
-    __tracebackhide__ = True
     cases = step_cases()
     refs = [run_case(_reference_step, c) for c in cases]
     runs = [run_case(lm_step, c) for c in cases]
@@ -782,7 +775,6 @@ def lm_step_problems(title, lm_step) -> int:
 def check_lm_step_by_hand(lm_step) -> None:
     """Hidden test: the learner built the step from the model's parts, not by calling
     the model's own forward."""
-    __tracebackhide__ = True
     case = step_cases()[5]  # an empty cache: the reference fills none inside the record
     check_not_delegated(
         "lm_step",

@@ -40,6 +40,9 @@ from ..measure.sizes import named
 from .harness import ATOL, RTOL, keeps_random_state, right
 from .sections import S_TEMPERATURE, S_TOP_P
 
+# pytest hides this module's frames in a failure's traceback: a learner sees theirs.
+__tracebackhide__ = True
+
 #: A probability at or below this counts as "not kept" (the cases keep none smaller).
 KEPT = 1e-9
 
@@ -302,7 +305,6 @@ def _wrong_rows(cases, theirs, ours) -> list[_Row]:
 
 def _probs_form(title, cases, theirs, ours) -> None:
     """The learner's exception, or an output that is not a [B, V] float tensor."""
-    __tracebackhide__ = True
     for case, got, want in zip(cases, theirs, ours):
         if isinstance(got, Raised):
             fail(
@@ -329,7 +331,6 @@ def _probs_form(title, cases, theirs, ours) -> None:
 
 def _probs_empty(title, rows: list[_Row]) -> None:
     """Rows that keep nothing (NaN, or all zeros)."""
-    __tracebackhide__ = True
     empty = [r for r in rows if torch.isnan(r.got).any() or not (r.got > KEPT).any()]
     if not empty:
         return
@@ -357,7 +358,6 @@ def _probs_empty(title, rows: list[_Row]) -> None:
 
 
 def _not_probabilities(title, rows: list[_Row]) -> None:
-    __tracebackhide__ = True
     for r in rows:
         low, high = float(r.got.min()), float(r.got.max())
         if low < -1e-6 or high > 1 + 1e-6:
@@ -439,7 +439,6 @@ def _share_of_vocabulary(r: _Row) -> torch.Tensor:
 
 def _support_problems(title, rows: list[_Row]) -> None:
     """The learner's kept set differs from the reference's: name how."""
-    __tracebackhide__ = True
     differ = [r for r in rows if not torch.equal(r.kept, r.ref_kept)]
     if not differ:
         return
@@ -521,7 +520,6 @@ _close = functools.partial(near, rel=2e-3)
 def _temperature_problems(title, rows: list[_Row]) -> None:
     """Only the cases at a temperature other than 1 are wrong: read the temperature the
     learner's distribution has."""
-    __tracebackhide__ = True
     fits = [(r, f) for r in rows if (f := _slope(r)) is not None]
     if not fits:
         return
@@ -597,7 +595,6 @@ def _nucleus_then_softmax_of_probabilities(logits, temperature, top_p):
 
 def _after_softmax(title, cases, theirs) -> None:
     """The learner's function equals one that divides probabilities, not logits."""
-    __tracebackhide__ = True
     for variant in (_pipeline_on_probabilities, _nucleus_then_softmax_of_probabilities):
         outs = [run(variant, c.make()) for c in cases]
         if all(
@@ -615,7 +612,6 @@ def _after_softmax(title, cases, theirs) -> None:
 
 
 def _sums_problems(title, rows: list[_Row]) -> None:
-    __tracebackhide__ = True
     for r in rows:
         total = float(r.got.sum())
         if abs(total - 1) > 1e-4:
@@ -640,7 +636,6 @@ def _shifted_down(case: Case) -> tuple:
 def _overflow_problems(title, fn, cases, theirs, ours) -> None:
     """Wrong on the large logits, right on the same logits shifted down: the learner's
     exp overflows (a right function cannot tell the two apart)."""
-    __tracebackhide__ = True
     case, got, want = cases[LARGE], theirs[LARGE], ours[LARGE]
     if right(got, want) or not isinstance(got, torch.Tensor):
         return
@@ -671,7 +666,6 @@ def check_next_token_probs(next_token_probs) -> None:
     """``next_token_probs(logits [B, V], temperature, top_p) -> probs [B, V]``: divide
     by the temperature, keep the smallest set of most likely tokens reaching top_p (the
     crossing token included), renormalise."""
-    __tracebackhide__ = True
     title = "next_token_probs"
     verify_integrity()
     cases = prob_cases()
@@ -714,7 +708,6 @@ def check_next_token_probs(next_token_probs) -> None:
 def _probs_problems(title, cases, theirs, ours) -> None:
     """Name the mistake the wrong ones among ``cases`` show (after the form is
     right)."""
-    __tracebackhide__ = True
     rows = _wrong_rows(cases, theirs, ours)
     _probs_empty(title, rows)
     _not_probabilities(title, rows)
@@ -744,7 +737,6 @@ def _probs_problems(title, cases, theirs, ours) -> None:
 @keeps_random_state
 def check_next_token_probs_by_hand(next_token_probs) -> None:
     """Hidden test: the learner wrote it, not a call of the course's sampling code."""
-    __tracebackhide__ = True
     args = prob_cases()[3].make()
     check_not_delegated(
         "next_token_probs",

@@ -25,6 +25,9 @@ import torch
 from ...guard.integrity import seal
 from ..diagnosis import Raised, fail, quiet
 
+# pytest hides this module's frames in a failure's traceback: a learner sees theirs.
+__tracebackhide__ = True
+
 
 class Probe(NamedTuple):
     """``observe(*args)``: what it saw when the property fails, else None;
@@ -56,7 +59,6 @@ def when_false(prop: Callable[..., bool], observed: str) -> Callable:
 def observe(title: str, fn: Callable, *args, who="your code", during=""):
     """``fn(*args)`` without gradients, quietly; the learner's exception fails the
     check: "{who} raised {the exception}{during}"."""
-    __tracebackhide__ = True
     with torch.no_grad(), quiet():
         try:
             return fn(*args)
@@ -84,7 +86,6 @@ def run_probes(
         ...     print(str(failure).splitlines()[0])
         demo: this looks like the pitfall 'leak'. It moved. Batch entries leak.
     """
-    __tracebackhide__ = True
     for probe in probes:
         seen = observe(title, probe.observe, *args, who=who, during=during(probe))
         if seen:
