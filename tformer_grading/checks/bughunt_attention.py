@@ -256,16 +256,18 @@ def _einsum_orders(title: str, module, e: int, label: str) -> None:
     gap = float((attend(v, k, q[:, qp]) - base[:, qp]).abs().max())
     keys = float((attend(v[:, kp], k[:, kp], q) - base).abs().max())
     reordered = f"reordering the key/value tokens together as {kp.tolist()} changed"
-    if gap > tol:  # a merge only moves rows of a result no key order changes
-        mixed = (
-            f"; {reordered} it by up to {keys:.3g}: tokens mix before the weighted sum"
-        )
-        (TOKENS_CUT_INTO_HEADS if keys > tol else ROWS_OUT_OF_ORDER).fail(
-            title,
+    if gap > tol:
+        rows = (
             f"Measured ({label}): with the queries in the order {qp.tolist()}, your "
             f"output rows differ from the same rows reordered by up to {gap:.3g}"
-            f"{mixed if keys > tol else ''}.",
         )
+        if keys > tol:  # a merge only moves rows of a result no key order changes
+            TOKENS_CUT_INTO_HEADS.fail(
+                title,
+                f"{rows}; {reordered} it by up to {keys:.3g}: tokens mix before the "
+                "weighted sum.",
+            )
+        ROWS_OUT_OF_ORDER.fail(title, f"{rows}.")
     if keys > tol:
         KEY_ORDER_MATTERS.fail(
             title, f"Measured ({label}): {reordered} the output by up to {keys:.3g}."

@@ -29,18 +29,17 @@ def validate_sizes(sizes) -> tuple:
     ValueError: each (embed_size, heads) needs heads >= 2 dividing embed_size into \
 heads of at least 3 features, got (12, 5)
     """
-    pairs = isinstance(sizes, (tuple, list)) and len(sizes) > 0
-    if not (pairs and all(isinstance(s, (tuple, list)) and len(s) == 2 for s in sizes)):
+    if (
+        not isinstance(sizes, (tuple, list))
+        or not sizes
+        or not all(isinstance(s, (tuple, list)) and len(s) == 2 for s in sizes)
+    ):
         raise TypeError(
             f"sizes must be a sequence of (embed_size, heads) pairs, got {sizes!r}"
         )
     for e, h in sizes:
-        if (
-            not (isinstance(e, int) and isinstance(h, int))
-            or h < 2
-            or e % h
-            or e < 3 * h
-        ):
+        ints = isinstance(e, int) and isinstance(h, int)
+        if not ints or h < 2 or e % h or e // h < 3:
             raise ValueError(
                 "each (embed_size, heads) needs heads >= 2 dividing embed_size into "
                 f"heads of at least 3 features, got ({e!r}, {h!r})"

@@ -491,15 +491,6 @@ def _decoded_with(kinds: dict):
     return reading
 
 
-def _decoded_with_triu_mask(seen: _Decoding) -> str | None:
-    call = _first_masked_step(seen, ("triu",))
-    if call is None:
-        return None
-    return (
-        f"At the step that decoded {call['length']} tokens, your target mask was triu."
-    )
-
-
 def _decoded_in_training_mode(seen: _Decoding) -> str | None:
     n = sum(c["training"] for c in seen.calls)
     if n:
@@ -701,7 +692,7 @@ DECODE_PROBES = (
     (_only_newest_token, LAST_TOKEN_ONLY),
     (_decoded_with(_NO_MASK), NO_CAUSAL_MASK),
     (_decoded_with(_MISREAD_MASK), MASK_NOT_CAUSAL),
-    (_decoded_with_triu_mask, UPPER_TRIANGULAR_MASK),
+    (_decoded_with({"triu": "triu"}), UPPER_TRIANGULAR_MASK),
     (_decoded_in_training_mode, DECODES_IN_TRAINING_MODE),
     (_decoded_with_gradients, DECODES_WITH_GRADIENTS),
     (_without_bos, NO_LEADING_BOS),

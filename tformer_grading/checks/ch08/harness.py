@@ -163,10 +163,7 @@ def grown_before_mask(lengths: tuple, s: int, exc: BaseException) -> str:
     ''
     """
     before, after = lengths
-    before = (
-        *before,
-        *[0] * (len(after) - len(before)),
-    )  # an empty cache has no layers
+    before = (*before, *[0] * (len(after) - len(before)))  # an empty cache: no layers
     grown = [b == a + s for a, b in zip(before, after)]
     ran = grown.index(False) if False in grown else len(grown)
     m = _MASK_SHAPE.search(str(exc))
