@@ -1,4 +1,5 @@
-"""Whether two measured things are the same (tformer_grading/checks/measure/closeness.py).
+"""Whether two measured things are the same
+(tformer_grading/checks/measure/closeness.py).
 
 Bug this guards against: eight private ``_close`` predicates, one per chapter, each
 with its own rule (relative to the expected number, to the larger one, with or without

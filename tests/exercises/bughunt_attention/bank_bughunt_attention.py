@@ -918,26 +918,25 @@ class MergedWithoutTransposeBack(
 class SplitStraightToHeadsFirst(nn.Module):  # [N, L, E] reshaped to [N, H, L, Dh]
     def __init__(self, embed_size, heads):
         super().__init__()
-        self.heads = heads
+        self.embed_size, self.heads = embed_size, heads
         self.head_dim = embed_size // heads
-        self.values = nn.Linear(embed_size, embed_size, bias=False)
-        self.keys = nn.Linear(embed_size, embed_size, bias=False)
-        self.queries = nn.Linear(embed_size, embed_size, bias=False)
+        self.to_q = nn.Linear(embed_size, embed_size, bias=False)
+        self.to_k = nn.Linear(embed_size, embed_size, bias=False)
+        self.to_v = nn.Linear(embed_size, embed_size, bias=False)
         self.fc_out = nn.Linear(embed_size, embed_size)
 
     def forward(self, values, keys, query, mask):
         N = query.shape[0]
-        value_len, key_len, query_len = values.shape[1], keys.shape[1], query.shape[1]
-        values = self.values(values).reshape(N, self.heads, value_len, self.head_dim)
-        keys = self.keys(keys).reshape(N, self.heads, key_len, self.head_dim)
-        query = self.queries(query).reshape(N, self.heads, query_len, self.head_dim)
-        energy = torch.einsum("nhqd,nhkd->nhqk", [query, keys])
-        energy = energy / math.sqrt(self.head_dim)
+        shape = (N, self.heads, -1, self.head_dim)  # heads first, for the matmuls
+        q = torch.reshape(self.to_q(query), shape)
+        k = torch.reshape(self.to_k(keys), shape)
+        v = torch.reshape(self.to_v(values), shape)
+        scores = torch.matmul(q, k.transpose(2, 3)) * self.head_dim**-0.5
         if mask is not None:
-            energy = energy.masked_fill(mask == 0, torch.finfo(energy.dtype).min)
-        attention = torch.softmax(energy, dim=3)
-        out = torch.einsum("nhql,nhld->nqhd", [attention, values])
-        return self.fc_out(out.reshape(N, query_len, self.heads * self.head_dim))
+            scores = scores.masked_fill(mask == 0, float("-1e20"))
+        out = torch.matmul(torch.softmax(scores, dim=-1), v)
+        out = out.permute(0, 2, 1, 3).reshape(N, -1, self.embed_size)
+        return self.fc_out(out)
 
 
 @wrong("self_attention", r"'tokens mixed before the weighted sum'", listed=False)
