@@ -3,6 +3,7 @@ there."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -172,4 +173,37 @@ def diagnoses(autograded: Path) -> dict[str, str]:
                 "the cell wrote to stderr (nbgrader gives such a cell 0): "
                 + "".join(stderr)[:500]
             )
+    return out
+
+
+#: The most a picture of a graded notebook may weigh: a check's is about 30 KB.
+PICTURE_BYTES = 2_000_000
+
+
+def pictures(autograded: Path) -> dict[str, list[bytes]]:
+    """grade_id -> the PNG pictures a failed graded cell showed (a check draws one
+    beside its diagnosis: tformer_grading.pictures), read from the autograded
+    notebook's outputs; only real PNGs of at most :data:`PICTURE_BYTES`."""
+    nb = json.loads(autograded.read_text())
+    out = {}
+    for cell in nb["cells"]:
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        outputs = cell.get("outputs", [])
+        if not meta.get("grade") or not any(
+            o.get("output_type") == "error" for o in outputs
+        ):
+            continue
+        found = []
+        for o in outputs:
+            data = o.get("data", {}).get("image/png") if "data" in o else None
+            if not isinstance(data, str):
+                continue
+            try:
+                png = base64.b64decode(data, validate=True)
+            except ValueError:
+                continue
+            if png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) <= PICTURE_BYTES:
+                found.append(png)
+        if found:
+            out[meta["grade_id"]] = found
     return out

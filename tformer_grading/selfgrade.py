@@ -38,6 +38,7 @@ from .course import (
     find_course_root,
     grade_ids,
     grading_env,
+    pictures,
 )
 from .preflight import WrongChapter, read_bytes, sanitize, write
 from .preflight import parse as parse_notebook
@@ -77,6 +78,8 @@ class CellResult:
     # A hidden test's cell, run without its hidden code (no solutions/ here): its points
     # say nothing about the answer, so they are left out of the total.
     hidden: bool = False
+    # The pictures the failed check drew, saved as PNG files (a terminal shows none).
+    pictures: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -355,6 +358,7 @@ def grade_notebook(
         if status != 0 or not autograded.is_file() or STUDENT not in scores:
             raise _failure(notebook, log)
         why = diagnoses(autograded)
+        drawn = pictures(autograded)
         order = {gid: i for i, gid in enumerate(grade_ids(source))}
         scores = {gid: tuple(points) for gid, points in scores[STUDENT].items()}
     result = Result(chapter, hidden, unsandboxed=unsandboxed or "")
@@ -367,8 +371,34 @@ def grade_notebook(
             CellResult(grade_id, score, max_score, lost, blank, grade_id in hidden_only)
         )
     result.cells.sort(key=lambda c: order.get(c.grade_id, len(order)))
+    _save_pictures(result, drawn, notebook)
     result.seconds = time.perf_counter() - started
     return result
+
+
+def pictures_folder(notebook: Path) -> Path:
+    """Where the self-grade saves the pictures of ``notebook``'s failed checks: beside
+    it, ``<name>_pictures/``, emptied of the last grading's pictures each time."""
+    return notebook.parent / f"{notebook.stem}_pictures"
+
+
+def _save_pictures(result: Result, drawn: dict[str, list[bytes]], notebook: Path):
+    """Each failed cell's pictures as ``<grade_id>.png`` (``-2``, ... for more) in
+    :func:`pictures_folder`; a folder that cannot be written is a note."""
+    folder = pictures_folder(notebook)
+    try:
+        for old in folder.glob("*.png") if folder.is_dir() else ():
+            old.unlink()
+        for cell in result.cells:
+            if cell.score >= cell.max_score or cell.hidden:
+                continue
+            for n, png in enumerate(drawn.get(cell.grade_id, []), 1):
+                folder.mkdir(exist_ok=True)
+                path = folder / f"{cell.grade_id}{'' if n == 1 else f'-{n}'}.png"
+                path.write_bytes(png)
+                cell.pictures.append(str(path))
+    except OSError as exc:
+        result.notes.append(f"the checks' pictures could not be saved: {exc}")
 
 
 def report(result: Result, notebook: Path) -> str:
@@ -410,6 +440,7 @@ def report(result: Result, notebook: Path) -> str:
             continue
         lines.append(line)
         lines += [f"      {d}" for d in c.diagnosis.splitlines()]
+        lines += [f"      Picture (open it to see): {path}" for path in c.pictures]
     hidden = result.hidden_max_score
     total = f"Total: {result.score:g} / {result.max_score:g}"
     if hidden:  # the exercise's headings count these points too

@@ -53,6 +53,8 @@ class CheckFailure(AssertionError):
 
     In a notebook IPython shows :meth:`_render_traceback_` instead of a traceback: the
     frames would be the checks' internals, which say nothing about the learner's code.
+    ``picture`` is what the check drew of the mistake, or None
+    (:mod:`tformer_grading.pictures.attach`).
     """
 
     def __init__(
@@ -60,14 +62,19 @@ class CheckFailure(AssertionError):
     ):
         super().__init__(text)
         self.title, self.section = title, section
+        self.picture = None
 
     def _render_traceback_(self) -> list[str]:
         """The diagnosis as IPython shows a failed cell: a bold red title, the message
-        and the lesson section, no frames. The link to the section is shown above it."""
+        and the lesson section, no frames. The picture and the link to the section are
+        shown above it."""
         if not getattr(self, "_link_shown", False):
             # IPython renders an error twice (to show it, then to store it in history):
-            # the link belongs above the first rendering only.
+            # the picture and link belong above the first rendering only.
             self._link_shown = True
+            from ..pictures.attach import show
+
+            show(self.picture)
             _show_section_link(self.section)
         return diagnosis_lines(self)
 

@@ -18,6 +18,7 @@ import torch
 from tformer_ref.attention import scaled_dot_product_attention
 
 from ...guard.integrity import seal
+from ...pictures.attach import attention_picture, pictured
 from ..cases import randn
 from ..delegation import check_not_delegated
 from ..diagnosis import (
@@ -688,7 +689,13 @@ def check_attention(attention_fn) -> None:
     ref = [scaled_dot_product_attention(*a) for a, _ in calls]
     outs, ws = [r[0] for _, r in calls], [r[1] for _, r in calls]
     if not matches(ws, [r[1] for r in ref], 1e-5, 1e-4):
-        _fail_weights(attention_fn, calls, cases, ws, ref)
+        results = [result for _, result in calls]
+        with pictured(
+            lambda said: attention_picture(
+                cases, results, scaled_dot_product_attention, said=said
+            )
+        ):
+            _fail_weights(attention_fn, calls, cases, ws, ref)
     passed("attention (weights)", f"match the reference on {len(cases)} cases")
     if not matches(outs, [r[0] for r in ref], 1e-5, 1e-4):
         _fail_output(attention_fn, calls, cases, outs, ref)

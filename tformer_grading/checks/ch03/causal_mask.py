@@ -4,12 +4,15 @@
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from tformer_ref.device import get_device
 from tformer_ref.masks import causal_mask
 
 from ...guard.integrity import seal
+from ...pictures.attach import masks_picture, pictured
 from ..diagnosis import (
     Case,
     Diagnosis,
@@ -19,6 +22,7 @@ from ..diagnosis import (
     single_threaded,
     verify_integrity,
 )
+from ..measure.mask_readings import read_as_bool
 from ..measure.softmax import AXIS_NAMES
 from .reading import (
     MASK_NOT_BOOL,
@@ -29,7 +33,6 @@ from .reading import (
     fail_stage,
     ints_text,
     plain_tensor_problem,
-    read_as_bool,
     reproduced_pitfall,
 )
 from .sections import S_CAUSAL, S_CONVENTIONS
@@ -249,12 +252,21 @@ def _judge_causal(title: str, causal_mask_fn) -> None:
         _judge_long_causal(title, causal_mask_fn)
         return
     theirs = [run(as_4d(causal_mask_fn), (s,)) for s in CAUSAL_SIZES]
-    pitfall = reproduced_pitfall(theirs, cases, CAUSAL_PITFALLS)
-    if pitfall is not None:
-        pitfall.fail(title)
-    raised = [p for s, p in problems if p[0] is None and " raised " in p[1]]
-    diagnosis, seen = raised[0] if raised else problems[-1][1]
-    fail_stage(title, diagnosis, seen, S_CAUSAL)
+    # The largest size first: it shows the most.
+    picture = functools.partial(
+        masks_picture,
+        theirs[::-1],
+        [causal_reference(s) for s in CAUSAL_SIZES[::-1]],
+        [c.label for c in cases[::-1]],
+        [(1, 1, s, s) for s in CAUSAL_SIZES[::-1]],
+    )
+    with pictured(picture):
+        pitfall = reproduced_pitfall(theirs, cases, CAUSAL_PITFALLS)
+        if pitfall is not None:
+            pitfall.fail(title)
+        raised = [p for s, p in problems if p[0] is None and " raised " in p[1]]
+        diagnosis, seen = raised[0] if raised else problems[-1][1]
+        fail_stage(title, diagnosis, seen, S_CAUSAL)
 
 
 def _judge_long_causal(title: str, causal_mask_fn) -> None:

@@ -20,6 +20,7 @@ from tformer_ref.attention import scaled_dot_product_attention
 from tformer_ref.device import get_device
 
 from ...guard.integrity import seal
+from ...pictures.attach import attention_picture, pictured
 from ..cases import randn
 from ..ch02 import S_SATURATION
 from ..delegation import check_not_delegated
@@ -47,9 +48,9 @@ from ..flow import (
 from ..measure.fills import fill_probe, implied_fill, read_fill
 from ..measure.mask_readings import misreading
 from ..measure.positions import axis_permutations
-from ..measure.sizes import named
 from ..measure.softmax import AXIS_NAMES, pooled_divisor
 from .causal_mask import causal_reference
+from .masked_attention_cases import masked_cases
 from .padding_mask import INPUT_MODIFIED
 from .reading import fail_stage, ints_text
 from .sections import S_CONVENTIONS, S_FILL, S_PADDING
@@ -164,72 +165,6 @@ def _lenient(fn, index):
             return part
 
     return call
-
-
-def _pad(tokens):
-    return (torch.tensor(tokens, device=get_device()) != 0)[:, None, None, :]
-
-
-_PER_HEAD_MASK = (
-    (
-        ((1, 1, 0, 0), (0, 0, 0, 0), (1, 0, 1, 1)),
-        ((1, 1, 1, 1), (0, 1, 0, 0), (1, 1, 1, 0)),
-    ),
-    (
-        ((0, 0, 0, 1), (1, 1, 1, 1), (1, 1, 0, 0)),
-        ((1, 0, 0, 0), (0, 1, 0, 1), (0, 0, 1, 1)),
-    ),
-)
-
-# (label, (B, H, Sq, Sk, Dh), mask)
-_MASKED_SPECS = (
-    (
-        "padding mask [2, 1, 1, 6], cross-attention",
-        (2, 3, 4, 6, 8),
-        lambda: _pad([[3, 4, 5, 0, 0, 0], [1, 2, 3, 4, 5, 6]]),
-    ),
-    ("causal mask [1, 1, 5, 5]", (2, 2, 5, 5, 8), lambda: causal_reference(5)),
-    (
-        (
-            "padding & causal [3, 1, 5, 5], B == H == 3, a fully padded sequence "
-            "(fully masked rows)"
-        ),
-        (3, 3, 5, 5, 4),
-        lambda: (
-            _pad([[1, 2, 3, 0, 0], [0, 0, 0, 0, 0], [4, 5, 6, 7, 8]])
-            & causal_reference(5)
-        ),
-    ),
-    (
-        "per-head mask [2, 2, 3, 4] with one fully masked query",
-        (2, 2, 3, 4, 16),
-        lambda: torch.tensor(_PER_HEAD_MASK, dtype=torch.bool, device=get_device()),
-    ),
-)
-
-_FULL_DTYPES = (torch.float32, torch.float32, torch.float64, torch.float32)
-
-
-def _masked_case(i, spec, dtype):
-    label, (b, h, sq, sk, dh), mask_fn = spec
-
-    def make():
-        return (
-            randn(b, h, sq, dh, seed=100 + 10 * i, dtype=dtype),
-            randn(b, h, sk, dh, seed=101 + 10 * i, dtype=dtype),
-            randn(b, h, sk, dh, seed=102 + 10 * i, dtype=dtype),
-            mask_fn(),
-        )
-
-    return Case(f"{label} ({named(B=b, H=h, Sq=sq, Sk=sk, Dh=dh)}), {dtype}", make)
-
-
-def masked_cases(dtypes=_FULL_DTYPES):
-    """The exercise's 4 cases, case i in ``dtypes[i]`` (masked_attention_half's too)."""
-    return [
-        _masked_case(i, spec, dtype)
-        for i, (spec, dtype) in enumerate(zip(_MASKED_SPECS, dtypes))
-    ]
 
 
 WRONG_RESULT = Diagnosis(
@@ -666,13 +601,15 @@ _MEASURING_STAGES = (
 )
 
 
-def _attention_problem(case: Case, fn, matched: bool):
+def _attention_problem(case: Case, fn, matched: bool, runs: list):
     """(Diagnosis or None, what was seen) for the first stage of ``fn`` on ``case``
     that departs, or None when every stage is right. On a case that ``matched`` the
     reference within tolerance only what the comparison cannot see is checked: the
-    inputs left as they were, and the fully masked queries (which it zeroes)."""
+    inputs left as they were, and the fully masked queries (which it zeroes). The
+    call's result is added to ``runs``."""
     args = case.make()
     result = run(fn, args)
+    runs.append(result)
     problem = _structure_stage(case, args, result)
     if problem is None:
         problem = _shape_stage(case, args[0], args[1], result)
@@ -702,26 +639,33 @@ def judge_masked(title, cases, fn, pitfalls, atol, rtol) -> None:
     every case is right."""
     verify_integrity()
     matched = [_case_matches(fn, case, atol, rtol) for case in cases]
+    runs = []
     problems = [
-        p for case, ok in zip(cases, matched) if (p := _attention_problem(case, fn, ok))
+        p
+        for case, ok in zip(cases, matched)
+        if (p := _attention_problem(case, fn, ok, runs))
     ]
     if not problems and all(matched):
         for part in ("weights", "output"):
             passed(f"{title} ({part})", f"matches the reference on {len(cases)} cases")
         return
-    pitfall = _reproduced_pair(fn, cases, pitfalls, atol, rtol)
-    if pitfall is not None:
-        pitfall.fail(title, _fill_note(pitfall, fn).strip())
-    if problems:
-        diagnosis, seen = problems[0]
-        fail_stage(title, diagnosis, seen + _fill_note(diagnosis, fn), S_FILL)
-    fallback(
-        title,
-        "your weights pass every stage this check measures, but differ from the "
-        "reference beyond tolerance",
-        S_FILL,
-        advice="",
+    picture = functools.partial(
+        attention_picture, cases, runs, scaled_dot_product_attention, 3, atol, rtol
     )
+    with pictured(picture):
+        pitfall = _reproduced_pair(fn, cases, pitfalls, atol, rtol)
+        if pitfall is not None:
+            pitfall.fail(title, _fill_note(pitfall, fn).strip())
+        if problems:
+            diagnosis, seen = problems[0]
+            fail_stage(title, diagnosis, seen + _fill_note(diagnosis, fn), S_FILL)
+        fallback(
+            title,
+            "your weights pass every stage this check measures, but differ from the "
+            "reference beyond tolerance",
+            S_FILL,
+            advice="",
+        )
 
 
 def _fill_note(diagnosis, fn) -> str:

@@ -20,8 +20,8 @@ from .masked_attention import (
     MASKED_PITFALLS,
     fill_estimate,
     judge_masked,
-    masked_cases,
 )
+from .masked_attention_cases import masked_cases
 from .sections import S_FILL
 
 # pytest hides this module's frames in a failure's traceback: a learner sees theirs.

@@ -7,8 +7,10 @@ from __future__ import annotations
 import torch
 
 from tformer_ref.device import get_device
+from tformer_ref.masks import padding_mask
 
 from ...guard.integrity import seal
+from ...pictures.attach import masks_picture, pictured
 from ..diagnosis import (
     Case,
     Diagnosis,
@@ -18,6 +20,7 @@ from ..diagnosis import (
     single_threaded,
     verify_integrity,
 )
+from ..measure.mask_readings import read_as_bool
 from ..measure.softmax import AXIS_NAMES
 from .reading import (
     MASK_NOT_BOOL,
@@ -27,7 +30,6 @@ from .reading import (
     fail_stage,
     ints_text,
     plain_tensor_problem,
-    read_as_bool,
     reproduced_pitfall,
 )
 from .sections import S_CONVENTIONS, S_PADDING
@@ -312,16 +314,30 @@ def _judge_padding(title: str, padding_mask_fn) -> None:
     if not problems:
         return
     theirs = [run(padding_mask_fn, case.make()) for case in cases]
-    pitfall = reproduced_pitfall(theirs, cases, PADDING_PITFALLS)
-    if pitfall is not None:
-        pitfall.fail(title)
-    diagnosis, seen = problems[0]
-    if diagnosis is PAD_CONSTANT and not _constant_everywhere(theirs):
-        diagnosis, seen = (
-            None,
-            (f"{seen}, although on other cases your mask changes with the tokens"),
-        )
-    fail_stage(title, diagnosis, seen, S_PADDING)
+    with pictured(lambda said: _masks_picture(cases, theirs, said)):
+        pitfall = reproduced_pitfall(theirs, cases, PADDING_PITFALLS)
+        if pitfall is not None:
+            pitfall.fail(title)
+        diagnosis, seen = problems[0]
+        if diagnosis is PAD_CONSTANT and not _constant_everywhere(theirs):
+            diagnosis, seen = (
+                None,
+                (f"{seen}, although on other cases your mask changes with the tokens"),
+            )
+        fail_stage(title, diagnosis, seen, S_PADDING)
+
+
+def _masks_picture(cases, theirs, said: str):
+    """The learner's mask against self-attention scores [B, H, S, S] with H = B (as in
+    the lesson's model, where a mask on the wrong axis runs), next to the right one."""
+    made = [case.make() for case in cases]
+    return masks_picture(
+        theirs,
+        [padding_mask(*args) for args in made],
+        [case.label for case in cases],
+        [(t.size(0), t.size(0), t.size(1), t.size(1)) for t, _ in made],
+        said,
+    )
 
 
 def _constant_everywhere(results) -> bool:

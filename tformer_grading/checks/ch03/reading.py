@@ -49,17 +49,6 @@ def aligned_shape(shape) -> list[int]:
     return [1] * (4 - len(shape)) + list(shape)
 
 
-def read_as_bool(t: torch.Tensor):
-    """(keep, how) for a non-bool mask: 1/0 read as multiplicative (1 = attend), 0 and
-    large negative numbers as additive (0 = attend); (None, None) when neither fits."""
-    v = t.detach().double()
-    if bool(((v == 0) | (v == 1)).all()):
-        return v == 1, "1 = attend, 0 = masked"
-    if bool((v <= 0).all()):
-        return v > -1e4, "0 = attend, a large negative number = masked (additive)"
-    return None, None
-
-
 MASK_NOT_BOOL = Diagnosis(
     "mask not bool",
     "Return a bool tensor (True = may attend). PyTorch *adds* a float mask to the "

@@ -45,6 +45,17 @@ from ...guard.integrity import seal
 from .softmax import AXIS_NAMES
 
 
+def read_as_bool(t: torch.Tensor):
+    """(keep, how) for a non-bool mask: 1/0 read as multiplicative (1 = attend), 0 and
+    large negative numbers as additive (0 = attend); (None, None) when neither fits."""
+    v = t.detach().double()
+    if bool(((v == 0) | (v == 1)).all()):
+        return v == 1, "1 = attend, 0 = masked"
+    if bool((v <= 0).all()):
+        return v > -1e4, "0 = attend, a large negative number = masked (additive)"
+    return None, None
+
+
 def causal_keep(size: int, device=None) -> torch.Tensor:
     """The causal keep-mask [S, S]: query i sees keys 0..i (``tril``).
 

@@ -1,0 +1,294 @@
+"""The picture of a wrong attention map: the learner's next to the right one.
+
+:func:`draw_weights` and :func:`draw_mask` draw one map of one head, [Sq, Sk], twice
+side by side, on one scale: the learner's on the left with its wrong cells marked
+(:mod:`.cells`), the right one on the right. Keys a query may not attend are hatched
+on both. The :class:`Picture` carries the PNG, a caption that says in words what is
+marked, and alt text that lists the marked cells.
+
+The figure follows the book's style (``tformer_ref.plotting``): as wide as the
+notebook's column, labels no smaller than its small print. Drawing is quiet: no
+warning and nothing on stderr (nbgrader would score the cell 0), no pyplot state and
+no change to the learner's matplotlib settings.
+
+>>> import torch
+>>> right = torch.tensor([[1.0, 0.0], [0.5, 0.5]])
+>>> mine = torch.tensor([[0.6, 0.4], [0.5, 0.5]])
+>>> allowed = torch.tensor([[True, False], [True, True]])
+>>> picture = draw_weights(mine, right, allowed, where="case 2 keys, batch 0, head 0")
+>>> picture.png[:4]
+b'\\x89PNG'
+>>> print(picture.caption)
+Your weights (left) and the right ones (right), case 2 keys, batch 0, head 0. \
+Hatched: keys the mask forbids. ✕ 1 cell gives weight to a key the mask forbids. \
+• 1 other cell differs from the right weight.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import html
+import io
+import warnings
+from dataclasses import dataclass
+
+import torch
+
+from .cells import MapCells, mask_cells, weight_cells
+
+#: The largest map drawn whole; a larger one is shown as a window this size around
+#: its first marked cell, labelled with the true positions.
+WINDOW = 16
+
+#: How each mark is drawn and said: (marker, colour, sentence for one, for several).
+#: Marker shapes differ as well as colours, so the marks read without colour.
+_STYLE = {
+    "attends_masked": ("X", "#d62728", "gives weight to a key the mask forbids"),
+    "ignores_allowed": ("o", "#ff7f0e", "gives no weight to a key it may attend"),
+    "not_finite": ("s", "#000000", "is NaN or infinite"),
+    "differs": (".", "#e377c2", "differs from the right weight"),
+}
+_MASK_WORDS = {
+    "attends_masked": "lets the query attend a key it must not",
+    "ignores_allowed": "blocks a key the query may attend",
+}
+_SYMBOL = {
+    "attends_masked": "✕",
+    "ignores_allowed": "○",
+    "not_finite": "■",
+    "differs": "•",
+}
+
+
+@dataclass(frozen=True)
+class Picture:
+    """A picture for a failed check: ``png`` bytes, a ``caption`` (what it shows, in
+    words), ``alt`` text (the same for a reader who cannot see it, with the cells) and
+    the ``cells`` it marks."""
+
+    png: bytes
+    caption: str
+    alt: str
+    cells: MapCells
+
+    def bundle(self) -> tuple[dict, dict]:
+        """(data, metadata) for IPython's display: a figure with its caption in HTML
+        (JupyterLab, the feedback page), the PNG alone, and the caption as text."""
+        data = base64.b64encode(self.png).decode("ascii")
+        figure = (
+            '<figure class="tformer-picture" style="margin: 0.5em 0">'
+            f'<img src="data:image/png;base64,{data}" '
+            f'alt="{html.escape(self.alt, quote=True)}" style="max-width: 100%">'
+            f"<figcaption>{html.escape(self.caption)}</figcaption></figure>"
+        )
+        return (
+            {"text/html": figure, "image/png": data, "text/plain": self.caption},
+            {"image/png": {"alt": self.alt}},
+        )
+
+
+def draw_weights(
+    got: torch.Tensor,
+    want: torch.Tensor,
+    allowed: torch.Tensor | None = None,
+    *,
+    where: str,
+    atol: float = 1e-5,
+    rtol: float = 1e-4,
+) -> Picture:
+    """The learner's weights ``got`` [Sq, Sk] next to the right ones ``want``;
+    ``allowed`` [Sq, Sk] (True = may attend) when the exercise masks. ``where`` says
+    which case, batch entry and head the map is."""
+    cells = weight_cells(got, want, allowed, atol, rtol)
+    g = got.detach().double().cpu()
+    shown = torch.nan_to_num(g, nan=0.0, posinf=1.0, neginf=0.0)
+    top = max(1.0, float(want.detach().double().max()), float(shown.max()))
+    lines = [f"Your weights (left) and the right ones (right), {where}."]
+    if allowed is not None:
+        lines.append("Hatched: keys the mask forbids.")
+    lines += _mark_sentences(cells, _STYLE)
+    if cells.rows_off:
+        sums = ", ".join(f"{cells.row_sums[i]:.3g}" for i in cells.rows_off[:6])
+        rows = ", ".join(map(str, cells.rows_off[:6]))
+        many = "s" if len(cells.rows_off) > 1 else ""
+        lines.append(
+            f"◀ Row{many} {rows} of yours sum{'' if many else 's'} to {sums}, not 1."
+        )
+    forbidden = None if allowed is None else ~allowed.bool().cpu().expand_as(g)
+    png = _draw(
+        (shown, want.detach().double().cpu()),
+        forbidden,
+        cells,
+        top,
+        ("your weights", "right weights"),
+        "attention weight",
+    )
+    return Picture(png, " ".join(lines), _alt(lines, cells, "weights"), cells)
+
+
+def draw_mask(got: torch.Tensor, want: torch.Tensor, *, where: str) -> Picture:
+    """The learner's mask ``got`` [Sq, Sk] (bool, True = may attend) next to the right
+    one ``want``. ``where`` says which case, batch entry and head the map is."""
+    cells = mask_cells(got, want)
+    words = {k: (*v[:2], _MASK_WORDS.get(k, v[2])) for k, v in _STYLE.items()}
+    head = (
+        f"Your mask (left) and the right one (right), {where}. Hatched: masked; "
+        "the rest may attend."
+    )
+    lines = [head, *_mark_sentences(cells, words)]
+    g, w = got.bool().cpu(), want.bool().cpu()
+    png = _draw(
+        (g.double(), w.double()),
+        (~g, ~w),
+        cells,
+        1.0,
+        ("your mask", "right mask"),
+        None,
+    )
+    return Picture(png, " ".join(lines), _alt(lines, cells, "mask"), cells)
+
+
+def _mark_sentences(cells: MapCells, style: dict) -> list[str]:
+    said = []
+    for name, found in cells.marked.items():
+        if found:
+            n = len(found)
+            noun = "cell" if n == 1 else "cells"
+            verb = style[name][2]
+            if n > 1:
+                verb = verb.replace("gives ", "give ").replace("differs", "differ")
+                verb = verb.replace("lets ", "let ").replace("blocks ", "block ")
+                verb = verb.replace("is NaN", "are NaN")
+            other = " other" if name == "differs" else ""
+            said.append(f"{_SYMBOL[name]} {n}{other} {noun} {verb}.")
+    return said
+
+
+def _alt(lines: list[str], cells: MapCells, what: str) -> str:
+    """The caption, then the marked cells as (query, key), at most eight a mark."""
+    listed = []
+    for name, found in cells.marked.items():
+        if found:
+            shown = ", ".join(f"(query {i}, key {j})" for i, j in found[:8])
+            more = f" and {len(found) - 8} more" if len(found) > 8 else ""
+            listed.append(f"{_SYMBOL[name]} at {shown}{more}.")
+    return f"Two {what} maps side by side. " + " ".join(lines + listed)
+
+
+def _window(cells: MapCells, sq: int, sk: int) -> tuple[slice, slice]:
+    """The rows and columns drawn: all, or :data:`WINDOW` of them around the first
+    marked cell of a larger map."""
+    first = next(
+        (c for found in cells.marked.values() for c in found[:1]),
+        (cells.rows_off[0], 0) if cells.rows_off else (0, 0),
+    )
+
+    def around(at: int, n: int) -> slice:
+        start = min(max(0, at - WINDOW // 2), max(0, n - WINDOW))
+        return slice(start, min(n, start + WINDOW))
+
+    return around(first[0], sq), around(first[1], sk)
+
+
+def _draw(maps, forbidden, cells: MapCells, top: float, titles, bar) -> bytes:
+    """The two maps as a PNG, quietly (module docstring)."""
+    with contextlib.redirect_stderr(io.StringIO()), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        # Imported here: a check that passes never pays for matplotlib.
+        import matplotlib
+        from matplotlib.figure import Figure
+
+        from tformer_ref.plotting import BOOK_STYLE
+
+        with matplotlib.rc_context(BOOK_STYLE):
+            return _figure(Figure, maps, forbidden, cells, top, titles, bar)
+
+
+def _figure(Figure, maps, forbidden, cells, top, titles, bar) -> bytes:
+    from tformer_ref.plotting import COLUMN_INCHES
+
+    sq, sk = maps[0].shape
+    rows, cols = _window(cells, sq, sk)
+    height = min(3.6, 1.4 + 2.4 * (rows.stop - rows.start) / (cols.stop - cols.start))
+    fig = Figure(figsize=(COLUMN_INCHES, max(2.4, height)), layout="constrained")
+    axes = fig.subplots(1, 2)
+    image = None
+    for k, (ax, values, title) in enumerate(zip(axes, maps, titles)):
+        part = values[rows, cols].float().numpy()
+        image = ax.imshow(part, cmap="viridis", vmin=0.0, vmax=top, aspect="equal")
+        hatch = forbidden if isinstance(forbidden, tuple) else (forbidden, forbidden)
+        if hatch[k] is not None:
+            _hatch(ax, hatch[k][rows, cols])
+        _ticks(ax, rows, cols)
+        ax.set_title(title)
+        if k == 0:
+            _marks(ax, cells, rows, cols)
+    if bar:
+        fig.colorbar(image, ax=list(axes), label=bar, shrink=0.8)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
+    return buffer.getvalue()
+
+
+def _hatch(ax, forbidden: torch.Tensor) -> None:
+    from matplotlib.patches import Rectangle
+
+    for i, j in forbidden.nonzero().tolist():
+        ax.add_patch(
+            Rectangle(
+                (j - 0.5, i - 0.5),
+                1,
+                1,
+                fill=False,
+                hatch="///",
+                edgecolor="#bbbbbb",
+                linewidth=0,
+            )
+        )
+
+
+def _ticks(ax, rows: slice, cols: slice) -> None:
+    """Every position labelled when there are few, else every other one."""
+    for set_ticks, set_labels, part in (
+        (ax.set_xticks, ax.set_xticklabels, cols),
+        (ax.set_yticks, ax.set_yticklabels, rows),
+    ):
+        step = 1 if part.stop - part.start <= 10 else 2
+        at = range(0, part.stop - part.start, step)
+        set_ticks(list(at))
+        set_labels([str(part.start + i) for i in at])
+    ax.set_xlabel("key")
+    ax.set_ylabel("query")
+
+
+def _marks(ax, cells: MapCells, rows: slice, cols: slice) -> None:
+    def inside(i, j):
+        return rows.start <= i < rows.stop and cols.start <= j < cols.stop
+
+    for name, found in cells.marked.items():
+        marker, colour, _ = _STYLE[name]
+        at = [(j - cols.start, i - rows.start) for i, j in found if inside(i, j)]
+        if at:
+            xs, ys = zip(*at)
+            ax.scatter(
+                xs,
+                ys,
+                marker=marker,
+                s=70,
+                c=colour,
+                edgecolors="white",
+                linewidths=0.8,
+            )
+    width = cols.stop - cols.start
+    for i in cells.rows_off:
+        if rows.start <= i < rows.stop:
+            ax.annotate(
+                "◀",
+                (width - 0.5, i - rows.start),
+                xytext=(4, 0),
+                textcoords="offset points",
+                va="center",
+                color="#d62728",
+                annotation_clip=False,
+            )
