@@ -340,6 +340,34 @@ def test_the_page_carries_its_maths_renderer_and_wraps_its_output(notebook):
     assert len(render(no_maths, book_url="").encode()) < 250_000  # no MathJax
 
 
+def test_the_page_shows_a_checks_picture_with_its_caption_and_alt_text(notebook):
+    """A failed check's picture (tformer_grading.pictures), as the kernel displayed
+    it: in the page, inside it (a data: image, which the page's policy allows), with
+    the alt text and caption the check wrote."""
+    import torch
+
+    from tformer_grading.pictures.attention import draw_mask
+
+    keep = torch.ones(4, 4, dtype=torch.bool)
+    picture = draw_mask(keep, keep.tril(), where="case size=4, batch 0, head 0")
+    data, metadata = picture.bundle()
+    nb = copy.deepcopy(notebook)
+    cell = next(
+        c
+        for c in nb.cells
+        if c.metadata.get("nbgrader", {}).get("grade_id") == "test_split_heads"
+    )
+    cell.outputs.insert(0, new_output("display_data", data=data, metadata=metadata))
+    page = render(nb)
+    figure = re.search(r'<figure class="tformer-picture">(<img [^>]*>)', page)
+    assert figure, "the picture is not in the page"
+    attributes = dict(re.findall(r'(\w+)="([^"]*)"', figure[1]))
+    assert attributes["src"] == f"data:image/png;base64,{data['image/png']}"
+    assert html.unescape(attributes["alt"]) == picture.alt
+    assert f"<figcaption>{html.escape(picture.caption)}</figcaption>" in page
+    assert "img-src data:" in page  # the page's policy lets it show
+
+
 def test_hidden_test_regions_become_one_line_each():
     source = f"a()\n{BEGIN}\nb()\n### END HIDDEN TESTS\nc()\n    {BEGIN}\n    d()\n"
     hidden = hide_hidden_tests(source, "BEGIN HIDDEN TESTS", "END HIDDEN TESTS")

@@ -477,3 +477,30 @@ def test_a_kit_notebook_that_lost_its_marks_says_what_to_do(tmp_path):
         "released to match them with: download the assignment again and copy your "
         "answers in"
     )
+
+
+@pytest.mark.slow
+def test_a_failed_checks_picture_is_saved_and_its_path_printed(tmp_path):
+    """A terminal shows no picture: the self-grade saves each failed check's picture
+    beside the notebook and prints where; grading again replaces the last ones."""
+    chapter = "ch03_masks"
+    course = tmp_path / "course"
+    (course / "book" / chapter).mkdir(parents=True)
+    shutil.copy(ROOT / "nbgrader_config.py", course)
+    shutil.copytree(ROOT / "solutions" / chapter, course / "solutions" / chapter)
+    student = nbformat.read(ROOT / "book" / chapter / "exercise.ipynb", as_version=4)
+    answers = solution_sources(chapter)
+    right = answers["causal_mask"]
+    mine = course / "book" / chapter / "my_attempt.ipynb"
+    answers["causal_mask"] = right.replace(".tril()", ".triu()")
+    nbformat.write(filled(student, answers), mine)
+    proc, _, _ = _grade(mine)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    saved = course / "book" / chapter / "my_attempt_pictures" / "test_causal_mask.png"
+    assert f"Picture (open it to see): {saved}" in proc.stdout
+    assert saved.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert len(list(saved.parent.iterdir())) == 1  # the probes' failure draws none
+    answers["causal_mask"] = right
+    nbformat.write(filled(student, answers), mine)
+    proc, _, _ = _grade(mine)
+    assert "Picture" not in proc.stdout and not saved.exists()

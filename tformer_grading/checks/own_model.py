@@ -41,6 +41,7 @@ from tformer_ref.data import PAD
 from tformer_ref.device import get_device
 
 from ..guard.integrity import seal
+from ..pictures.attach import pictured
 from . import ch01, ch03, ch04, ch05, ch06
 from .cases import randn
 from .diagnosis import (
@@ -344,7 +345,8 @@ def _check_piece(index: int, objects: tuple) -> None:
         with _silent(), single_thread():
             checks(*objects)
     except CheckFailure as exc:
-        fail(title, f"your piece fails a check of {chapters} again:\n{exc}")
+        with pictured(lambda said, drawn=exc.picture: drawn):
+            fail(title, f"your piece fails a check of {chapters} again:\n{exc}")
     passed(title, f"{', '.join(names)} are yours and pass the checks of {chapters}")
 
 
