@@ -5,7 +5,15 @@ import json
 import sys
 from pathlib import Path
 
-from . import attention, classgrade, feedback, generation, selfgrade, training
+from . import (
+    attention,
+    classgrade,
+    feedback,
+    generation,
+    pictures,
+    selfgrade,
+    training,
+)
 
 BENCHMARKS = [
     attention.run,
@@ -14,6 +22,7 @@ BENCHMARKS = [
     selfgrade.run,
     classgrade.run,
     feedback.run,
+    pictures.run,
 ]
 
 

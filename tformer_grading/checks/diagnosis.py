@@ -54,7 +54,8 @@ class CheckFailure(AssertionError):
     In a notebook IPython shows :meth:`_render_traceback_` instead of a traceback: the
     frames would be the checks' internals, which say nothing about the learner's code.
     ``picture`` is what the check drew of the mistake, or None
-    (:mod:`tformer_grading.pictures.attach`).
+    (:mod:`tformer_grading.pictures.attach`): drawn when first asked for, so that a
+    failure nobody shows costs nothing.
     """
 
     def __init__(
@@ -62,7 +63,23 @@ class CheckFailure(AssertionError):
     ):
         super().__init__(text)
         self.title, self.section = title, section
-        self.picture = None
+        self._picture, self._draw = None, None
+
+    @property
+    def picture(self):
+        if self._draw is not None:
+            draw, self._draw = self._draw, None
+            self._picture = draw()
+        return self._picture
+
+    def will_picture(self, draw: Callable[[], Any]) -> None:
+        """Draw ``draw()`` as this failure's picture when it is first asked for."""
+        self._picture, self._draw = None, draw
+
+    @property
+    def pictured(self) -> bool:
+        """A picture is drawn or will be (without drawing it)."""
+        return self._draw is not None or self._picture is not None
 
     def _render_traceback_(self) -> list[str]:
         """The diagnosis as IPython shows a failed cell: a bold red title, the message

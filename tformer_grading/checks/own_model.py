@@ -345,7 +345,7 @@ def _check_piece(index: int, objects: tuple) -> None:
         with _silent(), single_thread():
             checks(*objects)
     except CheckFailure as exc:
-        with pictured(lambda said, drawn=exc.picture: drawn):
+        with pictured(lambda said, inner=exc: inner.picture):
             fail(title, f"your piece fails a check of {chapters} again:\n{exc}")
     passed(title, f"{', '.join(names)} are yours and pass the checks of {chapters}")
 

@@ -2,11 +2,13 @@
 
 A check wraps the code that may fail in :func:`pictured`, with a function that draws
 the picture from the numbers the check already has (the learner's code is not run
-again). The picture is drawn only when a :class:`~..checks.diagnosis.CheckFailure`
-leaves the block, and the failure carries it: in a notebook it is shown above the
-diagnosis (:func:`show`), and nbgrader keeps it in the graded notebook, whose feedback
-page shows it. A picture never decides points, and one that cannot be drawn is left
-out: the words say everything the picture does.
+again). When a :class:`~..checks.diagnosis.CheckFailure` leaves the block, the
+failure carries the picture, drawn when first shown: in a notebook above the diagnosis
+(:func:`show`), where nbgrader keeps it in the graded notebook for the feedback page. A
+failure nobody shows (a test, the class report's text) draws nothing. A picture never decides points, and one that cannot be drawn is left
+out: the words say everything the picture does. ``TFORMER_PICTURES=off`` in the
+environment leaves every picture out (the benchmark's baseline; a class whose feedback
+is read as text).
 
 >>> import torch
 >>> from tformer_grading.checks.diagnosis import CheckFailure, fail
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import os
 from collections.abc import Callable, Sequence
 
 import torch
@@ -33,20 +36,26 @@ from ..checks.measure.mask_readings import read_as_bool
 from .attention import Picture, draw_mask, draw_weights
 from .cells import mask_cells, weight_cells
 
+#: The environment variable that turns pictures off (module docstring).
+SWITCH = "TFORMER_PICTURES"
+
 
 @contextlib.contextmanager
 def pictured(draw: Callable[..., Picture | None]):
-    """A failure raised inside carries ``draw(said=message)``'s picture (drawn only
-    then: the message says which case to show, :func:`shown_order`)."""
+    """A failure raised inside carries ``draw(said=message)``'s picture, drawn when
+    the failure is shown (the message says which case, :func:`shown_order`)."""
     try:
         yield
     except CheckFailure as failure:
-        if getattr(failure, "picture", None) is None:
-            failure.picture = _drawn(draw, str(failure))
+        if not failure.pictured:
+            said = str(failure)
+            failure.will_picture(lambda: _drawn(draw, said))
         raise
 
 
 def _drawn(draw: Callable[..., Picture | None], said: str) -> Picture | None:
+    if os.environ.get(SWITCH, "on") == "off":
+        return None
     try:
         return draw(said=said)
     except Exception:  # noqa: BLE001 - the words already say it all (module docstring)
