@@ -206,3 +206,19 @@ def test_a_kernel_runs_is_interrupted_and_leaves_no_process_behind():
     time.sleep(0.5)
     left = subprocess.run(["pgrep", "-f", "tformer-test-marker"], capture_output=True)
     assert left.stdout == b""
+
+
+def test_the_kernel_knows_it_is_being_graded(monkeypatch):
+    """nbgrader's NBGRADER_EXECUTION reaches the sandboxed kernel (an exercise's
+    optional training cell skips itself while grading); other variables do not."""
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+    monkeypatch.setenv("SOME_SECRET", "x")
+    rc, out = sandboxed(
+        """
+        import os
+        print("grading", os.environ.get("NBGRADER_EXECUTION"))
+        print("secret", os.environ.get("SOME_SECRET"))
+        """
+    )
+    assert rc == 0, out
+    assert "grading autograde" in out and "secret None" in out

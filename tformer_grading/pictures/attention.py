@@ -63,14 +63,14 @@ _SYMBOL = {
 
 @dataclass(frozen=True)
 class Picture:
-    """A picture for a failed check: ``png`` bytes, a ``caption`` (what it shows, in
-    words), ``alt`` text (the same for a reader who cannot see it, with the cells) and
-    the ``cells`` it marks."""
+    """A picture: ``png`` bytes, a ``caption`` (what it shows, in words), ``alt`` text
+    (the same for a reader who cannot see it, with the cells) and the ``cells`` it
+    marks (None for a picture of curves)."""
 
     png: bytes
     caption: str
     alt: str
-    cells: MapCells
+    cells: MapCells | None
 
     def bundle(self) -> tuple[dict, dict]:
         """(data, metadata) for IPython's display: a figure with its caption in HTML
@@ -191,44 +191,48 @@ def _window(cells: MapCells, sq: int, sk: int) -> tuple[slice, slice]:
     return around(first[0], sq), around(first[1], sk)
 
 
-def _draw(maps, forbidden, cells: MapCells, top: float, titles, bar) -> bytes:
-    """The two maps as a PNG, quietly (module docstring)."""
+def quiet_figure(plot, height: float) -> bytes:
+    """A PNG of a figure as wide as the notebook's column and ``height`` inches tall,
+    in the book's style, that ``plot(figure)`` fills; quietly (module docstring)."""
     with contextlib.redirect_stderr(io.StringIO()), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         # Imported here: a check that passes never pays for matplotlib.
         import matplotlib
         from matplotlib.figure import Figure
 
-        from tformer_ref.plotting import BOOK_STYLE
+        from tformer_ref.plotting import BOOK_STYLE, COLUMN_INCHES
 
         with matplotlib.rc_context(BOOK_STYLE):
-            return _figure(Figure, maps, forbidden, cells, top, titles, bar)
+            fig = Figure(figsize=(COLUMN_INCHES, height), layout="constrained")
+            plot(fig)
+            buffer = io.BytesIO()
+            fig.savefig(buffer, format="png")
+            return buffer.getvalue()
 
 
-def _figure(Figure, maps, forbidden, cells, top, titles, bar) -> bytes:
-    from tformer_ref.plotting import COLUMN_INCHES
-
+def _draw(maps, forbidden, cells: MapCells, top: float, titles, bar) -> bytes:
+    """The two maps, side by side (module docstring)."""
     sq, sk = maps[0].shape
     rows, cols = _window(cells, sq, sk)
     height = min(3.6, 1.4 + 2.4 * (rows.stop - rows.start) / (cols.stop - cols.start))
-    fig = Figure(figsize=(COLUMN_INCHES, max(2.4, height)), layout="constrained")
-    axes = fig.subplots(1, 2)
-    image = None
-    for k, (ax, values, title) in enumerate(zip(axes, maps, titles)):
-        part = values[rows, cols].float().numpy()
-        image = ax.imshow(part, cmap="viridis", vmin=0.0, vmax=top, aspect="equal")
-        hatch = forbidden if isinstance(forbidden, tuple) else (forbidden, forbidden)
-        if hatch[k] is not None:
-            _hatch(ax, hatch[k][rows, cols])
-        _ticks(ax, rows, cols)
-        ax.set_title(title)
-        if k == 0:
-            _marks(ax, cells, rows, cols)
-    if bar:
-        fig.colorbar(image, ax=list(axes), label=bar, shrink=0.8)
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png")
-    return buffer.getvalue()
+
+    def plot(fig):
+        axes = fig.subplots(1, 2)
+        image = None
+        for k, (ax, values, title) in enumerate(zip(axes, maps, titles)):
+            part = values[rows, cols].float().numpy()
+            image = ax.imshow(part, cmap="viridis", vmin=0.0, vmax=top, aspect="equal")
+            pair = forbidden if isinstance(forbidden, tuple) else (forbidden,) * 2
+            if pair[k] is not None:
+                _hatch(ax, pair[k][rows, cols])
+            _ticks(ax, rows, cols)
+            ax.set_title(title)
+            if k == 0:
+                _marks(ax, cells, rows, cols)
+        if bar:
+            fig.colorbar(image, ax=list(axes), label=bar, shrink=0.8)
+
+    return quiet_figure(plot, max(2.4, height))
 
 
 def _hatch(ax, forbidden: torch.Tensor) -> None:

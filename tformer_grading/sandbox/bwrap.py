@@ -24,7 +24,16 @@ NOBODY = 65534
 # Variables the kernel keeps from the grader's environment; everything else is dropped
 # (the grader's environment may hold secrets, and the kernel needs none of it).
 KEPT_ENV_PREFIXES = ("TFORMER_", "CUDA_", "NVIDIA_")
-KEPT_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "LANG", "LC_ALL", "TZ")
+# NBGRADER_EXECUTION: nbgrader's documented sign that a notebook is being graded (an
+# exercise's optional training cell skips itself then).
+KEPT_ENV = (
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "LANG",
+    "LC_ALL",
+    "TZ",
+    "NBGRADER_EXECUTION",
+)
 INSTALL_HINT = "install bubblewrap (Debian/Ubuntu: apt install bubblewrap)"
 
 

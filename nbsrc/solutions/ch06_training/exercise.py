@@ -68,6 +68,16 @@ ch06.check_by_hand("shift_targets", shift_targets, (torch.tensor([[1, 5, 2, 0]])
 ### END HIDDEN TESTS
 
 # %% [markdown]
+# **See it train (optional, not graded).** This cell trains a small model twice, once with your `shift_targets` and once with the reference's, with
+# the same seed, data and optimizer, and plots both runs: the held-out loss and next-token
+# accuracy (a few seconds). Run it after a failing check to see what the mistake does to training.
+
+# %% tags=["nbval-skip"]
+from tformer_grading.pictures.training import show_training
+
+show_training("shift_targets", shift_targets)
+
+# %% [markdown]
 # ## 2. A loss that ignores padding (3 points)
 #
 # `sequence_loss(logits, labels, pad_id, label_smoothing)` takes `logits [B, St, V]` (raw scores,
@@ -104,6 +114,16 @@ ch06.check_by_hand(
     (torch.randn(2, 3, 5), torch.tensor([[3, 4, 0], [4, 0, 0]]), 0, 0.1),
 )
 ### END HIDDEN TESTS
+
+# %% [markdown]
+# **See it train (optional, not graded).** This cell trains a small model twice, once with your `sequence_loss` and once with the reference's (the dashed line is the loss your function reports), with
+# the same seed, data and optimizer, and plots both runs: the held-out loss and next-token
+# accuracy (a few seconds). Run it after a failing check to see what the mistake does to training.
+
+# %% tags=["nbval-skip"]
+from tformer_grading.pictures.training import show_training
+
+show_training("sequence_loss", sequence_loss)
 
 # %% [markdown]
 # ## 3. The Noam schedule (2 + 2 points)
@@ -194,6 +214,16 @@ ch06.check_train_step(train_step)
 ### BEGIN HIDDEN TESTS
 ch06.check_train_step_by_hand(train_step)
 ### END HIDDEN TESTS
+
+# %% [markdown]
+# **See it train (optional, not graded).** This cell trains a small model twice, once with your `train_step` and once with the reference's, with
+# the same seed, data and optimizer, and plots both runs: the held-out loss and next-token
+# accuracy (a few seconds). Run it after a failing check to see what the mistake does to training.
+
+# %% tags=["nbval-skip"]
+from tformer_grading.pictures.training import show_training
+
+show_training("train_step", train_step)
 
 # %% [markdown]
 # ## 5. Greedy decoding (4 points)

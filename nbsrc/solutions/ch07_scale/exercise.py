@@ -94,6 +94,16 @@ ch07.check_accumulation_by_hand(accumulation_step)
 ### END HIDDEN TESTS
 
 # %% [markdown]
+# **See it train (optional, not graded).** This cell trains a small model twice, once with your `accumulation_step` and once with the reference's, with
+# the same seed, data and optimizer, and plots both runs: the held-out loss and next-token
+# accuracy (a few seconds). Run it after a failing check to see what the mistake does to training.
+
+# %% tags=["nbval-skip"]
+from tformer_grading.pictures.training import show_training
+
+show_training("accumulation_step", accumulation_step)
+
+# %% [markdown]
 # ## 2. One mixed-precision step (4 points)
 #
 # `amp_step(model, batch, loss_fn, optimizer, scaler, max_norm)` makes one training step in mixed
@@ -142,6 +152,16 @@ ch07.check_amp_step(amp_step)
 ### BEGIN HIDDEN TESTS
 ch07.check_amp_by_hand(amp_step)
 ### END HIDDEN TESTS
+
+# %% [markdown]
+# **See it train (optional, not graded).** This cell trains a small model twice, once with your `amp_step` and once with the reference's, with
+# the same seed, data and optimizer, and plots both runs: the held-out loss and next-token
+# accuracy (a few seconds). Run it after a failing check to see what the mistake does to training.
+
+# %% tags=["nbval-skip"]
+from tformer_grading.pictures.training import show_training
+
+show_training("amp_step", amp_step)
 
 # %% [markdown]
 # ## 3. The loader of one DDP process (3 points)
