@@ -22,8 +22,11 @@ from tformer_grading.pictures.attach import shown_order
 #: chapter -> exercise -> (at least this many of its wrong answers carry a picture).
 #: The others fail on what a picture cannot show: a crash, a shape, a dtype, the output.
 PICTURED = {
+    "ch01": {"multi_head_attention": 15},
     "ch02": {"attention": 30},
     "ch03": {"causal_mask": 15, "padding_mask": 15, "masked_attention": 25},
+    "bughunt_attention": {"self_attention": 8},
+    "ch08": {"lm_step": 2},
 }
 
 
@@ -58,11 +61,11 @@ def test_wrong_answers_carry_a_picture_of_the_case_their_message_names(failures)
             continue
         counts[entry.exercise] += 1
         assert picture.cells.count > 0, name
-        case = re.search(r"case (.+), batch \d+, head \d+\.", picture.caption)
-        assert case, (name, picture.caption)
-        # A message that names cases is pictured on one of them (shown_order).
-        labels = [case.group(1)] + ["<none>"]
-        assert shown_order(labels, str(failure)) in ([0], [0, 1]), (name, str(failure))
+        case = re.search(r"case (.+?)(, batch \d+, head \d+)?\.", picture.caption)
+        if case:  # the bug hunt's one probe has no case label
+            # A message that names cases is pictured on one of them (shown_order).
+            labels = [case.group(1), "<none>"]
+            assert shown_order(labels, str(failure)) in ([0], [0, 1]), (name, failure)
     short = {x: n for x, n in counts.items() if n < PICTURED[chapter][x]}
     assert not short, f"too few pictures (found, by exercise): {short}"
 
@@ -71,12 +74,32 @@ def _marked(failures, name, mark):
     return failures[1][name][1].picture.cells.marked[mark]
 
 
-def _upper(size, offset=1):
-    return [(i, j) for i in range(size) for j in range(size) if j >= i + offset]
+def _upper(size, offset=1, width=None):
+    """The cells (query, key) with key >= query + offset, of a [size, width] map."""
+    keys = range(width or size)
+    return [(i, j) for i in range(size) for j in keys if j >= i + offset]
 
 
 def test_the_marked_cells_are_the_mistake(failures):
     chapter, found = failures
+    if chapter == "ch01":
+        # A causal mask where there should be none: the future keys get nothing.
+        causal = found["MHAAlwaysCausal"][1].picture.cells.marked
+        assert causal["ignores_allowed"] == _upper(3, 1, width=7)
+        return
+    if chapter == "bughunt_attention":
+        # Filling with 0: the masked keys (2 and 3 of sequence 0) keep weight.
+        zero = found["FillZero"][1].picture.cells.marked["attends_masked"]
+        assert zero == [(i, j) for i in range(4) for j in (2, 3)]
+        return
+    if chapter == "ch08":
+        # The mask's first rows, not its last: the new token (position 6) is measured
+        # to see position 0 and itself (the residual path), not positions 1 to 5.
+        entry, failure = found["step_mask_top_rows"]
+        assert "influenced by the tokens at positions [0, 6]" in str(failure)
+        rows = failure.picture.cells.marked
+        assert rows["ignores_allowed"] == [(0, j) for j in range(1, 6)]
+        return
     if chapter == "ch02":
         # Softmax over the queries: every row's sum is off, and the picture says so.
         picture = found["attention_softmax_dim2"][1].picture

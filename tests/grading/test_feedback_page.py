@@ -346,7 +346,7 @@ def test_the_page_shows_a_checks_picture_with_its_caption_and_alt_text(notebook)
     the alt text and caption the check wrote."""
     import torch
 
-    from tformer_grading.pictures.attention import draw_mask
+    from tformer_grading.pictures.attention_maps import draw_mask
 
     keep = torch.ones(4, 4, dtype=torch.bool)
     picture = draw_mask(keep, keep.tril(), where="case size=4, batch 0, head 0")

@@ -50,10 +50,13 @@ import torch
 from tformer_ref.device import get_device
 
 from ..guard.integrity import seal
+from ..pictures.attach import pictured
 from .bughunt_attention_calls import (
     build,
     call,
+    call_seen,
     expect_shape,
+    fill_picture,
     sizes_label,
     validate_sizes,
 )
@@ -675,13 +678,20 @@ def _check_fill(cls, e: int, h: int) -> None:
         f"{sizes_label(e, h)}, float16, mask [3, 1, 1, {length}] with one fully "
         f"masked sequence"
     )
-    got = call(TITLE_FILL, module, x, x, q, mask)
+    got, weights = call_seen(TITLE_FILL, module, x, x, q, mask)
     if isinstance(got, Raised):
         overflow = "overflow" in str(got.exc) or "-1e20" in repr(got)
         (FILL_OVERFLOWS if overflow else HALF_FAILS).fail(
             TITLE_FILL, f"Measured ({label}): your forward raised {got!r}."
         )
     got = expect_shape(TITLE_FILL, got, (3, length, e), label, S_FILL)
+    with pictured(lambda said: fill_picture(weights, mask, label)):
+        _judge_fill(module, x, q, mask, got, label)
+
+
+def _judge_fill(module, x, q, mask, got, label: str) -> None:
+    """What the forward's outputs on the fill probe show, in the order it matters."""
+    length, e = x.shape[1:]
     if not bool(torch.isfinite(got[[0, 2]]).all()):
         NAN_IN_HALF.fail(
             TITLE_FILL,
@@ -695,7 +705,7 @@ def _check_fill(cls, e: int, h: int) -> None:
         )
     _check_convention(module, x, q, mask, got, label)
     moved_q = q.clone()
-    moved_q[2] = randn(length, e, seed=43, dtype=half)
+    moved_q[2] = randn(length, e, seed=43, dtype=q.dtype)
     change = _seq2_moved(module, x, moved_q, mask, got, label)
     if change > 1e-3 * (1 + float(got[2].float().abs().max())):
         MASKED_KEYS_WEIGHTED.fail(

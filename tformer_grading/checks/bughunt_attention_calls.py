@@ -8,11 +8,16 @@ Shape letters: N batch, L length, embed_size the model width.
 
 from __future__ import annotations
 
+import itertools
+
 import torch
 
 from ..guard.integrity import seal
+from ..pictures.attention_maps import draw_weights
+from ..pictures.cells import weight_cells
 from .cases import build_module
 from .diagnosis import Raised, fail, run
+from .measure.trace import trace
 
 # pytest hides this module's frames in a failure's traceback: a learner sees theirs.
 __tracebackhide__ = True
@@ -71,6 +76,37 @@ def call(title: str, module, values, keys, query, mask=None, what: str = ""):
             f"[N, query_len, embed_size]{what}; got {type(got).__name__}.",
         )
     return got
+
+
+def call_seen(title: str, module, values, keys, query, mask):
+    """:func:`call`, keeping the attention weights the forward computed (its softmax
+    outputs of the layout [N, H, Lq, Lk]): (result, weights or None), for the picture
+    of a failure."""
+    with trace(names=("softmax",)) as events:
+        got = call(title, module, values, keys, query, mask)
+    n, lq, lk = query.size(0), query.size(1), keys.size(1)
+    seen = [
+        e.out
+        for e in events
+        if e.out.dim() == 4 and e.out.size(0) == n and e.out.shape[-2:] == (lq, lk)
+    ]
+    return got, (seen[-1] if seen else None)
+
+
+def fill_picture(weights, mask: torch.Tensor, label: str):
+    """The learner's weights of the first head that breaks the mask, next to where the
+    mask lets weight go (the check never sees the right weights); None without
+    weights."""
+    if weights is None:
+        return None
+    allowed = mask.bool().expand(weights.shape)
+    atol = 1e-4  # half precision
+    for n, h in itertools.product(range(weights.size(0)), range(weights.size(1))):
+        if weight_cells(weights[n, h], None, allowed[n, h], atol, 0.0).count:
+            where = f"{label}, sequence {n}, head {h}"
+            a = allowed[n, h]
+            return draw_weights(weights[n, h], None, a, where=where, atol=atol, rtol=0)
+    return None
 
 
 def expect_shape(title: str, got, shape: tuple, what: str, section) -> torch.Tensor:

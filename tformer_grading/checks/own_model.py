@@ -48,7 +48,6 @@ from .diagnosis import (
     UNEXPLAINED,
     CheckFailure,
     Raised,
-    Section,
     fail,
     passed,
     quiet,
@@ -631,19 +630,24 @@ MODEL_PROBES = (
 def _fail_with_findings(title: str, task: str, findings: list) -> None:
     """Fail listing every finding; the most likely one's section is the failure's own,
     so JupyterLab shows its link (its "Read" line moves to the end, said once)."""
-    lead = next((section for _, section in findings if section is not None), None)
-    texts = [text for text, _ in findings]
+    lead = next((section for _, section, _ in findings if section), None)
+    texts = [text for text, _, _ in findings]
     if lead is not None:
-        first = next(i for i, (_, section) in enumerate(findings) if section == lead)
+        first = next(i for i, (_, s, _) in enumerate(findings) if s == lead)
         said = re.compile(rf"\n\s*Read {re.escape(str(lead))}\.")
         texts[first] = said.sub("", texts[first], count=1)
     listed = "\n".join(texts)
-    fail(title, f"{task}. What the probes found, most likely first:\n{listed}", lead)
+    # The first piece's failure that has a picture lends it (its chapter's check's).
+    shown = [failure for _, _, failure in findings if failure and failure.pictured]
+    with pictured(lambda said: shown[0].picture if shown else None):
+        fail(
+            title, f"{task}. What the probes found, most likely first:\n{listed}", lead
+        )
 
 
-def _piece_findings(pieces: Sequence[tuple]) -> list[tuple[str, Section | None]]:
+def _piece_findings(pieces: Sequence[tuple]) -> list[tuple]:
     """Each of the learner's own pieces through its chapter checks again: what fails,
-    and the section that explains it."""
+    the section that explains it, and the failure (text, section, failure)."""
     found = []
     for (title, names, checks, chapters), objects in zip(PIECES, pieces):
         if any(borrowed_from(obj) for obj in objects):
@@ -657,25 +661,23 @@ def _piece_findings(pieces: Sequence[tuple]) -> list[tuple[str, Section | None]]
                 f"- your {title[4:]} piece ({', '.join(names)}) fails a check "
                 f"of {chapters}:\n    {detail}"
             )
-            found.append((text, exc.section))
+            found.append((text, exc.section, exc))
     return found
 
 
-def _assembly_findings(
-    model, batch_loss, vocab_size
-) -> list[tuple[str, Section | None]]:
+def _assembly_findings(model, batch_loss, vocab_size) -> list[tuple]:
     src, tgt = probe_batch(get_device())
     found = []
     for probe, text, section in MODEL_PROBES:
         seen = probe(model, src, tgt)
         if seen:
             seen = text if seen is True else seen
-            found.append(
-                (f"- the assembled model: {seen}.\n    Read {section}.", section)
-            )
+            said = f"- the assembled model: {seen}.\n    Read {section}."
+            found.append((said, section, None))
     seen = probe_loss(model, batch_loss, vocab_size, src, tgt)
     if seen is not None:
-        found.append((f"- the assembly: {seen[0]}.\n    Read {seen[1]}.", seen[1]))
+        said = f"- the assembly: {seen[0]}.\n    Read {seen[1]}."
+        found.append((said, seen[1], None))
     return found
 
 

@@ -5,17 +5,17 @@ the picture from the numbers the check already has (the learner's code is not ru
 again). When a :class:`~..checks.diagnosis.CheckFailure` leaves the block, the
 failure carries the picture, drawn when first shown: in a notebook above the diagnosis
 (:func:`show`), where nbgrader keeps it in the graded notebook for the feedback page. A
-failure nobody shows (a test, the class report's text) draws nothing. A picture never decides points, and one that cannot be drawn is left
-out: the words say everything the picture does. ``TFORMER_PICTURES=off`` in the
-environment leaves every picture out (the benchmark's baseline; a class whose feedback
-is read as text).
+failure nobody shows (a test, the class report's text) draws nothing. A picture never
+decides points, and one that cannot be drawn is left out: the words say everything the
+picture does. ``TFORMER_PICTURES=off`` in the environment leaves every picture out
+(the benchmark's baseline; a class whose feedback is read as text).
 
 >>> import torch
 >>> from tformer_grading.checks.diagnosis import CheckFailure, fail
 >>> right = torch.tensor([[[[1.0, 0.0], [0.5, 0.5]]]])
 >>> mine = torch.tensor([[[[0.5, 0.5], [0.5, 0.5]]]])
 >>> try:
-...     with pictured(lambda said: weights_picture([mine], [right], ["q 2"], said=said)):
+...     with pictured(lambda said: weights_picture([mine], [right], ["c"], said=said)):
 ...         fail("attention", "your weights differ.")
 ... except CheckFailure as failure:
 ...     print(failure.picture.cells.marked["differs"])
@@ -33,7 +33,7 @@ import torch
 
 from ..checks.diagnosis import CheckFailure
 from ..checks.measure.mask_readings import read_as_bool
-from .attention import Picture, draw_mask, draw_weights
+from .attention_maps import Picture, draw_mask, draw_weights
 from .cells import mask_cells, weight_cells
 
 #: The environment variable that turns pictures off (module docstring).

@@ -20,7 +20,8 @@ or a uniform row (both are accepted): only a NaN or infinity is marked there.
 >>> import torch
 >>> right = torch.tensor([[1.0, 0.0], [0.5, 0.5]])
 >>> mine = torch.tensor([[0.6, 0.4], [0.5, 0.5]])
->>> cells = weight_cells(mine, right, allowed=torch.tensor([[True, False], [True, True]]))
+>>> allowed = torch.tensor([[True, False], [True, True]])
+>>> cells = weight_cells(mine, right, allowed)
 >>> cells.marked["attends_masked"], cells.marked["differs"], cells.rows_off
 ([(0, 1)], [(0, 0)], [])
 """
@@ -68,26 +69,33 @@ def _mark(masks: dict[str, torch.Tensor]) -> dict[str, list[tuple[int, int]]]:
 
 def weight_cells(
     got: torch.Tensor,
-    want: torch.Tensor,
+    want: torch.Tensor | None,
     allowed: torch.Tensor | None = None,
     atol: float = 1e-5,
     rtol: float = 1e-4,
 ) -> MapCells:
     """The wrong cells of the learner's weights ``got`` [Sq, Sk] against ``want``
     [Sq, Sk]; ``allowed`` [Sq, Sk] (True = may attend) when the exercise masks. A
-    weight counts as given when it is above ``atol`` + ``rtol``."""
-    g, w = got.detach().double().cpu(), want.detach().double().cpu()
+    weight counts as given when it is above ``atol`` + ``rtol``. With no ``want``
+    (a check that never sees the right weights) only the mask judges: a row sums to
+    1, masked keys get nothing and allowed keys something."""
+    g = got.detach().double().cpu()
     given = g.abs() > atol + rtol
     finite = torch.isfinite(g)
-    if allowed is None:
-        forbidden = torch.zeros_like(given)
-        attended = w > atol + rtol
+    forbidden = (
+        torch.zeros_like(given)
+        if allowed is None
+        else ~allowed.cpu().bool().expand_as(g)
+    )
+    if want is None:
+        w = (~forbidden).double() / (~forbidden).sum(-1, keepdim=True).clamp(min=1)
+        far = torch.zeros_like(given)
     else:
-        forbidden = ~allowed.cpu().bool().expand_as(g)
-        attended = ~forbidden & (w > atol + rtol)
+        w = want.detach().double().cpu()
+        far = (g - w).abs() > atol + rtol * w.abs()
+    attended = ~forbidden & (w > atol + rtol)
     # A query with no key to attend may give zeros or a uniform row: either is right.
     judged = ~forbidden.all(-1, keepdim=True)
-    far = (g - w).abs() > atol + rtol * w.abs()
     marked = _mark(
         {
             "attends_masked": forbidden & given & finite & judged,

@@ -384,7 +384,7 @@ own_model.check_own_model_learns(
 # accuracy (a few seconds). Run it after a failing check to see what the mistake does to training.
 
 # %% tags=["nbval-skip"]
-from tformer_grading.pictures.training import show_training
+from tformer_grading.pictures.training_curves import show_training
 
 show_training("own_model", OwnTransformer, batch_loss)
 

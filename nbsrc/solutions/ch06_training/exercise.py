@@ -73,7 +73,7 @@ ch06.check_by_hand("shift_targets", shift_targets, (torch.tensor([[1, 5, 2, 0]])
 # accuracy (a few seconds). Run it after a failing check to see what the mistake does to training.
 
 # %% tags=["nbval-skip"]
-from tformer_grading.pictures.training import show_training
+from tformer_grading.pictures.training_curves import show_training
 
 show_training("shift_targets", shift_targets)
 
@@ -121,7 +121,7 @@ ch06.check_by_hand(
 # accuracy (a few seconds). Run it after a failing check to see what the mistake does to training.
 
 # %% tags=["nbval-skip"]
-from tformer_grading.pictures.training import show_training
+from tformer_grading.pictures.training_curves import show_training
 
 show_training("sequence_loss", sequence_loss)
 
@@ -221,7 +221,7 @@ ch06.check_train_step_by_hand(train_step)
 # accuracy (a few seconds). Run it after a failing check to see what the mistake does to training.
 
 # %% tags=["nbval-skip"]
-from tformer_grading.pictures.training import show_training
+from tformer_grading.pictures.training_curves import show_training
 
 show_training("train_step", train_step)
 

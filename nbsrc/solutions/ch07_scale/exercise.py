@@ -99,7 +99,7 @@ ch07.check_accumulation_by_hand(accumulation_step)
 # accuracy (a few seconds). Run it after a failing check to see what the mistake does to training.
 
 # %% tags=["nbval-skip"]
-from tformer_grading.pictures.training import show_training
+from tformer_grading.pictures.training_curves import show_training
 
 show_training("accumulation_step", accumulation_step)
 
@@ -159,7 +159,7 @@ ch07.check_amp_by_hand(amp_step)
 # accuracy (a few seconds). Run it after a failing check to see what the mistake does to training.
 
 # %% tags=["nbval-skip"]
-from tformer_grading.pictures.training import show_training
+from tformer_grading.pictures.training_curves import show_training
 
 show_training("amp_step", amp_step)
 

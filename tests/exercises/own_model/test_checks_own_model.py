@@ -668,3 +668,19 @@ def test_training_is_deterministic():
             result = own_model.train(model, ns["batch_loss"], items, steps=5)
         losses.append(result["loss"])
     assert losses[0] == losses[1]
+
+
+def test_a_failing_piece_shows_its_chapter_checks_picture():
+    """The masks piece fails chapter 3's check, which draws the learner's mask next to
+    the right one; the own model's failure shows that picture."""
+    with pytest.raises(CheckFailure) as info:
+        check_piece("masks", notebook(own_masks=MASK_TRIU))
+    picture = info.value.picture
+    assert picture is not None and "Your mask (left)" in picture.caption
+    assert picture.cells.marked["attends_masked"]  # the future let in
+
+
+def test_a_model_that_does_not_learn_shows_its_pieces_picture():
+    with pytest.raises(CheckFailure) as info:
+        learns(notebook(own_masks=MASK_TRIU), steps=SHORT)
+    assert "Your mask (left)" in info.value.picture.caption

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from tformer_ref.heads import merge_heads, split_heads
 
 from ...guard.integrity import seal
+from ...pictures.attach import pictured, weights_picture
 from ..cases import build_module, randn
 from ..delegation import check_not_delegated
 from ..diagnosis import (
@@ -34,6 +35,7 @@ from ..diagnosis import (
     single_thread,
 )
 from ..measure.fit import scale
+from ..measure.trace import trace
 from .merge_heads import (
     MERGE_DH_MAJOR,
     MERGE_NO_TRANSPOSE,
@@ -57,6 +59,7 @@ from .readings import (
     no_softmax,
     project,
     reference,
+    reference_weights,
     scale_name,
     seed_heads,
 )
@@ -269,7 +272,9 @@ def _mha_run(cls, case: Case) -> Run:
     want = reference(*ref_args)
     args = (xq, xk, xv)
     before = snapshot(args)
-    got = run(_forward, (module, *args))
+    # The softmax outputs are kept for the picture of a failure (pictures.attach).
+    with trace(names=("softmax",)) as events:
+        got = run(_forward, (module, *args))
     again = run(_forward, (module, *args))
     return Run(
         case.label,
@@ -278,8 +283,19 @@ def _mha_run(cls, case: Case) -> Run:
         want,
         ref_args,
         changed(args, before, ("query", "key", "value")),
-        extra=(module, again, alignment),
+        extra=(module, again, alignment, [e.out for e in events]),
     )
+
+
+def _weights_picture(runs: Sequence[Run], said: str):
+    """The learner's attention weights next to the reference's, for the first case
+    the message names: their last softmax output of the reference's shape."""
+    wants = [reference_weights(*r.ref_args) for r in runs]
+    theirs = [
+        next((t for t in reversed(r.extra[3]) if t.shape == want.shape), None)
+        for r, want in zip(runs, wants)
+    ]
+    return weights_picture(theirs, wants, [r.label for r in runs], said=said)
 
 
 # ------------------------------------------------------------- measuring the attention
@@ -719,16 +735,17 @@ def check_multi_head_attention(cls) -> None:
             f"Your projections ({runs[0].extra[2].describe()}) were found by what "
             "they are applied to and given the check's weights. "
         )
-        staged(
-            "MultiHeadAttention",
-            runs,
-            MHA_PITFALLS,
-            _MHA_STAGES,
-            1e-5,
-            1e-4,
-            known,
-            when_right=_mha_gradient_stage,
-        )
+        with pictured(lambda said: _weights_picture(runs, said)):
+            staged(
+                "MultiHeadAttention",
+                runs,
+                MHA_PITFALLS,
+                _MHA_STAGES,
+                1e-5,
+                1e-4,
+                known,
+                when_right=_mha_gradient_stage,
+            )
 
 
 def check_multi_head_attention_by_hand(cls) -> None:

@@ -48,8 +48,18 @@ def project(w, xq, xk, xv):
 
 def attend(q, k, v):
     """softmax(q kᵀ / √Dh) v on heads [B, H, S, Dh]."""
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
-    return scores.softmax(dim=-1) @ v
+    return weights_of(q, k) @ v
+
+
+def weights_of(q, k):
+    """softmax(q kᵀ / √Dh) on heads [B, H, S, Dh]: the weights [B, H, Sq, Sk]."""
+    return (q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))).softmax(dim=-1)
+
+
+def reference_weights(w, h, xq, xk, xv):
+    """The reference's attention weights [B, H, Sq, Sk] on these arguments."""
+    q, k, _ = (split_heads(t, h) for t in project(w, xq, xk, xv))
+    return weights_of(q, k)
 
 
 def reference(w, h, xq, xk, xv):

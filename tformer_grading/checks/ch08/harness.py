@@ -16,9 +16,11 @@ import torch
 
 from tformer_ref.device import get_device
 from tformer_ref.kv_cache import KVCache
+from tformer_ref.masks import causal_mask
 from tformer_ref.model import DecoderOnlyLM
 
 from ...guard.integrity import seal
+from ...pictures.attention_maps import draw_influence
 from ..diagnosis import Raised, describe_difference, quiet, run
 
 # pytest hides this module's frames in a failure's traceback: a learner sees theirs.
@@ -204,6 +206,17 @@ def first_problem(got: StepRun, want: StepRun) -> tuple[int, str]:
         if problem:
             return k, problem
     return len(got.outputs), "fewer calls completed"
+
+
+def influence_picture(seen: list, case):
+    """The positions each new token was measured to be influenced by, next to the
+    causal ones (a row per new token, a column per position)."""
+    n_past, length = case.past.size(1), case.past.size(1) + len(seen)
+    got = torch.zeros(len(seen), length, dtype=torch.bool)
+    for q, keys in enumerate(seen):
+        got[q, sorted(keys)] = True
+    want = causal_mask(len(seen), past=n_past).reshape(len(seen), length).cpu()
+    return draw_influence(got, want, where=f"case {case.label}")
 
 
 seal(__name__)

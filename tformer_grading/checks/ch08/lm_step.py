@@ -24,6 +24,7 @@ from tformer_ref.model import DecoderOnlyLM
 from tformer_ref.positions import LearnedPositionalEmbedding
 
 from ...guard.integrity import seal
+from ...pictures.attach import pictured
 from ..delegation import check_not_delegated
 from ..diagnosis import (
     Diagnosis,
@@ -46,6 +47,7 @@ from .harness import (
     case_right,
     first_problem,
     grown_before_mask,
+    influence_picture,
     keeps_random_state,
     lm,
     run_case,
@@ -705,12 +707,13 @@ def _mask_problems(title, step, cases, wrong) -> None:
                 f"{n_past + q}) is influenced by the tokens at positions "
                 f"{positions_text(keys)}; it should see {positions_text(want)}."
             )
-            if any(k > n_past + q for k in keys):
-                NOT_CAUSAL.fail(title, observed)
-            if keys < want:
-                MASK_ROWS.fail(title, observed)
-            said = f"the new queries attend to the wrong tokens. {observed}"
-            fallback(title, said, S_CACHE_PITFALLS, advice="", stop="")
+            with pictured(lambda said, s=seen, c=case: influence_picture(s, c)):
+                if any(k > n_past + q for k in keys):
+                    NOT_CAUSAL.fail(title, observed)
+                if keys < want:
+                    MASK_ROWS.fail(title, observed)
+                said = f"the new queries attend to the wrong tokens. {observed}"
+                fallback(title, said, S_CACHE_PITFALLS, advice="", stop="")
 
 
 @single_threaded

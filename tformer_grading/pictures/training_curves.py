@@ -2,12 +2,11 @@
 the same small model on the chapter's toy task, their curves side by side.
 
 :func:`show_training` is what an exercise's optional cell calls, with the piece the
-learner wrote (``"shift_targets"``, ``"sequence_loss"``, ``"train_step"``,
-``"accumulation_step"``, ``"amp_step"``, ``"own_model"``); everything else in both runs is
-the reference's, with the same seed, data and optimizer. Two panels: the held-out loss
-(measured the reference's way, so that both runs are judged alike) with, dashed, the
-loss the learner's code trained on where it reports one; and the held-out next-token
-accuracy. A sentence says what the curves measured (:func:`story`), never why.
+learner wrote (one of :data:`KINDS`); everything else in both runs is the reference's,
+with the same seed, data and optimizer. Two panels: the held-out loss (measured the
+reference's way, so that both runs are judged alike) with, dashed, the loss the
+learner's code trained on where it reports one; and the held-out next-token accuracy.
+A sentence says what the curves measured (:func:`story`), never why.
 
 The tasks are tiny so that both runs take a few seconds on a CPU: chapter 6 and the
 own model reverse sequences of up to 7 symbols (an encoder-decoder); chapter 7 trains
@@ -40,7 +39,7 @@ from tformer_ref import training as ref
 from tformer_ref.model import Transformer, xavier_init_
 from tformer_ref.toy_lm import TinyCausalLM, count_targets, lm_loss_sum, make_token_data
 
-from .attention import Picture
+from .attention_maps import Picture
 
 PAD, BOS, EOS, VOCAB = 0, 1, 2, 13
 KINDS = (
@@ -321,7 +320,7 @@ def story(runs: Runs) -> str:
 
 def draw(runs: Runs) -> Picture:
     """The two runs' curves (module docstring) with :func:`story` as the caption."""
-    from .attention import quiet_figure
+    from .attention_maps import quiet_figure
 
     caption = story(runs)
 

@@ -53,6 +53,10 @@ _MASK_WORDS = {
     "attends_masked": "lets the query attend a key it must not",
     "ignores_allowed": "blocks a key the query may attend",
 }
+_INFLUENCE_WORDS = {
+    "attends_masked": "shows a query influenced by a token it must not see",
+    "ignores_allowed": "shows a query not influenced by a token it should see",
+}
 _SYMBOL = {
     "attends_masked": "✕",
     "ignores_allowed": "○",
@@ -90,7 +94,7 @@ class Picture:
 
 def draw_weights(
     got: torch.Tensor,
-    want: torch.Tensor,
+    want: torch.Tensor | None,
     allowed: torch.Tensor | None = None,
     *,
     where: str,
@@ -99,12 +103,22 @@ def draw_weights(
 ) -> Picture:
     """The learner's weights ``got`` [Sq, Sk] next to the right ones ``want``;
     ``allowed`` [Sq, Sk] (True = may attend) when the exercise masks. ``where`` says
-    which case, batch entry and head the map is."""
+    which case, batch entry and head the map is. With no ``want`` (a check that never
+    sees the right weights) the right panel shows where the mask lets weight go."""
     cells = weight_cells(got, want, allowed, atol, rtol)
     g = got.detach().double().cpu()
     shown = torch.nan_to_num(g, nan=0.0, posinf=1.0, neginf=0.0)
-    top = max(1.0, float(want.detach().double().max()), float(shown.max()))
-    lines = [f"Your weights (left) and the right ones (right), {where}."]
+    if want is None:
+        right = allowed.bool().cpu().expand_as(g).double()
+        lines = [
+            f"Your weights (left) and where the mask lets weight go (right), {where}."
+        ]
+        titles = ("your weights", "may attend")
+    else:
+        right = want.detach().double().cpu()
+        lines = [f"Your weights (left) and the right ones (right), {where}."]
+        titles = ("your weights", "right weights")
+    top = max(1.0, float(right.max()), float(shown.max()))
     if allowed is not None:
         lines.append("Hatched: keys the mask forbids.")
     lines += _mark_sentences(cells, _STYLE)
@@ -116,36 +130,38 @@ def draw_weights(
             f"◀ Row{many} {rows} of yours sum{'' if many else 's'} to {sums}, not 1."
         )
     forbidden = None if allowed is None else ~allowed.bool().cpu().expand_as(g)
-    png = _draw(
-        (shown, want.detach().double().cpu()),
-        forbidden,
-        cells,
-        top,
-        ("your weights", "right weights"),
-        "attention weight",
-    )
+    png = _draw((shown, right), forbidden, cells, top, titles, "attention weight")
     return Picture(png, " ".join(lines), _alt(lines, cells, "weights"), cells)
 
 
 def draw_mask(got: torch.Tensor, want: torch.Tensor, *, where: str) -> Picture:
     """The learner's mask ``got`` [Sq, Sk] (bool, True = may attend) next to the right
     one ``want``. ``where`` says which case, batch entry and head the map is."""
-    cells = mask_cells(got, want)
-    words = {k: (*v[:2], _MASK_WORDS.get(k, v[2])) for k, v in _STYLE.items()}
-    head = (
+    lead = (
         f"Your mask (left) and the right one (right), {where}. Hatched: masked; "
         "the rest may attend."
     )
-    lines = [head, *_mark_sentences(cells, words)]
-    g, w = got.bool().cpu(), want.bool().cpu()
-    png = _draw(
-        (g.double(), w.double()),
-        (~g, ~w),
-        cells,
-        1.0,
-        ("your mask", "right mask"),
-        None,
+    return _keep_picture(got, want, lead, ("your mask", "right mask"), _MASK_WORDS)
+
+
+def draw_influence(got: torch.Tensor, want: torch.Tensor, *, where: str) -> Picture:
+    """Which keys each query's output is influenced by, measured on the learner's code
+    (``got`` [Sq, Sk] bool), next to those it should see (``want``)."""
+    lead = (
+        f"The tokens each new query is influenced by, measured on your code (left), "
+        f"and those it should see (right), {where}. Hatched: not seen."
     )
+    return _keep_picture(
+        got, want, lead, ("yours, measured", "right"), _INFLUENCE_WORDS
+    )
+
+
+def _keep_picture(got, want, lead: str, titles, said: dict) -> Picture:
+    cells = mask_cells(got, want)
+    words = {k: (*v[:2], said.get(k, v[2])) for k, v in _STYLE.items()}
+    lines = [lead, *_mark_sentences(cells, words)]
+    g, w = got.bool().cpu(), want.bool().cpu()
+    png = _draw((g.double(), w.double()), (~g, ~w), cells, 1.0, titles, None)
     return Picture(png, " ".join(lines), _alt(lines, cells, "mask"), cells)
 
 
@@ -159,7 +175,7 @@ def _mark_sentences(cells: MapCells, style: dict) -> list[str]:
             if n > 1:
                 verb = verb.replace("gives ", "give ").replace("differs", "differ")
                 verb = verb.replace("lets ", "let ").replace("blocks ", "block ")
-                verb = verb.replace("is NaN", "are NaN")
+                verb = verb.replace("is NaN", "are NaN").replace("shows ", "show ")
             other = " other" if name == "differs" else ""
             said.append(f"{_SYMBOL[name]} {n}{other} {noun} {verb}.")
     return said
@@ -232,7 +248,7 @@ def _draw(maps, forbidden, cells: MapCells, top: float, titles, bar) -> bytes:
         if bar:
             fig.colorbar(image, ax=list(axes), label=bar, shrink=0.8)
 
-    return quiet_figure(plot, max(2.4, height))
+    return quiet_figure(plot, max(1.8, height))
 
 
 def _hatch(ax, forbidden: torch.Tensor) -> None:

@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tformer_grading.pictures import training
+from tformer_grading.pictures import training_curves as training
 from tformer_ref import training as ref
 
 SAME = "Your run trains as the reference's does."

@@ -9,7 +9,7 @@ import warnings
 
 import torch
 
-from tformer_grading.pictures.attention import WINDOW, draw_mask, draw_weights
+from tformer_grading.pictures.attention_maps import WINDOW, draw_mask, draw_weights
 from tformer_ref.plotting import COLUMN_PX, FIGURE_DPI
 
 CAUSAL = torch.ones(6, 6, dtype=torch.bool).tril()
