@@ -83,18 +83,20 @@ def shown_order(labels: Sequence[str], said: str) -> list[int]:
     return named or list(range(len(labels)))
 
 
-def show(picture: Picture | None) -> None:
-    """Display ``picture`` in the running Jupyter kernel; nothing elsewhere."""
+def show(picture: Picture | None) -> bool:
+    """Display ``picture`` in the running Jupyter kernel (True); nothing elsewhere
+    (False)."""
     import sys
 
     ipython = sys.modules.get("IPython")
     shell = getattr(ipython, "get_ipython", lambda: None)() if ipython else None
     if picture is None or shell is None or not hasattr(shell, "kernel"):
-        return
+        return False
     from IPython.display import display
 
     data, metadata = picture.bundle()
     display(data, metadata=metadata, raw=True)
+    return True
 
 
 def _maps(got, want):

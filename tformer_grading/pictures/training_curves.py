@@ -323,6 +323,12 @@ def draw(runs: Runs) -> Picture:
     from .attention_maps import quiet_figure
 
     caption = story(runs)
+    held_out = [v for c in (runs.mine, runs.reference) for v in c.loss]
+    top = 1.15 * max(v for v in held_out if math.isfinite(v))
+    trained = [v for v in runs.mine.trained_on if math.isfinite(v)]
+    # A loss far above the held-out ones (a sum, say) would flatten them: it is drawn
+    # to the top of the chart and its legend says how high it goes.
+    beyond = bool(trained) and max(trained) > 3 * top
 
     def plot(fig):
         left, right = fig.subplots(1, 2)
@@ -332,23 +338,22 @@ def draw(runs: Runs) -> Picture:
         ):
             left.plot(curve.at, curve.loss, color=colour, label=f"{name}, held out")
             right.plot(curve.at, [100 * a for a in curve.accuracy], color=colour)
-        if runs.mine.trained_on:
+        if trained:
+            more = f" (up to {max(trained):.3g}, off the chart)" if beyond else ""
             left.plot(
                 range(len(runs.mine.trained_on)),
                 runs.mine.trained_on,
                 color="#d62728",
                 linestyle=":",
-                alpha=0.7,
-                label="yours, what it trained on",
+                label=f"yours, the loss it trained on{more}",
             )
-        # A loss summed instead of averaged is a hundred times the others: a log scale
-        # keeps every curve readable (symlog: a buggy loss may be 0 or below).
-        left.set_yscale("symlog", linthresh=0.1)
+        if beyond or (trained and max(trained) > top):
+            left.set_ylim(0, top if beyond else 1.15 * max(trained))
         left.set(xlabel="step", ylabel="loss", title="loss")
         right.set(xlabel="step", ylabel="%", title="next-token accuracy", ylim=(0, 100))
-        left.legend(loc="upper right")
+        fig.legend(loc="outside lower center", ncol=1 if beyond else 2, frameon=False)
 
-    png = quiet_figure(plot, height=3.0)
+    png = quiet_figure(plot, height=3.6)
     alt = (
         f"Two line charts of the {runs.kind} training runs, yours and the "
         f"reference's: loss and next-token accuracy against step. {caption}"
@@ -356,23 +361,22 @@ def draw(runs: Runs) -> Picture:
     return Picture(png, caption, alt, cells=None)
 
 
-def show_training(kind: str, *piece, steps: int = STEPS) -> Picture | None:
-    """The optional cell: train, draw, show the picture and print its sentence. Skipped
-    while nbgrader grades the notebook. ``piece``: the learner's function (two for
-    ``"own_model"``: the model class and the batch loss)."""
+def show_training(kind: str, *piece, steps: int = STEPS) -> None:
+    """The optional cell: train, then show the picture (in a notebook) or print its
+    sentence (elsewhere). Skipped while nbgrader grades the notebook. ``piece``: the
+    learner's function (two for ``"own_model"``: the model class and the batch
+    loss)."""
     if os.environ.get("NBGRADER_EXECUTION"):
         print("Skipped while grading: run this cell yourself to see the curves.")
-        return None
+        return
     chosen = piece if kind == "own_model" else piece[0]
     with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
         warnings.simplefilter("ignore")
         runs = train(kind, chosen, steps)
     if runs.mine.raised:
         print(story(runs))
-        return None
-    picture = draw(runs)
+        return
     from .attach import show
 
-    show(picture)
-    print(picture.caption)
-    return picture
+    if not show(draw(runs)):
+        print(story(runs))
