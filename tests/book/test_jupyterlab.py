@@ -95,6 +95,15 @@ DIAGNOSIS_ROWS = (
     " / parseFloat(getComputedStyle(pre).lineHeight);"
     "return [pre.innerText.trimEnd().split('\\n').length, Math.round(rows)]"
 )
+# The picture a failing check displayed: its image as loaded, and its caption.
+PICTURE = """
+const figure = document.querySelector('.jp-OutputArea-output figure.tformer-picture');
+if (figure === null) return null;
+const img = figure.querySelector('img');
+return {natural: img.naturalWidth, width: img.getBoundingClientRect().width,
+        area: figure.closest('.jp-OutputArea').getBoundingClientRect().width,
+        alt: img.alt, caption: figure.querySelector('figcaption').innerText};
+"""
 OUTPUT_LINKS = (
     "return Array.from(document.querySelectorAll('.jp-OutputArea-output a'))"
     ".map(a => a.href)"
@@ -190,6 +199,13 @@ def test_learner_runs_an_exercise_in_jupyterlab(lab, tmp_path, capsys):
         # No "get notified about official Jupyter news?" question over the notebook.
         page_text = driver.execute_script("return document.body.innerText")
         assert "Jupyter news" not in page_text, page_text[-2000:]
+        # Above the diagnosis, the check's picture of the learner's attention weights
+        # next to the right ones (tformer_grading.pictures), at the notebook's width.
+        picture = driver.execute_script(PICTURE)
+        assert picture is not None, "the failing check shows no picture"
+        assert picture["natural"] == 650 and 0 < picture["width"] <= picture["area"]
+        assert picture["alt"].startswith("Two weights maps side by side.")
+        assert picture["caption"].startswith("Your weights (left) and the right ones")
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
         failing = driver.find_element(
             "css selector",

@@ -5,9 +5,12 @@ and one buggy submission per diagnosed pitfall. Each must score exactly what it
 deserves, and the feedback must name the pitfall.
 """
 
+import html
+import re
+
 import pytest
 
-from course import Buggy, GradedChapter
+from course import Buggy, GradedChapter, feedback_text
 
 CHAPTER = "ch03_masks"
 FULL = {
@@ -124,3 +127,47 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(CHAPTER)]
 class TestGrading(GradedChapter):
     chapter, full, buggy = CHAPTER, FULL, BUGGY
     hidden_marker, hidden_student = "check_masked_attention_by_hand", "calls_sdpa"
+
+    def test_the_feedback_page_shows_the_checks_picture(self, graded, tmp_path):
+        """The picture the causal-mask check drew in the graded kernel is in the
+        learner's page, inside it (a data: image), with its caption and alt text; in a
+        browser it shows, no wider than the page, at desktop and phone width."""
+        course, _ = graded
+        page = course / "feedback" / "causal_triu" / CHAPTER / "exercise.html"
+        text = page.read_text()
+        figure = re.search(r'<figure class="tformer-picture">(<img [^>]*>)', text)
+        assert figure, "no picture in the page"
+        attributes = dict(re.findall(r'(\w+)="([^"]*)"', figure[1]))
+        assert attributes["src"].startswith("data:image/png;base64,")
+        assert html.unescape(attributes["alt"]).startswith("Two mask maps")
+        assert "case size=7, batch 0, head 0" in feedback_text(
+            course, CHAPTER, "causal_triu"
+        )
+        from browser import chromium, console_errors, require_chromium, wait_for
+
+        from book import SCREENSHOTS
+
+        require_chromium()
+        with chromium(tmp_path / "chromium") as driver:
+            for width in (1280, 390):
+                driver.set_window_size(width, 1000)
+                driver.get(page.as_uri())
+                wait_for(driver, IMAGE_LOADED, what="the picture to load")
+                shown = driver.execute_script(PICTURE)
+                assert shown["natural"] == 650 and 0 < shown["width"] <= width, shown
+                assert shown["page"] <= width and console_errors(driver) == []
+                if width == 1280:
+                    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+                    driver.execute_script(
+                        "document.querySelector('figure.tformer-picture')"
+                        ".scrollIntoView({block: 'start'})"
+                    )
+                    driver.save_screenshot(str(SCREENSHOTS / "feedback_picture.png"))
+
+
+IMAGE_LOADED = "return document.querySelector('figure.tformer-picture img').complete"
+PICTURE = """
+const img = document.querySelector('figure.tformer-picture img');
+return {natural: img.naturalWidth, width: img.getBoundingClientRect().width,
+        page: document.documentElement.scrollWidth};
+"""
