@@ -1,15 +1,18 @@
 """What a picture adds to a failed check (tformer_grading.pictures), measured in the
 same run as the check without it (``TFORMER_PICTURES=off``).
 
-* every failing cell of the bank's answers that draws a picture (ch02 attention, ch03
-  masks and masked attention), with its picture against without: the most a picture
-  adds to one cell;
+* every failing cell of the bank's answers that draws a picture (:data:`CHAPTERS`),
+  with its picture against without: the most a picture adds to one cell;
 * the first picture of a fresh process (matplotlib imported then), against the same
   cell without it, each in a process of its own: the time the picture adds.
 
+* an exercise's optional training cell (pictures.training_curves), each kind with a
+  right piece: the slowest, trained and drawn, against the reference's run alone.
+
 Budget: at most 1 s added to one failing cell, in both (issue 30: "add at most 1 s to
-a failing check"). A check fails in about 10 ms and a picture takes about 100: the
-ratios are large and printed, not budgeted.
+a failing check"), and at most 10 s for a training cell ("at most 10 s on 2 cores").
+A check fails in about 10 ms and a picture takes about 100: the ratios are large and
+printed, not budgeted.
 """
 
 from __future__ import annotations
@@ -25,10 +28,14 @@ from . import ROOT
 
 BANK = ROOT / "tests" / "bank"
 CHAPTERS = {
+    "ch01": ("multi_head_attention",),
     "ch02": ("attention",),
     "ch03": ("causal_mask", "padding_mask", "masked_attention"),
+    "bughunt_attention": ("self_attention",),
+    "ch08": ("lm_step",),
 }
 LIMIT_MS = 1000.0
+TRAINING_LIMIT_MS = 10_000.0
 SWITCH = "TFORMER_PICTURES"
 #: One answer, graded in a fresh process: a causal mask built with triu.
 COLD = f"""
@@ -117,10 +124,61 @@ def cold(on: bool) -> float:
     return float(out.split()[-1])
 
 
+def _right_pieces() -> dict:
+    """A right piece of each kind of training cell: the reference's functions, the
+    bank's first right answers for chapter 7, the reference's model for the own one."""
+    sys.path.insert(0, str(BANK))
+    import bank
+
+    from tformer_ref import training
+    from tformer_ref.model import Transformer
+
+    ch07 = bank.entries("ch07")
+    first = {
+        x: next(e.answer for e in ch07 if e.exercise == x and e.expect is None)
+        for x in ("accumulation_step", "amp_step")
+    }
+
+    def model(vocab, d_model, heads, d_ff, layers):
+        return Transformer(vocab, vocab, d_model, heads, layers, d_ff, dropout=0.0)
+
+    def batch_loss(model, src, tgt):
+        tgt_in, labels = training.shift_targets(tgt)
+        return training.sequence_loss(model(src, tgt_in), labels, 0, 0.0)
+
+    return {
+        "shift_targets": training.shift_targets,
+        "sequence_loss": training.sequence_loss,
+        "train_step": training.train_step,
+        **first,
+        "own_model": (model, batch_loss),
+    }
+
+
+def slowest_training() -> tuple[float, float, str]:
+    """(seconds to train both runs and draw, seconds of the reference's run alone,
+    kind) of the slowest kind of training cell."""
+    from tformer_grading.pictures import training_curves as curves
+
+    slowest = (0.0, 1.0, "")
+    for kind, piece in _right_pieces().items():
+        started = time.perf_counter()
+        curves.draw(curves.train(kind, piece))
+        both = time.perf_counter() - started
+        started = time.perf_counter()
+        with curves._one_thread():
+            curves._run(kind, None, curves.STEPS)
+        alone = time.perf_counter() - started
+        if both > slowest[0]:
+            slowest = (both, alone, kind)
+    return slowest
+
+
 def run() -> list[dict]:
     with_, without, cells = most_added()
     first = min(cold(True) for _ in range(2))
     plain = min(cold(False) for _ in range(2))
+    both, alone, kind = slowest_training()
     return [
         {
             "benchmark": (
@@ -141,5 +199,16 @@ def run() -> list[dict]:
             "peer_ms": plain * 1000,
             "ratio": first / plain,
             "limit_ms": LIMIT_MS,
+        },
+        {
+            "benchmark": (
+                f"an optional training cell, slowest kind ({kind}: both runs and "
+                f"the picture; limit {TRAINING_LIMIT_MS / 1000:.0f} s) vs the "
+                "reference's run alone"
+            ),
+            "ours_ms": both * 1000,
+            "peer_ms": alone * 1000,
+            "ratio": both / alone,
+            "limit_ms": TRAINING_LIMIT_MS,
         },
     ]

@@ -64,3 +64,45 @@ def test_the_bundle_carries_the_picture_its_alt_text_and_caption():
     assert "<figcaption>" in data["text/html"]
     assert metadata["image/png"]["alt"] == picture.alt
     assert len(io.BytesIO(picture.png).getvalue()) < 100_000
+
+
+def _text_sizes(monkeypatch) -> list:
+    """Every drawn text's size in points, of the figures saved while it is in use."""
+    from matplotlib.figure import Figure
+    from matplotlib.text import Text
+
+    sizes, save = [], Figure.savefig
+
+    def recording(fig, *args, **kwargs):
+        sizes.extend(
+            t.get_fontsize()
+            for t in fig.findobj(Text)
+            if t.get_visible() and t.get_text().strip()
+        )
+        return save(fig, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", recording)
+    return sizes
+
+
+def test_no_label_is_smaller_than_the_books_small_print(monkeypatch):
+    from tformer_grading.pictures import training_curves
+    from tformer_ref.plotting import SMALLEST_FONT_PT
+
+    sizes = _text_sizes(monkeypatch)
+    draw_mask(torch.ones(6, 6, dtype=torch.bool), CAUSAL, where="size=6")
+    w = torch.rand(4, 5).softmax(-1)
+    draw_weights(w.flip(0), w, where="case c")
+    training_curves.draw(training_curves.train("train_step", _zero_never, steps=10))
+    assert len(sizes) > 30 and min(sizes) >= SMALLEST_FONT_PT, sorted(set(sizes))
+
+
+def _zero_never(model, src, tgt, optimizer, scheduler, max_norm, pad_id, smoothing):
+    from tformer_ref import training
+
+    model.train()
+    tgt_in, labels = training.shift_targets(tgt)
+    loss = training.sequence_loss(model(src, tgt_in), labels, pad_id, smoothing)
+    loss.backward()
+    optimizer.step()
+    return loss.item(), 0.0
