@@ -33,6 +33,7 @@ import torch
 
 from ..checks.diagnosis import CheckFailure
 from ..checks.measure.mask_readings import read_as_bool
+from ..guard.integrity import seal
 from .attention_maps import Picture, draw_mask, draw_weights
 from .cells import mask_cells, weight_cells
 
@@ -191,3 +192,6 @@ def _as_bool(got):
     if not isinstance(got, torch.Tensor):
         return None
     return got if got.dtype == torch.bool else read_as_bool(got)[0]
+
+
+seal(__name__)

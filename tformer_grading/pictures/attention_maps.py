@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..guard.integrity import seal
 from .cells import MapCells, mask_cells, weight_cells
 
 #: The largest map drawn whole; a larger one is shown as a window this size around
@@ -312,3 +313,6 @@ def _marks(ax, cells: MapCells, rows: slice, cols: slice) -> None:
                 color="#d62728",
                 annotation_clip=False,
             )
+
+
+seal(__name__)

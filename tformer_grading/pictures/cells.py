@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..guard.integrity import seal
+
 #: The marks, in the order a cell is given the first that applies.
 MARKS = ("attends_masked", "ignores_allowed", "not_finite", "differs")
 
@@ -126,3 +128,6 @@ def mask_cells(got: torch.Tensor, want: torch.Tensor) -> MapCells:
             }
         )
     )
+
+
+seal(__name__)

@@ -39,6 +39,7 @@ from tformer_ref import training as ref
 from tformer_ref.model import Transformer, xavier_init_
 from tformer_ref.toy_lm import TinyCausalLM, count_targets, lm_loss_sum, make_token_data
 
+from ..guard.integrity import seal
 from .attention_maps import Picture
 
 PAD, BOS, EOS, VOCAB = 0, 1, 2, 13
@@ -380,3 +381,6 @@ def show_training(kind: str, *piece, steps: int = STEPS) -> None:
 
     if not show(draw(runs)):
         print(story(runs))
+
+
+seal(__name__)
