@@ -88,9 +88,13 @@ def test_the_marked_cells_are_the_mistake(failures):
         assert causal["ignores_allowed"] == _upper(3, 1, width=7)
         return
     if chapter == "bughunt_attention":
-        # Filling with 0: the masked keys (2 and 3 of sequence 0) keep weight.
-        zero = found["FillZero"][1].picture.cells.marked["attends_masked"]
-        assert zero == [(i, j) for i in range(4) for j in (2, 3)]
+        # Filling with 0: in sequence 2, the one the message names, the masked keys
+        # (all but the last) keep weight.
+        picture = found["FillZero"][1].picture
+        assert "sequence 2, head 0" in picture.caption
+        assert picture.cells.marked["attends_masked"] == [
+            (i, j) for i in range(4) for j in range(3)
+        ]
         return
     if chapter == "ch08":
         # The mask's first rows, not its last: the new token (position 6) is measured

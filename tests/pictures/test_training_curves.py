@@ -94,7 +94,9 @@ def test_a_summed_loss_trains_alike_under_adam_but_reports_another_number():
 def test_gradients_never_zeroed_learn_slower():
     runs = training.train("train_step", step_never_zeroes, steps=60)
     assert runs.mine.loss[-1] > 1.5 * runs.reference.loss[-1]
-    assert "ends where the reference's was at step" in training.story(runs)
+    said = training.story(runs)
+    assert "The reference's run was below your final loss by step 10." in said
+    assert "Your run's loss stopped falling after step" in said
 
 
 def test_accumulated_sums_diverge():
@@ -121,7 +123,7 @@ def test_the_picture_and_its_words(capsys):
     # Outside a notebook the cell prints what it measured.
     training.show_training("train_step", step_never_zeroes, steps=30)
     out = capsys.readouterr()
-    assert "ends where the reference's was at step" in out.out and out.err == ""
+    assert "was below your final loss by step" in out.out and out.err == ""
 
 
 def test_skipped_while_nbgrader_grades(monkeypatch, capsys):

@@ -685,7 +685,7 @@ def _check_fill(cls, e: int, h: int) -> None:
             TITLE_FILL, f"Measured ({label}): your forward raised {got!r}."
         )
     got = expect_shape(TITLE_FILL, got, (3, length, e), label, S_FILL)
-    with pictured(lambda said: fill_picture(weights, mask, label)):
+    with pictured(lambda said: fill_picture(weights, mask, label, said)):
         _judge_fill(module, x, q, mask, got, label)
 
 
@@ -695,13 +695,14 @@ def _judge_fill(module, x, q, mask, got, label: str) -> None:
     if not bool(torch.isfinite(got[[0, 2]]).all()):
         NAN_IN_HALF.fail(
             TITLE_FILL,
-            f"Measured ({label}): the sequences that keep some keys got NaN or inf.",
+            f"Measured ({label}): the sequences that keep some keys (sequence 0 "
+            "and sequence 2) got NaN or inf.",
         )
     if not bool(torch.isfinite(got[1]).all()):
         FULLY_MASKED_NAN.fail(
             TITLE_FILL,
-            f"Measured ({label}): the fully masked sequence's output is "
-            f"{_bad_values(got[1])}.",
+            f"Measured ({label}): the output of sequence 1, which is fully masked, "
+            f"is {_bad_values(got[1])}.",
         )
     _check_convention(module, x, q, mask, got, label)
     moved_q = q.clone()
@@ -710,9 +711,9 @@ def _judge_fill(module, x, q, mask, got, label: str) -> None:
     if change > 1e-3 * (1 + float(got[2].float().abs().max())):
         MASKED_KEYS_WEIGHTED.fail(
             TITLE_FILL,
-            f"Measured ({label}): with every key but the last masked, changing the "
-            f"queries still changed the output by {change:.3g} (one key left, the "
-            f"weights cannot depend on the query).",
+            f"Measured ({label}): in sequence 2, whose mask keeps only the last key, "
+            f"changing the queries still changed the output by {change:.3g} (with "
+            "one key left, the weights cannot depend on the query).",
         )
 
 

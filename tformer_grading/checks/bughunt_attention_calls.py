@@ -13,6 +13,7 @@ import itertools
 import torch
 
 from ..guard.integrity import seal
+from ..pictures.attach import shown_order
 from ..pictures.attention_maps import draw_weights
 from ..pictures.cells import weight_cells
 from .cases import build_module
@@ -93,15 +94,16 @@ def call_seen(title: str, module, values, keys, query, mask):
     return got, (seen[-1] if seen else None)
 
 
-def fill_picture(weights, mask: torch.Tensor, label: str):
-    """The learner's weights of the first head that breaks the mask, next to where the
-    mask lets weight go (the check never sees the right weights); None without
-    weights."""
+def fill_picture(weights, mask: torch.Tensor, label: str, said: str = ""):
+    """The learner's weights of the first head that breaks the mask, in the sequence
+    the message ``said`` names (else any), next to where the mask lets weight go (the
+    check never sees the right weights); None without weights."""
     if weights is None:
         return None
     allowed = mask.bool().expand(weights.shape)
     atol = 1e-4  # half precision
-    for n, h in itertools.product(range(weights.size(0)), range(weights.size(1))):
+    named = shown_order([f"sequence {n}" for n in range(weights.size(0))], said)
+    for n, h in itertools.product(named, range(weights.size(1))):
         if weight_cells(weights[n, h], None, allowed[n, h], atol, 0.0).count:
             where = f"{label}, sequence {n}, head {h}"
             a = allowed[n, h]

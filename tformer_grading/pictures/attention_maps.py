@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import torch
 
 from ..guard.integrity import seal
-from .cells import MapCells, mask_cells, weight_cells
+from .cells import MARKS, MapCells, mask_cells, weight_cells
 
 #: The largest map drawn whole; a larger one is shown as a window this size around
 #: its first marked cell, labelled with the true positions.
@@ -55,8 +55,8 @@ _MASK_WORDS = {
     "ignores_allowed": "blocks a key the query may attend",
 }
 _INFLUENCE_WORDS = {
-    "attends_masked": "shows a query influenced by a token it must not see",
-    "ignores_allowed": "shows a query not influenced by a token it should see",
+    "attends_masked": "shows a new token influenced by a position it must not see",
+    "ignores_allowed": "shows a new token not influenced by a position it should see",
 }
 _SYMBOL = {
     "attends_masked": "✕",
@@ -119,10 +119,11 @@ def draw_weights(
         right = want.detach().double().cpu()
         lines = [f"Your weights (left) and the right ones (right), {where}."]
         titles = ("your weights", "right weights")
-    top = max(1.0, float(right.max()), float(shown.max()))
+    # The scale of the larger panel: weights spread over many keys stay apart.
+    top = max(float(right.max()), float(shown.max())) or 1.0
     if allowed is not None:
         lines.append("Hatched: keys the mask forbids.")
-    lines += _mark_sentences(cells, _STYLE)
+    lines += _mark_sentences(cells, _STYLE, g.numel())
     if cells.rows_off:
         sums = ", ".join(f"{cells.row_sums[i]:.3g}" for i in cells.rows_off[:6])
         rows = ", ".join(map(str, cells.rows_off[:6]))
@@ -131,7 +132,16 @@ def draw_weights(
             f"◀ Row{many} {rows} of yours sum{'' if many else 's'} to {sums}, not 1."
         )
     forbidden = None if allowed is None else ~allowed.bool().cpu().expand_as(g)
-    png = _draw((shown, right), forbidden, cells, top, titles, "attention weight")
+    png = _draw(
+        (shown, right),
+        forbidden,
+        cells,
+        top,
+        titles,
+        "attention weight",
+        skip=g.numel(),
+        right_is_mask=want is None,
+    )
     return Picture(png, " ".join(lines), _alt(lines, cells, "weights"), cells)
 
 
@@ -145,41 +155,65 @@ def draw_mask(got: torch.Tensor, want: torch.Tensor, *, where: str) -> Picture:
     return _keep_picture(got, want, lead, ("your mask", "right mask"), _MASK_WORDS)
 
 
-def draw_influence(got: torch.Tensor, want: torch.Tensor, *, where: str) -> Picture:
-    """Which keys each query's output is influenced by, measured on the learner's code
-    (``got`` [Sq, Sk] bool), next to those it should see (``want``)."""
+def draw_influence(
+    got: torch.Tensor, want: torch.Tensor, *, where: str, first: int = 0
+) -> Picture:
+    """Which positions each new token's output is influenced by, measured on the
+    learner's code (``got`` [S, past + S] bool), next to those it should see
+    (``want``); ``first`` is the position of the first new token."""
     lead = (
-        f"The tokens each new query is influenced by, measured on your code (left), "
-        f"and those it should see (right), {where}. Hatched: not seen."
+        f"The positions each new token is influenced by, measured on your code "
+        f"(left), and those it should see (right), {where}. Hatched: not seen. A "
+        "token always influences its own output, through the residual path."
     )
     return _keep_picture(
-        got, want, lead, ("yours, measured", "right"), _INFLUENCE_WORDS
+        got,
+        want,
+        lead,
+        ("yours, measured", "right"),
+        _INFLUENCE_WORDS,
+        labels=("position", "new token at position", first),
     )
 
 
-def _keep_picture(got, want, lead: str, titles, said: dict) -> Picture:
+def _keep_picture(got, want, lead: str, titles, said: dict, labels=None) -> Picture:
     cells = mask_cells(got, want)
     words = {k: (*v[:2], said.get(k, v[2])) for k, v in _STYLE.items()}
     lines = [lead, *_mark_sentences(cells, words)]
     g, w = got.bool().cpu(), want.bool().cpu()
-    png = _draw((g.double(), w.double()), (~g, ~w), cells, 1.0, titles, None)
+    png = _draw(
+        (g.double(), w.double()), (~g, ~w), cells, 1.0, titles, None, labels=labels
+    )
     return Picture(png, " ".join(lines), _alt(lines, cells, "mask"), cells)
 
 
-def _mark_sentences(cells: MapCells, style: dict) -> list[str]:
+def _mark_sentences(cells: MapCells, style: dict, size: int = 0) -> list[str]:
+    """A sentence per kind of mark; ``size`` the map's number of cells (a kind that
+    covers them all is said so, and not drawn: :func:`_everywhere`)."""
     said = []
+    others = any(cells.marked[name] for name in MARKS if name != "differs")
     for name, found in cells.marked.items():
-        if found:
-            n = len(found)
-            noun = "cell" if n == 1 else "cells"
-            verb = style[name][2]
-            if n > 1:
-                verb = verb.replace("gives ", "give ").replace("differs", "differ")
-                verb = verb.replace("lets ", "let ").replace("blocks ", "block ")
-                verb = verb.replace("is NaN", "are NaN").replace("shows ", "show ")
-            other = " other" if name == "differs" else ""
-            said.append(f"{_SYMBOL[name]} {n}{other} {noun} {verb}.")
+        if not found:
+            continue
+        if _everywhere(cells, name, size):
+            said.append(f"Every cell {style[name][2]}.")
+            continue
+        n = len(found)
+        noun = "cell" if n == 1 else "cells"
+        verb = style[name][2]
+        if n > 1:
+            verb = verb.replace("gives ", "give ").replace("differs", "differ")
+            verb = verb.replace("lets ", "let ").replace("blocks ", "block ")
+            verb = verb.replace("is NaN", "are NaN").replace("shows ", "show ")
+        other = " other" if name == "differs" and others else ""
+        said.append(f"{_SYMBOL[name]} {n}{other} {noun} {verb}.")
     return said
+
+
+def _everywhere(cells: MapCells, name: str, size: int) -> bool:
+    """Mark ``name`` is on every cell of a map of ``size`` cells: a mark everywhere
+    hides what it marks, so it is said, not drawn."""
+    return name == "differs" and size > 0 and len(cells.marked[name]) == size
 
 
 def _alt(lines: list[str], cells: MapCells, what: str) -> str:
@@ -227,27 +261,45 @@ def quiet_figure(plot, height: float) -> bytes:
             return buffer.getvalue()
 
 
-def _draw(maps, forbidden, cells: MapCells, top: float, titles, bar) -> bytes:
-    """The two maps, side by side (module docstring)."""
+def _draw(
+    maps,
+    forbidden,
+    cells: MapCells,
+    top: float,
+    titles,
+    bar,
+    *,
+    skip: int = 0,
+    right_is_mask: bool = False,
+    labels=None,
+) -> bytes:
+    """The two maps, side by side (module docstring). ``skip``: the map's number of
+    cells, a mark on all of them is not drawn; ``right_is_mask``: the right panel is a
+    pattern, outside the colour bar's scale; ``labels``: (x label, y label, first row's
+    number) when not keys and queries from 0."""
     sq, sk = maps[0].shape
     rows, cols = _window(cells, sq, sk)
     height = min(3.6, 1.4 + 2.4 * (rows.stop - rows.start) / (cols.stop - cols.start))
 
     def plot(fig):
         axes = fig.subplots(1, 2)
-        image = None
+        images = []
         for k, (ax, values, title) in enumerate(zip(axes, maps, titles)):
             part = values[rows, cols].float().numpy()
-            image = ax.imshow(part, cmap="viridis", vmin=0.0, vmax=top, aspect="equal")
+            vmax = 1.0 if k == 1 and right_is_mask else top
+            images.append(
+                ax.imshow(part, cmap="viridis", vmin=0.0, vmax=vmax, aspect="equal")
+            )
             pair = forbidden if isinstance(forbidden, tuple) else (forbidden,) * 2
             if pair[k] is not None:
                 _hatch(ax, pair[k][rows, cols])
-            _ticks(ax, rows, cols)
+            _ticks(ax, rows, cols, labels)
             ax.set_title(title)
             if k == 0:
-                _marks(ax, cells, rows, cols)
+                _marks(ax, cells, rows, cols, skip)
         if bar:
-            fig.colorbar(image, ax=list(axes), label=bar, shrink=0.8)
+            scaled = [axes[0]] if right_is_mask else list(axes)
+            fig.colorbar(images[0], ax=scaled, label=bar, shrink=0.8)
 
     return quiet_figure(plot, max(1.8, height))
 
@@ -269,38 +321,45 @@ def _hatch(ax, forbidden: torch.Tensor) -> None:
         )
 
 
-def _ticks(ax, rows: slice, cols: slice) -> None:
+def _ticks(ax, rows: slice, cols: slice, labels=None) -> None:
     """Every position labelled when there are few, else every other one."""
-    for set_ticks, set_labels, part in (
-        (ax.set_xticks, ax.set_xticklabels, cols),
-        (ax.set_yticks, ax.set_yticklabels, rows),
+    xlabel, ylabel, first = labels or ("key", "query", 0)
+    for set_ticks, set_labels, part, start in (
+        (ax.set_xticks, ax.set_xticklabels, cols, 0),
+        (ax.set_yticks, ax.set_yticklabels, rows, first),
     ):
         step = 1 if part.stop - part.start <= 10 else 2
         at = range(0, part.stop - part.start, step)
         set_ticks(list(at))
-        set_labels([str(part.start + i) for i in at])
-    ax.set_xlabel("key")
-    ax.set_ylabel("query")
+        set_labels([str(start + part.start + i) for i in at])
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
 
 
-def _marks(ax, cells: MapCells, rows: slice, cols: slice) -> None:
+def _marks(ax, cells: MapCells, rows: slice, cols: slice, skip: int = 0) -> None:
     def inside(i, j):
         return rows.start <= i < rows.stop and cols.start <= j < cols.stop
 
     for name, found in cells.marked.items():
         marker, colour, _ = _STYLE[name]
         at = [(j - cols.start, i - rows.start) for i, j in found if inside(i, j)]
-        if at:
-            xs, ys = zip(*at)
+        if not at or _everywhere(cells, name, skip):
+            continue
+        xs, ys = zip(*at)
+        if marker == "o":  # a ring, as the caption's ○
             ax.scatter(
                 xs,
                 ys,
-                marker=marker,
-                s=70,
-                c=colour,
-                edgecolors="white",
-                linewidths=0.8,
+                marker="o",
+                s=80,
+                facecolors="none",
+                edgecolors=colour,
+                linewidths=2.2,
             )
+            continue
+        ax.scatter(
+            xs, ys, marker=marker, s=70, c=colour, edgecolors="white", linewidths=0.8
+        )
     width = cols.stop - cols.start
     for i in cells.rows_off:
         if rows.start <= i < rows.stop:

@@ -312,8 +312,21 @@ def story(runs: Runs) -> str:
         return f"{said} Your model hardly learned: its loss fell by {fell:.2f}."
     if mine.loss[-1] > ours.loss[-1]:
         when = next(a for a, v in zip(ours.at, ours.loss) if v <= mine.loss[-1])
-        return f"{said} Your run ends where the reference's was at step {when}."
+        said += f" The reference's run was below your final loss by step {when}."
+        stalled = _stalled(mine)
+        if stalled is not None:
+            said += f" Your run's loss stopped falling after step {stalled}."
+        return said
     return f"{said} Your run's held-out loss ends below the reference's."
+
+
+def _stalled(curve: Curve) -> int | None:
+    """The step after which the held-out loss never fell by more than 5 % again, when
+    that is in the first half of the run; else None."""
+    for k, at in enumerate(curve.at):
+        if min(curve.loss[k:]) > 0.95 * curve.loss[k]:
+            return at if at <= curve.at[-1] / 2 else None
+    return None
 
 
 # ------------------------------------------------------------------------- picture

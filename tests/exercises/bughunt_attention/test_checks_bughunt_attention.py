@@ -765,8 +765,8 @@ def test_right_fixes_written_differently_pass_all_four(cls, capsys):
         (
             FillMinusInf,
             4,
-            r"'NaN for a fully masked row'.*fully masked sequence's output "
-            r"is 128 NaN of 128 values",
+            r"'NaN for a fully masked row'.*the output of sequence 1, which is "
+            r"fully masked, is 128 NaN of 128 values",
         ),
         (
             FillMinus1e9,

@@ -216,7 +216,7 @@ def influence_picture(seen: list, case):
     for q, keys in enumerate(seen):
         got[q, sorted(keys)] = True
     want = causal_mask(len(seen), past=n_past).reshape(len(seen), length).cpu()
-    return draw_influence(got, want, where=f"case {case.label}")
+    return draw_influence(got, want, where=f"case {case.label}", first=n_past)
 
 
 seal(__name__)
