@@ -3,7 +3,8 @@ an exercise with attention weights or masks whose first failure is about their v
 of the case the message names, marking at least one cell; and for answers whose mistake
 has a known shape (a triangle, a row, the masked keys), exactly those cells.
 
-Each answer is graded as in test_bank.py; the failure object carries the picture."""
+Each answer is graded as in test_bank.py; the failure object carries the picture, whose
+PNG is drawn only when asked for (once an exercise here: tests/pictures test drawing)."""
 
 from __future__ import annotations
 
@@ -59,6 +60,8 @@ def test_wrong_answers_carry_a_picture_of_the_case_their_message_names(failures)
         picture = failure.picture
         if picture is None:
             continue
+        if not counts[entry.exercise]:  # drawn once an exercise (a kernel draws each)
+            assert picture.png[:8] == b"\x89PNG\r\n\x1a\n", name
         counts[entry.exercise] += 1
         assert picture.cells.count > 0, name
         case = re.search(r"case (.+?)(, batch \d+, head \d+)?\.", picture.caption)

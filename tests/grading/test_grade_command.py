@@ -482,7 +482,7 @@ def test_a_kit_notebook_that_lost_its_marks_says_what_to_do(tmp_path):
 @pytest.mark.slow
 def test_a_failed_checks_picture_is_saved_and_its_path_printed(tmp_path):
     """A terminal shows no picture: the self-grade saves each failed check's picture
-    beside the notebook and prints where; grading again replaces the last ones."""
+    beside the notebook and prints where."""
     chapter = "ch03_masks"
     course = tmp_path / "course"
     (course / "book" / chapter).mkdir(parents=True)
@@ -490,9 +490,8 @@ def test_a_failed_checks_picture_is_saved_and_its_path_printed(tmp_path):
     shutil.copytree(ROOT / "solutions" / chapter, course / "solutions" / chapter)
     student = nbformat.read(ROOT / "book" / chapter / "exercise.ipynb", as_version=4)
     answers = solution_sources(chapter)
-    right = answers["causal_mask"]
     mine = course / "book" / chapter / "my_attempt.ipynb"
-    answers["causal_mask"] = right.replace(".tril()", ".triu()")
+    answers["causal_mask"] = answers["causal_mask"].replace(".tril()", ".triu()")
     nbformat.write(filled(student, answers), mine)
     proc, _, _ = _grade(mine)
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
@@ -500,7 +499,25 @@ def test_a_failed_checks_picture_is_saved_and_its_path_printed(tmp_path):
     assert f"Picture (open it to see): {saved}" in proc.stdout
     assert saved.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert len(list(saved.parent.iterdir())) == 1  # the probes' failure draws none
-    answers["causal_mask"] = right
-    nbformat.write(filled(student, answers), mine)
-    proc, _, _ = _grade(mine)
-    assert "Picture" not in proc.stdout and not saved.exists()
+
+
+def test_grading_again_replaces_the_last_pictures(tmp_path):
+    from tformer_grading.selfgrade import (
+        CellResult,
+        Result,
+        _save_pictures,
+        pictures_folder,
+    )
+
+    notebook = tmp_path / "exercise.ipynb"
+    folder = pictures_folder(notebook)
+    folder.mkdir()
+    (folder / "test_causal_mask.png").write_bytes(b"\x89PNG old")
+    result = Result("ch03_masks", True)
+    result.cells = [
+        CellResult("test_causal_mask", 2, 2),  # passes now: its old picture goes
+        CellResult("test_padding_mask", 0, 2),
+    ]
+    _save_pictures(result, {"test_padding_mask": [b"\x89PNG new"]}, notebook)
+    assert sorted(p.name for p in folder.iterdir()) == ["test_padding_mask.png"]
+    assert result.cells[1].pictures == [str(folder / "test_padding_mask.png")]

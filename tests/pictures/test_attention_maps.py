@@ -90,10 +90,11 @@ def test_no_label_is_smaller_than_the_books_small_print(monkeypatch):
     from tformer_ref.plotting import SMALLEST_FONT_PT
 
     sizes = _text_sizes(monkeypatch)
-    draw_mask(torch.ones(6, 6, dtype=torch.bool), CAUSAL, where="size=6")
+    draw_mask(torch.ones(6, 6, dtype=torch.bool), CAUSAL, where="size=6").png
     w = torch.rand(4, 5).softmax(-1)
-    draw_weights(w.flip(0), w, where="case c")
-    training_curves.draw(training_curves.train("train_step", _zero_never, steps=10))
+    draw_weights(w.flip(0), w, where="case c").png
+    runs = training_curves.train("train_step", _zero_never, steps=10)
+    training_curves.draw(runs).png
     assert len(sizes) > 30 and min(sizes) >= SMALLEST_FONT_PT, sorted(set(sizes))
 
 

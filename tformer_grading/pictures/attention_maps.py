@@ -28,10 +28,12 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import html
 import io
 import warnings
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import torch
 
@@ -68,14 +70,19 @@ _SYMBOL = {
 
 @dataclass(frozen=True)
 class Picture:
-    """A picture: ``png`` bytes, a ``caption`` (what it shows, in words), ``alt`` text
-    (the same for a reader who cannot see it, with the cells) and the ``cells`` it
-    marks (None for a picture of curves)."""
+    """A picture: a ``caption`` (what it shows, in words), ``alt`` text (the same for a
+    reader who cannot see it, with the cells), the ``cells`` it marks (None for a
+    picture of curves), and its ``png`` bytes, which ``render`` makes when first asked
+    for (what is marked and said is known before anything is drawn)."""
 
-    png: bytes
+    render: Callable[[], bytes] = field(repr=False)
     caption: str
     alt: str
     cells: MapCells | None
+
+    @functools.cached_property
+    def png(self) -> bytes:
+        return self.render()
 
     def bundle(self) -> tuple[dict, dict]:
         """(data, metadata) for IPython's display: a figure with its caption in HTML
@@ -132,7 +139,8 @@ def draw_weights(
             f"◀ Row{many} {rows} of yours sum{'' if many else 's'} to {sums}, not 1."
         )
     forbidden = None if allowed is None else ~allowed.bool().cpu().expand_as(g)
-    png = _draw(
+    png = functools.partial(
+        _draw,
         (shown, right),
         forbidden,
         cells,
@@ -181,8 +189,15 @@ def _keep_picture(got, want, lead: str, titles, said: dict, labels=None) -> Pict
     words = {k: (*v[:2], said.get(k, v[2])) for k, v in _STYLE.items()}
     lines = [lead, *_mark_sentences(cells, words)]
     g, w = got.bool().cpu(), want.bool().cpu()
-    png = _draw(
-        (g.double(), w.double()), (~g, ~w), cells, 1.0, titles, None, labels=labels
+    png = functools.partial(
+        _draw,
+        (g.double(), w.double()),
+        (~g, ~w),
+        cells,
+        1.0,
+        titles,
+        None,
+        labels=labels,
     )
     return Picture(png, " ".join(lines), _alt(lines, cells, "mask"), cells)
 

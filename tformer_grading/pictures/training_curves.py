@@ -27,6 +27,7 @@ True
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import math
 import os
@@ -367,7 +368,7 @@ def draw(runs: Runs) -> Picture:
         right.set(xlabel="step", ylabel="%", title="next-token accuracy", ylim=(0, 100))
         fig.legend(loc="outside lower center", ncol=1 if beyond else 2, frameon=False)
 
-    png = quiet_figure(plot, height=3.6)
+    png = functools.partial(quiet_figure, plot, height=3.6)
     alt = (
         f"Two line charts of the {runs.kind} training runs, yours and the "
         f"reference's: loss and next-token accuracy against step. {caption}"
