@@ -127,6 +127,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(CHAPTER)]
 class TestGrading(GradedChapter):
     chapter, full, buggy = CHAPTER, FULL, BUGGY
     hidden_marker, hidden_student = "check_masked_attention_by_hand", "calls_sdpa"
+    pictures = True  # test_the_feedback_page_shows_the_checks_picture
 
     def test_the_feedback_page_shows_the_checks_picture(self, graded, tmp_path):
         """The picture the causal-mask check drew in the graded kernel is in the
