@@ -52,3 +52,22 @@ def test_cases_are_tried_in_the_order_the_message_names_them():
     labels = ["tokens [2, 5]", "tokens [2, 5], pad_id=3", "tokens [4, 6]"]
     assert shown_order(labels, "case tokens [2, 5], pad_id=3: ...") == [1]
     assert shown_order(labels, "nothing named") == [0, 1, 2]
+
+
+def test_a_picture_that_cannot_be_drawn_is_not_shown(monkeypatch):
+    """The PNG is drawn when shown: a failure there leaves the picture out, never the
+    diagnosis (IPython would print the error in its place)."""
+    import IPython
+    from IPython import display as ipython_display
+
+    from tformer_grading.pictures import attach
+    from tformer_grading.pictures.attention_maps import Picture
+
+    def broken():
+        raise RuntimeError("no backend")
+
+    shown = []
+    monkeypatch.setattr(IPython, "get_ipython", lambda: type("K", (), {"kernel": 1}))
+    monkeypatch.setattr(ipython_display, "display", lambda *a, **k: shown.append(a))
+    assert attach.show(Picture(broken, "caption", "alt", None)) is False
+    assert shown == []

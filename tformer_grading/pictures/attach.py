@@ -95,7 +95,10 @@ def show(picture: Picture | None) -> bool:
         return False
     from IPython.display import display
 
-    data, metadata = picture.bundle()
+    try:  # the PNG is drawn here, when first asked for
+        data, metadata = picture.bundle()
+    except Exception:  # noqa: BLE001 - the words already say it all (module docstring)
+        return False
     display(data, metadata=metadata, raw=True)
     return True
 
