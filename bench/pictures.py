@@ -160,6 +160,7 @@ def _right_pieces() -> dict:
 def slowest_training() -> tuple[float, float, str]:
     """(seconds to train both runs and draw, seconds of the reference's run alone,
     kind) of the slowest kind of training cell."""
+    from tformer_grading.checks.diagnosis import single_thread
     from tformer_grading.pictures import training_curves as curves
 
     slowest = (0.0, 1.0, "")
@@ -168,7 +169,7 @@ def slowest_training() -> tuple[float, float, str]:
         curves.draw(curves.train(kind, piece))
         both = time.perf_counter() - started
         started = time.perf_counter()
-        with curves._one_thread():
+        with single_thread():
             curves._run(kind, None, curves.STEPS)
         alone = time.perf_counter() - started
         if both > slowest[0]:

@@ -107,15 +107,21 @@ def wrong(exercise: str, expect: str, *, listed: bool) -> Callable:
     return register
 
 
-def _failure(grader: Callable[[Any], None], answer: Any) -> str | None:
-    """The message ``grader`` rejects ``answer`` with, None when it accepts it; any
+def failure_of(grader: Callable[[Any], None], answer: Any) -> CheckFailure | None:
+    """The failure ``grader`` rejects ``answer`` with, None when it accepts it; any
     other exception (a check that crashed) goes to the caller."""
     try:
         with contextlib.redirect_stdout(io.StringIO()):  # the checks' ✓ lines
             grader(answer)
     except CheckFailure as failure:
-        return str(failure)
+        return failure
     return None
+
+
+def _failure(grader: Callable[[Any], None], answer: Any) -> str | None:
+    """The message ``grader`` rejects ``answer`` with (:func:`failure_of`)."""
+    failure = failure_of(grader, answer)
+    return None if failure is None else str(failure)
 
 
 def classify(entry: Entry, message: str | None) -> Verdict:

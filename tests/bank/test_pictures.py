@@ -4,17 +4,16 @@ of the case the message names, marking at least one cell; and for answers whose 
 has a known shape (a triangle, a row, the masked keys), exactly those cells.
 
 Each answer is graded as in test_bank.py; the failure object carries the picture, whose
-PNG is drawn only when asked for (once an exercise here: tests/pictures test drawing)."""
+PNG is drawn only when asked for: here once an exercise (tests/pictures test drawing).
+"""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import re
 
 import pytest
 import torch
-from bank import entries, graders_of
+from bank import entries, failure_of, graders_of
 
 from tformer_grading.checks import pieces
 from tformer_grading.checks.diagnosis import CheckFailure
@@ -32,13 +31,10 @@ PICTURED = {
 
 
 def _failure(entry, graders) -> CheckFailure:
-    pieces.forget()
-    try:
-        with contextlib.redirect_stdout(io.StringIO()):
-            graders[entry.exercise](entry.answer)
-    except CheckFailure as failure:
-        return failure
-    raise AssertionError(f"{entry.id} was accepted")
+    pieces.forget()  # each answer is a notebook of its own
+    failure = failure_of(graders[entry.exercise], entry.answer)
+    assert failure is not None, f"{entry.id} was accepted"
+    return failure
 
 
 @pytest.fixture(scope="module", params=sorted(PICTURED))
@@ -102,7 +98,7 @@ def test_the_marked_cells_are_the_mistake(failures):
     if chapter == "ch08":
         # The mask's first rows, not its last: the new token (position 6) is measured
         # to see position 0 and itself (the residual path), not positions 1 to 5.
-        entry, failure = found["step_mask_top_rows"]
+        _, failure = found["step_mask_top_rows"]
         assert "influenced by the tokens at positions [0, 6]" in str(failure)
         rows = failure.picture.cells.marked
         assert rows["ignores_allowed"] == [(0, j) for j in range(1, 6)]

@@ -15,7 +15,6 @@ import torch
 from ..guard.integrity import seal
 from ..pictures.attach import shown_order
 from ..pictures.attention_maps import draw_weights
-from ..pictures.cells import weight_cells
 from .cases import build_module
 from .diagnosis import Raised, fail, run
 from .measure.trace import trace
@@ -104,10 +103,12 @@ def fill_picture(weights, mask: torch.Tensor, label: str, said: str = ""):
     atol = 1e-4  # half precision
     named = shown_order([f"sequence {n}" for n in range(weights.size(0))], said)
     for n, h in itertools.product(named, range(weights.size(1))):
-        if weight_cells(weights[n, h], None, allowed[n, h], atol, 0.0).count:
-            where = f"{label}, sequence {n}, head {h}"
-            a = allowed[n, h]
-            return draw_weights(weights[n, h], None, a, where=where, atol=atol, rtol=0)
+        where = f"{label}, sequence {n}, head {h}"
+        picture = draw_weights(
+            weights[n, h], None, allowed[n, h], where=where, atol=atol, rtol=0.0
+        )
+        if picture.cells.count:  # nothing is drawn until the picture is shown
+            return picture
     return None
 
 

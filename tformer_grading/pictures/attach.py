@@ -35,7 +35,6 @@ from ..checks.diagnosis import CheckFailure
 from ..checks.measure.mask_readings import read_as_bool
 from ..guard.integrity import seal
 from .attention_maps import Picture, draw_mask, draw_weights
-from .cells import mask_cells, weight_cells
 
 #: The environment variable that turns pictures off (module docstring).
 SWITCH = "TFORMER_PICTURES"
@@ -132,9 +131,11 @@ def weights_picture(
             allowed = alloweds[k].bool().expand(want.shape)
         for b, h, g, w in _maps(got, want):
             a = None if allowed is None else allowed[b, h]
-            if weight_cells(g, w, a, atol, rtol).count:
-                where = f"case {label}, batch {b}, head {h}"
-                return draw_weights(g, w, a, where=where, atol=atol, rtol=rtol)
+            where = f"case {label}, batch {b}, head {h}"
+            # Nothing is drawn yet (Picture.png is made when shown): only the cells.
+            picture = draw_weights(g, w, a, where=where, atol=atol, rtol=rtol)
+            if picture.cells.count:
+                return picture
     return None
 
 
@@ -184,8 +185,9 @@ def masks_picture(
         except (RuntimeError, AttributeError):
             return None
         for b, h, g, w in _maps(keep, want):
-            if mask_cells(g, w).count:
-                return draw_mask(g, w, where=f"case {label}, batch {b}, head {h}")
+            picture = draw_mask(g, w, where=f"case {label}, batch {b}, head {h}")
+            if picture.cells.count:
+                return picture
     return None
 
 

@@ -37,9 +37,11 @@ from dataclasses import dataclass, field
 import torch
 
 from tformer_ref import training as ref
+from tformer_ref.amp import optimizer_step
 from tformer_ref.model import Transformer, xavier_init_
 from tformer_ref.toy_lm import TinyCausalLM, count_targets, lm_loss_sum, make_token_data
 
+from ..checks.diagnosis import single_thread
 from ..guard.integrity import seal
 from .attention_maps import Picture
 
@@ -102,20 +104,20 @@ def _seq2seq_model(make=None) -> torch.nn.Module:
     return model
 
 
-def _seq2seq_measure(model, forward=None) -> tuple[float, float]:
+def _seq2seq_measure(model) -> tuple[float, float]:
     """(held-out loss, next-token accuracy) of ``model`` on 256 fixed pairs."""
     src, tgt = reversal(256, 10_000)
     tgt_in, labels = ref.shift_targets(tgt)
     model.eval()
     with torch.no_grad():
-        logits = (forward or model)(src, tgt_in)
+        logits = model(src, tgt_in)
     real = labels != PAD
     loss = ref.sequence_loss(logits.float(), labels, PAD, 0.0).item()
     hits = ((logits.argmax(-1) == labels) & real).sum().item()
     return loss, hits / real.sum().item()
 
 
-def _lm_measure(model, forward=None) -> tuple[float, float]:
+def _lm_measure(model) -> tuple[float, float]:
     tokens = make_token_data(n=256, seq_len=12, seed=10_000)
     model.eval()
     with torch.no_grad():
@@ -196,10 +198,7 @@ def _reference_amp(model, tokens, optimizer, scaler) -> float:
     with torch.amp.autocast("cpu", dtype=torch.bfloat16):
         loss = _mean_loss(model, tokens)
     scaler.scale(loss).backward()
-    scaler.unscale_(optimizer)
-    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-    scaler.step(optimizer)
-    scaler.update()
+    optimizer_step(optimizer, model.parameters(), scaler, max_norm=1.0)
     return _number(loss)
 
 
@@ -251,22 +250,11 @@ def train(kind: str, piece, steps: int = STEPS) -> Runs:
     (``piece`` for ``"own_model"``: (model class, batch loss function))."""
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {', '.join(KINDS)}; got {kind!r}")
-    with torch.random.fork_rng(), _one_thread():
+    # One thread, as the checks run: the curves do not depend on the machine.
+    with torch.random.fork_rng(), single_thread():
         theirs = _run(kind, piece, steps)
         ours = _run(kind, None, steps)
     return Runs(kind, theirs, ours)
-
-
-@contextlib.contextmanager
-def _one_thread():
-    """Both runs on as many threads as the checks use, and the learner's setting
-    restored: the curves do not depend on the machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 # --------------------------------------------------------------------------- words

@@ -379,9 +379,11 @@ own_model.check_own_model_learns(
 )
 
 # %% [markdown]
-# **See it train (optional, not graded).** This cell trains a small model twice, once as your `OwnTransformer` with your `batch_loss` and once as the course's Transformer with its loss, on the same sequence-reversal task, with
-# the same seed, data and optimizer, and plots both runs: the held-out loss and next-token
-# accuracy (a few seconds). Run it after a failing check to see what the mistake does to training.
+# **See it train (optional, not graded).** This cell trains a small model twice, once
+# as your `OwnTransformer` with your `batch_loss` and once as the course's Transformer
+# with its loss, on the same sequence-reversal task, with the same seed, data and
+# optimizer, and plots both runs: the held-out loss and next-token accuracy (a few
+# seconds). Run it after a failing check to see what the mistake does to training.
 
 # %% tags=["nbval-skip"]
 from tformer_grading.pictures.training_curves import show_training

@@ -68,9 +68,10 @@ ch06.check_by_hand("shift_targets", shift_targets, (torch.tensor([[1, 5, 2, 0]])
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# **See it train (optional, not graded).** This cell trains a small model twice, once with your `shift_targets` and once with the reference's, with
-# the same seed, data and optimizer, and plots both runs: the held-out loss and next-token
-# accuracy (a few seconds). Run it after a failing check to see what the mistake does to training.
+# **See it train (optional, not graded).** This cell trains a small model twice, once
+# with your `shift_targets` and once with the reference's, with the same seed, data
+# and optimizer, and plots both runs: the held-out loss and next-token accuracy (a few
+# seconds). Run it after a failing check to see what the mistake does to training.
 
 # %% tags=["nbval-skip"]
 from tformer_grading.pictures.training_curves import show_training
@@ -116,9 +117,11 @@ ch06.check_by_hand(
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# **See it train (optional, not graded).** This cell trains a small model twice, once with your `sequence_loss` and once with the reference's (the dashed line is the loss your function reports), with
-# the same seed, data and optimizer, and plots both runs: the held-out loss and next-token
-# accuracy (a few seconds). Run it after a failing check to see what the mistake does to training.
+# **See it train (optional, not graded).** This cell trains a small model twice, once
+# with your `sequence_loss` and once with the reference's (the dashed line is the loss
+# your function reports), with the same seed, data and optimizer, and plots both runs:
+# the held-out loss and next-token accuracy (a few seconds). Run it after a failing
+# check to see what the mistake does to training.
 
 # %% tags=["nbval-skip"]
 from tformer_grading.pictures.training_curves import show_training
@@ -216,9 +219,10 @@ ch06.check_train_step_by_hand(train_step)
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# **See it train (optional, not graded).** This cell trains a small model twice, once with your `train_step` and once with the reference's, with
-# the same seed, data and optimizer, and plots both runs: the held-out loss and next-token
-# accuracy (a few seconds). Run it after a failing check to see what the mistake does to training.
+# **See it train (optional, not graded).** This cell trains a small model twice, once
+# with your `train_step` and once with the reference's, with the same seed, data and
+# optimizer, and plots both runs: the held-out loss and next-token accuracy (a few
+# seconds). Run it after a failing check to see what the mistake does to training.
 
 # %% tags=["nbval-skip"]
 from tformer_grading.pictures.training_curves import show_training

@@ -94,9 +94,11 @@ ch07.check_accumulation_by_hand(accumulation_step)
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# **See it train (optional, not graded).** This cell trains a small model twice, once with your `accumulation_step` and once with the reference's, with
-# the same seed, data and optimizer, and plots both runs: the held-out loss and next-token
-# accuracy (a few seconds). Run it after a failing check to see what the mistake does to training.
+# **See it train (optional, not graded).** This cell trains a small model twice, once
+# with your `accumulation_step` and once with the reference's, with the same seed,
+# data and optimizer, and plots both runs: the held-out loss and next-token accuracy
+# (a few seconds). Run it after a failing check to see what the mistake does to
+# training.
 
 # %% tags=["nbval-skip"]
 from tformer_grading.pictures.training_curves import show_training
@@ -154,9 +156,10 @@ ch07.check_amp_by_hand(amp_step)
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# **See it train (optional, not graded).** This cell trains a small model twice, once with your `amp_step` and once with the reference's, with
-# the same seed, data and optimizer, and plots both runs: the held-out loss and next-token
-# accuracy (a few seconds). Run it after a failing check to see what the mistake does to training.
+# **See it train (optional, not graded).** This cell trains a small model twice, once
+# with your `amp_step` and once with the reference's, with the same seed, data and
+# optimizer, and plots both runs: the held-out loss and next-token accuracy (a few
+# seconds). Run it after a failing check to see what the mistake does to training.
 
 # %% tags=["nbval-skip"]
 from tformer_grading.pictures.training_curves import show_training
