@@ -76,11 +76,17 @@ def _future_changes_past(learner: _LearnerMasks):
     for x in future:
         x[:, :, t:] += 5.0
     moved = (learner.attend(*future, mask) - base)[:, :, :t].abs().amax(dim=(0, 1, 3))
-    if not torch.all(moved < 1e-5):
-        first = int((moved >= 1e-5).nonzero()[0])
+    off = ~(moved < 1e-5)  # a NaN difference is a change too
+    if off.any():
+        first = int(off.nonzero()[0])
+        how = (
+            "its output is NaN"
+            if moved[first].isnan()
+            else f"by up to {moved[first].item():.3g}"
+        )
         return (
             f"Changing tokens {t}..{s - 1} changed the outputs of tokens "
-            f"0..{t - 1} (token {first} by up to {moved[first].item():.3g})."
+            f"0..{t - 1} (token {first}: {how})."
         )
     return None
 

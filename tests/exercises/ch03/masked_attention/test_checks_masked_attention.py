@@ -199,6 +199,22 @@ def test_probes_reject(attn, causal, pad, diagnosis):
         ch03.check_mask_probes(attn, causal, pad)
 
 
+def _masked_times_minus_inf(q, k, v, mask):
+    scores = q @ k.transpose(-2, -1) / q.size(-1) ** 0.5
+    weights = (scores + (~mask) * float("-inf")).softmax(-1)
+    return weights @ v, weights
+
+
+def test_probes_read_nan_outputs_as_a_change():
+    """Bug: 0 * -inf is NaN on every kept key, every output is NaN, and the causality
+    probe, looking for a change of at least 1e-5, found none and crashed on an empty
+    index. Cause: NaN compares False both ways. Guard: NaN counts as changed."""
+    with pytest.raises(
+        CheckFailure, match=r"causality violated.*token 0: its output is NaN"
+    ):
+        ch03.check_mask_probes(_masked_times_minus_inf, CAUSAL, PAD)
+
+
 def test_checks_write_nothing_to_stderr(capfd):
     ch03.check_masked_attention(masked_min_then_zero)
     for fn in (masked_minus_1e9, masked_minus_inf):
