@@ -12,18 +12,22 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def timed_module(
-    args: list[str], cwd: Path, timeout: int = 1200, status: int = 0
+    args: list[str],
+    cwd: Path,
+    timeout: int = 1200,
+    status: int = 0,
+    env: dict | None = None,
 ) -> float:
-    """Seconds that ``python -m ARGS`` takes in ``cwd`` with the grading environment.
-    Any exit status but ``status`` raises with the end of its output (a bench never
-    times a run that did something else)."""
+    """Seconds that ``python -m ARGS`` takes in ``cwd`` with the grading environment
+    (and ``env`` on top). Any exit status but ``status`` raises with the end of its
+    output (a bench never times a run that did something else)."""
     from tformer_grading.course import grading_env
 
     started = time.perf_counter()
     proc = subprocess.run(
         [sys.executable, "-m", *args],
         cwd=cwd,
-        env=grading_env(ROOT),
+        env={**grading_env(ROOT), **(env or {})},
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -10,6 +10,7 @@ from . import (
     classgrade,
     feedback,
     generation,
+    judge,
     pictures,
     selfgrade,
     training,
@@ -21,6 +22,7 @@ BENCHMARKS = [
     generation.run,
     selfgrade.run,
     classgrade.run,
+    judge.run,
     feedback.run,
     pictures.run,
 ]

@@ -30,6 +30,7 @@ from typing import NamedTuple
 import nbformat
 
 import attacks
+import judge_attacks as judged
 from course import ROOT, filled, make_course, needs_sandbox, released, solution_sources
 from learners import MERGE_NO_TRANSPOSE, mha
 
@@ -250,6 +251,30 @@ STANDALONE = {
     "multi_head_attention": MHA_STANDALONE
 }  # a wrong split costs only its cell
 
+_JUDGED_BY = "the grader ran this cell's checks again, outside your notebook's kernel"
+# name, split_heads cell, merge_heads cell, the other cells it loses, what its
+# feedback says (_JUDGED_BY where the kernel's run passed and the judge's did not).
+# The attacks on the checks lose other cells where they break them (the mode makes
+# the behaviour probe's "changed" read "equal"; a patched torch breaks the kernel's
+# integrity); those on the handle lose the rest of the notebook where the kernel is
+# stopped.
+JUDGE_ATTACKS = (
+    ("mode", judged.FUNCTION_MODE, judged.NOT_A_TENSOR, ("test_mha_behaviour",),
+     "got Looks"),
+    ("trace", judged.SETTRACE, judged.HUGE, (), _JUDGED_BY),
+    ("profile", judged.SETPROFILE, judged.WRONG_MERGE, (), _JUDGED_BY),
+    ("patched", judged.PATCHED, judged.WRONG_MERGE, MHA, "grading integrity"),
+    ("lying", judged.LYING_SUBCLASS, judged.NAN, (),
+     "got the tensor subclass Agreeable"),
+    ("sniffs", judged.SNIFFS_THE_CHECKS, judged.WRONG_MERGE, (), _JUDGED_BY),
+    ("forged", judged.FORGED_IN_FUNCTION, judged.AGENT_MALFORMED, (),
+     "tensors of more than 16,777,216 elements"),
+    ("twice_oversized", judged.AGENT_TWICE, judged.AGENT_OVERSIZED, MHA,
+     "answered the grader 2 times"),
+    ("slow_dies", judged.AGENT_SLOW, judged.AGENT_DIES, MHA,
+     "did not answer the grader in time"),
+)  # fmt: skip
+
 # A patch in an answer cell zeroes the test cells after it; earlier cells keep their
 # points.
 LEARNERS = {
@@ -282,10 +307,13 @@ LEARNERS = {
             _edit_cell("test_merge_heads", "print('all good')"),
         ),
     ),
+    # The split cell is judged outside the kernel (tformer_grading/judge/): the judge
+    # runs the real check; the later cells are not judged and get no receipt.
     "patched_check": Learner(
         answers={"split_heads": PATCHED_CHECK, "multi_head_attention": MHA_STANDALONE},
         scores=ZERO,
-        feedback="GradingIntegrityError",
+        feedback="the grader ran this cell's checks again, outside your notebook's "
+        "kernel",
     ),
     # split_heads passed before the patch (2 points kept); merge and all after it fail.
     "patched_internals": Learner(
@@ -345,9 +373,12 @@ LEARNERS = {
         scores=_scores("test_split_heads"),
         feedback="ports reached: 0",
     ),
+    # The look-alike fools the kernel's run of every cell; the judge then measures
+    # split and merge: merge_heads is the solution's and earns its points, by its
+    # behaviour alone. The MHA cells are not judged: no valid receipt, 0.
     "lookalike_first": Learner(
         answers={"split_heads": SPLIT_NO_TRANSPOSE},
-        scores=ZERO,
+        scores=_scores("test_split_heads", *MHA),
         feedback="GradingIntegrityError",
         edits=(_insert_first(attacks.LOOKALIKE_FIRST),),
     ),
@@ -398,6 +429,16 @@ LEARNERS = {
         scores=_scores("test_split_heads"),
         feedback="ValueError",
     ),
+    # The attacks on the judge (tests/grading/judge_attacks.py): the attacked cells
+    # are wrong answers, or right answers whose kernel answers the judge badly; 0 each.
+    **{
+        f"judge_{name}": Learner(
+            answers={"split_heads": split, "merge_heads": merge, **STANDALONE},
+            scores=_scores("test_split_heads", "test_merge_heads", *lost),
+            feedback=feedback,
+        )
+        for name, split, merge, lost, feedback in JUDGE_ATTACKS
+    },
 }
 # Submissions that cannot be graded: student -> (what the file holds, the reason given).
 NOT_GRADABLE = {
@@ -513,6 +554,36 @@ def graded_class() -> tuple[Path, Path, dict, float]:
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     PROGRESS.extend(proc.stderr.splitlines())
     return course, out, json.loads(proc.stdout), seconds
+
+
+# Graded a second time, in a new course: the resource attacks and the attacks on the
+# judge, with honest learners (their names sort after the attackers').
+AGAIN = (
+    "big_message",
+    "comm_flood",
+    "metadata_and_name_flood",
+    *(f"judge_{attack[0]}" for attack in JUDGE_ATTACKS),
+    "scale_d_model",
+    "solution",
+)
+
+
+@functools.lru_cache(maxsize=None)
+def graded_again() -> tuple[Path, Path, dict, list[str]]:
+    """The learners of AGAIN graded by the instructor command in a new course: (course,
+    output folder, the command's JSON table, its progress lines)."""
+    needs_sandbox()
+    tmp = Path(tempfile.mkdtemp(prefix="tformer-class-again-"))
+    course = make_course(tmp, CHAPTER)
+    collected = tmp / "collected"
+    for learner in AGAIN:
+        (collected / learner).mkdir(parents=True)
+        nb = notebook_for(released(course, CHAPTER), learner)
+        nbformat.write(nb, collected / learner / "exercise.ipynb")
+    out = tmp / "out"
+    proc = class_command(course, collected, out, "--jobs", "2", "--json")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return course, out, json.loads(proc.stdout), proc.stderr.splitlines()
 
 
 def _hand_in_ungradable(collected: Path, student_nb) -> None:

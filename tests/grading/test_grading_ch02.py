@@ -46,20 +46,23 @@ def attention_entropy(weights):
     return -(weights * weights.log()).sum(dim=-1)
 """
 
+# The by-hand cell scores only when attention behaves right: the judge
+# (tformer_grading/judge/registry.py) runs check_attention in its place.
+ATTENTION_CELLS = ("test_attention", "test_attention_by_hand")
 BUGGY = {
     "no_scaling": Buggy(
         answers={"attention": ATTENTION_NO_SCALING},
-        zero=("test_attention",),
+        zero=ATTENTION_CELLS,
         feedback="'no scaling'",
     ),
     "sqrt_d_model": Buggy(
         answers={"attention": ATTENTION_SQRT_D_MODEL},
-        zero=("test_attention",),
+        zero=ATTENTION_CELLS,
         feedback="'scaled by sqrt(d_model)'",
     ),
     "softmax_queries": Buggy(
         answers={"attention": ATTENTION_SOFTMAX_QUERIES},
-        zero=("test_attention",),
+        zero=ATTENTION_CELLS,
         feedback="'softmax over the wrong axis (queries)'",
     ),
     "calls_sdpa": Buggy(

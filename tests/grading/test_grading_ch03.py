@@ -75,7 +75,13 @@ def masked_attention(q, k, v, mask):
     return out, weights
 """
 
-MASK_CELLS = ("test_masked_attention", "test_masked_attention_half")
+# The by-hand cell scores only when masked_attention behaves right: the judge
+# (tformer_grading/judge/registry.py) runs check_masked_attention in its place.
+MASK_CELLS = (
+    "test_masked_attention",
+    "test_masked_attention_half",
+    "test_masked_attention_by_hand",
+)
 BUGGY = {
     "causal_triu": Buggy(
         answers={"causal_mask": CAUSAL_TRIU},

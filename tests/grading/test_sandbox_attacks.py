@@ -23,6 +23,7 @@ from hostile import (
     PROGRESS,
     SNAPSHOT,
     class_command,
+    graded_again,
     graded_class,
     neighbour,
     notebook_for,
@@ -130,29 +131,18 @@ def test_the_grader_reads_a_bounded_amount_whatever_a_kernel_sends():
     assert peaks and max(peaks.values()) < 1024, peaks
 
 
-def test_the_resource_attacks_graded_again_earn_the_same(tmp_path):
+def test_the_resource_attacks_graded_again_earn_the_same():
     """Each resource case graded a second time (a new course, honest learners beside
     them): the same points cell by cell, the same reasons, the workers' peak bounded."""
     course, _, first, _ = graded_class()
-    again_course = make_course(tmp_path, CHAPTER)
-    collected = tmp_path / "collected"
-    learners = ("solution", "big_message", "comm_flood", "metadata_and_name_flood")
-    for learner in (*learners, "scale_d_model"):
-        (collected / learner).mkdir(parents=True)
-        nb = notebook_for(released(again_course, CHAPTER), learner)
-        nbformat.write(nb, collected / learner / "exercise.ipynb")
-    proc = class_command(
-        again_course, collected, tmp_path / "out", "--jobs", "2", "--json"
-    )
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    again = json.loads(proc.stdout)
+    _, out, again, _ = graded_again()
     assert {s: row["cells"] for s, row in again.items()} == {
         s: first[s]["cells"] for s in again
     }
     # Stopped in the flooding cell, or at the start of the next when the flood ended
     # within the second between two looks: the reason is the same.
     for student, reason in STOPPED.items():
-        page = tmp_path / "out" / "feedback" / student / "exercise.html"
+        page = out / "feedback" / student / "exercise.html"
         assert reason in page.read_text(), student
     assert max(row["grader_mb"] for row in again.values()) < 1024
 

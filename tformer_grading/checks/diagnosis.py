@@ -292,6 +292,8 @@ def learner_line(exc: BaseException) -> str:
     (the error came from torch on bad input). When it was raised in a function of
     theirs that another of theirs called, it names both and the shapes of the tensors
     the raising one was given (:func:`_called_with`)."""
+    if isinstance(getattr(exc, "kernel_where", None), str):  # read in the kernel
+        return exc.kernel_where
     frames = [
         (frame, lineno)
         for frame, lineno in traceback.walk_tb(exc.__traceback__)

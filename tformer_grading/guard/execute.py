@@ -37,6 +37,7 @@ to :class:`~tformer_grading.guard.verify.VerifyReceipts`.
 from __future__ import annotations
 
 import asyncio
+import os
 import secrets
 import time
 
@@ -45,10 +46,12 @@ from nbclient.util import ensure_async, run_sync
 from nbformat.v4 import new_output
 from traitlets import Bool, Enum, Integer, default
 
+from ..judge.link import judge_in_thread
 from .message_bound import BoundedKernelClient
 from .output_cap import CappedExecute
 
 RESOURCE_KEY = "tformer_grading_key"
+JUDGED_KEY = "tformer_judged_cells"  # grade ids the judge decided
 _BOOTSTRAP = "import tformer_grading.guard.bootstrap as _b\n_b.start({key!r})\ndel _b"
 
 
@@ -76,8 +79,18 @@ class GuardedExecute(CappedExecute):
         "start, or never",
     ).tag(config=True)
 
+    judge = Bool(
+        help="judge graded test cells in this process too (tformer_grading.judge): a "
+        "cell scores only when the judge's run of its checks passes. Default: on, "
+        "unless the environment says TFORMER_JUDGE=off (the benchmarks' baseline)",
+    ).tag(config=True)
+
     # Widget state is not graded; kept whole, a comm flood grew the grader by 5 GB.
     store_widget_state = Bool(False).tag(config=True)
+
+    @default("judge")
+    def _judge_unless_switched_off(self):
+        return os.environ.get("TFORMER_JUDGE", "on") != "off"
 
     @default("shutdown_kernel")
     def _kill_after_the_last_cell(self):
@@ -129,9 +142,11 @@ class GuardedExecute(CappedExecute):
         self._stopped: str | None = None
         self._overrun: str | None = None
         self._booted = False
+        self._judged: set[str] = set()
         self._deadline = time.monotonic() + (self.notebook_timeout or float("inf"))
         nb, resources = super().preprocess(nb, resources, km=km)
         resources[RESOURCE_KEY] = self._key
+        resources[JUDGED_KEY] = set(self._judged)
         return nb, resources
 
     def _get_timeout(self, cell):
@@ -185,6 +200,7 @@ class GuardedExecute(CappedExecute):
                 raise NotGradable(
                     f"the notebook ran past its time limit of {self.notebook_timeout} s"
                 )
+            await self._judge_cell(cell)
         except DeadKernelError:
             if self._overrun:  # stopped by _stop_if_overrun, which says why
                 why = (
@@ -220,5 +236,26 @@ class GuardedExecute(CappedExecute):
                 pass
         self.nb["cells"][cell_index] = cell
         return cell
+
+    async def _judge_cell(self, cell) -> None:
+        """Run a graded test cell's checks again in this process (the judge), on the
+        learner's code in the kernel; a failure there zeroes the cell. A cell whose
+        kernel run failed scores 0 already, and is not judged."""
+        meta = cell.metadata.get("nbgrader", {})
+        if (
+            not self.judge
+            or not meta.get("grade")
+            or meta.get("solution")
+            or any(o.output_type == "error" for o in cell.outputs)
+        ):
+            return
+        limit = self.timeout if self.timeout and self.timeout > 0 else 60
+        deadline = min(self._deadline, time.monotonic() + limit)
+        verdict = await judge_in_thread(self, cell.source, deadline)
+        if verdict is None:  # not a cell the judge judges (yet): receipts decide
+            return
+        self._judged.add(meta.get("grade_id"))
+        if verdict.failure is not None:
+            cell.outputs.append(error_output("CheckFailure", verdict.failure))
 
     execute_cell = run_sync(async_execute_cell)

@@ -276,6 +276,11 @@ def _main_problems() -> list[str]:
 
 
 def _ours(name: str) -> bool:
+    # The judge's side in the kernel (tformer_grading.judge) is not sealed: no check
+    # depends on it, and the judge trusts nothing it answers (a notebook that replaces
+    # it only loses the points the judge could then not measure).
+    if name == "tformer_grading.judge" or name.startswith("tformer_grading.judge."):
+        return False
     return any(name == p or name.startswith(p + ".") for p in PACKAGES)
 
 

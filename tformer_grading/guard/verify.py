@@ -5,14 +5,16 @@ Placed after :class:`~tformer_grading.guard.execute.GuardedExecute` in
 ``GuardedExecute`` leaves in ``resources``. A graded test cell that raised
 nothing but shows fewer valid receipts than the check calls in its (restored)
 source gets an error output, so nbgrader scores it 0: its checks were replaced,
-skipped or silenced by the notebook's code.
+skipped or silenced by the notebook's code. A cell the judge decided
+(:mod:`tformer_grading.judge`) needs no receipt: its points were measured outside the
+kernel.
 """
 
 from __future__ import annotations
 
 from nbgrader.preprocessors import NbGraderPreprocessor
 
-from .execute import RESOURCE_KEY, error_output
+from .execute import JUDGED_KEY, RESOURCE_KEY, error_output
 from .receipts import expected_receipts, valid_receipts
 
 
@@ -35,6 +37,7 @@ class VerifyReceipts(NbGraderPreprocessor):
                 "VerifyReceipts runs after GuardedExecute, which hands it the key "
                 "(see nbgrader_config.py)"
             )
+        judged = resources.get(JUDGED_KEY, set())
         seen: set[int] = set()
         for cell in nb.cells:
             meta = cell.metadata.get("nbgrader", {})
@@ -46,6 +49,8 @@ class VerifyReceipts(NbGraderPreprocessor):
                 continue
             if any(o.output_type == "error" for o in cell.outputs):
                 continue  # already scores 0
+            if meta.get("grade_id") in judged:
+                continue  # its points are the judge's (tformer_grading.judge)
             numbers = {n for n in valid_receipts(_stdout(cell), key) if n not in seen}
             seen |= numbers
             want = expected_receipts(cell.source)

@@ -262,6 +262,8 @@ def failing_call(fn: Callable, args: tuple, error: BaseException) -> str:
     ...     failing_call(step, (model, optimizer, x), exc)
     ''
     """
+    if isinstance(getattr(error, "kernel_call", None), str):  # read in the kernel
+        return error.kernel_call
     again = _again(tuple(args))
     if isinstance(again, _Tensor):
         return ""

@@ -1,0 +1,165 @@
+"""The kernel's side of the judge's handle: it runs the learner's code when asked.
+
+The judge (:mod:`.link`) sends a request as the argument of one silent-history
+execution, ``serve('<request>')``; the answer goes back as one display output of
+type :data:`MIME`. Nothing here is trusted by the judge: a notebook may replace this
+module, and whatever it then answers is read as data, within bounds, and is only ever
+the learner's own result (:mod:`.wire`). Requests, each a JSON object with ``op``:
+
+- ``lookup`` ``name``: the value of a name in the notebook's namespace;
+- ``call`` ``ref``, ``args``, ``kwargs``: call an object the kernel keeps; the tensors
+  of the arguments that require grad are leaves here, and when the result has tensors
+  that require grad the call is kept for ``vjp``;
+- ``vjp`` ``call``, ``grads``: the gradients of a kept call's inputs, given those of
+  its outputs (what the judge's autograd asks for in ``backward``);
+- ``forget``: drop every object and call kept for the judge (after each cell).
+
+Example, without a kernel (``answer`` is what the display output would carry)::
+
+    >>> import json
+    >>> namespace = {"double": lambda x: 2 * x}
+    >>> ref = json.loads(answer({"op": "lookup", "name": "double"}, namespace))
+    >>> ref["value"]["kind"]
+    'callable'
+    >>> call = {"op": "call", "ref": ref["value"]["id"], "args": [21], "kwargs": {}}
+    >>> json.loads(answer(call, namespace))["value"]
+    42
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import torch
+
+from .wire import Raised, Ref, WireError, encode, from_json, tensors_in
+
+MIME = "application/vnd.tformer.judge+json"
+
+_KEPT: dict[int, object] = {}
+_CALLS: dict[int, tuple[list, list]] = {}
+_NUMBERS = itertools.count(1)
+
+
+def serve(request: str) -> None:
+    """Answer ``request`` with one display output (called by the judge in the
+    kernel)."""
+    from IPython import get_ipython
+    from IPython.display import publish_display_data
+
+    shell = get_ipython()
+    namespace = shell.user_ns if shell is not None else {}
+    try:
+        text = answer(json.loads(request), namespace)
+    except Exception as exc:  # noqa: BLE001 - said to the judge, which fails the cell
+        text = json.dumps({"error": f"{type(exc).__name__}: {exc}"[:2000]})
+    publish_display_data({MIME: text})
+
+
+def answer(request: dict, namespace: dict) -> str:
+    """The JSON reply to one request (a dict), names looked up in ``namespace``."""
+    op = request.get("op")
+    if op == "forget":
+        _KEPT.clear()
+        _CALLS.clear()
+        return json.dumps({"value": None})
+    if op == "lookup":
+        name = request["name"]
+        if name not in namespace:
+            return json.dumps({"value": None, "missing": name})
+        return _reply(namespace[name])
+    if op == "call":
+        return _call(request)
+    if op == "vjp":
+        return _vjp(request)
+    raise WireError(f"unknown request {op!r}")
+
+
+def _keep(obj) -> Ref:
+    number = next(_NUMBERS)
+    _KEPT[number] = obj
+    if isinstance(obj, type):
+        kind = "class"
+    else:
+        kind = "callable" if callable(obj) else "object"
+    name = getattr(obj, "__name__", None) if kind != "object" else None
+    return Ref(number, kind, name if isinstance(name, str) else type(obj).__name__)
+
+
+def _reply(value, **extra) -> str:
+    return json.dumps({"value": json.loads(encode(value, refer=_keep)), **extra})
+
+
+def _call(request: dict) -> str:
+    target = _KEPT[request["ref"]]
+    args = from_json(request["args"], resolve=_kept)
+    kwargs = from_json(request["kwargs"], resolve=_kept)
+    given = tensors_in((args, kwargs))
+    before = [t.detach().clone() for t in given]
+    inputs = [t for t in given if t.requires_grad]
+    try:
+        with torch.enable_grad():
+            result = target(*args, **kwargs)
+    except Exception as exc:  # noqa: BLE001 - the learner's code may raise anything
+        result = _raised(exc, target, args if not kwargs else None)
+    # An argument the learner's code changed in place is sent back: the judge's
+    # checks look for that mistake on their own tensors.
+    changed = [[i, t] for i, (t, b) in enumerate(zip(given, before)) if not _same(t, b)]
+    extra = {"changed": json.loads(encode(changed))} if changed else {}
+    outputs = [t for t in tensors_in(result) if t.requires_grad]
+    if outputs:
+        extra["call"] = number = next(_NUMBERS)
+        _CALLS[number] = (inputs, outputs)
+    return _reply(result, **extra)
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Bit for bit (a NaN that stayed a NaN is the same)."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    a, b = a.detach().contiguous().reshape(-1), b.contiguous().reshape(-1)
+    return torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+
+
+def _kept(ref: Ref):
+    return _KEPT[ref.id]
+
+
+def _raised(exc: BaseException, target=None, args=None) -> Raised:
+    """``exc`` as data, with what the checks' messages say of a crash, read here where
+    the learner's frames are (their lines, the PyTorch call that raised)."""
+    try:
+        message = str(exc)
+    except Exception:  # noqa: BLE001 - a learner's exception whose str raises
+        message = "<the exception's message could not be read>"
+    where = call = ""
+    try:
+        from ..checks.diagnosis import learner_line
+        from ..checks.measure.failing_call import failing_call
+
+        where = learner_line(exc)
+        if target is not None and args is not None:
+            call = failing_call(target, tuple(args), exc)
+    except Exception:  # noqa: BLE001, S110 - only the message would say less
+        pass
+    return Raised(type(exc).__name__, message[:4000], where, call)
+
+
+def _vjp(request: dict) -> str:
+    inputs, outputs = _CALLS[request["call"]]
+    grads = from_json(request["grads"])
+    pairs = [(o, g) for o, g in zip(outputs, grads) if g is not None]
+    if not inputs or not pairs:
+        return _reply([None] * len(inputs))
+    try:
+        found = torch.autograd.grad(
+            [o for o, _ in pairs],
+            inputs,
+            [g.to(o.device, o.dtype) for o, g in pairs],
+            retain_graph=True,
+            allow_unused=True,
+        )
+    except Exception as exc:  # noqa: BLE001 - a backward of the learner's may raise
+        return _reply(_raised(exc))
+    return _reply(list(found))

@@ -1,0 +1,151 @@
+"""The judge's requests to the grading kernel, over the kernel's own channels.
+
+:class:`~tformer_grading.guard.execute.GuardedExecute` runs the judge in a worker
+thread while its event loop keeps the kernel's channels. Each request of the judge
+(:class:`KernelLink.ask`, from that thread) becomes one execution in the kernel, out
+of its history, of ``serve('<request>')`` (:mod:`.agent`); its answer is the one
+display output of type :data:`~.agent.MIME` that execution sends. Everything else
+the execution sends (the learner's prints included) is read, counted by the kernel
+client's bounds, and dropped.
+
+The judge gives up, and the cell scores 0, when the kernel answers not once but
+never or twice, answers with anything but text, or is late: past the cell's time the
+kernel is interrupted, and when it does not stop it is shut down, as a cell that ran
+too long would be. A kernel that dies, or sends more than the client's bounds, ends
+the request the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import time
+
+from .agent import MIME
+from .remote import JudgeError, KernelGone
+
+_SERVE = "__import__('tformer_grading.judge.agent', fromlist=['serve']).serve({!r})"
+
+
+async def judge_in_thread(executor, source: str, deadline: float):
+    """The judge's :class:`~.cells.Verdict` on a test cell of ``source``, run in a
+    worker thread on ``executor``'s kernel; None when the judge does not judge such a
+    cell."""
+    link = KernelLink(executor, asyncio.get_running_loop(), deadline)
+    return await asyncio.to_thread(_judge, source, link)
+
+
+def _judge(source: str, link):
+    from .cells import judge_cell  # imports the checks (and torch) on first use
+
+    return judge_cell(source, link)
+
+
+class KernelLink:
+    """``ask`` from the judge's thread; answered on ``loop`` by ``executor``'s kernel
+    client, within ``deadline`` (a ``time.monotonic()`` value)."""
+
+    def __init__(self, executor, loop: asyncio.AbstractEventLoop, deadline: float):
+        self.executor, self.loop, self.deadline = executor, loop, deadline
+
+    def ask(self, request: str) -> str:
+        future = asyncio.run_coroutine_threadsafe(
+            ask_kernel(self.executor, request, self.deadline), self.loop
+        )
+        return future.result()
+
+
+async def ask_kernel(executor, request: str, deadline: float) -> str:
+    """The kernel's one answer to ``request``; JudgeError when there is not one in
+    time."""
+    kc = executor.kc
+    if time.monotonic() >= deadline:
+        raise JudgeError(
+            "your code did not answer the grader in time (the cell's time limit)"
+        )
+    msg_id = kc.execute(
+        _SERVE.format(request),
+        silent=False,
+        store_history=False,
+        allow_stdin=False,
+        stop_on_error=False,
+    )
+    answers = []
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            await _stop_late(executor, msg_id)
+        try:
+            msg = await kc.get_iopub_msg(timeout=min(1.0, left))
+        except queue.Empty:
+            await _still_there(executor)
+            continue
+        if msg.get("parent_header", {}).get("msg_id") != msg_id:
+            continue
+        content = msg.get("content", {})
+        if msg["msg_type"] == "display_data" and MIME in content.get("data", {}):
+            answers.append(content["data"][MIME])
+        elif msg["msg_type"] == "status" and content.get("execution_state") == "idle":
+            break
+    await _drain_shell(kc, msg_id)
+    if len(answers) != 1 or not isinstance(answers[0], str):
+        raise JudgeError(
+            f"the kernel answered the grader {len(answers)} times where it must "
+            "answer once (has the notebook replaced or silenced the grader's code?)"
+        )
+    return answers[0]
+
+
+async def _still_there(executor) -> None:
+    overrun = executor.kc.overrun() if hasattr(executor.kc, "overrun") else None
+    if overrun:
+        await executor._stop_if_overrun()
+        raise KernelGone(f"the grader stopped the kernel: {overrun}")
+    if not await executor.km.is_alive():
+        executor._stopped = "the kernel died in an earlier cell"
+        raise KernelGone(
+            "the kernel died while the grader ran your code (os._exit, a crash, or "
+            "out of memory)"
+        )
+
+
+async def _stop_late(executor, msg_id: str) -> None:
+    """Interrupt a kernel still busy with the judge's request past the deadline (twice:
+    an interrupt that comes before the request starts is lost); shut it down when it
+    does not stop. Raises JudgeError either way."""
+    why = "your code did not answer the grader in time (the cell's time limit)"
+    for _ in range(2):
+        await executor.km.interrupt_kernel()
+        end = time.monotonic() + 2.5
+        while time.monotonic() < end:
+            try:
+                msg = await executor.kc.get_iopub_msg(timeout=0.5)
+            except queue.Empty:
+                continue
+            if (
+                msg.get("parent_header", {}).get("msg_id") == msg_id
+                and msg["msg_type"] == "status"
+                and msg["content"].get("execution_state") == "idle"
+            ):
+                await _drain_shell(executor.kc, msg_id)
+                raise JudgeError(why)
+    executor._stopped = (
+        "an earlier cell ran past the time limit and ignored the interrupt"
+    )
+    await executor.km.shutdown_kernel(now=True)
+    raise KernelGone(
+        why + ", and it ignored the interrupt, so the kernel was shut down"
+    )
+
+
+async def _drain_shell(kc, msg_id: str) -> None:
+    """Read the execution's reply off the shell channel (it says nothing the judge
+    needs; left there, it would wait for the next cell's reader)."""
+    end = time.monotonic() + 5
+    while time.monotonic() < end:
+        try:
+            msg = await kc.get_shell_msg(timeout=0.5)
+        except queue.Empty:
+            return
+        if msg.get("parent_header", {}).get("msg_id") == msg_id:
+            return

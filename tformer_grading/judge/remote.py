@@ -1,0 +1,253 @@
+"""The learner's functions as the judge sees them: proxies that call into the kernel.
+
+A :class:`Kernel` wraps a link (anything with ``ask(request: str) -> str``: the
+grading kernel's, :class:`.link.KernelLink`, or :class:`LocalLink` in tests). A name
+of the notebook looked up through it is data (tensors, numbers, strings ...) or a
+:class:`RemoteCallable`. Calling one sends the judge's arguments to the kernel, runs
+the learner's function there, and reads back its result as data. What the learner's
+code raised is raised again here, as an exception of the same builtin class where
+there is one (else a plain ``Exception`` subclass of the same name), so the checks
+read it as they read a local one.
+
+Gradients cross too: when an argument requires grad, the result's tensors are joined
+to the judge's graph by :class:`_Bridge`, whose ``backward`` asks the kernel for the
+vector-Jacobian product of that call.
+
+    >>> import torch
+    >>> kernel = Kernel(LocalLink({"square": lambda x: x * x}))
+    >>> square = kernel.lookup("square")
+    >>> x = torch.tensor([3.0], requires_grad=True)
+    >>> y = square(x)
+    >>> y.backward()
+    >>> y.detach(), x.grad
+    (tensor([9.]), tensor([6.]))
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+
+import torch
+from torch.autograd.function import once_differentiable
+
+from .wire import Raised, Ref, WireError, decode, encode, tensors_in
+
+
+class JudgeError(BaseException):
+    """The kernel did not answer the judge as it must (malformed, late, dead): the
+    cell scores 0 with this message. A BaseException, so that no check's
+    ``except Exception`` reads it as an error of the learner's code."""
+
+
+class KernelGone(JudgeError):
+    """The kernel was stopped or died while the judge asked it: no later cell runs."""
+
+
+class Kernel:
+    """The judge's handle on one kernel."""
+
+    def __init__(self, link) -> None:
+        self.link = link
+
+    def _ask(self, request: dict):
+        reply = self.link.ask(json.dumps(request))
+        try:
+            found = decode(reply, resolve=self._proxy)
+        except WireError as exc:
+            raise JudgeError(f"the kernel's answer is not valid: {exc}") from None
+        if type(found) is not dict:
+            raise JudgeError("the kernel's answer is not valid: not an object")
+        if "error" in found:
+            raise JudgeError(f"the kernel could not answer: {found['error']!s:.300}")
+        if "value" not in found:
+            raise JudgeError("the kernel's answer is not valid: it has no value")
+        return found
+
+    def _proxy(self, ref: Ref):
+        if ref.kind in ("callable", "class"):
+            return RemoteCallable(self, ref)
+        return RemoteObject(ref)
+
+    def lookup(self, name: str):
+        """The value of ``name`` in the notebook; KeyError when it has none."""
+        found = self._ask({"op": "lookup", "name": name})
+        if "missing" in found:
+            raise KeyError(name)
+        return found["value"]
+
+    def call(self, ref: Ref, args: tuple, kwargs: dict):
+        """``(result, call number or None)`` of calling kept object ``ref``."""
+        request = {
+            "op": "call",
+            "ref": ref.id,
+            "args": _sendable(list(args)),
+            "kwargs": _sendable(kwargs),
+        }
+        found = self._ask(request)
+        number = found.get("call")
+        if number is not None and type(number) is not int:
+            raise JudgeError("the kernel's answer is not valid: a call number")
+        _write_back(tensors_in((args, kwargs)), found.get("changed", []))
+        return found["value"], number
+
+    def vjp(self, number: int, grads) -> list:
+        found = self._ask({"op": "vjp", "call": number, "grads": _sendable(grads)})
+        return found["value"]
+
+    def forget(self) -> None:
+        """Let the kernel drop what it keeps for the judge."""
+        self._ask({"op": "forget"})
+
+
+def _write_back(given: list, changed) -> None:
+    """Change the judge's arguments as the learner's code changed its copies in the
+    kernel, so that a check sees an input changed in place."""
+    if type(changed) is not list:
+        raise JudgeError("the kernel's answer is not valid: its changed inputs")
+    for item in changed:
+        if not (
+            type(item) is list
+            and len(item) == 2
+            and type(item[0]) is int
+            and 0 <= item[0] < len(given)
+            and isinstance(item[1], torch.Tensor)
+        ):
+            raise JudgeError("the kernel's answer is not valid: a changed input")
+        target, new = given[item[0]], item[1]
+        with torch.no_grad():
+            if target.shape != new.shape:
+                target.resize_(new.shape)
+            target.copy_(new.to(target.dtype))
+
+
+def _sendable(value):
+    def refer(obj):
+        if isinstance(obj, (RemoteCallable, RemoteObject)):
+            return obj.ref
+        raise WireError(f"the judge cannot send a {type(obj).__name__} to the kernel")
+
+    return json.loads(encode(value, refer=refer))
+
+
+class RemoteObject:
+    """An object of the learner's that stays in the kernel (not callable)."""
+
+    def __init__(self, ref: Ref) -> None:
+        self.ref = ref
+
+    def __repr__(self) -> str:
+        return f"<{self.ref.type} in the learner's kernel>"
+
+
+class RemoteCallable(RemoteObject):
+    """A function (or class) of the learner's, called in the kernel."""
+
+    def __init__(self, kernel: Kernel, ref: Ref) -> None:
+        super().__init__(ref)
+        self.kernel = kernel
+        self.__name__ = self.__qualname__ = ref.type
+
+    def __call__(self, *args, **kwargs):
+        leaves = [t for t in tensors_in((args, kwargs)) if t.requires_grad]
+        value, number = self.kernel.call(self.ref, args, kwargs)
+        if isinstance(value, Raised):
+            raise rebuilt(value)
+        outputs = [t for t in tensors_in(value) if t.requires_grad]
+        for t in outputs:
+            t.requires_grad_(False)
+        if not (outputs and leaves and number and torch.is_grad_enabled()):
+            return value
+        joined = _Bridge.apply(_Call(self.kernel, number, leaves), *outputs, *leaves)
+        swap = {id(old): new for old, new in zip(outputs, joined)}
+        return _replace(value, swap)
+
+
+def _replace(value, swap: dict):
+    if isinstance(value, torch.Tensor):
+        return swap.get(id(value), value)
+    if type(value) in (list, tuple):
+        return type(value)(_replace(v, swap) for v in value)
+    if type(value) is dict:
+        return {k: _replace(v, swap) for k, v in value.items()}
+    return value
+
+
+class _Call:
+    def __init__(self, kernel: Kernel, number: int, leaves: list) -> None:
+        self.kernel, self.number, self.leaves = kernel, number, leaves
+
+
+class _Bridge(torch.autograd.Function):
+    """Outputs of a call made in the kernel, joined to the judge's graph: their
+    gradient flows to the call's inputs through the kernel's own backward."""
+
+    @staticmethod
+    def forward(ctx, call: _Call, *tensors):
+        ctx.call = call
+        count = len(tensors) - len(call.leaves)
+        return tuple(t.clone() for t in tensors[:count])
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, *grads):
+        call = ctx.call
+        found = call.kernel.vjp(call.number, list(grads))
+        if isinstance(found, Raised):
+            raise rebuilt(found)
+        if type(found) is not list or len(found) != len(call.leaves):
+            raise RuntimeError("the kernel's backward gave the wrong number of grads")
+        for leaf, grad in zip(call.leaves, found):
+            if grad is not None and (
+                not isinstance(grad, torch.Tensor) or grad.shape != leaf.shape
+            ):
+                raise RuntimeError(
+                    f"the kernel's backward gave a gradient of "
+                    f"{getattr(grad, 'shape', type(grad).__name__)} for an input of "
+                    f"shape {list(leaf.shape)}"
+                )
+        found = [
+            g if g is None else g.to(leaf.dtype) for g, leaf in zip(found, call.leaves)
+        ]
+        return (None, *([None] * len(grads)), *found)
+
+
+_BUILTIN_ERRORS = {
+    name: cls
+    for name, cls in vars(builtins).items()
+    if isinstance(cls, type)
+    and issubclass(cls, Exception)
+    and not issubclass(cls, (OSError, UnicodeError))
+}
+
+
+def rebuilt(raised: Raised) -> Exception:
+    """An exception like the one the learner's code raised in the kernel. It carries
+    what the kernel said of where it was raised (``kernel_where``, ``kernel_call``),
+    which the checks' messages quote in place of reading frames the judge has not."""
+    name = raised.type if raised.type.isidentifier() else "LearnerError"
+    cls = _BUILTIN_ERRORS.get(name)
+    if cls is None:
+        cls = type(name, (Exception,), {"__module__": "learner"})
+    try:
+        exc = cls(raised.message)
+    except Exception:  # noqa: BLE001 - a builtin class with another signature
+        exc = type(name, (Exception,), {"__module__": "learner"})(raised.message)
+    exc.kernel_where, exc.kernel_call = raised.where, raised.call
+    return exc
+
+
+class LocalLink:
+    """A link to :mod:`.agent` in this process, over the same wire (for tests and
+    doctests: the same requests and answers, without a kernel)."""
+
+    def __init__(self, namespace: dict) -> None:
+        self.namespace = namespace
+
+    def ask(self, request: str) -> str:
+        from .agent import answer
+
+        try:
+            return answer(json.loads(request), self.namespace)
+        except Exception as exc:  # noqa: BLE001 - as agent.serve does
+            return json.dumps({"error": f"{type(exc).__name__}: {exc}"})

@@ -1,0 +1,321 @@
+"""Values between the judge and the learner's kernel, as data that cannot run code.
+
+A message is one JSON document. Plain values are themselves (``None``, ``bool``,
+``int``, ``float``, ``str``, lists and string-keyed dicts); the rest is an object with
+one ``"$"`` key naming its kind:
+
+========================  ==========================================================
+``{"$": "tensor"}``       ``dtype`` (a name from :data:`DTYPES`), ``shape``,
+                          ``device``, ``requires_grad``, ``data`` (base64 of the
+                          raw little-endian bytes, C order)
+``{"$": "float"}``        ``value`` "nan", "inf" or "-inf" (JSON has no such numbers)
+``{"$": "tuple"}``        ``items``
+``{"$": "dtype"}``        ``name``; ``{"$": "device"}``: ``name``
+``{"$": "ref"}``          ``id``, ``kind`` ("callable", "class" or "object"), ``type``:
+                          an object that stays in the kernel (:mod:`.remote`)
+``{"$": "raised"}``       ``type``, ``message``, ``where``, ``call``: an exception
+                          the learner's code raised
+========================  ==========================================================
+
+Nothing is unpickled, and :func:`decode` checks every bound before it builds
+anything: the document's size, its depth, how many items and tensors it holds, each
+tensor's element count and that its bytes are exactly ``shape`` × the dtype's size.
+A message that breaks a bound or the grammar raises :class:`WireError`, which the
+judge turns into a failed cell with that message.
+
+    >>> import torch
+    >>> text = encode({"out": torch.tensor([[1.5, float("nan")]]), "n": (2, None)})
+    >>> back = decode(text)
+    >>> back["out"], back["n"]
+    (tensor([[1.5000,    nan]]), (2, None))
+    >>> try:
+    ...     decode('{"$": "tensor", "dtype": "float32", "shape": [3], "data": "AAAA"}')
+    ... except WireError as exc:
+    ...     print(exc)
+    a float32 tensor of shape [3] needs 12 bytes, and 3 came
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import math
+from dataclasses import dataclass
+
+import torch
+
+DTYPES = {
+    str(d).removeprefix("torch."): d
+    for d in (
+        torch.float16,
+        torch.bfloat16,
+        torch.float32,
+        torch.float64,
+        torch.uint8,
+        torch.int8,
+        torch.int16,
+        torch.int32,
+        torch.int64,
+        torch.bool,
+        torch.complex64,
+        torch.complex128,
+    )
+}
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """What one message may hold. The defaults fit every exercise's largest value
+    (a 1100 × 1100 mask, a model's parameters) many times over."""
+
+    chars: int = 48 << 20
+    depth: int = 24
+    items: int = 100_000
+    tensors: int = 4_096
+    elements: int = 16 << 20  # in all the message's tensors
+
+
+BOUNDS = Bounds()
+
+
+class WireError(ValueError):
+    """A message that is malformed, of a kind not allowed, or over a bound."""
+
+
+@dataclass(frozen=True)
+class Ref:
+    """An object that stays in the kernel: ``kind`` is "callable", "class" or
+    "object", ``type`` its class's name (as the kernel says: not trusted)."""
+
+    id: int
+    kind: str
+    type: str
+
+
+@dataclass(frozen=True)
+class Raised:
+    """An exception the learner's code raised in the kernel, as the kernel reported
+    it: its class's name and its message, and for the judge's messages only, where in
+    the learner's code it was raised and what the PyTorch call that raised was given
+    (:func:`tformer_grading.checks.diagnosis.learner_line`,
+    :func:`tformer_grading.checks.measure.failing_call.failing_call`)."""
+
+    type: str
+    message: str
+    where: str = ""
+    call: str = ""
+
+
+def encode(value, *, refer=None) -> str:
+    """``value`` as one JSON document. ``refer(obj) -> Ref`` is asked for any object
+    that is not data (the kernel keeps it); without it such an object is a
+    :class:`WireError`."""
+    return json.dumps(_to_json(value, refer, 0), allow_nan=False)
+
+
+def _to_json(value, refer, depth: int):
+    if depth > BOUNDS.depth:
+        raise WireError(f"a value nested deeper than {BOUNDS.depth} levels")
+    if value is None or isinstance(value, (bool, int, str)):
+        if isinstance(value, int) and not isinstance(value, bool):
+            return int(value)  # an IntEnum or a bool subclass is sent as its number
+        return value if type(value) in (bool, str) or value is None else str(value)
+    if isinstance(value, float):
+        value = float(value)
+        return value if math.isfinite(value) else {"$": "float", "value": str(value)}
+    if isinstance(value, torch.Tensor):
+        return _tensor_json(value)
+    if isinstance(value, torch.dtype):
+        return {"$": "dtype", "name": str(value).removeprefix("torch.")}
+    if isinstance(value, torch.device):
+        return {"$": "device", "name": str(value)}
+    if isinstance(value, Raised):
+        return {"$": "raised", **vars(value)}
+    if isinstance(value, Ref):
+        return {"$": "ref", "id": value.id, "kind": value.kind, "type": value.type}
+    if type(value) in (list, tuple):
+        items = [_to_json(v, refer, depth + 1) for v in value]
+        return items if type(value) is list else {"$": "tuple", "items": items}
+    if type(value) is dict and all(type(k) is str and k != "$" for k in value):
+        return {k: _to_json(v, refer, depth + 1) for k, v in value.items()}
+    if refer is None:
+        raise WireError(f"a {type(value).__name__} cannot be sent as data")
+    return _to_json(refer(value), None, depth)
+
+
+def _tensor_json(tensor: torch.Tensor) -> dict:
+    # A subclass is sent as the plain tensor it holds: its methods stay behind.
+    plain = torch.Tensor.as_subclass(tensor.detach(), torch.Tensor)
+    name = str(plain.dtype).removeprefix("torch.")
+    if name not in DTYPES:
+        raise WireError(f"a tensor of dtype {name} cannot be sent")
+    if plain.layout != torch.strided:
+        plain = plain.to_dense()
+    cpu = plain.cpu().contiguous()
+    raw = cpu.reshape(-1).view(torch.uint8) if cpu.numel() else torch.empty(0)
+    data = bytes(raw.numpy().tobytes()) if cpu.numel() else b""
+    return {
+        "$": "tensor",
+        "dtype": name,
+        "shape": list(cpu.shape),
+        "device": str(tensor.device),
+        "requires_grad": bool(tensor.requires_grad),
+        "data": base64.b64encode(data).decode("ascii"),
+    }
+
+
+def decode(text, *, bounds: Bounds = BOUNDS, resolve=None):
+    """The value ``text`` (a JSON document from :func:`encode`) holds, checked against
+    ``bounds``. ``resolve(Ref)`` turns a reference into an object (the judge's proxy);
+    without it a :class:`Ref` is returned as is."""
+    if not isinstance(text, str):
+        raise WireError(f"expected a JSON text, got a {type(text).__name__}")
+    if len(text) > bounds.chars:
+        raise WireError(
+            f"a message of {len(text):,} characters, over the bound of {bounds.chars:,}"
+        )
+    try:
+        document = json.loads(text, parse_constant=_no_constant)
+    except (ValueError, RecursionError) as exc:
+        raise WireError(f"not a JSON document: {exc}") from None
+    return from_json(document, bounds=bounds, resolve=resolve)
+
+
+def from_json(document, *, bounds: Bounds = BOUNDS, resolve=None):
+    """:func:`decode` of a document already parsed from JSON."""
+    counts = {"items": 0, "tensors": 0, "elements": 0}
+    return _from_json(document, bounds, counts, resolve, 0)
+
+
+def tensors_in(value) -> list[torch.Tensor]:
+    """The tensors in ``value``, in the order :func:`encode` writes them (lists,
+    tuples and dicts looked into; the judge and the kernel pair gradients by it)."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if type(value) in (list, tuple):
+        return [t for v in value for t in tensors_in(v)]
+    if type(value) is dict:
+        return [t for v in value.values() for t in tensors_in(v)]
+    return []
+
+
+def _no_constant(name: str):
+    raise WireError(f"{name} is not JSON (a non-finite float is sent as an object)")
+
+
+def _from_json(value, bounds: Bounds, counts: dict, resolve, depth: int):
+    if depth > bounds.depth:
+        raise WireError(f"a value nested deeper than {bounds.depth} levels")
+    counts["items"] += 1
+    if counts["items"] > bounds.items:
+        raise WireError(f"more than {bounds.items:,} values in one message")
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, list):
+        return [_from_json(v, bounds, counts, resolve, depth + 1) for v in value]
+    if not isinstance(value, dict):
+        raise WireError(f"unexpected JSON value {value!r:.40}")
+    kind = value.get("$")
+    if kind is None:
+        return {
+            k: _from_json(v, bounds, counts, resolve, depth + 1)
+            for k, v in value.items()
+        }
+    if kind == "tuple":
+        items = _field(value, "items", list)
+        return tuple(_from_json(v, bounds, counts, resolve, depth + 1) for v in items)
+    if kind == "tensor":
+        return _tensor(value, bounds, counts)
+    if kind == "float":
+        text = _field(value, "value", str)
+        if text not in ("nan", "inf", "-inf"):
+            raise WireError(f"a float object holds {text!r:.20}, not nan or ±inf")
+        return float(text)
+    if kind == "dtype":
+        name = _field(value, "name", str)
+        if name not in DTYPES:
+            raise WireError(f"unknown dtype {name!r:.40}")
+        return DTYPES[name]
+    if kind == "device":
+        return _device(_field(value, "name", str))
+    if kind == "raised":
+        return Raised(
+            _field(value, "type", str)[:200],
+            _field(value, "message", str),
+            str(value.get("where", ""))[:2000],
+            str(value.get("call", ""))[:2000],
+        )
+    if kind == "ref":
+        ref = Ref(
+            _field(value, "id", int),
+            _field(value, "kind", str)[:20],
+            _field(value, "type", str)[:200],
+        )
+        if ref.kind not in ("callable", "class", "object"):
+            raise WireError(f"unknown reference kind {ref.kind!r}")
+        return ref if resolve is None else resolve(ref)
+    raise WireError(f"unknown kind {kind!r:.40}")
+
+
+def _field(value: dict, name: str, kind: type):
+    got = value.get(name)
+    if type(got) is not kind:
+        raise WireError(
+            f"a {value.get('$')!r:.20} object needs {name!r} as a {kind.__name__}, "
+            f"got {type(got).__name__}"
+        )
+    return got
+
+
+def _device(name: str) -> torch.device:
+    try:
+        device = torch.device(name)
+    except (RuntimeError, ValueError):
+        raise WireError(f"unknown device {name!r:.40}") from None
+    if device.type not in ("cpu", "cuda"):
+        raise WireError(f"a device of type {device.type!r:.20} is not expected")
+    return device
+
+
+def _tensor(value: dict, bounds: Bounds, counts: dict) -> torch.Tensor:
+    name = _field(value, "dtype", str)
+    if name not in DTYPES:
+        raise WireError(f"a tensor of unknown dtype {name!r:.40}")
+    shape = _field(value, "shape", list)
+    if len(shape) > 16 or not all(type(n) is int and 0 <= n for n in shape):
+        raise WireError(
+            f"a tensor shape must be at most 16 sizes ≥ 0, got {shape!r:.80}"
+        )
+    numel = math.prod(shape)
+    counts["tensors"] += 1
+    counts["elements"] += numel
+    if counts["tensors"] > bounds.tensors:
+        raise WireError(f"more than {bounds.tensors:,} tensors in one message")
+    if counts["elements"] > bounds.elements:
+        raise WireError(
+            f"tensors of more than {bounds.elements:,} elements in all in one message"
+        )
+    dtype = DTYPES[name]
+    size = torch.empty((), dtype=dtype).element_size()
+    text = _field(value, "data", str)
+    if len(text) > (numel * size + 2) // 3 * 4 + 4:
+        raise WireError(f"a {name} tensor of shape {shape} with too much data")
+    try:
+        data = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise WireError("a tensor's data is not base64") from None
+    if len(data) != numel * size:
+        raise WireError(
+            f"a {name} tensor of shape {shape} needs {numel * size} bytes, and "
+            f"{len(data)} came"
+        )
+    flat = torch.frombuffer(bytearray(data), dtype=dtype) if numel else None
+    tensor = flat.reshape(shape) if numel else torch.empty(shape, dtype=dtype)
+    device = _device(_field(value, "device", str))
+    if device.type == "cuda" and torch.cuda.is_available():
+        tensor = tensor.to(device)
+    differentiable = dtype.is_floating_point or dtype.is_complex
+    if value.get("requires_grad") is True and differentiable:
+        tensor.requires_grad_(True)
+    return tensor
