@@ -439,6 +439,17 @@ LEARNERS = {
         )
         for name, split, merge, lost, feedback in JUDGE_ATTACKS
     },
+    # A control: with the receipt key read from memory, the cells the judge does not
+    # judge yet take a wrong MultiHeadAttention's forged success lines (8 points).
+    "judge_key_search": Learner(
+        answers={
+            "split_heads": judged.KEY_SEARCH,
+            "merge_heads": judged.WRONG_MERGE,
+            "multi_head_attention": MHA_SCALE_D_MODEL,
+        },
+        scores=_scores("test_split_heads", "test_merge_heads"),
+        feedback=_JUDGED_BY,
+    ),
 }
 # Submissions that cannot be graded: student -> (what the file holds, the reason given).
 NOT_GRADABLE = {
@@ -563,6 +574,7 @@ AGAIN = (
     "comm_flood",
     "metadata_and_name_flood",
     *(f"judge_{attack[0]}" for attack in JUDGE_ATTACKS),
+    "judge_key_search",
     "scale_d_model",
     "solution",
 )

@@ -251,3 +251,29 @@ agent.serve = serve
 """
     + RIGHT_MERGE
 )
+
+# The receipt key read from the checks' memory, and every check of chapter 1 replaced
+# by one that prints a success line signed with it. The judge ignores receipts: the
+# judged cells (split, merge) score what the judge measures. The cells it does not
+# judge yet (MultiHeadAttention's, graded in the kernel alone) still take the forged
+# receipts: a control, the limit book/instructors.md states, which the judge's next
+# steps remove (hostile.py expects those points).
+KEY_SEARCH = (
+    WRONG_SPLIT
+    + """
+from tformer_grading.checks import ch01
+from tformer_grading.guard import receipts
+
+count, key = (c.cell_contents for c in receipts.sign.__closure__)
+
+def forged(*args, **kwargs):
+    count[0] += 1
+    line = "✓ check: matches the reference"
+    print(f"{line}  [grader receipt {count[0]}:"
+          f"{receipts.receipt_mac(key[0], count[0], line)}]")
+
+for name in dir(ch01):
+    if name.startswith("check_"):
+        setattr(ch01, name, forged)
+"""
+)

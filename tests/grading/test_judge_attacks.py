@@ -21,7 +21,7 @@ from hostile import CHAPTER, JUDGE_ATTACKS, LEARNERS, graded_again, graded_class
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("hostile_class")]
 
-ATTACKERS = [f"judge_{attack[0]}" for attack in JUDGE_ATTACKS]
+ATTACKERS = [f"judge_{attack[0]}" for attack in JUDGE_ATTACKS] + ["judge_key_search"]
 HONEST = ("solution", "scale_d_model")
 
 
@@ -81,3 +81,15 @@ def test_honest_learners_after_the_attacks_are_untouched():
                 if c.metadata.get("nbgrader", {}).get("solution")
             ]
             assert answers(graded) == answers(handed_in), learner
+
+
+def test_the_receipt_key_earns_only_on_the_cells_not_yet_judged():
+    """A control, and the limit book/instructors.md states: a learner who reads the
+    receipt key from the checks' memory and signs success lines for a wrong
+    MultiHeadAttention still earns its 8 points, because those cells are graded in
+    the kernel alone; the judged cells, wrong too, earn nothing."""
+    for _, _, table, *_ in (graded_class(), graded_again()):
+        cells = table["judge_key_search"]["cells"]
+        assert cells["test_split_heads"] == cells["test_merge_heads"] == 0
+        assert cells["test_mha_matches_reference"] == 4
+        assert cells["test_mha_behaviour"] == cells["test_mha_written_by_hand"] == 2

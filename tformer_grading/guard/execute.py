@@ -46,13 +46,18 @@ from nbclient.util import ensure_async, run_sync
 from nbformat.v4 import new_output
 from traitlets import Bool, Enum, Integer, default
 
-from ..judge.link import judge_in_thread
+from ..judge.link import judge_in_thread, preload
 from .message_bound import BoundedKernelClient
 from .output_cap import CappedExecute
 
 RESOURCE_KEY = "tformer_grading_key"
 JUDGED_KEY = "tformer_judged_cells"  # grade ids the judge decided
 _BOOTSTRAP = "import tformer_grading.guard.bootstrap as _b\n_b.start({key!r})\ndel _b"
+
+
+def _graded_test(cell) -> bool:
+    meta = cell.metadata.get("nbgrader", {})
+    return cell.cell_type == "code" and meta.get("grade") and not meta.get("solution")
 
 
 class NotGradable(RuntimeError):
@@ -143,6 +148,8 @@ class GuardedExecute(CappedExecute):
         self._overrun: str | None = None
         self._booted = False
         self._judged: set[str] = set()
+        if self.judge:
+            preload(c.source for c in nb.cells if _graded_test(c))
         self._deadline = time.monotonic() + (self.notebook_timeout or float("inf"))
         nb, resources = super().preprocess(nb, resources, km=km)
         resources[RESOURCE_KEY] = self._key
@@ -241,11 +248,9 @@ class GuardedExecute(CappedExecute):
         """Run a graded test cell's checks again in this process (the judge), on the
         learner's code in the kernel; a failure there zeroes the cell. A cell whose
         kernel run failed scores 0 already, and is not judged."""
-        meta = cell.metadata.get("nbgrader", {})
         if (
             not self.judge
-            or not meta.get("grade")
-            or meta.get("solution")
+            or not _graded_test(cell)
             or any(o.output_type == "error" for o in cell.outputs)
         ):
             return
@@ -254,7 +259,7 @@ class GuardedExecute(CappedExecute):
         verdict = await judge_in_thread(self, cell.source, deadline)
         if verdict is None:  # not a cell the judge judges (yet): receipts decide
             return
-        self._judged.add(meta.get("grade_id"))
+        self._judged.add(cell.metadata["nbgrader"].get("grade_id"))
         if verdict.failure is not None:
             cell.outputs.append(error_output("CheckFailure", verdict.failure))
 

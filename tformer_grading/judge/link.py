@@ -18,13 +18,30 @@ the request the same way.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import queue
+import threading
 import time
 
 from .agent import MIME
 from .remote import JudgeError, KernelGone
 
+_GRACE = 60.0  # seconds the judge's checks may run past the cell's time limit
 _SERVE = "__import__('tformer_grading.judge.agent', fromlist=['serve']).serve({!r})"
+
+
+def preload(sources) -> None:
+    """Start importing the checks (and PyTorch) in the background when a test cell of
+    ``sources`` will be judged: the import then overlaps the kernel's start instead
+    of delaying the first judged cell by a second."""
+    from .plan import plan
+
+    if any(plan(source) for source in sources):
+        threading.Thread(
+            target=importlib.import_module,
+            args=("tformer_grading.judge.cells",),
+            daemon=True,
+        ).start()
 
 
 async def judge_in_thread(executor, source: str, deadline: float):
@@ -32,7 +49,19 @@ async def judge_in_thread(executor, source: str, deadline: float):
     worker thread on ``executor``'s kernel; None when the judge does not judge such a
     cell."""
     link = KernelLink(executor, asyncio.get_running_loop(), deadline)
-    return await asyncio.to_thread(_judge, source, link)
+    # Every request ends by the deadline; the grace is for the checks' own work, so
+    # that a judge that never ends cannot hold the notebook's grading.
+    grace = max(0.0, deadline - time.monotonic()) + _GRACE
+    try:
+        return await asyncio.wait_for(asyncio.to_thread(_judge, source, link), grace)
+    except asyncio.TimeoutError:
+        from .cells import Verdict
+
+        return Verdict(
+            f"the grader could not judge this cell: its checks ran {_GRACE:.0f} s "
+            "past the cell's time limit. This cell scores 0.",
+            "",
+        )
 
 
 def _judge(source: str, link):
