@@ -57,6 +57,9 @@ async def judge_in_thread(executor, source: str, deadline: float):
     except asyncio.TimeoutError:
         from .cells import Verdict
 
+        # The thread may still ask: it must not read the next cell's messages.
+        link.closed = True
+
         return Verdict(
             f"the grader could not judge this cell: its checks ran {_GRACE:.0f} s "
             "past the cell's time limit. This cell scores 0.",
@@ -76,8 +79,11 @@ class KernelLink:
 
     def __init__(self, executor, loop: asyncio.AbstractEventLoop, deadline: float):
         self.executor, self.loop, self.deadline = executor, loop, deadline
+        self.closed = False
 
     def ask(self, request: str) -> str:
+        if self.closed:
+            raise JudgeError("the grader stopped judging this cell")
         future = asyncio.run_coroutine_threadsafe(
             ask_kernel(self.executor, request, self.deadline), self.loop
         )
