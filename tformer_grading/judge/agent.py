@@ -33,7 +33,7 @@ import json
 
 import torch
 
-from .wire import Raised, Ref, WireError, encode, from_json, tensors_in
+from .wire import Raised, Ref, WireError, from_json, tensors_in, to_json
 
 MIME = "application/vnd.tformer.judge+json"
 
@@ -79,16 +79,15 @@ def answer(request: dict, namespace: dict) -> str:
 def _keep(obj) -> Ref:
     number = next(_NUMBERS)
     _KEPT[number] = obj
-    if isinstance(obj, type):
-        kind = "class"
-    else:
-        kind = "callable" if callable(obj) else "object"
+    kind = (
+        "class" if isinstance(obj, type) else "callable" if callable(obj) else "object"
+    )
     name = getattr(obj, "__name__", None) if kind != "object" else None
     return Ref(number, kind, name if isinstance(name, str) else type(obj).__name__)
 
 
 def _reply(value, **extra) -> str:
-    return json.dumps({"value": json.loads(encode(value, refer=_keep)), **extra})
+    return json.dumps({"value": to_json(value, refer=_keep), **extra})
 
 
 def _call(request: dict) -> str:
@@ -106,7 +105,7 @@ def _call(request: dict) -> str:
     # An argument the learner's code changed in place is sent back: the judge's
     # checks look for that mistake on their own tensors.
     changed = [[i, t] for i, (t, b) in enumerate(zip(given, before)) if not _same(t, b)]
-    extra = {"changed": json.loads(encode(changed))} if changed else {}
+    extra = {"changed": to_json(changed)} if changed else {}
     outputs = [t for t in tensors_in(result) if t.requires_grad]
     if outputs:
         extra["call"] = number = next(_NUMBERS)

@@ -31,7 +31,7 @@ import json
 import torch
 from torch.autograd.function import once_differentiable
 
-from .wire import Raised, Ref, WireError, decode, encode, tensors_in
+from .wire import Raised, Ref, WireError, decode, tensors_in, to_json
 
 
 class JudgeError(BaseException):
@@ -127,7 +127,7 @@ def _sendable(value):
             return obj.ref
         raise WireError(f"the judge cannot send a {type(obj).__name__} to the kernel")
 
-    return json.loads(encode(value, refer=refer))
+    return to_json(value, refer=refer)
 
 
 class RemoteObject:

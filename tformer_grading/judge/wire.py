@@ -111,16 +111,25 @@ def encode(value, *, refer=None) -> str:
     """``value`` as one JSON document. ``refer(obj) -> Ref`` is asked for any object
     that is not data (the kernel keeps it); without it such an object is a
     :class:`WireError`."""
-    return json.dumps(_to_json(value, refer, 0), allow_nan=False)
+    return json.dumps(to_json(value, refer=refer), allow_nan=False)
+
+
+def to_json(value, *, refer=None):
+    """:func:`encode`'s document before it is written out: for a value that goes
+    into a larger message (a request's arguments, an answer's value), which is then
+    written once."""
+    return _to_json(value, refer, 0)
 
 
 def _to_json(value, refer, depth: int):
     if depth > BOUNDS.depth:
         raise WireError(f"a value nested deeper than {BOUNDS.depth} levels")
-    if value is None or isinstance(value, (bool, int, str)):
-        if isinstance(value, int) and not isinstance(value, bool):
-            return int(value)  # an IntEnum or a bool subclass is sent as its number
-        return value if type(value) in (bool, str) or value is None else str(value)
+    if value is None or type(value) in (bool, str):
+        return value
+    if isinstance(value, int):
+        return int(value)  # an IntEnum is sent as its number
+    if isinstance(value, str):
+        return str(value)  # a str subclass as its text
     if isinstance(value, float):
         value = float(value)
         return value if math.isfinite(value) else {"$": "float", "value": str(value)}
