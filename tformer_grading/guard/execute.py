@@ -55,9 +55,14 @@ JUDGED_KEY = "tformer_judged_cells"  # grade ids the judge decided
 _BOOTSTRAP = "import tformer_grading.guard.bootstrap as _b\n_b.start({key!r})\ndel _b"
 
 
-def _graded_test(cell) -> bool:
+def graded_test_cell(cell) -> bool:
+    """A code cell nbgrader scores by its checks (graded, not an answer)."""
     meta = cell.metadata.get("nbgrader", {})
-    return cell.cell_type == "code" and meta.get("grade") and not meta.get("solution")
+    return (
+        cell.cell_type == "code"
+        and bool(meta.get("grade"))
+        and not meta.get("solution")
+    )
 
 
 class NotGradable(RuntimeError):
@@ -149,7 +154,7 @@ class GuardedExecute(CappedExecute):
         self._booted = False
         self._judged: set[str] = set()
         if self.judge:
-            preload(c.source for c in nb.cells if _graded_test(c))
+            preload(c.source for c in nb.cells if graded_test_cell(c))
         self._deadline = time.monotonic() + (self.notebook_timeout or float("inf"))
         nb, resources = super().preprocess(nb, resources, km=km)
         resources[RESOURCE_KEY] = self._key
@@ -250,7 +255,7 @@ class GuardedExecute(CappedExecute):
         kernel run failed scores 0 already, and is not judged."""
         if (
             not self.judge
-            or not _graded_test(cell)
+            or not graded_test_cell(cell)
             or any(o.output_type == "error" for o in cell.outputs)
         ):
             return

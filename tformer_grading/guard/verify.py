@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from nbgrader.preprocessors import NbGraderPreprocessor
 
-from .execute import JUDGED_KEY, RESOURCE_KEY, error_output
+from .execute import JUDGED_KEY, RESOURCE_KEY, error_output, graded_test_cell
 from .receipts import expected_receipts, valid_receipts
 
 
@@ -40,16 +40,11 @@ class VerifyReceipts(NbGraderPreprocessor):
         judged = resources.get(JUDGED_KEY, set())
         seen: set[int] = set()
         for cell in nb.cells:
-            meta = cell.metadata.get("nbgrader", {})
-            if (
-                cell.cell_type != "code"
-                or not meta.get("grade")
-                or meta.get("solution")
-            ):
+            if not graded_test_cell(cell):
                 continue
             if any(o.output_type == "error" for o in cell.outputs):
                 continue  # already scores 0
-            if meta.get("grade_id") in judged:
+            if cell.metadata["nbgrader"].get("grade_id") in judged:
                 continue  # its points are the judge's (tformer_grading.judge)
             numbers = {n for n in valid_receipts(_stdout(cell), key) if n not in seen}
             seen |= numbers
