@@ -32,7 +32,7 @@ import nbformat
 import attacks
 import judge_attacks as judged
 from course import ROOT, filled, make_course, needs_sandbox, released, solution_sources
-from learners import MERGE_NO_TRANSPOSE, mha
+from learners import MERGE_NO_TRANSPOSE, SPLIT_NO_TRANSPOSE, mha
 
 CHAPTER = "ch01_shapes"
 FULL = {
@@ -58,11 +58,6 @@ MHA_STANDALONE = mha("""
         return self.o((w @ v).transpose(1, 2).reshape(b, sq, d))
 """)
 MHA_SCALE_D_MODEL = MHA_STANDALONE.replace("math.sqrt(q.size(-1))", "math.sqrt(d)")
-SPLIT_NO_TRANSPOSE = """
-def split_heads(x, n_heads):
-    b, s, d = x.shape
-    return x.view(b, s, n_heads, d // n_heads)
-"""
 
 # An endless loop before the function is defined: the cell is interrupted after the
 # timeout, the run goes on.
@@ -470,6 +465,16 @@ def notebook_for(student_nb, learner: str):
     return nb
 
 
+def hand_in(collected: Path, student_nb, learners) -> None:
+    """Each of ``learners``' notebooks in its own folder of ``collected``, as the
+    instructor command finds hand-ins."""
+    for learner in learners:
+        (collected / learner).mkdir(parents=True)
+        nbformat.write(
+            notebook_for(student_nb, learner), collected / learner / "exercise.ipynb"
+        )
+
+
 # What must not change while the class is graded: sha256 of every file of the course's
 # packages and of the course folder's own files, taken just before the run.
 SNAPSHOT: dict[str, str] = {}
@@ -548,11 +553,7 @@ def graded_class() -> tuple[Path, Path, dict, float]:
     course = make_course(tmp, CHAPTER)
     student_nb = released(course, CHAPTER)
     collected = tmp / "collected"
-    for learner in LEARNERS:
-        (collected / learner).mkdir(parents=True)
-        nbformat.write(
-            notebook_for(student_nb, learner), collected / learner / "exercise.ipynb"
-        )
+    hand_in(collected, student_nb, LEARNERS)
     _hand_in_ungradable(collected, student_nb)
     neighbour()
     SNAPSHOT.update(snapshot(course))
@@ -588,10 +589,7 @@ def graded_again() -> tuple[Path, Path, dict, list[str]]:
     tmp = Path(tempfile.mkdtemp(prefix="tformer-class-again-"))
     course = make_course(tmp, CHAPTER)
     collected = tmp / "collected"
-    for learner in AGAIN:
-        (collected / learner).mkdir(parents=True)
-        nb = notebook_for(released(course, CHAPTER), learner)
-        nbformat.write(nb, collected / learner / "exercise.ipynb")
+    hand_in(collected, released(course, CHAPTER), AGAIN)
     out = tmp / "out"
     proc = class_command(course, collected, out, "--jobs", "2", "--json")
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]

@@ -10,19 +10,12 @@ sandbox, with honest learners after them, and graded again in
 tests/grading/test_judge_attacks.py.
 """
 
+from learners import MERGE_NO_TRANSPOSE, SPLIT_NO_TRANSPOSE
+
 # The wrong answers under the attacks on the checks (no transpose: a view with the
 # heads third), and the right ones under the attacks on the judge's handle: the
 # kernel's checks pass them, so the judge asks the kernel, and is answered badly.
-WRONG_SPLIT = """
-def split_heads(x, n_heads):
-    b, s, d = x.shape
-    return x.view(b, s, n_heads, d // n_heads)
-"""
-WRONG_MERGE = """
-def merge_heads(x):
-    b, h, s, dh = x.shape
-    return x.reshape(b, s, h * dh)
-"""
+WRONG_SPLIT, WRONG_MERGE = SPLIT_NO_TRANSPOSE, MERGE_NO_TRANSPOSE
 RIGHT_SPLIT = """
 def split_heads(x, n_heads):
     b, s, d = x.shape

@@ -30,6 +30,14 @@ MHA_CALLS_SDPA = mha("""
         return self.o(merge_heads(out))
 """)
 
+# Heads split without moving the head axis before the sequence: a view with the heads
+# third.
+SPLIT_NO_TRANSPOSE = """
+def split_heads(x, n_heads):
+    b, s, d = x.shape
+    return x.view(b, s, n_heads, d // n_heads)
+"""
+
 # Heads merged without moving them back next to each other: the values are scrambled,
 # the shape is right.
 MERGE_NO_TRANSPOSE = """

@@ -36,7 +36,8 @@ def test_each_attack_finishes_and_earns_nothing(attacker):
 
 
 def _gradebook(course) -> dict:
-    """(learner, cell) -> the points the gradebook holds, for the learners of both runs."""
+    """(learner, cell) -> the points the gradebook holds, for the attackers and the
+    honest learners."""
     db = sqlite3.connect(course / "gradebook.db")
     rows = db.execute(
         "SELECT student.id, base_cell.name, grade.auto_score FROM grade "

@@ -12,7 +12,6 @@ import subprocess
 import time
 from pathlib import Path
 
-import nbformat
 import pytest
 
 from course import make_course, released
@@ -25,8 +24,8 @@ from hostile import (
     class_command,
     graded_again,
     graded_class,
+    hand_in,
     neighbour,
-    notebook_for,
     snapshot,
 )
 
@@ -165,10 +164,7 @@ def test_control_without_the_sandbox_the_same_attacks_succeed(tmp_path):
     neighbour()
     course = make_course(tmp_path, CHAPTER)
     collected = tmp_path / "collected"
-    for learner in ("reads_solutions", "other_kernels"):
-        (collected / learner).mkdir(parents=True)
-        nb = notebook_for(released(course, CHAPTER), learner)
-        nbformat.write(nb, collected / learner / "exercise.ipynb")
+    hand_in(collected, released(course, CHAPTER), ("reads_solutions", "other_kernels"))
     out = tmp_path / "out"
     proc = class_command(course, collected, out, "--unsafe-no-sandbox", "--json")
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
