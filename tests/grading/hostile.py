@@ -262,7 +262,7 @@ JUDGE_ATTACKS = (
     ("lying", judged.LYING_SUBCLASS, judged.NAN, (),
      "got the tensor subclass Agreeable"),
     ("sniffs", judged.SNIFFS_THE_CHECKS, judged.WRONG_MERGE, (), _JUDGED_BY),
-    ("forged", judged.FORGED_IN_FUNCTION, judged.AGENT_MALFORMED, (),
+    ("forged", judged.FORGED_IN_FUNCTION, judged.AGENT_MALFORMED, MHA,
      "tensors of more than 16,777,216 elements"),
     ("twice_oversized", judged.AGENT_TWICE, judged.AGENT_OVERSIZED, MHA,
      "answered the grader 2 times"),
@@ -324,14 +324,16 @@ LEARNERS = {
         scores=ZERO,
         feedback="the notebook's 'ch01' is not tformer_grading.checks.ch01",
     ),
-    # split passed before the transformer; later test cells run `pass`: no receipt.
+    # split passed before the transformer; later test cells run `pass` in the kernel.
+    # The judge then measures the wrong merge (0) and the right MultiHeadAttention (8
+    # points, earned: the by-hand observation that `pass` skipped may only withhold).
     "input_transformer": Learner(
         answers={
             "merge_heads": INPUT_TRANSFORMER,
             "multi_head_attention": MHA_STANDALONE,
         },
-        scores=_scores("test_merge_heads", *MHA),
-        feedback="GradingIntegrityError",
+        scores=_scores("test_merge_heads"),
+        feedback=_JUDGED_BY,
     ),
     "reference_and_exit": Learner(
         answers={
@@ -369,12 +371,12 @@ LEARNERS = {
         feedback="ports reached: 0",
     ),
     # The look-alike fools the kernel's run of every cell; the judge then measures
-    # split and merge: merge_heads is the solution's and earns its points, by its
-    # behaviour alone. The MHA cells are not judged: no valid receipt, 0.
+    # each: merge_heads is the solution's and earns its points, by its behaviour
+    # alone; the solution's MultiHeadAttention calls the wrong split_heads: 0.
     "lookalike_first": Learner(
         answers={"split_heads": SPLIT_NO_TRANSPOSE},
         scores=_scores("test_split_heads", *MHA),
-        feedback="GradingIntegrityError",
+        feedback=_JUDGED_BY,
         edits=(_insert_first(attacks.LOOKALIKE_FIRST),),
     ),
     "import_hook_first": Learner(
@@ -434,15 +436,19 @@ LEARNERS = {
         )
         for name, split, merge, lost, feedback in JUDGE_ATTACKS
     },
-    # A control: with the receipt key read from memory, the cells the judge does not
-    # judge yet take a wrong MultiHeadAttention's forged success lines (8 points).
+    # A control: the receipt key read from memory signs success lines for every cell,
+    # and the judge, which reads no receipt, decides every cell of chapter 1. The
+    # wrong MultiHeadAttention (scaled by sqrt(d_model)) keeps only what it earns: its
+    # behaviour probes, and the by-hand cell that needs them.
     "judge_key_search": Learner(
         answers={
             "split_heads": judged.KEY_SEARCH,
             "merge_heads": judged.WRONG_MERGE,
             "multi_head_attention": MHA_SCALE_D_MODEL,
         },
-        scores=_scores("test_split_heads", "test_merge_heads"),
+        scores=_scores(
+            "test_split_heads", "test_merge_heads", "test_mha_matches_reference"
+        ),
         feedback=_JUDGED_BY,
     ),
 }

@@ -246,11 +246,10 @@ agent.serve = serve
 )
 
 # The receipt key read from the checks' memory, and every check of chapter 1 replaced
-# by one that prints a success line signed with it. The judge ignores receipts: the
-# judged cells (split, merge) score what the judge measures. The cells it does not
-# judge yet (MultiHeadAttention's, graded in the kernel alone) still take the forged
-# receipts: a control, the limit book/instructors.md states, which the judge's next
-# steps remove (hostile.py expects those points).
+# by one that prints a success line signed with it. The judge ignores receipts, and it
+# judges every cell of chapter 1: each scores what the judge measures (hostile.py).
+# In the chapters whose modules it does not judge yet, the key still signs: the limit
+# book/instructors.md states.
 KEY_SEARCH = (
     WRONG_SPLIT
     + """

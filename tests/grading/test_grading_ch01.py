@@ -78,9 +78,15 @@ BUGGY = {
         zero=("test_merge_heads", "test_mha_matches_reference"),
         feedback="heads merged in the wrong order",
     ),
+    # Its own code, but wrong behaviour: the by-hand cell needs the behaviour probes
+    # to pass in the judge (tformer_grading/judge/registry.py), so it loses that too.
     "seed_einsum": Buggy(
         answers={"multi_head_attention": MHA_SEED_EINSUM},
-        zero=("test_mha_matches_reference", "test_mha_behaviour"),
+        zero=(
+            "test_mha_matches_reference",
+            "test_mha_behaviour",
+            "test_mha_written_by_hand",
+        ),
         feedback="einsum over the wrong axes",
     ),
     "shared_linear": Buggy(

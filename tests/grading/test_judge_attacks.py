@@ -84,13 +84,14 @@ def test_honest_learners_after_the_attacks_are_untouched():
             assert answers(graded) == answers(handed_in), learner
 
 
-def test_the_receipt_key_earns_only_on_the_cells_not_yet_judged():
-    """A control, and the limit book/instructors.md states: a learner who reads the
-    receipt key from the checks' memory and signs success lines for a wrong
-    MultiHeadAttention still earns its 8 points, because those cells are graded in
-    the kernel alone; the judged cells, wrong too, earn nothing."""
+def test_the_receipt_key_earns_nothing_where_the_judge_decides_every_cell():
+    """A control: a learner who reads the receipt key from the checks' memory and
+    signs success lines for every check of chapter 1, whose cells the judge all
+    decides, earns only what the judge measured: 0 for the wrong split, merge and
+    MultiHeadAttention (scaled by sqrt(d_model)); that MultiHeadAttention's behaviour
+    probes pass, and so its by-hand cell, whose observation was forged too, scores."""
     for _, _, table, *_ in (graded_class(), graded_again()):
         cells = table["judge_key_search"]["cells"]
         assert cells["test_split_heads"] == cells["test_merge_heads"] == 0
-        assert cells["test_mha_matches_reference"] == 4
+        assert cells["test_mha_matches_reference"] == 0
         assert cells["test_mha_behaviour"] == cells["test_mha_written_by_hand"] == 2

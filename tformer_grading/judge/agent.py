@@ -12,7 +12,19 @@ the learner's own result (:mod:`.wire`). Requests, each a JSON object with ``op`
   that require grad the call is kept for ``vjp``;
 - ``vjp`` ``call``, ``grads``: the gradients of a kept call's inputs, given those of
   its outputs (what the judge's autograd asks for in ``backward``);
+- ``build`` ``ref``, ``args``, ``kwargs``: call a kept class; when it makes an
+  ``nn.Module``, the answer describes its tree (``tree``: its modules, their
+  parameters and buffers, and every tensor's value) for the judge to mirror
+  (:mod:`.mirror`);
+- ``forward`` ``ref``, ``node``, ``args``, ``kwargs``, ``state``, ``training``,
+  ``grad``: run module ``node`` of a built tree on the judge's parameters and
+  buffers (``state``) and train/eval flags; the parameters that require grad are
+  inputs for ``vjp`` too, and a tensor of ``state`` the forward changed is sent back;
 - ``forget``: drop every object and call kept for the judge (after each cell).
+
+``call``, ``build`` and ``forward`` may carry ``seed``, drawn from the judge's random
+state: the learner's code draws its random numbers (a dropout, a module's first
+weights) from it, and the kernel's own random state is left as it was.
 
 Example, without a kernel (``answer`` is what the display output would carry)::
 
@@ -28,6 +40,7 @@ Example, without a kernel (``answer`` is what the display output would carry)::
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 
@@ -39,6 +52,7 @@ MIME = "application/vnd.tformer.judge+json"
 
 _KEPT: dict[int, object] = {}
 _CALLS: dict[int, tuple[list, list]] = {}
+_TREES: dict[int, tuple[list, list]] = {}  # a built module's id: (modules, slots)
 _NUMBERS = itertools.count(1)
 
 
@@ -63,6 +77,7 @@ def answer(request: dict, namespace: dict) -> str:
     if op == "forget":
         _KEPT.clear()
         _CALLS.clear()
+        _TREES.clear()
         return json.dumps({"value": None})
     if op == "lookup":
         name = request["name"]
@@ -73,6 +88,10 @@ def answer(request: dict, namespace: dict) -> str:
         return _call(request)
     if op == "vjp":
         return _vjp(request)
+    if op == "build":
+        return _build(request)
+    if op == "forward":
+        return _forward(request)
     raise WireError(f"unknown request {op!r}")
 
 
@@ -90,15 +109,31 @@ def _reply(value, **extra) -> str:
     return json.dumps({"value": to_json(value, refer=_keep), **extra})
 
 
-def _call(request: dict) -> str:
-    target = _KEPT[request["ref"]]
+@contextlib.contextmanager
+def _randomness(request: dict):
+    """The judge's seed, when it sent one, for the learner's code only."""
+    seed = request.get("seed")
+    if seed is None:
+        yield
+        return
+    if type(seed) is not int:
+        raise WireError(f"a seed must be an int, got {type(seed).__name__}")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        yield
+
+
+def _run(request: dict, target, *, grad=True, params=()):
+    """``target(*args, **kwargs)`` of ``request``: (result, reply extras). The
+    arguments that require grad, then ``params`` that do, are the call's inputs."""
     args = from_json(request["args"], resolve=_kept)
     kwargs = from_json(request["kwargs"], resolve=_kept)
     given = tensors_in((args, kwargs))
     before = [t.detach().clone() for t in given]
     inputs = [t for t in given if t.requires_grad]
+    inputs += [p for p in params if p.requires_grad]
     try:
-        with torch.enable_grad():
+        with _randomness(request), torch.set_grad_enabled(grad):
             result = target(*args, **kwargs)
     except Exception as exc:  # noqa: BLE001 - the learner's code may raise anything
         result = _raised(exc, target, args if not kwargs else None)
@@ -110,6 +145,96 @@ def _call(request: dict) -> str:
     if outputs:
         extra["call"] = number = next(_NUMBERS)
         _CALLS[number] = (inputs, outputs)
+    return result, extra
+
+
+def _call(request: dict) -> str:
+    result, extra = _run(request, _KEPT[request["ref"]])
+    return _reply(result, **extra)
+
+
+def _build(request: dict) -> str:
+    made, extra = _run(request, _KEPT[request["ref"]])
+    if not isinstance(made, torch.nn.Module):
+        return _reply(made, **extra)
+    ref = _keep(made)
+    modules, slots, tree = _describe(made)
+    _TREES[ref.id] = (modules, slots)
+    return _reply(ref, tree=to_json(tree), **extra)
+
+
+def _describe(root: torch.nn.Module):
+    """``root``'s modules (each once, in ``named_modules`` order), its tensor slots
+    ``(module, "p" or "b", name)`` (a shared parameter once), and the tree as data."""
+    modules = [m for _, m in root.named_modules()]
+    index = {id(m): i for i, m in enumerate(modules)}
+    slots, seen, nodes, state = [], {}, [], []
+    for m in modules:
+        node = {
+            "type": type(m).__name__,
+            "training": bool(m.training),
+            "children": [
+                [name, None if c is None else index[id(c)]]
+                for name, c in m._modules.items()
+            ],
+            "params": [],
+            "buffers": [],
+        }
+        for kind, table in (("p", m._parameters), ("b", m._buffers)):
+            for name, t in table.items():
+                if t is None:
+                    continue
+                if id(t) not in seen:
+                    seen[id(t)] = len(slots)
+                    slots.append((m, kind, name))
+                    state.append(t)
+                flag = (
+                    t.requires_grad
+                    if kind == "p"
+                    else name not in (m._non_persistent_buffers_set)
+                )
+                node["params" if kind == "p" else "buffers"].append(
+                    [name, seen[id(t)], bool(flag)]
+                )
+        nodes.append(node)
+    return modules, slots, {"nodes": nodes, "state": state}
+
+
+def _slot(slot) -> torch.Tensor | None:
+    module, kind, name = slot
+    return (module._parameters if kind == "p" else module._buffers).get(name)
+
+
+def _forward(request: dict) -> str:
+    modules, slots = _TREES[request["ref"]]
+    state = from_json(request["state"])
+    flags = request["training"]
+    if len(state) != len(slots) or len(flags) != len(modules):
+        raise WireError("the judge's state does not fit the module's tree")
+    for slot, value in zip(slots, state):
+        t = _slot(slot)
+        if t is None:
+            continue
+        # A copy: what was sent stays to compare with after the forward.
+        t.data = value.detach().clone()
+        if slot[1] == "p":
+            t.requires_grad_(value.requires_grad)
+    for m, flag in zip(modules, flags):
+        m.training = bool(flag)
+    params = [t for s in slots if s[1] == "p" and (t := _slot(s)) is not None]
+    sent = state
+    result, extra = _run(
+        request, modules[request["node"]], grad=bool(request["grad"]), params=params
+    )
+    # A parameter or buffer the forward changed (a running statistic, an in-place
+    # update) is sent back, as a changed argument is.
+    moved = [
+        [i, t]
+        for i, (s, v) in enumerate(zip(slots, sent))
+        if (t := _slot(s)) is not None and not _same(t, v)
+    ]
+    if moved:
+        extra["moved"] = to_json(moved)
     return _reply(result, **extra)
 
 

@@ -21,6 +21,8 @@ BEHAVIOUR = frozenset(
     {
         "ch01.check_split_heads",
         "ch01.check_merge_heads",
+        "ch01.check_multi_head_attention",
+        "ch01.check_multi_head_attention_behaviour",
         "ch02.check_attention",
         "ch02.check_attention_entropy",
         "ch03.check_causal_mask",
@@ -38,6 +40,9 @@ BEHAVIOUR = frozenset(
 
 OBSERVATION = {
     "ch01.check_by_hand": None,
+    "ch01.check_multi_head_attention_by_hand": (
+        "ch01.check_multi_head_attention_behaviour"
+    ),
     "ch02.check_attention_by_hand": "ch02.check_attention",
     "ch03.check_masked_attention_by_hand": "ch03.check_masked_attention",
     "ch05.check_by_hand": None,

@@ -65,7 +65,11 @@ class Kernel:
         return found
 
     def _proxy(self, ref: Ref):
-        if ref.kind in ("callable", "class"):
+        if ref.kind == "class":
+            from .mirror import remote_class
+
+            return remote_class(self, ref)
+        if ref.kind == "callable":
             return RemoteCallable(self, ref)
         return RemoteObject(ref)
 
@@ -76,20 +80,28 @@ class Kernel:
             raise KeyError(name)
         return found["value"]
 
-    def call(self, ref: Ref, args: tuple, kwargs: dict):
-        """``(result, call number or None)`` of calling kept object ``ref``."""
+    def call(self, ref: Ref, args: tuple, kwargs: dict, op="call", **fields) -> dict:
+        """The kernel's answer to calling kept object ``ref`` (``op`` "call"), building
+        with class ``ref`` ("build") or running a module of tree ``ref`` ("forward",
+        ``fields`` saying what with). A seed from the judge's random state goes with
+        it; the arguments the learner's code changed in place are changed here too."""
         request = {
-            "op": "call",
-            "ref": ref.id,
+            "op": op,
+            "ref": ref if type(ref) is int else ref.id,
             "args": _sendable(list(args)),
             "kwargs": _sendable(kwargs),
+            # Drawn from the judge's random state, which so moves on as it would were
+            # the learner's code drawing here: two calls of a dropout differ, and a
+            # second grading draws the same numbers.
+            "seed": int(torch.randint(0, 2**62, (1,))),
+            **fields,
         }
         found = self._ask(request)
         number = found.get("call")
         if number is not None and type(number) is not int:
             raise JudgeError("the kernel's answer is not valid: a call number")
         _write_back(tensors_in((args, kwargs)), found.get("changed", []))
-        return found["value"], number
+        return found
 
     def vjp(self, number: int, grads) -> list:
         found = self._ask({"op": "vjp", "call": number, "grads": _sendable(grads)})
@@ -149,18 +161,29 @@ class RemoteCallable(RemoteObject):
         self.__name__ = self.__qualname__ = ref.type
 
     def __call__(self, *args, **kwargs):
-        leaves = [t for t in tensors_in((args, kwargs)) if t.requires_grad]
-        value, number = self.kernel.call(self.ref, args, kwargs)
-        if isinstance(value, Raised):
-            raise rebuilt(value)
-        outputs = [t for t in tensors_in(value) if t.requires_grad]
-        for t in outputs:
-            t.requires_grad_(False)
-        if not (outputs and leaves and number and torch.is_grad_enabled()):
-            return value
-        joined = _Bridge.apply(_Call(self.kernel, number, leaves), *outputs, *leaves)
-        swap = {id(old): new for old, new in zip(outputs, joined)}
-        return _replace(value, swap)
+        return joined(
+            self.kernel, self.kernel.call(self.ref, args, kwargs), args, kwargs
+        )
+
+
+def joined(kernel: Kernel, found: dict, args: tuple, kwargs: dict, params=()):
+    """The value of the kernel's answer ``found`` to a call with ``args``, ``kwargs``
+    (and, for a module, ``params``): what the learner's code raised is raised here;
+    tensors that carry a gradient are joined to the judge's graph, with the
+    arguments that require grad, then ``params`` that do, as their leaves."""
+    value, number = found["value"], found.get("call")
+    if isinstance(value, Raised):
+        raise rebuilt(value)
+    leaves = [t for t in tensors_in((args, kwargs)) if t.requires_grad]
+    leaves += [p for p in params if p.requires_grad]
+    outputs = [t for t in tensors_in(value) if t.requires_grad]
+    for t in outputs:
+        t.requires_grad_(False)
+    if not (outputs and leaves and number and torch.is_grad_enabled()):
+        return value
+    joined = _Bridge.apply(_Call(kernel, number, leaves), *outputs, *leaves)
+    swap = {id(old): new for old, new in zip(outputs, joined)}
+    return _replace(value, swap)
 
 
 def _replace(value, swap: dict):

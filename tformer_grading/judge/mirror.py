@@ -1,0 +1,261 @@
+"""The learner's modules as the judge sees them: mirrors whose forward runs in the
+kernel.
+
+Calling a learner's class (a :class:`RemoteClass`) builds the object in the kernel.
+When it is an ``nn.Module``, the kernel describes its tree (:mod:`.agent`) and the
+judge builds a mirror of it here: one :class:`RemoteModule` per learner module, with
+the same names, the same parameters and buffers (the judge's own tensors, with the
+kernel's first values) and the same train/eval flags. So the checks use it as they use
+the learner's module: ``named_parameters()``, ``.to(torch.float64)``, ``.eval()``,
+loading weights in place, autograd through it, ``copy.deepcopy``, forward hooks on
+the module they call (not on its submodules: those run inside the kernel's forward).
+
+A mirror's ``forward`` sends the call's arguments, every parameter and buffer of the
+tree as the judge holds them now, the train/eval flags and a seed, and runs the
+learner's module in the kernel on exactly those. Its outputs are joined to the judge's
+graph (:class:`.remote._Bridge`) with the call's inputs and the parameters as leaves,
+so a check's ``backward`` fills the mirror's ``.grad``. A parameter or buffer the
+forward changed (a running statistic) is sent back and written into the mirror. What
+the module keeps outside its parameters and buffers (a plain tensor attribute) stays
+the kernel's, as a forward hook registered in the kernel does.
+
+    >>> import torch
+    >>> from .remote import Kernel, LocalLink
+    >>> Lin = Kernel(LocalLink({"Lin": torch.nn.Linear})).lookup("Lin")
+    >>> layer = Lin(3, 2).double()
+    >>> [(name, p.dtype) for name, p in layer.named_parameters()]
+    [('weight', torch.float64), ('bias', torch.float64)]
+    >>> with torch.no_grad():
+    ...     _ = layer.weight.fill_(1.0), layer.bias.zero_()
+    >>> out = layer(torch.ones(1, 3, dtype=torch.float64))
+    >>> out.sum().backward()
+    >>> out.detach(), layer.bias.grad
+    (tensor([[3., 3.]], dtype=torch.float64), tensor([1., 1.], dtype=torch.float64))
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .wire import to_json
+
+#: The most modules one learner's tree may have (the own model has a few dozen).
+MAX_MODULES = 4_096
+
+
+class RemoteClass:
+    """A learner's class in the kernel. Calling it builds an object there: a module
+    comes back as its mirror (:class:`RemoteModule`), anything else as data or a
+    proxy (:mod:`.remote`)."""
+
+    _judge_kernel = None
+    _judge_ref = None
+
+    def __new__(cls, *args, **kwargs):
+        from .remote import JudgeError, RemoteObject, joined
+
+        kernel = cls._judge_kernel
+        found = kernel.call(cls._judge_ref, args, kwargs, op="build")
+        value = joined(kernel, found, args, kwargs)
+        if "tree" not in found:
+            return value
+        if not isinstance(value, RemoteObject):
+            raise JudgeError("the kernel's answer is not valid: a tree with no module")
+        return _mirror(Tree(kernel, value.ref.id, found["tree"]), found["tree"])
+
+
+def remote_class(kernel, ref) -> type:
+    """The judge's stand-in for the learner's class ``ref``: a class, so that the
+    checks can test it is one and read its ``__name__``."""
+    name = ref.type if ref.type.isidentifier() else "LearnerClass"
+    return type(
+        name,
+        (RemoteClass,),
+        {"_judge_kernel": kernel, "_judge_ref": ref, "__module__": "learner"},
+    )
+
+
+class RemoteModule(torch.nn.Module):
+    """One module of a learner's tree, mirrored: its forward runs in the kernel."""
+
+    def forward(self, *args, **kwargs):
+        return self._judge_tree.run(self, args, kwargs)
+
+
+class Tree:
+    """What the judge knows of one module tree built in the kernel: the kernel, the
+    tree's id there, and where each tensor slot is (node, "p" or "b", name). Shared by
+    a mirror and its deep copies: the kernel's module runs for whichever calls it,
+    on that one's tensors."""
+
+    def __init__(self, kernel, ref: int, described) -> None:
+        self.kernel, self.ref = kernel, ref
+        self.slots = _slots(described)
+
+    def __deepcopy__(self, memo):
+        return self
+
+    def run(self, module: RemoteModule, args: tuple, kwargs: dict):
+        from .remote import JudgeError, joined
+
+        nodes = module._judge_nodes
+        state = [_slot(nodes, s) for s in self.slots]
+        found = self.kernel.call(
+            self.ref,
+            args,
+            kwargs,
+            op="forward",
+            node=module._judge_index,
+            state=to_json(state),
+            training=[n.training for n in nodes],
+            grad=torch.is_grad_enabled(),
+        )
+        params = [t for s, t in zip(self.slots, state) if s[1] == "p"]
+        moved = found.get("moved", [])
+        if type(moved) is not list:
+            raise JudgeError("the kernel's answer is not valid: its moved tensors")
+        for item in moved:
+            if not (
+                type(item) is list
+                and len(item) == 2
+                and type(item[0]) is int
+                and 0 <= item[0] < len(state)
+                and isinstance(item[1], torch.Tensor)
+            ):
+                raise JudgeError("the kernel's answer is not valid: a moved tensor")
+            with torch.no_grad():
+                state[item[0]].data = item[1].to(state[item[0]].device)
+        return joined(self.kernel, found, args, kwargs, params)
+
+
+def _slot(nodes: list, slot: tuple) -> torch.Tensor:
+    index, kind, name = slot
+    node = nodes[index]
+    return (node._parameters if kind == "p" else node._buffers)[name]
+
+
+class _Malformed(Exception):
+    pass
+
+
+def _need(ok: bool, what: str) -> None:
+    if not ok:
+        raise _Malformed(what)
+
+
+def _name(name) -> str:
+    _need(
+        type(name) is str
+        and 0 < len(name) <= 200
+        and (name.isidentifier() or name.isdigit()),
+        f"a module or tensor name {name!r:.40}",
+    )
+    return name
+
+
+def _nodes(described) -> list:
+    _need(type(described) is dict, "the tree is not an object")
+    nodes, state = described.get("nodes"), described.get("state")
+    _need(type(nodes) is list and 0 < len(nodes) <= MAX_MODULES, "its modules")
+    _need(type(state) is list, "its tensors")
+    for node in nodes:
+        _need(type(node) is dict, "a module is not an object")
+        _need(type(node.get("type")) is str, "a module's type")
+        _need(type(node.get("training")) is bool, "a module's training flag")
+        for key in ("children", "params", "buffers"):
+            _need(type(node.get(key)) is list, f"a module's {key}")
+    return nodes
+
+
+def _slots(described) -> list:
+    """Each tensor of the tree's state: (node, kind, name) where it first appears."""
+    try:
+        nodes, state = _nodes(described), described["state"]
+        slots: dict[int, tuple] = {}
+        for i, node in enumerate(nodes):
+            for kind, key in (("p", "params"), ("b", "buffers")):
+                for item in node[key]:
+                    _need(type(item) is list and len(item) == 3, "a tensor entry")
+                    name, at, flag = item
+                    _need(type(at) is int and 0 <= at < len(state), "a tensor index")
+                    _need(type(flag) is bool, "a tensor flag")
+                    _need(isinstance(state[at], torch.Tensor), "a tensor's value")
+                    slot = slots.setdefault(at, (i, kind, _name(name)))
+                    _need(slot[1] == kind, "a tensor both parameter and buffer")
+        _need(len(slots) == len(state), "a tensor no module holds")
+    except _Malformed as exc:
+        from .remote import JudgeError
+
+        raise JudgeError(f"the kernel's answer is not valid: {exc}") from None
+    return [slots[at] for at in range(len(state))]
+
+
+def _mirror(tree: Tree, described) -> RemoteModule:
+    """The root of a mirror of ``described`` (checked by :func:`_slots`)."""
+    from .remote import JudgeError
+
+    nodes_in, state = described["nodes"], described["state"]
+    classes: dict[str, type] = {}
+    nodes, made = [], {}
+    for node in nodes_in:
+        kind = node["type"] if node["type"].isidentifier() else "LearnerModule"
+        cls = classes.setdefault(
+            kind, type(kind, (RemoteModule,), {"__module__": "learner"})
+        )
+        module = cls()
+        module.training = node["training"]
+        nodes.append(module)
+    try:
+        for module, node in zip(nodes, nodes_in):
+            _fill(module, node, nodes, state, made)
+        _acyclic(nodes_in)
+    except (_Malformed, RuntimeError, TypeError) as exc:
+        raise JudgeError(f"the kernel's answer is not valid: {exc}") from None
+    for i, module in enumerate(nodes):
+        module._judge_tree, module._judge_nodes, module._judge_index = tree, nodes, i
+    return nodes[0]
+
+
+def _fill(module, node: dict, nodes: list, state: list, made: dict) -> None:
+    names: set[str] = set()
+
+    def fresh(name) -> str:
+        _need(_name(name) not in names, f"the name {name!r:.40} twice in a module")
+        names.add(name)
+        return name
+
+    for name, at, requires_grad in node["params"]:
+        if at not in made:
+            made[at] = torch.nn.Parameter(state[at].detach(), requires_grad)
+        module._parameters[fresh(name)] = made[at]
+    for name, at, persistent in node["buffers"]:
+        made.setdefault(at, state[at].detach())
+        module._buffers[fresh(name)] = made[at]
+        if not persistent:
+            module._non_persistent_buffers_set.add(name)
+    for item in node["children"]:
+        _need(type(item) is list and len(item) == 2, "a child entry")
+        name, at = item
+        _need(at is None or (type(at) is int and 0 < at < len(nodes)), "a child")
+        module._modules[fresh(name)] = None if at is None else nodes[at]
+
+
+def _acyclic(nodes_in: list) -> None:
+    """Every module reachable from the root, and none its own descendant (PyTorch's
+    ``.to()`` would recurse forever)."""
+    children = [[c for _, c in n["children"] if c is not None] for n in nodes_in]
+    state = [0] * len(nodes_in)  # 0 unseen, 1 on the path, 2 done
+    stack = [(0, iter(children[0]))]
+    state[0] = 1
+    while stack:
+        at, rest = stack[-1]
+        child = next(rest, None)
+        if child is None:
+            state[at] = 2
+            stack.pop()
+            continue
+        _need(state[child] != 1, "a module that contains itself")
+        if state[child] == 0:
+            state[child] = 1
+            stack.append((child, iter(children[child])))
+    _need(all(state), "a module the root does not hold")
