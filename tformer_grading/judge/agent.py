@@ -1,8 +1,8 @@
 """The kernel's side of the judge's handle: it runs the learner's code when asked.
 
-The judge (:mod:`.link`) sends a request as the argument of one silent-history
-execution, ``serve('<request>')``; the answer goes back as one display output of
-type :data:`MIME`. Nothing here is trusted by the judge: a notebook may replace this
+The judge (:mod:`.link`) sends a request as one message on a comm of target
+:data:`TARGET` (registered by :func:`listen`), handled by :func:`serve`; the answer
+goes back as one display output of type :data:`MIME`. Nothing here is trusted by the judge: a notebook may replace this
 module, and whatever it then answers is read as data, within bounds, and is only ever
 the learner's own result (:mod:`.wire`). Requests, each a JSON object with ``op``:
 
@@ -22,9 +22,10 @@ the learner's own result (:mod:`.wire`). Requests, each a JSON object with ``op`
   inputs for ``vjp`` too, and a tensor of ``state`` the forward changed is sent back;
 - ``forget``: drop every object and call kept for the judge (after each cell).
 
-``call``, ``build`` and ``forward`` may carry ``seed``, drawn from the judge's random
-state: the learner's code draws its random numbers (a dropout, a module's first
-weights) from it, and the kernel's own random state is left as it was.
+``call`` and ``forward`` may carry ``seed``, drawn from the judge's random state, and
+``build`` carries ``rng``, that state itself: the learner's code draws its random
+numbers (a dropout, a module's first weights: the same as in the judge's process) from
+them, and the kernel's own random state is left as it was.
 
 Example, without a kernel (``answer`` is what the display output would carry)::
 
@@ -43,17 +44,36 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import sys
 
 import torch
 
 from .wire import Raised, Ref, WireError, from_json, tensors_in, to_json
 
 MIME = "application/vnd.tformer.judge+json"
+TARGET = "tformer.judge"
 
 _KEPT: dict[int, object] = {}
 _CALLS: dict[int, tuple[list, list]] = {}
 _TREES: dict[int, tuple[list, list]] = {}  # a built module's id: (modules, slots)
 _NUMBERS = itertools.count(1)
+
+
+def listen() -> None:
+    """Let the judge open its comm to this kernel (run once, by the judge)."""
+    from IPython import get_ipython
+
+    get_ipython().kernel.comm_manager.register_target(TARGET, _opened)
+
+
+def _opened(comm, message) -> None:
+    comm.on_msg(_received)
+
+
+def _received(message) -> None:
+    request = message.get("content", {}).get("data", {}).get("request")
+    # serve looked up at each request: whatever this module's serve is then answers.
+    sys.modules[__name__].serve(request if isinstance(request, str) else "")
 
 
 def serve(request: str) -> None:
@@ -111,15 +131,19 @@ def _reply(value, **extra) -> str:
 
 @contextlib.contextmanager
 def _randomness(request: dict):
-    """The judge's seed, when it sent one, for the learner's code only."""
-    seed = request.get("seed")
-    if seed is None:
+    """The judge's seed or random state, when it sent one, for the learner's code
+    only."""
+    seed, state = request.get("seed"), request.get("rng")
+    if seed is None and state is None:
         yield
         return
-    if type(seed) is not int:
+    if seed is not None and type(seed) is not int:
         raise WireError(f"a seed must be an int, got {type(seed).__name__}")
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+        if state is not None:
+            torch.set_rng_state(from_json(state))
+        else:
+            torch.manual_seed(seed)
         yield
 
 
@@ -211,18 +235,18 @@ def _forward(request: dict) -> str:
     flags = request["training"]
     if len(state) != len(slots) or len(flags) != len(modules):
         raise WireError("the judge's state does not fit the module's tree")
+    # None: the module holds that tensor already (what was sent last, or moved).
     for slot, value in zip(slots, state):
         t = _slot(slot)
-        if t is None:
+        if t is None or value is None:
             continue
-        # A copy: what was sent stays to compare with after the forward.
-        t.data = value.detach().clone()
+        t.data = value.detach()
         if slot[1] == "p":
             t.requires_grad_(value.requires_grad)
     for m, flag in zip(modules, flags):
         m.training = bool(flag)
     params = [t for s in slots if s[1] == "p" and (t := _slot(s)) is not None]
-    sent = state
+    before = [None if (t := _slot(s)) is None else t.detach().clone() for s in slots]
     result, extra = _run(
         request, modules[request["node"]], grad=bool(request["grad"]), params=params
     )
@@ -230,8 +254,8 @@ def _forward(request: dict) -> str:
     # update) is sent back, as a changed argument is.
     moved = [
         [i, t]
-        for i, (s, v) in enumerate(zip(slots, sent))
-        if (t := _slot(s)) is not None and not _same(t, v)
+        for i, (s, b) in enumerate(zip(slots, before))
+        if (t := _slot(s)) is not None and b is not None and not _same(t, b)
     ]
     if moved:
         extra["moved"] = to_json(moved)

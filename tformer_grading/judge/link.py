@@ -2,11 +2,14 @@
 
 :class:`~tformer_grading.guard.execute.GuardedExecute` runs the judge in a worker
 thread while its event loop keeps the kernel's channels. Each request of the judge
-(:class:`KernelLink.ask`, from that thread) becomes one execution in the kernel, out
-of its history, of ``serve('<request>')`` (:mod:`.agent`); its answer is the one
-display output of type :data:`~.agent.MIME` that execution sends. Everything else
-the execution sends (the learner's prints included) is read, counted by the kernel
-client's bounds, and dropped.
+(:class:`KernelLink.ask`, from that thread) is one comm message to the kernel, on a
+comm the judge opens once per kernel (after one execution, out of the kernel's
+history, that registers :func:`.agent.listen`'s target). A comm message, unlike an
+execution, does not go through IPython's cell machinery, so a request costs about a
+millisecond whatever its size. Its answer is the one display output of type
+:data:`~.agent.MIME` the kernel sends while handling it (:func:`.agent.serve`).
+Everything else it sends (the learner's prints included) is read, counted by the
+kernel client's bounds, and dropped.
 
 The judge gives up, and the cell scores 0, when the kernel answers not once but
 never or twice, answers with anything but text, or is late: past the cell's time the
@@ -22,12 +25,13 @@ import importlib
 import queue
 import threading
 import time
+import uuid
 
-from .agent import MIME
+from .agent import MIME, TARGET
 from .remote import JudgeError, KernelGone
 
 _GRACE = 60.0  # seconds the judge's checks may run past the cell's time limit
-_SERVE = "__import__('tformer_grading.judge.agent', fromlist=['serve']).serve({!r})"
+_LISTEN = "__import__('tformer_grading.judge.agent', fromlist=['listen']).listen()"
 
 
 def preload(sources) -> None:
@@ -98,13 +102,48 @@ async def ask_kernel(executor, request: str, deadline: float) -> str:
         raise JudgeError(
             "your code did not answer the grader in time (the cell's time limit)"
         )
+    comm = await _comm(executor, deadline)
+    message = kc.session.msg(
+        "comm_msg", {"comm_id": comm, "data": {"request": request}}
+    )
+    kc.shell_channel.send(message)
+    answers = await _outputs(executor, message["header"]["msg_id"], deadline)
+    if len(answers) != 1 or not isinstance(answers[0], str):
+        raise JudgeError(
+            f"the kernel answered the grader {len(answers)} times where it must "
+            "answer once (has the notebook replaced or silenced the grader's code?)"
+        )
+    return answers[0]
+
+
+async def _comm(executor, deadline: float) -> str:
+    """The id of the judge's comm to this kernel, opened on first use."""
+    kc = executor.kc
+    opened = getattr(kc, "_tformer_judge_comm", None)
+    if opened is not None:
+        return opened
     msg_id = kc.execute(
-        _SERVE.format(request),
+        _LISTEN,
         silent=False,
         store_history=False,
         allow_stdin=False,
         stop_on_error=False,
     )
+    await _outputs(executor, msg_id, deadline)
+    await _drain_shell(kc, msg_id)
+    comm = uuid.uuid4().hex
+    message = kc.session.msg("comm_open", {"comm_id": comm, "target_name": TARGET})
+    message["content"]["data"] = {}
+    kc.shell_channel.send(message)
+    await _outputs(executor, message["header"]["msg_id"], deadline)
+    kc._tformer_judge_comm = comm
+    return comm
+
+
+async def _outputs(executor, msg_id: str, deadline: float) -> list:
+    """The judge's answers among what the kernel sends for message ``msg_id``, read
+    until the kernel is idle again."""
+    kc = executor.kc
     answers = []
     while True:
         left = deadline - time.monotonic()
@@ -121,14 +160,7 @@ async def ask_kernel(executor, request: str, deadline: float) -> str:
         if msg["msg_type"] == "display_data" and MIME in content.get("data", {}):
             answers.append(content["data"][MIME])
         elif msg["msg_type"] == "status" and content.get("execution_state") == "idle":
-            break
-    await _drain_shell(kc, msg_id)
-    if len(answers) != 1 or not isinstance(answers[0], str):
-        raise JudgeError(
-            f"the kernel answered the grader {len(answers)} times where it must "
-            "answer once (has the notebook replaced or silenced the grader's code?)"
-        )
-    return answers[0]
+            return answers
 
 
 async def _still_there(executor) -> None:
@@ -162,7 +194,7 @@ async def _stop_late(executor, msg_id: str) -> None:
                 and msg["msg_type"] == "status"
                 and msg["content"].get("execution_state") == "idle"
             ):
-                await _drain_shell(executor.kc, msg_id)
+                await _drain_shell(executor.kc, msg_id)  # an execution's reply
                 raise JudgeError(why)
     executor._stopped = (
         "an earlier cell ran past the time limit and ignored the interrupt"

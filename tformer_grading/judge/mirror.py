@@ -91,9 +91,22 @@ class Tree:
     def __init__(self, kernel, ref: int, described) -> None:
         self.kernel, self.ref = kernel, ref
         self.slots = _slots(described)
+        # What the kernel's module holds now, slot by slot: only what differs is sent.
+        self.held = [_copy(t) for t in described["state"]]
 
     def __deepcopy__(self, memo):
         return self
+
+    def _changed(self, state: list) -> list:
+        """``state`` with None for each tensor the kernel already holds."""
+        sent = []
+        for i, t in enumerate(state):
+            if _held(t, self.held[i]):
+                sent.append(None)
+            else:
+                sent.append(t)
+                self.held[i] = _copy(t)
+        return sent
 
     def run(self, module: RemoteModule, args: tuple, kwargs: dict):
         from .remote import JudgeError, joined
@@ -106,7 +119,7 @@ class Tree:
             kwargs,
             op="forward",
             node=module._judge_index,
-            state=to_json(state),
+            state=to_json(self._changed(state)),
             training=[n.training for n in nodes],
             grad=torch.is_grad_enabled(),
         )
@@ -125,6 +138,7 @@ class Tree:
                 raise JudgeError("the kernel's answer is not valid: a moved tensor")
             with torch.no_grad():
                 state[item[0]].data = item[1].to(state[item[0]].device)
+            self.held[item[0]] = _copy(state[item[0]])
         return joined(self.kernel, found, args, kwargs, params)
 
 
@@ -132,6 +146,23 @@ def _slot(nodes: list, slot: tuple) -> torch.Tensor:
     index, kind, name = slot
     node = nodes[index]
     return (node._parameters if kind == "p" else node._buffers)[name]
+
+
+def _copy(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().clone().requires_grad_(t.requires_grad)
+
+
+def _held(t: torch.Tensor, held: torch.Tensor) -> bool:
+    """Whether the kernel holds ``t`` already: the same bits, dtype, shape, device and
+    requires_grad (compared by value: a check may write through ``.data``, which no
+    version counter sees)."""
+    from .agent import _same
+
+    return (
+        t.device == held.device
+        and t.requires_grad == held.requires_grad
+        and _same(t, held)
+    )
 
 
 class _Malformed(Exception):

@@ -19,6 +19,10 @@ Each name is ``<checks module>.<check>``, as a test cell writes it.
 
 BEHAVIOUR = frozenset(
     {
+        "bughunt_attention.check_bug_einsum",
+        "bughunt_attention.check_bug_fill_value",
+        "bughunt_attention.check_bug_scale",
+        "bughunt_attention.check_bug_shared_linear",
         "ch01.check_split_heads",
         "ch01.check_merge_heads",
         "ch01.check_multi_head_attention",

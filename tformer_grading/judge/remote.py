@@ -83,19 +83,25 @@ class Kernel:
     def call(self, ref: Ref, args: tuple, kwargs: dict, op="call", **fields) -> dict:
         """The kernel's answer to calling kept object ``ref`` (``op`` "call"), building
         with class ``ref`` ("build") or running a module of tree ``ref`` ("forward",
-        ``fields`` saying what with). A seed from the judge's random state goes with
-        it; the arguments the learner's code changed in place are changed here too."""
+        ``fields`` saying what with), with the judge's randomness. The arguments
+        the learner's code changed in place are changed here too."""
         request = {
             "op": op,
             "ref": ref if type(ref) is int else ref.id,
             "args": _sendable(list(args)),
             "kwargs": _sendable(kwargs),
+            **fields,
+        }
+        if op == "build":
+            # A module's first weights, as the same class built here would draw them;
+            # the judge's state then moves on, so that a second build draws others.
+            request["rng"] = to_json(torch.get_rng_state())
+            torch.rand(1)
+        else:
             # Drawn from the judge's random state, which so moves on as it would were
             # the learner's code drawing here: two calls of a dropout differ, and a
             # second grading draws the same numbers.
-            "seed": int(torch.randint(0, 2**62, (1,))),
-            **fields,
-        }
+            request["seed"] = int(torch.randint(0, 2**62, (1,)))
         found = self._ask(request)
         number = found.get("call")
         if number is not None and type(number) is not int:
