@@ -2,9 +2,10 @@
 
 The judge (:mod:`.link`) sends a request as one message on a comm of target
 :data:`TARGET` (registered by :func:`listen`), handled by :func:`serve`; the answer
-goes back as one display output of type :data:`MIME`. Nothing here is trusted by the judge: a notebook may replace this
-module, and whatever it then answers is read as data, within bounds, and is only ever
-the learner's own result (:mod:`.wire`). Requests, each a JSON object with ``op``:
+goes back as one display output of type :data:`MIME`. Nothing here is trusted by
+the judge: a notebook may replace this module, and whatever it then answers is read
+as data, within bounds, and is only ever the learner's own result (:mod:`.wire`).
+Requests, each a JSON object with ``op``:
 
 - ``lookup`` ``name``: the value of a name in the notebook's namespace;
 - ``call`` ``ref``, ``args``, ``kwargs``: call an object the kernel keeps; the tensors
