@@ -24,7 +24,13 @@ from pathlib import Path
 
 from . import ROOT, timed_module
 
-CHAPTERS = ("ch01_shapes", "ch02_attention", "ch03_masks")
+CHAPTERS = (
+    "ch01_shapes",
+    "ch02_attention",
+    "ch03_masks",
+    "ch03_bughunt",
+    "ch05_model",
+)
 CLASS_CHAPTERS = ("ch01_shapes", "ch03_masks")
 CLASS_SUBMISSIONS = 3
 OFF = {"TFORMER_JUDGE": "off"}

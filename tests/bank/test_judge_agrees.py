@@ -1,10 +1,10 @@
 """The judge agrees with the checks run beside the learner's code, on the whole bank.
 
 For every test cell the judge judges (tformer_grading/judge/registry.py), the checks
-the judge makes for it are run on every bank answer twice: on the answer itself, as
-the kernel runs them, and on the answer behind the wire, as the judge runs them
-(through the kernel's agent, here in this process: the same requests and answers as
-a kernel's). A right answer must pass the judge (an honest learner never loses points
+the judge makes for it are run on every bank answer behind the wire, as the judge runs
+them (through the kernel's agent, here in this process: the same requests and answers
+as a kernel's), and on every wrong answer itself too, as the kernel runs them (a right
+one passes there: tests/bank/test_bank.py asserts it). A right answer must pass the judge (an honest learner never loses points
 to it), and a wrong answer the checks reject must be rejected by the judge too (the
 judge alone grants points). The messages must be the same, word for word, for at
 least 95 % of them: the same checks, on the same inputs.
@@ -65,9 +65,13 @@ def test_the_judge_agrees_with_the_cells(chapter, exercise):
                 **grader.bound(entry.answer),
             }
             pieces.forget()
-            here = judge(calls, Direct(namespace)).failure
-            pieces.forget()
             judged = judge(calls, Kernel(LocalLink(namespace))).failure
+            # A right answer passes the checks run beside it (tests/bank/test_bank.py
+            # asserts it): only a wrong one needs that run, for its message.
+            here = None
+            if entry.expect is not None:
+                pieces.forget()
+                here = judge(calls, Direct(namespace)).failure
             if entry.expect is None and judged is not None:
                 disagree.append(f"{entry.name} (right) in {cell.name}: {judged}")
             if here is not None and judged is None:

@@ -248,7 +248,8 @@ STANDALONE = {
 
 _JUDGED_BY = "the grader ran this cell's checks again, outside your notebook's kernel"
 # name, split_heads cell, merge_heads cell, the other cells it loses, what its
-# feedback says (_JUDGED_BY where the kernel's run passed and the judge's did not).
+# feedback says (_JUDGED_BY where the kernel's run passed and the judge's did not);
+# the MultiHeadAttention cell is MHA_STANDALONE unless JUDGE_MHA says otherwise.
 # The attacks on the checks lose other cells where they break them (the mode makes
 # the behaviour probe's "changed" read "equal"; a patched torch breaks the kernel's
 # integrity); those on the handle lose the rest of the notebook where the kernel is
@@ -261,7 +262,7 @@ JUDGE_ATTACKS = (
     ("patched", judged.PATCHED, judged.WRONG_MERGE, MHA, "grading integrity"),
     ("lying", judged.LYING_SUBCLASS, judged.NAN, (),
      "got the tensor subclass Agreeable"),
-    ("sniffs", judged.SNIFFS_THE_CHECKS, judged.WRONG_MERGE, (), _JUDGED_BY),
+    ("sniffs", judged.SNIFFS_THE_CHECKS, judged.WRONG_MERGE, MHA, _JUDGED_BY),
     ("forged", judged.FORGED_IN_FUNCTION, judged.AGENT_MALFORMED, MHA,
      "tensors of more than 16,777,216 elements"),
     ("twice_oversized", judged.AGENT_TWICE, judged.AGENT_OVERSIZED, MHA,
@@ -269,6 +270,8 @@ JUDGE_ATTACKS = (
     ("slow_dies", judged.AGENT_SLOW, judged.AGENT_DIES, MHA,
      "did not answer the grader in time"),
 )  # fmt: skip
+
+JUDGE_MHA = {"sniffs": judged.SNIFFING_MHA}
 
 # A patch in an answer cell zeroes the test cells after it; earlier cells keep their
 # points.
@@ -430,7 +433,11 @@ LEARNERS = {
     # are wrong answers, or right answers whose kernel answers the judge badly; 0 each.
     **{
         f"judge_{name}": Learner(
-            answers={"split_heads": split, "merge_heads": merge, **STANDALONE},
+            answers={
+                "split_heads": split,
+                "merge_heads": merge,
+                "multi_head_attention": JUDGE_MHA.get(name, MHA_STANDALONE),
+            },
             scores=_scores("test_split_heads", "test_merge_heads", *lost),
             feedback=feedback,
         )

@@ -10,7 +10,7 @@ sandbox, with honest learners after them, and graded again in
 tests/grading/test_judge_attacks.py.
 """
 
-from learners import MERGE_NO_TRANSPOSE, SPLIT_NO_TRANSPOSE
+from learners import MERGE_NO_TRANSPOSE, SPLIT_NO_TRANSPOSE, mha
 
 # The wrong answers under the attacks on the checks (no transpose: a view with the
 # heads third), and the right ones under the attacks on the judge's handle: the
@@ -44,6 +44,24 @@ def split_heads(x, n_heads):
     b, s, d = x.shape
     return x.view(b, s, n_heads, d // n_heads)
 """
+
+# The same trick on a module: a MultiHeadAttention that attends only while the
+# kernel's checks run it, and otherwise returns its query (no attention at all).
+SNIFFING_MHA = "import sys\n" + mha("""
+    def forward(self, query, key, value, mask=None):
+        frame, checked = sys._getframe(1), False
+        while frame is not None:
+            checked = checked or "tformer_grading/checks" in frame.f_code.co_filename
+            frame = frame.f_back
+        if not checked:
+            return query
+        b, sq, d = query.shape
+        q = self.q(query).view(b, sq, self.h, -1).transpose(1, 2)
+        k = self.k(key).view(b, key.size(1), self.h, -1).transpose(1, 2)
+        v = self.v(value).view(b, value.size(1), self.h, -1).transpose(1, 2)
+        w = (q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))).softmax(-1)
+        return self.o((w @ v).transpose(1, 2).reshape(b, sq, d))
+""")
 
 # A TorchFunctionMode left on for the rest of the notebook: every comparison the
 # checks make says "equal".

@@ -49,7 +49,17 @@ import sys
 
 import torch
 
-from .wire import Raised, Ref, WireError, from_json, tensors_in, to_json
+from .wire import (
+    Lent,
+    Raised,
+    Ref,
+    WireError,
+    from_json,
+    lent_tensors,
+    same_bits,
+    tensors_in,
+    to_json,
+)
 
 MIME = "application/vnd.tformer.judge+json"
 TARGET = "tformer.judge"
@@ -150,13 +160,17 @@ def _randomness(request: dict):
 
 def _run(request: dict, target, *, grad=True, params=()):
     """``target(*args, **kwargs)`` of ``request``: (result, reply extras). The
-    arguments that require grad, then ``params`` that do, are the call's inputs."""
-    args = from_json(request["args"], resolve=_kept)
-    kwargs = from_json(request["kwargs"], resolve=_kept)
+    arguments that require grad, then ``params`` that do, then the parameters of the
+    modules lent to the call that do, are the call's inputs."""
+    lent: list = []
+    args = from_json(request["args"], resolve=lambda x: _resolve(x, lent))
+    kwargs = from_json(request["kwargs"], resolve=lambda x: _resolve(x, lent))
     given = tensors_in((args, kwargs))
     before = [t.detach().clone() for t in given]
     inputs = [t for t in given if t.requires_grad]
     inputs += [p for p in params if p.requires_grad]
+    inputs += [p for m in lent for p in m._parameters.values() if p.requires_grad]
+    held = [t.detach().clone() for t in lent_tensors(lent)]
     try:
         with _randomness(request), torch.set_grad_enabled(grad):
             result = target(*args, **kwargs)
@@ -164,8 +178,14 @@ def _run(request: dict, target, *, grad=True, params=()):
         result = _raised(exc, target, args if not kwargs else None)
     # An argument the learner's code changed in place is sent back: the judge's
     # checks look for that mistake on their own tensors.
-    changed = [[i, t] for i, (t, b) in enumerate(zip(given, before)) if not _same(t, b)]
+    changed = [
+        [i, t] for i, (t, b) in enumerate(zip(given, before)) if not same_bits(t, b)
+    ]
     extra = {"changed": to_json(changed)} if changed else {}
+    now = lent_tensors(lent)
+    moved = [[i, t] for i, (t, b) in enumerate(zip(now, held)) if not same_bits(t, b)]
+    if moved:  # a lent module's weights the learner's code changed in place
+        extra["lent"] = to_json(moved)
     outputs = [t for t in tensors_in(result) if t.requires_grad]
     if outputs:
         extra["call"] = number = next(_NUMBERS)
@@ -256,23 +276,33 @@ def _forward(request: dict) -> str:
     moved = [
         [i, t]
         for i, (s, b) in enumerate(zip(slots, before))
-        if (t := _slot(s)) is not None and b is not None and not _same(t, b)
+        if (t := _slot(s)) is not None and b is not None and not same_bits(t, b)
     ]
     if moved:
         extra["moved"] = to_json(moved)
     return _reply(result, **extra)
 
 
-def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Bit for bit (a NaN that stayed a NaN is the same)."""
-    if a.shape != b.shape or a.dtype != b.dtype:
-        return False
-    a, b = a.detach().contiguous().reshape(-1), b.contiguous().reshape(-1)
-    return torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+def _resolve(found, lent: list):
+    """A reference's kept object, or a module like the one the judge lends."""
+    if isinstance(found, Ref):
+        return _KEPT[found.id]
+    lent.append(module := _lend(found))
+    return module
 
 
-def _kept(ref: Ref):
-    return _KEPT[ref.id]
+def _lend(spec: Lent) -> torch.nn.Module:
+    cls = getattr(torch.nn, spec.type)
+    module = cls.__new__(cls)
+    torch.nn.Module.__init__(module)
+    for name, value in spec.attrs.items():
+        object.__setattr__(module, name, value)
+    module.training = spec.training
+    for name, t in spec.params:
+        module._parameters[name] = torch.nn.Parameter(t.detach(), t.requires_grad)
+    for name, t in spec.buffers:
+        module._buffers[name] = t
+    return module
 
 
 def _raised(exc: BaseException, target=None, args=None) -> Raised:

@@ -5,11 +5,11 @@ thread while its event loop keeps the kernel's channels. Each request of the jud
 (:class:`KernelLink.ask`, from that thread) is one comm message to the kernel, on a
 comm the judge opens once per kernel (after one execution, out of the kernel's
 history, that registers :func:`.agent.listen`'s target). A comm message, unlike an
-execution, does not go through IPython's cell machinery, so a request costs about a
-millisecond whatever its size. Its answer is the one display output of type
-:data:`~.agent.MIME` the kernel sends while handling it (:func:`.agent.serve`).
-Everything else it sends (the learner's prints included) is read, counted by the
-kernel client's bounds, and dropped.
+execution, does not go through IPython's cell machinery: a request costs one to two
+milliseconds whatever its size (an execution, 4 ms and 0.2 ms more a kilobyte). Its
+answer is the one display output of type :data:`~.agent.MIME` the kernel sends while
+handling it (:func:`.agent.serve`). Everything else it sends (the learner's prints
+included) is read, counted by the kernel client's bounds, and dropped.
 
 The judge gives up, and the cell scores 0, when the kernel answers not once but
 never or twice, answers with anything but text, or is late: past the cell's time the

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import torch
 
-from .wire import to_json
+from .wire import same_bits, to_json
 
 #: The most modules one learner's tree may have (the own model has a few dozen).
 MAX_MODULES = 4_096
@@ -156,12 +156,10 @@ def _held(t: torch.Tensor, held: torch.Tensor) -> bool:
     """Whether the kernel holds ``t`` already: the same bits, dtype, shape, device and
     requires_grad (compared by value: a check may write through ``.data``, which no
     version counter sees)."""
-    from .agent import _same
-
     return (
         t.device == held.device
         and t.requires_grad == held.requires_grad
-        and _same(t, held)
+        and same_bits(t, held)
     )
 
 

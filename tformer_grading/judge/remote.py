@@ -31,7 +31,17 @@ import json
 import torch
 from torch.autograd.function import once_differentiable
 
-from .wire import Raised, Ref, WireError, decode, tensors_in, to_json
+from .wire import (
+    Lent,
+    Raised,
+    Ref,
+    WireError,
+    decode,
+    lent,
+    lent_tensors,
+    tensors_in,
+    to_json,
+)
 
 
 class JudgeError(BaseException):
@@ -65,6 +75,8 @@ class Kernel:
         return found
 
     def _proxy(self, ref: Ref):
+        if isinstance(ref, Lent):
+            raise WireError("a lent module, which only the judge sends")
         if ref.kind == "class":
             from .mirror import remote_class
 
@@ -85,11 +97,12 @@ class Kernel:
         with class ``ref`` ("build") or running a module of tree ``ref`` ("forward",
         ``fields`` saying what with), with the judge's randomness. The arguments
         the learner's code changed in place are changed here too."""
+        lent_out: list = []  # the modules of PyTorch's lent to the learner's code
         request = {
             "op": op,
             "ref": ref if type(ref) is int else ref.id,
-            "args": _sendable(list(args)),
-            "kwargs": _sendable(kwargs),
+            "args": _sendable(list(args), lent_out),
+            "kwargs": _sendable(kwargs, lent_out),
             **fields,
         }
         if op == "build":
@@ -107,6 +120,10 @@ class Kernel:
         if number is not None and type(number) is not int:
             raise JudgeError("the kernel's answer is not valid: a call number")
         _write_back(tensors_in((args, kwargs)), found.get("changed", []))
+        _write_back(lent_tensors(lent_out), found.get("lent", []))
+        found["lent_params"] = [
+            t for m in lent_out for t in m._parameters.values() if t is not None
+        ]
         return found
 
     def vjp(self, number: int, grads) -> list:
@@ -139,10 +156,17 @@ def _write_back(given: list, changed) -> None:
             target.copy_(new.to(target.dtype))
 
 
-def _sendable(value):
+def _sendable(value, lent_out: list | None = None):
+    """``value`` as a request's JSON: the learner's objects as references, and (into
+    a call's arguments, collected in ``lent_out``) PyTorch's modules as lent ones."""
+
     def refer(obj):
         if isinstance(obj, (RemoteCallable, RemoteObject)):
             return obj.ref
+        lendable = lent_out is not None and isinstance(obj, torch.nn.Module)
+        if lendable and (made := lent(obj)) is not None:
+            lent_out.append(obj)
+            return made
         raise WireError(f"the judge cannot send a {type(obj).__name__} to the kernel")
 
     return to_json(value, refer=refer)
@@ -176,12 +200,13 @@ def joined(kernel: Kernel, found: dict, args: tuple, kwargs: dict, params=()):
     """The value of the kernel's answer ``found`` to a call with ``args``, ``kwargs``
     (and, for a module, ``params``): what the learner's code raised is raised here;
     tensors that carry a gradient are joined to the judge's graph, with the
-    arguments that require grad, then ``params`` that do, as their leaves."""
+    arguments that require grad, then ``params`` that do, then the parameters of
+    the modules lent to the call that do, as their leaves."""
     value, number = found["value"], found.get("call")
     if isinstance(value, Raised):
         raise rebuilt(value)
     leaves = [t for t in tensors_in((args, kwargs)) if t.requires_grad]
-    leaves += [p for p in params if p.requires_grad]
+    leaves += [p for p in [*params, *found["lent_params"]] if p.requires_grad]
     outputs = [t for t in tensors_in(value) if t.requires_grad]
     for t in outputs:
         t.requires_grad_(False)

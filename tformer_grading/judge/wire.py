@@ -15,6 +15,9 @@ one ``"$"`` key naming its kind:
                           an object that stays in the kernel (:mod:`.remote`)
 ``{"$": "raised"}``       ``type``, ``message``, ``where``, ``call``: an exception
                           the learner's code raised
+``{"$": "lent"}``         ``type``, ``attrs``, ``training``, ``params``,
+                          ``buffers``: a module of PyTorch's the judge lends the
+                          learner's code (:class:`Lent`)
 ========================  ==========================================================
 
 Nothing is unpickled, and :func:`decode` checks every bound before it builds
@@ -107,6 +110,75 @@ class Raised:
     call: str = ""
 
 
+@dataclass(frozen=True)
+class Lent:
+    """A module of PyTorch's (one of :data:`LENDABLE`, with no submodules) that the
+    judge passes to the learner's code, as data: its class's name, its plain
+    attributes, its train/eval flag, and its parameters and buffers as
+    ``((name, tensor), ...)``. The kernel builds one like it for the call."""
+
+    type: str
+    attrs: dict
+    training: bool
+    params: tuple
+    buffers: tuple
+
+
+#: The modules the judge lends: PyTorch's own, whose forward reads only their
+#: parameters, buffers and plain attributes.
+LENDABLE = ("Embedding", "Linear", "LayerNorm", "Dropout", "ReLU", "GELU", "Identity")
+
+
+def lent(module: torch.nn.Module) -> Lent | None:
+    """``module`` as a :class:`Lent`, or None when it is not one the judge lends."""
+    cls = type(module)
+    if (
+        cls.__name__ not in LENDABLE
+        or getattr(torch.nn, cls.__name__) is not cls
+        or module._modules
+    ):
+        return None
+    attrs = {
+        k: v
+        for k, v in vars(module).items()
+        if not k.startswith("_") and k != "training" and _plain(v)
+    }
+    return Lent(
+        cls.__name__,
+        attrs,
+        module.training,
+        tuple((n, t) for n, t in module._parameters.items() if t is not None),
+        tuple((n, t) for n, t in module._buffers.items() if t is not None),
+    )
+
+
+def lent_tensors(modules: list) -> list:
+    """The parameters, then the buffers, of each module of ``modules``: how the judge
+    and the kernel number a lent module's tensors to say which the call changed."""
+    return [
+        t
+        for m in modules
+        for table in (m._parameters, m._buffers)
+        for t in table.values()
+        if t is not None
+    ]
+
+
+def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two tensors are equal bit for bit, dtype and shape too (a NaN that
+    stayed a NaN is the same; ``torch.equal`` would say it changed)."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    a, b = a.detach().contiguous().reshape(-1), b.detach().contiguous().reshape(-1)
+    return torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+
+
+def _plain(v) -> bool:
+    if v is None or type(v) in (bool, int, float, str):
+        return True
+    return type(v) is tuple and all(_plain(x) for x in v)
+
+
 def encode(value, *, refer=None) -> str:
     """``value`` as one JSON document. ``refer(obj) -> Ref`` is asked for any object
     that is not data (the kernel keeps it); without it such an object is a
@@ -143,6 +215,15 @@ def _to_json(value, refer, depth: int):
         return {"$": "raised", **vars(value)}
     if isinstance(value, Ref):
         return {"$": "ref", "id": value.id, "kind": value.kind, "type": value.type}
+    if isinstance(value, Lent):
+        return {
+            "$": "lent",
+            "type": value.type,
+            "attrs": _to_json(value.attrs, None, depth + 1),
+            "training": value.training,
+            "params": [[n, _tensor_json(t)] for n, t in value.params],
+            "buffers": [[n, _tensor_json(t)] for n, t in value.buffers],
+        }
     if type(value) in (list, tuple):
         items = [_to_json(v, refer, depth + 1) for v in value]
         return items if type(value) is list else {"$": "tuple", "items": items}
@@ -264,7 +345,33 @@ def _from_json(value, bounds: Bounds, counts: dict, resolve, depth: int):
         if ref.kind not in ("callable", "class", "object"):
             raise WireError(f"unknown reference kind {ref.kind!r}")
         return ref if resolve is None else resolve(ref)
+    if kind == "lent":
+        made = _lent(value, bounds, counts, depth)
+        return made if resolve is None else resolve(made)
     raise WireError(f"unknown kind {kind!r:.40}")
+
+
+def _lent(value: dict, bounds: Bounds, counts: dict, depth: int) -> Lent:
+    name = _field(value, "type", str)
+    if name not in LENDABLE:
+        raise WireError(f"a module of type {name!r:.40} is not lent")
+    attrs = _from_json(_field(value, "attrs", dict), bounds, counts, None, depth + 1)
+    if type(attrs) is not dict or not all(_plain(v) for v in attrs.values()):
+        raise WireError("a lent module's attributes must be plain values")
+    tables = []
+    for key in ("params", "buffers"):
+        table = []
+        for item in _field(value, key, list):
+            if not (
+                type(item) is list
+                and len(item) == 2
+                and type(item[0]) is str
+                and type(item[1]) is dict
+            ):
+                raise WireError(f"a lent module's {key} must be [name, tensor] pairs")
+            table.append((item[0], _tensor(item[1], bounds, counts)))
+        tables.append(tuple(table))
+    return Lent(name, attrs, _field(value, "training", bool), *tables)
 
 
 def _field(value: dict, name: str, kind: type):
