@@ -41,11 +41,15 @@ def preload(sources) -> None:
     from .plan import plan
 
     if any(plan(source) for source in sources):
-        threading.Thread(
-            target=importlib.import_module,
-            args=("tformer_grading.judge.cells",),
-            daemon=True,
-        ).start()
+        threading.Thread(target=_warm, daemon=True).start()
+
+
+def _warm() -> None:
+    importlib.import_module("tformer_grading.judge.cells")
+    # What PyTorch imports on the first autograd.grad given grad_outputs (sympy, a
+    # third of a second): a check taking a gradient through the learner's code would
+    # otherwise wait for it.
+    importlib.import_module("torch.fx.experimental.symbolic_shapes")
 
 
 async def judge_in_thread(executor, source: str, deadline: float):
