@@ -1,13 +1,13 @@
 """The judge agrees with the checks run beside the learner's code, on the whole bank.
 
-For every test cell the judge judges (tformer_grading/judge/registry.py), the checks
-the judge makes for it are run on every bank answer behind the wire, as the judge runs
-them (through the kernel's agent, here in this process: the same requests and answers
-as a kernel's), and on every wrong answer itself too, as the kernel runs them (a right
-one passes there: tests/bank/test_bank.py asserts it). A right answer must pass the judge (an honest learner never loses points
-to it), and a wrong answer the checks reject must be rejected by the judge too (the
-judge alone grants points). The messages must be the same, word for word, for at
-least 95 % of them: the same checks, on the same inputs.
+For every test cell the judge judges (tformer_grading/judge/registry.py), the checks the
+judge makes for it are run on every bank answer behind the wire, as the judge runs them
+(through the kernel's agent, here in this process: the same requests and answers as a
+kernel's), and on every wrong answer itself too, as the kernel runs them (a right one
+passes there: tests/bank/test_bank.py asserts it). A right answer must pass the judge
+(an honest learner never loses points to it), and a wrong answer the checks reject must
+be rejected by the judge too (the judge alone grants points). The messages must be the
+same, word for word, for at least 95 % of them: the same checks, on the same inputs.
 """
 
 from __future__ import annotations

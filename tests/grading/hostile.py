@@ -32,7 +32,7 @@ import nbformat
 import attacks
 import judge_attacks as judged
 from course import ROOT, filled, make_course, needs_sandbox, released, solution_sources
-from learners import MERGE_NO_TRANSPOSE, SPLIT_NO_TRANSPOSE, mha
+from learners import MERGE_NO_TRANSPOSE, MHA_STANDALONE, SPLIT_NO_TRANSPOSE
 
 CHAPTER = "ch01_shapes"
 FULL = {
@@ -48,15 +48,6 @@ TIMEOUT = 15
 # learners, about 25 s each here, stay well under it on a machine twice as loaded.
 NOTEBOOK_TIMEOUT = 60
 
-MHA_STANDALONE = mha("""
-    def forward(self, query, key, value, mask=None):
-        b, sq, d = query.shape
-        q = self.q(query).view(b, sq, self.h, -1).transpose(1, 2)
-        k = self.k(key).view(b, key.size(1), self.h, -1).transpose(1, 2)
-        v = self.v(value).view(b, value.size(1), self.h, -1).transpose(1, 2)
-        w = (q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))).softmax(-1)
-        return self.o((w @ v).transpose(1, 2).reshape(b, sq, d))
-""")
 MHA_SCALE_D_MODEL = MHA_STANDALONE.replace("math.sqrt(q.size(-1))", "math.sqrt(d)")
 
 # An endless loop before the function is defined: the cell is interrupted after the

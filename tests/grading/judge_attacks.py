@@ -10,7 +10,7 @@ sandbox, with honest learners after them, and graded again in
 tests/grading/test_judge_attacks.py.
 """
 
-from learners import MERGE_NO_TRANSPOSE, SPLIT_NO_TRANSPOSE, mha
+from learners import MERGE_NO_TRANSPOSE, MHA_STANDALONE, SPLIT_NO_TRANSPOSE
 
 # The wrong answers under the attacks on the checks (no transpose: a view with the
 # heads third), and the right ones under the attacks on the judge's handle: the
@@ -47,21 +47,18 @@ def split_heads(x, n_heads):
 
 # The same trick on a module: a MultiHeadAttention that attends only while the
 # kernel's checks run it, and otherwise returns its query (no attention at all).
-SNIFFING_MHA = "import sys\n" + mha("""
-    def forward(self, query, key, value, mask=None):
-        frame, checked = sys._getframe(1), False
+_ATTENDS = "        b, sq, d = query.shape\n"
+SNIFFING_MHA = "import sys\n" + MHA_STANDALONE.replace(
+    _ATTENDS,
+    """        frame, checked = sys._getframe(1), False
         while frame is not None:
             checked = checked or "tformer_grading/checks" in frame.f_code.co_filename
             frame = frame.f_back
         if not checked:
             return query
-        b, sq, d = query.shape
-        q = self.q(query).view(b, sq, self.h, -1).transpose(1, 2)
-        k = self.k(key).view(b, key.size(1), self.h, -1).transpose(1, 2)
-        v = self.v(value).view(b, value.size(1), self.h, -1).transpose(1, 2)
-        w = (q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))).softmax(-1)
-        return self.o((w @ v).transpose(1, 2).reshape(b, sq, d))
-""")
+"""
+    + _ATTENDS,
+)
 
 # A TorchFunctionMode left on for the rest of the notebook: every comparison the
 # checks make says "equal".

@@ -20,6 +20,18 @@ def mha(forward: str) -> str:
     return MHA_PROJECTIONS + forward
 
 
+# Right, and calls neither split_heads nor merge_heads: a learner whose split or merge
+# cell is sabotaged loses exactly that cell's points.
+MHA_STANDALONE = mha("""
+    def forward(self, query, key, value, mask=None):
+        b, sq, d = query.shape
+        q = self.q(query).view(b, sq, self.h, -1).transpose(1, 2)
+        k = self.k(key).view(b, key.size(1), self.h, -1).transpose(1, 2)
+        v = self.v(value).view(b, value.size(1), self.h, -1).transpose(1, 2)
+        w = (q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))).softmax(-1)
+        return self.o((w @ v).transpose(1, 2).reshape(b, sq, d))
+""")
+
 # Right, but PyTorch does the attention: only the hidden by-hand test can tell.
 MHA_CALLS_SDPA = mha("""
     def forward(self, query, key, value, mask=None):

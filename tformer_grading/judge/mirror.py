@@ -109,7 +109,7 @@ class Tree:
         return sent
 
     def run(self, module: RemoteModule, args: tuple, kwargs: dict):
-        from .remote import JudgeError, joined
+        from .remote import indexed_tensors, joined
 
         nodes = module._judge_nodes
         state = [_slot(nodes, s) for s in self.slots]
@@ -125,20 +125,10 @@ class Tree:
         )
         params = [t for s, t in zip(self.slots, state) if s[1] == "p"]
         moved = found.get("moved", [])
-        if type(moved) is not list:
-            raise JudgeError("the kernel's answer is not valid: its moved tensors")
-        for item in moved:
-            if not (
-                type(item) is list
-                and len(item) == 2
-                and type(item[0]) is int
-                and 0 <= item[0] < len(state)
-                and isinstance(item[1], torch.Tensor)
-            ):
-                raise JudgeError("the kernel's answer is not valid: a moved tensor")
+        for i, new in indexed_tensors(moved, len(state), "moved tensor"):
             with torch.no_grad():
-                state[item[0]].data = item[1].to(state[item[0]].device)
-            self.held[item[0]] = _copy(state[item[0]])
+                state[i].data = new.to(state[i].device)
+            self.held[i] = _copy(state[i])
         return joined(self.kernel, found, args, kwargs, params)
 
 

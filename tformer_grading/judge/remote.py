@@ -135,21 +135,28 @@ class Kernel:
         self._ask({"op": "forget"})
 
 
-def _write_back(given: list, changed) -> None:
-    """Change the judge's arguments as the learner's code changed its copies in the
-    kernel, so that a check sees an input changed in place."""
-    if type(changed) is not list:
-        raise JudgeError("the kernel's answer is not valid: its changed inputs")
-    for item in changed:
+def indexed_tensors(items, count: int, what: str) -> list:
+    """The kernel's ``[[index, tensor], ...]`` about ``count`` tensors of the judge's,
+    as (index, tensor) pairs; a JudgeError naming ``what`` when it is malformed."""
+    if type(items) is not list:
+        raise JudgeError(f"the kernel's answer is not valid: its {what}s")
+    for item in items:
         if not (
             type(item) is list
             and len(item) == 2
             and type(item[0]) is int
-            and 0 <= item[0] < len(given)
+            and 0 <= item[0] < count
             and isinstance(item[1], torch.Tensor)
         ):
-            raise JudgeError("the kernel's answer is not valid: a changed input")
-        target, new = given[item[0]], item[1]
+            raise JudgeError(f"the kernel's answer is not valid: a {what}")
+    return [(i, t) for i, t in items]
+
+
+def _write_back(given: list, changed) -> None:
+    """Change the judge's arguments as the learner's code changed its copies in the
+    kernel, so that a check sees an input changed in place."""
+    for i, new in indexed_tensors(changed, len(given), "changed input"):
+        target = given[i]
         with torch.no_grad():
             if target.shape != new.shape:
                 target.resize_(new.shape)
