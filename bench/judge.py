@@ -29,6 +29,7 @@ CHAPTERS = (
     "ch02_attention",
     "ch03_masks",
     "ch03_bughunt",
+    "ch04_blocks",
     "ch05_model",
 )
 CLASS_CHAPTERS = ("ch01_shapes", "ch03_masks")

@@ -7,12 +7,15 @@ kernel's), and on every wrong answer itself too, as the kernel runs them (a righ
 passes there: tests/bank/test_bank.py asserts it). A right answer must pass the judge
 (an honest learner never loses points to it), and a wrong answer the checks reject must
 be rejected by the judge too (the judge alone grants points). The messages must be the
-same, word for word, for at least 95 % of them: the same checks, on the same inputs.
+same, word for word, for at least 95 % of them: the same checks, on the same inputs,
+save the shares a dropout zeroed ("21%"): the learner's code draws its masks from the
+judge's seed in the kernel, and from the global random state beside the checks.
 """
 
 from __future__ import annotations
 
 import functools
+import re
 
 import pytest
 from bank import chapters, entries, graders_of
@@ -34,6 +37,11 @@ class Direct:
 
     def forget(self) -> None:
         pass
+
+
+def _drawn(message: str) -> str:
+    """``message`` with its percentages masked: shares measured on random draws."""
+    return re.sub(r"\d+%", "N%", message)
 
 
 @functools.cache
@@ -78,6 +86,6 @@ def test_the_judge_agrees_with_the_cells(chapter, exercise):
                 disagree.append(f"{entry.name} in {cell.name}: the judge passed it")
             if here is not None and judged is not None:
                 compared += 1
-                same += judged == here
+                same += _drawn(judged) == _drawn(here)
     assert not disagree, "\n".join(disagree)
     assert same >= 0.95 * compared, f"{same} of {compared} messages the same"

@@ -168,7 +168,9 @@ BUGGY = {
     ),
     "batchnorm": Buggy(
         answers={"encoder_block": ENCODER_BLOCK_BATCHNORM},
-        zero=(*BLOCK_CELLS, "test_block_behaviour"),
+        # The by-hand cell too: the judge runs the block's behaviour probes in its
+        # place (tformer_grading/judge/registry.py), and BatchNorm fails them.
+        zero=(*BLOCK_CELLS, "test_block_behaviour", "test_block_by_hand"),
         feedback="BatchNorm instead of LayerNorm",
     ),
     "ff_no_relu": Buggy(

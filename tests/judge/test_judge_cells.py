@@ -65,3 +65,23 @@ def test_a_crash_of_the_checks_scores_0_as_the_courses_error(monkeypatch):
     assert (
         "RuntimeError: boom. This is the course's error, not yours" in verdict.failure
     )
+
+
+def test_the_judge_neither_seals_nor_compares_the_checks(monkeypatch):
+    """The seals protect the checks from learner code in the kernel; in the grader's
+    process no learner code runs, so the judge skips them (about 0.2 s a notebook):
+    with the check machinery patched here, the judge still passes a right answer,
+    where the seal fails every check anywhere else."""
+    from tformer_grading.checks.ch03 import causal_mask as module
+    from tformer_grading.guard import integrity
+
+    integrity.integrity_problems()  # every module seen so far sealed
+    monkeypatch.setattr(module, "check_causal_mask", lambda *args, **kwargs: None)
+    assert any("check_causal_mask" in p for p in integrity.integrity_problems())
+    with integrity.trusted_process():
+        assert integrity.integrity_problems() == []
+    verdict = judge(
+        plan("ch03.check_causal_mask(causal_mask)"),
+        Kernel(LocalLink({"causal_mask": causal_mask})),
+    )
+    assert verdict.failure is None

@@ -248,6 +248,18 @@ FORGED_TREES = {
         "nodes": [_node(children=[("c", 5)])],
         "state": [],
     },
+    "a layer of a class the judge does not build": {
+        "nodes": [{**_node(), "layer": "os.system", "attrs": {}}],
+        "state": [],
+    },
+    "a layer attribute that hides a method": {
+        "nodes": [{**_node(), "layer": "torch.nn.Linear", "attrs": {"forward": 1}}],
+        "state": [],
+    },
+    "a layer attribute that is not plain data": {
+        "nodes": [{**_node(), "layer": "torch.nn.ReLU", "attrs": {"inplace": [1]}}],
+        "state": [],
+    },
 }
 
 

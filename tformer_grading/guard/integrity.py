@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import ast
 import builtins
+import contextlib
+import contextvars
 import inspect
 import os
 import sys
@@ -199,6 +201,24 @@ class _Seal:
         return out
 
 
+_TRUSTED: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "tformer_trusted", default=False
+)
+
+
+@contextlib.contextmanager
+def trusted_process():
+    """Within it, :func:`integrity_problems` finds none and takes no seal: for the
+    judge's run of the checks (:mod:`tformer_grading.judge`), in the grader's own
+    process, where no learner code runs and so nothing can patch them. Sealing the
+    modules first seen there would cost the judge about 0.2 s a notebook."""
+    token = _TRUSTED.set(True)
+    try:
+        yield
+    finally:
+        _TRUSTED.reset(token)
+
+
 def seal(name: str) -> None:
     """Record module ``name`` as it is now; :func:`integrity_problems` then reports any
     change.
@@ -286,7 +306,9 @@ def _ours(name: str) -> bool:
 
 def integrity_problems() -> list[str]:
     """Everything changed in the check machinery since it was first seen; empty when
-    intact."""
+    intact (or in :func:`trusted_process`)."""
+    if _TRUSTED.get():
+        return []
     for name, module in list(sys.modules.items()):
         if (
             _ours(name)

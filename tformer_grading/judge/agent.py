@@ -16,11 +16,18 @@ Requests, each a JSON object with ``op``:
 - ``build`` ``ref``, ``args``, ``kwargs``: call a kept class; when it makes an
   ``nn.Module``, the answer describes its tree (``tree``: its modules, their
   parameters and buffers, and every tensor's value) for the judge to mirror
-  (:mod:`.mirror`);
+  (:mod:`.mirror`); a module that is exactly one of PyTorch's layers or of the
+  reference's modules (:func:`.wire.layer_class`) says which (``layer``) and its
+  plain attributes (``attrs``);
 - ``forward`` ``ref``, ``node``, ``args``, ``kwargs``, ``state``, ``training``,
   ``grad``: run module ``node`` of a built tree on the judge's parameters and
   buffers (``state``) and train/eval flags; the parameters that require grad are
   inputs for ``vjp`` too, and a tensor of ``state`` the forward changed is sent back;
+  with ``trace``, the calls the judge's checks watch (of submodules, of functions,
+  of ``linear`` on given weights) are recorded and sent back as ``events``
+  (:func:`_watched`), for the judge to replay into its hooks and recorders; with
+  ``swaps``, submodules the judge's checks replaced by one of PyTorch's layers are
+  lent for that forward (:func:`_swapped`);
 - ``forget``: drop every object and call kept for the judge (after each cell).
 
 ``call`` and ``forward`` may carry ``seed``, drawn from the judge's random state, and
@@ -55,7 +62,10 @@ from .wire import (
     Ref,
     WireError,
     from_json,
+    layer_class,
     lent_tensors,
+    plain_attrs,
+    qualified_name,
     same_bits,
     tensors_in,
     to_json,
@@ -154,17 +164,24 @@ def _randomness(request: dict):
         if state is not None:
             torch.set_rng_state(from_json(state))
         else:
-            torch.manual_seed(seed)
+            # The CPU generator alone: torch.manual_seed also queues a seed for every
+            # accelerator PyTorch knows, which costs about 1.5 ms a request.
+            torch.default_generator.manual_seed(seed)
+            if torch.cuda.is_available() and torch.cuda.is_initialized():
+                torch.cuda.manual_seed_all(seed)
         yield
 
 
-def _run(request: dict, target, *, grad=True, params=()):
-    """``target(*args, **kwargs)`` of ``request``: (result, reply extras). The
-    arguments that require grad, then ``params`` that do, then the parameters of the
-    modules lent to the call that do, are the call's inputs."""
+def _run(request: dict, target, *, grad=True, params=(), around=None):
+    """``target(*args, **kwargs)`` of ``request``, within the context
+    ``around(swaps)`` if given (``swaps``: the request's, its lent modules built):
+    (result, reply extras). The arguments that require grad, then ``params`` that
+    do, then the parameters of the modules lent to the call that do, are the call's
+    inputs."""
     lent: list = []
     args = from_json(request["args"], resolve=lambda x: _resolve(x, lent))
     kwargs = from_json(request["kwargs"], resolve=lambda x: _resolve(x, lent))
+    swaps = from_json(request.get("swaps", []), resolve=lambda x: _resolve(x, lent))
     given = tensors_in((args, kwargs))
     before = [t.detach().clone() for t in given]
     inputs = [t for t in given if t.requires_grad]
@@ -172,7 +189,11 @@ def _run(request: dict, target, *, grad=True, params=()):
     inputs += [p for m in lent for p in m._parameters.values() if p.requires_grad]
     held = [t.detach().clone() for t in lent_tensors(lent)]
     try:
-        with _randomness(request), torch.set_grad_enabled(grad):
+        with (
+            _randomness(request),
+            torch.set_grad_enabled(grad),
+            around(swaps) if around else contextlib.nullcontext(),
+        ):
             result = target(*args, **kwargs)
     except Exception as exc:  # noqa: BLE001 - the learner's code may raise anything
         result = _raised(exc, target, args if not kwargs else None)
@@ -205,7 +226,7 @@ def _build(request: dict) -> str:
     ref = _keep(made)
     modules, slots, tree = _describe(made)
     _TREES[ref.id] = (modules, slots)
-    return _reply(ref, tree=to_json(tree), **extra)
+    return _reply(ref, tree=to_json(tree, refer=_keep), **extra)
 
 
 def _describe(root: torch.nn.Module):
@@ -225,9 +246,17 @@ def _describe(root: torch.nn.Module):
             "params": [],
             "buffers": [],
         }
+        # One of PyTorch's layers or of the reference's modules: the judge builds it
+        # as that class.
+        name = qualified_name(type(m))
+        if layer_class(name) is type(m) and (attrs := plain_attrs(m)) is not None:
+            node["layer"], node["attrs"] = name, attrs
+        else:  # the learner's: a check may build another of its class
+            node["class"] = type(m)
         for kind, table in (("p", m._parameters), ("b", m._buffers)):
             for name, t in table.items():
-                if t is None:
+                if t is None:  # registered as None (Linear(bias=False)'s bias)
+                    node.setdefault("none", []).append([kind, name])
                     continue
                 if id(t) not in seen:
                     seen[id(t)] = len(slots)
@@ -268,9 +297,22 @@ def _forward(request: dict) -> str:
         m.training = bool(flag)
     params = [t for s in slots if s[1] == "p" and (t := _slot(s)) is not None]
     before = [None if (t := _slot(s)) is None else t.detach().clone() for s in slots]
+    events: list = []
+    watch = request.get("trace")
+
+    def around(swaps):
+        watched = _watched(watch, modules, slots, events)
+        return _swapped(modules, slots, swaps, watched or contextlib.nullcontext())
+
     result, extra = _run(
-        request, modules[request["node"]], grad=bool(request["grad"]), params=params
+        request,
+        modules[request["node"]],
+        grad=bool(request["grad"]),
+        params=params,
+        around=around,
     )
+    if events:
+        extra["events"] = to_json(events, refer=_keep)
     # A parameter or buffer the forward changed (a running statistic, an in-place
     # update) is sent back, as a changed argument is.
     moved = [
@@ -283,11 +325,131 @@ def _forward(request: dict) -> str:
     return _reply(result, **extra)
 
 
-def _resolve(found, lent: list):
+@contextlib.contextmanager
+def _swapped(modules: list, slots: list, swaps, inner):
+    """Within ``inner``, the submodules the judge's checks replaced (``swaps``:
+    ``[[module, name, lent module, {parameter: slot}], ...]``) in place for one
+    forward, then put back. A parameter tied to a slot is the tree's own tensor."""
+    if not (
+        type(swaps) is list
+        and all(
+            type(s) is list
+            and len(s) == 4
+            and type(s[0]) is int
+            and 0 <= s[0] < len(modules)
+            and s[1] in modules[s[0]]._modules
+            and type(s[3]) is dict
+            and all(
+                type(j) is int and 0 <= j < len(slots) and slots[j][1] == "p"
+                for j in s[3].values()
+            )
+            for s in swaps
+        )
+    ):
+        raise WireError("the judge's swaps are not valid")
+    before = [(modules[s[0]], s[1], modules[s[0]]._modules[s[1]]) for s in swaps]
+    try:
+        for i, name, module, ties in swaps:
+            for param, j in ties.items():
+                module._parameters[param] = _slot(slots[j])
+            modules[i]._modules[name] = module
+        with inner:
+            yield
+    finally:
+        for parent, name, module in reversed(before):
+            parent._modules[name] = module
+
+
+def _watched(watch, modules: list, slots: list, events: list):
+    """What the judge's checks watch during a forward (``trace`` of a request), as a
+    context that records it into ``events``, in call order: ``["hook", module,
+    args, kwargs, output]`` for each call of a module of ``hooked``, ``["call",
+    name, args, kwargs, output]`` for each call of a function of ``names`` and each
+    ``linear`` whose weight is a slot of ``linears``. A tensor argument that is one
+    of the tree's tensors is sent as ``["s", slot]``, any other as ``["v", value]``,
+    so that the judge puts its own tensor there. None when nothing is watched."""
+    if watch is None:
+        return None
+    hooked, names, linears = (watch.get(k) for k in ("hooked", "names", "linears"))
+    if not (
+        all(type(x) is list for x in (hooked, names, linears))
+        and all(type(i) is int and 0 <= i < len(modules) for i in hooked)
+        and all(type(i) is int and 0 <= i < len(slots) for i in linears)
+        and all(type(n) is str for n in names)
+    ):
+        raise WireError("the judge's trace request is not valid")
+    at = {id(t): i for i, s in enumerate(slots) if (t := _slot(s)) is not None}
+    watched_weights = {id(_slot(slots[i])) for i in linears}
+
+    def marked(value):
+        if isinstance(value, torch.Size):  # layer_norm's normalized_shape
+            return ["v", tuple(value)]
+        if isinstance(value, torch.Tensor):
+            if id(value) in at:
+                return ["s", at[id(value)]]
+            return ["v", value.detach().clone()]
+        return ["v", value]
+
+    def kept(out):
+        if isinstance(out, torch.Tensor):
+            return out.detach().clone()
+        if type(out) in (tuple, list):
+            return type(out)(kept(o) for o in out)
+        return out
+
+    def hook(i):
+        def record(module, args, kwargs, out):
+            events.append(
+                [
+                    "hook",
+                    i,
+                    [marked(a) for a in args],
+                    {k: marked(v) for k, v in kwargs.items()},
+                    kept(out),
+                ]
+            )
+
+        return record
+
+    class Calls(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func, types=(), args=(), kwargs=None):
+            kwargs = kwargs or {}
+            out = func(*args, **kwargs)
+            name = getattr(func, "__name__", "")
+            weight = args[1] if name == "linear" and len(args) > 1 else None
+            if name in names or id(weight) in watched_weights:
+                events.append(
+                    [
+                        "call",
+                        name,
+                        [marked(a) for a in args],
+                        {k: marked(v) for k, v in kwargs.items()},
+                        kept(out),
+                    ]
+                )
+            return out
+
+    @contextlib.contextmanager
+    def watching():
+        handles = [
+            modules[i].register_forward_hook(hook(i), with_kwargs=True)
+            for i in sorted(set(hooked))
+        ]
+        try:
+            with Calls():
+                yield
+        finally:
+            for handle in handles:
+                handle.remove()
+
+    return watching()
+
+
+def _resolve(found, lent_out: list):
     """A reference's kept object, or a module like the one the judge lends."""
     if isinstance(found, Ref):
         return _KEPT[found.id]
-    lent.append(module := _lend(found))
+    lent_out.append(module := _lend(found))
     return module
 
 

@@ -17,6 +17,7 @@ import torch
 
 from ..checks import pieces
 from ..checks.diagnosis import CheckFailure
+from ..guard.integrity import trusted_process
 from .plan import Call, Made, Name, plan
 from .remote import JudgeError, Kernel, KernelGone
 
@@ -38,7 +39,7 @@ def judge(calls: list[Call], kernel: Kernel) -> Verdict:
     torch.manual_seed(0)  # the judge's inputs do not depend on the notebook
     pieces.forget()  # nor on another notebook this process judged before
     try:
-        with contextlib.redirect_stdout(printed):
+        with contextlib.redirect_stdout(printed), trusted_process():
             for call in calls:
                 check = getattr(
                     importlib.import_module(f"tformer_grading.checks.{call.module}"),
@@ -78,14 +79,18 @@ def judge_cell(source: str, link) -> Verdict | None:
             "",
         )
     except JudgeError as exc:
-        later = " and every later cell" if isinstance(exc, KernelGone) else ""
-        return Verdict(
-            f"the grader could not judge this cell: {exc}. This cell{later} scores 0.",
-            "",
-        )
+        return unjudged(exc)
     if verdict.failure is not None:
         verdict.failure = _JUDGED + verdict.failure
     return verdict
+
+
+def unjudged(exc: JudgeError) -> Verdict:
+    """The verdict on a cell whose kernel did not answer the judge as it must."""
+    later = " and every later cell" if isinstance(exc, KernelGone) else ""
+    return Verdict(
+        f"the grader could not judge this cell: {exc}. This cell{later} scores 0.", ""
+    )
 
 
 def _value(argument, kernel: Kernel):

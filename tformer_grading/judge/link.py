@@ -9,7 +9,9 @@ execution, does not go through IPython's cell machinery: a request costs one to 
 milliseconds whatever its size (an execution, 4 ms and 0.2 ms more a kilobyte). Its
 answer is the one display output of type :data:`~.agent.MIME` the kernel sends while
 handling it (:func:`.agent.serve`). Everything else it sends (the learner's prints
-included) is read, counted by the kernel client's bounds, and dropped.
+included) is read, counted by the kernel client's bounds, and dropped. The judge goes
+on as soon as the answer comes; the rest of the request's messages, up to the kernel's
+idle, are read before the next request or when the cell is judged (:func:`settle`).
 
 The judge gives up, and the cell scores 0, when the kernel answers not once but
 never or twice, answers with anything but text, or is late: past the cell's time the
@@ -61,18 +63,27 @@ async def judge_in_thread(executor, source: str, deadline: float):
     # that a judge that never ends cannot hold the notebook's grading.
     grace = max(0.0, deadline - time.monotonic()) + _GRACE
     try:
-        return await asyncio.wait_for(asyncio.to_thread(_judge, source, link), grace)
+        verdict = await asyncio.wait_for(asyncio.to_thread(_judge, source, link), grace)
     except asyncio.TimeoutError:
         from .cells import Verdict
 
         # The thread may still ask: it must not read the next cell's messages.
         link.closed = True
-
+        # Nor may the next cell wait for this request's idle, which it may read.
+        if getattr(executor, "kc", None) is not None:
+            executor.kc._tformer_judge_pending = None
         return Verdict(
             f"the grader could not judge this cell: its checks ran {_GRACE:.0f} s "
             "past the cell's time limit. This cell scores 0.",
             "",
         )
+    try:
+        await settle(executor, deadline)
+    except JudgeError as exc:
+        from .cells import unjudged
+
+        return unjudged(exc)
+    return verdict
 
 
 def _judge(source: str, link):
@@ -106,18 +117,42 @@ async def ask_kernel(executor, request: str, deadline: float) -> str:
         raise JudgeError(
             "your code did not answer the grader in time (the cell's time limit)"
         )
+    await settle(executor, deadline)
     comm = await _comm(executor, deadline)
     message = kc.session.msg(
         "comm_msg", {"comm_id": comm, "data": {"request": request}}
     )
     kc.shell_channel.send(message)
-    answers = await _outputs(executor, message["header"]["msg_id"], deadline)
+    msg_id = message["header"]["msg_id"]
+    answers, idle = await _outputs(executor, msg_id, deadline, until_answer=True)
     if len(answers) != 1 or not isinstance(answers[0], str):
-        raise JudgeError(
-            f"the kernel answered the grader {len(answers)} times where it must "
-            "answer once (has the notebook replaced or silenced the grader's code?)"
-        )
+        raise JudgeError(_answered(len(answers)))
+    if not idle:
+        # The rest of this request's messages (a second answer would be one) are read
+        # before the next request, or when the judge is done with the cell: the
+        # judge computes meanwhile.
+        kc._tformer_judge_pending = msg_id
     return answers[0]
+
+
+def _answered(times: int) -> str:
+    return (
+        f"the kernel answered the grader {times} times where it must answer once "
+        "(has the notebook replaced or silenced the grader's code?)"
+    )
+
+
+async def settle(executor, deadline: float) -> None:
+    """Read the last request's messages up to the kernel's idle; JudgeError when they
+    hold another answer."""
+    kc = executor.kc
+    pending = getattr(kc, "_tformer_judge_pending", None)
+    if pending is None:
+        return
+    kc._tformer_judge_pending = None
+    more, _ = await _outputs(executor, pending, deadline)
+    if more:
+        raise JudgeError(_answered(1 + len(more)))
 
 
 async def _comm(executor, deadline: float) -> str:
@@ -144,9 +179,12 @@ async def _comm(executor, deadline: float) -> str:
     return comm
 
 
-async def _outputs(executor, msg_id: str, deadline: float) -> list:
+async def _outputs(
+    executor, msg_id: str, deadline: float, until_answer: bool = False
+) -> tuple[list, bool]:
     """The judge's answers among what the kernel sends for message ``msg_id``, read
-    until the kernel is idle again."""
+    until the kernel is idle again (or, ``until_answer``, until the first answer), and
+    whether the kernel's idle was read."""
     kc = executor.kc
     answers = []
     while True:
@@ -163,8 +201,10 @@ async def _outputs(executor, msg_id: str, deadline: float) -> list:
         content = msg.get("content", {})
         if msg["msg_type"] == "display_data" and MIME in content.get("data", {}):
             answers.append(content["data"][MIME])
+            if until_answer:
+                return answers, False
         elif msg["msg_type"] == "status" and content.get("execution_state") == "idle":
-            return answers
+            return answers, True
 
 
 async def _still_there(executor) -> None:

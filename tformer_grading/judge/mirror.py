@@ -7,8 +7,17 @@ judge builds a mirror of it here: one :class:`RemoteModule` per learner module, 
 the same names, the same parameters and buffers (the judge's own tensors, with the
 kernel's first values) and the same train/eval flags. So the checks use it as they use
 the learner's module: ``named_parameters()``, ``.to(torch.float64)``, ``.eval()``,
-loading weights in place, autograd through it, ``copy.deepcopy``, forward hooks on
-the module they call (not on its submodules: those run inside the kernel's forward).
+loading weights in place, autograd through it, ``copy.deepcopy``, forward hooks.
+A node that is exactly one of PyTorch's layers (``nn.Linear``, ``nn.LayerNorm``, ...)
+or of the reference's modules (``MultiHeadAttention``: :func:`.wire.layer_class`) is
+that class here, so ``isinstance`` finds it; the learner's own modules are
+:class:`RemoteModule`.
+
+While a forward runs in the kernel, what the checks watch inside it (forward hooks on
+its submodules, a ``FunctionCalls`` recorder of ``linear`` or ``layer_norm`` calls)
+is recorded there and replayed here, in call order, with the judge's own tensors in
+place of the tree's (:func:`_replay`). Those observations are the kernel's word: a
+check may use them for its message or to withhold points, never to grant them.
 
 A mirror's ``forward`` sends the call's arguments, every parameter and buffer of the
 tree as the judge holds them now, the train/eval flags and a seed, and runs the
@@ -37,7 +46,7 @@ from __future__ import annotations
 
 import torch
 
-from .wire import same_bits, to_json
+from .wire import WireError, layer_attrs, layer_class, lent, same_bits, to_json
 
 #: The most modules one learner's tree may have (the own model has a few dozen).
 MAX_MODULES = 4_096
@@ -91,6 +100,10 @@ class Tree:
     def __init__(self, kernel, ref: int, described) -> None:
         self.kernel, self.ref = kernel, ref
         self.slots = _slots(described)
+        # Each module's submodules as built: a check may replace one (see run).
+        self.children = [
+            [(name, at) for name, at in n["children"]] for n in described["nodes"]
+        ]
         # What the kernel's module holds now, slot by slot: only what differs is sent.
         self.held = [_copy(t) for t in described["state"]]
 
@@ -108,20 +121,50 @@ class Tree:
                 self.held[i] = _copy(t)
         return sent
 
+    def _swaps(self, nodes: list, state: list) -> list:
+        """The submodules a check replaced in this mirror (as ``adopt_hand_written_
+        norms`` puts an ``nn.LayerNorm`` in place of a norm written by hand):
+        ``[(module, name, new submodule, ties)]``, each one of PyTorch's layers the
+        judge lends (:data:`.wire.LENDABLE`), for the kernel to use in that forward;
+        ``ties`` ``{parameter: slot}`` names those of its parameters that are the
+        tree's own, which the kernel then uses as they are."""
+        slot_of = {id(t): i for i, t in enumerate(state)}
+        swaps = []
+        for i, built in enumerate(self.children):
+            for name, child in built:
+                now = nodes[i]._modules.get(name)
+                if now is (None if child is None else nodes[child]):
+                    continue
+                if now is None or lent(now) is None:
+                    raise RuntimeError(
+                        f"the judge cannot run your module with its {name!r} "
+                        f"replaced by a {type(now).__name__}"
+                    )
+                ties = {
+                    n: slot_of[id(p)]
+                    for n, p in now._parameters.items()
+                    if id(p) in slot_of
+                }
+                swaps.append((i, name, now, ties))
+        return swaps
+
     def run(self, module: RemoteModule, args: tuple, kwargs: dict):
         from .remote import indexed_tensors, joined
 
         nodes = module._judge_nodes
         state = [_slot(nodes, s) for s in self.slots]
+        watch, recorders = _watching(nodes, module._judge_index, state)
         found = self.kernel.call(
             self.ref,
             args,
             kwargs,
             op="forward",
+            swaps=self._swaps(nodes, state),
             node=module._judge_index,
             state=to_json(self._changed(state)),
             training=[n.training for n in nodes],
             grad=torch.is_grad_enabled(),
+            **({"trace": watch} if watch else {}),
         )
         params = [t for s, t in zip(self.slots, state) if s[1] == "p"]
         moved = found.get("moved", [])
@@ -129,7 +172,86 @@ class Tree:
             with torch.no_grad():
                 state[i].data = new.to(state[i].device)
             self.held[i] = _copy(state[i])
+        if watch:
+            _replay(found.get("events", []), watch, nodes, state, recorders)
         return joined(self.kernel, found, args, kwargs, params)
+
+
+#: The most watched calls one forward may report.
+MAX_EVENTS = 10_000
+
+
+def _watching(nodes: list, called: int, state: list):
+    """What the checks watch while module ``called`` runs in the kernel: forward
+    hooks on the other modules of its tree, and the function-call recorders
+    (:class:`~tformer_grading.checks.measure.trace.FunctionCalls`) active now, with
+    the ``linear`` weights they watch found among the tree's tensors. Returns (the
+    request's ``trace``, or None when nothing is watched; the recorders)."""
+    from ..checks.measure.trace import FunctionCalls
+
+    stack = torch.overrides._get_current_function_mode_stack()
+    recorders = [m for m in stack if isinstance(m, FunctionCalls)]
+    hooked = [i for i, n in enumerate(nodes) if i != called and n._forward_hooks]
+    if not recorders and not hooked:
+        return None, []
+    at = {id(t): i for i, t in enumerate(state)}
+    watched = {id(w) for m in recorders for w in m.linears.values()}
+    return {
+        "hooked": hooked,
+        "names": sorted({n for m in recorders for n in m.names}),
+        "linears": sorted(at[w] for w in watched if w in at),
+    }, recorders
+
+
+def _replay(events, watch: dict, nodes: list, state: list, recorders: list) -> None:
+    """The watched calls the learner's module made in the kernel, replayed here in
+    their order: each module call to that mirror's forward hooks, each function call
+    to the recorders, with the judge's own tensor wherever the kernel's call used
+    one of the tree's. What they observed is the kernel's word: the checks use it
+    for their messages, and to withhold points (never to grant them)."""
+    from .remote import JudgeError
+
+    try:
+        _need(type(events) is list and len(events) <= MAX_EVENTS, "its events")
+        calls = [_event(e, watch, state) for e in events]
+    except _Malformed as exc:
+        raise JudgeError(f"the kernel's answer is not valid: {exc}") from None
+    for kind, at, args, kwargs, out in calls:
+        if kind == "call":
+            for recorder in recorders:
+                recorder.observe(at, args, kwargs, out)
+            continue
+        node = nodes[at]
+        for key, hook in list(node._forward_hooks.items()):
+            if node._forward_hooks_with_kwargs.get(key, False):
+                hook(node, args, kwargs, out)
+            else:
+                hook(node, args, out)
+
+
+def _event(event, watch: dict, state: list) -> tuple:
+    """One event of the kernel's, checked: (kind, module index or function name,
+    args, kwargs, output)."""
+    _need(type(event) is list and len(event) == 5, "an event")
+    kind, at, args, kwargs, out = event
+    if kind == "hook":
+        _need(type(at) is int and at in watch["hooked"], "an event's module")
+    else:
+        _need(kind == "call" and type(at) is str, "an event's kind")
+        _need(at in watch["names"] or at == "linear", "an event's function")
+    _need(type(args) is list and type(kwargs) is dict, "an event's arguments")
+
+    def value(item):
+        _need(type(item) is list and len(item) == 2, "an event's argument")
+        mark, got = item
+        if mark == "s":
+            _need(type(got) is int and 0 <= got < len(state), "an argument's slot")
+            return state[got]
+        _need(mark == "v", "an argument's mark")
+        return got
+
+    kwargs = {k: value(v) for k, v in kwargs.items()}
+    return kind, at, tuple(value(a) for a in args), kwargs, out
 
 
 def _slot(nodes: list, slot: tuple) -> torch.Tensor:
@@ -216,23 +338,52 @@ def _mirror(tree: Tree, described) -> RemoteModule:
     nodes_in, state = described["nodes"], described["state"]
     classes: dict[str, type] = {}
     nodes, made = [], {}
-    for node in nodes_in:
-        kind = node["type"] if node["type"].isidentifier() else "LearnerModule"
-        cls = classes.setdefault(
-            kind, type(kind, (RemoteModule,), {"__module__": "learner"})
-        )
-        module = cls()
-        module.training = node["training"]
-        nodes.append(module)
     try:
+        for node in nodes_in:
+            module = _layer(node) if "layer" in node else _remote(node, classes)
+            module.training = node["training"]
+            nodes.append(module)
         for module, node in zip(nodes, nodes_in):
             _fill(module, node, nodes, state, made)
         _acyclic(nodes_in)
-    except (_Malformed, RuntimeError, TypeError) as exc:
+    except (_Malformed, WireError, RuntimeError, TypeError) as exc:
         raise JudgeError(f"the kernel's answer is not valid: {exc}") from None
     for i, module in enumerate(nodes):
         module._judge_tree, module._judge_nodes, module._judge_index = tree, nodes, i
     return nodes[0]
+
+
+def _remote(node: dict, classes: dict) -> RemoteModule:
+    """A node of the learner's: a mirror whose forward runs in the kernel. Its class,
+    called (as ``type(node)(...)``), builds another of the learner's class there."""
+    kind = node["type"] if node["type"].isidentifier() else "LearnerModule"
+    made = node.get("class")
+    if not (isinstance(made, type) and issubclass(made, RemoteClass)):
+        made = None
+    key = (kind, None if made is None else made._judge_ref.id)
+    if key not in classes:
+        fields = {"__module__": "learner"}
+        if made is not None:
+            fields["__new__"] = lambda cls, *args, **kwargs: made(*args, **kwargs)
+        classes[key] = type(kind, (RemoteModule,), fields)
+    module = object.__new__(classes[key])
+    torch.nn.Module.__init__(module)
+    return module
+
+
+def _layer(node: dict) -> torch.nn.Module:
+    """A node the kernel says is exactly one of PyTorch's layers or of the
+    reference's modules (:func:`.wire.layer_class`), built here as that class with
+    the attributes the kernel gave. Its parameters, buffers and submodules are filled
+    in as any node's are; called by itself, it runs here, as the reference does."""
+    cls = layer_class(node["layer"])
+    _need(cls is not None, f"a module class {str(node['layer'])!r:.60}")
+    attrs = layer_attrs(cls, node["attrs"])
+    module = cls.__new__(cls)
+    torch.nn.Module.__init__(module)
+    for key, value in attrs.items():
+        object.__setattr__(module, key, value)
+    return module
 
 
 def _fill(module, node: dict, nodes: list, state: list, made: dict) -> None:
@@ -252,6 +403,10 @@ def _fill(module, node: dict, nodes: list, state: list, made: dict) -> None:
         module._buffers[fresh(name)] = made[at]
         if not persistent:
             module._non_persistent_buffers_set.add(name)
+    for item in node.get("none", []):  # a parameter or buffer registered as None
+        _need(type(item) is list and len(item) == 2 and item[0] in "pb", "a None")
+        table = module._parameters if item[0] == "p" else module._buffers
+        table[fresh(item[1])] = None
     for item in node["children"]:
         _need(type(item) is list and len(item) == 2, "a child entry")
         name, at = item

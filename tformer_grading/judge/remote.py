@@ -26,6 +26,7 @@ vector-Jacobian product of that call.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import json
 
 import torch
@@ -92,11 +93,14 @@ class Kernel:
             raise KeyError(name)
         return found["value"]
 
-    def call(self, ref: Ref, args: tuple, kwargs: dict, op="call", **fields) -> dict:
+    def call(
+        self, ref: Ref, args: tuple, kwargs: dict, op="call", swaps=(), **fields
+    ) -> dict:
         """The kernel's answer to calling kept object ``ref`` (``op`` "call"), building
         with class ``ref`` ("build") or running a module of tree ``ref`` ("forward",
-        ``fields`` saying what with), with the judge's randomness. The arguments
-        the learner's code changed in place are changed here too."""
+        ``fields`` saying what with, and ``swaps`` the submodules to replace for it,
+        ``[(module, name, PyTorch's layer), ...]``), with the judge's randomness.
+        The arguments the learner's code changed in place are changed here too."""
         lent_out: list = []  # the modules of PyTorch's lent to the learner's code
         request = {
             "op": op,
@@ -105,6 +109,8 @@ class Kernel:
             "kwargs": _sendable(kwargs, lent_out),
             **fields,
         }
+        if swaps:
+            request["swaps"] = _sendable([list(s) for s in swaps], lent_out)
         if op == "build":
             # A module's first weights, as the same class built here would draw them;
             # the judge's state then moves on, so that a second build draws others.
@@ -309,6 +315,22 @@ class LocalLink:
         from .agent import answer
 
         try:
-            return answer(json.loads(request), self.namespace)
+            with _modes_set_aside():
+                return answer(json.loads(request), self.namespace)
         except Exception as exc:  # noqa: BLE001 - as agent.serve does
             return json.dumps({"error": f"{type(exc).__name__}: {exc}"})
+
+
+@contextlib.contextmanager
+def _modes_set_aside():
+    """The judge's torch-function modes (a check's recorder) off while the agent
+    answers in this process: a kernel is another process, which they do not
+    reach, and what they watch there comes back as the kernel's events."""
+    modes = []
+    while torch._C._len_torch_function_stack() > 0:
+        modes.append(torch._C._pop_torch_function_stack())
+    try:
+        yield
+    finally:
+        for mode in reversed(modes):
+            torch._C._push_on_torch_function_stack(mode)

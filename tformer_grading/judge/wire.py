@@ -129,6 +129,104 @@ class Lent:
 LENDABLE = ("Embedding", "Linear", "LayerNorm", "Dropout", "ReLU", "GELU", "Identity")
 
 
+#: PyTorch's modules the judge builds as themselves in a mirror (:mod:`.mirror`):
+#: those it lends, other norms and activations, and the containers.
+LAYERS = (
+    *LENDABLE,
+    "BatchNorm1d",
+    "BatchNorm2d",
+    "GroupNorm",
+    "RMSNorm",
+    "InstanceNorm1d",
+    "Softmax",
+    "Tanh",
+    "Sigmoid",
+    "SiLU",
+    "ReLU6",
+    "LeakyReLU",
+    "Sequential",
+    "ModuleList",
+    "ModuleDict",
+)
+
+#: The modules of the course's reference whose classes the judge rebuilds as such.
+REFERENCE_MODULES = (
+    "tformer_ref.attention",
+    "tformer_ref.blocks",
+    "tformer_ref.positions",
+    "tformer_ref.model",
+)
+
+
+def layer_class(name) -> type | None:
+    """The class a module's qualified ``name`` says, when it is one the judge builds
+    as itself: one of PyTorch's :data:`LAYERS` (``torch.nn.Linear``), or a
+    module class of the reference (:data:`REFERENCE_MODULES`). None for any other.
+
+        >>> layer_class("torch.nn.Linear"), layer_class("os.system")
+        (<class 'torch.nn.modules.linear.Linear'>, None)
+    """
+    if type(name) is not str:
+        return None
+    where, _, short = name.rpartition(".")
+    if where == "torch.nn":
+        return getattr(torch.nn, short) if short in LAYERS else None
+    if where not in REFERENCE_MODULES:
+        return None
+    import importlib
+
+    cls = getattr(importlib.import_module(where), short, None)
+    if not (isinstance(cls, type) and issubclass(cls, torch.nn.Module)):
+        return None
+    return cls if cls.__module__ == where else None
+
+
+def qualified_name(cls: type) -> str:
+    """``cls``'s name as :func:`layer_class` reads it (PyTorch's by ``torch.nn``)."""
+    if getattr(torch.nn, cls.__name__, None) is cls:
+        return f"torch.nn.{cls.__name__}"
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def layer_attrs(cls: type, attrs) -> dict:
+    """``attrs`` checked as the plain attributes of a ``cls`` the other side built:
+    public names the class does not define itself (so none hides a method), with
+    plain values. WireError otherwise.
+
+        >>> layer_attrs(torch.nn.Dropout, {"p": 0.1, "inplace": False})
+        {'p': 0.1, 'inplace': False}
+        >>> layer_attrs(torch.nn.Linear, {"forward": 1})
+        Traceback (most recent call last):
+        ...
+        tformer_grading.judge.wire.WireError: Linear has no attribute 'forward' to set
+    """
+    name = cls.__name__
+    if type(attrs) is not dict:
+        raise WireError(f"the attributes of a {name} must be an object")
+    for key, value in attrs.items():
+        if (
+            not key.isidentifier()
+            or key.startswith("_")
+            or key == "training"
+            or hasattr(cls, key)
+        ):
+            raise WireError(f"{name} has no attribute {key!r:.40} to set")
+        if not _plain(value):
+            raise WireError(f"a {name}'s attribute {key} must be a plain value")
+    return attrs
+
+
+def plain_attrs(module: torch.nn.Module) -> dict | None:
+    """``module``'s public attributes (but ``training``), or None when one is not a
+    plain value (such a module is not rebuilt as its class: see :mod:`.mirror`)."""
+    attrs = {
+        k: v
+        for k, v in vars(module).items()
+        if not k.startswith("_") and k != "training"
+    }
+    return attrs if all(_plain(v) for v in attrs.values()) else None
+
+
 def lent(module: torch.nn.Module) -> Lent | None:
     """``module`` as a :class:`Lent`, or None when it is not one the judge lends."""
     cls = type(module)
@@ -356,8 +454,7 @@ def _lent(value: dict, bounds: Bounds, counts: dict, depth: int) -> Lent:
     if name not in LENDABLE:
         raise WireError(f"a module of type {name!r:.40} is not lent")
     attrs = _from_json(_field(value, "attrs", dict), bounds, counts, None, depth + 1)
-    if type(attrs) is not dict or not all(_plain(v) for v in attrs.values()):
-        raise WireError("a lent module's attributes must be plain values")
+    layer_attrs(getattr(torch.nn, name), attrs)
     tables = []
     for key in ("params", "buffers"):
         table = []

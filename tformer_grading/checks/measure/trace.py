@@ -100,14 +100,19 @@ class FunctionCalls(torch.overrides.TorchFunctionMode):
     def __torch_function__(self, func, types=(), args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
-        name = getattr(func, "__name__", "")
+        self.observe(getattr(func, "__name__", ""), args, kwargs, out)
+        return out
+
+    def observe(self, name: str, args: tuple, kwargs: dict, out) -> None:
+        """Record one call of function ``name`` if it is watched. The judge calls it
+        too, for the calls a learner's module made in its kernel
+        (:mod:`tformer_grading.judge.mirror`)."""
         kind = name if name in self.names else None
         if kind is None and name == "linear" and len(args) > 1:
             kind = next((k for k, w in self.linears.items() if args[1] is w), None)
         if kind is not None:
             kept = (snapshot(args[0]), *args[1:])
             self.events.append(Event(kind, kept, kwargs, snapshot(out)))
-        return out
 
 
 @contextlib.contextmanager
