@@ -63,10 +63,12 @@ def test_the_judge_agrees_with_the_cells(chapter, exercise):
     grader = graders_of(chapter)[exercise]
     disagree, same, compared = [], 0, 0
     for entry in [e for e in entries(chapter) if e.exercise == exercise]:
+        seen = set()  # a by-hand cell the judge judges by another cell's checks
         for cell in grader.cells:
             calls = plan(cell.code)
-            if calls is None:
+            if calls is None or repr(calls) in seen:
                 continue
+            seen.add(repr(calls))
             namespace = {
                 **_setup(grader.chapter),
                 **dict(grader.others),

@@ -120,7 +120,9 @@ class DecoderBlock(nn.Module):
         x = self.norms[1](x + drop(self.enc_attn(x, x, x, mask=src_mask)))
         return self.norms[2](x + drop(self.ff(x)))
 """
-DECODER_CELLS = ("test_decoder_block", "test_decoder_behaviour")
+# The by-hand cell too: the judge runs the block's behaviour probes in its place
+# (tformer_grading/judge/registry.py), and these blocks fail them.
+DECODER_CELLS = ("test_decoder_block", "test_decoder_behaviour", "test_decoder_by_hand")
 
 BUGGY = {
     "sin_cos_swapped": Buggy(

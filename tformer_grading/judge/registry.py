@@ -38,6 +38,8 @@ BEHAVIOUR = frozenset(
         "ch04.check_dropout_placement",
         "ch04.check_encoder_block",
         "ch04.check_feed_forward",
+        "ch05.check_decoder_behaviour",
+        "ch05.check_decoder_block",
         "ch05.check_embed",
         "ch05.check_sinusoidal_encoding",
         "ch06.check_shift_targets",
@@ -56,6 +58,7 @@ OBSERVATION = {
     "ch03.check_masked_attention_by_hand": "ch03.check_masked_attention",
     "ch04.check_block_by_hand": "ch04.check_block_behaviour",
     "ch05.check_by_hand": None,
+    "ch05.check_decoder_by_hand": "ch05.check_decoder_behaviour",
     "ch06.check_by_hand": None,
     "ch08.check_next_token_probs_by_hand": None,
 }
