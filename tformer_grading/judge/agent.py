@@ -61,6 +61,7 @@ from .wire import (
     Raised,
     Ref,
     WireError,
+    bare_module,
     from_json,
     layer_class,
     lent_tensors,
@@ -454,11 +455,7 @@ def _resolve(found, lent_out: list):
 
 
 def _lend(spec: Lent) -> torch.nn.Module:
-    cls = getattr(torch.nn, spec.type)
-    module = cls.__new__(cls)
-    torch.nn.Module.__init__(module)
-    for name, value in spec.attrs.items():
-        object.__setattr__(module, name, value)
+    module = bare_module(getattr(torch.nn, spec.type), spec.attrs)
     module.training = spec.training
     for name, t in spec.params:
         module._parameters[name] = torch.nn.Parameter(t.detach(), t.requires_grad)

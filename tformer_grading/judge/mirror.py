@@ -46,7 +46,15 @@ from __future__ import annotations
 
 import torch
 
-from .wire import WireError, layer_attrs, layer_class, lent, same_bits, to_json
+from .wire import (
+    WireError,
+    bare_module,
+    layer_attrs,
+    layer_class,
+    lent,
+    same_bits,
+    to_json,
+)
 
 #: The most modules one learner's tree may have (the own model has a few dozen).
 MAX_MODULES = 4_096
@@ -121,14 +129,14 @@ class Tree:
                 self.held[i] = _copy(t)
         return sent
 
-    def _swaps(self, nodes: list, state: list) -> list:
+    def _swaps(self, nodes: list, slot_of: dict) -> list:
         """The submodules a check replaced in this mirror (as ``adopt_hand_written_
         norms`` puts an ``nn.LayerNorm`` in place of a norm written by hand):
         ``[(module, name, new submodule, ties)]``, each one of PyTorch's layers the
         judge lends (:data:`.wire.LENDABLE`), for the kernel to use in that forward;
         ``ties`` ``{parameter: slot}`` names those of its parameters that are the
-        tree's own, which the kernel then uses as they are."""
-        slot_of = {id(t): i for i, t in enumerate(state)}
+        tree's own (``slot_of``: slot by tensor id), which the kernel then uses as
+        they are."""
         swaps = []
         for i, built in enumerate(self.children):
             for name, child in built:
@@ -153,13 +161,14 @@ class Tree:
 
         nodes = module._judge_nodes
         state = [_slot(nodes, s) for s in self.slots]
-        watch, recorders = _watching(nodes, module._judge_index, state)
+        slot_of = {id(t): i for i, t in enumerate(state)}
+        watch, recorders = _watching(nodes, module._judge_index, slot_of)
         found = self.kernel.call(
             self.ref,
             args,
             kwargs,
             op="forward",
-            swaps=self._swaps(nodes, state),
+            swaps=self._swaps(nodes, slot_of),
             node=module._judge_index,
             state=to_json(self._changed(state)),
             training=[n.training for n in nodes],
@@ -181,12 +190,13 @@ class Tree:
 MAX_EVENTS = 10_000
 
 
-def _watching(nodes: list, called: int, state: list):
+def _watching(nodes: list, called: int, slot_of: dict):
     """What the checks watch while module ``called`` runs in the kernel: forward
     hooks on the other modules of its tree, and the function-call recorders
     (:class:`~tformer_grading.checks.measure.trace.FunctionCalls`) active now, with
-    the ``linear`` weights they watch found among the tree's tensors. Returns (the
-    request's ``trace``, or None when nothing is watched; the recorders)."""
+    the ``linear`` weights they watch found among the tree's tensors (``slot_of``:
+    slot by tensor id). Returns (the request's ``trace``, or None when nothing is
+    watched; the recorders)."""
     from ..checks.measure.trace import FunctionCalls
 
     stack = torch.overrides._get_current_function_mode_stack()
@@ -194,12 +204,11 @@ def _watching(nodes: list, called: int, state: list):
     hooked = [i for i, n in enumerate(nodes) if i != called and n._forward_hooks]
     if not recorders and not hooked:
         return None, []
-    at = {id(t): i for i, t in enumerate(state)}
     watched = {id(w) for m in recorders for w in m.linears.values()}
     return {
         "hooked": hooked,
         "names": sorted({n for m in recorders for n in m.names}),
-        "linears": sorted(at[w] for w in watched if w in at),
+        "linears": sorted(slot_of[w] for w in watched if w in slot_of),
     }, recorders
 
 
@@ -378,12 +387,7 @@ def _layer(node: dict) -> torch.nn.Module:
     in as any node's are; called by itself, it runs here, as the reference does."""
     cls = layer_class(node["layer"])
     _need(cls is not None, f"a module class {str(node['layer'])!r:.60}")
-    attrs = layer_attrs(cls, node["attrs"])
-    module = cls.__new__(cls)
-    torch.nn.Module.__init__(module)
-    for key, value in attrs.items():
-        object.__setattr__(module, key, value)
-    return module
+    return bare_module(cls, layer_attrs(cls, node["attrs"]))
 
 
 def _fill(module, node: dict, nodes: list, state: list, made: dict) -> None:

@@ -219,12 +219,27 @@ def layer_attrs(cls: type, attrs) -> dict:
 def plain_attrs(module: torch.nn.Module) -> dict | None:
     """``module``'s public attributes (but ``training``), or None when one is not a
     plain value (such a module is not rebuilt as its class: see :mod:`.mirror`)."""
-    attrs = {
+    attrs = _public_attrs(module)
+    return attrs if all(_plain(v) for v in attrs.values()) else None
+
+
+def bare_module(cls: type, attrs: dict) -> torch.nn.Module:
+    """A ``cls`` with plain attributes ``attrs`` and, as yet, no parameters, buffers
+    or submodules: how each side builds a module the other described (its
+    ``__init__`` is not run, so nothing of the description runs code)."""
+    module = cls.__new__(cls)
+    torch.nn.Module.__init__(module)
+    for key, value in attrs.items():
+        object.__setattr__(module, key, value)
+    return module
+
+
+def _public_attrs(module: torch.nn.Module) -> dict:
+    return {
         k: v
         for k, v in vars(module).items()
         if not k.startswith("_") and k != "training"
     }
-    return attrs if all(_plain(v) for v in attrs.values()) else None
 
 
 def lent(module: torch.nn.Module) -> Lent | None:
@@ -236,11 +251,7 @@ def lent(module: torch.nn.Module) -> Lent | None:
         or module._modules
     ):
         return None
-    attrs = {
-        k: v
-        for k, v in vars(module).items()
-        if not k.startswith("_") and k != "training" and _plain(v)
-    }
+    attrs = {k: v for k, v in _public_attrs(module).items() if _plain(v)}
     return Lent(
         cls.__name__,
         attrs,
