@@ -31,6 +31,7 @@ CHAPTERS = (
     "ch03_bughunt",
     "ch04_blocks",
     "ch05_model",
+    "ch06_training",
 )
 CLASS_CHAPTERS = ("ch01_shapes", "ch03_masks")
 CLASS_SUBMISSIONS = 3

@@ -30,6 +30,14 @@ Requests, each a JSON object with ``op``:
   lent for that forward (:func:`_swapped`);
 - ``forget``: drop every object and call kept for the judge (after each cell).
 
+An object of the judge's given to the learner's code (``{"$": "judged"}``: a check's
+recording model) stays in the judge's process: the learner's code gets a
+:class:`JudgeObject`, whose methods (:data:`.wire.CALLED_BACK`) and plain attributes
+are asked of the judge while the request is answered. Such a call goes out as one
+display output of type :data:`CALLBACK`, and the judge's reply comes back on the
+kernel's stdin channel, as an ``input_reply`` (the way ``input()`` is answered), so
+the kernel can wait for it in the middle of a request.
+
 ``call`` and ``forward`` may carry ``seed``, drawn from the judge's random state, and
 ``build`` carries ``rng``, that state itself: the learner's code draws its random
 numbers (a dropout, a module's first weights: the same as in the judge's process) from
@@ -50,6 +58,7 @@ Example, without a kernel (``answer`` is what the display output would carry)::
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import json
 import sys
@@ -57,6 +66,9 @@ import sys
 import torch
 
 from .wire import (
+    CALLED_BACK,
+    ITERATORS,
+    Judged,
     Lent,
     Raised,
     Ref,
@@ -73,6 +85,7 @@ from .wire import (
 )
 
 MIME = "application/vnd.tformer.judge+json"
+CALLBACK = "application/vnd.tformer.judge-callback+json"
 TARGET = "tformer.judge"
 
 _KEPT: dict[int, object] = {}
@@ -107,14 +120,100 @@ def serve(request: str) -> None:
     shell = get_ipython()
     namespace = shell.user_ns if shell is not None else {}
     try:
-        text = answer(json.loads(request), namespace)
+        text = answer(json.loads(request), namespace, _ask_judge)
     except Exception as exc:  # noqa: BLE001 - said to the judge, which fails the cell
         text = json.dumps({"error": f"{type(exc).__name__}: {exc}"[:2000]})
     publish_display_data({MIME: text})
 
 
-def answer(request: dict, namespace: dict) -> str:
-    """The JSON reply to one request (a dict), names looked up in ``namespace``."""
+def _ask_judge(text: str) -> str:
+    """The judge's reply to ``text``, a call of one of its objects: sent as a display
+    output, answered on the kernel's stdin channel."""
+    import zmq
+    from IPython import get_ipython
+    from IPython.display import publish_display_data
+
+    kernel = get_ipython().kernel
+    while kernel.session.recv(kernel.stdin_socket)[1] is not None:
+        pass  # a stale reply (to a call back the notebook forged) is not this one's
+    publish_display_data({CALLBACK: text})
+    while True:
+        # A short wait at a time, so that an interrupt (the cell's time) gets through.
+        readable, _, _ = zmq.select([kernel.stdin_socket], [], [], 0.05)
+        if readable:
+            _, reply = kernel.session.recv(kernel.stdin_socket)
+            if reply is not None and reply.get("msg_type") == "input_reply":
+                return reply["content"]["value"]
+
+
+class JudgeObject:
+    """An object of the judge's given to the learner's code (a check's recording
+    model), which stays in the judge's process: its methods of
+    :data:`.wire.CALLED_BACK` and its plain attributes are asked of the judge
+    (``call_back(text) -> text``), with tensors as data.
+
+        >>> import torch
+        >>> def judge(text):  # what the judge does with a call of its Linear
+        ...     request = json.loads(text)
+        ...     x = from_json(request["args"])[0]
+        ...     return json.dumps({"value": to_json(x * 2)})
+        >>> model = JudgeObject(Judged(1, "Linear"), judge)
+        >>> model(torch.tensor([1.5]))
+        tensor([3.])
+    """
+
+    def __init__(self, judged: Judged, call_back) -> None:
+        object.__setattr__(self, "_judged", judged)
+        object.__setattr__(self, "_call_back", call_back)
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        if name in CALLED_BACK:
+            return functools.partial(self._judge_ask, "call", name)
+        return self._judge_ask("getattr", name)
+
+    def __call__(self, *args, **kwargs):
+        return self._judge_ask("call", "__call__", *args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<the grader's {self._judged.type}>"
+
+    def _judge_ask(self, op: str, name: str, *args, **kwargs):
+        from .remote import rebuilt
+
+        def refer(obj):
+            if isinstance(obj, JudgeObject):
+                return obj._judged
+            raise TypeError(
+                f"the grader's {self._judged.type} cannot be given a "
+                f"{type(obj).__name__}"
+            )
+
+        request = {
+            "op": op,
+            "id": self._judged.id,
+            "name": name,
+            "args": to_json(list(args), refer=refer),
+            "kwargs": to_json(kwargs, refer=refer),
+            "grad": torch.is_grad_enabled(),
+        }
+        reply = json.loads(self._call_back(json.dumps(request)))
+        if "raised" in reply:
+            exc = rebuilt(from_json(reply["raised"]))
+            # Raised here, in the learner's code: its frames are read here (the
+            # PyTorch call that raised, in the judge's object, was read there).
+            del exc.kernel_where
+            raise exc
+        value = from_json(
+            reply["value"], resolve=lambda j: JudgeObject(j, self._call_back)
+        )
+        return iter(value) if name in ITERATORS else value
+
+
+def answer(request: dict, namespace: dict, call_back=None) -> str:
+    """The JSON reply to one request (a dict), names looked up in ``namespace``;
+    ``call_back(text) -> text`` asks the judge about its objects."""
     op = request.get("op")
     if op == "forget":
         _KEPT.clear()
@@ -127,13 +226,13 @@ def answer(request: dict, namespace: dict) -> str:
             return json.dumps({"value": None, "missing": name})
         return _reply(namespace[name])
     if op == "call":
-        return _call(request)
+        return _call(request, call_back)
     if op == "vjp":
         return _vjp(request)
     if op == "build":
-        return _build(request)
+        return _build(request, call_back)
     if op == "forward":
-        return _forward(request)
+        return _forward(request, call_back)
     raise WireError(f"unknown request {op!r}")
 
 
@@ -173,16 +272,20 @@ def _randomness(request: dict):
         yield
 
 
-def _run(request: dict, target, *, grad=True, params=(), around=None):
+def _run(request: dict, target, call_back, *, grad=True, params=(), around=None):
     """``target(*args, **kwargs)`` of ``request``, within the context
     ``around(swaps)`` if given (``swaps``: the request's, its lent modules built):
     (result, reply extras). The arguments that require grad, then ``params`` that
     do, then the parameters of the modules lent to the call that do, are the call's
     inputs."""
     lent: list = []
-    args = from_json(request["args"], resolve=lambda x: _resolve(x, lent))
-    kwargs = from_json(request["kwargs"], resolve=lambda x: _resolve(x, lent))
-    swaps = from_json(request.get("swaps", []), resolve=lambda x: _resolve(x, lent))
+
+    def resolve(found):
+        return _resolve(found, lent, call_back)
+
+    args = from_json(request["args"], resolve=resolve)
+    kwargs = from_json(request["kwargs"], resolve=resolve)
+    swaps = from_json(request.get("swaps", []), resolve=resolve)
     given = tensors_in((args, kwargs))
     before = [t.detach().clone() for t in given]
     inputs = [t for t in given if t.requires_grad]
@@ -215,13 +318,13 @@ def _run(request: dict, target, *, grad=True, params=(), around=None):
     return result, extra
 
 
-def _call(request: dict) -> str:
-    result, extra = _run(request, _KEPT[request["ref"]])
+def _call(request: dict, call_back) -> str:
+    result, extra = _run(request, _KEPT[request["ref"]], call_back)
     return _reply(result, **extra)
 
 
-def _build(request: dict) -> str:
-    made, extra = _run(request, _KEPT[request["ref"]])
+def _build(request: dict, call_back) -> str:
+    made, extra = _run(request, _KEPT[request["ref"]], call_back)
     if not isinstance(made, torch.nn.Module):
         return _reply(made, **extra)
     ref = _keep(made)
@@ -280,7 +383,7 @@ def _slot(slot) -> torch.Tensor | None:
     return (module._parameters if kind == "p" else module._buffers).get(name)
 
 
-def _forward(request: dict) -> str:
+def _forward(request: dict, call_back) -> str:
     modules, slots = _TREES[request["ref"]]
     state = from_json(request["state"])
     flags = request["training"]
@@ -308,6 +411,7 @@ def _forward(request: dict) -> str:
     result, extra = _run(
         request,
         modules[request["node"]],
+        call_back,
         grad=bool(request["grad"]),
         params=params,
         around=around,
@@ -446,10 +550,15 @@ def _watched(watch, modules: list, slots: list, events: list):
     return watching()
 
 
-def _resolve(found, lent_out: list):
-    """A reference's kept object, or a module like the one the judge lends."""
+def _resolve(found, lent_out: list, call_back):
+    """A reference's kept object, a module like the one the judge lends, or a stand-in
+    for an object of the judge's."""
     if isinstance(found, Ref):
         return _KEPT[found.id]
+    if isinstance(found, Judged):
+        if call_back is None:
+            raise WireError("an object of the judge's, with no way to call it back")
+        return JudgeObject(found, call_back)
     lent_out.append(module := _lend(found))
     return module
 

@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import json
 import queue
 import threading
 import time
 import uuid
 
-from .agent import MIME, TARGET
+from .agent import CALLBACK, MIME, TARGET
 from .remote import JudgeError, KernelGone
 
 _GRACE = 60.0  # seconds the judge's checks may run past the cell's time limit
@@ -94,24 +95,78 @@ def _judge(source: str, link):
 
 class KernelLink:
     """``ask`` from the judge's thread; answered on ``loop`` by ``executor``'s kernel
-    client, within ``deadline`` (a ``time.monotonic()`` value)."""
+    client, within ``deadline`` (a ``time.monotonic()`` value). While the kernel
+    answers, it may call the judge's objects back: ``on_callback(text) -> text``
+    (set by :class:`.remote.Kernel`) answers each such call, in the judge's thread,
+    and its reply goes to the kernel's stdin channel."""
 
     def __init__(self, executor, loop: asyncio.AbstractEventLoop, deadline: float):
         self.executor, self.loop, self.deadline = executor, loop, deadline
         self.closed = False
+        self.on_callback = None
+        self._answering = False  # a call back is being answered
 
     def ask(self, request: str) -> str:
         if self.closed:
             raise JudgeError("the grader stopped judging this cell")
-        future = asyncio.run_coroutine_threadsafe(
-            ask_kernel(self.executor, request, self.deadline), self.loop
+        if self._answering:
+            # The kernel waits for the judge: asking it now would wait for ever.
+            raise JudgeError("the grader's object asked the kernel while it waited")
+        kind, text, msg_id = self._wait(
+            ask_kernel(self.executor, request, self.deadline)
         )
-        return future.result()
+        while kind == CALLBACK:
+            try:
+                self._answering = True
+                reply = self.on_callback(text)
+            except BaseException:
+                # The kernel must not wait for a reply that will not come; what it
+                # sends after this is read and dropped.
+                self._wait(reply_kernel(self.executor, msg_id, None, self.deadline))
+                raise
+            finally:
+                self._answering = False
+            kind, text, _ = self._wait(
+                reply_kernel(self.executor, msg_id, reply, self.deadline)
+            )
+        return text
+
+    def _wait(self, coroutine):
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
 
 
-async def ask_kernel(executor, request: str, deadline: float) -> str:
-    """The kernel's one answer to ``request``; JudgeError when there is not one in
-    time."""
+async def reply_kernel(executor, msg_id: str, reply: str | None, deadline: float):
+    """Send ``reply`` to the kernel's call back during request ``msg_id``, and read on
+    to the request's next answer or call back, as :func:`ask_kernel`. With no reply,
+    the kernel's code is told the judge gave up, and the request's messages are left
+    to read (:func:`settle`), without counting its answers; each later call back is
+    told the same, so the kernel does not wait for the cell's time."""
+    kc = executor.kc
+    if reply is None:
+        _give_up(kc)
+        kc._tformer_judge_pending = (msg_id, False)
+        return None
+    kc.stdin_channel.send(kc.session.msg("input_reply", {"value": reply}))
+    return await _answer(executor, msg_id, deadline)
+
+
+def _give_up(kc) -> None:
+    """Tell the kernel's code waiting on a call back that the judge has given up: it
+    raises there, and the kernel goes on to its idle."""
+    value = json.dumps({"raised": _GAVE_UP})
+    kc.stdin_channel.send(kc.session.msg("input_reply", {"value": value}))
+
+
+_GAVE_UP = {
+    "$": "raised",
+    "type": "RuntimeError",
+    "message": "the grader stopped judging this cell",
+}
+
+
+async def ask_kernel(executor, request: str, deadline: float):
+    """The kernel's one answer to ``request``, or its first call back, as (kind, text,
+    the request's message id); JudgeError when there is neither in time."""
     kc = executor.kc
     if time.monotonic() >= deadline:
         raise JudgeError(
@@ -123,16 +178,20 @@ async def ask_kernel(executor, request: str, deadline: float) -> str:
         "comm_msg", {"comm_id": comm, "data": {"request": request}}
     )
     kc.shell_channel.send(message)
-    msg_id = message["header"]["msg_id"]
+    return await _answer(executor, message["header"]["msg_id"], deadline)
+
+
+async def _answer(executor, msg_id: str, deadline: float):
+    kc = executor.kc
     answers, idle = await _outputs(executor, msg_id, deadline, until_answer=True)
-    if len(answers) != 1 or not isinstance(answers[0], str):
+    if len(answers) != 1 or not isinstance(answers[0][1], str):
         raise JudgeError(_answered(len(answers)))
-    if not idle:
+    if not idle and answers[0][0] == MIME:
         # The rest of this request's messages (a second answer would be one) are read
         # before the next request, or when the judge is done with the cell: the
-        # judge computes meanwhile.
-        kc._tformer_judge_pending = msg_id
-    return answers[0]
+        # judge computes meanwhile. (A call back waits for its reply: nothing more.)
+        kc._tformer_judge_pending = (msg_id, True)
+    return (*answers[0], msg_id)
 
 
 def _answered(times: int) -> str:
@@ -150,8 +209,9 @@ async def settle(executor, deadline: float) -> None:
     if pending is None:
         return
     kc._tformer_judge_pending = None
-    more, _ = await _outputs(executor, pending, deadline)
-    if more:
+    msg_id, strict = pending
+    more, _ = await _outputs(executor, msg_id, deadline)
+    if more and strict:
         raise JudgeError(_answered(1 + len(more)))
 
 
@@ -182,9 +242,10 @@ async def _comm(executor, deadline: float) -> str:
 async def _outputs(
     executor, msg_id: str, deadline: float, until_answer: bool = False
 ) -> tuple[list, bool]:
-    """The judge's answers among what the kernel sends for message ``msg_id``, read
-    until the kernel is idle again (or, ``until_answer``, until the first answer), and
-    whether the kernel's idle was read."""
+    """The judge's answers and the kernel's calls back, as (MIME or CALLBACK, text),
+    among what the kernel sends for message ``msg_id``, read until the kernel is idle
+    again (or, ``until_answer``, until the first of them), and whether the kernel's
+    idle was read."""
     kc = executor.kc
     answers = []
     while True:
@@ -199,10 +260,14 @@ async def _outputs(
         if msg.get("parent_header", {}).get("msg_id") != msg_id:
             continue
         content = msg.get("content", {})
-        if msg["msg_type"] == "display_data" and MIME in content.get("data", {}):
-            answers.append(content["data"][MIME])
+        data = content.get("data", {}) if msg["msg_type"] == "display_data" else {}
+        kind = next((k for k in (MIME, CALLBACK) if k in data), None)
+        if kind is not None:
+            answers.append((kind, data[kind]))
             if until_answer:
                 return answers, False
+            if kind == CALLBACK:  # past its answer, or after the judge gave up
+                _give_up(kc)
         elif msg["msg_type"] == "status" and content.get("execution_state") == "idle":
             return answers, True
 

@@ -42,6 +42,7 @@ BEHAVIOUR = frozenset(
         "ch05.check_decoder_block",
         "ch05.check_embed",
         "ch05.check_sinusoidal_encoding",
+        "ch06.check_greedy_decode",
         "ch06.check_shift_targets",
         "ch06.check_sequence_loss",
         "ch06.check_noam_lambda",
@@ -60,5 +61,6 @@ OBSERVATION = {
     "ch05.check_by_hand": None,
     "ch05.check_decoder_by_hand": "ch05.check_decoder_behaviour",
     "ch06.check_by_hand": None,
+    "ch06.check_greedy_by_hand": "ch06.check_greedy_decode",
     "ch08.check_next_token_probs_by_hand": None,
 }

@@ -28,11 +28,15 @@ from __future__ import annotations
 import builtins
 import contextlib
 import json
+from dataclasses import replace
 
 import torch
 from torch.autograd.function import once_differentiable
 
 from .wire import (
+    CALLED_BACK,
+    ITERATORS,
+    Judged,
     Lent,
     Raised,
     Ref,
@@ -60,6 +64,10 @@ class Kernel:
 
     def __init__(self, link) -> None:
         self.link = link
+        # The judge's objects given to the learner's code, by number (a check's
+        # recording model): the kernel calls them back (:meth:`called_back`).
+        self.judged: dict[int, object] = {}
+        link.on_callback = self.called_back
 
     def _ask(self, request: dict):
         reply = self.link.ask(json.dumps(request))
@@ -78,6 +86,10 @@ class Kernel:
     def _proxy(self, ref: Ref):
         if isinstance(ref, Lent):
             raise WireError("a lent module, which only the judge sends")
+        if isinstance(ref, Judged):
+            if ref.id not in self.judged:
+                raise WireError(f"no object of the judge's numbered {ref.id}")
+            return self.judged[ref.id]
         if ref.kind == "class":
             from .mirror import remote_class
 
@@ -105,8 +117,8 @@ class Kernel:
         request = {
             "op": op,
             "ref": ref if type(ref) is int else ref.id,
-            "args": _sendable(list(args), lent_out),
-            "kwargs": _sendable(kwargs, lent_out),
+            "args": _sendable(list(args), lent_out, self),
+            "kwargs": _sendable(kwargs, lent_out, self),
             **fields,
         }
         if swaps:
@@ -139,6 +151,62 @@ class Kernel:
     def forget(self) -> None:
         """Let the kernel drop what it keeps for the judge."""
         self._ask({"op": "forget"})
+        self.judged.clear()
+
+    def judge_object(self, obj) -> Judged:
+        """``obj``, which stays here, as the kernel is given it."""
+        for number, kept in self.judged.items():
+            if kept is obj:
+                return Judged(number, type(obj).__name__)
+        number = len(self.judged) + 1
+        self.judged[number] = obj
+        return Judged(number, type(obj).__name__)
+
+    def called_back(self, text: str) -> str:
+        """The judge's reply to the kernel's call of one of its objects (the
+        learner's code calling ``model.decode(...)``), run here: ``{"value": ...}``,
+        or ``{"raised": ...}`` when the judge's object raised. A request that is
+        malformed, or asks for a method out of :data:`.wire.CALLED_BACK` or an
+        attribute that is not a plain value, is a JudgeError."""
+        try:
+            request = decode(text, resolve=self._proxy)
+        except WireError as exc:
+            raise JudgeError(f"the kernel's call to the grader is not valid: {exc}")
+        if not (
+            type(request) is dict
+            and request.get("op") in ("call", "getattr")
+            and type(request.get("id")) is int
+            and request["id"] in self.judged
+            and type(request.get("name")) is str
+            and type(request.get("grad", False)) is bool
+        ):
+            raise JudgeError("the kernel's call to the grader is not valid")
+        obj, name = self.judged[request["id"]], request["name"]
+        args, kwargs = request.get("args", []), request.get("kwargs", {})
+        if type(args) is not list or type(kwargs) is not dict:
+            raise JudgeError("the kernel's call to the grader is not valid")
+        grad = request.get("grad", False)
+        try:
+            if request["op"] == "getattr":
+                return _reply_json(_lent_attribute(obj, name))
+            if name not in CALLED_BACK:
+                raise _not_lent(obj, name)
+            with torch.set_grad_enabled(grad):
+                value = _method(obj, name)(*args, **kwargs)
+            if name in ITERATORS:
+                value = list(value)
+            return _reply_json(value, refer=self._refer_back)
+        except Exception as exc:  # noqa: BLE001 - raised in the learner's code
+            raised = Raised(type(exc).__name__, str(exc)[:4000], "", "")
+            if name in CALLED_BACK and not kwargs:
+                with torch.set_grad_enabled(grad):
+                    raised = replace(raised, call=_failing_call(obj, name, args, exc))
+            return _reply_json(None, raised=raised)
+
+    def _refer_back(self, obj):
+        if isinstance(obj, torch.nn.Module) and not _mirrored(obj):
+            return self.judge_object(obj)
+        raise WireError(f"the grader cannot give a {type(obj).__name__} to the kernel")
 
 
 def indexed_tensors(items, count: int, what: str) -> list:
@@ -169,20 +237,75 @@ def _write_back(given: list, changed) -> None:
             target.copy_(new.to(target.dtype))
 
 
-def _sendable(value, lent_out: list | None = None):
+def _sendable(value, lent_out: list | None = None, kernel: Kernel | None = None):
     """``value`` as a request's JSON: the learner's objects as references, and (into
-    a call's arguments, collected in ``lent_out``) PyTorch's modules as lent ones."""
+    a call's arguments, collected in ``lent_out``) PyTorch's modules as lent ones;
+    any other module of the judge's (a check's recording model) as one the kernel
+    calls back (``kernel``'s :meth:`Kernel.judge_object`)."""
 
     def refer(obj):
         if isinstance(obj, (RemoteCallable, RemoteObject)):
             return obj.ref
-        lendable = lent_out is not None and isinstance(obj, torch.nn.Module)
-        if lendable and (made := lent(obj)) is not None:
+        module = lent_out is not None and isinstance(obj, torch.nn.Module)
+        if module and (made := lent(obj)) is not None:
             lent_out.append(obj)
             return made
+        if module and kernel is not None and not _mirrored(obj):
+            return kernel.judge_object(obj)
         raise WireError(f"the judge cannot send a {type(obj).__name__} to the kernel")
 
     return to_json(value, refer=refer)
+
+
+def _mirrored(module: torch.nn.Module) -> bool:
+    """Whether ``module`` holds a mirror of the learner's (:mod:`.mirror`), whose
+    forward runs in the kernel: called back from the kernel, it would ask the kernel
+    while the kernel waits for it."""
+    return any(hasattr(m, "_judge_tree") for m in module.modules())
+
+
+def _reply_json(value, *, refer=None, raised: Raised | None = None) -> str:
+    if raised is not None:
+        return json.dumps({"raised": to_json(raised)})
+    return json.dumps({"value": to_json(value, refer=refer)})
+
+
+def _method(obj, name: str):
+    return obj if name == "__call__" else getattr(obj, name)
+
+
+def _failing_call(obj, name: str, args: list, exc: Exception) -> str:
+    """What the PyTorch call that raised in the judge's ``obj.name(*args)`` was given
+    (:func:`~tformer_grading.checks.measure.failing_call.failing_call`), read on a
+    copy of ``obj``: a run on ``obj`` itself would add to a check's record."""
+    import copy
+
+    from ..checks.measure.failing_call import failing_call
+
+    try:
+        return failing_call(_method(copy.deepcopy(obj), name), tuple(args), exc)
+    except Exception:  # noqa: BLE001 - only the message would say less
+        return ""
+
+
+def _lent_attribute(obj, name: str):
+    """Attribute ``name`` of the judge's ``obj`` for the kernel: public, and a plain
+    value (a number, a string, a flag, a dtype, a device); else the AttributeError
+    the learner's code then raises."""
+    if name.startswith("_") or not name.isidentifier():
+        raise _not_lent(obj, name)
+    value = getattr(obj, name)  # an AttributeError of the object's own when none
+    if not isinstance(value, (bool, int, float, str, torch.dtype, torch.device)):
+        raise _not_lent(obj, name)
+    return value
+
+
+def _not_lent(obj, name: str) -> AttributeError:
+    return AttributeError(
+        f"the grader's {type(obj).__name__} given to your code lends it only its "
+        f"methods {', '.join(sorted(CALLED_BACK - {'__call__'}))}, calling it, and "
+        f"its plain attributes, not {name!r:.40}"
+    )
 
 
 class RemoteObject:
@@ -310,13 +433,20 @@ class LocalLink:
 
     def __init__(self, namespace: dict) -> None:
         self.namespace = namespace
+        self.on_callback = None  # set by the Kernel that uses this link
 
     def ask(self, request: str) -> str:
         from .agent import answer
 
         try:
-            with _modes_set_aside():
-                return answer(json.loads(request), self.namespace)
+            with _modes_set_aside() as modes:
+
+                def call_back(text: str) -> str:
+                    # The judge's objects run in the judge's world, its modes on.
+                    with _modes_put_back(modes):
+                        return self.on_callback(text)
+
+                return answer(json.loads(request), self.namespace, call_back)
         except Exception as exc:  # noqa: BLE001 - as agent.serve does
             return json.dumps({"error": f"{type(exc).__name__}: {exc}"})
 
@@ -330,7 +460,20 @@ def _modes_set_aside():
     while torch._C._len_torch_function_stack() > 0:
         modes.append(torch._C._pop_torch_function_stack())
     try:
-        yield
+        yield modes
     finally:
         for mode in reversed(modes):
             torch._C._push_on_torch_function_stack(mode)
+
+
+@contextlib.contextmanager
+def _modes_put_back(modes: list):
+    """``modes`` (set aside) on again, the agent's own modes aside, for a while."""
+    with _modes_set_aside():
+        for mode in reversed(modes):
+            torch._C._push_on_torch_function_stack(mode)
+        try:
+            yield
+        finally:
+            for _ in modes:
+                torch._C._pop_torch_function_stack()

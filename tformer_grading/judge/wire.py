@@ -18,6 +18,9 @@ one ``"$"`` key naming its kind:
 ``{"$": "lent"}``         ``type``, ``attrs``, ``training``, ``params``,
                           ``buffers``: a module of PyTorch's the judge lends the
                           learner's code (:class:`Lent`)
+``{"$": "judged"}``       ``id``, ``type``: an object that stays in the judge's
+                          process (a check's recording model), which the learner's
+                          code calls back (:class:`Judged`)
 ========================  ==========================================================
 
 Nothing is unpickled, and :func:`decode` checks every bound before it builds
@@ -122,6 +125,39 @@ class Lent:
     training: bool
     params: tuple
     buffers: tuple
+
+
+@dataclass(frozen=True)
+class Judged:
+    """An object of the judge's that the learner's code is given but that stays in
+    the judge's process: the kernel reaches it by calling back (:mod:`.remote`), and
+    only through :data:`CALLED_BACK` and plain attributes. ``type`` is its class's
+    name."""
+
+    id: int
+    type: str
+
+
+#: The methods of a :class:`Judged` object the learner's code may call: a model's
+#: (``model(src, tgt)``, ``encode``, ``decode``, ``eval`` ...). Anything else of the
+#: judge's objects (a check's record, its ``reset``) is out of the kernel's reach.
+CALLED_BACK = frozenset(
+    {
+        "__call__",
+        "forward",
+        "encode",
+        "decode",
+        "eval",
+        "train",
+        "parameters",
+        "named_parameters",
+        "to",
+    }
+)
+
+#: Of those, the ones that return an iterator (sent as a list, iterated in the
+#: kernel).
+ITERATORS = frozenset({"parameters", "named_parameters"})
 
 
 #: The modules the judge lends: PyTorch's own, whose forward reads only their
@@ -324,6 +360,8 @@ def _to_json(value, refer, depth: int):
         return {"$": "raised", **vars(value)}
     if isinstance(value, Ref):
         return {"$": "ref", "id": value.id, "kind": value.kind, "type": value.type}
+    if isinstance(value, Judged):
+        return {"$": "judged", "id": value.id, "type": value.type}
     if isinstance(value, Lent):
         return {
             "$": "lent",
@@ -456,6 +494,9 @@ def _from_json(value, bounds: Bounds, counts: dict, resolve, depth: int):
         return ref if resolve is None else resolve(ref)
     if kind == "lent":
         made = _lent(value, bounds, counts, depth)
+        return made if resolve is None else resolve(made)
+    if kind == "judged":
+        made = Judged(_field(value, "id", int), _field(value, "type", str)[:200])
         return made if resolve is None else resolve(made)
     raise WireError(f"unknown kind {kind!r:.40}")
 
