@@ -146,12 +146,14 @@ BUGGY = {
     ),
     "greedy_no_stop": Buggy(
         answers={"greedy_decode": GREEDY_NO_STOP},
-        zero=("test_greedy_decode",),
+        # The by-hand cell needs right behaviour too, measured by the judge.
+        zero=("test_greedy_decode", "test_greedy_by_hand"),
         feedback="greedy decoding does not stop at EOS",
     ),
     "greedy_no_mask": Buggy(
         answers={"greedy_decode": GREEDY_NO_MASK},
-        zero=("test_greedy_decode",),
+        # The by-hand cell needs right behaviour too, measured by the judge.
+        zero=("test_greedy_decode", "test_greedy_by_hand"),
         feedback="greedy decoding without the causal mask",
     ),
     "greedy_calls_reference": Buggy(

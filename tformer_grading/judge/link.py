@@ -13,6 +13,11 @@ included) is read, counted by the kernel client's bounds, and dropped. The judge
 on as soon as the answer comes; the rest of the request's messages, up to the kernel's
 idle, are read before the next request or when the cell is judged (:func:`settle`).
 
+Before its answer, the kernel may call back an object of the judge's that the
+learner's code was given (a check's model): one display output of type
+:data:`~.agent.CALLBACK`, which the judge answers in its own thread and replies to on
+the kernel's stdin channel, as an ``input_reply``; then it reads on for the answer.
+
 The judge gives up, and the cell scores 0, when the kernel answers not once but
 never or twice, answers with anything but text, or is late: past the cell's time the
 kernel is interrupted, and when it does not stop it is shut down, as a cell that ran
