@@ -115,3 +115,77 @@ def test_a_module_holding_a_mirror_of_the_learners_is_not_given_back(kernel):
     mirror = Kernel(LocalLink({"Lin": nn.Linear})).lookup("Lin")(4, 5)
     with pytest.raises(WireError, match="cannot send a Sequential"):
         kernel.lookup("loop")(nn.Sequential(mirror), torch.tensor([[1]]))
+
+
+# A training step on the judge's model, optimizer and scheduler: the loss is the
+# learner's, computed in the kernel on logits the judge's model returned; backward
+# runs in the judge, into its parameters; clipping acts on the kernel's stand-ins for
+# them, and what it left is what the judge's optimizer steps with.
+
+
+def train_step(model, x, y, optimizer, scheduler, max_norm):
+    model.train()
+    optimizer.zero_grad()
+    loss = nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    optimizer.step()
+    scheduler.step()
+    return loss.item(), norm.item(), optimizer.param_groups[0]["lr"]
+
+
+def sets_the_rate_by_hand(model, x, y, optimizer, scheduler, max_norm):
+    optimizer.param_groups[0]["lr"] = 0.5
+
+
+def _training(seed=0):
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 0.5**s)
+    x, y = torch.randn(5, 3), torch.randn(5, 2)
+    return model, x, y, optimizer, scheduler
+
+
+def test_a_training_step_updates_the_judges_model_as_it_would_here():
+    kernel = Kernel(LocalLink({"train_step": train_step}))
+    model, x, y, optimizer, scheduler = _training()
+    norms = []  # of the gradient the judge's optimizer steps with
+    optimizer.register_step_pre_hook(
+        lambda opt, args, kwargs: norms.append(
+            float(torch.cat([p.grad.flatten() for p in model.parameters()]).norm())
+        )
+    )
+    twin, *rest = _training()
+    for _ in range(2):
+        got = kernel.lookup("train_step")(model, x, y, optimizer, scheduler, 0.1)
+        want = train_step(twin, *rest, 0.1)
+        assert got == pytest.approx(want, rel=1e-6)
+    for p, q in zip(model.parameters(), twin.parameters()):
+        assert torch.allclose(p, q) and torch.allclose(p.grad, q.grad)
+    # The judge's own optimizer stepped, with the gradient clipped in the kernel.
+    assert len(norms) == 2 and max(norms) <= 0.1 + 1e-6
+
+
+def test_the_optimizers_groups_are_lent_to_read_not_to_change():
+    kernel = Kernel(LocalLink({"sets_the_rate_by_hand": sets_the_rate_by_hand}))
+    model, x, y, optimizer, scheduler = _training()
+    with pytest.raises(TypeError, match="lends its param_groups to read"):
+        kernel.lookup("sets_the_rate_by_hand")(model, x, y, optimizer, scheduler, 1.0)
+    assert optimizer.param_groups[0]["lr"] == 0.1
+
+
+def forges_a_parameter(model, x):
+    from tformer_grading.judge.wire import to_json
+
+    next(model.parameters())  # the judge numbers the model 1, its parameters 2, ...
+    forged = [[2, torch.zeros(7, 7), None]]  # its first weight, of another shape
+    request = {"op": "call", "id": 1, "name": "eval", "params": to_json(forged)}
+    model._call_back(json.dumps(request))
+
+
+def test_a_parameter_of_another_shape_from_the_kernel_fails_the_cell():
+    kernel = Kernel(LocalLink({"forges_a_parameter": forges_a_parameter}))
+    model, x, *_ = _training()
+    with pytest.raises(JudgeError, match="a parameter of another shape"):
+        kernel.lookup("forges_a_parameter")(model, x)

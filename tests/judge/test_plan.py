@@ -47,7 +47,7 @@ def test_arguments_may_be_constants_tuples_and_tensors_the_judge_makes():
         "ch03.check_causal_mask(torch.randn(2, dtype=torch.half))",
         "ch03.check_everything(causal_mask)",  # not a check the judge knows
         "os.check_causal_mask(causal_mask)",
-        "ch06.check_train_step(train_step)",  # not moved to the judge yet
+        "ch07.check_make_loader(make_loader)",  # not moved to the judge yet
         "ch01.check_by_hand('split_heads', split_heads, (2,))",  # observation alone
         "ch03.check_causal_mask(causal_mask",  # not Python
     ],

@@ -64,6 +64,7 @@ import json
 import sys
 
 import torch
+from torch.autograd.function import once_differentiable
 
 from .wire import (
     CALLED_BACK,
@@ -80,6 +81,7 @@ from .wire import (
     plain_attrs,
     qualified_name,
     same_bits,
+    swapped,
     tensors_in,
     to_json,
 )
@@ -180,8 +182,6 @@ class JudgeObject:
         return f"<the grader's {self._judged.type}>"
 
     def _judge_ask(self, op: str, name: str, *args, **kwargs):
-        from .remote import rebuilt
-
         def refer(obj):
             if isinstance(obj, JudgeObject):
                 return obj._judged
@@ -198,17 +198,119 @@ class JudgeObject:
             "kwargs": to_json(kwargs, refer=refer),
             "grad": torch.is_grad_enabled(),
         }
-        reply = json.loads(self._call_back(json.dumps(request)))
-        if "raised" in reply:
-            exc = rebuilt(from_json(reply["raised"]))
-            # Raised here, in the learner's code: its frames are read here (the
-            # PyTorch call that raised, in the judge's object, was read there).
-            del exc.kernel_where
-            raise exc
-        value = from_json(
-            reply["value"], resolve=lambda j: JudgeObject(j, self._call_back)
-        )
+        value = _ask_back(self._call_back, request)
+        if name == "param_groups" and type(value) is list:
+            return [_ReadOnlyGroup(g) if type(g) is dict else g for g in value]
         return iter(value) if name in ITERATORS else value
+
+
+class _ReadOnlyGroup(dict):
+    """One of the judge's optimizer's ``param_groups``, lent to read: a write here
+    would change nothing there, so it is refused."""
+
+    def _refused(self, *args, **kwargs):
+        raise TypeError(
+            "the grader's optimizer lends its param_groups to read, not to change: "
+            "let the scheduler set the rate (scheduler.step())"
+        )
+
+    __setitem__ = __delitem__ = update = pop = clear = setdefault = _refused
+
+
+# The judge's parameters the learner's code was given (``model.parameters()``), by the
+# judge's number: a stand-in here for each, and each as last synced with the judge.
+_MIRRORS: dict[int, torch.nn.Parameter] = {}
+_SYNCED: dict[int, tuple] = {}
+
+
+def _ask_back(call_back, request: dict):
+    """The value of the judge's reply to ``request``, a call back: the stand-ins the
+    learner's code changed go with it, and those the judge changed come back; a
+    graph the value carries is joined to this kernel's (:class:`_FromJudge`)."""
+    from .remote import rebuilt
+
+    request["params"] = to_json(_params_out())
+    reply = json.loads(call_back(json.dumps(request)))
+    _params_in(from_json(reply.get("params", [])))
+    if "raised" in reply:
+        exc = rebuilt(from_json(reply["raised"]))
+        # Raised here, in the learner's code: its frames are read here (the PyTorch
+        # call that raised, in the judge's object, was read there).
+        del exc.kernel_where
+        raise exc
+    value = from_json(reply["value"], resolve=lambda j: _stand_in(j, call_back))
+    outputs = [t for t in tensors_in(value) if t.requires_grad]
+    if "graph" not in reply or not outputs or not torch.is_grad_enabled():
+        return value
+    for t in outputs:
+        t.requires_grad_(False)
+    anchor = torch.zeros((), requires_grad=True)  # makes the outputs require grad
+    joined = _FromJudge.apply(call_back, reply["graph"], anchor, *outputs)
+    return swapped(value, {id(old): new for old, new in zip(outputs, joined)})
+
+
+def _stand_in(judged: Judged, call_back):
+    if judged.type != "Parameter":
+        return JudgeObject(judged, call_back)
+    if judged.id not in _MIRRORS:
+        raise WireError(f"no parameter of the judge's numbered {judged.id}")
+    return _MIRRORS[judged.id]
+
+
+class _FromJudge(torch.autograd.Function):
+    """Outputs of a judge's object, joined to the learner's graph here: a backward
+    through them is run by the judge, into its parameters (their stand-ins here
+    are synced when it answers)."""
+
+    @staticmethod
+    def forward(ctx, call_back, number, anchor, *outputs):
+        ctx.call_back, ctx.number, ctx.count = call_back, number, len(outputs)
+        return tuple(o.clone() for o in outputs)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, *grads):
+        request = {"op": "backward", "graph": ctx.number, "grads": to_json(list(grads))}
+        _ask_back(ctx.call_back, request)
+        return (None, None, None, *([None] * ctx.count))
+
+
+def _params_out() -> list:
+    """``[[number, value, grad], ...]`` of the stand-ins changed since last synced."""
+    out = []
+    for number, mirror in _MIRRORS.items():
+        now = _snapshot(mirror)
+        if not _same_snapshot(now, _SYNCED.get(number)):
+            grad = None if mirror.grad is None else mirror.grad.detach()
+            out.append([number, mirror.detach(), grad])
+            _SYNCED[number] = now
+    return out
+
+
+def _params_in(items) -> None:
+    """The judge's parameters as it holds them now, into their stand-ins."""
+    if type(items) is not list:
+        raise WireError("the judge's parameters must be a list")
+    for number, value, grad in items:
+        mirror = _MIRRORS.get(number)
+        if mirror is None:
+            mirror = torch.nn.Parameter(value.detach(), value.requires_grad)
+            _MIRRORS[number] = mirror
+        else:
+            mirror.data = value.detach()
+        mirror.grad = None if grad is None else grad.detach()
+        _SYNCED[number] = _snapshot(mirror)
+
+
+def _snapshot(param: torch.Tensor) -> tuple:
+    grad = param.grad
+    return param.detach().clone(), None if grad is None else grad.detach().clone()
+
+
+def _same_snapshot(a: tuple, b: tuple | None) -> bool:
+    if b is None or (a[1] is None) != (b[1] is None):
+        return False
+    return same_bits(a[0], b[0]) and (a[1] is None or same_bits(a[1], b[1]))
 
 
 def answer(request: dict, namespace: dict, call_back=None) -> str:
@@ -219,6 +321,8 @@ def answer(request: dict, namespace: dict, call_back=None) -> str:
         _KEPT.clear()
         _CALLS.clear()
         _TREES.clear()
+        _MIRRORS.clear()
+        _SYNCED.clear()
         return json.dumps({"value": None})
     if op == "lookup":
         name = request["name"]
@@ -279,6 +383,7 @@ def _run(request: dict, target, call_back, *, grad=True, params=(), around=None)
     do, then the parameters of the modules lent to the call that do, are the call's
     inputs."""
     lent: list = []
+    _params_in(from_json(request.get("params", [])))
 
     def resolve(found):
         return _resolve(found, lent, call_back)
@@ -311,6 +416,10 @@ def _run(request: dict, target, call_back, *, grad=True, params=(), around=None)
     moved = [[i, t] for i, (t, b) in enumerate(zip(now, held)) if not same_bits(t, b)]
     if moved:  # a lent module's weights the learner's code changed in place
         extra["lent"] = to_json(moved)
+    if (
+        params := _params_out()
+    ):  # the judge's parameters, as the learner's code left them
+        extra["params"] = to_json(params)
     outputs = [t for t in tensors_in(result) if t.requires_grad]
     if outputs:
         extra["call"] = number = next(_NUMBERS)
@@ -558,7 +667,7 @@ def _resolve(found, lent_out: list, call_back):
     if isinstance(found, Judged):
         if call_back is None:
             raise WireError("an object of the judge's, with no way to call it back")
-        return JudgeObject(found, call_back)
+        return _stand_in(found, call_back)
     lent_out.append(module := _lend(found))
     return module
 

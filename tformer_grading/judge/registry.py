@@ -44,6 +44,7 @@ BEHAVIOUR = frozenset(
         "ch05.check_sinusoidal_encoding",
         "ch06.check_greedy_decode",
         "ch06.check_shift_targets",
+        "ch06.check_train_step",
         "ch06.check_sequence_loss",
         "ch06.check_noam_lambda",
         "ch08.check_next_token_probs",
@@ -62,5 +63,6 @@ OBSERVATION = {
     "ch05.check_decoder_by_hand": "ch05.check_decoder_behaviour",
     "ch06.check_by_hand": None,
     "ch06.check_greedy_by_hand": "ch06.check_greedy_decode",
+    "ch06.check_train_step_by_hand": "ch06.check_train_step",
     "ch08.check_next_token_probs_by_hand": None,
 }

@@ -44,6 +44,9 @@ from .wire import (
     decode,
     lent,
     lent_tensors,
+    plain_value,
+    same_bits,
+    swapped,
     tensors_in,
     to_json,
 )
@@ -67,6 +70,12 @@ class Kernel:
         # The judge's objects given to the learner's code, by number (a check's
         # recording model): the kernel calls them back (:meth:`called_back`).
         self.judged: dict[int, object] = {}
+        # Of those, the parameters the kernel holds stand-ins for, as last sent or
+        # received: only what changed since crosses (:meth:`_params_out`).
+        self.synced: dict[int, tuple] = {}
+        # The outputs of the judge's objects that carry a graph, by number: the
+        # kernel's backward through them comes back as a "backward" call.
+        self.graphs: dict[int, list] = {}
         link.on_callback = self.called_back
 
     def _ask(self, request: dict):
@@ -133,7 +142,10 @@ class Kernel:
             # the learner's code drawing here: two calls of a dropout differ, and a
             # second grading draws the same numbers.
             request["seed"] = int(torch.randint(0, 2**62, (1,)))
+        if params := self._params_out():
+            request["params"] = to_json(params)
         found = self._ask(request)
+        self._params_in(found.get("params", []))
         number = found.get("call")
         if number is not None and type(number) is not int:
             raise JudgeError("the kernel's answer is not valid: a call number")
@@ -152,6 +164,8 @@ class Kernel:
         """Let the kernel drop what it keeps for the judge."""
         self._ask({"op": "forget"})
         self.judged.clear()
+        self.synced.clear()
+        self.graphs.clear()
 
     def judge_object(self, obj) -> Judged:
         """``obj``, which stays here, as the kernel is given it."""
@@ -164,47 +178,147 @@ class Kernel:
 
     def called_back(self, text: str) -> str:
         """The judge's reply to the kernel's call of one of its objects (the
-        learner's code calling ``model.decode(...)``), run here: ``{"value": ...}``,
-        or ``{"raised": ...}`` when the judge's object raised. A request that is
-        malformed, or asks for a method out of :data:`.wire.CALLED_BACK` or an
-        attribute that is not a plain value, is a JudgeError."""
+        learner's code calling ``model.decode(...)``, or the kernel's backward
+        through what one returned), run here: ``{"value": ...}``, or ``{"raised":
+        ...}`` when the judge's object raised, with the judge's parameters that
+        changed (``params``) and, when the value carries a graph, its number
+        (``graph``). A request that is malformed is a JudgeError; one for a method
+        out of :data:`.wire.CALLED_BACK`, or an attribute that is not a plain value,
+        is an AttributeError in the learner's code."""
         try:
             request = decode(text, resolve=self._proxy)
         except WireError as exc:
             raise JudgeError(f"the kernel's call to the grader is not valid: {exc}")
+        op = request.get("op") if type(request) is dict else None
+        args, kwargs = request.get("args", []), request.get("kwargs", {})
         if not (
-            type(request) is dict
-            and request.get("op") in ("call", "getattr")
-            and type(request.get("id")) is int
-            and request["id"] in self.judged
-            and type(request.get("name")) is str
+            op in ("call", "getattr", "backward")
+            and (op == "backward" or request.get("id") in self.judged)
+            and (op == "backward" or type(request.get("name")) is str)
             and type(request.get("grad", False)) is bool
+            and type(args) is list
+            and type(kwargs) is dict
         ):
             raise JudgeError("the kernel's call to the grader is not valid")
+        self._params_in(request.get("params", []))
+        if op == "backward":
+            return self._backward(request.get("graph"), request.get("grads"))
         obj, name = self.judged[request["id"]], request["name"]
-        args, kwargs = request.get("args", []), request.get("kwargs", {})
-        if type(args) is not list or type(kwargs) is not dict:
-            raise JudgeError("the kernel's call to the grader is not valid")
         grad = request.get("grad", False)
         try:
-            if request["op"] == "getattr":
-                return _reply_json(_lent_attribute(obj, name))
+            if op == "getattr":
+                return self._reply(_lent_attribute(obj, name))
             if name not in CALLED_BACK:
                 raise _not_lent(obj, name)
             with torch.set_grad_enabled(grad):
                 value = _method(obj, name)(*args, **kwargs)
             if name in ITERATORS:
                 value = list(value)
-            return _reply_json(value, refer=self._refer_back)
+            return self._reply(value, grad=grad)
         except Exception as exc:  # noqa: BLE001 - raised in the learner's code
             raised = Raised(type(exc).__name__, str(exc)[:4000], "", "")
             if name in CALLED_BACK and not kwargs:
                 with torch.set_grad_enabled(grad):
                     raised = replace(raised, call=_failing_call(obj, name, args, exc))
-            return _reply_json(None, raised=raised)
+            return self._reply(None, raised=raised)
+
+    def _reply(self, value, *, grad=False, raised: Raised | None = None) -> str:
+        """A call back's reply: ``value`` (its parameters as the kernel's stand-ins
+        for them, its other objects of the judge's as such) or ``raised``, the
+        judge's parameters that changed, and the number of the graph its tensors
+        carry when it has one."""
+        if raised is not None:
+            reply = {"raised": to_json(raised)}
+        else:
+            value = self._marked(value)
+            reply = {"value": to_json(value, refer=self._refer_back)}
+            outputs = [t for t in tensors_in(value) if t.requires_grad]
+            if outputs and grad:
+                number = len(self.graphs) + 1
+                self.graphs[number] = outputs
+                reply["graph"] = number
+        if params := self._params_out():
+            reply["params"] = to_json(params)
+        return json.dumps(reply)
+
+    def _marked(self, value):
+        """``value`` with each parameter (``model.parameters()``) as the number the
+        kernel knows it by: the kernel keeps a stand-in for it, synced both ways."""
+        if isinstance(value, torch.nn.Parameter):
+            return self.judge_object(value)
+        if type(value) in (list, tuple):
+            return type(value)(self._marked(v) for v in value)
+        if type(value) is dict:
+            return {k: self._marked(v) for k, v in value.items()}
+        return value
+
+    def _backward(self, number, grads) -> str:
+        """The kernel's backward through the outputs of graph ``number``, given
+        their gradients ``grads``: run here, into the judge's parameters."""
+        outputs = self.graphs.get(number) if type(number) is int else None
+        if outputs is None or type(grads) is not list or len(grads) != len(outputs):
+            raise JudgeError("the kernel's backward to the grader is not valid")
+        pairs = [(o, g) for o, g in zip(outputs, grads) if g is not None]
+        if not all(
+            isinstance(g, torch.Tensor) and g.shape == o.shape for o, g in pairs
+        ):
+            raise JudgeError("the kernel's backward gave gradients of the wrong shape")
+        try:
+            # Kept: the kernel's engine, not this one, says when a graph is freed (a
+            # second backward without retain_graph fails there, as it would here).
+            torch.autograd.backward(
+                [o for o, _ in pairs],
+                [g.to(o.device, o.dtype) for o, g in pairs],
+                retain_graph=True,
+            )
+        except Exception as exc:  # noqa: BLE001 - a second backward, say
+            return self._reply(None, raised=Raised(type(exc).__name__, str(exc)))
+        return self._reply(None)
+
+    def _params_out(self) -> list:
+        """``[[number, value, grad], ...]`` of the judge's parameters the kernel
+        holds stand-ins for, each that changed since it last crossed."""
+        out = []
+        for number, obj in self.judged.items():
+            if not isinstance(obj, torch.nn.Parameter):
+                continue
+            now = _snapshot(obj)
+            if not _same_snapshot(now, self.synced.get(number)):
+                # Its requires_grad goes with it: the stand-in is made alike.
+                value = obj.detach().requires_grad_(obj.requires_grad)
+                out.append([number, value, _grad_of(obj)])
+                self.synced[number] = now
+        return out
+
+    def _params_in(self, items) -> None:
+        """The kernel's stand-ins that the learner's code changed (``[[number, value,
+        grad], ...]``), written into the judge's parameters."""
+        if type(items) is not list:
+            raise JudgeError("the kernel's answer is not valid: its parameters")
+        for item in items:
+            if not (
+                type(item) is list
+                and len(item) == 3
+                and type(item[0]) is int
+                and isinstance(self.judged.get(item[0]), torch.nn.Parameter)
+                and isinstance(item[1], torch.Tensor)
+                and (item[2] is None or isinstance(item[2], torch.Tensor))
+            ):
+                raise JudgeError("the kernel's answer is not valid: a parameter")
+            param, value, grad = self.judged[item[0]], item[1], item[2]
+            if value.shape != param.shape or (
+                grad is not None and grad.shape != param.shape
+            ):
+                raise JudgeError(
+                    "the kernel's answer is not valid: a parameter of another shape"
+                )
+            with torch.no_grad():
+                param.copy_(value.to(param.dtype))
+            param.grad = None if grad is None else grad.to(param.device, param.dtype)
+            self.synced[item[0]] = _snapshot(param)
 
     def _refer_back(self, obj):
-        if isinstance(obj, torch.nn.Module) and not _mirrored(obj):
+        if _callable_back(obj):
             return self.judge_object(obj)
         raise WireError(f"the grader cannot give a {type(obj).__name__} to the kernel")
 
@@ -250,11 +364,35 @@ def _sendable(value, lent_out: list | None = None, kernel: Kernel | None = None)
         if module and (made := lent(obj)) is not None:
             lent_out.append(obj)
             return made
-        if module and kernel is not None and not _mirrored(obj):
+        if lent_out is not None and kernel is not None and _callable_back(obj):
             return kernel.judge_object(obj)
         raise WireError(f"the judge cannot send a {type(obj).__name__} to the kernel")
 
     return to_json(value, refer=refer)
+
+
+def _callable_back(obj) -> bool:
+    """Whether the judge gives the kernel ``obj`` to call back: a module of its own
+    (not holding a mirror), an optimizer or a scheduler."""
+    if isinstance(obj, torch.nn.Module):
+        return not _mirrored(obj)
+    schedulers = torch.optim.lr_scheduler.LRScheduler
+    return isinstance(obj, (torch.optim.Optimizer, schedulers))
+
+
+def _snapshot(param: torch.Tensor) -> tuple:
+    grad = param.grad
+    return param.detach().clone(), None if grad is None else grad.detach().clone()
+
+
+def _same_snapshot(a: tuple, b: tuple | None) -> bool:
+    if b is None or (a[1] is None) != (b[1] is None):
+        return False
+    return same_bits(a[0], b[0]) and (a[1] is None or same_bits(a[1], b[1]))
+
+
+def _grad_of(param: torch.Tensor):
+    return None if param.grad is None else param.grad.detach()
 
 
 def _mirrored(module: torch.nn.Module) -> bool:
@@ -262,12 +400,6 @@ def _mirrored(module: torch.nn.Module) -> bool:
     forward runs in the kernel: called back from the kernel, it would ask the kernel
     while the kernel waits for it."""
     return any(hasattr(m, "_judge_tree") for m in module.modules())
-
-
-def _reply_json(value, *, refer=None, raised: Raised | None = None) -> str:
-    if raised is not None:
-        return json.dumps({"raised": to_json(raised)})
-    return json.dumps({"value": to_json(value, refer=refer)})
 
 
 def _method(obj, name: str):
@@ -294,6 +426,13 @@ def _lent_attribute(obj, name: str):
     the learner's code then raises."""
     if name.startswith("_") or not name.isidentifier():
         raise _not_lent(obj, name)
+    if name == "param_groups" and isinstance(obj, torch.optim.Optimizer):
+        # To read (the rate it will use): each group's parameters, as the kernel's
+        # stand-ins, and plain settings; the kernel's copy cannot be written.
+        return [
+            {k: v for k, v in group.items() if k == "params" or plain_value(v)}
+            for group in obj.param_groups
+        ]
     value = getattr(obj, name)  # an AttributeError of the object's own when none
     if not isinstance(value, (bool, int, float, str, torch.dtype, torch.device)):
         raise _not_lent(obj, name)
@@ -350,17 +489,7 @@ def joined(kernel: Kernel, found: dict, args: tuple, kwargs: dict, params=()):
         return value
     joined = _Bridge.apply(_Call(kernel, number, leaves), *outputs, *leaves)
     swap = {id(old): new for old, new in zip(outputs, joined)}
-    return _replace(value, swap)
-
-
-def _replace(value, swap: dict):
-    if isinstance(value, torch.Tensor):
-        return swap.get(id(value), value)
-    if type(value) in (list, tuple):
-        return type(value)(_replace(v, swap) for v in value)
-    if type(value) is dict:
-        return {k: _replace(v, swap) for k, v in value.items()}
-    return value
+    return swapped(value, swap)
 
 
 class _Call:

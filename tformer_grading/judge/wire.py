@@ -139,8 +139,9 @@ class Judged:
 
 
 #: The methods of a :class:`Judged` object the learner's code may call: a model's
-#: (``model(src, tgt)``, ``encode``, ``decode``, ``eval`` ...). Anything else of the
-#: judge's objects (a check's record, its ``reset``) is out of the kernel's reach.
+#: (``model(src, tgt)``, ``encode``, ``decode``, ``eval`` ...), an optimizer's and a
+#: scheduler's (``step``, ``zero_grad``). Anything else of the judge's objects (a
+#: check's record, its ``reset``) is out of the kernel's reach.
 CALLED_BACK = frozenset(
     {
         "__call__",
@@ -152,6 +153,9 @@ CALLED_BACK = frozenset(
         "parameters",
         "named_parameters",
         "to",
+        "zero_grad",
+        "step",
+        "get_last_lr",
     }
 )
 
@@ -247,7 +251,7 @@ def layer_attrs(cls: type, attrs) -> dict:
             or hasattr(cls, key)
         ):
             raise WireError(f"{name} has no attribute {key!r:.40} to set")
-        if not _plain(value):
+        if not plain_value(value):
             raise WireError(f"a {name}'s attribute {key} must be a plain value")
     return attrs
 
@@ -256,7 +260,7 @@ def plain_attrs(module: torch.nn.Module) -> dict | None:
     """``module``'s public attributes (but ``training``), or None when one is not a
     plain value (such a module is not rebuilt as its class: see :mod:`.mirror`)."""
     attrs = _public_attrs(module)
-    return attrs if all(_plain(v) for v in attrs.values()) else None
+    return attrs if all(plain_value(v) for v in attrs.values()) else None
 
 
 def bare_module(cls: type, attrs: dict) -> torch.nn.Module:
@@ -287,7 +291,7 @@ def lent(module: torch.nn.Module) -> Lent | None:
         or module._modules
     ):
         return None
-    attrs = {k: v for k, v in _public_attrs(module).items() if _plain(v)}
+    attrs = {k: v for k, v in _public_attrs(module).items() if plain_value(v)}
     return Lent(
         cls.__name__,
         attrs,
@@ -318,10 +322,12 @@ def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
     return torch.equal(a.view(torch.uint8), b.view(torch.uint8))
 
 
-def _plain(v) -> bool:
+def plain_value(v) -> bool:
+    """Whether ``v`` is a plain value: None, a bool, int, float or str, or a tuple of
+    them."""
     if v is None or type(v) in (bool, int, float, str):
         return True
-    return type(v) is tuple and all(_plain(x) for x in v)
+    return type(v) is tuple and all(plain_value(x) for x in v)
 
 
 def encode(value, *, refer=None) -> str:
@@ -435,6 +441,18 @@ def tensors_in(value) -> list[torch.Tensor]:
     if type(value) is dict:
         return [t for v in value.values() for t in tensors_in(v)]
     return []
+
+
+def swapped(value, swap: dict):
+    """``value`` with each tensor whose id is a key of ``swap`` replaced by its value
+    (lists, tuples and dicts rebuilt, as :func:`tensors_in` reads them)."""
+    if isinstance(value, torch.Tensor):
+        return swap.get(id(value), value)
+    if type(value) in (list, tuple):
+        return type(value)(swapped(v, swap) for v in value)
+    if type(value) is dict:
+        return {k: swapped(v, swap) for k, v in value.items()}
+    return value
 
 
 def _no_constant(name: str):
