@@ -20,7 +20,9 @@ one ``"$"`` key naming its kind:
                           learner's code (:class:`Lent`)
 ``{"$": "judged"}``       ``id``, ``type``: an object that stays in the judge's
                           process (a check's recording model), which the learner's
-                          code calls back (:class:`Judged`)
+                          code calls back (:class:`Judged`); of type "Parameter",
+                          one of its parameters, which the kernel holds a stand-in
+                          for (:mod:`.agent`)
 ========================  ==========================================================
 
 Nothing is unpickled, and :func:`decode` checks every bound before it builds
