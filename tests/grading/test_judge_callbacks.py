@@ -49,14 +49,24 @@ def greedy_decode(model, src, max_len, bos_id, eos_id, pad_id):
 """
 
 
-def _graded(tmp_path, extra: str):
+def _graded(tmp_path, extra: str, between: bool = False):
+    """The chapter's solution, self-graded with ``extra`` after its greedy_decode,
+    or (``between``) in a cell of its own between the two greedy test cells."""
     course = tmp_path / "course"
     (course / "book" / CHAPTER).mkdir(parents=True)
     shutil.copy(ROOT / "nbgrader_config.py", course)
     shutil.copytree(ROOT / "solutions" / CHAPTER, course / "solutions" / CHAPTER)
     nb = nbformat.read(ROOT / "solutions" / CHAPTER / "exercise.ipynb", as_version=4)
-    cell = next(c for c in nb.cells if "def greedy_decode" in c.source)
-    cell.source += "\n" + extra
+    if between:
+        at = next(
+            i
+            for i, c in enumerate(nb.cells)
+            if c.metadata.get("nbgrader", {}).get("grade_id") == GREEDY[0]
+        )
+        nb.cells.insert(at + 1, nbformat.v4.new_code_cell(extra))
+    else:
+        cell = next(c for c in nb.cells if "def greedy_decode" in c.source)
+        cell.source += "\n" + extra
     mine = course / "book" / CHAPTER / "mine.ipynb"
     nbformat.write(nb, mine)
     result = grade_notebook(mine)
@@ -80,3 +90,15 @@ def test_a_forged_call_back_scores_nothing_and_the_kernel_goes_on(tmp_path):
         assert "the kernel's call to the grader is not valid" in cells[name].diagnosis
     others = [c for name, c in cells.items() if name not in GREEDY]
     assert others and all(c.score == c.max_score for c in others)
+
+
+def test_a_learner_cell_between_two_test_cells_has_the_second_measured_again(
+    tmp_path,
+):
+    """The by-hand cell after test_greedy_decode maps to the same check, which the
+    grader does not run again while no learner code ran in between
+    (GuardedExecute._passed); a learner cell in between makes it measure again."""
+    cells = _graded(tmp_path, SNIFFS, between=True)
+    assert cells[GREEDY[0]].score == cells[GREEDY[0]].max_score
+    assert cells[GREEDY[1]].score == 0
+    assert "outside your notebook's kernel" in cells[GREEDY[1]].diagnosis

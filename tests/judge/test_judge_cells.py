@@ -57,7 +57,7 @@ def test_a_crash_of_the_checks_scores_0_as_the_courses_error(monkeypatch):
     learner is told it is not their mistake."""
     from tformer_grading.judge import cells
 
-    def crash(calls, kernel):
+    def crash(calls, kernel, passed=None):
         raise RuntimeError("boom")
 
     monkeypatch.setattr(cells, "judge", crash)
@@ -85,3 +85,24 @@ def test_the_judge_neither_seals_nor_compares_the_checks(monkeypatch):
         Kernel(LocalLink({"causal_mask": causal_mask})),
     )
     assert verdict.failure is None
+
+
+def test_a_check_call_that_passed_is_not_measured_again_on_the_same_objects():
+    """A by-hand cell right after the behaviour cell it maps to: the grader keeps the
+    check calls that passed since the learner's code last ran
+    (GuardedExecute._passed), and the judge does not run them again."""
+    calls = []
+
+    def counted(size):
+        calls.append(size)
+        return causal_mask(size)
+
+    link = LocalLink({"causal_mask": counted})
+    passed = set()
+    for _ in range(2):
+        verdict = judge_cell("ch03.check_causal_mask(causal_mask)", link, passed)
+        assert verdict.failure is None
+    ran = len(calls)
+    assert ran and passed == {repr(plan("ch03.check_causal_mask(causal_mask)")[0])}
+    judge_cell("ch03.check_causal_mask(causal_mask)", link, set())
+    assert len(calls) == 2 * ran  # without it, measured again

@@ -15,7 +15,7 @@ def test_a_judge_that_never_ends_fails_its_cell_and_may_ask_nothing_more(monkeyp
     would read the messages of the next cell nbgrader runs."""
     seen = []
 
-    def stuck(source, kernel_link):
+    def stuck(source, kernel_link, passed=None):
         seen.append(kernel_link)
         time.sleep(0.6)  # asyncio.run waits for the thread before it returns
 

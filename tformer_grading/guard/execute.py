@@ -153,6 +153,9 @@ class GuardedExecute(CappedExecute):
         self._overrun: str | None = None
         self._booted = False
         self._judged: set[str] = set()
+        # The judge's check calls that passed since the learner's code last ran: a
+        # by-hand cell after the behaviour cell it maps to is not measured twice.
+        self._passed: set = set()
         if self.judge:
             preload(c.source for c in nb.cells if graded_test_cell(c))
         self._deadline = time.monotonic() + (self.notebook_timeout or float("inf"))
@@ -196,6 +199,8 @@ class GuardedExecute(CappedExecute):
             )
         if not self._booted:
             await self._bootstrap()
+        if not graded_test_cell(cell):
+            self._passed.clear()  # the learner's code may change what passed
         await self._stop_if_overrun()  # a flood in a cell too quick to be caught
         if self._stopped:
             cell.outputs = [
@@ -261,7 +266,7 @@ class GuardedExecute(CappedExecute):
             return
         limit = self.timeout if self.timeout and self.timeout > 0 else 60
         deadline = min(self._deadline, time.monotonic() + limit)
-        verdict = await judge_in_thread(self, cell.source, deadline)
+        verdict = await judge_in_thread(self, cell.source, deadline, self._passed)
         if verdict is None:  # not a cell the judge judges (yet): receipts decide
             return
         self._judged.add(cell.metadata["nbgrader"].get("grade_id"))

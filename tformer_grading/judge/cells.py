@@ -31,16 +31,20 @@ class Verdict:
     output: str
 
 
-def judge(calls: list[Call], kernel: Kernel) -> Verdict:
+def judge(calls: list[Call], kernel: Kernel, passed: set | None = None) -> Verdict:
     """Run the behaviour checks of ``calls`` here, on the learner's objects in
     ``kernel``. A :class:`JudgeError` (the kernel did not answer as it must) goes to
-    the caller."""
+    the caller. ``passed``: the check calls that passed on the same objects since the
+    learner's code last ran (a by-hand cell after the behaviour cell it maps to), not
+    run again, and to which each call that passes here is added."""
     printed = io.StringIO()
     torch.manual_seed(0)  # the judge's inputs do not depend on the notebook
     pieces.forget()  # nor on another notebook this process judged before
     try:
         with contextlib.redirect_stdout(printed), trusted_process():
             for call in calls:
+                if passed is not None and repr(call) in passed:
+                    continue
                 check = getattr(
                     importlib.import_module(f"tformer_grading.checks.{call.module}"),
                     call.check,
@@ -48,6 +52,8 @@ def judge(calls: list[Call], kernel: Kernel) -> Verdict:
                 args = [_value(a, kernel) for a in call.args]
                 kwargs = {k: _value(v, kernel) for k, v in call.kwargs.items()}
                 check(*args, **kwargs)
+                if passed is not None:
+                    passed.add(repr(call))  # its arguments may be lists: unhashable
     except CheckFailure as failure:
         verdict = Verdict(str(failure), printed.getvalue())
     else:
@@ -62,14 +68,15 @@ _JUDGED = (
 )
 
 
-def judge_cell(source: str, link) -> Verdict | None:
+def judge_cell(source: str, link, passed: set | None = None) -> Verdict | None:
     """The judge's verdict on the test cell ``source`` over ``link``, its failure
-    worded for the learner; None when the judge does not judge such a cell."""
+    worded for the learner; None when the judge does not judge such a cell.
+    ``passed``: as :func:`judge`'s."""
     calls = plan(source)
     if calls is None:
         return None
     try:
-        verdict = judge(calls, Kernel(link))
+        verdict = judge(calls, Kernel(link), passed)
     except Exception as exc:  # noqa: BLE001 - the course's own error, said as such
         # Closed, not open: a cell the judge cannot measure does not score.
         return Verdict(

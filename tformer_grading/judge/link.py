@@ -60,16 +60,18 @@ def _warm() -> None:
     importlib.import_module("torch.fx.experimental.symbolic_shapes")
 
 
-async def judge_in_thread(executor, source: str, deadline: float):
+async def judge_in_thread(executor, source: str, deadline: float, passed=None):
     """The judge's :class:`~.cells.Verdict` on a test cell of ``source``, run in a
     worker thread on ``executor``'s kernel; None when the judge does not judge such a
-    cell."""
+    cell. ``passed``: as :func:`.cells.judge`'s."""
     link = KernelLink(executor, asyncio.get_running_loop(), deadline)
     # Every request ends by the deadline; the grace is for the checks' own work, so
     # that a judge that never ends cannot hold the notebook's grading.
     grace = max(0.0, deadline - time.monotonic()) + _GRACE
     try:
-        verdict = await asyncio.wait_for(asyncio.to_thread(_judge, source, link), grace)
+        verdict = await asyncio.wait_for(
+            asyncio.to_thread(_judge, source, link, passed), grace
+        )
     except asyncio.TimeoutError:
         from .cells import Verdict
 
@@ -92,10 +94,10 @@ async def judge_in_thread(executor, source: str, deadline: float):
     return verdict
 
 
-def _judge(source: str, link):
+def _judge(source: str, link, passed=None):
     from .cells import judge_cell  # imports the checks (and torch) on first use
 
-    return judge_cell(source, link)
+    return judge_cell(source, link, passed)
 
 
 class KernelLink:
