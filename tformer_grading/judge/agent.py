@@ -81,6 +81,8 @@ from .wire import (
     plain_attrs,
     qualified_name,
     same_bits,
+    same_snapshot,
+    snapshot,
     swapped,
     tensors_in,
     to_json,
@@ -279,8 +281,8 @@ def _params_out() -> list:
     """``[[number, value, grad], ...]`` of the stand-ins changed since last synced."""
     out = []
     for number, mirror in _MIRRORS.items():
-        now = _snapshot(mirror)
-        if not _same_snapshot(now, _SYNCED.get(number)):
+        now = snapshot(mirror)
+        if not same_snapshot(now, _SYNCED.get(number)):
             grad = None if mirror.grad is None else mirror.grad.detach()
             out.append([number, mirror.detach(), grad])
             _SYNCED[number] = now
@@ -299,18 +301,7 @@ def _params_in(items) -> None:
         else:
             mirror.data = value.detach()
         mirror.grad = None if grad is None else grad.detach()
-        _SYNCED[number] = _snapshot(mirror)
-
-
-def _snapshot(param: torch.Tensor) -> tuple:
-    grad = param.grad
-    return param.detach().clone(), None if grad is None else grad.detach().clone()
-
-
-def _same_snapshot(a: tuple, b: tuple | None) -> bool:
-    if b is None or (a[1] is None) != (b[1] is None):
-        return False
-    return same_bits(a[0], b[0]) and (a[1] is None or same_bits(a[1], b[1]))
+        _SYNCED[number] = snapshot(mirror)
 
 
 def answer(request: dict, namespace: dict, call_back=None) -> str:
@@ -416,9 +407,8 @@ def _run(request: dict, target, call_back, *, grad=True, params=(), around=None)
     moved = [[i, t] for i, (t, b) in enumerate(zip(now, held)) if not same_bits(t, b)]
     if moved:  # a lent module's weights the learner's code changed in place
         extra["lent"] = to_json(moved)
-    if (
-        params := _params_out()
-    ):  # the judge's parameters, as the learner's code left them
+    # The judge's parameters, as the learner's code left their stand-ins.
+    if params := _params_out():
         extra["params"] = to_json(params)
     outputs = [t for t in tensors_in(result) if t.requires_grad]
     if outputs:

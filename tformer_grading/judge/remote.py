@@ -45,7 +45,8 @@ from .wire import (
     lent,
     lent_tensors,
     plain_value,
-    same_bits,
+    same_snapshot,
+    snapshot,
     swapped,
     tensors_in,
     to_json,
@@ -282,8 +283,8 @@ class Kernel:
         for number, obj in self.judged.items():
             if not isinstance(obj, torch.nn.Parameter):
                 continue
-            now = _snapshot(obj)
-            if not _same_snapshot(now, self.synced.get(number)):
+            now = snapshot(obj)
+            if not same_snapshot(now, self.synced.get(number)):
                 # Its requires_grad goes with it: the stand-in is made alike.
                 value = obj.detach().requires_grad_(obj.requires_grad)
                 out.append([number, value, _grad_of(obj)])
@@ -315,7 +316,7 @@ class Kernel:
             with torch.no_grad():
                 param.copy_(value.to(param.dtype))
             param.grad = None if grad is None else grad.to(param.device, param.dtype)
-            self.synced[item[0]] = _snapshot(param)
+            self.synced[item[0]] = snapshot(param)
 
     def _refer_back(self, obj):
         if _callable_back(obj):
@@ -378,17 +379,6 @@ def _callable_back(obj) -> bool:
         return not _mirrored(obj)
     schedulers = torch.optim.lr_scheduler.LRScheduler
     return isinstance(obj, (torch.optim.Optimizer, schedulers))
-
-
-def _snapshot(param: torch.Tensor) -> tuple:
-    grad = param.grad
-    return param.detach().clone(), None if grad is None else grad.detach().clone()
-
-
-def _same_snapshot(a: tuple, b: tuple | None) -> bool:
-    if b is None or (a[1] is None) != (b[1] is None):
-        return False
-    return same_bits(a[0], b[0]) and (a[1] is None or same_bits(a[1], b[1]))
 
 
 def _grad_of(param: torch.Tensor):

@@ -445,6 +445,20 @@ def tensors_in(value) -> list[torch.Tensor]:
     return []
 
 
+def snapshot(param: torch.Tensor) -> tuple:
+    """(value, grad) of a parameter, copied: how each side remembers what it last
+    sent or received of a parameter the other holds a stand-in for."""
+    grad = param.grad
+    return param.detach().clone(), None if grad is None else grad.detach().clone()
+
+
+def same_snapshot(a: tuple, b: tuple | None) -> bool:
+    """Whether two :func:`snapshot` are equal bit for bit (None: never taken)."""
+    if b is None or (a[1] is None) != (b[1] is None):
+        return False
+    return same_bits(a[0], b[0]) and (a[1] is None or same_bits(a[1], b[1]))
+
+
 def swapped(value, swap: dict):
     """``value`` with each tensor whose id is a key of ``swap`` replaced by its value
     (lists, tuples and dicts rebuilt, as :func:`tensors_in` reads them)."""
