@@ -75,13 +75,13 @@ from .wire import (
     Ref,
     WireError,
     bare_module,
+    changed_params,
     from_json,
     layer_class,
     lent_tensors,
     plain_attrs,
     qualified_name,
     same_bits,
-    same_snapshot,
     snapshot,
     swapped,
     tensors_in,
@@ -231,7 +231,7 @@ def _ask_back(call_back, request: dict):
     graph the value carries is joined to this kernel's (:class:`_FromJudge`)."""
     from .remote import rebuilt
 
-    request["params"] = to_json(_params_out())
+    request["params"] = to_json(changed_params(_MIRRORS, _SYNCED))
     reply = json.loads(call_back(json.dumps(request)))
     _params_in(from_json(reply.get("params", [])))
     if "raised" in reply:
@@ -275,18 +275,6 @@ class _FromJudge(torch.autograd.Function):
         request = {"op": "backward", "graph": ctx.number, "grads": to_json(list(grads))}
         _ask_back(ctx.call_back, request)
         return (None, None, None, *([None] * ctx.count))
-
-
-def _params_out() -> list:
-    """``[[number, value, grad], ...]`` of the stand-ins changed since last synced."""
-    out = []
-    for number, mirror in _MIRRORS.items():
-        now = snapshot(mirror)
-        if not same_snapshot(now, _SYNCED.get(number)):
-            grad = None if mirror.grad is None else mirror.grad.detach()
-            out.append([number, mirror.detach(), grad])
-            _SYNCED[number] = now
-    return out
 
 
 def _params_in(items) -> None:
@@ -408,7 +396,7 @@ def _run(request: dict, target, call_back, *, grad=True, params=(), around=None)
     if moved:  # a lent module's weights the learner's code changed in place
         extra["lent"] = to_json(moved)
     # The judge's parameters, as the learner's code left their stand-ins.
-    if params := _params_out():
+    if params := changed_params(_MIRRORS, _SYNCED):
         extra["params"] = to_json(params)
     outputs = [t for t in tensors_in(result) if t.requires_grad]
     if outputs:

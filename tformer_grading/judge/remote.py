@@ -41,11 +41,11 @@ from .wire import (
     Raised,
     Ref,
     WireError,
+    changed_params,
     decode,
     lent,
     lent_tensors,
     plain_value,
-    same_snapshot,
     snapshot,
     swapped,
     tensors_in,
@@ -218,7 +218,7 @@ class Kernel:
             return self._reply(value, grad=grad)
         except Exception as exc:  # noqa: BLE001 - raised in the learner's code
             raised = Raised(type(exc).__name__, str(exc)[:4000], "", "")
-            if name in CALLED_BACK and not kwargs:
+            if op == "call" and name in CALLED_BACK and not kwargs:
                 with torch.set_grad_enabled(grad):
                     raised = replace(raised, call=_failing_call(obj, name, args, exc))
             return self._reply(None, raised=raised)
@@ -279,17 +279,10 @@ class Kernel:
     def _params_out(self) -> list:
         """``[[number, value, grad], ...]`` of the judge's parameters the kernel
         holds stand-ins for, each that changed since it last crossed."""
-        out = []
-        for number, obj in self.judged.items():
-            if not isinstance(obj, torch.nn.Parameter):
-                continue
-            now = snapshot(obj)
-            if not same_snapshot(now, self.synced.get(number)):
-                # Its requires_grad goes with it: the stand-in is made alike.
-                value = obj.detach().requires_grad_(obj.requires_grad)
-                out.append([number, value, _grad_of(obj)])
-                self.synced[number] = now
-        return out
+        params = {
+            n: p for n, p in self.judged.items() if isinstance(p, torch.nn.Parameter)
+        }
+        return changed_params(params, self.synced)
 
     def _params_in(self, items) -> None:
         """The kernel's stand-ins that the learner's code changed (``[[number, value,
@@ -379,10 +372,6 @@ def _callable_back(obj) -> bool:
         return not _mirrored(obj)
     schedulers = torch.optim.lr_scheduler.LRScheduler
     return isinstance(obj, (torch.optim.Optimizer, schedulers))
-
-
-def _grad_of(param: torch.Tensor):
-    return None if param.grad is None else param.grad.detach()
 
 
 def _mirrored(module: torch.nn.Module) -> bool:

@@ -445,6 +445,23 @@ def tensors_in(value) -> list[torch.Tensor]:
     return []
 
 
+def changed_params(params: dict, synced: dict) -> list:
+    """``[[number, value, grad], ...]`` of the parameters of ``params`` (by number)
+    that changed since ``synced`` (by number: their :func:`snapshot` as last sent or
+    received), which is brought up to date: what one side sends the other of the
+    parameters the kernel holds stand-ins for. A value keeps its requires_grad (the
+    stand-in is made alike)."""
+    out = []
+    for number, param in params.items():
+        now = snapshot(param)
+        if not same_snapshot(now, synced.get(number)):
+            value = param.detach().requires_grad_(param.requires_grad)
+            grad = None if param.grad is None else param.grad.detach()
+            out.append([number, value, grad])
+            synced[number] = now
+    return out
+
+
 def snapshot(param: torch.Tensor) -> tuple:
     """(value, grad) of a parameter, copied: how each side remembers what it last
     sent or received of a parameter the other holds a stand-in for."""
